@@ -1,0 +1,107 @@
+"""From a plan and a query budget to noise scales, a selection threshold and a cost (pure).
+
+The query's ε (and δ) is split equally across its measures, plus a share for partition
+selection when group keys have no declared domain. Laplace measures get ε/k each; Gaussian
+measures share the ρ that the Gaussian part's (ε, δ) allows under the optimal conversion.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from .accounting.cost import Cost
+from .errors import invalid_parameter
+from .mechanisms import Noise, gaussian_sigma, laplace_scale, rho_for, selection_threshold
+from .sql.analyze import Plan
+
+
+@dataclass(frozen=True)
+class MeasureNoise:
+    noise: Noise
+    l1: int  # L1 sensitivity in the measure's integer units
+    l2_squared: int
+    epsilon: Fraction | None
+    rho: Fraction | None
+
+
+@dataclass(frozen=True)
+class Selection:
+    noise: Noise
+    threshold: int
+    epsilon: Fraction
+    delta: Fraction
+
+
+@dataclass(frozen=True)
+class Calibration:
+    measures: list[MeasureNoise]
+    selection: Selection | None
+    cost: Cost
+    groups_per_unit: int
+
+
+def needs_delta(plan: Plan, mechanism: str) -> bool:
+    return mechanism == "gaussian" or plan.needs_selection
+
+
+def calibrate(plan: Plan, epsilon: Fraction, delta: Fraction, mechanism: str,
+              domain_size: int | None = None) -> Calibration:
+    if epsilon <= 0:
+        raise invalid_parameter("epsilon must be positive", hint="SET dpsql.epsilon = 0.1")
+    groups = plan.groups_per_unit(domain_size)
+    rows = plan.rows_per_group
+    k = len(plan.measures)
+    shares = k + (1 if plan.needs_selection else 0)
+    eps_share = epsilon / shares
+    events = []
+    selection = None
+    delta_used = Fraction(0)
+    if plan.needs_selection:
+        if delta <= 0:
+            raise _needs_delta(plan)
+        sel_delta = delta if mechanism == "laplace" else delta / 2
+        scale = laplace_scale(groups, eps_share)
+        selection = Selection(Noise("laplace", scale), selection_threshold(scale, sel_delta / groups), eps_share, sel_delta)
+        events.append({"kind": "selection", "epsilon": float(eps_share), "delta": float(sel_delta)})
+        delta_used += sel_delta
+    measures = []
+    if mechanism == "laplace":
+        for m in plan.measures:
+            l1 = groups * rows * m.row_bound
+            noise = Noise("laplace", laplace_scale(l1, eps_share))
+            measures.append(MeasureNoise(noise, l1, groups * (rows * m.row_bound) ** 2, eps_share, None))
+            if l1:
+                events.append({"kind": "laplace", "noise_multiplier": noise.scale / l1})
+        rho_total = None
+    else:
+        gauss_eps = eps_share * k
+        gauss_delta = delta - delta_used
+        if gauss_delta <= 0:
+            raise _needs_delta(plan)
+        rho_total = rho_for(gauss_eps, gauss_delta)
+        if rho_total <= 0:
+            raise invalid_parameter("epsilon and delta are too small for Gaussian noise",
+                                    hint="raise dpsql.epsilon or dpsql.delta, or SET dpsql.mechanism = 'laplace'")
+        rho_each = rho_total / k
+        for m in plan.measures:
+            l2_squared = groups * (rows * m.row_bound) ** 2
+            noise = Noise("gaussian", gaussian_sigma(l2_squared, rho_each))
+            measures.append(MeasureNoise(noise, groups * rows * m.row_bound, l2_squared, None, rho_each))
+            if l2_squared:
+                events.append({"kind": "gaussian", "noise_multiplier": noise.scale / math.sqrt(l2_squared)})
+        delta_used += gauss_delta
+    cost = Cost(epsilon, delta_used, rho_total if selection is None else None, tuple(events))
+    return Calibration(measures, selection, cost, groups)
+
+
+def _needs_delta(plan: Plan):
+    undeclared = [k.name for k in plan.keys if not k.declared]
+    if undeclared:
+        return invalid_parameter(
+            f"grouping by {', '.join(undeclared)} needs delta > 0: the groups that exist are private, "
+            "so they are released by partition selection",
+            hint=f"declare the keys in the policy (columns.{undeclared[0]} = {{ keys = [...] }}), "
+                 "or SET dpsql.delta = 1e-8")
+    return invalid_parameter("Gaussian noise needs delta > 0", hint="SET dpsql.delta = 1e-8, or SET dpsql.mechanism = 'laplace'")

@@ -1,0 +1,425 @@
+"""The policy file (TOML): what may be queried, with which bounds, by whom, on what budget.
+
+The policy is public information (DESIGN §1): everything here may shape answers and error
+messages. Loading it is pure validation; checks that need the data's schema (does the column
+exist?) take the schema as an argument, so nothing here touches the database.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from .errors import PolicyError
+
+ROW_UNIT = "row"
+MECHANISMS = ("laplace", "gaussian")
+FILTERS = ("basic",)
+SOURCE_FORMATS = {".parquet": "parquet", ".csv": "csv", ".tsv": "csv"}
+
+
+def exact(value: float | int | str | Fraction) -> Fraction:
+    """The exact rational a human meant: 0.001 is 1/1000, not the nearest binary double.
+
+    Budgets are summed exactly (DESIGN §5); reading a float through its shortest decimal
+    representation is what makes a thousand queries of 0.001 add up to exactly 1.
+    """
+    if isinstance(value, Fraction):
+        return value
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a number")
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{value} is not finite")
+        return Fraction(repr(value))
+    return Fraction(value)
+
+
+@dataclass(frozen=True)
+class ColumnPolicy:
+    """Bounds and key domain of one column; both are public by declaration."""
+
+    name: str
+    lower: float | None = None
+    upper: float | None = None
+    keys: tuple[Any, ...] | None = None
+    keys_from: tuple[str, str] | None = None
+
+    @property
+    def bounded(self) -> bool:
+        return self.lower is not None and self.upper is not None
+
+
+@dataclass(frozen=True)
+class TablePolicy:
+    name: str
+    public: bool = False
+    privacy_unit: str | None = None
+    max_groups: int = 1
+    max_rows: int = 1
+    source: Path | None = None
+    columns: Mapping[str, ColumnPolicy] = field(default_factory=dict)
+
+    @property
+    def row_unit(self) -> bool:
+        return self.privacy_unit == ROW_UNIT
+
+    def column(self, name: str) -> ColumnPolicy:
+        return self.columns.get(name) or ColumnPolicy(name)
+
+
+@dataclass(frozen=True)
+class PrivacyPolicy:
+    filter: str = "basic"
+    epsilon: Fraction = Fraction(1)
+    delta: Fraction = Fraction(0)
+    query_epsilon: Fraction = Fraction(1, 10)
+    query_delta: Fraction | None = None
+    mechanism: str = "laplace"
+    confidence: float = 0.95
+
+    @property
+    def default_query_delta(self) -> Fraction:
+        """δ a query spends when it needs one (Gaussian noise, partition selection)."""
+        if self.query_delta is not None:
+            return self.query_delta
+        return self.delta / 100
+
+
+@dataclass(frozen=True)
+class UserPolicy:
+    name: str
+    epsilon: Fraction
+    delta: Fraction
+    filter: str
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    kind: str = "duckdb"
+    database: Path | None = None
+    threads: int | None = None
+    memory_limit: str | None = None
+
+
+@dataclass(frozen=True)
+class Policy:
+    path: Path
+    engine: EngineConfig
+    privacy: PrivacyPolicy
+    tables: Mapping[str, TablePolicy]
+    users: Mapping[str, UserPolicy]
+    ledger_path: Path
+
+    def table(self, name: str) -> TablePolicy | None:
+        return self.tables.get(name.lower())
+
+    def user(self, name: str) -> UserPolicy:
+        try:
+            return self.users[name]
+        except KeyError:
+            raise PolicyError(
+                f'analyst "{name}" is not declared in {self.path}',
+                sqlstate="28000",
+                hint=f"Add a [users.{name}] section to the policy file.",
+            ) from None
+
+
+class _Reader:
+    """Reads one section of the TOML document, naming the place of every mistake."""
+
+    def __init__(self, path: Path, where: str, data: Mapping[str, Any]):
+        self.path, self.where, self.data = path, where, data
+
+    def fail(self, what: str, fix: str) -> PolicyError:
+        return PolicyError(f"{self.path}: {self.where}: {what}", hint=fix)
+
+    def unknown_keys(self, allowed: Iterable[str]) -> None:
+        extra = sorted(set(self.data) - set(allowed))
+        if extra:
+            raise self.fail(
+                f"unknown key {extra[0]!r}",
+                f"allowed keys here are: {', '.join(sorted(allowed))}",
+            )
+
+    def number(self, key: str, default: Any = None, *, positive: bool = False,
+               minimum: float | None = None, maximum: float | None = None) -> Fraction | None:
+        if key not in self.data:
+            return default
+        raw = self.data[key]
+        try:
+            value = exact(raw)
+        except (ValueError, TypeError):
+            raise self.fail(f"{key} = {raw!r} is not a finite number", f"write {key} as a number, e.g. {key} = 1.0") from None
+        if positive and value <= 0:
+            raise self.fail(f"{key} = {raw} must be greater than 0", f"set {key} to a positive number")
+        if minimum is not None and value < minimum:
+            raise self.fail(f"{key} = {raw} is below {minimum}", f"set {key} to at least {minimum}")
+        if maximum is not None and value > maximum:
+            raise self.fail(f"{key} = {raw} is above {maximum}", f"set {key} to at most {maximum}")
+        return value
+
+    def integer(self, key: str, default: int) -> int:
+        raw = self.data.get(key, default)
+        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+            raise self.fail(f"{key} = {raw!r} must be a whole number of at least 1", f"for example {key} = {default}")
+        return raw
+
+    def choice(self, key: str, default: str, options: Iterable[str]) -> str:
+        raw = self.data.get(key, default)
+        options = tuple(options)
+        if raw not in options:
+            raise self.fail(f"{key} = {raw!r} is not one of {', '.join(options)}", f"set {key} to one of: {', '.join(options)}")
+        return raw
+
+
+def load_policy(path: str | Path, *, ledger_path: str | Path | None = None) -> Policy:
+    """Read and validate a policy file; raise PolicyError naming the place and the fix."""
+    path = Path(path).resolve()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise PolicyError(f"cannot read policy file {path}: {e.strerror}", hint="Pass --policy with the path of a TOML policy file.") from None
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise PolicyError(f"{path}: not valid TOML: {e}", hint="Fix the TOML syntax at the position shown.") from None
+    return parse_policy(doc, path, ledger_path=ledger_path)
+
+
+def parse_policy(doc: Mapping[str, Any], path: Path, *, ledger_path: str | Path | None = None) -> Policy:
+    base = path.parent
+    top = _Reader(path, "top level", doc)
+    top.unknown_keys({"engine", "privacy", "tables", "users", "ledger"})
+
+    engine = _parse_engine(_Reader(path, "[engine]", _section(top, "engine")), base)
+    privacy = _parse_privacy(_Reader(path, "[privacy]", _section(top, "privacy")))
+
+    tables_raw = _section(top, "tables")
+    if not tables_raw:
+        raise top.fail("no [tables.NAME] sections", "declare at least one table, e.g. [tables.patients] with privacy_unit = \"patient_id\"")
+    tables: dict[str, TablePolicy] = {}
+    for name, raw in tables_raw.items():
+        if not isinstance(raw, dict):
+            raise top.fail(f"tables.{name} is not a table", f"write it as a [tables.{name}] section")
+        table = _parse_table(_Reader(path, f"[tables.{name}]", raw), name, base)
+        if table.name in tables:
+            raise top.fail(f"table {name!r} is declared twice (names are case-insensitive)", "keep one declaration")
+        if table.source is None and engine.database is None:
+            raise _Reader(path, f"[tables.{name}]", raw).fail(
+                "the table has no source and [engine] has no database",
+                f'add source = "{name}.parquet" to [tables.{name}], or database = "file.duckdb" to [engine]',
+            )
+        tables[table.name] = table
+    _check_key_references(path, tables)
+
+    users: dict[str, UserPolicy] = {}
+    for name, raw in _section(top, "users").items():
+        r = _Reader(path, f"[users.{name}]", raw if isinstance(raw, dict) else {})
+        if not isinstance(raw, dict):
+            raise r.fail("is not a table", f"write it as a [users.{name}] section")
+        r.unknown_keys({"epsilon", "delta", "filter"})
+        users[name] = UserPolicy(
+            name=name,
+            epsilon=r.number("epsilon", privacy.epsilon, positive=True),
+            delta=r.number("delta", privacy.delta, minimum=0, maximum=1),
+            filter=r.choice("filter", privacy.filter, FILTERS),
+        )
+
+    ledger_section = _section(top, "ledger")
+    lr = _Reader(path, "[ledger]", ledger_section)
+    lr.unknown_keys({"path"})
+    if ledger_path is not None:
+        ledger = Path(ledger_path)
+    elif "path" in ledger_section:
+        ledger = (base / ledger_section["path"]).resolve()
+    else:
+        ledger = base / f"{path.stem}.ledger.sqlite"
+    return Policy(path=path, engine=engine, privacy=privacy, tables=tables, users=users, ledger_path=ledger)
+
+
+def _section(reader: _Reader, key: str) -> Mapping[str, Any]:
+    value = reader.data.get(key, {})
+    if not isinstance(value, dict):
+        raise reader.fail(f"{key} must be a table", f"write it as a [{key}] section")
+    return value
+
+
+def _parse_engine(r: _Reader, base: Path) -> EngineConfig:
+    r.unknown_keys({"kind", "database", "threads", "memory_limit"})
+    kind = r.choice("kind", "duckdb", ("duckdb",))
+    database = r.data.get("database")
+    db_path = None
+    if database is not None:
+        db_path = (base / database).resolve()
+        if not db_path.is_file():
+            raise r.fail(f"database file {db_path} does not exist", "fix the path (it is relative to the policy file)")
+    threads = r.data.get("threads")
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+        raise r.fail(f"threads = {threads!r} must be a whole number of at least 1", "remove it to use every core")
+    memory = r.data.get("memory_limit")
+    if memory is not None and not isinstance(memory, str):
+        raise r.fail("memory_limit must be a string", 'for example memory_limit = "4GB"')
+    return EngineConfig(kind=kind, database=db_path, threads=threads, memory_limit=memory)
+
+
+def _parse_privacy(r: _Reader) -> PrivacyPolicy:
+    r.unknown_keys({"filter", "epsilon", "delta", "query_epsilon", "query_delta", "mechanism", "confidence"})
+    epsilon = r.number("epsilon", Fraction(1), positive=True)
+    delta = r.number("delta", Fraction(0), minimum=0, maximum=1)
+    if delta >= 1:
+        raise r.fail(f"delta = {float(delta)} must be below 1", "use a small delta such as 1e-6")
+    query_epsilon = r.number("query_epsilon", min(Fraction(1, 10), epsilon), positive=True)
+    query_delta = r.number("query_delta", None, minimum=0, maximum=1)
+    confidence = r.number("confidence", Fraction(95, 100), positive=True)
+    if confidence >= 1:
+        raise r.fail("confidence must be below 1", "for example confidence = 0.95")
+    return PrivacyPolicy(
+        filter=r.choice("filter", "basic", FILTERS),
+        epsilon=epsilon,
+        delta=delta,
+        query_epsilon=query_epsilon,
+        query_delta=query_delta,
+        mechanism=r.choice("mechanism", "laplace", MECHANISMS),
+        confidence=float(confidence),
+    )
+
+
+def _parse_table(r: _Reader, name: str, base: Path) -> TablePolicy:
+    r.unknown_keys({"public", "privacy_unit", "max_groups", "max_rows", "source", "columns"})
+    public = r.data.get("public", False)
+    if not isinstance(public, bool):
+        raise r.fail("public must be true or false", "write public = true for a table with no private data")
+    unit = r.data.get("privacy_unit")
+    if public and unit is not None:
+        raise r.fail("a public table has no privacy unit", "remove privacy_unit, or remove public = true")
+    if not public:
+        if unit is None:
+            raise r.fail(
+                "missing privacy_unit",
+                'name the column that identifies a person (privacy_unit = "patient_id"), '
+                'or privacy_unit = "row" if every row is a different person, or public = true',
+            )
+        if not isinstance(unit, str) or not unit:
+            raise r.fail(f"privacy_unit = {unit!r} must be a column name or \"row\"", 'for example privacy_unit = "patient_id"')
+    source = r.data.get("source")
+    source_path = None
+    if source is not None:
+        source_path = (base / source).resolve()
+        if source_path.suffix.lower() not in SOURCE_FORMATS:
+            raise r.fail(f"source {source!r} has an unknown format", f"use one of: {', '.join(SOURCE_FORMATS)}")
+        if not source_path.is_file():
+            raise r.fail(f"source file {source_path} does not exist", "fix the path (it is relative to the policy file)")
+    columns_raw = r.data.get("columns", {})
+    if not isinstance(columns_raw, dict):
+        raise r.fail("columns must be a table", "write columns.NAME = { lower = 0, upper = 100 }")
+    columns: dict[str, ColumnPolicy] = {}
+    for col, spec in columns_raw.items():
+        columns[col.lower()] = _parse_column(_Reader(r.path, f"{r.where} column {col!r}", spec if isinstance(spec, dict) else {"?": spec}), col)
+    return TablePolicy(
+        name=name.lower(),
+        public=public,
+        privacy_unit=None if public else (unit if unit == ROW_UNIT else unit.lower()),
+        max_groups=r.integer("max_groups", 1),
+        max_rows=r.integer("max_rows", 1),
+        source=source_path,
+        columns=columns,
+    )
+
+
+def _parse_column(r: _Reader, name: str) -> ColumnPolicy:
+    r.unknown_keys({"lower", "upper", "keys", "keys_from"})
+    lower, upper = r.data.get("lower"), r.data.get("upper")
+    if (lower is None) != (upper is None):
+        raise r.fail("has only one of lower and upper", "declare both bounds, e.g. { lower = 0, upper = 100 }")
+    if lower is not None:
+        for key, value in (("lower", lower), ("upper", upper)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise r.fail(f"{key} = {value!r} is not a finite number", "bounds must be finite numbers")
+        if lower > upper:
+            raise r.fail(f"lower bound {lower} is greater than upper bound {upper}", f"swap them: {{ lower = {upper}, upper = {lower} }}")
+    keys = r.data.get("keys")
+    keys_from = r.data.get("keys_from")
+    if keys is not None and keys_from is not None:
+        raise r.fail("has both keys and keys_from", "declare the key domain once")
+    if keys is not None:
+        if not isinstance(keys, list) or not keys:
+            raise r.fail("keys must be a non-empty list", 'for example keys = ["F", "M", "X"]')
+        for k in keys:
+            if isinstance(k, float) and not math.isfinite(k):
+                raise r.fail(f"key {k} is not finite", "list only finite values")
+            if isinstance(k, (dict, list)):
+                raise r.fail(f"key {k!r} is not a single value", "list strings, numbers, booleans or dates")
+        if len(set(keys)) != len(keys):
+            raise r.fail("keys has duplicates", "list each key once")
+    parsed_from = None
+    if keys_from is not None:
+        if not isinstance(keys_from, str) or keys_from.count(".") != 1:
+            raise r.fail(f"keys_from = {keys_from!r} must name a public table column as TABLE.COLUMN", 'for example keys_from = "wards.name"')
+        t, c = keys_from.lower().split(".")
+        parsed_from = (t, c)
+    return ColumnPolicy(
+        name=name.lower(),
+        lower=None if lower is None else float(lower),
+        upper=None if upper is None else float(upper),
+        keys=tuple(keys) if keys is not None else None,
+        keys_from=parsed_from,
+    )
+
+
+def _check_key_references(path: Path, tables: Mapping[str, TablePolicy]) -> None:
+    for table in tables.values():
+        for col in table.columns.values():
+            if col.keys_from is None:
+                continue
+            t, _ = col.keys_from
+            where = f"[tables.{table.name}] column {col.name!r}"
+            target = tables.get(t)
+            if target is None:
+                raise PolicyError(f"{path}: {where}: keys_from names table {t!r}, which the policy does not declare",
+                                  hint=f"declare [tables.{t}] with public = true, or fix the name")
+            if not target.public:
+                raise PolicyError(f"{path}: {where}: keys_from names table {t!r}, which is private",
+                                  hint="key domains must come from a public table: add public = true to it if it holds no personal data")
+
+
+def check_against_schema(policy: Policy, schema: Mapping[str, Mapping[str, str]]) -> None:
+    """Check the policy against the data's schema (table -> column -> type name).
+
+    Every declared table, column, privacy unit and keys_from must exist, and bounds must sit on
+    numeric columns; the message names file, table, column and the fix.
+    """
+    for table in policy.tables.values():
+        where = f"{policy.path}: [tables.{table.name}]"
+        cols = schema.get(table.name)
+        if cols is None:
+            origin = str(table.source or policy.engine.database)
+            raise PolicyError(f"{where}: no table {table.name!r} in {origin}",
+                              hint="fix the table name, or give the table a source file")
+        if table.privacy_unit and not table.row_unit and table.privacy_unit not in cols:
+            raise PolicyError(f"{where}: privacy_unit column {table.privacy_unit!r} does not exist",
+                              hint=f"the table's columns are: {', '.join(cols)}")
+        for col in table.columns.values():
+            if col.name not in cols:
+                raise PolicyError(f"{where} column {col.name!r}: no such column in the data",
+                                  hint=f"the table's columns are: {', '.join(cols)}")
+            if col.bounded and not is_numeric_type(cols[col.name]):
+                raise PolicyError(f"{where} column {col.name!r}: bounds on a {cols[col.name]} column",
+                                  hint="declare lower/upper only on numeric columns; use keys for categories")
+            if col.keys_from:
+                t, c = col.keys_from
+                if c not in schema.get(t, {}):
+                    raise PolicyError(f"{where} column {col.name!r}: keys_from = \"{t}.{c}\" does not resolve: table {t!r} has no column {c!r}",
+                                      hint=f"columns of {t}: {', '.join(schema.get(t, {}))}")
+
+
+NUMERIC_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+                 "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "REAL", "DECIMAL", "NUMERIC")
+
+
+def is_numeric_type(type_name: str) -> bool:
+    return type_name.upper().split("(")[0] in NUMERIC_TYPES

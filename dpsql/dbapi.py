@@ -1,0 +1,181 @@
+"""PEP 249 (DB-API 2.0) over an embedded Session: dpsql without a server.
+
+    conn = dpsql.connect("policy.toml", user="alice")
+    cur = conn.cursor()
+    cur.execute("SELECT sex, AVG(age) FROM patients GROUP BY sex")
+    cur.fetchall(); cur.dp["ci"]
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+from .config import Policy, load_policy
+from .errors import InterfaceError, NotSupportedError
+from .session import Result, Session
+
+apilevel = "2.0"
+threadsafety = 1  # threads may share the module, not connections
+paramstyle = "pyformat"  # %s and %(name)s; $1 is accepted too
+
+
+class _TypeSet(frozenset):
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            return other.upper().split("(")[0] in self
+        return frozenset.__eq__(self, other)
+
+    def __hash__(self) -> int:
+        return frozenset.__hash__(self)
+
+
+STRING = _TypeSet({"VARCHAR", "TEXT", "CHAR", "BPCHAR", "STRING", "UUID", "ENUM"})
+BINARY = _TypeSet({"BLOB", "BYTEA", "BINARY", "VARBINARY"})
+NUMBER = _TypeSet({"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
+                   "UBIGINT", "FLOAT", "DOUBLE", "REAL", "DECIMAL", "NUMERIC", "BOOLEAN"})
+DATETIME = _TypeSet({"DATE", "TIME", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "INTERVAL", "TIMESTAMPTZ"})
+ROWID = _TypeSet({"ROWID"})
+
+Date = datetime.date
+Time = datetime.time
+Timestamp = datetime.datetime
+
+
+def DateFromTicks(ticks: float) -> datetime.date:
+    return Date(*time.localtime(ticks)[:3])
+
+
+def TimeFromTicks(ticks: float) -> datetime.time:
+    return Time(*time.localtime(ticks)[3:6])
+
+
+def TimestampFromTicks(ticks: float) -> datetime.datetime:
+    return Timestamp(*time.localtime(ticks)[:6])
+
+
+def Binary(value: bytes) -> bytes:
+    return bytes(value)
+
+
+def connect(policy: str | Path | Policy, user: str, *, ledger: str | Path | None = None) -> "Connection":
+    """Open an embedded connection for analyst `user` under the policy file `policy`."""
+    if not isinstance(policy, Policy):
+        policy = load_policy(policy, ledger_path=ledger)
+    return Connection(Session(policy, user))
+
+
+class Connection:
+    def __init__(self, session: Session):
+        self._session: Session | None = session
+
+    @property
+    def session(self) -> Session:
+        if self._session is None:
+            raise InterfaceError("the connection is closed")
+        return self._session
+
+    def cursor(self) -> "Cursor":
+        return Cursor(self)
+
+    def commit(self) -> None:
+        self.session  # noqa: B018 - raises when closed; there is nothing to commit (read-only)
+
+    def rollback(self) -> None:
+        self.session  # noqa: B018
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+    def __enter__(self) -> "Connection":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Cursor:
+    arraysize = 1
+
+    def __init__(self, connection: Connection):
+        self.connection = connection
+        self._result: Result | None = None
+        self._pos = 0
+        self.dp: dict[str, Any] | None = None
+        self.rowcount = -1
+        self._closed = False
+
+    @property
+    def description(self):
+        if self._result is None or not self._result.names:
+            return None
+        return [(n, t, None, None, None, None, None) for n, t in zip(self._result.names, self._result.types)]
+
+    def execute(self, operation: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None) -> "Cursor":
+        if self._closed:
+            raise InterfaceError("the cursor is closed")
+        self._result = None
+        self.dp = None
+        self.rowcount = -1
+        result = self.connection.session.execute(operation, parameters)
+        self._result = result
+        self._pos = 0
+        self.dp = result.dp
+        self.rowcount = len(result.rows) if result.names else -1
+        return self
+
+    def executemany(self, operation: str, seq_of_parameters) -> None:
+        for params in seq_of_parameters:
+            self.execute(operation, params)
+
+    def _rows(self) -> list[tuple]:
+        if self._result is None or not self._result.names:
+            raise InterfaceError("no result set: execute a query first")
+        return self._result.rows
+
+    def fetchone(self):
+        rows = self._rows()
+        if self._pos >= len(rows):
+            return None
+        self._pos += 1
+        return rows[self._pos - 1]
+
+    def fetchmany(self, size: int | None = None) -> list[tuple]:
+        rows = self._rows()
+        size = self.arraysize if size is None else size
+        out = rows[self._pos:self._pos + size]
+        self._pos += len(out)
+        return out
+
+    def fetchall(self) -> list[tuple]:
+        rows = self._rows()
+        out = rows[self._pos:]
+        self._pos = len(rows)
+        return out
+
+    def __iter__(self) -> Iterator[tuple]:
+        while (row := self.fetchone()) is not None:
+            yield row
+
+    def setinputsizes(self, sizes) -> None:
+        pass
+
+    def setoutputsize(self, size, column=None) -> None:
+        pass
+
+    def callproc(self, *args):
+        raise NotSupportedError("stored procedures are not supported")
+
+    def close(self) -> None:
+        self._closed = True
+        self._result = None
+
+    def __enter__(self) -> "Cursor":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,16 @@
+"""Backends that run the rewritten query. Only this package (and the ledger) touch data."""
+
+from __future__ import annotations
+
+from ..config import Policy
+from .base import Engine, ResultSet
+
+
+def open_engine(policy: Policy) -> Engine:
+    """The engine the policy names, opened and locked down."""
+    from .duckdb import DuckDBEngine
+
+    return DuckDBEngine(policy)
+
+
+__all__ = ["Engine", "ResultSet", "open_engine"]

@@ -1,0 +1,134 @@
+"""DuckDB, embedded: the default engine.
+
+The connection is built once and then locked: only the declared sources are readable, no
+extension can be installed or loaded, and the configuration is frozen, so even a bug in the
+rewrite could not read /etc/passwd or attach another database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from pathlib import Path
+from typing import Mapping
+
+import duckdb
+
+from ..config import Policy, check_against_schema
+from ..errors import OperationalError, PolicyError
+from .base import ResultSet
+
+
+def quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+class DuckDBEngine:
+    dialect = "duckdb"
+
+    def __init__(self, policy: Policy):
+        self._policy = policy
+        config = {
+            "autoinstall_known_extensions": False,
+            "autoload_known_extensions": False,
+        }
+        if policy.engine.threads:
+            config["threads"] = policy.engine.threads
+        if policy.engine.memory_limit:
+            config["memory_limit"] = policy.engine.memory_limit
+        self._con = duckdb.connect(":memory:", config=config)
+        self._files: list[Path] = []
+        try:
+            self._attach_sources()
+            self._schema = self._introspect()
+        except duckdb.Error as e:
+            self._con.close()
+            raise PolicyError(f"{policy.path}: cannot open the data: {e}",
+                              hint="check the [engine] database and the tables' source files") from None
+        check_against_schema(policy, self._schema)
+        self._lock_down()
+        self._local = threading.local()
+
+    def _attach_sources(self) -> None:
+        db = self._policy.engine.database
+        existing: dict[str, str] = {}
+        if db is not None:
+            self._con.execute(f"ATTACH {_literal(str(db))} AS src (READ_ONLY)")
+            self._files.append(db)
+            for (name,) in self._con.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE database_name = 'src' "
+                "UNION ALL SELECT view_name FROM duckdb_views() WHERE database_name = 'src' AND NOT internal"
+            ).fetchall():
+                existing[name.lower()] = name
+        for table in self._policy.tables.values():
+            if table.source is not None:
+                reader = "read_parquet" if table.source.suffix.lower() == ".parquet" else "read_csv"
+                body = f"SELECT * FROM {reader}({_literal(str(table.source))})"
+                self._files.append(table.source)
+            elif table.name in existing:
+                body = f"SELECT * FROM src.main.{quote(existing[table.name])}"
+            else:
+                continue  # reported by check_against_schema with the fix
+            self._con.execute(f"CREATE VIEW main.{quote(table.name)} AS {body}")
+
+    def _introspect(self) -> dict[str, dict[str, str]]:
+        schema: dict[str, dict[str, str]] = {}
+        rows = self._con.execute(
+            "SELECT table_name, column_name, data_type FROM information_schema.columns "
+            "WHERE table_catalog = current_database() AND table_schema = 'main' ORDER BY table_name, ordinal_position"
+        ).fetchall()
+        for table, column, dtype in rows:
+            schema.setdefault(table.lower(), {})[column.lower()] = dtype
+        return schema
+
+    def _lock_down(self) -> None:
+        paths = ", ".join(_literal(str(p)) for p in self._files)
+        self._con.execute(f"SET allowed_paths = [{paths}]")
+        self._con.execute("SET enable_external_access = false")
+        self._con.execute("SET allow_community_extensions = false")
+        self._con.execute("SET error_on_division_by_zero = false")
+        self._con.execute("SET lock_configuration = true")
+
+    def schema(self) -> Mapping[str, Mapping[str, str]]:
+        return self._schema
+
+    def _cursor(self) -> duckdb.DuckDBPyConnection:
+        cur = getattr(self._local, "cursor", None)
+        if cur is None:
+            cur = self._local.cursor = self._con.cursor()
+        return cur
+
+    def execute(self, sql: str) -> ResultSet:
+        """Run dpsql-built SQL. Engine messages may quote data, so they never travel upward."""
+        cur = self._cursor()
+        try:
+            cur.execute(sql)
+            names = [d[0] for d in cur.description]
+            types = [str(d[1]) for d in cur.description]
+            rows = cur.fetchall()
+        except duckdb.Error:
+            raise OperationalError(
+                "the query failed while running in the engine",
+                sqlstate="XX000",
+                hint="the engine's own message is withheld because it may quote private values; "
+                     "the query's cost stays charged, because whether a query fails can depend on the data",
+            ) from None
+        columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in names]
+        return ResultSet(names, types, columns)
+
+    def data_version(self) -> str:
+        h = hashlib.sha256()
+        for p in self._files:
+            try:
+                st = p.stat()
+                h.update(f"{p}:{st.st_mtime_ns}:{st.st_size};".encode())
+            except OSError:
+                h.update(f"{p}:missing;".encode())
+        return h.hexdigest()[:16]
+
+    def close(self) -> None:
+        self._con.close()

@@ -1,0 +1,104 @@
+"""One error hierarchy for every front end.
+
+The classes are PEP 249's, so DB-API users catch what they expect; each instance carries a
+PostgreSQL SQLSTATE so the wire server can send it unchanged. Messages are written for the
+analyst: they say what to do next, and never contain values read from private rows.
+"""
+
+from __future__ import annotations
+
+
+class Warning(Exception):  # noqa: A001 - PEP 249 requires this name
+    """PEP 249 warning."""
+
+
+class Error(Exception):
+    """Base of every dpsql error; `sqlstate` is a PostgreSQL SQLSTATE code."""
+
+    sqlstate = "XX000"
+
+    def __init__(self, message: str, *, sqlstate: str | None = None, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        if sqlstate is not None:
+            self.sqlstate = sqlstate
+
+    def __str__(self) -> str:
+        if self.hint:
+            return f"{self.message}\nHINT: {self.hint}"
+        return self.message
+
+
+class InterfaceError(Error):
+    sqlstate = "08000"
+
+
+class DatabaseError(Error):
+    sqlstate = "XX000"
+
+
+class DataError(DatabaseError):
+    sqlstate = "22000"
+
+
+class OperationalError(DatabaseError):
+    sqlstate = "58000"
+
+
+class IntegrityError(DatabaseError):
+    sqlstate = "23000"
+
+
+class InternalError(DatabaseError):
+    sqlstate = "XX000"
+
+
+class ProgrammingError(DatabaseError):
+    sqlstate = "42000"
+
+
+class NotSupportedError(DatabaseError):
+    sqlstate = "0A000"
+
+
+class PolicyError(Error):
+    """A mistake in the policy file, reported with file, table, column and the fix."""
+
+    sqlstate = "F0000"  # config_file_error
+
+
+class BudgetExceeded(OperationalError):
+    """The analyst's privacy filter would HALT: the query is refused and nothing is charged."""
+
+    sqlstate = "53000"  # insufficient_resources
+
+
+def syntax_error(message: str, hint: str | None = None) -> ProgrammingError:
+    return ProgrammingError(message, sqlstate="42601", hint=hint)
+
+
+def forbidden(message: str, hint: str | None = None) -> ProgrammingError:
+    """Something that would reveal private rows or escape the sandbox (42501)."""
+    return ProgrammingError(message, sqlstate="42501", hint=hint)
+
+
+def unsupported(message: str, hint: str | None = None) -> NotSupportedError:
+    return NotSupportedError(message, sqlstate="0A000", hint=hint)
+
+
+def undefined_table(name: str) -> ProgrammingError:
+    return ProgrammingError(
+        f'relation "{name}" does not exist',
+        sqlstate="42P01",
+        hint="Only tables declared in the policy file can be queried.",
+    )
+
+
+def undefined_column(name: str, where: str | None = None) -> ProgrammingError:
+    suffix = f" in {where}" if where else ""
+    return ProgrammingError(f'column "{name}" does not exist{suffix}', sqlstate="42703")
+
+
+def invalid_parameter(message: str, hint: str | None = None) -> ProgrammingError:
+    return ProgrammingError(message, sqlstate="22023", hint=hint)

@@ -1,0 +1,114 @@
+"""Noise, partition selection and accuracy: the only place randomness enters an answer.
+
+Every sample comes from OpenDP's discrete Laplace and discrete Gaussian samplers, which draw
+from the operating system's cryptographic source and are exact on integers (no floating-point
+attacks). Measures are integers (counts, fixed-point sums), so integer noise is exactly the
+calibrated mechanism. Calibration takes exact rationals and rounds every scale *up*.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+from typing import Sequence
+
+import opendp.prelude as dp
+
+from .accounting.zcdp import rho_from_epsilon
+
+dp.enable_features("contrib")
+
+MAX_SCALE = float(2**52)
+
+
+@dataclass(frozen=True)
+class Noise:
+    """Integer noise: kind 'laplace' (scale b) or 'gaussian' (sigma), or none (scale 0)."""
+
+    kind: str
+    scale: float
+
+    def half_width(self, confidence: float) -> float:
+        """Half-width t with P(|noise| > t) <= 1 - confidence."""
+        alpha = 1.0 - confidence
+        if self.scale == 0:
+            return 0.0
+        if self.kind == "laplace":
+            b = self.scale
+            # Discrete Laplace: P(|Z| >= j) = 2 e^{-j/b} / (1 + e^{-1/b}) for j >= 1.
+            j = math.ceil(b * math.log(2.0 / (alpha * (1.0 + math.exp(-1.0 / b))))) - 1
+            return float(max(0, j))
+        # Discrete Gaussian is sigma-subgaussian (Canonne et al. 2020): P(|Z| >= t) <= 2 e^{-t^2/2sigma^2}.
+        return self.scale * math.sqrt(2.0 * math.log(2.0 / alpha))
+
+    @property
+    def std(self) -> float:
+        return self.scale * math.sqrt(2.0) if self.kind == "laplace" else self.scale
+
+
+def _round_up(x: Fraction | float) -> float:
+    f = float(x)
+    return f if Fraction(f) >= Fraction(x) else math.nextafter(f, math.inf)
+
+
+def laplace_scale(l1_sensitivity: int, epsilon: Fraction) -> float:
+    """b = Δ1/ε, rounded up so the mechanism is at least as private as charged."""
+    if l1_sensitivity == 0:
+        return 0.0
+    return _round_up(Fraction(l1_sensitivity) / epsilon)
+
+
+def gaussian_sigma(l2_sensitivity_squared: int, rho: Fraction) -> float:
+    """σ with Δ2²/(2σ²) <= ρ, rounded up."""
+    if l2_sensitivity_squared == 0:
+        return 0.0
+    sigma = math.sqrt(Fraction(l2_sensitivity_squared) / (2 * rho))
+    sigma = math.nextafter(sigma, math.inf)
+    while Fraction(l2_sensitivity_squared) / (2 * Fraction(sigma) ** 2) > rho:
+        sigma = math.nextafter(sigma, math.inf)
+    return sigma
+
+
+def rho_for(epsilon: Fraction, delta: Fraction) -> Fraction:
+    """ρ that satisfies (ε, δ) under the optimal conversion, as an exact rational (rounded down)."""
+    rho = rho_from_epsilon(float(epsilon), float(delta))
+    return Fraction(rho) if rho > 0 else Fraction(0)
+
+
+@lru_cache(maxsize=512)
+def _sampler(kind: str, scale: float):
+    space = dp.vector_domain(dp.atom_domain(T="i64"))
+    if kind == "laplace":
+        return dp.m.make_laplace(space, dp.l1_distance(T="i64"), scale=scale)
+    return dp.m.make_gaussian(space, dp.l2_distance(T="i64"), scale=scale)
+
+
+def sample(noise: Noise, n: int) -> list[int]:
+    """n independent integer noise draws from OpenDP's cryptographically seeded samplers."""
+    if n == 0 or noise.scale == 0:
+        return [0] * n
+    if noise.scale > MAX_SCALE:
+        raise ValueError("noise scale too large for 64-bit sampling")
+    return list(_sampler(noise.kind, noise.scale)([0] * n))
+
+
+def add_noise(values: Sequence[int], noise: Noise) -> list[int]:
+    """values + noise, in Python integers (no overflow whatever the magnitude)."""
+    draws = sample(noise, len(values))
+    return [int(v) + d for v, d in zip(values, draws)]
+
+
+def selection_threshold(scale: float, delta_per_group: Fraction) -> int:
+    """Smallest integer τ such that a group held by one unit (count 1) is released with
+    probability <= delta_per_group when released iff 1 + Z >= τ, Z discrete Laplace(scale)."""
+    if delta_per_group <= 0:
+        raise ValueError("partition selection needs delta > 0")
+    b = scale
+    # P(Z >= j) = e^{-j/b} / (1 + e^{-1/b}) for j >= 1.
+    j = math.ceil(b * math.log(1.0 / (float(delta_per_group) * (1.0 + math.exp(-1.0 / b)))))
+    j = max(j, 1)
+    while math.exp(-j / b) / (1.0 + math.exp(-1.0 / b)) > float(delta_per_group):
+        j += 1
+    return 1 + j

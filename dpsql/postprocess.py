@@ -1,0 +1,114 @@
+"""Post-processing of released values: the analyst's SELECT list, HAVING, ORDER BY, LIMIT.
+
+It runs on a scratch in-memory DuckDB that holds nothing but the noisy table (locked down like
+the engine), so SQL semantics of ROUND, CASE or string functions on keys come for free and
+cannot touch private data. Intervals follow rows through a hidden row id and are carried
+through arithmetic by the same interval rules that derive bounds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+from sqlglot import exp
+
+from .errors import OperationalError
+from .release import NoisyTable
+from .sql.bounds import UNBOUNDED, Interval, interval
+
+
+@dataclass
+class Output:
+    names: list[str]
+    types: list[str]
+    rows: list[tuple]
+    ci: dict[str, list[tuple[float, float] | None] | None]
+
+
+def _columns(noisy: NoisyTable) -> list[tuple[str, str, list[Any]]]:
+    cols = [(f"k{i}", t, c) for i, (t, c) in enumerate(zip(noisy.key_types, noisy.keys))]
+    cols += [(f"a{i}", t, c) for i, (t, c) in enumerate(zip(noisy.estimate_types, noisy.estimates))]
+    return cols
+
+
+def _is_trivial(post: exp.Select) -> bool:
+    if any(post.args.get(k) is not None for k in ("where", "order", "limit", "offset")):
+        return False
+    return all(isinstance(i, exp.Alias) and isinstance(i.this, exp.Column) for i in post.expressions)
+
+
+class PostProcessor:
+    def __init__(self) -> None:
+        self._con: duckdb.DuckDBPyConnection | None = None
+
+    def _scratch(self) -> duckdb.DuckDBPyConnection:
+        if self._con is None:
+            con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
+                                                     "autoload_known_extensions": False})
+            con.execute("SET enable_external_access = false")
+            con.execute("SET lock_configuration = true")
+            self._con = con
+        return self._con
+
+    def run(self, post: exp.Select, noisy: NoisyTable) -> Output:
+        cols = _columns(noisy)
+        by_name = {name: (t, c) for name, t, c in cols}
+        names = [i.alias for i in post.expressions]
+        if _is_trivial(post):
+            picked = [by_name[i.this.name] for i in post.expressions]
+            rows = list(zip(*[c for _, c in picked])) if noisy.n_rows else []
+            order = list(range(noisy.n_rows))
+            types = [t for t, _ in picked]
+        else:
+            rows, types, order = self._run_sql(post, cols, noisy.n_rows)
+        ci = {}
+        for item, name in zip(post.expressions, names):
+            ci[name] = _intervals(item.this, order, noisy, by_name)
+        return Output(names, types, rows, ci)
+
+    def _run_sql(self, post: exp.Select, cols, n_rows: int):
+        con = self._scratch()
+        defs = ", ".join(f"{name} {t}" for name, t, _ in cols)
+        con.execute(f"CREATE OR REPLACE TEMP TABLE noisy ({defs}{', ' if defs else ''}__row BIGINT)")
+        if n_rows:
+            placeholders = ", ".join("?" for _ in range(len(cols) + 1))
+            data = [list(r) + [i] for i, r in enumerate(zip(*[c for _, _, c in cols]))] if cols else [[i] for i in range(n_rows)]
+            con.executemany(f"INSERT INTO noisy VALUES ({placeholders})", data)
+        query = post.copy()
+        query.set("expressions", [*query.expressions, exp.column("__row")])
+        try:
+            cur = con.execute(query.sql(dialect="duckdb"))
+            rows = cur.fetchall()
+            types = [str(d[1]) for d in cur.description][:-1]
+        except duckdb.Error as e:
+            # Only noisy, released values are in this database: its messages are safe to show.
+            raise OperationalError(f"post-processing of the noisy result failed: {e}", sqlstate="22000") from None
+        order = [r[-1] for r in rows]
+        return [tuple(r[:-1]) for r in rows], types, order
+
+
+def _intervals(node: exp.Expression, order: list[int], noisy: NoisyTable, by_name) -> list | None:
+    used = {c.name for c in node.find_all(exp.Column) if c.name.startswith("a")}
+    if not used or any(c not in by_name for c in used):
+        return None
+    if isinstance(node, exp.Column):
+        i = int(node.name[1:])
+        return [noisy.intervals[i][r] for r in order]
+    out = []
+    for r in order:
+        def lookup(col: exp.Column, r=r) -> Interval:
+            name = col.name
+            if name.startswith("a") and name in by_name:
+                lo, hi = noisy.intervals[int(name[1:])][r]
+                return Interval(lo, hi)
+            if name.startswith("k") and name in by_name:
+                v = by_name[name][1][r]
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                    return Interval(float(v), float(v))
+            return UNBOUNDED
+        iv = interval(node, lookup)
+        out.append((iv.lo, iv.hi) if iv.finite else None)
+    return out

@@ -1,0 +1,403 @@
+"""One analyst's session: the pipeline every front end shares (DESIGN §2).
+
+classify -> analyze -> calibrate -> ledger.charge -> engine.execute(rewrite) -> release ->
+post-process. A refusal anywhere before the charge costs nothing; after the charge, the
+cost stays (a failure may depend on data) and the answer is released only then.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import hashlib
+import json
+import math
+import threading
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from typing import Any, Mapping, Sequence
+
+from sqlglot import exp
+
+from .accounting.cost import Cost, show
+from .accounting.filters import Filter, make_filter
+from .accounting.ledger import Ledger
+from .calibration import Calibration, calibrate, needs_delta
+from .config import MECHANISMS, Policy, exact
+from .engines import Engine, open_engine
+from .errors import Error, InternalError, ProgrammingError, forbidden, invalid_parameter
+from .postprocess import PostProcessor
+from .release import release
+from .sql.analyze import Plan, PublicQuery, analyze
+from .sql.classify import Explain, Query, SetCommand, ShowCommand, TransactionCommand, classify
+from .sql.rewrite import rewrite
+
+# Ordinary PostgreSQL client settings: accepted and remembered, never passed to the engine.
+CLIENT_SETTINGS = {
+    "client_encoding": "UTF8", "datestyle": "ISO, MDY", "timezone": "UTC", "search_path": '"$user", public',
+    "application_name": "", "extra_float_digits": "1", "statement_timeout": "0", "intervalstyle": "postgres",
+    "standard_conforming_strings": "on", "client_min_messages": "notice", "bytea_output": "hex",
+    "lock_timeout": "0", "idle_in_transaction_session_timeout": "0", "default_transaction_isolation": "read committed",
+    "transaction_isolation": "read committed", "default_transaction_read_only": "on", "transaction_read_only": "on",
+    "server_version": "15.0", "server_encoding": "UTF8", "integer_datetimes": "on", "max_identifier_length": "63",
+    "is_superuser": "off", "jit": "off", "geqo": "on", "lc_messages": "C", "lc_monetary": "C", "lc_numeric": "C",
+    "lc_time": "C", "row_security": "on", "session_authorization": "",
+}
+_READ_ONLY = {"server_version", "server_encoding", "integer_datetimes", "max_identifier_length", "is_superuser",
+              "session_authorization"}
+
+
+@dataclass
+class Settings:
+    epsilon: Fraction
+    delta: Fraction
+    mechanism: str
+    confidence: float
+    cache: bool = True
+    client: dict[str, str] = field(default_factory=lambda: dict(CLIENT_SETTINGS))
+
+
+@dataclass
+class Result:
+    """What a statement returns, whatever the front end."""
+
+    names: list[str] = field(default_factory=list)
+    types: list[str] = field(default_factory=list)
+    rows: list[tuple] = field(default_factory=list)
+    status: str = "SELECT 0"
+    dp: dict[str, Any] | None = None
+
+
+class Session:
+    def __init__(self, policy: Policy, user: str, *, engine: Engine | None = None, ledger: Ledger | None = None):
+        self.policy = policy
+        self.user = policy.user(user)
+        self.engine = engine or open_engine(policy)
+        self.ledger = ledger or Ledger(policy.ledger_path)
+        self.filter: Filter = make_filter(self.user.filter, self.user.epsilon, self.user.delta)
+        self.settings = self._defaults()
+        self._post = PostProcessor()
+        self._lock = threading.Lock()
+
+    def _defaults(self) -> Settings:
+        p = self.policy.privacy
+        return Settings(epsilon=p.query_epsilon, delta=p.default_query_delta, mechanism=p.mechanism,
+                        confidence=p.confidence)
+
+    # Entry point ---------------------------------------------------------------------------
+    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> Result:
+        """Run one statement. Raises dpsql.errors.Error subclasses only."""
+        with self._lock:
+            try:
+                return self._execute(sql, params)
+            except Error:
+                raise
+            except Exception as e:  # a bug must not leak a traceback or a private value
+                raise InternalError("internal error while answering the query; nothing was released",
+                                    hint=f"please report it ({type(e).__name__})") from e
+
+    def _execute(self, sql: str, params) -> Result:
+        stmt = classify(sql)
+        if isinstance(stmt, SetCommand):
+            if params:
+                raise forbidden("parameters are not allowed in SET")
+            return self._set(stmt)
+        if isinstance(stmt, ShowCommand):
+            return self._show(stmt.name)
+        if isinstance(stmt, TransactionCommand):
+            return Result(status=stmt.verb)
+        if isinstance(stmt, Explain):
+            return self._explain(bind_parameters(stmt.query.tree, params))
+        return self._query(stmt, bind_parameters(stmt.tree, params))
+
+    # Settings ------------------------------------------------------------------------------
+    def _set(self, cmd: SetCommand) -> Result:
+        name, value = cmd.name, cmd.value
+        s = self.settings
+        if name == "all" and value is None:
+            self.settings = self._defaults()
+            return Result(status="RESET")
+        if name.startswith("dpsql."):
+            key = name[len("dpsql."):]
+            d = self._defaults()
+            if key == "epsilon":
+                s.epsilon = d.epsilon if value is None else _positive(value, name)
+            elif key == "delta":
+                s.delta = d.delta if value is None else _probability(value, name)
+            elif key == "mechanism":
+                v = (value or d.mechanism).lower()
+                if v not in MECHANISMS:
+                    raise invalid_parameter(f"invalid value for {name}: {value!r}", hint="use 'laplace' or 'gaussian'")
+                s.mechanism = v
+            elif key == "confidence":
+                c = d.confidence if value is None else float(_probability(value, name))
+                if not 0 < c < 1:
+                    raise invalid_parameter(f"{name} must be between 0 and 1", hint="for example SET dpsql.confidence = 0.95")
+                s.confidence = c
+            elif key == "cache":
+                s.cache = True if value is None else _boolean(value, name)
+            else:
+                raise _unknown_setting(name)
+            return Result(status="RESET" if value is None else "SET")
+        if name in CLIENT_SETTINGS and name not in _READ_ONLY:
+            s.client[name] = CLIENT_SETTINGS[name] if value is None else value
+            return Result(status="RESET" if value is None else "SET")
+        raise forbidden(f'setting "{name}" cannot be changed through dpsql',
+                        hint="the engine's settings are fixed; dpsql.epsilon, dpsql.delta, dpsql.mechanism, "
+                             "dpsql.confidence and dpsql.cache are yours to set")
+
+    def _show(self, name: str) -> Result:
+        s = self.settings
+        if name == "dpsql.budget":
+            return self.budget_result()
+        values = {"dpsql.epsilon": show(s.epsilon), "dpsql.delta": show(s.delta), "dpsql.mechanism": s.mechanism,
+                  "dpsql.confidence": repr(s.confidence), "dpsql.cache": "on" if s.cache else "off"}
+        if name in values:
+            return Result([name.split(".", 1)[1]], ["VARCHAR"], [(values[name],)], "SHOW")
+        if name in s.client:
+            return Result([name], ["VARCHAR"], [(s.client[name],)], "SHOW")
+        if name == "all":
+            rows = sorted({**s.client, **values}.items())
+            return Result(["name", "setting"], ["VARCHAR", "VARCHAR"], rows, "SHOW")
+        raise _unknown_setting(name)
+
+    def budget(self) -> dict[str, Any]:
+        spent = self.ledger.spent(self.user.name)
+        left = self.filter.remaining(spent)
+        return {"user": self.user.name, "filter": self.filter.name,
+                "epsilon": {"total": self.user.epsilon, "spent": spent.epsilon, "remaining": left["epsilon"]},
+                "delta": {"total": self.user.delta, "spent": spent.delta, "remaining": left["delta"]},
+                "queries": spent.queries}
+
+    def budget_result(self) -> Result:
+        b = self.budget()
+        names = ["user", "filter", "epsilon_total", "epsilon_spent", "epsilon_remaining",
+                 "delta_total", "delta_spent", "delta_remaining", "queries"]
+        row = (b["user"], b["filter"], float(b["epsilon"]["total"]), float(b["epsilon"]["spent"]),
+               float(b["epsilon"]["remaining"]), float(b["delta"]["total"]), float(b["delta"]["spent"]),
+               float(b["delta"]["remaining"]), b["queries"])
+        types = ["VARCHAR", "VARCHAR"] + ["DOUBLE"] * 6 + ["BIGINT"]
+        return Result(names, types, [row], "SHOW")
+
+    # Queries -------------------------------------------------------------------------------
+    def _prepare(self, tree: exp.Query) -> tuple[Plan | PublicQuery, Calibration | None, Fraction]:
+        plan = analyze(tree, self.policy, self.engine.schema())
+        if isinstance(plan, PublicQuery):
+            return plan, None, Fraction(0)
+        s = self.settings
+        delta = s.delta if needs_delta(plan, s.mechanism) else Fraction(0)
+        domain = plan.literal_domain_size()
+        return plan, calibrate(plan, s.epsilon, delta, s.mechanism, domain), delta
+
+    def _query(self, stmt: Query, tree: exp.Query) -> Result:
+        plan, cal, _ = self._prepare(tree)
+        if isinstance(plan, PublicQuery):
+            rs = self.engine.execute(plan.tree.sql(dialect=self.engine.dialect))
+            rows = list(zip(*rs.columns)) if rs.row_count else []
+            return Result(list(rs.names), list(rs.types), rows, f"SELECT {len(rows)}")
+        s = self.settings
+        key = self._cache_key(tree)
+        if s.cache:
+            cached = self.ledger.cache_get(self.user.name, key)
+            if cached is not None:
+                return self._from_cache(cached)
+        sql = rewrite(plan, self.engine.dialect, plan.literal_domain_size())
+        detail = {"mechanisms": [{"measure": m.describe(), "noise": mn.noise.kind, "scale": mn.noise.scale * m.unit_scale}
+                                 for m, mn in zip(plan.measures, cal.measures)],
+                  "selection_threshold": cal.selection.threshold if cal.selection else None}
+        charge_id, spent = self.ledger.charge(self.user.name, self.filter, cal.cost, stmt.sql, detail)
+        rs = self.engine.execute(sql)
+        noisy = release(plan, cal, rs, s.confidence)
+        out = self._post.run(plan.post, noisy)
+        rows = [tuple(_plain(v) for v in r) for r in out.rows]
+        left = self.filter.remaining(spent)
+        dp = {"cost": cal.cost.as_dict(), "remaining": {k: float(v) for k, v in left.items()},
+              "ci": {k: v for k, v in out.ci.items()}, "confidence": s.confidence,
+              "mechanism": s.mechanism, "cached": False,
+              "noise": [{"measure": d["measure"], "kind": d["noise"], "scale": d["scale"]} for d in detail["mechanisms"]]}
+        result = Result(out.names, out.types, rows, f"SELECT {len(rows)}", dp)
+        self.ledger.record_release(charge_id, rows)
+        if s.cache:
+            self.ledger.cache_put(self.user.name, key, _to_cache(result))
+        return result
+
+    def _cache_key(self, tree: exp.Query) -> str:
+        s = self.settings
+        text = json.dumps([tree.sql(dialect="postgres", normalize=True), str(s.epsilon), str(s.delta), s.mechanism,
+                           s.confidence, self.engine.data_version()])
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def _from_cache(self, cached: dict[str, Any]) -> Result:
+        rows = [tuple(r) for r in cached["rows"]]
+        dp = dict(cached["dp"])
+        spent = self.ledger.spent(self.user.name)
+        dp["cost"] = {"epsilon": 0.0, "delta": 0.0}
+        dp["remaining"] = {k: float(v) for k, v in self.filter.remaining(spent).items()}
+        dp["cached"] = True
+        dp["ci"] = {k: (None if v is None else [None if x is None else tuple(x) for x in v]) for k, v in dp["ci"].items()}
+        return Result(cached["names"], cached["types"], rows, f"SELECT {len(rows)}", dp)
+
+    # EXPLAIN -------------------------------------------------------------------------------
+    def explain_plan(self, tree: exp.Query) -> dict[str, Any]:
+        plan, cal, _ = self._prepare(tree)
+        if isinstance(plan, PublicQuery):
+            return {"public": True, "sql": plan.tree.sql(dialect=self.engine.dialect)}
+        s = self.settings
+        spent = self.ledger.spent(self.user.name)
+        after = spent.plus(cal.cost)
+        mechanisms = []
+        for m, mn in zip(plan.measures, cal.measures):
+            unit = m.unit_scale
+            mechanisms.append({
+                "measure": m.describe(), "noise": mn.noise.kind, "l1_sensitivity": mn.l1 * unit,
+                "l2_sensitivity": math.sqrt(mn.l2_squared) * unit, "scale": mn.noise.scale * unit,
+                "half_width": mn.noise.half_width(s.confidence) * unit,
+                "epsilon": None if mn.epsilon is None else float(mn.epsilon),
+                "rho": None if mn.rho is None else float(mn.rho)})
+        return {
+            "public": False,
+            "sql": rewrite(plan, self.engine.dialect, plan.literal_domain_size()),
+            "max_groups_per_unit": cal.groups_per_unit, "max_rows_per_group": plan.rows_per_group,
+            "mechanisms": mechanisms,
+            "selection": None if cal.selection is None else {
+                "threshold": cal.selection.threshold, "scale": cal.selection.noise.scale,
+                "epsilon": float(cal.selection.epsilon), "delta": float(cal.selection.delta)},
+            "confidence": s.confidence,
+            "cost": cal.cost.as_dict(),
+            "admitted": self.filter.admits(spent, cal.cost),
+            "remaining_after": {k: float(v) for k, v in self.filter.remaining(after).items()},
+        }
+
+    def _explain(self, tree: exp.Query) -> Result:
+        info = self.explain_plan(tree)
+        return Result(["QUERY PLAN"], ["VARCHAR"], [(line,) for line in explain_lines(info)], "EXPLAIN",
+                      None if info["public"] else {"cost": info["cost"], "remaining": info["remaining_after"]})
+
+    def close(self) -> None:
+        self.ledger.close()
+        self.engine.close()
+
+
+def explain_lines(info: dict[str, Any]) -> list[str]:
+    if info["public"]:
+        return ["public query (no private tables): runs as written, free", info["sql"]]
+    pct = f"{info['confidence'] * 100:g}%"
+    lines = [f"cost: epsilon={info['cost']['epsilon']:g} delta={info['cost']['delta']:g}"
+             f" ({'admitted' if info['admitted'] else 'REFUSED: over budget'})",
+             f"remaining after: epsilon={info['remaining_after']['epsilon']:g} delta={info['remaining_after']['delta']:g}",
+             f"contribution bounds: {info['max_groups_per_unit']} group(s) per unit, {info['max_rows_per_group']} row(s) per group"]
+    for m in info["mechanisms"]:
+        lines.append(f"{m['measure']}: {m['noise']} noise, scale {m['scale']:.6g}, L1 sensitivity {m['l1_sensitivity']:.6g}, "
+                     f"{pct} error within ±{m['half_width']:.6g}")
+    if info["selection"]:
+        sel = info["selection"]
+        lines.append(f"partition selection: a group is shown when its noisy unit count (laplace scale {sel['scale']:.6g}) "
+                     f"reaches {sel['threshold']}; epsilon={sel['epsilon']:g} delta={sel['delta']:g}")
+    lines.append("rewritten query:")
+    lines.extend(info["sql"].splitlines())
+    return lines
+
+
+# Parameters ---------------------------------------------------------------------------------
+def bind_parameters(tree: exp.Query, params: Sequence[Any] | Mapping[str, Any] | None) -> exp.Query:
+    """Substitute %s / %(name)s / $n placeholders with literals in the parsed tree (never by
+    splicing text, so a parameter can never become SQL)."""
+    holders = [n for n in tree.walk() if isinstance(n, (exp.Placeholder, exp.Parameter))]
+    if not holders:
+        if params:
+            raise ProgrammingError("parameters were given but the query has no placeholders", sqlstate="08P01")
+        return tree
+    if params is None:
+        raise ProgrammingError("the query has placeholders but no parameters were given", sqlstate="08P01")
+    tree = tree.copy()
+    holders = [n for n in tree.walk() if isinstance(n, (exp.Placeholder, exp.Parameter))]
+    position = 0
+    for node in holders:
+        if isinstance(node, exp.Parameter):
+            index = int(node.this.this) - 1 if isinstance(node.this, exp.Literal) else -1
+            value = _param(params, index)
+        elif node.this:
+            if not isinstance(params, Mapping):
+                raise ProgrammingError(f"named parameter %({node.name})s needs a mapping of parameters", sqlstate="08P01")
+            if node.name not in params:
+                raise ProgrammingError(f"no value for parameter {node.name!r}", sqlstate="08P01")
+            value = params[node.name]
+        else:
+            value = _param(params, position)
+            position += 1
+        node.replace(to_literal(value))
+    return tree
+
+
+def _param(params, index: int) -> Any:
+    if isinstance(params, Mapping) or not 0 <= index < len(params):
+        raise ProgrammingError(f"no value for parameter {index + 1}", sqlstate="08P01")
+    return params[index]
+
+
+def to_literal(value: Any) -> exp.Expression:
+    if value is None:
+        return exp.Null()
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, int):
+        return exp.Literal.number(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return exp.Cast(this=exp.Literal.string(repr(value)), to=exp.DataType.build("DOUBLE"))
+        return exp.Literal.number(repr(value))
+    if isinstance(value, decimal.Decimal):
+        return exp.Literal.number(str(value))
+    if isinstance(value, datetime.datetime):
+        return exp.Cast(this=exp.Literal.string(value.isoformat(sep=" ")), to=exp.DataType.build("TIMESTAMP"))
+    if isinstance(value, datetime.date):
+        return exp.Cast(this=exp.Literal.string(value.isoformat()), to=exp.DataType.build("DATE"))
+    if isinstance(value, str):
+        return exp.Literal.string(value)
+    raise ProgrammingError(f"cannot use a {type(value).__name__} as a query parameter", sqlstate="22023")
+
+
+# Small helpers ------------------------------------------------------------------------------
+def _plain(v: Any) -> Any:
+    if isinstance(v, decimal.Decimal):
+        return float(v)
+    return v
+
+
+def _to_cache(result: Result) -> dict[str, Any]:
+    return {"names": result.names, "types": result.types, "rows": [list(r) for r in result.rows], "dp": result.dp}
+
+
+def _positive(value: str, name: str) -> Fraction:
+    try:
+        v = exact(float(value)) if not isinstance(value, Fraction) else value
+    except ValueError:
+        raise invalid_parameter(f"invalid value for {name}: {value!r}", hint=f"SET {name} = 0.1") from None
+    if v <= 0:
+        raise invalid_parameter(f"{name} must be greater than 0", hint=f"SET {name} = 0.1")
+    return v
+
+
+def _probability(value: str, name: str) -> Fraction:
+    try:
+        v = exact(float(value))
+    except ValueError:
+        raise invalid_parameter(f"invalid value for {name}: {value!r}") from None
+    if not 0 <= v < 1:
+        raise invalid_parameter(f"{name} must be at least 0 and below 1")
+    return v
+
+
+def _boolean(value: str, name: str) -> bool:
+    v = value.strip().lower()
+    if v in ("on", "true", "1", "yes"):
+        return True
+    if v in ("off", "false", "0", "no"):
+        return False
+    raise invalid_parameter(f"invalid value for {name}: {value!r}", hint="use on or off")
+
+
+def _unknown_setting(name: str) -> ProgrammingError:
+    return ProgrammingError(f'unrecognized configuration parameter "{name}"', sqlstate="42704",
+                            hint="dpsql settings: dpsql.epsilon, dpsql.delta, dpsql.mechanism, dpsql.confidence, "
+                                 "dpsql.cache; SHOW dpsql.budget shows your remaining budget")

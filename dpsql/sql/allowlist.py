@@ -1,0 +1,99 @@
+"""The expression allowlist: the only node types that may appear in a query dpsql runs.
+
+An allowlist, not a denylist: a function sqlglot learns tomorrow (or a DuckDB table function
+such as read_csv) is refused until someone decides it is safe, i.e. row-level, total and
+without side effects.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from ..errors import forbidden, unsupported
+
+# Row-level building blocks: columns, literals, operators, predicates.
+_STRUCTURE = (
+    exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Star, exp.Paren, exp.Alias,
+    exp.DataType, exp.Var, exp.Tuple, exp.Interval, exp.Distinct, exp.Ordered,
+    exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv, exp.Neg,
+    exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ,
+    exp.And, exp.Or, exp.Not, exp.Is, exp.Like, exp.ILike, exp.In, exp.Between,
+    exp.Case, exp.If, exp.Cast, exp.TryCast,
+)
+
+# Scalar functions: total (no errors on data once casts become TRY_CAST), no side effects.
+ROW_FUNCTIONS = (
+    exp.Abs, exp.Round, exp.Floor, exp.Ceil, exp.Sign, exp.Sqrt, exp.Ln, exp.Log, exp.Exp, exp.Pow,
+    exp.Least, exp.Greatest, exp.Coalesce, exp.Nullif,
+    exp.Lower, exp.Upper, exp.Length, exp.Substring, exp.Trim, exp.Concat, exp.DPipe,
+    exp.StrPosition, exp.Left, exp.Right, exp.Initcap,
+    exp.Extract, exp.DateTrunc, exp.TimestampTrunc, exp.CurrentDate,
+)
+
+# Aggregates dpsql knows how to make differentially private.
+DP_AGGREGATES = (exp.Count, exp.Sum, exp.Avg)
+
+_RAW_EXTREMES = (exp.Min, exp.Max)
+_ORDER_STATISTICS = (exp.WithinGroup, exp.Median, exp.PercentileCont, exp.PercentileDisc, exp.Quantile, exp.ApproxQuantile)
+_SPREAD = (exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevPop, exp.StddevSamp)
+
+_ALLOWED = _STRUCTURE + ROW_FUNCTIONS + DP_AGGREGATES
+
+ALLOWED_FUNCTION_NAMES = (
+    "ABS", "ROUND", "FLOOR", "CEIL", "SIGN", "SQRT", "LN", "LOG", "EXP", "POWER", "LEAST", "GREATEST",
+    "COALESCE", "NULLIF", "LOWER", "UPPER", "LENGTH", "SUBSTRING", "TRIM", "CONCAT", "||", "STRPOS",
+    "LEFT", "RIGHT", "INITCAP", "EXTRACT", "DATE_TRUNC", "CURRENT_DATE", "CASE", "CAST",
+)
+
+
+def function_name(node: exp.Expression) -> str:
+    if isinstance(node, exp.Anonymous):
+        return str(node.name).upper()
+    if isinstance(node, exp.Func):
+        return node.sql_name()
+    return type(node).__name__
+
+
+def check_node(node: exp.Expression) -> None:
+    """Refuse one node that is not allowlisted, with the reason and the nearest allowed form."""
+    if isinstance(node, _ALLOWED):
+        return
+    if isinstance(node, exp.Window):
+        raise forbidden("window functions over private rows are not allowed",
+                        hint="aggregate with GROUP BY instead; window functions may be applied to a DP result in an outer query later")
+    if isinstance(node, _RAW_EXTREMES):
+        name = function_name(node)
+        raise unsupported(f"{name}() would reveal one person's value and is not supported yet",
+                          hint="use AVG, SUM or COUNT with a WHERE clause; DP quantiles will answer MIN/MAX")
+    if isinstance(node, _ORDER_STATISTICS + _SPREAD):
+        raise unsupported(f"{function_name(node)}() is not supported yet",
+                          hint="supported aggregates: COUNT(*), COUNT(column), SUM(expression), AVG(expression)")
+    if isinstance(node, (exp.AggFunc, exp.GroupConcat, exp.ArrayAgg)):
+        raise unsupported(f"the aggregate {function_name(node)}() has no differentially private form",
+                          hint="supported aggregates: COUNT(*), COUNT(column), SUM(expression), AVG(expression)")
+    if isinstance(node, exp.Func):
+        raise forbidden(f"function {function_name(node)}() is not allowed",
+                        hint=f"allowed functions: {', '.join(ALLOWED_FUNCTION_NAMES)}")
+    raise unsupported(f"{node.sql(dialect='postgres')[:60]!r} ({type(node).__name__}) is not supported here")
+
+
+def check_tree(node: exp.Expression, *, skip=(exp.Subquery, exp.Select)) -> None:
+    """Check every node below `node`, except nested queries (their own scope checks them)."""
+    for child in _walk(node, skip):
+        check_node(child)
+
+
+def _walk(node: exp.Expression, skip):
+    yield node
+    for child in node.iter_expressions():
+        if isinstance(child, skip):
+            continue
+        yield from _walk(child, skip)
+
+
+def is_aggregate(node: exp.Expression) -> bool:
+    return isinstance(node, exp.AggFunc)
+
+
+def contains_aggregate(node: exp.Expression) -> bool:
+    return any(isinstance(n, exp.AggFunc) for n in _walk(node, (exp.Subquery, exp.Select)))

@@ -1,0 +1,473 @@
+"""Privacy analysis of one SELECT: what is measured, with which bounds, over which groups.
+
+Pure (no I/O): the output depends on the query text, the policy and the schema only, so a
+refusal here reveals nothing about the data and charges nothing.
+
+The plan separates *measures* (noisy vectors, one value per group: a bounded count or a
+fixed-point sum) from *estimates* (the aggregates the analyst wrote, computed from measures),
+so COUNT(x), SUM(x) and AVG(x) in one query share their noisy counts and sums.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from sqlglot import exp
+
+from ..config import Policy
+from ..errors import ProgrammingError, forbidden, unsupported
+from .allowlist import DP_AGGREGATES, check_node, check_tree, contains_aggregate, is_aggregate
+from .bounds import UNBOUNDED, Interval, interval
+from .scope import Relation, Resolver, Scope, Source, output_name
+
+FIXED_POINT_DIGITS = 24  # binary digits kept of the largest per-row magnitude
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One noisy vector. count: rows whose `value` is not NULL (every row if None), at most
+    max_rows per unit and group. sum: round((clamp(value) - centre) * 2**bits) summed."""
+
+    kind: str
+    value: exp.Expression | None
+    lower: float = 0.0
+    upper: float = 0.0
+    centre: float = 0.0
+    bits: int = 0
+
+    @property
+    def row_bound(self) -> int:
+        """Largest |per-row integer| this measure adds (fixed-point units)."""
+        if self.kind == "count":
+            return 1
+        spread = max(abs(self.lower - self.centre), abs(self.upper - self.centre))
+        return 0 if spread == 0 else math.floor(spread * 2.0 ** self.bits) + 1
+
+    @property
+    def unit_scale(self) -> float:
+        return 2.0 ** -self.bits
+
+    def signature(self) -> tuple:
+        return (self.kind, self.value.sql() if self.value is not None else None, self.lower, self.upper, self.centre)
+
+    def describe(self) -> str:
+        inner = "*" if self.value is None else self.value.sql(dialect="postgres")
+        if self.kind == "count":
+            return f"COUNT({inner})"
+        return f"SUM(clamp({inner}, {self.lower:g}, {self.upper:g}) - {self.centre:g})"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One aggregate the analyst wrote, as a function of measures."""
+
+    func: str  # count | sum | avg
+    text: str
+    count: int | None = None
+    total: int | None = None
+    lower: float = 0.0
+    upper: float = 0.0
+    centre: float = 0.0
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    expr: exp.Expression
+    name: str
+    domain: tuple[Any, ...] | None = None
+    domain_table: tuple[str, str] | None = None
+    type_name: str | None = None
+
+    @property
+    def declared(self) -> bool:
+        return self.domain is not None or self.domain_table is not None
+
+
+@dataclass
+class Plan:
+    """Everything the rewrite, the mechanisms and the accountant need about one DP query."""
+
+    relation: Relation
+    unit: exp.Expression | None
+    unit_in_hash: bool
+    row_id_source: str | None
+    keys: list[GroupKey]
+    measures: list[Measure]
+    estimates: list[Estimate]
+    post: exp.Select
+    output_names: list[str]
+    max_groups: int
+    max_rows: int
+    public_domain_sizes: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def declared(self) -> bool:
+        return all(k.declared for k in self.keys)
+
+    @property
+    def needs_selection(self) -> bool:
+        return bool(self.keys) and not self.declared
+
+    def literal_domain_size(self) -> int | None:
+        """Size of the cross product of literal key domains (None if a domain is a table's)."""
+        size = 1
+        for k in self.keys:
+            if k.domain is None:
+                return None
+            size *= len(k.domain)
+        return size
+
+    def groups_per_unit(self, domain_size: int | None) -> int:
+        """L0 bound: a unit touches at most max_groups groups, and no more than exist."""
+        if not self.keys:
+            return 1
+        if domain_size is not None:
+            return max(1, min(self.max_groups, domain_size))
+        return self.max_groups
+
+    @property
+    def rows_per_group(self) -> int:
+        return self.max_rows
+
+
+@dataclass
+class PublicQuery:
+    """A query over public tables only: runs as-is (rebuilt from checked nodes)."""
+
+    tree: exp.Query
+
+
+def analyze(tree: exp.Query, policy: Policy, schema: Mapping[str, Mapping[str, str]]) -> Plan | PublicQuery:
+    """Analyze a parsed SELECT; raise an error that names the construct and the fix."""
+    if not isinstance(tree, exp.Select):
+        raise unsupported(f"{type(tree).__name__} queries (UNION, INTERSECT, EXCEPT) are not supported",
+                          hint="send each SELECT on its own")
+    resolver = Resolver(policy, schema)
+    if not _touches_private(tree, policy):
+        _check_public(tree, resolver)
+        return PublicQuery(tree)
+    return _Analysis(tree, policy, resolver).run()
+
+
+def _touches_private(tree: exp.Expression, policy: Policy) -> bool:
+    cte_names = {c.alias.lower() for c in tree.find_all(exp.CTE)}
+    for t in tree.find_all(exp.Table):
+        if not isinstance(t.this, exp.Identifier):
+            return True  # a table function: refused by the resolver with its reason
+        name = t.name.lower()
+        table = policy.table(name)
+        if table is None and name in cte_names and not t.db:
+            continue
+        if table is None or not table.public:
+            return True
+    return False
+
+
+_PUBLIC_STRUCTURE = (exp.Select, exp.Subquery, exp.From, exp.Join, exp.TableAlias, exp.Where, exp.Group,
+                     exp.Having, exp.Order, exp.Limit, exp.Offset, exp.With, exp.CTE)
+
+
+def _check_public(tree: exp.Select, resolver: Resolver) -> None:
+    """Public data may be read row by row, but only through allowlisted nodes and declared tables."""
+    cte_names = {c.alias.lower() for c in tree.find_all(exp.CTE)}
+    for node in tree.walk():
+        if isinstance(node, exp.Table):
+            if not (node.name.lower() in cte_names and not node.db):
+                resolver.base_table(node)
+        elif isinstance(node, exp.AggFunc) and not isinstance(node, exp.Anonymous):
+            continue
+        elif not isinstance(node, _PUBLIC_STRUCTURE) and node.find_ancestor(exp.Table) is None:
+            check_node(node)
+
+
+class _Analysis:
+    def __init__(self, tree: exp.Select, policy: Policy, resolver: Resolver):
+        self.tree = tree
+        self.policy = policy
+        self.resolver = resolver
+        self.measures: list[Measure] = []
+        self.estimates: list[Estimate] = []
+        self._estimate_index: dict[str, int] = {}
+
+    def run(self) -> Plan:
+        tree = self.tree
+        if tree.args.get("distinct") is not None:
+            raise unsupported("SELECT DISTINCT over private rows is not supported",
+                              hint="use GROUP BY with COUNT(*) to see the groups")
+        for key in ("qualify",):
+            if tree.args.get(key) is not None:
+                raise unsupported("QUALIFY is not supported")
+        rel, scope = self.resolver.from_clause(tree, {})
+        self.rel, self.scope = rel, scope
+        where = tree.args.get("where")
+        if where is not None:
+            if contains_aggregate(where.this):
+                raise ProgrammingError("aggregate functions are not allowed in WHERE", sqlstate="42803",
+                                       hint="use HAVING to filter on aggregates")
+            rel.where.append(scope.resolve(where.this, self.resolver))
+        unit, unit_in_hash, row_id_source, max_groups, max_rows = self._unit()
+        keys = self._group_keys()
+        self.keys = keys
+        if not keys and not any(contains_aggregate(e) for e in tree.expressions):
+            raise forbidden("selecting rows of a private table is not allowed",
+                            hint="ask for an aggregate instead, e.g. SELECT COUNT(*), AVG(age) FROM patients")
+        post, names = self._post()
+        if not self.estimates:
+            raise forbidden("a query over private tables must compute at least one aggregate",
+                            hint="add COUNT(*) to see the groups; group keys alone would reveal which exist")
+        return Plan(relation=rel, unit=unit, unit_in_hash=unit_in_hash, row_id_source=row_id_source, keys=keys,
+                    measures=self.measures, estimates=self.estimates, post=post, output_names=names,
+                    max_groups=max_groups, max_rows=max_rows)
+
+    # The privacy unit ----------------------------------------------------------------------
+    def _unit(self) -> tuple[exp.Expression | None, bool, str | None, int, int]:
+        private = self.rel.private_sources
+        driver = private[0]
+        if driver.table.row_unit:
+            if len(private) > 1:
+                raise unsupported(f"the table {driver.table.name} has privacy_unit = \"row\" and cannot be joined with another private table",
+                                  hint="declare a privacy unit column shared by both tables")
+            if len(self.rel.sources) == 1:
+                return None, False, None, 1, 1
+            # A join may repeat a row: give every base row an id and bound per id.
+            return exp.column("__dpsql_rid", table=driver.alias), False, driver.alias, 1, 1
+        units = {s.table.privacy_unit for s in private}
+        if len(units) > 1:
+            names = ", ".join(f"{s.table.name} ({s.table.privacy_unit})" for s in private)
+            raise unsupported(f"private tables with different privacy units cannot be joined: {names}",
+                              hint="join private tables only when they share a privacy unit column")
+        if any(s.table.row_unit for s in private):
+            raise unsupported("a table with privacy_unit = \"row\" cannot be joined with another private table")
+        self._check_unit_joins(private)
+        unit = driver.column(driver.table.privacy_unit)
+        self.rel.where.append(exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null())))
+        return (unit, True, None, max(s.table.max_groups for s in private), max(s.table.max_rows for s in private))
+
+    def _check_unit_joins(self, private: list[Source]) -> None:
+        if len(private) == 1:
+            return
+        parent = {s.alias: s.alias for s in private}
+        unit_cols = {(s.alias, s.table.privacy_unit) for s in private}
+
+        def find(a: str) -> str:
+            while parent[a] != a:
+                a = parent[a]
+            return a
+
+        conds = list(self.rel.where) + [j.on for j in self.rel.joins]
+        for cond in conds:
+            for conj in _conjuncts(cond):
+                if isinstance(conj, exp.EQ) and all(isinstance(x, exp.Column) for x in (conj.this, conj.expression)):
+                    a, b = conj.this, conj.expression
+                    if (a.table, a.name) in unit_cols and (b.table, b.name) in unit_cols:
+                        parent[find(a.table)] = find(b.table)
+        roots = {find(s.alias) for s in private}
+        if len(roots) > 1:
+            unit = private[0].table.privacy_unit
+            raise forbidden("private tables can only be joined on their privacy unit",
+                            hint=f"add the join condition ON a.{unit} = b.{unit}")
+
+    # GROUP BY ----------------------------------------------------------------------------
+    def _group_keys(self) -> list[GroupKey]:
+        group = self.tree.args.get("group")
+        if group is None:
+            return []
+        if group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets"):
+            raise unsupported("ROLLUP, CUBE and GROUPING SETS are not supported", hint="send one query per grouping")
+        items = self.tree.expressions
+        aliases = {output_name(i): i for i in items if isinstance(i, exp.Alias)}
+        keys: list[GroupKey] = []
+        seen: set[str] = set()
+        for g in group.expressions:
+            source_expr = g
+            if isinstance(g, exp.Literal) and not g.is_string:
+                pos = int(g.this)
+                if not 1 <= pos <= len(items):
+                    raise ProgrammingError(f"GROUP BY position {pos} is not in select list", sqlstate="42P10")
+                source_expr = items[pos - 1]
+                source_expr = source_expr.unalias() if isinstance(source_expr, exp.Alias) else source_expr
+            elif isinstance(g, exp.Column) and not g.table and g.name.lower() in aliases:
+                try:
+                    self.scope.lookup(g)
+                except ProgrammingError:
+                    source_expr = aliases[g.name.lower()].unalias()
+            if contains_aggregate(source_expr):
+                raise ProgrammingError("aggregate functions are not allowed in GROUP BY", sqlstate="42803")
+            resolved = self.scope.resolve(source_expr, self.resolver)
+            sig = resolved.sql()
+            if sig in seen:
+                continue
+            seen.add(sig)
+            keys.append(self._key(resolved, output_name(source_expr)))
+        return keys
+
+    def _key(self, resolved: exp.Expression, name: str) -> GroupKey:
+        inner = resolved.this if isinstance(resolved, exp.Paren) else resolved
+        if isinstance(inner, exp.Column):
+            source = self._source(inner.table)
+            col = source.table.column(inner.name)
+            type_name = source.columns.get(inner.name)
+            if source.table.public:
+                return GroupKey(resolved, name, domain_table=(source.table.name, inner.name), type_name=type_name)
+            if col.keys is not None:
+                return GroupKey(resolved, name, domain=col.keys, type_name=type_name)
+            if col.keys_from is not None:
+                return GroupKey(resolved, name, domain_table=col.keys_from, type_name=type_name)
+        return GroupKey(resolved, name)
+
+    def _source(self, alias: str) -> Source:
+        return next(s for s in self.rel.sources if s.alias == alias)
+
+    # Aggregates --------------------------------------------------------------------------
+    def _bounds(self, col: exp.Column) -> Interval:
+        source = self._source(col.table)
+        policy = source.table.column(col.name)
+        if policy.bounded:
+            return Interval(policy.lower, policy.upper)
+        return UNBOUNDED
+
+    def _measure(self, m: Measure) -> int:
+        sig = m.signature()
+        for i, existing in enumerate(self.measures):
+            if existing.signature() == sig:
+                return i
+        self.measures.append(m)
+        return len(self.measures) - 1
+
+    def _estimate(self, node: exp.Expression) -> int:
+        if not isinstance(node, DP_AGGREGATES):
+            check_tree(node)
+        text = node.sql(dialect="postgres")
+        if isinstance(node.this, exp.Distinct) or node.args.get("distinct"):
+            raise unsupported(f"{text}: DISTINCT inside an aggregate is not supported yet",
+                              hint="COUNT(*) grouped by the column counts rows per value")
+        arg = node.this
+        if isinstance(node, exp.Count):
+            if arg is None or isinstance(arg, exp.Star):
+                est = Estimate("count", text, count=self._measure(Measure("count", None)))
+            else:
+                value = self.scope.resolve(arg, self.resolver)
+                est = Estimate("count", text, count=self._measure(Measure("count", value)))
+        else:
+            if contains_aggregate(arg):
+                raise ProgrammingError("aggregate function calls cannot be nested", sqlstate="42803")
+            value = self.scope.resolve(arg, self.resolver)
+            bounds = interval(value, self._bounds)
+            if not bounds.finite:
+                raise self._unbounded(node, arg, value)
+            lo, hi = bounds.lo, bounds.hi
+            centre = 0.0 if isinstance(node, exp.Sum) else (lo + hi) / 2
+            spread = max(abs(lo - centre), abs(hi - centre))
+            bits = FIXED_POINT_DIGITS - math.ceil(math.log2(spread)) if spread > 0 else 0
+            total = self._measure(Measure("sum", value, lo, hi, centre, bits))
+            if isinstance(node, exp.Sum):
+                est = Estimate("sum", text, total=total, lower=lo, upper=hi)
+            else:
+                count = self._measure(Measure("count", value))
+                est = Estimate("avg", text, count=count, total=total, lower=lo, upper=hi, centre=centre)
+        key = repr((est.func, est.count, est.total))
+        if key not in self._estimate_index:
+            self._estimate_index[key] = len(self.estimates)
+            self.estimates.append(est)
+        return self._estimate_index[key]
+
+    def _unbounded(self, node: exp.Expression, arg: exp.Expression, value: exp.Expression) -> ProgrammingError:
+        text = node.sql(dialect="postgres")
+        missing = []
+        for col in value.find_all(exp.Column):
+            src = self._source(col.table)
+            if not src.table.column(col.name).bounded:
+                missing.append((src.table.name, col.name))
+        if missing:
+            table, column = missing[0]
+            fix = (f"declare bounds in the policy: columns.{column} = {{ lower = ..., upper = ... }} in [tables.{table}], "
+                   f"or clamp it in the query: LEAST(GREATEST({column}, low), high)")
+            return ProgrammingError(f"{text}: the column {table}.{column} has no declared bounds, so one person's "
+                                    f"influence on the result is unlimited", sqlstate="42P22", hint=fix)
+        return ProgrammingError(f"{text}: cannot derive bounds for {arg.sql(dialect='postgres')}",
+                                sqlstate="42P22",
+                                hint="wrap it in LEAST(GREATEST(expression, low), high), and avoid dividing by a value that may be 0")
+
+    # Post-processing ---------------------------------------------------------------------
+    def _post(self) -> tuple[exp.Select, list[str]]:
+        key_sql = {k.expr.sql(): i for i, k in enumerate(self.keys)}
+        names: list[str] = []
+        items: list[exp.Expression] = []
+        for item in self.tree.expressions:
+            if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
+                raise forbidden("SELECT * over a private table would return raw rows",
+                                hint="list the aggregates you want, e.g. SELECT COUNT(*) ...")
+            name = output_name(item)
+            inner = item.unalias() if isinstance(item, exp.Alias) else item
+            names.append(name)
+            items.append(exp.alias_(self._bind(inner, key_sql, set()), name, quoted=True))
+        aliases = set(names)
+        post = exp.select(*items).from_("noisy")
+        having = self.tree.args.get("having")
+        if having is not None:
+            post = post.where(self._bind(having.this, key_sql, aliases))
+        order = self.tree.args.get("order")
+        if order is not None:
+            ordered = []
+            for o in order.expressions:
+                target = o.this
+                if isinstance(target, exp.Literal) and not target.is_string:
+                    ordered.append(o.copy())
+                    continue
+                new = o.copy()
+                new.set("this", self._bind(target, key_sql, aliases))
+                ordered.append(new)
+            post = post.order_by(*ordered)
+        for key in ("limit", "offset"):
+            clause = self.tree.args.get(key)
+            if clause is not None:
+                value = clause.expression if key == "limit" else clause.expression
+                if not (isinstance(value, exp.Literal) and not value.is_string):
+                    raise unsupported(f"{key.upper()} must be a number")
+                post.set(key, clause.copy())
+        return post, names
+
+    def _bind(self, node: exp.Expression, key_sql: dict[str, int], aliases: set[str]) -> exp.Expression:
+        """Replace aggregates by noisy columns a<i> and group-key expressions by k<j>."""
+        if is_aggregate(node):
+            if not isinstance(node, DP_AGGREGATES):
+                check_tree(node)
+            return exp.column(f"a{self._estimate(node)}")
+        if isinstance(node, exp.Window):
+            check_tree(node)
+        if not contains_aggregate(node) and not isinstance(node, (exp.Literal, exp.Boolean, exp.Null)):
+            if isinstance(node, exp.Column) and not node.table and node.name.lower() in aliases:
+                try:
+                    self.scope.lookup(node)
+                except ProgrammingError:
+                    return exp.column(node.name, quoted=True)
+            if node.find(exp.Column) is not None:
+                resolved = self.scope.resolve(node, self.resolver)
+                if resolved.sql() in key_sql:
+                    return exp.column(f"k{key_sql[resolved.sql()]}")
+                if isinstance(resolved, exp.Paren) and resolved.this.sql() in key_sql:
+                    return exp.column(f"k{key_sql[resolved.this.sql()]}")
+                if isinstance(node, exp.Column):
+                    raise ProgrammingError(
+                        f'column "{node.sql(dialect="postgres")}" must appear in the GROUP BY clause or be used in an aggregate function',
+                        sqlstate="42803")
+        if isinstance(node, (exp.Subquery, exp.Select)):
+            raise unsupported("subqueries over aggregates are not supported")
+        check_node(node)
+        new = node.copy()
+        for k, v in list(new.args.items()):
+            if isinstance(v, exp.Expression):
+                new.set(k, self._bind(node.args[k], key_sql, aliases))
+            elif isinstance(v, list):
+                new.set(k, [self._bind(x, key_sql, aliases) if isinstance(x, exp.Expression) else x for x in node.args[k]])
+        return new
+
+
+def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
+    if isinstance(e, exp.And):
+        return _conjuncts(e.this) + _conjuncts(e.expression)
+    if isinstance(e, exp.Paren):
+        return _conjuncts(e.this)
+    return [e]

@@ -1,0 +1,149 @@
+"""What a statement is, decided from its text alone (schema and policy never consulted here).
+
+Session commands (SET/SHOW/RESET, transaction control, EXPLAIN) are recognised by their
+leading keywords before sqlglot sees them: sqlglot parses several of them wrongly (`DISCARD ALL`
+becomes a column alias) or not at all. Everything that is not a SELECT is refused here, with
+the reason, before any data or budget is touched.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
+
+from ..errors import forbidden, syntax_error, unsupported
+
+logging.getLogger("sqlglot").setLevel(logging.ERROR)
+
+READ_DIALECT = "postgres"
+
+
+@dataclass(frozen=True)
+class SetCommand:
+    name: str
+    value: str | None  # None means RESET
+
+
+@dataclass(frozen=True)
+class ShowCommand:
+    name: str
+
+
+@dataclass(frozen=True)
+class TransactionCommand:
+    verb: str
+
+
+@dataclass(frozen=True)
+class Explain:
+    query: "Query"
+
+
+@dataclass(frozen=True)
+class Query:
+    sql: str
+    tree: exp.Query
+
+
+Statement = SetCommand | ShowCommand | TransactionCommand | Explain | Query
+
+_TRANSACTION_WORDS = {"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE"}
+_ALLOWED_HINT = ("dpsql answers aggregate SELECT queries (COUNT, SUM, AVG ...) over the declared tables, "
+                 "SET/SHOW dpsql.* settings and EXPLAIN")
+
+_SET_RE = re.compile(r"^SET\s+(?:SESSION\s+|LOCAL\s+)?([A-Za-z_][\w.]*)\s*(?:=|\bTO\b)\s*(.+?)\s*$", re.I | re.S)
+_RESET_RE = re.compile(r"^RESET\s+([A-Za-z_][\w.]*|ALL)\s*$", re.I)
+_SHOW_RE = re.compile(r"^SHOW\s+([A-Za-z_][\w.]*|ALL)\s*$", re.I)
+
+
+def split_statements(sql: str) -> list[str]:
+    """Split on top-level semicolons using sqlglot's tokenizer (quotes and comments respected)."""
+    try:
+        tokens = sqlglot.tokenize(sql, read=READ_DIALECT)
+    except (TokenError, ValueError) as e:
+        raise syntax_error(f"cannot read the statement: {e}") from None
+    parts, start = [], 0
+    for tok in tokens:
+        if tok.token_type == TokenType.SEMICOLON:
+            parts.append(sql[start:tok.start])
+            start = tok.end + 1
+    parts.append(sql[start:])
+    return [p.strip() for p in parts if _strip_comments(p).strip()]
+
+
+def _strip_comments(text: str) -> str:
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    return re.sub(r"--[^\n]*", " ", text)
+
+
+def classify(sql: str) -> Statement:
+    """Classify one SQL string; raise a ProgrammingError for what dpsql never runs."""
+    statements = split_statements(sql)
+    if not statements:
+        raise syntax_error("empty query", hint=_ALLOWED_HINT)
+    if len(statements) > 1:
+        raise forbidden("multiple statements in one query string are not allowed",
+                        hint="send one statement at a time")
+    return classify_one(statements[0])
+
+
+def classify_one(text: str) -> Statement:
+    body = _strip_comments(text).strip()
+    first = body.split(None, 1)[0].upper().rstrip("(") if body else ""
+    if first == "SET":
+        m = _SET_RE.match(body)
+        if not m:
+            raise syntax_error("cannot read this SET", hint="write SET name = value, e.g. SET dpsql.epsilon = 0.5")
+        return SetCommand(m.group(1).lower(), _unquote(m.group(2)))
+    if first == "RESET":
+        m = _RESET_RE.match(body)
+        if not m:
+            raise syntax_error("cannot read this RESET", hint="write RESET name")
+        return SetCommand(m.group(1).lower(), None)
+    if first == "SHOW":
+        m = _SHOW_RE.match(body)
+        if not m:
+            raise syntax_error("cannot read this SHOW", hint="write SHOW name, e.g. SHOW dpsql.budget")
+        return ShowCommand(m.group(1).lower())
+    if first in _TRANSACTION_WORDS:
+        return TransactionCommand(first)
+    if first == "EXPLAIN":
+        rest = body[len("EXPLAIN"):].strip()
+        if re.match(r"^(ANALYZE|\()", rest, re.I):
+            raise unsupported("EXPLAIN ANALYZE and EXPLAIN options are not supported",
+                              hint="EXPLAIN <query> shows the plan, noise and cost without running the query")
+        inner = classify_one(rest)
+        if not isinstance(inner, Query):
+            raise unsupported("EXPLAIN works on SELECT queries only")
+        return Explain(inner)
+    if first in ("SELECT", "WITH", "("):
+        return Query(text, _parse(text))
+    if first:
+        raise forbidden(f"{first or 'this'} statements are not allowed", hint=_ALLOWED_HINT)
+    raise syntax_error("cannot read the statement", hint=_ALLOWED_HINT)
+
+
+def _parse(text: str) -> exp.Query:
+    try:
+        tree = sqlglot.parse_one(text, read=READ_DIALECT)
+    except ParseError as e:
+        detail = e.errors[0]["description"] if e.errors else str(e)
+        raise syntax_error(f"syntax error: {detail}", hint="check the query near the position given") from None
+    except TokenError as e:
+        raise syntax_error(f"syntax error: {e}") from None
+    if not isinstance(tree, exp.Query):
+        raise forbidden("only SELECT queries are allowed", hint=_ALLOWED_HINT)
+    return tree
+
+
+def _unquote(value: str) -> str:
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1].replace(value[0] * 2, value[0])
+    return value

@@ -1,0 +1,171 @@
+"""The bounded query: a plan rendered as SQL with one CTE per stage (DESIGN §4).
+
+filtered   FROM/JOIN/WHERE, the unit, group keys and per-row measure values: clamped to their
+           bounds and converted to fixed point, so sums are exact integers;
+per_unit   GROUP BY unit and keys: each unit's partial counts and sums in each group, and at
+           most max_groups groups per unit (chosen by a hash of the unit's own keys);
+per_group  totals per group after bounding each unit's contribution to max_rows rows, and the
+           number of distinct units (for partition selection);
+final      declared key domains joined in, so empty groups appear with zeros.
+
+A unit with n > max_rows rows in a group contributes its sum scaled by max_rows/n (its count
+capped at max_rows) rather than an arbitrary max_rows of its rows: the same sensitivity bound,
+one aggregation instead of a window, and the unit's own mean is kept.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlglot import exp
+
+from .analyze import GroupKey, Measure, Plan
+
+
+def _try_casts(node: exp.Expression) -> exp.Expression:
+    return node.copy().transform(
+        lambda n: exp.TryCast(this=n.this, to=n.to) if isinstance(n, exp.Cast) and not isinstance(n, exp.TryCast) else n,
+        copy=False,
+    )
+
+
+def _try(node: exp.Expression) -> exp.Expression:
+    return exp.Anonymous(this="TRY", expressions=[node])
+
+
+def total(node: exp.Expression) -> exp.Expression:
+    """Make a row-level expression total: casts become TRY_CAST, and any other engine error
+    becomes NULL, so whether a query fails cannot depend on a private value."""
+    node = _try_casts(node)
+    if isinstance(node, (exp.Column, exp.Literal, exp.Boolean, exp.Null)):
+        return node
+    return _try(node)
+
+
+def _sql(node: exp.Expression, dialect: str) -> str:
+    return node.sql(dialect=dialect)
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(value: Any) -> exp.Expression:
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, (int, float)):
+        return exp.Literal.number(value)
+    return exp.Literal.string(str(value))
+
+
+def _domain_sql(key: GroupKey, i: int, dialect: str) -> str:
+    if key.domain is not None:
+        rows = []
+        for v in key.domain:
+            lit = _literal(v)
+            if key.type_name:
+                lit = exp.TryCast(this=lit, to=exp.DataType.build(key.type_name, dialect=dialect))
+            rows.append(f"({_sql(lit, dialect)})")
+        return f"(SELECT * FROM (VALUES {', '.join(rows)}) AS d{i}(k{i}))"
+    table, column = key.domain_table
+    return f"(SELECT DISTINCT {_q(column)} AS k{i} FROM {_q(table)} WHERE {_q(column)} IS NOT NULL)"
+
+
+def _membership(key: GroupKey, i: int, dialect: str) -> str:
+    return f"k{i} IN (SELECT k{i} FROM {_domain_sql(key, i, dialect)})"
+
+
+def _measure_value(m: Measure, dialect: str) -> str:
+    if m.kind == "count":
+        return _sql(total(m.value), dialect)
+    double = exp.DataType.build("DOUBLE")
+    if isinstance(m.value, exp.Column):
+        as_double = exp.TryCast(this=m.value.copy(), to=double)
+    else:
+        as_double = _try(exp.Cast(this=_try_casts(m.value), to=double))
+    clamped = f"LEAST(GREATEST({_sql(as_double, dialect)}, {m.lower!r}), {m.upper!r})"
+    centred = f"({clamped} - {m.centre!r})" if m.centre else clamped
+    return f"CAST(ROUND({centred} * {float(2.0 ** m.bits)!r}) AS BIGINT)"
+
+
+def _from(plan: Plan, dialect: str) -> str:
+    def render(source) -> str:
+        if plan.row_id_source == source.alias:
+            return f"(SELECT *, ROW_NUMBER() OVER () AS __dpsql_rid FROM {_q(source.table.name)}) AS {source.alias}"
+        return f"{_q(source.table.name)} AS {source.alias}"
+
+    rel = plan.relation
+    parts = [render(rel.sources[0])]
+    for j in rel.joins:
+        word = "LEFT JOIN" if j.kind == "left" else "JOIN"
+        parts.append(f"{word} {render(j.source)} ON {_sql(total(j.on), dialect)}")
+    return "\n    ".join(parts)
+
+
+def rewrite(plan: Plan, dialect: str = "duckdb", domain_size: int | None = None) -> str:
+    """The bounded query. Output columns: k0.., units, m0.. (one m per measure)."""
+    keys = [f"k{i}" for i in range(len(plan.keys))]
+    key_list = ", ".join(keys)
+    select = []
+    if plan.unit is not None:
+        select.append(f"{_sql(plan.unit, dialect)} AS unit")
+    select += [f"{_sql(total(k.expr), dialect)} AS k{i}" for i, k in enumerate(plan.keys)]
+    for j, m in enumerate(plan.measures):
+        if m.value is not None:
+            select.append(f"{_measure_value(m, dialect)} AS v{j}")
+    if len(select) == 0:
+        select.append("1 AS one")
+    where = [_sql(total(w), dialect) for w in plan.relation.where]
+    filtered = f"SELECT {', '.join(select)}\n  FROM {_from(plan, dialect)}"
+    if where:
+        filtered += "\n  WHERE " + "\n    AND ".join(where)
+    declared = [(i, k) for i, k in enumerate(plan.keys) if k.declared]
+    if declared:
+        filtered = (f"SELECT * FROM ({filtered}) AS f\n  WHERE "
+                    + " AND ".join(_membership(k, i, dialect) for i, k in declared))
+
+    ctes = [("filtered", filtered)]
+    group_by = f"\n  GROUP BY {key_list}" if keys else ""
+    m_rows = plan.rows_per_group
+    if plan.unit is None:
+        aggs = ["COUNT(*) AS units"]
+        for j, m in enumerate(plan.measures):
+            if m.kind == "count":
+                aggs.append(f"COUNT({'*' if m.value is None else f'v{j}'}) AS m{j}")
+            else:
+                aggs.append(f"SUM(v{j}) AS m{j}")
+        ctes.append(("per_group", f"SELECT {', '.join(keys + aggs)}\n  FROM filtered{group_by}"))
+    else:
+        partial = ["COUNT(*) AS n"]
+        for j, m in enumerate(plan.measures):
+            if m.value is not None:
+                partial.append(f"COUNT(v{j}) AS n{j}")
+            if m.kind == "sum":
+                partial.append(f"SUM(v{j}) AS s{j}")
+        per_unit = f"SELECT {', '.join(['unit'] + keys + partial)}\n  FROM filtered\n  GROUP BY {', '.join(['unit'] + keys)}"
+        groups = plan.groups_per_unit(domain_size)
+        if keys and (domain_size is None or groups < domain_size):
+            hashed = ", ".join((["unit"] if plan.unit_in_hash else []) + keys)
+            per_unit += f"\n  QUALIFY ROW_NUMBER() OVER (PARTITION BY unit ORDER BY hash({hashed})) <= {groups}"
+        ctes.append(("per_unit", per_unit))
+        aggs = ["COUNT(*) AS units"]
+        for j, m in enumerate(plan.measures):
+            n = "n" if m.value is None else f"n{j}"
+            if m.kind == "count":
+                aggs.append(f"SUM(LEAST({n}, {m_rows})) AS m{j}")
+            else:
+                aggs.append(f"SUM(CASE WHEN {n} > {m_rows} THEN (s{j} * {m_rows}) // {n} ELSE s{j} END) AS m{j}")
+        ctes.append(("per_group", f"SELECT {', '.join(keys + aggs)}\n  FROM per_unit{group_by}"))
+
+    values = ["COALESCE(g.units, 0) AS units"] + [f"COALESCE(g.m{j}, 0) AS m{j}" for j in range(len(plan.measures))]
+    if keys and plan.declared:
+        domain = " CROSS JOIN ".join(_domain_sql(k, i, dialect) for i, k in enumerate(plan.keys))
+        on = " AND ".join(f"d.k{i} = g.k{i}" for i in range(len(keys)))
+        final = (f"SELECT {', '.join([f'd.k{i}' for i in range(len(keys))] + values)}\n"
+                 f"FROM (SELECT * FROM {domain}) AS d\nLEFT JOIN per_group AS g ON {on}")
+    elif keys:
+        final = f"SELECT {', '.join([f'g.k{i}' for i in range(len(keys))] + values)}\nFROM per_group AS g"
+    else:
+        final = f"SELECT {', '.join(values)}\nFROM per_group AS g"
+    body = ",\n".join(f"{name} AS (\n  {sql}\n)" for name, sql in ctes)
+    return f"WITH {body}\n{final}"

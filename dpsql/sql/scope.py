@@ -1,0 +1,332 @@
+"""Name resolution: the analyst's FROM/JOIN/CTE/subquery structure flattened into one relation.
+
+Row-level CTEs and subqueries are inlined (view merging), so every expression ends up over
+base-table columns with dpsql's own table aliases (t0, t1, ...). That gives the rewrite one
+place to find the privacy unit, however the analyst nested the query, and guarantees the
+analyst's text never reaches the engine: only expressions rebuilt from checked nodes do.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from sqlglot import exp
+
+from ..config import Policy, TablePolicy
+from ..errors import ProgrammingError, forbidden, undefined_column, undefined_table, unsupported
+from .allowlist import check_tree, contains_aggregate
+
+_SCHEMAS = ("", "public", "main")
+
+
+@dataclass
+class Source:
+    """One occurrence of a base table, under dpsql's alias."""
+
+    alias: str
+    table: TablePolicy
+    columns: Mapping[str, str]
+
+    @property
+    def private(self) -> bool:
+        return not self.table.public
+
+    def column(self, name: str) -> exp.Column:
+        return exp.column(name, table=self.alias)
+
+
+@dataclass
+class JoinStep:
+    kind: str  # "inner" or "left"
+    source: Source
+    on: exp.Expression
+
+
+@dataclass
+class Relation:
+    sources: list[Source]
+    joins: list[JoinStep] = field(default_factory=list)
+    where: list[exp.Expression] = field(default_factory=list)
+    columns: dict[str, exp.Expression] = field(default_factory=dict)
+
+    @property
+    def private_sources(self) -> list[Source]:
+        return [s for s in self.sources if s.private]
+
+
+class Scope:
+    """What names mean inside one SELECT: user alias -> column -> resolved expression."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str, dict[str, exp.Expression]]] = []
+
+    def add(self, alias: str, columns: dict[str, exp.Expression]) -> None:
+        if any(a == alias for a, _ in self.items):
+            raise ProgrammingError(f'table name "{alias}" specified more than once', sqlstate="42712",
+                                   hint="give each table in FROM its own alias")
+        self.items.append((alias, columns))
+
+    def all_columns(self) -> dict[str, exp.Expression]:
+        out: dict[str, exp.Expression] = {}
+        for _, cols in self.items:
+            for name, e in cols.items():
+                out.setdefault(name, e)
+        return out
+
+    def lookup(self, col: exp.Column) -> exp.Expression:
+        name = col.name.lower()
+        qualifier = col.table.lower() if col.table else ""
+        if qualifier:
+            for alias, cols in self.items:
+                if alias == qualifier:
+                    if name not in cols:
+                        raise undefined_column(f"{qualifier}.{name}")
+                    return cols[name]
+            raise ProgrammingError(f'missing FROM-clause entry for table "{qualifier}"', sqlstate="42P01")
+        found = [cols[name] for _, cols in self.items if name in cols]
+        if not found:
+            raise undefined_column(name)
+        if len(found) > 1:
+            raise ProgrammingError(f'column reference "{name}" is ambiguous', sqlstate="42702",
+                                   hint="qualify it with its table name or alias")
+        return found[0]
+
+    def resolve(self, node: exp.Expression, resolver: "Resolver") -> exp.Expression:
+        """A copy of `node` over base columns; nested queries must be public and self-contained."""
+        check_tree(node)
+
+        def replace(n: exp.Expression) -> exp.Expression:
+            if isinstance(n, exp.Column):
+                if isinstance(n.this, exp.Star):
+                    raise unsupported("a * is only allowed in SELECT lists and COUNT(*)")
+                target = self.lookup(n).copy()
+                return target if isinstance(target, (exp.Column, exp.Literal)) else exp.Paren(this=target)
+            if isinstance(n, (exp.Subquery, exp.Select)):
+                return resolver.public_subquery(n)
+            return n
+
+        return node.copy().transform(replace, copy=False)
+
+
+class Resolver:
+    """Resolves FROM clauses against the policy and the engine's schema."""
+
+    def __init__(self, policy: Policy, schema: Mapping[str, Mapping[str, str]]):
+        self.policy = policy
+        self.schema = schema
+        self._aliases = itertools.count()
+
+    def base_table(self, node: exp.Table) -> Source:
+        if not isinstance(node.this, exp.Identifier):
+            raise forbidden(f"table functions such as {node.this.sql(dialect='postgres')[:40]} are not allowed",
+                            hint="query the declared tables by name")
+        if (node.args.get("catalog") is not None) or node.db.lower() not in _SCHEMAS:
+            raise undefined_table(node.sql(dialect="postgres"))
+        table = self.policy.table(node.name)
+        if table is None or table.name not in self.schema:
+            raise undefined_table(node.name)
+        if node.args.get("sample") is not None:
+            raise unsupported("TABLESAMPLE is not supported yet")
+        return Source(f"t{next(self._aliases)}", table, self.schema[table.name])
+
+    # FROM items --------------------------------------------------------------------------
+    def from_clause(self, select: exp.Select, ctes: Mapping[str, exp.Query]) -> tuple[Relation, Scope]:
+        ctes = self._with(select, ctes)
+        from_ = select.args.get("from_")
+        if from_ is None:
+            raise unsupported("a query over private data needs a FROM clause")
+        scope = Scope()
+        alias, rel = self._item(from_.this, ctes)
+        scope.add(alias, rel.columns)
+        for join in select.args.get("joins") or []:
+            alias, right = self._item(join.this, ctes)
+            scope.add(alias, right.columns)
+            kind = self._join_kind(join)
+            on = join.args.get("on")
+            using = join.args.get("using")
+            conds: list[exp.Expression] = []
+            if using:
+                left_scope = Scope()
+                left_scope.items = scope.items[:-1]
+                for ident in using:
+                    name = ident.name.lower()
+                    conds.append(exp.EQ(this=left_scope.lookup(exp.column(name)).copy(),
+                                        expression=scope.items[-1][1].get(name) or _missing(name)))
+            elif on is not None:
+                conds.append(scope.resolve(on, self))
+            elif kind != "cross":
+                raise unsupported("a JOIN needs an ON or USING condition")
+            self._attach(rel, right, "inner" if kind == "cross" else kind, conds)
+        return rel, scope
+
+    @staticmethod
+    def _join_kind(join: exp.Join) -> str:
+        side = (join.side or "").upper()
+        kind = (join.kind or "").upper()
+        if side in ("RIGHT", "FULL"):
+            raise unsupported(f"{side} JOIN is not supported", hint="swap the tables and use LEFT JOIN")
+        if side == "LEFT":
+            return "left"
+        if kind == "CROSS" or (not join.args.get("on") and not join.args.get("using") and kind in ("", "CROSS")):
+            return "cross"
+        if kind in ("", "INNER"):
+            return "inner"
+        raise unsupported(f"{kind} JOIN is not supported", hint="use JOIN ... ON or LEFT JOIN ... ON")
+
+    def _attach(self, left: Relation, right: Relation, kind: str, conds: list[exp.Expression]) -> None:
+        if kind == "left":
+            if len(right.sources) != 1:
+                raise unsupported("a LEFT JOIN to a subquery that joins several tables is not supported",
+                                  hint="join the tables directly in the outer query")
+            on = _conjunction(conds + right.where)
+            left.joins.append(JoinStep("left", right.sources[0], on))
+        else:
+            first = right.sources[0]
+            left.joins.append(JoinStep("inner", first, exp.true()))
+            left.joins.extend(right.joins)
+            left.where.extend(conds + right.where)
+        left.sources.extend(right.sources)
+
+    def _item(self, node: exp.Expression, ctes: Mapping[str, exp.Query]) -> tuple[str, Relation]:
+        if isinstance(node, exp.Table):
+            user_alias = (node.alias or node.name).lower()
+            if not node.db and node.name.lower() in ctes and isinstance(node.this, exp.Identifier):
+                if node.args.get("sample") is not None:
+                    raise unsupported("TABLESAMPLE is not supported yet")
+                rel = self.rowlevel(ctes[node.name.lower()], ctes)
+                return user_alias, _rename(rel, node)
+            source = self.base_table(node)
+            cols = {c: source.column(c) for c in source.columns}
+            return user_alias, Relation([source], columns=_rename_columns(cols, node))
+        if isinstance(node, exp.Subquery):
+            inner = node.this
+            rel = self.rowlevel(inner, ctes)
+            return (node.alias or "subquery").lower(), _rename(rel, node)
+        raise unsupported(f"{type(node).__name__} in FROM is not supported",
+                          hint="FROM may name declared tables, row-level subqueries and CTEs")
+
+    def _with(self, select: exp.Expression, ctes: Mapping[str, exp.Query]) -> dict[str, exp.Query]:
+        out = dict(ctes)
+        w = select.args.get("with_")
+        if w is not None:
+            if w.args.get("recursive"):
+                raise unsupported("WITH RECURSIVE is not supported")
+            for cte in w.expressions:
+                body = cte.this
+                if cte.args.get("alias") and cte.args["alias"].columns:
+                    body = _apply_column_aliases(body, cte.args["alias"].columns)
+                out[cte.alias.lower()] = body
+        return out
+
+    # Row-level subqueries -------------------------------------------------------------------
+    def rowlevel(self, query: exp.Expression, ctes: Mapping[str, exp.Query]) -> Relation:
+        """Inline a row-level SELECT (no aggregation, no LIMIT): its columns become expressions."""
+        if not isinstance(query, exp.Select):
+            raise unsupported(f"{type(query).__name__} (UNION, INTERSECT, ...) is not supported in FROM",
+                              hint="use one SELECT per subquery, combine conditions with OR")
+        for key, what in (("group", "GROUP BY"), ("having", "HAVING"), ("limit", "LIMIT"), ("offset", "OFFSET"),
+                          ("distinct", "DISTINCT"), ("qualify", "QUALIFY")):
+            if query.args.get(key) is not None:
+                if key == "group":
+                    raise unsupported("aggregating subqueries are not supported yet",
+                                      hint="aggregate once, in the outer query")
+                raise unsupported(f"{what} in a subquery over private rows is not supported",
+                                  hint=f"remove the {what}; a subquery may only filter and compute row-level columns")
+        if any(contains_aggregate(e) for e in query.expressions):
+            raise unsupported("aggregating subqueries are not supported yet", hint="aggregate once, in the outer query")
+        rel, scope = self.from_clause(query, ctes)
+        where = query.args.get("where")
+        if where is not None:
+            rel.where.append(scope.resolve(where.this, self))
+        columns: dict[str, exp.Expression] = {}
+        for item in query.expressions:
+            if isinstance(item, exp.Star):
+                columns.update(scope.all_columns())
+                continue
+            if isinstance(item, exp.Column) and isinstance(item.this, exp.Star):
+                qualifier = item.table.lower()
+                match = [cols for alias, cols in scope.items if alias == qualifier]
+                if not match:
+                    raise ProgrammingError(f'missing FROM-clause entry for table "{qualifier}"', sqlstate="42P01")
+                columns.update(match[0])
+                continue
+            name = output_name(item)
+            columns[name] = scope.resolve(item.unalias() if isinstance(item, exp.Alias) else item, self)
+        rel.columns = columns
+        return rel
+
+    def public_subquery(self, node: exp.Expression) -> exp.Expression:
+        """A subquery inside an expression: allowed over public tables only, uncorrelated."""
+        query = node.this if isinstance(node, exp.Subquery) else node
+        if not isinstance(query, exp.Select):
+            raise unsupported("only simple SELECT subqueries are allowed in expressions")
+        for table in query.find_all(exp.Table):
+            source = self.base_table(table)
+            if source.private:
+                raise unsupported(f"a subquery over the private table {source.table.name} is not supported here",
+                                  hint="join the table instead, on the privacy unit column")
+        inner = Resolver(self.policy, self.schema)
+        rel, scope = inner.from_clause(query, {})
+        for e in query.expressions:
+            if not isinstance(e, exp.Star):
+                scope.resolve(e.unalias() if isinstance(e, exp.Alias) else e, inner)
+        if query.args.get("where") is not None:
+            scope.resolve(query.args["where"].this, inner)
+        return node.copy()
+
+
+def output_name(item: exp.Expression) -> str:
+    """The column name PostgreSQL gives a select item."""
+    if isinstance(item, exp.Alias):
+        return item.alias.lower() if not item.args["alias"].quoted else item.alias
+    if isinstance(item, exp.Column):
+        return item.name.lower()
+    if isinstance(item, exp.Count):
+        return "count"
+    if isinstance(item, exp.Func):
+        return item.sql_name().lower() if not isinstance(item, exp.Anonymous) else str(item.name).lower()
+    if isinstance(item, exp.Cast):
+        return output_name(item.this)
+    return "?column?"
+
+
+def _rename_columns(cols: dict[str, exp.Expression], node: exp.Expression) -> dict[str, exp.Expression]:
+    alias = node.args.get("alias")
+    if alias is None or not alias.columns:
+        return cols
+    names = [c.name.lower() for c in alias.columns]
+    if len(names) > len(cols):
+        raise ProgrammingError(f"{node.alias or 'table'} has {len(cols)} columns available but {len(names)} columns specified",
+                               sqlstate="42P10")
+    items = list(cols.items())
+    return {**{names[i]: items[i][1] for i in range(len(names))}, **dict(items[len(names):])}
+
+
+def _rename(rel: Relation, node: exp.Expression) -> Relation:
+    rel.columns = _rename_columns(rel.columns, node)
+    return rel
+
+
+def _apply_column_aliases(body: exp.Expression, columns: list[exp.Expression]) -> exp.Expression:
+    if not isinstance(body, exp.Select):
+        return body
+    body = body.copy()
+    exprs = body.expressions
+    if len(columns) > len(exprs):
+        raise ProgrammingError("WITH query has fewer columns than names", sqlstate="42P10")
+    body.set("expressions", [exp.alias_(e.unalias() if isinstance(e, exp.Alias) else e, c.name) if i < len(columns) else e
+                             for i, (e, c) in enumerate(itertools.zip_longest(exprs, columns)) if e is not None])
+    return body
+
+
+def _missing(name: str) -> exp.Expression:
+    raise undefined_column(name, "the USING clause")
+
+
+def _conjunction(conds: list[exp.Expression]) -> exp.Expression:
+    conds = [c for c in conds if c is not None]
+    if not conds:
+        return exp.true()
+    return exp.and_(*conds) if len(conds) > 1 else conds[0]
