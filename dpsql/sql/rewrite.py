@@ -15,7 +15,7 @@ one aggregation instead of a window, and the unit's own mean is kept.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from sqlglot import exp
 
@@ -33,13 +33,64 @@ def _try(node: exp.Expression) -> exp.Expression:
     return exp.Anonymous(this="TRY", expressions=[node])
 
 
-def total(node: exp.Expression) -> exp.Expression:
+_NUMERIC = ("INT", "BIGINT", "SMALLINT", "TINYINT", "HUGEINT", "DOUBLE", "FLOAT", "REAL", "DECIMAL", "UBIGINT",
+            "UINTEGER", "USMALLINT", "UTINYINT", "UHUGEINT")
+
+
+def _category(t: str | None) -> str | None:
+    if t is None:
+        return None
+    t = t.upper()
+    if t.startswith(_NUMERIC):
+        return "number"
+    if t in ("VARCHAR", "TEXT"):
+        return "string"
+    return t
+
+
+def _cannot_fail(node: exp.Expression, types: Mapping[tuple[str, str], str]) -> bool:
+    """True for the few shapes that can never raise in the engine, so they need no TRY (and
+    stay visible to the optimizer: hash joins, filter pushdown)."""
+    if isinstance(node, (exp.Column, exp.Literal, exp.Boolean, exp.Null)):
+        return True
+    if isinstance(node, exp.Not):
+        return _cannot_fail(node.this, types)
+    if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
+        return isinstance(node.this, exp.Column)
+    if isinstance(node, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)):
+        a, b = node.this, node.expression
+        cats = []
+        for side in (a, b):
+            if isinstance(side, exp.Column):
+                cats.append(_category(types.get((side.table, side.name))))
+            elif isinstance(side, exp.Literal):
+                cats.append("string" if side.is_string else "number")
+            else:
+                return False
+        return cats[0] is not None and cats[0] == cats[1]
+    return False
+
+
+def total(node: exp.Expression, types: Mapping[tuple[str, str], str] | None = None) -> exp.Expression:
     """Make a row-level expression total: casts become TRY_CAST, and any other engine error
     becomes NULL, so whether a query fails cannot depend on a private value."""
     node = _try_casts(node)
-    if isinstance(node, (exp.Column, exp.Literal, exp.Boolean, exp.Null)):
+    if _cannot_fail(node, types or {}):
         return node
     return _try(node)
+
+
+def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
+    if isinstance(node, exp.And):
+        return _conjuncts(node.this) + _conjuncts(node.expression)
+    if isinstance(node, exp.Paren) and isinstance(node.this, exp.And):
+        return _conjuncts(node.this)
+    return [node]
+
+
+def _condition(nodes: list[exp.Expression], types, dialect: str) -> list[str]:
+    """Conjuncts, each made total on its own (a failing one must not hide the others)."""
+    return [_sql(total(c, types), dialect) for n in nodes for c in _conjuncts(n)]
 
 
 def _sql(node: exp.Expression, dialect: str) -> str:
@@ -88,6 +139,10 @@ def _measure_value(m: Measure, dialect: str) -> str:
     return f"CAST(ROUND({centred} * {float(2.0 ** m.bits)!r}) AS BIGINT)"
 
 
+def _types(plan: Plan) -> dict[tuple[str, str], str]:
+    return {(s.alias, c): t for s in plan.relation.sources for c, t in s.columns.items()}
+
+
 def _from(plan: Plan, dialect: str) -> str:
     def render(source) -> str:
         if plan.row_id_source == source.alias:
@@ -98,7 +153,8 @@ def _from(plan: Plan, dialect: str) -> str:
     parts = [render(rel.sources[0])]
     for j in rel.joins:
         word = "LEFT JOIN" if j.kind == "left" else "JOIN"
-        parts.append(f"{word} {render(j.source)} ON {_sql(total(j.on), dialect)}")
+        on = " AND ".join(_condition([j.on], _types(plan), dialect)) or "TRUE"
+        parts.append(f"{word} {render(j.source)} ON {on}")
     return "\n    ".join(parts)
 
 
@@ -115,7 +171,7 @@ def rewrite(plan: Plan, dialect: str = "duckdb", domain_size: int | None = None)
             select.append(f"{_measure_value(m, dialect)} AS v{j}")
     if len(select) == 0:
         select.append("1 AS one")
-    where = [_sql(total(w), dialect) for w in plan.relation.where]
+    where = _condition(plan.relation.where, _types(plan), dialect)
     filtered = f"SELECT {', '.join(select)}\n  FROM {_from(plan, dialect)}"
     if where:
         filtered += "\n  WHERE " + "\n    AND ".join(where)

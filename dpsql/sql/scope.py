@@ -182,9 +182,12 @@ class Resolver:
                                   hint="join the tables directly in the outer query")
             on = _conjunction(conds + right.where)
             left.joins.append(JoinStep("left", right.sources[0], on))
+        elif len(right.sources) == 1:
+            left.joins.append(JoinStep("inner", right.sources[0], _conjunction(conds)))
+            left.where.extend(right.where)
         else:
-            first = right.sources[0]
-            left.joins.append(JoinStep("inner", first, exp.true()))
+            # The condition may name any table of the subquery: apply it once all are joined.
+            left.joins.append(JoinStep("inner", right.sources[0], exp.true()))
             left.joins.extend(right.joins)
             left.where.extend(conds + right.where)
         left.sources.extend(right.sources)
