@@ -162,12 +162,7 @@ class Session:
         raise _unknown_setting(name)
 
     def budget(self) -> dict[str, Any]:
-        spent = self.ledger.spent(self.user.name)
-        left = self.filter.remaining(spent)
-        return {"user": self.user.name, "filter": self.filter.name,
-                "epsilon": {"total": self.user.epsilon, "spent": spent.epsilon, "remaining": left["epsilon"]},
-                "delta": {"total": self.user.delta, "spent": spent.delta, "remaining": left["delta"]},
-                "queries": spent.queries}
+        return budget_summary(self.policy, self.ledger, self.user.name)
 
     def budget_result(self) -> Result:
         b = self.budget()
@@ -276,6 +271,18 @@ class Session:
     def close(self) -> None:
         self.ledger.close()
         self.engine.close()
+
+
+def budget_summary(policy: Policy, ledger: Ledger, user: str) -> dict[str, Any]:
+    """An analyst's totals, spending and what is left, as exact rationals."""
+    u = policy.user(user)
+    budget = make_filter(u.filter, u.epsilon, u.delta)
+    spent = ledger.spent(u.name)
+    left = budget.remaining(spent)
+    return {"user": u.name, "filter": budget.name,
+            "epsilon": {"total": u.epsilon, "spent": spent.epsilon, "remaining": left["epsilon"]},
+            "delta": {"total": u.delta, "spent": spent.delta, "remaining": left["delta"]},
+            "queries": spent.queries}
 
 
 def explain_lines(info: dict[str, Any]) -> list[str]:
