@@ -90,7 +90,7 @@ class Ledger:
                 raise BudgetExceeded(
                     f'privacy budget exhausted for analyst "{user}": this query costs epsilon={show(cost.epsilon)}, '
                     f"delta={show(cost.delta)}; {budget.describe(spent)}",
-                    hint=_budget_hint(budget, spent),
+                    hint=_budget_hint(budget, spent, cost),
                 )
             after = spent.plus(cost)
             cur = con.execute(
@@ -135,9 +135,12 @@ class Ledger:
             self._local.con = None
 
 
-def _budget_hint(budget: Filter, spent: Spent) -> str:
+def _budget_hint(budget: Filter, spent: Spent, cost: Cost) -> str:
     left = budget.remaining(spent)
+    cache = "identical repeats of earlier queries are answered from the cache at no cost"
+    if cost.delta > left["delta"]:
+        return (f"only delta={show(left['delta'])} is left: SET dpsql.delta to at most that, or ask with "
+                f"Laplace noise over declared group keys, which needs no delta; {cache}")
     if left["epsilon"] > 0:
-        return (f"a cheaper query still fits: SET dpsql.epsilon = {show(left['epsilon'])} (or less); "
-                "identical repeats of earlier queries are answered from the cache at no cost")
-    return "the budget is spent; an administrator can grant more. Identical repeats of earlier queries are still answered from the cache at no cost"
+        return f"a cheaper query still fits: SET dpsql.epsilon = {show(left['epsilon'])} (or less); {cache}"
+    return f"the budget is spent; an administrator can grant more; {cache}"

@@ -1,0 +1,119 @@
+"""Shared fixtures: small real databases (DuckDB files, Parquet, CSV) with a policy beside them."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import duckdb
+import pytest
+
+import dpsql
+from dpsql.config import load_policy
+from dpsql.session import Session
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "sample_data"
+
+POLICY = """
+[engine]
+database = "db.duckdb"
+
+[privacy]
+filter = "basic"
+epsilon = {epsilon}
+delta = 1e-6
+query_epsilon = {query_epsilon}
+mechanism = "laplace"
+
+[tables.people]
+privacy_unit = "pid"
+max_groups = 1
+max_rows = 1
+columns.age = {{ lower = 0, upper = 100 }}
+columns.sex = {{ keys = ["F", "M"] }}
+
+[tables.events]
+privacy_unit = "pid"
+max_groups = 2
+max_rows = 3
+columns.amount = {{ lower = 0, upper = 50 }}
+columns.kind = {{ keys = ["a", "b", "c"] }}
+columns.place = {{ keys_from = "places.name" }}
+
+[tables.places]
+public = true
+
+[tables.rows]
+privacy_unit = "row"
+columns.v = {{ lower = -10, upper = 10 }}
+columns.g = {{ keys = [1, 2, 3] }}
+
+[users.alice]
+[users.bob]
+epsilon = 2.0
+"""
+
+
+def make_db(path: Path, people, events, places=("north", "south", "east"), rows=()) -> None:
+    """Write a DuckDB file: people(pid, age, sex, city), events(pid, kind, amount, place), places(name), rows(v, g)."""
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE people (pid INTEGER, age DOUBLE, sex VARCHAR, city VARCHAR)")
+    con.execute("CREATE TABLE events (pid INTEGER, kind VARCHAR, amount DOUBLE, place VARCHAR)")
+    con.execute("CREATE TABLE places (name VARCHAR, region VARCHAR)")
+    con.execute("CREATE TABLE rows (v DOUBLE, g INTEGER)")
+    if people:
+        con.executemany("INSERT INTO people VALUES (?, ?, ?, ?)", [list(p) for p in people])
+    if events:
+        con.executemany("INSERT INTO events VALUES (?, ?, ?, ?)", [list(e) for e in events])
+    con.executemany("INSERT INTO places VALUES (?, ?)", [[p, "r" + str(i % 2)] for i, p in enumerate(places)])
+    if rows:
+        con.executemany("INSERT INTO rows VALUES (?, ?)", [list(r) for r in rows])
+    con.close()
+
+
+def write_policy(directory: Path, *, epsilon: float = 1000.0, query_epsilon: float = 1.0, extra: str = "") -> Path:
+    path = directory / "policy.toml"
+    path.write_text(textwrap.dedent(POLICY.format(epsilon=epsilon, query_epsilon=query_epsilon)) + extra)
+    return path
+
+
+def default_people():
+    cities = ["Oslo", "Rome", "Lima", "Pune"]
+    return [(i, 20 + (i * 7) % 60, "F" if i % 2 else "M", cities[i % 4]) for i in range(1, 201)]
+
+
+def default_events():
+    out = []
+    for i in range(1, 201):
+        for j in range(i % 5):
+            out.append((i, "abc"[j % 3], float((i * j) % 50), ["north", "south", "east"][(i + j) % 3]))
+    return out
+
+
+@pytest.fixture
+def small_policy(tmp_path: Path) -> Path:
+    make_db(tmp_path / "db.duckdb", default_people(), default_events(),
+            rows=[((i % 21) - 10.0, 1 + i % 3) for i in range(300)])
+    return write_policy(tmp_path)
+
+
+@pytest.fixture
+def session(small_policy: Path) -> Session:
+    s = Session(load_policy(small_policy), "alice")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def conn(small_policy: Path):
+    c = dpsql.connect(small_policy, user="alice")
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def sample_conn(tmp_path: Path):
+    c = dpsql.connect(SAMPLE / "dpsql.toml", user="alice", ledger=tmp_path / "ledger.sqlite")
+    yield c
+    c.close()

@@ -1,0 +1,157 @@
+"""The noise has the calibrated distribution, in the sampler and through real queries.
+
+Each test rejects at p < 1e-6. Kolmogorov-Smirnov against a discrete distribution's exact CDF
+is conservative (its p-values are too large, never too small), so each test's false-positive
+rate is at most 1e-6. Each also checks its power: the same draws against a 15 % wrong scale
+must be rejected, so a test that cannot fail would show up.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from dpsql.calibration import calibrate
+from dpsql.mechanisms import Noise, sample, selection_threshold
+from dpsql.sql.classify import classify
+from dpsql.sql.rewrite import rewrite
+
+ALPHA = 1e-6
+
+
+def discrete_laplace_cdf(scale: float):
+    """P(Z <= x) for P(Z = z) proportional to exp(-|z| / scale), z integer."""
+    q = math.exp(-1.0 / scale)
+
+    def cdf(x):
+        x = np.floor(np.asarray(x, dtype=float))
+        return np.where(x < 0, q ** np.abs(x) / (1 + q), 1 - q ** (x + 1) / (1 + q))
+    return cdf
+
+
+def discrete_gaussian_cdf(sigma: float):
+    span = int(sigma * 12) + 10
+    support = np.arange(-span, span + 1)
+    weights = np.exp(-support.astype(float) ** 2 / (2 * sigma**2))
+    cum = np.cumsum(weights) / weights.sum()
+
+    def cdf(x):
+        idx = np.floor(np.asarray(x, dtype=float)).astype(int) + span
+        return np.where(idx < 0, 0.0, cum[np.clip(idx, 0, len(support) - 1)])
+    return cdf
+
+
+def ks_p(draws, cdf) -> float:
+    """Kolmogorov-Smirnov for integer data: D = sup |F_n - F| over the support (both right-
+    continuous), p from the continuous Kolmogorov distribution, which is conservative here."""
+    x = np.sort(np.asarray(draws, dtype=float))
+    values, counts = np.unique(x, return_counts=True)
+    empirical = np.cumsum(counts) / len(x)
+    d = np.max(np.abs(empirical - cdf(values)))
+    # Between support points both CDFs are flat, and below the smallest draw F_n = 0.
+    d = max(d, float(cdf(values[0] - 1)))
+    return float(stats.kstwo.sf(d, len(x)))
+
+
+@pytest.mark.parametrize("scale", [0.8, 3.0, 250.0])
+def test_laplace_sampler_has_calibrated_scale(scale):
+    draws = sample(Noise("laplace", scale), 20_000)
+    assert ks_p(draws, discrete_laplace_cdf(scale)) > ALPHA
+    assert ks_p(draws, discrete_laplace_cdf(scale * 1.15)) < ALPHA  # power
+
+
+@pytest.mark.parametrize("sigma", [1.5, 40.0])
+def test_gaussian_sampler_has_calibrated_scale(sigma):
+    draws = sample(Noise("gaussian", sigma), 20_000)
+    assert ks_p(draws, discrete_gaussian_cdf(sigma)) > ALPHA
+    assert ks_p(draws, discrete_gaussian_cdf(sigma * 1.15)) < ALPHA
+
+
+def test_laplace_interval_half_width_is_exact():
+    """P(|Z| > half_width) <= alpha, and half_width is the smallest such integer."""
+    for b in (0.5, 2.0, 37.5):
+        noise = Noise("laplace", b)
+        q = math.exp(-1 / b)
+        tail = lambda j: 2 * q ** (j + 1) / (1 + q)  # P(|Z| > j) = P(|Z| >= j + 1)
+        h = noise.half_width(0.95)
+        assert tail(h) <= 0.05 + 1e-12
+        assert h == 0 or tail(h - 1) > 0.05
+
+
+def test_selection_threshold_bounds_the_release_probability():
+    for b, d in ((1.0, 1e-6), (4.0, 1e-9), (20.0, 1e-5)):
+        tau = selection_threshold(b, Fraction(d))
+        q = math.exp(-1 / b)
+        p_release = q ** (tau - 1) / (1 + q)  # P(1 + Z >= tau) = P(Z >= tau - 1)
+        assert p_release <= d
+        assert q ** (tau - 2) / (1 + q) > d  # and tau is the smallest such threshold
+
+
+def _noise_through_queries(session, sql: str, runs: int):
+    """Released value minus the exact pre-noise value, in the measure's integer units."""
+    session.execute("SET dpsql.cache = off")
+    tree = classify(sql).tree
+    plan, cal, _ = session._prepare(tree)
+    truth = session.engine.execute(rewrite(plan, "duckdb", plan.literal_domain_size()))
+    exact = int(truth.columns[1][0])
+    unit = plan.measures[0].unit_scale
+    out = []
+    for _ in range(runs):
+        value = session.execute(sql).rows[0][0]
+        out.append(round(value / unit) - exact)
+    return out, cal.measures[0].noise
+
+
+def test_count_query_noise_is_laplace_with_scale_l1_over_epsilon(session):
+    draws, noise = _noise_through_queries(session, "SELECT COUNT(*) FROM people", 400)
+    assert noise.scale == 1.0  # max_groups * max_rows / epsilon = 1 * 1 / 1
+    assert ks_p(draws, discrete_laplace_cdf(1.0)) > ALPHA
+
+
+def test_sum_query_noise_is_laplace_with_scale_l1_over_epsilon(session):
+    session.execute("SET dpsql.epsilon = 0.5")
+    draws, noise = _noise_through_queries(session, "SELECT SUM(age) FROM people", 400)
+    bits = 24 - math.ceil(math.log2(100))
+    assert noise.scale == pytest.approx((math.floor(100 * 2**bits) + 1) / 0.5)
+    assert ks_p(draws, discrete_laplace_cdf(noise.scale)) > ALPHA
+    assert ks_p(draws, discrete_laplace_cdf(noise.scale * 4)) < ALPHA  # power: expected D ~ 0.24
+
+
+def test_gaussian_query_noise(session):
+    session.execute("SET dpsql.mechanism = gaussian")
+    session.execute("SET dpsql.delta = 1e-9")
+    draws, noise = _noise_through_queries(session, "SELECT COUNT(*) FROM people", 400)
+    assert noise.kind == "gaussian"
+    assert ks_p(draws, discrete_gaussian_cdf(noise.scale)) > ALPHA
+
+
+def test_intervals_cover_the_truth(session):
+    """95 % intervals of COUNT and AVG contain the exact value in at least 95 % of runs
+    (binomial test at 1e-6 against coverage 0.95)."""
+    session.execute("SET dpsql.cache = off")
+    session.execute("SET dpsql.epsilon = 0.3")
+    exact = session.engine.execute("SELECT COUNT(*), AVG(LEAST(GREATEST(age, 0), 100)) FROM people").columns
+    true_count, true_avg = exact[0][0], exact[1][0]
+    runs, hits_c, hits_a = 300, 0, 0
+    for _ in range(runs):
+        r = session.execute("SELECT COUNT(*), AVG(age) FROM people")
+        lo, hi = r.dp["ci"]["count"][0]
+        hits_c += lo <= true_count <= hi
+        lo, hi = r.dp["ci"]["avg"][0]
+        hits_a += lo <= true_avg <= hi
+    for hits in (hits_c, hits_a):
+        assert stats.binomtest(hits, runs, 0.95, alternative="less").pvalue > ALPHA
+
+
+def test_calibration_splits_epsilon_across_measures(session):
+    plan, cal, _ = session._prepare(classify("SELECT COUNT(*), SUM(age), AVG(age) FROM people").tree)
+    # COUNT(*), SUM(age), centred SUM(age) for AVG and COUNT(age) for AVG: four measures.
+    assert len(plan.measures) == 4
+    assert all(m.epsilon == Fraction(1, 4) for m in cal.measures)
+    plan2, cal2, _ = session._prepare(classify("SELECT COUNT(age), AVG(age) FROM people").tree)
+    assert len(plan2.measures) == 2  # COUNT(age) is shared with AVG's count
+    assert calibrate(plan2, Fraction(1), Fraction(0), "laplace").cost.epsilon == 1
