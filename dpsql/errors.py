@@ -62,6 +62,13 @@ class NotSupportedError(DatabaseError):
     sqlstate = "0A000"
 
 
+class UnsupportedQuery(ProgrammingError, NotSupportedError):
+    """A construct dpsql refuses (0A000): an error in the query as far as the analyst is
+    concerned (ProgrammingError), and a missing feature as PEP 249 sees it (NotSupportedError)."""
+
+    sqlstate = "0A000"
+
+
 class PolicyError(Error):
     """A mistake in the policy file, reported with file, table, column and the fix."""
 
@@ -83,8 +90,8 @@ def forbidden(message: str, hint: str | None = None) -> ProgrammingError:
     return ProgrammingError(message, sqlstate="42501", hint=hint)
 
 
-def unsupported(message: str, hint: str | None = None) -> NotSupportedError:
-    return NotSupportedError(message, sqlstate="0A000", hint=hint)
+def unsupported(message: str, hint: str | None = None) -> UnsupportedQuery:
+    return UnsupportedQuery(message, hint=hint)
 
 
 def undefined_table(name: str) -> ProgrammingError:

@@ -74,10 +74,23 @@ def _cannot_fail(node: exp.Expression, types: Mapping[tuple[str, str], str]) -> 
 def total(node: exp.Expression, types: Mapping[tuple[str, str], str] | None = None) -> exp.Expression:
     """Make a row-level expression total: casts become TRY_CAST, and any other engine error
     becomes NULL, so whether a query fails cannot depend on a private value."""
-    node = _try_casts(node)
-    if _cannot_fail(node, types or {}):
+    return _total(_try_casts(node), types or {})
+
+
+def _total(node: exp.Expression, types: Mapping[tuple[str, str], str]) -> exp.Expression:
+    if _cannot_fail(node, types):
         return node
-    return _try(node)
+    if node.find(exp.Subquery, exp.Select) is None:
+        return _try(node)
+    # DuckDB's TRY cannot wrap a subquery: make each subquery-free operand total instead (the
+    # subquery itself reads public tables only, so its failures cannot depend on private rows).
+    for key, value in list(node.args.items()):
+        if isinstance(value, exp.Expression) and not isinstance(value, (exp.Subquery, exp.Select)):
+            node.set(key, _total(value, types))
+        elif isinstance(value, list):
+            node.set(key, [_total(v, types) if isinstance(v, exp.Expression) and not isinstance(v, (exp.Subquery, exp.Select))
+                           else v for v in value])
+    return node
 
 
 def _conjuncts(node: exp.Expression) -> list[exp.Expression]:

@@ -1,0 +1,110 @@
+"""Exact budget arithmetic: 1000 queries of 0.001 fit in epsilon = 1, the 1001st does not."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+import dpsql
+from dpsql.accounting.cost import Cost
+from dpsql.accounting.filters import BasicFilter, Spent
+from dpsql.accounting.ledger import Ledger
+
+from .conftest import write_policy
+
+
+def test_float_sum_would_get_this_wrong():
+    total = 0.0
+    for _ in range(1000):
+        total += 0.001
+    assert total > 1.0  # why the ledger sums exact rationals
+
+
+def test_exactly_1000_queries_of_a_thousandth(small_policy, tmp_path):
+    policy = write_policy(small_policy.parent, epsilon=1.0, query_epsilon=0.001)
+    conn = dpsql.connect(policy, user="alice", ledger=tmp_path / "exact.sqlite")
+    cur = conn.cursor()
+    cur.execute("SET dpsql.cache = off")
+    for i in range(1000):
+        cur.execute("SELECT COUNT(*) FROM people")
+        assert cur.dp["cost"] == {"epsilon": 0.001, "delta": 0.0}
+    assert conn.session.budget()["epsilon"]["spent"] == Fraction(1)
+    assert cur.dp["remaining"]["epsilon"] == 0.0
+    with pytest.raises(dpsql.BudgetExceeded) as info:
+        cur.execute("SELECT COUNT(*) FROM people")
+    err = info.value
+    assert err.sqlstate == "53000"
+    assert "remaining epsilon=0" in str(err) and "spent epsilon=1 of 1" in str(err)
+    assert conn.session.budget()["queries"] == 1000  # the refused query charged nothing
+    conn.close()
+
+
+def test_refusal_names_what_is_left(small_policy, tmp_path):
+    policy = write_policy(small_policy.parent, epsilon=1.0, query_epsilon=0.4)
+    conn = dpsql.connect(policy, user="alice", ledger=tmp_path / "left.sqlite")
+    cur = conn.cursor()
+    cur.execute("SET dpsql.cache = off")
+    cur.execute("SELECT COUNT(*) FROM people")
+    cur.execute("SELECT COUNT(*) FROM people")
+    with pytest.raises(dpsql.BudgetExceeded) as info:
+        cur.execute("SELECT COUNT(*) FROM people")
+    assert "remaining epsilon=0.2" in str(info.value)
+    assert "SET dpsql.epsilon = 0.2" in info.value.hint
+    cur.execute("SET dpsql.epsilon = 0.2")
+    cur.execute("SELECT COUNT(*) FROM people")  # the cheaper query still fits, exactly
+    assert conn.session.budget()["epsilon"]["remaining"] == 0
+    conn.close()
+
+
+def test_cache_answers_repeats_for_free(conn):
+    cur = conn.cursor()
+    cur.execute("SELECT sex, COUNT(*) FROM people GROUP BY sex")
+    first = cur.fetchall()
+    cur.execute("SELECT  sex, count(*)  FROM people GROUP BY sex")  # same query, other spelling
+    assert cur.fetchall() == first
+    assert cur.dp["cached"] is True and cur.dp["cost"]["epsilon"] == 0
+    assert conn.session.budget()["queries"] == 1
+    cur.execute("SET dpsql.cache = off")
+    cur.execute("SELECT sex, COUNT(*) FROM people GROUP BY sex")
+    assert cur.dp["cached"] is False
+    assert conn.session.budget()["queries"] == 2
+
+
+def test_budgets_are_per_analyst(small_policy):
+    a = dpsql.connect(small_policy, user="alice")
+    b = dpsql.connect(small_policy, user="bob")
+    a.cursor().execute("SELECT COUNT(*) FROM people")
+    assert a.session.budget()["queries"] == 1
+    assert b.session.budget()["queries"] == 0
+    assert b.session.budget()["epsilon"]["total"] == 2
+    a.close()
+    b.close()
+
+
+def test_unknown_analyst_is_refused(small_policy):
+    with pytest.raises(dpsql.Error) as info:
+        dpsql.connect(small_policy, user="mallory")
+    assert info.value.sqlstate == "28000"
+
+
+def test_basic_filter_is_exact():
+    f = BasicFilter(Fraction(1), Fraction(1, 10**6))
+    spent = Spent()
+    cost = Cost(Fraction(1, 1000))
+    for _ in range(1000):
+        assert f.admits(spent, cost)
+        spent = spent.plus(cost)
+    assert not f.admits(spent, cost)
+    assert not f.admits(Spent(), Cost(Fraction(0), Fraction(2, 10**6)))
+
+
+def test_ledger_survives_reopen(tmp_path):
+    led = Ledger(tmp_path / "l.sqlite")
+    f = BasicFilter(Fraction(1), Fraction(0))
+    charge_id, _ = led.charge("alice", f, Cost(Fraction(1, 3)), "SELECT 1", {})
+    led.record_release(charge_id, [[1]])
+    led.close()
+    again = Ledger(tmp_path / "l.sqlite")
+    assert again.spent("alice").epsilon == Fraction(1, 3)
+    assert again.history("alice")[0]["released"] is True

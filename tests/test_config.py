@@ -1,0 +1,119 @@
+"""Every policy mistake is reported with file, table, column and the fix."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from dpsql.config import exact, load_policy
+from dpsql.engines.duckdb import DuckDBEngine
+from dpsql.errors import PolicyError
+
+from .conftest import SAMPLE, default_events, default_people, make_db
+
+BASE = """
+[engine]
+database = "db.duckdb"
+[tables.people]
+privacy_unit = "pid"
+{people}
+[tables.places]
+public = true
+"""
+
+
+def _policy(tmp_path, people="", extra=""):
+    make_db(tmp_path / "db.duckdb", default_people(), default_events())
+    p = tmp_path / "policy.toml"
+    p.write_text(textwrap.dedent(BASE.format(people=people)) + extra)
+    return p
+
+
+@pytest.mark.parametrize("people,fragments", [
+    ("columns.age = { lower = 100, upper = 0 }", ["column 'age'", "greater than upper", "swap"]),
+    ("columns.age = { lower = nan, upper = 10 }", ["column 'age'", "not a finite number"]),
+    ("columns.age = { lower = 0, upper = inf }", ["column 'age'", "not a finite number"]),
+    ("columns.age = { lower = 0 }", ["only one of lower and upper"]),
+    ("columns.age = { lower = 0, upper = 1, keys = [1] }", []),
+    ("max_groups = 0", ["max_groups", "at least 1"]),
+    ("colour = 3", ["unknown key 'colour'"]),
+    ("columns.sex = { keys = [] }", ["non-empty"]),
+    ("columns.sex = { keys = ['F', 'F'] }", ["duplicates"]),
+    ("columns.sex = { keys_from = 'nowhere.name' }", ["keys_from names table 'nowhere'"]),
+    ("columns.sex = { keys_from = 'people.sex' }", ["which is private"]),
+    ("columns.sex = { keys_from = 'places' }", ["TABLE.COLUMN"]),
+])
+def test_static_mistakes(tmp_path, people, fragments):
+    p = _policy(tmp_path, people)
+    if not fragments:
+        load_policy(p)
+        return
+    with pytest.raises(PolicyError) as info:
+        load_policy(p)
+    text = str(info.value)
+    assert str(p) in text and "[tables.people]" in text
+    for f in fragments:
+        assert f in text
+
+
+def test_missing_privacy_unit(tmp_path):
+    make_db(tmp_path / "db.duckdb", default_people(), default_events())
+    p = tmp_path / "policy.toml"
+    p.write_text('[engine]\ndatabase = "db.duckdb"\n[tables.people]\nmax_rows = 2\n')
+    with pytest.raises(PolicyError) as info:
+        load_policy(p)
+    assert "missing privacy_unit" in str(info.value) and 'privacy_unit = "row"' in info.value.hint
+
+
+@pytest.mark.parametrize("people,extra,fragment", [
+    ("columns.height = { lower = 0, upper = 2 }", "", "column 'height': no such column"),
+    ("", "[tables.ghosts]\nprivacy_unit = \"pid\"\n", "no table 'ghosts'"),
+    ("columns.sex = { keys_from = 'places.title' }", "", "does not resolve"),
+    ("columns.city = { lower = 0, upper = 2 }", "", "bounds on a VARCHAR column"),
+])
+def test_schema_mistakes(tmp_path, people, extra, fragment):
+    p = _policy(tmp_path, people, extra)
+    with pytest.raises(PolicyError) as info:
+        DuckDBEngine(load_policy(p))
+    assert fragment in str(info.value)
+
+
+def test_wrong_privacy_unit_column(tmp_path):
+    make_db(tmp_path / "db.duckdb", default_people(), default_events())
+    p = tmp_path / "policy.toml"
+    p.write_text('[engine]\ndatabase = "db.duckdb"\n[tables.people]\nprivacy_unit = "person"\n')
+    with pytest.raises(PolicyError) as info:
+        DuckDBEngine(load_policy(p))
+    assert "privacy_unit column 'person' does not exist" in str(info.value)
+
+
+def test_missing_source_file(tmp_path):
+    p = tmp_path / "policy.toml"
+    p.write_text('[tables.t]\nsource = "gone.parquet"\nprivacy_unit = "id"\n')
+    with pytest.raises(PolicyError) as info:
+        load_policy(p)
+    assert "gone.parquet" in str(info.value) and "does not exist" in str(info.value)
+
+
+def test_bad_toml(tmp_path):
+    p = tmp_path / "policy.toml"
+    p.write_text("[privacy\nepsilon = 1")
+    with pytest.raises(PolicyError) as info:
+        load_policy(p)
+    assert "not valid TOML" in str(info.value)
+
+
+def test_sample_policy_loads():
+    policy = load_policy(SAMPLE / "dpsql.toml")
+    assert set(policy.users) == {"alice", "bob"}
+    assert policy.users["alice"].epsilon == 10
+    assert policy.table("visits").max_rows == 10
+    engine = DuckDBEngine(policy)
+    assert set(engine.schema()) == {"patients", "visits", "wards"}
+    engine.close()
+
+
+def test_exact_reads_decimals_as_people_mean_them():
+    assert exact(0.001) * 1000 == 1
+    assert exact(0.1) + exact(0.2) == exact(0.3)

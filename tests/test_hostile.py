@@ -1,0 +1,123 @@
+"""Hostile input gets a ProgrammingError with a SQLSTATE and a helpful message, and costs nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+import dpsql
+from dpsql.config import load_policy
+from dpsql.engines.duckdb import DuckDBEngine
+
+HOSTILE = [
+    ("SELECT * FROM people", "42501", "rows of a private table"),
+    ("SELECT age FROM people", "42501", "rows of a private table"),
+    ("SELECT pid, age FROM people WHERE pid = 7", "42501", "rows of a private table"),
+    ("SELECT sex FROM people GROUP BY sex", "42501", "at least one aggregate"),
+    ("SELECT * FROM read_csv('/etc/passwd')", "42501", "table functions"),
+    ("SELECT COUNT(*) FROM read_csv('/etc/passwd')", "42501", "table functions"),
+    ("SELECT COUNT(*) FROM read_parquet('/tmp/x.parquet')", "42501", "table functions"),
+    ("SELECT COUNT(*) FROM people WHERE sex IN (SELECT column0 FROM read_csv('/etc/passwd'))", "42501", "table functions"),
+    ("COPY people TO '/tmp/out.csv'", "42501", "COPY statements are not allowed"),
+    ("ATTACH '/tmp/other.duckdb' AS o", "42501", "ATTACH statements are not allowed"),
+    ("PRAGMA database_list", "42501", "PRAGMA statements are not allowed"),
+    ("INSTALL httpfs", "42501", "INSTALL statements are not allowed"),
+    ("LOAD httpfs", "42501", "LOAD statements are not allowed"),
+    ("SET enable_external_access = true", "42501", "cannot be changed"),
+    ("SET threads = 1", "42501", "cannot be changed"),
+    ("SELECT COUNT(*) FROM people; SELECT * FROM people", "42501", "multiple statements"),
+    ("SELECT COUNT(*) FROM people; DROP TABLE people", "42501", "multiple statements"),
+    ("SELECT COUNT(*), ROW_NUMBER() OVER () FROM people", "42501", "window functions"),
+    ("SELECT SUM(age) OVER (PARTITION BY sex) FROM people", "42501", "window functions"),
+    ("SELECT MIN(age) FROM people", "0A000", "MIN() would reveal one person's value"),
+    ("SELECT MAX(age) FROM people", "0A000", "MAX() would reveal one person's value"),
+    ("SELECT COUNT(*) FROM people WHERE random() < 0.5", "42501", "RAND() is not allowed"),
+    ("SELECT COUNT(*) FROM people WHERE getenv('HOME') = 'x'", "42501", "is not allowed"),
+    ("SELECT SUM(city) FROM people", "42P22", "no declared bounds"),
+    ("SELECT SUM(pid) FROM people", "42P22", "no declared bounds"),
+    ("SELECT AVG(age / (age - 20)) FROM people", "42P22", "cannot derive bounds"),
+    ("SELECT COUNT(*) FROM nosuchtable", "42P01", "does not exist"),
+    ("SELECT COUNT(*) FROM main.people p JOIN information_schema.tables t ON TRUE", "42P01", "does not exist"),
+    ("SELECT COUNT(*) FROM duckdb_settings()", "42501", "table functions"),
+    ("SELECT COUNT(nosuchcolumn) FROM people", "42703", "does not exist"),
+    ("SELEC COUNT(*) FROM people", "42501", "SELEC statements are not allowed"),
+    ("SELECT COUNT(* FROM people", "42601", "syntax error"),
+    ("SELECT COUNT(*) FROM people p JOIN events e ON p.age = e.amount", "42501", "joined on their privacy unit"),
+    ("SELECT COUNT(*) FROM people p, events e", "42501", "joined on their privacy unit"),
+    ("SELECT COUNT(*) FROM people p RIGHT JOIN events e ON p.pid = e.pid", "0A000", "RIGHT JOIN"),
+    ("SELECT COUNT(*) FROM (SELECT * FROM people LIMIT 5) s", "0A000", "LIMIT in a subquery"),
+    ("SELECT DISTINCT sex FROM people", "0A000", "DISTINCT"),
+    ("SELECT COUNT(DISTINCT city) FROM people", "0A000", "DISTINCT inside an aggregate"),
+    ("SELECT city, COUNT(*) FROM people GROUP BY ROLLUP (city)", "0A000", "ROLLUP"),
+    ("SELECT COUNT(*) FROM people UNION SELECT COUNT(*) FROM events", "0A000", "UNION"),
+    ("SELECT COUNT(*) FROM people WHERE age > (SELECT MAX(age) FROM people)", "0A000", "private table"),
+    ("WITH RECURSIVE r AS (SELECT 1) SELECT COUNT(*) FROM people", "0A000", "RECURSIVE"),
+    ("SELECT COUNT(*) FROM people TABLESAMPLE BERNOULLI (10)", "0A000", "TABLESAMPLE"),
+    ("SELECT sex, age, COUNT(*) FROM people GROUP BY sex", "42803", "must appear in the GROUP BY"),
+    ("DELETE FROM people", "42501", "DELETE statements are not allowed"),
+    ("CREATE TABLE x AS SELECT * FROM people", "42501", "CREATE statements are not allowed"),
+    ("EXPLAIN ANALYZE SELECT COUNT(*) FROM people", "0A000", "EXPLAIN ANALYZE"),
+    ("CALL pragma_version()", "42501", "CALL statements are not allowed"),
+    ("", "42601", "empty query"),
+]
+
+
+@pytest.mark.parametrize("sql,sqlstate,fragment", HOSTILE)
+def test_hostile_input_is_refused_and_free(conn, sql, sqlstate, fragment):
+    cur = conn.cursor()
+    before = conn.session.budget()
+    with pytest.raises(dpsql.ProgrammingError) as info:
+        cur.execute(sql)
+    err = info.value
+    assert err.sqlstate == sqlstate, str(err)
+    assert fragment.lower() in str(err).lower()
+    assert isinstance(err, dpsql.DatabaseError)
+    assert "Traceback" not in str(err)
+    after = conn.session.budget()
+    assert after == before  # nothing charged
+    assert after["queries"] == 0
+
+
+def test_unbounded_sum_says_which_bound_to_declare(conn):
+    with pytest.raises(dpsql.ProgrammingError) as info:
+        conn.cursor().execute("SELECT SUM(e.amount * p.pid) FROM events e JOIN people p ON e.pid = p.pid")
+    text = str(info.value)
+    assert "people.pid" in text and "lower" in text and "LEAST(GREATEST(" in text
+
+
+def test_engine_connection_is_locked(small_policy):
+    engine = DuckDBEngine(load_policy(small_policy))
+    for sql in ["SELECT * FROM read_csv('/etc/passwd')", "SET enable_external_access = true",
+                "ATTACH '/tmp/x.duckdb' AS x", "INSTALL httpfs", "LOAD httpfs", "SET lock_configuration = false"]:
+        with pytest.raises(dpsql.OperationalError) as info:
+            engine.execute(sql)
+        assert "root:" not in str(info.value)  # the engine's message never travels upward
+    assert engine.execute("SELECT COUNT(*) FROM people").columns[0][0] == 200
+    engine.close()
+
+
+def test_engine_errors_never_quote_data(small_policy):
+    engine = DuckDBEngine(load_policy(small_policy))
+    with pytest.raises(dpsql.OperationalError) as info:
+        engine.execute("SELECT CAST(city AS INTEGER) FROM people")
+    assert "Oslo" not in str(info.value) and "Rome" not in str(info.value)
+    engine.close()
+
+
+def test_data_dependent_errors_become_null_not_failures(conn):
+    """Casts and arithmetic that fail on some rows must not make the query fail."""
+    cur = conn.cursor()
+    for sql in ["SELECT COUNT(*) FROM people WHERE CAST(city AS INTEGER) > 3",
+                "SELECT COUNT(*) FROM people WHERE city::int = 3",
+                "SELECT COUNT(*) FROM people WHERE CAST(age AS BIGINT) * 9223372036854775807 > 0",
+                "SELECT COUNT(*) FROM people WHERE age % (age - age) = 0",
+                "SELECT SUM(LEAST(GREATEST(CAST(city AS DOUBLE), 0), 10)) FROM people"]:
+        cur.execute(sql)
+        assert cur.rowcount == 1
+
+
+def test_public_tables_can_be_read_row_by_row(conn):
+    cur = conn.cursor()
+    cur.execute("SELECT name FROM places ORDER BY name")
+    assert cur.fetchall() == [("east",), ("north",), ("south",)]
+    assert cur.dp is None
+    assert conn.session.budget()["queries"] == 0
