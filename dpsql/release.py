@@ -68,8 +68,9 @@ def release(plan: Plan, cal: Calibration, rs: ResultSet, confidence: float) -> N
 
 def _estimate(plan: Plan, est: Estimate, noisy: list[list[int]], half: list[float], half_split: list[float]):
     if est.func == "count":
-        col, h = noisy[est.count], half[est.count]
-        vals = [max(0, c) for c in col]
+        scale = plan.measures[est.count].unit_scale
+        col, h = [c * scale for c in noisy[est.count]], half[est.count] * scale
+        vals = [max(0, round(c)) for c in col]
         return vals, [(max(0.0, c - h), max(0.0, c + h)) for c in col], "BIGINT"
     m = plan.measures[est.total]
     unit = m.unit_scale
@@ -77,8 +78,9 @@ def _estimate(plan: Plan, est: Estimate, noisy: list[list[int]], half: list[floa
         col, h = noisy[est.total], half[est.total] * unit
         vals = [s * unit for s in col]
         return vals, [(v - h, v + h) for v in vals], "DOUBLE"
-    counts, sums = noisy[est.count], noisy[est.total]
-    hc, hs = half_split[est.count], half_split[est.total] * unit
+    count_scale = plan.measures[est.count].unit_scale
+    counts, sums = [c * count_scale for c in noisy[est.count]], noisy[est.total]
+    hc, hs = half_split[est.count] * count_scale, half_split[est.total] * unit
     vals, cis = [], []
     for c, s in zip(counts, sums):
         s = s * unit

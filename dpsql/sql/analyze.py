@@ -11,7 +11,7 @@ so COUNT(x), SUM(x) and AVG(x) in one query share their noisy counts and sums.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from sqlglot import exp
@@ -23,12 +23,14 @@ from .bounds import UNBOUNDED, Interval, interval
 from .scope import Relation, Resolver, Scope, Source, output_name
 
 FIXED_POINT_DIGITS = 24  # binary digits kept of the largest per-row magnitude
+COUNT_BITS = 10  # fractional binary digits of counts when a unit's groups are scaled down
 
 
 @dataclass(frozen=True)
 class Measure:
-    """One noisy vector. count: rows whose `value` is not NULL (every row if None), at most
-    max_rows per unit and group. sum: round((clamp(value) - centre) * 2**bits) summed."""
+    """One noisy vector, in fixed-point integer units of 2**-bits. count: rows whose `value` is
+    not NULL (every row if None), at most max_rows per unit and group. sum: round((clamp(value)
+    - centre) * 2**bits) summed."""
 
     kind: str
     value: exp.Expression | None
@@ -41,7 +43,7 @@ class Measure:
     def row_bound(self) -> int:
         """Largest |per-row integer| this measure adds (fixed-point units)."""
         if self.kind == "count":
-            return 1
+            return 2**self.bits
         spread = max(abs(self.lower - self.centre), abs(self.upper - self.centre))
         return 0 if spread == 0 else math.floor(spread * 2.0 ** self.bits) + 1
 
@@ -50,7 +52,8 @@ class Measure:
         return 2.0 ** -self.bits
 
     def signature(self) -> tuple:
-        return (self.kind, self.value.sql() if self.value is not None else None, self.lower, self.upper, self.centre)
+        return (self.kind, self.value.sql() if self.value is not None else None, self.lower, self.upper, self.centre,
+                self.bits)
 
     def describe(self) -> str:
         inner = "*" if self.value is None else self.value.sql(dialect="postgres")
@@ -100,7 +103,7 @@ class Plan:
     output_names: list[str]
     max_groups: int
     max_rows: int
-    public_domain_sizes: dict[int, int] = field(default_factory=dict)
+    scale_groups: bool = False
 
     @property
     def declared(self) -> bool:
@@ -110,14 +113,15 @@ class Plan:
     def needs_selection(self) -> bool:
         return bool(self.keys) and not self.declared
 
+    @property
+    def select_groups(self) -> bool:
+        """Keep at most max_groups groups per unit by selection (a window): partition selection
+        needs a bound on the number of groups a unit touches, not only on its total weight."""
+        return self.needs_selection and self.unit is not None
+
     def literal_domain_size(self) -> int | None:
         """Size of the cross product of literal key domains (None if a domain is a table's)."""
-        size = 1
-        for k in self.keys:
-            if k.domain is None:
-                return None
-            size *= len(k.domain)
-        return size
+        return _literal_domain_size(self.keys)
 
     def groups_per_unit(self, domain_size: int | None) -> int:
         """L0 bound: a unit touches at most max_groups groups, and no more than exist."""
@@ -130,6 +134,15 @@ class Plan:
     @property
     def rows_per_group(self) -> int:
         return self.max_rows
+
+
+def _literal_domain_size(keys: list[GroupKey]) -> int | None:
+    size = 1
+    for k in keys:
+        if k.domain is None:
+            return None
+        size *= len(k.domain)
+    return size
 
 
 @dataclass
@@ -210,6 +223,12 @@ class _Analysis:
         unit, unit_in_hash, row_id_source, max_groups, max_rows = self._unit()
         keys = self._group_keys()
         self.keys = keys
+        domain = _literal_domain_size(keys)
+        # With declared keys, a unit in more than max_groups groups has each group's share
+        # scaled by max_groups / (its groups): counts then need fractional bits.
+        scale_groups = (unit is not None and bool(keys) and all(k.declared for k in keys)
+                        and (domain is None or domain > max_groups))
+        self.count_bits = COUNT_BITS if scale_groups else 0
         if not keys and not any(contains_aggregate(e) for e in tree.expressions):
             raise forbidden("selecting rows of a private table is not allowed",
                             hint="ask for an aggregate instead, e.g. SELECT COUNT(*), AVG(age) FROM patients")
@@ -219,7 +238,7 @@ class _Analysis:
                             hint="add COUNT(*) to see the groups; group keys alone would reveal which exist")
         return Plan(relation=rel, unit=unit, unit_in_hash=unit_in_hash, row_id_source=row_id_source, keys=keys,
                     measures=self.measures, estimates=self.estimates, post=post, output_names=names,
-                    max_groups=max_groups, max_rows=max_rows)
+                    max_groups=max_groups, max_rows=max_rows, scale_groups=scale_groups)
 
     # The privacy unit ----------------------------------------------------------------------
     def _unit(self) -> tuple[exp.Expression | None, bool, str | None, int, int]:
@@ -346,10 +365,10 @@ class _Analysis:
         arg = node.this
         if isinstance(node, exp.Count):
             if arg is None or isinstance(arg, exp.Star):
-                est = Estimate("count", text, count=self._measure(Measure("count", None)))
+                est = Estimate("count", text, count=self._measure(Measure("count", None, bits=self.count_bits)))
             else:
                 value = self.scope.resolve(arg, self.resolver)
-                est = Estimate("count", text, count=self._measure(Measure("count", value)))
+                est = Estimate("count", text, count=self._measure(Measure("count", value, bits=self.count_bits)))
         else:
             if contains_aggregate(arg):
                 raise ProgrammingError("aggregate function calls cannot be nested", sqlstate="42803")
@@ -365,7 +384,7 @@ class _Analysis:
             if isinstance(node, exp.Sum):
                 est = Estimate("sum", text, total=total, lower=lo, upper=hi)
             else:
-                count = self._measure(Measure("count", value))
+                count = self._measure(Measure("count", value, bits=self.count_bits))
                 est = Estimate("avg", text, count=count, total=total, lower=lo, upper=hi, centre=centre)
         key = repr((est.func, est.count, est.total))
         if key not in self._estimate_index:

@@ -2,15 +2,18 @@
 
 filtered   FROM/JOIN/WHERE, the unit, group keys and per-row measure values: clamped to their
            bounds and converted to fixed point, so sums are exact integers;
-per_unit   GROUP BY unit and keys: each unit's partial counts and sums in each group, and at
-           most max_groups groups per unit (chosen by a hash of the unit's own keys);
-per_group  totals per group after bounding each unit's contribution to max_rows rows, and the
-           number of distinct units (for partition selection);
+per_unit   GROUP BY unit and keys: each unit's partial counts and sums in each group; under
+           partition selection at most max_groups groups per unit (by a hash of its own keys);
+per_group  totals per group after bounding each unit's contribution to max_rows rows (and,
+           with declared keys, scaling a unit in G > max_groups groups by max_groups / G), and
+           the number of distinct units (for partition selection);
 final      declared key domains joined in, so empty groups appear with zeros.
 
 A unit with n > max_rows rows in a group contributes its sum scaled by max_rows/n (its count
 capped at max_rows) rather than an arbitrary max_rows of its rows: the same sensitivity bound,
-one aggregation instead of a window, and the unit's own mean is kept.
+one aggregation instead of a window, and the unit's own mean is kept. The same holds across
+groups: scaling every share by max_groups / G keeps the L1 bound max_groups * max_rows * R and
+the L2 bound sqrt(max_groups) * max_rows * R, and costs a GROUP BY unit instead of a sort.
 """
 
 from __future__ import annotations
@@ -213,18 +216,26 @@ def rewrite(plan: Plan, dialect: str = "duckdb", domain_size: int | None = None)
                 partial.append(f"SUM(v{j}) AS s{j}")
         per_unit = f"SELECT {', '.join(['unit'] + keys + partial)}\n  FROM filtered\n  GROUP BY {', '.join(['unit'] + keys)}"
         groups = plan.groups_per_unit(domain_size)
-        if keys and (domain_size is None or groups < domain_size):
+        if plan.select_groups:
             hashed = ", ".join((["unit"] if plan.unit_in_hash else []) + keys)
             per_unit += f"\n  QUALIFY ROW_NUMBER() OVER (PARTITION BY unit ORDER BY hash({hashed})) <= {groups}"
         ctes.append(("per_unit", per_unit))
+        source = "per_unit"
+        if plan.scale_groups:
+            ctes.append(("unit_groups", "SELECT unit, COUNT(*) AS groups\n  FROM per_unit\n  GROUP BY unit"))
+            source = "per_unit JOIN unit_groups USING (unit)"
         aggs = ["COUNT(*) AS units"]
         for j, m in enumerate(plan.measures):
             n = "n" if m.value is None else f"n{j}"
             if m.kind == "count":
-                aggs.append(f"SUM(LEAST({n}, {m_rows})) AS m{j}")
+                share = f"LEAST({n}, {m_rows})" + (f" * {2 ** m.bits}" if m.bits else "")
             else:
-                aggs.append(f"SUM(CASE WHEN {n} > {m_rows} THEN (s{j} * {m_rows}) // {n} ELSE s{j} END) AS m{j}")
-        ctes.append(("per_group", f"SELECT {', '.join(keys + aggs)}\n  FROM per_unit{group_by}"))
+                share = f"CASE WHEN {n} > {m_rows} THEN (s{j} * {m_rows}) // {n} ELSE s{j} END"
+            if plan.scale_groups:
+                # // truncates toward zero, so a scaled share never exceeds the unscaled bound.
+                share = f"({share}) * {groups} // GREATEST(groups, {groups})"
+            aggs.append(f"SUM({share}) AS m{j}")
+        ctes.append(("per_group", f"SELECT {', '.join(keys + aggs)}\n  FROM {source}{group_by}"))
 
     values = ["COALESCE(g.units, 0) AS units"] + [f"COALESCE(g.m{j}, 0) AS m{j}" for j in range(len(plan.measures))]
     if keys and plan.declared:
