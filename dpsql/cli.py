@@ -15,8 +15,15 @@ from .session import Result, Session, budget_summary, explain_lines
 from .sql.classify import Query, classify
 
 
-def _session(policy: str, user: str, ledger: str | None) -> Session:
-    return Session(load_policy(policy, ledger_path=ledger), user)
+def _session(policy: str, user: str, ledger: str | None, epsilon: float | None = None,
+             delta: float | None = None) -> Session:
+    """A session with this command's --epsilon/--delta applied as session settings."""
+    session = Session(load_policy(policy, ledger_path=ledger), user)
+    if epsilon is not None:
+        session.execute(f"SET dpsql.epsilon = {epsilon!r}")
+    if delta is not None:
+        session.execute(f"SET dpsql.delta = {delta!r}")
+    return session
 
 
 def _fail(e: Error) -> None:
@@ -67,6 +74,10 @@ def _json_result(result: Result) -> str:
 _policy = click.option("--policy", "-p", required=True, type=click.Path(dir_okay=False), envvar="DPSQL_POLICY",
                        help="The policy file (TOML).")
 _user = click.option("--user", "-U", required=True, envvar="DPSQL_USER", help="The analyst, as declared in the policy.")
+_epsilon = click.option("--epsilon", type=float, default=None,
+                        help="The query's epsilon (default: the policy's query_epsilon).")
+_delta = click.option("--delta", type=float, default=None,
+                      help="The query's delta (for Gaussian noise or partition selection).")
 _ledger = click.option("--ledger", type=click.Path(dir_okay=False), default=None,
                        help="Ledger database (default: beside the policy file).")
 
@@ -81,19 +92,15 @@ def main() -> None:
 @_policy
 @_user
 @_ledger
-@click.option("--epsilon", type=float, default=None, help="This query's epsilon (default: the policy's query_epsilon).")
-@click.option("--delta", type=float, default=None, help="This query's delta (for Gaussian noise or partition selection).")
+@_epsilon
+@_delta
 @click.option("--json", "as_json", is_flag=True, help="Print rows, cost, remaining budget and intervals as JSON.")
 @click.argument("sql")
 def query(policy: str, user: str, ledger: str | None, epsilon: float | None, delta: float | None,
           as_json: bool, sql: str) -> None:
     """Answer one SQL query with differential privacy, charging USER's budget."""
     try:
-        session = _session(policy, user, ledger)
-        if epsilon is not None:
-            session.execute(f"SET dpsql.epsilon = {epsilon!r}")
-        if delta is not None:
-            session.execute(f"SET dpsql.delta = {delta!r}")
+        session = _session(policy, user, ledger, epsilon, delta)
         result = session.execute(sql)
     except Error as e:
         _fail(e)
@@ -117,19 +124,15 @@ def query(policy: str, user: str, ledger: str | None, epsilon: float | None, del
 @_policy
 @_user
 @_ledger
-@click.option("--epsilon", type=float, default=None)
-@click.option("--delta", type=float, default=None)
-@click.option("--json", "as_json", is_flag=True)
+@_epsilon
+@_delta
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @click.argument("sql")
 def explain(policy: str, user: str, ledger: str | None, epsilon: float | None, delta: float | None,
             as_json: bool, sql: str) -> None:
     """Show the rewritten query, sensitivities, noise scales, expected error and cost. Charges nothing."""
     try:
-        session = _session(policy, user, ledger)
-        if epsilon is not None:
-            session.execute(f"SET dpsql.epsilon = {epsilon!r}")
-        if delta is not None:
-            session.execute(f"SET dpsql.delta = {delta!r}")
+        session = _session(policy, user, ledger, epsilon, delta)
         stmt = classify(sql)
         if not isinstance(stmt, Query):
             raise Error("dpsql explain takes a SELECT query", sqlstate="0A000")

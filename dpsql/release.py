@@ -8,6 +8,7 @@ Everything after the noise (estimates, clamping counts at 0, intervals) is post-
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,7 +72,8 @@ def _estimate(plan: Plan, est: Estimate, noisy: list[list[int]], half: list[floa
         scale = plan.measures[est.count].unit_scale
         col, h = [c * scale for c in noisy[est.count]], half[est.count] * scale
         vals = [max(0, round(c)) for c in col]
-        return vals, [(max(0.0, c - h), max(0.0, c + h)) for c in col], "BIGINT"
+        # Counts are whole numbers: widen the interval outward to integers (still valid).
+        return vals, [(float(max(0, math.floor(c - h))), float(max(0, math.ceil(c + h)))) for c in col], "BIGINT"
     m = plan.measures[est.total]
     unit = m.unit_scale
     if est.func == "sum":
