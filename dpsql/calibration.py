@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .accounting.cost import Cost
+from .accounting.cost import Cost, Part
 from .errors import invalid_parameter
 from .mechanisms import Noise, gaussian_sigma, laplace_scale, rho_for, selection_threshold
 from .sql.analyze import Plan
@@ -55,7 +55,7 @@ def calibrate(plan: Plan, epsilon: Fraction, delta: Fraction, mechanism: str,
     k = len(plan.measures)
     shares = k + (1 if plan.needs_selection else 0)
     eps_share = epsilon / shares
-    events = []
+    parts: list[Part] = []
     selection = None
     delta_used = Fraction(0)
     if plan.needs_selection:
@@ -64,7 +64,8 @@ def calibrate(plan: Plan, epsilon: Fraction, delta: Fraction, mechanism: str,
         sel_delta = delta if mechanism == "laplace" else delta / 2
         scale = laplace_scale(groups, eps_share)
         selection = Selection(Noise("laplace", scale), selection_threshold(scale, sel_delta / groups), eps_share, sel_delta)
-        events.append({"kind": "selection", "epsilon": float(eps_share), "delta": float(sel_delta)})
+        parts.append(Part("selection", eps_share, sel_delta, rho=eps_share * eps_share / 2,
+                          noise_multiplier=scale / groups))
         delta_used += sel_delta
     measures = []
     if mechanism == "laplace":
@@ -72,9 +73,8 @@ def calibrate(plan: Plan, epsilon: Fraction, delta: Fraction, mechanism: str,
             l1 = groups * rows * m.row_bound
             noise = Noise("laplace", laplace_scale(l1, eps_share))
             measures.append(MeasureNoise(noise, l1, groups * (rows * m.row_bound) ** 2, eps_share, None))
-            if l1:
-                events.append({"kind": "laplace", "noise_multiplier": noise.scale / l1})
-        rho_total = None
+            parts.append(Part("laplace", eps_share, rho=eps_share * eps_share / 2,
+                              noise_multiplier=noise.scale / l1 if l1 else None))
     else:
         gauss_eps = eps_share * k
         gauss_delta = delta - delta_used
@@ -89,11 +89,10 @@ def calibrate(plan: Plan, epsilon: Fraction, delta: Fraction, mechanism: str,
             l2_squared = groups * (rows * m.row_bound) ** 2
             noise = Noise("gaussian", gaussian_sigma(l2_squared, rho_each))
             measures.append(MeasureNoise(noise, groups * rows * m.row_bound, l2_squared, None, rho_each))
-            if l2_squared:
-                events.append({"kind": "gaussian", "noise_multiplier": noise.scale / math.sqrt(l2_squared)})
-        delta_used += gauss_delta
-    cost = Cost(epsilon, delta_used, rho_total if selection is None else None, tuple(events))
-    return Calibration(measures, selection, cost, groups)
+        # The Gaussian measures share one rho: together they are one (eps, delta) block.
+        parts.append(Part("gaussian", gauss_eps, gauss_delta, rho=rho_total,
+                          noise_multiplier=1 / math.sqrt(2 * float(rho_each)), count=k))
+    return Calibration(measures, selection, Cost.of(parts), groups)
 
 
 def _needs_delta(plan: Plan):

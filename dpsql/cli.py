@@ -10,7 +10,7 @@ import click
 
 from .config import load_policy
 from .errors import Error
-from .accounting.ledger import Ledger
+from .accounting.ledger import open_ledger
 from .session import Result, Session, budget_summary, explain_lines
 from .sql.classify import Query, classify
 
@@ -157,7 +157,7 @@ def budget_show(policy: str, ledger: str | None, user: str | None, as_json: bool
     """Spent and remaining budget of USER (or of every analyst in the policy)."""
     try:
         pol = load_policy(policy, ledger_path=ledger)
-        led = Ledger(pol.ledger_path)
+        led = open_ledger(pol.ledger_path, pol.ledger_url)
         rows = [budget_summary(pol, led, name) for name in ([user] if user else list(pol.users))]
     except Error as e:
         _fail(e)

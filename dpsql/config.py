@@ -18,7 +18,7 @@ from .errors import PolicyError
 
 ROW_UNIT = "row"
 MECHANISMS = ("laplace", "gaussian")
-FILTERS = ("basic",)
+FILTERS = ("basic", "advanced", "whitehouse", "zcdp", "rdp", "gdp")
 SOURCE_FORMATS = {".parquet": "parquet", ".csv": "csv", ".tsv": "csv"}
 
 
@@ -73,10 +73,25 @@ class TablePolicy:
 
 
 @dataclass(frozen=True)
+class BudgetPolicy:
+    """A budget as declared: filter kind, totals, the part of delta reserved for releases'
+    own delta (partition selection) under non-basic filters, and the RDP order."""
+
+    filter: str
+    epsilon: Fraction
+    delta: Fraction
+    delta_reserve: Fraction = Fraction(0)
+    rdp_order: Fraction | None = None
+
+
+@dataclass(frozen=True)
 class PrivacyPolicy:
     filter: str = "basic"
     epsilon: Fraction = Fraction(1)
     delta: Fraction = Fraction(0)
+    delta_reserve: Fraction = Fraction(0)
+    rdp_order: Fraction | None = None
+    global_budget: BudgetPolicy | None = None
     query_epsilon: Fraction = Fraction(1, 10)
     query_delta: Fraction | None = None
     mechanism: str = "laplace"
@@ -96,6 +111,12 @@ class UserPolicy:
     epsilon: Fraction
     delta: Fraction
     filter: str
+    delta_reserve: Fraction = Fraction(0)
+    rdp_order: Fraction | None = None
+
+    @property
+    def budget(self) -> BudgetPolicy:
+        return BudgetPolicy(self.filter, self.epsilon, self.delta, self.delta_reserve, self.rdp_order)
 
 
 @dataclass(frozen=True)
@@ -114,6 +135,7 @@ class Policy:
     tables: Mapping[str, TablePolicy]
     users: Mapping[str, UserPolicy]
     ledger_path: Path
+    ledger_url: str | None = None
 
     def table(self, name: str) -> TablePolicy | None:
         return self.tables.get(name.lower())
@@ -222,24 +244,25 @@ def parse_policy(doc: Mapping[str, Any], path: Path, *, ledger_path: str | Path 
         r = _Reader(path, f"[users.{name}]", raw if isinstance(raw, dict) else {})
         if not isinstance(raw, dict):
             raise r.fail("is not a table", f"write it as a [users.{name}] section")
-        r.unknown_keys({"epsilon", "delta", "filter"})
-        users[name] = UserPolicy(
-            name=name,
-            epsilon=r.number("epsilon", privacy.epsilon, positive=True),
-            delta=r.number("delta", privacy.delta, minimum=0, maximum=1),
-            filter=r.choice("filter", privacy.filter, FILTERS),
-        )
+        r.unknown_keys({"epsilon", "delta", "filter", "delta_reserve", "rdp_order"})
+        b = _parse_budget(r, BudgetPolicy(privacy.filter, privacy.epsilon, privacy.delta, privacy.delta_reserve,
+                                          privacy.rdp_order))
+        users[name] = UserPolicy(name, b.epsilon, b.delta, b.filter, b.delta_reserve, b.rdp_order)
 
     ledger_section = _section(top, "ledger")
     lr = _Reader(path, "[ledger]", ledger_section)
-    lr.unknown_keys({"path"})
+    lr.unknown_keys({"path", "url"})
+    url = ledger_section.get("url")
+    if url is not None and not (isinstance(url, str) and url.startswith(("postgresql://", "postgres://"))):
+        raise lr.fail(f"url = {url!r} is not a PostgreSQL URL", 'write url = "postgresql://user@host/dbname"')
     if ledger_path is not None:
         ledger = Path(ledger_path)
     elif "path" in ledger_section:
         ledger = (base / ledger_section["path"]).resolve()
     else:
         ledger = base / f"{path.stem}.ledger.sqlite"
-    return Policy(path=path, engine=engine, privacy=privacy, tables=tables, users=users, ledger_path=ledger)
+    return Policy(path=path, engine=engine, privacy=privacy, tables=tables, users=users, ledger_path=ledger,
+                  ledger_url=url)
 
 
 def _section(reader: _Reader, key: str) -> Mapping[str, Any]:
@@ -267,21 +290,56 @@ def _parse_engine(r: _Reader, base: Path) -> EngineConfig:
     return EngineConfig(kind=kind, database=db_path, threads=threads, memory_limit=memory)
 
 
-def _parse_privacy(r: _Reader) -> PrivacyPolicy:
-    r.unknown_keys({"filter", "epsilon", "delta", "query_epsilon", "query_delta", "mechanism", "confidence"})
-    epsilon = r.number("epsilon", Fraction(1), positive=True)
-    delta = r.number("delta", Fraction(0), minimum=0, maximum=1)
+def _parse_budget(r: _Reader, default: BudgetPolicy) -> BudgetPolicy:
+    """filter/epsilon/delta/delta_reserve/rdp_order of one budget, checked for its filter."""
+    kind = r.choice("filter", default.filter, FILTERS)
+    epsilon = r.number("epsilon", default.epsilon, positive=True)
+    delta = r.number("delta", default.delta, minimum=0, maximum=1)
     if delta >= 1:
         raise r.fail(f"delta = {float(delta)} must be below 1", "use a small delta such as 1e-6")
-    query_epsilon = r.number("query_epsilon", min(Fraction(1, 10), epsilon), positive=True)
+    reserve = r.number("delta_reserve", default.delta_reserve, minimum=0)
+    order = r.number("rdp_order", default.rdp_order, minimum=1)
+    if kind == "rdp" and order is None:
+        order = Fraction(8)
+    if kind != "basic" and kind != "gdp" and reserve >= delta and delta > 0:
+        raise r.fail(f"delta_reserve = {float(reserve)} must be below delta = {float(delta)}",
+                     "keep most of delta for the filter, e.g. delta_reserve = delta / 10")
+    if kind in ("advanced", "whitehouse", "zcdp", "rdp", "gdp") and delta <= 0:
+        raise r.fail(f"the {kind} filter needs delta > 0", "set delta, e.g. delta = 1e-6, or use filter = \"basic\"")
+    if kind == "advanced" and delta >= Fraction(1, 3):
+        raise r.fail("the advanced filter needs delta below 1/e", "use a small delta such as 1e-6")
+    if kind == "rdp" and order <= 1:
+        raise r.fail("rdp_order must be above 1", "for example rdp_order = 8")
+    return BudgetPolicy(kind, epsilon, delta, reserve, order)
+
+
+def _parse_privacy(r: _Reader) -> PrivacyPolicy:
+    r.unknown_keys({"filter", "epsilon", "delta", "query_epsilon", "query_delta", "mechanism", "confidence",
+                    "delta_reserve", "rdp_order", "global"})
+    budget = _parse_budget(r, BudgetPolicy("basic", Fraction(1), Fraction(0)))
+    query_epsilon = r.number("query_epsilon", min(Fraction(1, 10), budget.epsilon), positive=True)
     query_delta = r.number("query_delta", None, minimum=0, maximum=1)
     confidence = r.number("confidence", Fraction(95, 100), positive=True)
     if confidence >= 1:
         raise r.fail("confidence must be below 1", "for example confidence = 0.95")
+    global_budget = None
+    if "global" in r.data:
+        g = r.data["global"]
+        gr = _Reader(r.path, "[privacy.global]", g if isinstance(g, dict) else {})
+        if not isinstance(g, dict):
+            raise gr.fail("is not a table", "write it as a [privacy.global] section")
+        gr.unknown_keys({"filter", "epsilon", "delta", "delta_reserve", "rdp_order"})
+        if "epsilon" not in g:
+            raise gr.fail("missing epsilon", "the global budget bounds all analysts together: set epsilon")
+        global_budget = _parse_budget(gr, BudgetPolicy(budget.filter, budget.epsilon, budget.delta,
+                                                       budget.delta_reserve, budget.rdp_order))
     return PrivacyPolicy(
-        filter=r.choice("filter", "basic", FILTERS),
-        epsilon=epsilon,
-        delta=delta,
+        filter=budget.filter,
+        epsilon=budget.epsilon,
+        delta=budget.delta,
+        delta_reserve=budget.delta_reserve,
+        rdp_order=budget.rdp_order,
+        global_budget=global_budget,
         query_epsilon=query_epsilon,
         query_delta=query_delta,
         mechanism=r.choice("mechanism", "laplace", MECHANISMS),

@@ -20,8 +20,7 @@ from typing import Any, Mapping, Sequence
 from sqlglot import exp
 
 from .accounting.cost import Cost, show
-from .accounting.filters import Filter, make_filter
-from .accounting.ledger import Ledger
+from .accounting.ledger import Ledger, open_ledger
 from .calibration import Calibration, calibrate, needs_delta
 from .config import MECHANISMS, Policy, exact
 from .engines import Engine, open_engine
@@ -73,8 +72,9 @@ class Session:
         self.policy = policy
         self.user = policy.user(user)
         self.engine = engine or open_engine(policy)
-        self.ledger = ledger or Ledger(policy.ledger_path)
-        self.filter: Filter = make_filter(self.user.filter, self.user.epsilon, self.user.delta)
+        self.ledger = ledger or open_ledger(policy.ledger_path, policy.ledger_url)
+        self.budget_policy = self.user.budget
+        self.global_budget = policy.privacy.global_budget
         self.settings = self._defaults()
         self._post = PostProcessor()
         self._lock = threading.Lock()
@@ -200,12 +200,13 @@ class Session:
         detail = {"mechanisms": [{"measure": m.describe(), "noise": mn.noise.kind, "scale": mn.noise.scale * m.unit_scale}
                                  for m, mn in zip(plan.measures, cal.measures)],
                   "selection_threshold": cal.selection.threshold if cal.selection else None}
-        charge_id, spent = self.ledger.charge(self.user.name, self.filter, cal.cost, stmt.sql, detail)
+        charge = self.ledger.charge(self.user.name, self.budget_policy, cal.cost, stmt.sql, detail, self.global_budget)
+        charge_id = charge.id
         rs = self.engine.execute(sql)
         noisy = release(plan, cal, rs, s.confidence)
         out = self._post.run(plan.post, noisy)
         rows = [tuple(_plain(v) for v in r) for r in out.rows]
-        left = self.filter.remaining(spent)
+        left = charge.filter.remaining(charge.totals)
         dp = {"cost": cal.cost.as_dict(), "remaining": {k: float(v) for k, v in left.items()},
               "ci": {k: v for k, v in out.ci.items()}, "confidence": s.confidence,
               "mechanism": s.mechanism, "cached": False,
@@ -225,9 +226,9 @@ class Session:
     def _from_cache(self, cached: dict[str, Any]) -> Result:
         rows = [tuple(r) for r in cached["rows"]]
         dp = dict(cached["dp"])
-        spent = self.ledger.spent(self.user.name)
+        f, totals = self.ledger.state(self.user.name, self.budget_policy)
         dp["cost"] = {"epsilon": 0.0, "delta": 0.0}
-        dp["remaining"] = {k: float(v) for k, v in self.filter.remaining(spent).items()}
+        dp["remaining"] = {k: float(v) for k, v in f.remaining(totals).items()}
         dp["cached"] = True
         dp["ci"] = {k: (None if v is None else [None if x is None else tuple(x) for x in v]) for k, v in dp["ci"].items()}
         return Result(cached["names"], cached["types"], rows, f"SELECT {len(rows)}", dp)
@@ -238,8 +239,8 @@ class Session:
         if isinstance(plan, PublicQuery):
             return {"public": True, "sql": plan.tree.sql(dialect=self.engine.dialect)}
         s = self.settings
-        spent = self.ledger.spent(self.user.name)
-        after = spent.plus(cal.cost)
+        f, totals = self.ledger.state(self.user.name, self.budget_policy)
+        after = totals.plus(f.usage(cal.cost))
         mechanisms = []
         for m, mn in zip(plan.measures, cal.measures):
             unit = m.unit_scale
@@ -259,8 +260,9 @@ class Session:
                 "epsilon": float(cal.selection.epsilon), "delta": float(cal.selection.delta)},
             "confidence": s.confidence,
             "cost": cal.cost.as_dict(),
-            "admitted": self.filter.admits(spent, cal.cost),
-            "remaining_after": {k: float(v) for k, v in self.filter.remaining(after).items()},
+            "admitted": f.admits(after),
+            "filter": f.name,
+            "remaining_after": {k: float(v) for k, v in f.remaining(after).items()},
         }
 
     def _explain(self, tree: exp.Query) -> Result:
@@ -274,15 +276,14 @@ class Session:
 
 
 def budget_summary(policy: Policy, ledger: Ledger, user: str) -> dict[str, Any]:
-    """An analyst's totals, spending and what is left, as exact rationals."""
+    """An analyst's budget in force: totals, spending and what is left, as exact rationals."""
     u = policy.user(user)
-    budget = make_filter(u.filter, u.epsilon, u.delta)
-    spent = ledger.spent(u.name)
-    left = budget.remaining(spent)
-    return {"user": u.name, "filter": budget.name,
-            "epsilon": {"total": u.epsilon, "spent": spent.epsilon, "remaining": left["epsilon"]},
-            "delta": {"total": u.delta, "spent": spent.delta, "remaining": left["delta"]},
-            "queries": spent.queries}
+    f, totals = ledger.state(u.name, u.budget)
+    left = f.remaining(totals)
+    return {"user": u.name, "filter": f.name,
+            "epsilon": {"total": f.epsilon, "spent": totals.epsilon, "remaining": left["epsilon"]},
+            "delta": {"total": f.delta, "spent": totals.delta, "remaining": left["delta"]},
+            "queries": totals.queries, "detail": f.describe(totals)}
 
 
 def explain_lines(info: dict[str, Any]) -> list[str]:

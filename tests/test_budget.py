@@ -8,8 +8,9 @@ import pytest
 
 import dpsql
 from dpsql.accounting.cost import Cost
-from dpsql.accounting.filters import BasicFilter, Spent
+from dpsql.accounting.filters import BasicFilter, Totals
 from dpsql.accounting.ledger import Ledger
+from dpsql.config import BudgetPolicy
 
 from .conftest import write_policy
 
@@ -35,7 +36,7 @@ def test_exactly_1000_queries_of_a_thousandth(small_policy, tmp_path):
         cur.execute("SELECT COUNT(*) FROM people")
     err = info.value
     assert err.sqlstate == "53000"
-    assert "remaining epsilon=0" in str(err) and "spent epsilon=1 of 1" in str(err)
+    assert "remaining epsilon=0" in str(err) and "spent epsilon=1 of 1" in str(err) and "basic filter" in str(err)
     assert conn.session.budget()["queries"] == 1000  # the refused query charged nothing
     conn.close()
 
@@ -90,21 +91,21 @@ def test_unknown_analyst_is_refused(small_policy):
 
 def test_basic_filter_is_exact():
     f = BasicFilter(Fraction(1), Fraction(1, 10**6))
-    spent = Spent()
-    cost = Cost(Fraction(1, 1000))
+    totals = Totals()
+    cost = Cost.pure(Fraction(1, 1000))
     for _ in range(1000):
-        assert f.admits(spent, cost)
-        spent = spent.plus(cost)
-    assert not f.admits(spent, cost)
-    assert not f.admits(Spent(), Cost(Fraction(0), Fraction(2, 10**6)))
+        assert f.admits_cost(totals, cost)
+        totals = totals.plus(f.usage(cost))
+    assert not f.admits_cost(totals, cost)
+    assert totals.epsilon == 1
 
 
 def test_ledger_survives_reopen(tmp_path):
     led = Ledger(tmp_path / "l.sqlite")
-    f = BasicFilter(Fraction(1), Fraction(0))
-    charge_id, _ = led.charge("alice", f, Cost(Fraction(1, 3)), "SELECT 1", {})
-    led.record_release(charge_id, [[1]])
+    budget = BudgetPolicy("basic", Fraction(1), Fraction(0))
+    charge = led.charge("alice", budget, Cost.pure(Fraction(1, 3)), "SELECT 1", {})
+    led.record_release(charge.id, [[1]])
     led.close()
     again = Ledger(tmp_path / "l.sqlite")
-    assert again.spent("alice").epsilon == Fraction(1, 3)
-    assert again.history("alice")[0]["released"] is True
+    assert again.spent("alice", budget).epsilon == Fraction(1, 3)
+    assert again.history("alice")[0]["released"] == [[1]]

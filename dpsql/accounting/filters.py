@@ -1,64 +1,340 @@
-"""Privacy filters: given what an analyst has spent, may this release go ahead?
+"""Privacy filters: given an analyst's running totals, may this release go ahead?
 
-A filter is pure: it reads running sums (exact rationals) and a cost, and says CONTINUE or
-HALT. The ledger keeps the sums and calls the filter inside its check-and-charge transaction.
+A filter is pure. The ledger keeps exact running totals (rationals) of every quantity any
+filter needs, `usage(cost)` says what one release adds to them, and `admits(totals)` says
+CONTINUE or HALT (DESIGN §5). Quantities that are irrational for a rational ε (ε(e^ε - 1)/2,
+Laplace Rényi divergences) are computed with 60 digits and rounded *up* to a rational before
+they are added, so sums never drift and can only err on the safe side.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
+from decimal import Decimal, localcontext
 from fractions import Fraction
-from typing import Protocol
+from typing import Mapping
 
-from .cost import Cost, show
+from .cost import Cost, Part, show
+from .zcdp import rho_from_epsilon
+
+FILTERS = ("basic", "advanced", "whitehouse", "zcdp", "rdp", "gdp")
+ZERO = Fraction(0)
+
+
+def _upper(x: Decimal) -> Fraction:
+    """A rational >= x (x computed with 60 digits; the margin covers their rounding)."""
+    return Fraction(x) + Fraction(1, 10**50)
+
+
+def _dec(x: Fraction) -> Decimal:
+    return Decimal(x.numerator) / Decimal(x.denominator)
+
+
+def expm1_term(eps: Fraction) -> Fraction:
+    """Upper bound on eps (e^eps - 1) / 2."""
+    with localcontext() as ctx:
+        ctx.prec = 60
+        e = _dec(eps)
+        return _upper(e * (e.exp() - 1) / 2)
+
+
+def laplace_rdp(eps: Fraction, order: Fraction) -> Fraction:
+    """Upper bound on the Rényi divergence of order α of the Laplace mechanism with ε = Δ/b
+    (Mironov 2017): 1/(α-1) ln(α/(2α-1) e^{(α-1)ε} + (α-1)/(2α-1) e^{-αε})."""
+    with localcontext() as ctx:
+        ctx.prec = 60
+        e, a = _dec(eps), _dec(order)
+        inner = a / (2 * a - 1) * ((a - 1) * e).exp() + (a - 1) / (2 * a - 1) * (-a * e).exp()
+        return min(eps, _upper(inner.ln() / (a - 1)))
 
 
 @dataclass(frozen=True)
-class Spent:
-    """Running sums over an analyst's charged releases."""
+class Totals:
+    """Exact running sums over an analyst's releases."""
 
-    epsilon: Fraction = Fraction(0)
-    delta: Fraction = Fraction(0)
+    sums: Mapping[str, Fraction] = field(default_factory=dict)
     queries: int = 0
 
-    def plus(self, cost: Cost) -> "Spent":
-        return Spent(self.epsilon + cost.epsilon, self.delta + cost.delta, self.queries + 1)
+    def get(self, key: str) -> Fraction:
+        return self.sums.get(key, ZERO)
+
+    @property
+    def epsilon(self) -> Fraction:
+        return self.get("epsilon")
+
+    @property
+    def delta(self) -> Fraction:
+        return self.get("delta")
+
+    def plus(self, increments: Mapping[str, Fraction]) -> "Totals":
+        sums = dict(self.sums)
+        for k, v in increments.items():
+            sums[k] = sums.get(k, ZERO) + v
+        return Totals(sums, self.queries + 1)
 
 
-class Filter(Protocol):
-    name: str
-
-    def admits(self, spent: Spent, cost: Cost) -> bool: ...
-
-    def remaining(self, spent: Spent) -> dict[str, Fraction]: ...
-
-    def describe(self, spent: Spent) -> str: ...
+def usage(cost: Cost, rdp_order: Fraction | None = None) -> dict[str, Fraction]:
+    """What one release adds to every running total."""
+    inc: dict[str, Fraction] = {k: ZERO for k in ("epsilon", "delta", "eps_sq", "eps_expm1", "rho",
+                                                   "approx_delta", "mu_sq", "non_gaussian", "rdp")}
+    for p in cost.parts:
+        inc["epsilon"] += p.epsilon
+        inc["delta"] += p.delta
+        inc["eps_sq"] += p.epsilon * p.epsilon
+        if p.epsilon:
+            inc["eps_expm1"] += expm1_term(p.epsilon)
+        rho = p.rho if p.rho is not None else p.epsilon * p.epsilon / 2
+        inc["rho"] += rho
+        if p.kind == "gaussian":
+            inc["mu_sq"] += 2 * rho
+        else:
+            inc["non_gaussian"] += 1
+            inc["approx_delta"] += p.delta
+        if rdp_order is not None:
+            if p.kind == "gaussian":
+                inc["rdp"] += rdp_order * rho
+            elif p.kind == "laplace":
+                inc["rdp"] += laplace_rdp(p.epsilon, rdp_order)
+            else:
+                inc["rdp"] += min(p.epsilon, rdp_order * rho)
+    return inc
 
 
 @dataclass(frozen=True)
-class BasicFilter:
-    """Basic composition: HALT if sum eps_i > eps_g or sum delta_i > delta_g."""
+class Filter:
+    """Base: budget (ε_g, δ_g), and the part of δ_g set aside for releases' own δ (reserve)."""
 
     epsilon: Fraction
     delta: Fraction
-    name: str = "basic"
+    reserve: Fraction = ZERO
+    name = "filter"
 
-    def admits(self, spent: Spent, cost: Cost) -> bool:
-        after = spent.plus(cost)
-        return after.epsilon <= self.epsilon and after.delta <= self.delta
+    rdp_order: Fraction | None = None
 
-    def remaining(self, spent: Spent) -> dict[str, Fraction]:
-        return {"epsilon": max(Fraction(0), self.epsilon - spent.epsilon),
-                "delta": max(Fraction(0), self.delta - spent.delta)}
+    def admits(self, totals: Totals) -> bool:
+        raise NotImplementedError
 
-    def describe(self, spent: Spent) -> str:
-        left = self.remaining(spent)
-        return (f"{self.name} filter: spent epsilon={show(spent.epsilon)} of {show(self.epsilon)}, "
-                f"delta={show(spent.delta)} of {show(self.delta)}; remaining epsilon={show(left['epsilon'])}, "
-                f"delta={show(left['delta'])}")
+    def usage(self, cost: Cost) -> dict[str, Fraction]:
+        return usage(cost, self.rdp_order)
+
+    def admits_cost(self, totals: Totals, cost: Cost) -> bool:
+        return self.admits(totals.plus(self.usage(cost)))
+
+    def delta_left(self, totals: Totals) -> Fraction:
+        return max(ZERO, self.reserve - totals.get("approx_delta"))
+
+    def remaining(self, totals: Totals) -> dict[str, Fraction]:
+        """What is left: epsilon = the largest ε of one more Laplace release the filter admits."""
+        lo, hi = 0.0, float(self.epsilon)
+        if not self.admits_cost(totals, Cost.pure(Fraction(1, 10**12))):
+            return {"epsilon": ZERO, "delta": self.delta_left(totals)}
+        for _ in range(48):
+            mid = (lo + hi) / 2
+            if self.admits_cost(totals, Cost.pure(Fraction(mid))):
+                lo = mid
+            else:
+                hi = mid
+        return {"epsilon": Fraction(lo), "delta": self.delta_left(totals)}
+
+    def spent_text(self, totals: Totals) -> str:
+        raise NotImplementedError
+
+    def describe(self, totals: Totals) -> str:
+        left = self.remaining(totals)
+        return (f"{self.name} filter over (epsilon={show(self.epsilon)}, delta={show(self.delta)}): "
+                f"{self.spent_text(totals)}; remaining epsilon={show(left['epsilon'])}, delta={show(left['delta'])}")
 
 
-def make_filter(kind: str, epsilon: Fraction, delta: Fraction) -> Filter:
-    if kind == "basic":
-        return BasicFilter(epsilon, delta)
-    raise ValueError(f"unknown filter {kind!r}")
+@dataclass(frozen=True)
+class BasicFilter(Filter):
+    """Basic composition: HALT if Σε_i > ε_g or Σδ_i > δ_g."""
+
+    name = "basic"
+
+    def admits(self, totals: Totals) -> bool:
+        return totals.epsilon <= self.epsilon and totals.delta <= self.delta
+
+    def remaining(self, totals: Totals) -> dict[str, Fraction]:
+        return {"epsilon": max(ZERO, self.epsilon - totals.epsilon), "delta": max(ZERO, self.delta - totals.delta)}
+
+    def spent_text(self, totals: Totals) -> str:
+        return (f"spent epsilon={show(totals.epsilon)} of {show(self.epsilon)}, "
+                f"delta={show(totals.delta)} of {show(self.delta)}")
+
+
+@dataclass(frozen=True)
+class AdvancedFilter(Filter):
+    """Rogers, Roth, Ullman, Vadhan (2016): with H = ε_g² / (28.04 ln(1/δ_g)),
+    K = Σ ε_j(e^ε_j - 1)/2 + sqrt((Σε_i² + H)(2 + ln(Σε_i²/H + 1)) ln(2/δ_g));
+    HALT if Σδ_i > δ_g/2 or K > ε_g. Valid for δ_g in (0, 1/e)."""
+
+    name = "advanced"
+
+    def __post_init__(self) -> None:
+        if not 0 < self.delta < Fraction(1, 3):
+            raise ValueError("the advanced filter needs 0 < delta < 1/e")
+
+    def statistic(self, totals: Totals) -> Decimal:
+        with localcontext() as ctx:
+            ctx.prec = 60
+            eg, dg = _dec(self.epsilon), _dec(self.delta)
+            h = eg * eg / (Decimal("28.04") * (1 / dg).ln())
+            s2 = _dec(totals.get("eps_sq"))
+            root = ((s2 + h) * (2 + (s2 / h + 1).ln()) * (2 / dg).ln()).sqrt()
+            return _dec(totals.get("eps_expm1")) + root
+
+    def admits(self, totals: Totals) -> bool:
+        return totals.delta <= self.delta / 2 and self.statistic(totals) <= _dec(self.epsilon)
+
+    def delta_left(self, totals: Totals) -> Fraction:
+        return max(ZERO, self.delta / 2 - totals.delta)
+
+    def spent_text(self, totals: Totals) -> str:
+        return f"K={float(self.statistic(totals)):.6g} of {show(self.epsilon)}, delta={show(totals.delta)} of {show(self.delta / 2)}"
+
+
+@dataclass(frozen=True)
+class WhitehouseFilter(Filter):
+    """Whitehouse, Ramdas, Rogers, Wu (2023): δ_g = δ' + δ'' (δ'' = reserve for the
+    releases' own δ); HALT if sqrt(2 ln(1/δ') Σε_i²) + Σε_i²/2 > ε_g or Σδ_i > δ''."""
+
+    name = "whitehouse"
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.reserve < self.delta:
+            raise ValueError("the whitehouse filter needs 0 <= delta_reserve < delta")
+
+    def statistic(self, totals: Totals) -> Decimal:
+        with localcontext() as ctx:
+            ctx.prec = 60
+            s2 = _dec(totals.get("eps_sq"))
+            d1 = _dec(self.delta - self.reserve)
+            return (2 * (1 / d1).ln() * s2).sqrt() + s2 / 2
+
+    def admits(self, totals: Totals) -> bool:
+        return totals.delta <= self.reserve and self.statistic(totals) <= _dec(self.epsilon)
+
+    def spent_text(self, totals: Totals) -> str:
+        return f"bound={float(self.statistic(totals)):.6g} of {show(self.epsilon)}"
+
+
+@dataclass(frozen=True)
+class ZcdpFilter(Filter):
+    """zCDP: HALT if Σρ_i > ρ_g, ρ_g the largest ρ whose optimal conversion at δ_g - reserve is
+    at most ε_g; parts with a δ of their own (partition selection) spend the reserve."""
+
+    name = "zcdp"
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.reserve < self.delta:
+            raise ValueError("the zcdp filter needs 0 <= delta_reserve < delta")
+
+    @property
+    def rho(self) -> Fraction:
+        return Fraction(rho_from_epsilon(float(self.epsilon), float(self.delta - self.reserve)))
+
+    def admits(self, totals: Totals) -> bool:
+        return totals.get("rho") <= self.rho and totals.get("approx_delta") <= self.reserve
+
+    def spent_text(self, totals: Totals) -> str:
+        return f"spent rho={float(totals.get('rho')):.6g} of {float(self.rho):.6g}"
+
+
+@dataclass(frozen=True)
+class RdpFilter(Filter):
+    """Rényi filter at one order α fixed with the budget (Feldman & Zrnic 2021): HALT if
+    Σ ε_α(i) > ε_g - ln(1/(δ_g - reserve))/(α - 1)."""
+
+    name = "rdp"
+
+    def __post_init__(self) -> None:
+        if self.rdp_order is None or self.rdp_order <= 1:
+            raise ValueError("the rdp filter needs an order above 1")
+        if not 0 <= self.reserve < self.delta:
+            raise ValueError("the rdp filter needs 0 <= delta_reserve < delta")
+
+    @property
+    def bound(self) -> Fraction:
+        d = float(self.delta - self.reserve)
+        return Fraction(float(self.epsilon) - math.log(1 / d) / (float(self.rdp_order) - 1))
+
+    def admits(self, totals: Totals) -> bool:
+        return totals.get("rdp") <= self.bound and totals.get("approx_delta") <= self.reserve
+
+    def spent_text(self, totals: Totals) -> str:
+        return f"spent RDP epsilon at order {show(self.rdp_order)}={float(totals.get('rdp')):.6g} of {float(self.bound):.6g}"
+
+
+def _gdp_delta(eps: float, mu: float) -> float:
+    phi = lambda x: 0.5 * math.erfc(-x / math.sqrt(2))  # noqa: E731
+    return phi(-eps / mu + mu / 2) - math.exp(eps) * phi(-eps / mu - mu / 2)
+
+
+@dataclass(frozen=True)
+class GdpFilter(Filter):
+    """Gaussian DP: HALT if Σμ_i² > μ_g², μ_g the largest μ with δ(ε_g; μ) <= δ_g. Gaussian
+    releases only."""
+
+    name = "gdp"
+
+    @property
+    def mu(self) -> float:
+        lo, hi = 0.0, 1.0
+        while _gdp_delta(float(self.epsilon), hi) <= float(self.delta):
+            hi *= 2
+        for _ in range(100):
+            mid = (lo + hi) / 2
+            if _gdp_delta(float(self.epsilon), mid) <= float(self.delta):
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def admits(self, totals: Totals) -> bool:
+        return totals.get("non_gaussian") == 0 and totals.get("mu_sq") <= Fraction(self.mu) ** 2
+
+    def spent_text(self, totals: Totals) -> str:
+        return f"spent mu^2={float(totals.get('mu_sq')):.6g} of {self.mu ** 2:.6g} (Gaussian releases only)"
+
+
+_KINDS = {"basic": BasicFilter, "advanced": AdvancedFilter, "whitehouse": WhitehouseFilter,
+          "zcdp": ZcdpFilter, "rdp": RdpFilter, "gdp": GdpFilter}
+
+
+def make_filter(kind: str, epsilon: Fraction, delta: Fraction, *, reserve: Fraction = ZERO,
+                rdp_order: Fraction | None = None) -> Filter:
+    try:
+        cls = _KINDS[kind]
+    except KeyError:
+        raise ValueError(f"unknown filter {kind!r}; choose one of {', '.join(FILTERS)}") from None
+    if kind == "rdp" and rdp_order is None:
+        rdp_order = Fraction(8)
+    return cls(epsilon, delta, reserve, rdp_order)
+
+
+def simulate(f: Filter, cost: Cost, limit: int = 10_000_000) -> int:
+    """How many releases of this cost the filter admits, in a row (exact: doubling + bisection
+    over the closed-form totals of n identical releases)."""
+    inc = f.usage(cost)
+
+    def totals(n: int) -> Totals:
+        return Totals({k: v * n for k, v in inc.items()}, n)
+
+    if not f.admits(totals(1)):
+        return 0
+    lo, hi = 1, 2
+    while hi <= limit and f.admits(totals(hi)):
+        lo, hi = hi, hi * 2
+    if hi > limit:
+        return limit
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if f.admits(totals(mid)):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+__all__ = ["FILTERS", "Filter", "Totals", "usage", "make_filter", "simulate", "Part"]
