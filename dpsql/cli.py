@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
+import time
+from fractions import Fraction
 from typing import Any
 
 import click
 
-from .config import load_policy
-from .errors import Error
+from .accounting.cost import Cost, Part, show
+from .accounting.filters import FILTERS, make_filter, simulate
+from .config import exact, load_policy
+from .errors import Error, invalid_parameter
+from .mechanisms import rho_for
 from .accounting.ledger import open_ledger
 from .session import Result, Session, budget_summary, explain_lines
 from .sql.classify import Query, classify
@@ -145,7 +151,7 @@ def explain(policy: str, user: str, ledger: str | None, epsilon: float | None, d
 
 @main.group()
 def budget() -> None:
-    """Inspect analysts' privacy budgets."""
+    """Inspect, grant and simulate privacy budgets."""
 
 
 @budget.command("show")
@@ -169,6 +175,102 @@ def budget_show(policy: str, ledger: str | None, user: str | None, as_json: bool
         click.echo(f"{b['user']}: {b['filter']} filter, epsilon {float(b['epsilon']['spent']):g} of "
                    f"{float(b['epsilon']['total']):g} spent ({float(b['epsilon']['remaining']):g} left), delta "
                    f"{float(b['delta']['spent']):g} of {float(b['delta']['total']):g}, {b['queries']} queries")
+
+
+@budget.command("grant")
+@_policy
+@_ledger
+@click.argument("user")
+@click.option("--epsilon", type=float, required=True, help="Epsilon to add.")
+@click.option("--delta", type=float, default=None, help="Delta to add (default: 0 under basic, else the analyst's delta).")
+def budget_grant(policy: str, ledger: str | None, user: str, epsilon: float, delta: float | None) -> None:
+    """Give USER more budget (under non-basic filters: a new budget segment of this size)."""
+    try:
+        pol = load_policy(policy, ledger_path=ledger)
+        u = pol.user(user)
+        eps = _positive_fraction(epsilon, "--epsilon")
+        d = exact(delta) if delta is not None else (Fraction(0) if u.filter == "basic" else u.delta)
+        if u.filter != "basic" and d <= 0:
+            raise invalid_parameter(f"the {u.filter} filter needs --delta > 0 for a grant")
+        led = open_ledger(pol.ledger_path, pol.ledger_url)
+        led.grant(u.name, eps, d)
+        b = budget_summary(pol, led, u.name)
+    except Error as e:
+        _fail(e)
+        return
+    click.echo(f"granted epsilon={show(eps)} delta={show(d)} to {u.name}: {b['detail']}")
+
+
+@budget.command("history")
+@_policy
+@_ledger
+@click.argument("user")
+@click.option("--json", "as_json", is_flag=True)
+def budget_history(policy: str, ledger: str | None, user: str, as_json: bool) -> None:
+    """Every charged release of USER: time, SQL, cost, noise scales, whether an answer left."""
+    try:
+        pol = load_policy(policy, ledger_path=ledger)
+        rows = open_ledger(pol.ledger_path, pol.ledger_url).history(pol.user(user).name)
+    except Error as e:
+        _fail(e)
+        return
+    if as_json:
+        click.echo(json.dumps([{**r, "cost": r["cost"].as_dict()} for r in rows], default=str, indent=2))
+        return
+    for r in rows:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["at"]))
+        status = "released" if r["released"] is not None else "charged, no answer recorded"
+        click.echo(f"#{r['id']} {when} epsilon={show(r['cost'].epsilon)} delta={show(r['cost'].delta)} "
+                   f"[{status}] {' '.join(r['sql'].split())}")
+    click.echo(f"({len(rows)} releases)")
+
+
+@budget.command("simulate")
+@click.option("--filter", "kind", type=click.Choice(FILTERS), required=True)
+@click.option("--epsilon", type=float, required=True, help="The budget's epsilon.")
+@click.option("--delta", type=float, required=True, help="The budget's delta.")
+@click.option("--query-epsilon", type=float, required=True, help="Each query's epsilon.")
+@click.option("--query-delta", type=float, default=None, help="Each Gaussian query's delta (default: delta / 100).")
+@click.option("--mechanism", type=click.Choice(["laplace", "gaussian"]), default="laplace")
+@click.option("--delta-reserve", type=float, default=0.0, help="Delta kept for releases' own delta (non-basic filters).")
+@click.option("--rdp-order", type=float, default=None, help="Order of the rdp filter (default: the best integer order for this budget).")
+@click.option("--json", "as_json", is_flag=True)
+def budget_simulate(kind: str, epsilon: float, delta: float, query_epsilon: float, query_delta: float | None,
+                    mechanism: str, delta_reserve: float, rdp_order: float | None, as_json: bool) -> None:
+    """How many identical queries a filter admits from a budget."""
+    try:
+        f = make_filter(kind, exact(epsilon), exact(delta), reserve=exact(delta_reserve),
+                        rdp_order=None if rdp_order is None else exact(rdp_order))
+        q_eps = _positive_fraction(query_epsilon, "--query-epsilon")
+        if mechanism == "laplace":
+            cost = Cost.pure(q_eps)
+        else:
+            q_delta = exact(query_delta) if query_delta is not None else exact(delta) / 100
+            rho = rho_for(q_eps, q_delta)
+            cost = Cost.of([Part("gaussian", q_eps, q_delta, rho=rho, noise_multiplier=1 / math.sqrt(2 * float(rho)))])
+        n = simulate(f, cost)
+    except ValueError as e:
+        _fail(invalid_parameter(str(e)))
+        return
+    except Error as e:
+        _fail(e)
+        return
+    if as_json:
+        click.echo(json.dumps({"queries": n, "filter": kind, "epsilon": epsilon, "delta": delta,
+                               "query_epsilon": query_epsilon, "mechanism": mechanism}))
+    else:
+        click.echo(f"{n} {mechanism} queries of epsilon={query_epsilon:g} fit in ({epsilon:g}, {delta:g}) "
+                   f"under the {kind} filter")
+
+
+def _positive_fraction(value: float, name: str) -> Fraction:
+    try:
+        v = exact(value)
+    except ValueError:
+        v = Fraction(0)
+    if v <= 0:
+        raise invalid_parameter(f"{name} must be a positive number")
+    return v
 
 
 if __name__ == "__main__":

@@ -299,8 +299,6 @@ def _parse_budget(r: _Reader, default: BudgetPolicy) -> BudgetPolicy:
         raise r.fail(f"delta = {float(delta)} must be below 1", "use a small delta such as 1e-6")
     reserve = r.number("delta_reserve", default.delta_reserve, minimum=0)
     order = r.number("rdp_order", default.rdp_order, minimum=1)
-    if kind == "rdp" and order is None:
-        order = Fraction(8)
     if kind != "basic" and kind != "gdp" and reserve >= delta and delta > 0:
         raise r.fail(f"delta_reserve = {float(reserve)} must be below delta = {float(delta)}",
                      "keep most of delta for the filter, e.g. delta_reserve = delta / 10")
@@ -308,7 +306,7 @@ def _parse_budget(r: _Reader, default: BudgetPolicy) -> BudgetPolicy:
         raise r.fail(f"the {kind} filter needs delta > 0", "set delta, e.g. delta = 1e-6, or use filter = \"basic\"")
     if kind == "advanced" and delta >= Fraction(1, 3):
         raise r.fail("the advanced filter needs delta below 1/e", "use a small delta such as 1e-6")
-    if kind == "rdp" and order <= 1:
+    if kind == "rdp" and order is not None and order <= 1:
         raise r.fail("rdp_order must be above 1", "for example rdp_order = 8")
     return BudgetPolicy(kind, epsilon, delta, reserve, order)
 

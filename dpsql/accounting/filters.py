@@ -302,6 +302,14 @@ _KINDS = {"basic": BasicFilter, "advanced": AdvancedFilter, "whitehouse": Whiteh
           "zcdp": ZcdpFilter, "rdp": RdpFilter, "gdp": GdpFilter}
 
 
+def default_rdp_order(epsilon: Fraction, delta: Fraction) -> Fraction:
+    """The integer order α that admits the most small releases: for small ε an order-α Rényi
+    cost is about α ε²/2, so maximise (ε_g - ln(1/δ)/(α - 1)) / α."""
+    eg, log_inv = float(epsilon), math.log(1 / float(delta))
+    best = max(range(2, 100_000), key=lambda a: (eg - log_inv / (a - 1)) / a)
+    return Fraction(best)
+
+
 def make_filter(kind: str, epsilon: Fraction, delta: Fraction, *, reserve: Fraction = ZERO,
                 rdp_order: Fraction | None = None) -> Filter:
     try:
@@ -309,7 +317,7 @@ def make_filter(kind: str, epsilon: Fraction, delta: Fraction, *, reserve: Fract
     except KeyError:
         raise ValueError(f"unknown filter {kind!r}; choose one of {', '.join(FILTERS)}") from None
     if kind == "rdp" and rdp_order is None:
-        rdp_order = Fraction(8)
+        rdp_order = default_rdp_order(epsilon, delta - reserve)
     return cls(epsilon, delta, reserve, rdp_order)
 
 
