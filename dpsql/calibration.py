@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from .accounting.cost import Cost, Part
+from .accounting.planner import Planned, plan
 from .errors import invalid_parameter
 from .mechanisms import Noise, gaussian_sigma, laplace_scale, rho_for, selection_threshold
 from .sql.analyze import Plan
@@ -104,3 +105,49 @@ def _needs_delta(plan: Plan):
             hint=f"declare the keys in the policy (columns.{undeclared[0]} = {{ keys = [...] }}), "
                  "or SET dpsql.delta = 1e-8")
     return invalid_parameter("Gaussian noise needs delta > 0", hint="SET dpsql.delta = 1e-8, or SET dpsql.mechanism = 'laplace'")
+
+
+def planned_mechanisms(plan: Plan, mechanism: str, domain_size: int | None, weight: float = 1.0) -> list[Planned]:
+    """A plan's measures as PLD-planned mechanisms. A Laplace measure over G groups moves each
+    of its G independent coordinates by at most max_rows * R: G one-dimensional Laplace
+    mechanisms of that sensitivity dominate it. A Gaussian measure is one mechanism at its L2."""
+    groups = plan.groups_per_unit(domain_size)
+    if plan.needs_selection:
+        raise invalid_parameter("partition selection cannot be PLD-planned",
+                                hint="declare the group keys in the policy, or run this query on its own")
+    per_measure = groups if mechanism == "laplace" else 1
+    return [Planned(mechanism, weight) for m in plan.measures if m.row_bound for _ in range(per_measure)]
+
+
+def calibrate_planned(plan: Plan, mechanism: str, multiplier: float, domain_size: int | None,
+                      weight: float = 1.0) -> Calibration:
+    """Noise for a plan's measures at a common PLD-planned multiplier; the cost is charged by
+    the caller, once for the whole batch."""
+    groups = plan.groups_per_unit(domain_size)
+    rows = plan.rows_per_group
+    measures = []
+    for m in plan.measures:
+        per_group = rows * m.row_bound
+        l2_squared = groups * per_group**2
+        if mechanism == "laplace":
+            noise = Noise("laplace", math.nextafter(multiplier / weight * per_group, math.inf) if per_group else 0.0)
+        else:
+            noise = Noise("gaussian", math.nextafter(multiplier / weight * math.sqrt(l2_squared), math.inf) if per_group else 0.0)
+        measures.append(MeasureNoise(noise, groups * per_group, l2_squared, None, None))
+    return Calibration(measures, None, Cost(Fraction(0)), groups)
+
+
+def batch_cost(epsilon: Fraction, delta: Fraction, multiplier: float, n_mechanisms: int) -> Cost:
+    """A PLD-planned batch is one (ε, δ) release."""
+    return Cost.of([Part("approx", epsilon, delta, noise_multiplier=multiplier, count=n_mechanisms)])
+
+
+def pld_multiplier(mechanisms: list[Planned], epsilon: Fraction, delta: Fraction) -> float:
+    """PLD-plan at a float target no larger than the exact ε that will be charged."""
+    target = float(epsilon)
+    if Fraction(target) > epsilon:
+        target = math.nextafter(target, 0.0)
+    try:
+        return plan(mechanisms, target, float(delta))
+    except ValueError as e:
+        raise invalid_parameter(str(e)) from None

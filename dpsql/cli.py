@@ -17,8 +17,9 @@ from .config import exact, load_policy
 from .errors import Error, invalid_parameter
 from .mechanisms import rho_for
 from .accounting.ledger import open_ledger
+from .planning import plan_report
 from .session import Result, Session, budget_summary, explain_lines
-from .sql.classify import Query, classify
+from .sql.classify import Query, classify, split_statements
 
 
 def _session(policy: str, user: str, ledger: str | None, epsilon: float | None = None,
@@ -261,6 +262,48 @@ def budget_simulate(kind: str, epsilon: float, delta: float, query_epsilon: floa
     else:
         click.echo(f"{n} {mechanism} queries of epsilon={query_epsilon:g} fit in ({epsilon:g}, {delta:g}) "
                    f"under the {kind} filter")
+
+
+@main.command()
+@_policy
+@_user
+@_ledger
+@click.option("--epsilon", type=float, required=True, help="The whole batch's epsilon.")
+@click.option("--delta", type=float, required=True, help="The whole batch's delta (at least 1e-12).")
+@click.option("--run", is_flag=True, help="Answer the batch now, charging (epsilon, delta) once.")
+@click.option("--json", "as_json", is_flag=True)
+@click.argument("file", type=click.File("r"))
+def plan(policy: str, user: str, ledger: str | None, epsilon: float, delta: float, run: bool, as_json: bool,
+         file) -> None:
+    """Calibrate the queries of FILE (separated by ;) jointly with PLD accounting, beside what
+    charging them one by one under USER's filter would give."""
+    try:
+        session = _session(policy, user, ledger)
+        sqls = split_statements(file.read())
+        report = plan_report(session, sqls, exact(epsilon), exact(delta))
+        results = session.execute_batch(sqls, epsilon, delta) if run else None
+    except Error as e:
+        _fail(e)
+        return
+    if as_json:
+        out = dict(report)
+        if results is not None:
+            out["results"] = [json.loads(_json_result(r)) for r in results]
+        click.echo(json.dumps(out, indent=2, default=str))
+        return
+    pct = f"{report['confidence'] * 100:g}%"
+    click.echo(f"{len(sqls)} queries, batch (epsilon={epsilon:g}, delta={delta:g}), PLD noise multiplier "
+               f"{report['noise_multiplier']:.6g}; one by one under the {report['filter']} filter each query "
+               f"would get epsilon={report['separate_epsilon']:.6g}")
+    for i, q in enumerate(report["queries"], 1):
+        click.echo(f"[{i}] {' '.join(q['sql'].split())}")
+        for m in q["measures"]:
+            click.echo(f"    {m['measure']}: {pct} error ±{m['pld_half_width']:.6g} planned, "
+                       f"±{m['separate_half_width']:.6g} one by one")
+    click.echo(f"noise saving: planned scales are {report['saving']:.3f} of the one-by-one scales (geometric mean)")
+    if results is not None:
+        for sql, r in zip(sqls, results):
+            click.echo(f"\n{' '.join(sql.split())}\n{render_table(r)}")
 
 
 def _positive_fraction(value: float, name: str) -> Fraction:

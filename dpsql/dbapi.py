@@ -121,12 +121,33 @@ class Cursor:
         self._result = None
         self.dp = None
         self.rowcount = -1
-        result = self.connection.session.execute(operation, parameters)
+        self._pending = []
+        self._show(self.connection.session.execute(operation, parameters))
+        return self
+
+    def execute_batch(self, operations: Sequence[str], epsilon: float | None = None, delta: float | None = None,
+                      weights: Sequence[float] | None = None) -> list[list[tuple]]:
+        """Answer several DP queries calibrated jointly (PLD planning), charged once as one
+        (epsilon, delta) release. The cursor holds the first result; nextset() moves on."""
+        if self._closed:
+            raise InterfaceError("the cursor is closed")
+        results = self.connection.session.execute_batch(operations, epsilon, delta, weights)
+        self._pending = results[1:]
+        self._show(results[0])
+        return [r.rows for r in results]
+
+    def nextset(self) -> bool | None:
+        """Move to the next result of a batch; None when there is none."""
+        if not getattr(self, "_pending", None):
+            return None
+        self._show(self._pending.pop(0))
+        return True
+
+    def _show(self, result: Result) -> None:
         self._result = result
         self._pos = 0
         self.dp = result.dp
         self.rowcount = len(result.rows) if result.names else -1
-        return self
 
     def executemany(self, operation: str, seq_of_parameters) -> None:
         for params in seq_of_parameters:

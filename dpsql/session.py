@@ -21,10 +21,11 @@ from sqlglot import exp
 
 from .accounting.cost import Cost, show
 from .accounting.ledger import Ledger, open_ledger
-from .calibration import Calibration, calibrate, needs_delta
+from .calibration import (Calibration, batch_cost, calibrate, calibrate_planned, needs_delta, planned_mechanisms,
+                          pld_multiplier)
 from .config import MECHANISMS, Policy, exact
 from .engines import Engine, open_engine
-from .errors import Error, InternalError, ProgrammingError, forbidden, invalid_parameter
+from .errors import Error, InternalError, ProgrammingError, forbidden, invalid_parameter, unsupported
 from .postprocess import PostProcessor
 from .release import release
 from .sql.analyze import Plan, PublicQuery, analyze
@@ -53,6 +54,7 @@ class Settings:
     mechanism: str
     confidence: float
     cache: bool = True
+    planner: str = "filter"
     client: dict[str, str] = field(default_factory=lambda: dict(CLIENT_SETTINGS))
 
 
@@ -136,6 +138,12 @@ class Session:
                 s.confidence = c
             elif key == "cache":
                 s.cache = True if value is None else _boolean(value, name)
+            elif key == "planner":
+                v = (value or "filter").lower()
+                if v not in ("filter", "pld"):
+                    raise invalid_parameter(f"invalid value for {name}: {value!r}",
+                                            hint="'filter' splits a query's epsilon equally; 'pld' calibrates its aggregates jointly")
+                s.planner = v
             else:
                 raise _unknown_setting(name)
             return Result(status="RESET" if value is None else "SET")
@@ -151,7 +159,8 @@ class Session:
         if name == "dpsql.budget":
             return self.budget_result()
         values = {"dpsql.epsilon": show(s.epsilon), "dpsql.delta": show(s.delta), "dpsql.mechanism": s.mechanism,
-                  "dpsql.confidence": repr(s.confidence), "dpsql.cache": "on" if s.cache else "off"}
+                  "dpsql.confidence": repr(s.confidence), "dpsql.cache": "on" if s.cache else "off",
+                  "dpsql.planner": s.planner}
         if name in values:
             return Result([name.split(".", 1)[1]], ["VARCHAR"], [(values[name],)], "SHOW")
         if name in s.client:
@@ -180,8 +189,15 @@ class Session:
         if isinstance(plan, PublicQuery):
             return plan, None, Fraction(0)
         s = self.settings
-        delta = s.delta if needs_delta(plan, s.mechanism) else Fraction(0)
         domain = plan.literal_domain_size()
+        if s.planner == "pld" and len(plan.measures) > 1:
+            if s.delta <= 0:
+                raise invalid_parameter("the PLD planner needs delta > 0", hint="SET dpsql.delta = 1e-8")
+            mechanisms = planned_mechanisms(plan, s.mechanism, domain)
+            multiplier = pld_multiplier(mechanisms, s.epsilon, s.delta)
+            cal = calibrate_planned(plan, s.mechanism, multiplier, domain)
+            return plan, replace(cal, cost=batch_cost(s.epsilon, s.delta, multiplier, len(mechanisms))), s.delta
+        delta = s.delta if needs_delta(plan, s.mechanism) else Fraction(0)
         return plan, calibrate(plan, s.epsilon, delta, s.mechanism, domain), delta
 
     def _query(self, stmt: Query, tree: exp.Query) -> Result:
@@ -196,31 +212,74 @@ class Session:
             cached = self.ledger.cache_get(self.user.name, key)
             if cached is not None:
                 return self._from_cache(cached)
-        sql = rewrite(plan, self.engine.dialect, plan.literal_domain_size())
-        detail = {"mechanisms": [{"measure": m.describe(), "noise": mn.noise.kind, "scale": mn.noise.scale * m.unit_scale}
-                                 for m, mn in zip(plan.measures, cal.measures)],
-                  "selection_threshold": cal.selection.threshold if cal.selection else None}
-        charge = self.ledger.charge(self.user.name, self.budget_policy, cal.cost, stmt.sql, detail, self.global_budget)
-        charge_id = charge.id
-        rs = self.engine.execute(sql)
-        noisy = release(plan, cal, rs, s.confidence)
-        out = self._post.run(plan.post, noisy)
-        rows = [tuple(_plain(v) for v in r) for r in out.rows]
-        left = charge.filter.remaining(charge.totals)
-        dp = {"cost": cal.cost.as_dict(), "remaining": {k: float(v) for k, v in left.items()},
-              "ci": {k: v for k, v in out.ci.items()}, "confidence": s.confidence,
-              "mechanism": s.mechanism, "cached": False,
-              "noise": [{"measure": d["measure"], "kind": d["noise"], "scale": d["scale"]} for d in detail["mechanisms"]]}
-        result = Result(out.names, out.types, rows, f"SELECT {len(rows)}", dp)
-        self.ledger.record_release(charge_id, rows)
+        charge = self.ledger.charge(self.user.name, self.budget_policy, cal.cost, stmt.sql, _detail(plan, cal),
+                                    self.global_budget)
+        result = self._answer(plan, cal, charge.filter.remaining(charge.totals), cal.cost)
+        self.ledger.record_release(charge.id, result.rows)
         if s.cache:
             self.ledger.cache_put(self.user.name, key, _to_cache(result))
         return result
 
+    def _answer(self, plan: Plan, cal: Calibration, left: Mapping[str, Fraction], cost: Cost) -> Result:
+        """Run the bounded query, noise it and post-process: only after the charge."""
+        s = self.settings
+        rs = self.engine.execute(rewrite(plan, self.engine.dialect, plan.literal_domain_size()))
+        out = self._post.run(plan.post, release(plan, cal, rs, s.confidence))
+        rows = [tuple(_plain(v) for v in r) for r in out.rows]
+        dp = {"cost": cost.as_dict(), "remaining": {k: float(v) for k, v in left.items()},
+              "ci": dict(out.ci), "confidence": s.confidence, "mechanism": s.mechanism, "cached": False,
+              "noise": _detail(plan, cal)["mechanisms"]}
+        return Result(out.names, out.types, rows, f"SELECT {len(rows)}", dp)
+
+    def execute_batch(self, sqls: Sequence[str], epsilon: float | Fraction | None = None,
+                      delta: float | Fraction | None = None, weights: Sequence[float] | None = None) -> list[Result]:
+        """Answer several DP queries calibrated jointly by PLD planning, charged once as one
+        (ε, δ) release. `weights` (one per query) give a query less noise relative to the others."""
+        with self._lock:
+            try:
+                return self._batch(sqls, epsilon, delta, weights)
+            except Error:
+                raise
+            except Exception as e:
+                raise InternalError("internal error while answering the batch; nothing was released",
+                                    hint=f"please report it ({type(e).__name__})") from e
+
+    def _batch(self, sqls, epsilon, delta, weights) -> list[Result]:
+        s = self.settings
+        eps = s.epsilon if epsilon is None else _positive(str(epsilon), "epsilon")
+        dlt = s.delta if delta is None else _probability(str(delta), "delta")
+        weights = list(weights) if weights is not None else [1.0] * len(sqls)
+        if len(weights) != len(sqls) or any(not (w > 0 and math.isfinite(w)) for w in weights):
+            raise invalid_parameter("weights must be positive numbers, one per query")
+        if not sqls:
+            raise invalid_parameter("the batch is empty")
+        plans: list[Plan] = []
+        for sql in sqls:
+            stmt = classify(sql)
+            if not isinstance(stmt, Query):
+                raise unsupported("a batch holds SELECT queries only", hint="send SET and SHOW on their own")
+            plan = analyze(stmt.tree, self.policy, self.engine.schema())
+            if isinstance(plan, PublicQuery):
+                raise unsupported("a query over public tables only needs no planning", hint="send it on its own")
+            plans.append(plan)
+        mechanisms = [m for p, w in zip(plans, weights)
+                      for m in planned_mechanisms(p, s.mechanism, p.literal_domain_size(), w)]
+        multiplier = pld_multiplier(mechanisms, eps, dlt)
+        cost = batch_cost(eps, dlt, multiplier, len(mechanisms))
+        cals = [calibrate_planned(p, s.mechanism, multiplier, p.literal_domain_size(), w) for p, w in zip(plans, weights)]
+        detail = {"batch": len(sqls), "noise_multiplier": multiplier,
+                  "queries": [_detail(p, c) for p, c in zip(plans, cals)]}
+        charge = self.ledger.charge(self.user.name, self.budget_policy, cost, "\n;\n".join(sqls), detail,
+                                    self.global_budget)
+        left = charge.filter.remaining(charge.totals)
+        results = [self._answer(p, c, left, cost) for p, c in zip(plans, cals)]
+        self.ledger.record_release(charge.id, [r.rows for r in results])
+        return results
+
     def _cache_key(self, tree: exp.Query) -> str:
         s = self.settings
         text = json.dumps([tree.sql(dialect="postgres", normalize=True), str(s.epsilon), str(s.delta), s.mechanism,
-                           s.confidence, self.engine.data_version()])
+                           s.confidence, s.planner, self.engine.data_version()])
         return hashlib.sha256(text.encode()).hexdigest()
 
     def _from_cache(self, cached: dict[str, Any]) -> Result:
@@ -273,6 +332,13 @@ class Session:
     def close(self) -> None:
         self.ledger.close()
         self.engine.close()
+
+
+def _detail(plan: Plan, cal: Calibration) -> dict[str, Any]:
+    """Noise of each measure, in the value's units, for the audit log and cursor.dp."""
+    return {"mechanisms": [{"measure": m.describe(), "kind": mn.noise.kind, "scale": mn.noise.scale * m.unit_scale}
+                           for m, mn in zip(plan.measures, cal.measures)],
+            "selection_threshold": cal.selection.threshold if cal.selection else None}
 
 
 def budget_summary(policy: Policy, ledger: Ledger, user: str) -> dict[str, Any]:
