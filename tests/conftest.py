@@ -117,3 +117,18 @@ def sample_conn(tmp_path: Path):
     c = dpsql.connect(SAMPLE / "dpsql.toml", user="alice", ledger=tmp_path / "ledger.sqlite")
     yield c
     c.close()
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    from .pgserver import PgServer
+
+    server = PgServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_ledger_url(pg_server, request):
+    name = "ledger_" + "".join(c if c.isalnum() else "_" for c in request.node.name.lower())[:50]
+    return pg_server.create_database(name)
