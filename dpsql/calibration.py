@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from .accounting.cost import Cost, Part
+from .accounting.filters import amplified_epsilon
 from .accounting.planner import Planned, plan
 from .errors import invalid_parameter
 from .mechanisms import Noise, gaussian_sigma, laplace_scale, rho_for, selection_threshold
@@ -93,7 +94,17 @@ def calibrate(plan: Plan, epsilon: Fraction, delta: Fraction, mechanism: str,
         # The Gaussian measures share one rho: together they are one (eps, delta) block.
         parts.append(Part("gaussian", gauss_eps, gauss_delta, rho=rho_total,
                           noise_multiplier=1 / math.sqrt(2 * float(rho_each)), count=k))
-    return Calibration(measures, selection, Cost.of(parts), groups)
+    cost = Cost.of(parts)
+    if plan.sample_rate is not None:
+        cost = sampled_cost(cost, Fraction(repr(plan.sample_rate)))
+    return Calibration(measures, selection, cost, groups)
+
+
+def sampled_cost(cost: Cost, rate: Fraction) -> Cost:
+    """The whole query ran on a Poisson sample of units: (ε, δ) -> (ln(1 + q(e^ε - 1)), qδ)."""
+    eps = amplified_epsilon(cost.epsilon, rate)
+    delta = cost.delta * rate
+    return Cost.of([Part("sampled", eps, delta, rho=eps * eps / 2 if not delta else None, sampling=float(rate))])
 
 
 def _needs_delta(plan: Plan):
@@ -112,6 +123,8 @@ def planned_mechanisms(plan: Plan, mechanism: str, domain_size: int | None, weig
     of its G independent coordinates by at most max_rows * R: G one-dimensional Laplace
     mechanisms of that sensitivity dominate it. A Gaussian measure is one mechanism at its L2."""
     groups = plan.groups_per_unit(domain_size)
+    if plan.sample_rate is not None:
+        raise invalid_parameter("TABLESAMPLE queries cannot be PLD-planned", hint="run the sampled query on its own")
     if plan.needs_selection:
         raise invalid_parameter("partition selection cannot be PLD-planned",
                                 hint="declare the group keys in the policy, or run this query on its own")

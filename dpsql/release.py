@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any
 
 from .calibration import Calibration
 from .engines.base import ResultSet
-from .mechanisms import add_noise
+from .mechanisms import Noise, add_noise
 from .sql.analyze import Estimate, Plan
 
 
@@ -55,19 +56,34 @@ def release(plan: Plan, cal: Calibration, rs: ResultSet, confidence: float) -> N
     key_cols = [[col[i] for i in keep] for col in key_cols]
     noisy = [[col[i] for i in keep] for col in noisy]
 
-    # Each estimate's interval holds at `confidence`; an AVG's parts at (1 + confidence) / 2 each.
-    half = [mn.noise.half_width(confidence) for mn in cal.measures]
-    half_split = [mn.noise.half_width((1 + confidence) / 2) for mn in cal.measures]
+    noises = [mn.noise for mn in cal.measures]
     values, intervals, types = [], [], []
     for est in plan.estimates:
-        v, ci, t = _estimate(plan, est, noisy, half, half_split)
+        v, ci, t = _estimate(plan, est, noisy, noises, confidence)
         values.append(v)
         intervals.append(ci)
         types.append(t)
     return NoisyTable(key_cols, list(rs.types[:n_keys]), values, intervals, types)
 
 
-def _estimate(plan: Plan, est: Estimate, noisy: list[list[int]], half: list[float], half_split: list[float]):
+def _z(alpha: float) -> float:
+    """Two-sided normal quantile: P(|N(0,1)| > z) = alpha."""
+    return NormalDist().inv_cdf(1 - alpha / 2)
+
+
+def _estimate(plan: Plan, est: Estimate, noisy: list[list[int]], noises: list[Noise], confidence: float):
+    """Values and intervals of one estimate. Under TABLESAMPLE (rate q) COUNT and SUM are
+    Horvitz-Thompson estimates (divided by q) and their intervals add the sampling error:
+    each unit's share in a group obeys |s_u| <= B c_u and c_u <= max_rows, so the variance
+    sum_u s_u^2 (1-q)/q is at most max_rows B^2 C (1-q)/q, with C the noisy count's upper end.
+    Noise and sampling each get half of the miss probability."""
+    q = plan.sample_rate or 1.0
+    alpha = 1 - confidence
+    if q < 1:
+        return _sampled(plan, est, noisy, noises, q, alpha)
+    # Each estimate's interval holds at `confidence`; an AVG's two parts at (1 + confidence) / 2 each.
+    half = [n.half_width(confidence) for n in noises]
+    half_split = [n.half_width((1 + confidence) / 2) for n in noises]
     if est.func == "count":
         scale = plan.measures[est.count].unit_scale
         col, h = [c * scale for c in noisy[est.count]], half[est.count] * scale
@@ -87,9 +103,56 @@ def _estimate(plan: Plan, est: Estimate, noisy: list[list[int]], half: list[floa
     for c, s in zip(counts, sums):
         s = s * unit
         vals.append(min(est.upper, max(est.lower, est.centre + s / max(c, 1))))
-        if c - hc <= 0:
-            cis.append((est.lower, est.upper))
-            continue
-        corners = [est.centre + sv / cv for sv in (s - hs, s + hs) for cv in (c - hc, c + hc)]
-        cis.append((max(est.lower, min(corners)), min(est.upper, max(corners))))
+        cis.append(_ratio_interval(est, c, hc, s, hs))
     return vals, cis, "DOUBLE"
+
+
+def _ratio_interval(est: Estimate, c: float, hc: float, s: float, hs: float) -> tuple[float, float]:
+    if c - hc <= 0:
+        return (est.lower, est.upper)
+    corners = [est.centre + sv / cv for sv in (s - hs, s + hs) for cv in (c - hc, c + hc)]
+    return (max(est.lower, min(corners)), min(est.upper, max(corners)))
+
+
+def _sampled(plan: Plan, est: Estimate, noisy: list[list[int]], noises: list[Noise], q: float, alpha: float):
+    m_rows = plan.rows_per_group
+
+    def cal_half(j: int, conf: float) -> float:
+        return noises[j].half_width(conf)
+
+    cm = plan.measures[est.count]
+    counts = [c * cm.unit_scale / q for c in noisy[est.count]]
+    if est.func == "avg":
+        # AVG is a ratio of two HT estimates: noise (alpha/4) and sampling (alpha/4) for each part.
+        hc_noise = cal_half(est.count, 1 - alpha / 4) * cm.unit_scale / q
+        tm = plan.measures[est.total]
+        hs_noise = cal_half(est.total, 1 - alpha / 4) * tm.unit_scale / q
+        spread = max(abs(est.lower - est.centre), abs(est.upper - est.centre))
+        z = _z(alpha / 4)
+        vals, cis = [], []
+        for c, s in zip(counts, noisy[est.total]):
+            s = s * tm.unit_scale / q
+            c_up = max(0.0, c + hc_noise)
+            samp = z * math.sqrt(m_rows * c_up * (1 - q) / q)
+            vals.append(min(est.upper, max(est.lower, est.centre + s / max(c, 1))))
+            cis.append(_ratio_interval(est, c, hc_noise + samp, s, hs_noise + spread * samp))
+        return vals, cis, "DOUBLE"
+    # COUNT or SUM: the value's noise at alpha/2, its sampling error at alpha/2 (whose count
+    # bound itself takes alpha/4 of the noise).
+    z = _z(alpha / 2)
+    hc_noise = cal_half(est.count, 1 - alpha / 4) * cm.unit_scale / q
+    if est.func == "count":
+        bound, values, h_noise = 1.0, counts, cal_half(est.count, 1 - alpha / 2) * cm.unit_scale / q
+    else:
+        tm = plan.measures[est.total]
+        bound = max(abs(est.lower), abs(est.upper))
+        values = [s * tm.unit_scale / q for s in noisy[est.total]]
+        h_noise = cal_half(est.total, 1 - alpha / 2) * tm.unit_scale / q
+    vals, cis = [], []
+    for c, v in zip(counts, values):
+        c_up = max(0.0, c + hc_noise)
+        h = h_noise + z * bound * math.sqrt(m_rows * c_up * (1 - q) / q)
+        vals.append(max(0, round(v)) if est.func == "count" else v)
+        lo, hi = v - h, v + h
+        cis.append((max(0.0, lo), max(0.0, hi)) if est.func == "count" else (lo, hi))
+    return vals, cis, "BIGINT" if est.func == "count" else "DOUBLE"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import hashlib
+import secrets
 import json
 import math
 import threading
@@ -223,7 +224,8 @@ class Session:
     def _answer(self, plan: Plan, cal: Calibration, left: Mapping[str, Fraction], cost: Cost) -> Result:
         """Run the bounded query, noise it and post-process: only after the charge."""
         s = self.settings
-        rs = self.engine.execute(rewrite(plan, self.engine.dialect, plan.literal_domain_size()))
+        salt = secrets.randbits(63) if plan.sample_rate is not None else None
+        rs = self.engine.execute(rewrite(plan, self.engine.dialect, plan.literal_domain_size(), salt))
         out = self._post.run(plan.post, release(plan, cal, rs, s.confidence))
         rows = [tuple(_plain(v) for v in r) for r in out.rows]
         dp = {"cost": cost.as_dict(), "remaining": {k: float(v) for k, v in left.items()},

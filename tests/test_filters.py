@@ -102,3 +102,21 @@ def test_grant_and_history(small_policy, tmp_path):
     assert b["epsilon"]["total"] == 2.5 and b["epsilon"]["spent"] == 1.0
     h = subprocess.run(base + ["budget", "history", *common, "bob"], capture_output=True, text=True)
     assert "SELECT COUNT(*) FROM people" in h.stdout and "[released]" in h.stdout and "(1 releases)" in h.stdout
+
+
+def test_global_filter_bounds_all_analysts_together(small_policy, tmp_path):
+    import dpsql
+
+    policy = small_policy.parent / "global.toml"
+    text = small_policy.read_text().replace("query_epsilon = 1.0", "query_epsilon = 0.1")
+    text = text.replace("[tables.people]", "[privacy.global]\nepsilon = 0.3\n\n[tables.people]")
+    policy.write_text(text)
+    a = dpsql.connect(policy, user="alice", ledger=tmp_path / "g.sqlite").cursor()
+    b = dpsql.connect(policy, user="bob", ledger=tmp_path / "g.sqlite").cursor()
+    a.execute("SELECT COUNT(*) FROM people")
+    b.execute("SELECT COUNT(*) FROM people")
+    a.execute("SELECT COUNT(*) FROM events")
+    with pytest.raises(dpsql.BudgetExceeded) as info:
+        b.execute("SELECT COUNT(*) FROM events")
+    assert "global budget shared by all analysts" in str(info.value)
+    assert b.connection.session.budget()["queries"] == 1  # bob's own budget was not charged either

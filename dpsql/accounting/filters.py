@@ -39,6 +39,14 @@ def expm1_term(eps: Fraction) -> Fraction:
         return _upper(e * (e.exp() - 1) / 2)
 
 
+def amplified_epsilon(eps: Fraction, rate: Fraction) -> Fraction:
+    """Upper bound on ln(1 + q(e^ε - 1)): an ε-DP mechanism run on a Poisson sample of the
+    privacy units at rate q (amplification by subsampling, add/remove neighbours)."""
+    with localcontext() as ctx:
+        ctx.prec = 60
+        return min(eps, _upper((1 + _dec(rate) * (_dec(eps).exp() - 1)).ln()))
+
+
 def laplace_rdp(eps: Fraction, order: Fraction) -> Fraction:
     """Upper bound on the Rényi divergence of order α of the Laplace mechanism with ε = Δ/b
     (Mironov 2017): 1/(α-1) ln(α/(2α-1) e^{(α-1)ε} + (α-1)/(2α-1) e^{-αε})."""

@@ -104,6 +104,7 @@ class Plan:
     max_groups: int
     max_rows: int
     scale_groups: bool = False
+    sample_rate: float | None = None  # privacy units are Poisson-sampled at this rate
 
     @property
     def declared(self) -> bool:
@@ -229,6 +230,10 @@ class _Analysis:
         scale_groups = (unit is not None and bool(keys) and all(k.declared for k in keys)
                         and (domain is None or domain > max_groups))
         self.count_bits = COUNT_BITS if scale_groups else 0
+        rates = {s.sample for s in self.rel.sources if s.sample is not None}
+        if len(rates) > 1:
+            raise unsupported("several TABLESAMPLE rates in one query", hint="sample one private table")
+        self.sample_rate = rates.pop() if rates else None
         if not keys and not any(contains_aggregate(e) for e in tree.expressions):
             raise forbidden("selecting rows of a private table is not allowed",
                             hint="ask for an aggregate instead, e.g. SELECT COUNT(*), AVG(age) FROM patients")
@@ -238,7 +243,8 @@ class _Analysis:
                             hint="add COUNT(*) to see the groups; group keys alone would reveal which exist")
         return Plan(relation=rel, unit=unit, unit_in_hash=unit_in_hash, row_id_source=row_id_source, keys=keys,
                     measures=self.measures, estimates=self.estimates, post=post, output_names=names,
-                    max_groups=max_groups, max_rows=max_rows, scale_groups=scale_groups)
+                    max_groups=max_groups, max_rows=max_rows, scale_groups=scale_groups,
+                    sample_rate=self.sample_rate)
 
     # The privacy unit ----------------------------------------------------------------------
     def _unit(self) -> tuple[exp.Expression | None, bool, str | None, int, int]:
@@ -382,7 +388,9 @@ class _Analysis:
             bits = FIXED_POINT_DIGITS - math.ceil(math.log2(spread)) if spread > 0 else 0
             total = self._measure(Measure("sum", value, lo, hi, centre, bits))
             if isinstance(node, exp.Sum):
-                est = Estimate("sum", text, total=total, lower=lo, upper=hi)
+                # A sampled SUM's interval needs a count to bound the sampling variance.
+                count = self._measure(Measure("count", value, bits=self.count_bits)) if self.sample_rate else None
+                est = Estimate("sum", text, count=count, total=total, lower=lo, upper=hi)
             else:
                 count = self._measure(Measure("count", value, bits=self.count_bits))
                 est = Estimate("avg", text, count=count, total=total, lower=lo, upper=hi, centre=centre)

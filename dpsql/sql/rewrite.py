@@ -174,8 +174,11 @@ def _from(plan: Plan, dialect: str) -> str:
     return "\n    ".join(parts)
 
 
-def rewrite(plan: Plan, dialect: str = "duckdb", domain_size: int | None = None) -> str:
-    """The bounded query. Output columns: k0.., units, m0.. (one m per measure)."""
+def rewrite(plan: Plan, dialect: str = "duckdb", domain_size: int | None = None, salt: int | None = None) -> str:
+    """The bounded query. Output columns: k0.., units, m0.. (one m per measure).
+
+    With TABLESAMPLE, a unit is kept iff hash(unit, salt) < rate * 2^64: whole units are
+    sampled, independently, by a salt that is secret and new for every execution."""
     keys = [f"k{i}" for i in range(len(plan.keys))]
     key_list = ", ".join(keys)
     select = []
@@ -188,6 +191,10 @@ def rewrite(plan: Plan, dialect: str = "duckdb", domain_size: int | None = None)
     if len(select) == 0:
         select.append("1 AS one")
     where = _condition(plan.relation.where, _types(plan), dialect)
+    if plan.sample_rate is not None:
+        threshold = min(2**64 - 1, int(plan.sample_rate * 2**64))
+        secret = "0 /* a secret salt, new for each execution */" if salt is None else str(salt)
+        where.append(f"hash({_sql(plan.unit, dialect)}, {secret}) < {threshold}")
     filtered = f"SELECT {', '.join(select)}\n  FROM {_from(plan, dialect)}"
     if where:
         filtered += "\n  WHERE " + "\n    AND ".join(where)

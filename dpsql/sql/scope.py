@@ -28,6 +28,7 @@ class Source:
     alias: str
     table: TablePolicy
     columns: Mapping[str, str]
+    sample: float | None = None  # TABLESAMPLE BERNOULLI rate, as a fraction
 
     @property
     def private(self) -> bool:
@@ -127,9 +128,7 @@ class Resolver:
         table = self.policy.table(node.name)
         if table is None or table.name not in self.schema:
             raise undefined_table(node.name)
-        if node.args.get("sample") is not None:
-            raise unsupported("TABLESAMPLE is not supported yet")
-        return Source(f"t{next(self._aliases)}", table, self.schema[table.name])
+        return Source(f"t{next(self._aliases)}", table, self.schema[table.name], _sample_rate(node, table))
 
     # FROM items --------------------------------------------------------------------------
     def from_clause(self, select: exp.Select, ctes: Mapping[str, exp.Query]) -> tuple[Relation, Scope]:
@@ -197,7 +196,7 @@ class Resolver:
             user_alias = (node.alias or node.name).lower()
             if not node.db and node.name.lower() in ctes and isinstance(node.this, exp.Identifier):
                 if node.args.get("sample") is not None:
-                    raise unsupported("TABLESAMPLE is not supported yet")
+                    raise unsupported("TABLESAMPLE works on tables, not on CTEs", hint="sample the private table itself")
                 rel = self.rowlevel(ctes[node.name.lower()], ctes)
                 return user_alias, _rename(rel, node)
             source = self.base_table(node)
@@ -278,6 +277,27 @@ class Resolver:
         if query.args.get("where") is not None:
             scope.resolve(query.args["where"].this, inner)
         return node.copy()
+
+
+def _sample_rate(node: exp.Table, table: TablePolicy) -> float | None:
+    """TABLESAMPLE BERNOULLI (p) on a private table: the query samples privacy units at rate p/100."""
+    sample = node.args.get("sample")
+    if sample is None:
+        return None
+    method = sample.args.get("method")
+    if method is not None and method.name.upper() != "BERNOULLI":
+        raise unsupported(f"TABLESAMPLE {method.name.upper()} is not supported", hint="use TABLESAMPLE BERNOULLI (percent)")
+    if sample.args.get("seed") is not None:
+        raise forbidden("TABLESAMPLE ... REPEATABLE is not allowed: the sample must stay secret for the amplification to hold",
+                        hint="remove REPEATABLE (...)")
+    percent = sample.args.get("percent")
+    if not (isinstance(percent, exp.Literal) and not percent.is_string) or not 0 < float(percent.this) <= 100:
+        raise unsupported("TABLESAMPLE BERNOULLI needs a percentage above 0 and at most 100")
+    if table.public:
+        raise unsupported("TABLESAMPLE on a public table is not supported", hint="sample the private table")
+    if table.row_unit:
+        raise unsupported(f"TABLESAMPLE needs a privacy unit column; {table.name} has privacy_unit = \"row\"")
+    return float(percent.this) / 100
 
 
 def output_name(item: exp.Expression) -> str:
