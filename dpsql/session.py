@@ -29,8 +29,9 @@ from .engines import Engine, open_engine
 from .errors import Error, InternalError, ProgrammingError, forbidden, invalid_parameter, unsupported
 from .postprocess import PostProcessor
 from .release import release
-from .sql.analyze import Plan, PublicQuery, analyze
-from .sql.classify import Explain, Query, SetCommand, ShowCommand, TransactionCommand, classify
+from .sql.analyze import Plan, PublicQuery, touches_private, analyze
+from .sql.classify import (Explain, Query, SetCommand, ShowCommand, TransactionCommand, classify, classify_one,
+                           split_statements)
 from .sql.rewrite import rewrite
 
 # Ordinary PostgreSQL client settings: accepted and remembered, never passed to the engine.
@@ -232,6 +233,20 @@ class Session:
               "ci": dict(out.ci), "confidence": s.confidence, "mechanism": s.mechanism, "cached": False,
               "noise": _detail(plan, cal)["mechanisms"]}
         return Result(out.names, out.types, rows, f"SELECT {len(rows)}", dp)
+
+    def execute_script(self, text: str) -> list[Result]:
+        """A string of several statements, as the wire's simple query sends them. When every
+        statement is a DP query, they form one PLD-planned batch at the session's (ε, δ);
+        otherwise they run one after another, as PostgreSQL would."""
+        statements = split_statements(text)
+        if len(statements) <= 1:
+            return [self.execute(text)]
+        with self._lock:
+            kinds = [classify_one(st) for st in statements]
+            all_dp = all(isinstance(k, Query) and touches_private(k.tree, self.policy) for k in kinds)
+        if all_dp:
+            return self.execute_batch(statements)
+        return [self.execute(st) for st in statements]
 
     def execute_batch(self, sqls: Sequence[str], epsilon: float | Fraction | None = None,
                       delta: float | Fraction | None = None, weights: Sequence[float] | None = None) -> list[Result]:

@@ -91,3 +91,16 @@ def test_dpsql_plan_reports_the_saving(small_policy, tmp_path):
     assert out.returncode == 0, out.stderr
     assert "planned scales are 0.415 of the one-by-one scales" in out.stdout
     assert "each query would get epsilon=0.01" in out.stdout
+
+
+def test_a_script_of_dp_queries_is_one_planned_batch(conn):
+    session = conn.session
+    session.execute("SET dpsql.delta = 1e-6")
+    results = session.execute_script("SELECT COUNT(*) FROM people; SELECT sex, AVG(age) FROM people GROUP BY sex;")
+    assert len(results) == 2 and results[1].status == "SELECT 2"
+    assert session.budget()["queries"] == 1  # charged once
+    assert results[0].dp["cost"] == {"epsilon": 1.0, "delta": 1e-6}
+    mixed = session.execute_script("SET dpsql.epsilon = 0.5; SELECT COUNT(*) FROM people")
+    assert [r.status for r in mixed] == ["SET", "SELECT 1"] and mixed[1].dp["cost"]["epsilon"] == 0.5
+    with pytest.raises(dpsql.ProgrammingError):
+        session.execute_script("SELECT COUNT(*) FROM people; COPY people TO '/tmp/x'")

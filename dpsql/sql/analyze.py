@@ -159,13 +159,13 @@ def analyze(tree: exp.Query, policy: Policy, schema: Mapping[str, Mapping[str, s
         raise unsupported(f"{type(tree).__name__} queries (UNION, INTERSECT, EXCEPT) are not supported",
                           hint="send each SELECT on its own")
     resolver = Resolver(policy, schema)
-    if not _touches_private(tree, policy):
+    if not touches_private(tree, policy):
         _check_public(tree, resolver)
         return PublicQuery(tree)
     return _Analysis(tree, policy, resolver).run()
 
 
-def _touches_private(tree: exp.Expression, policy: Policy) -> bool:
+def touches_private(tree: exp.Expression, policy: Policy) -> bool:
     cte_names = {c.alias.lower() for c in tree.find_all(exp.CTE)}
     for t in tree.find_all(exp.Table):
         if not isinstance(t.this, exp.Identifier):
