@@ -109,3 +109,62 @@ def test_ledger_survives_reopen(tmp_path):
     again = Ledger(tmp_path / "l.sqlite")
     assert again.spent("alice", budget).epsilon == Fraction(1, 3)
     assert again.history("alice")[0]["released"] == [[1]]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_ledger(request, tmp_path):
+    if request.param == "postgres":
+        from dpsql.accounting.ledger import PostgresLedger
+
+        led = PostgresLedger(request.getfixturevalue("pg_ledger_url"))
+    else:
+        led = Ledger(tmp_path / "any.sqlite")
+    yield led
+    led.close()
+
+
+def test_ledger_is_exact_on_every_backend(any_ledger):
+    budget = BudgetPolicy("basic", Fraction(1), Fraction(0))
+    cost = Cost.pure(Fraction(1, 1000))
+    for _ in range(1000):
+        any_ledger.charge("alice", budget, cost, "SELECT 1", {})
+    with pytest.raises(dpsql.BudgetExceeded):
+        any_ledger.charge("alice", budget, cost, "SELECT 1", {})
+    totals = any_ledger.spent("alice", budget)
+    assert totals.epsilon == 1 and totals.queries == 1000
+    assert len(any_ledger.history("alice")) == 1000
+    any_ledger.cache_put("alice", "k", {"rows": [[1]]})
+    assert any_ledger.cache_get("alice", "k") == {"rows": [[1]]}
+
+
+def test_grants_open_segments_for_non_basic_filters(any_ledger):
+    budget = BudgetPolicy("zcdp", Fraction(1), Fraction(1, 10**6))
+    cost = Cost.pure(Fraction(1, 10))
+    answered = 0
+    while True:
+        try:
+            any_ledger.charge("bob", budget, cost, "q", {})
+            answered += 1
+        except dpsql.BudgetExceeded:
+            break
+    assert answered == 4
+    any_ledger.grant("bob", Fraction(1), Fraction(1, 10**6))
+    for _ in range(4):
+        any_ledger.charge("bob", budget, cost, "q", {})
+    with pytest.raises(dpsql.BudgetExceeded):
+        any_ledger.charge("bob", budget, cost, "q", {})
+
+
+def test_recorded_costs_re_account_as_dp_events(small_policy, tmp_path):
+    from dp_accounting import pld
+
+    conn = dpsql.connect(small_policy, user="alice", ledger=tmp_path / "e.sqlite")
+    cur = conn.cursor()
+    cur.execute("SELECT sex, COUNT(*), AVG(age) FROM people GROUP BY sex")
+    cost = conn.session.ledger.history("alice")[0]["cost"]
+    accountant = pld.PLDAccountant()
+    accountant.compose(cost.dp_event())
+    # The recorded mechanisms re-account to what was charged (up to PLD's pessimistic
+    # discretization, 1e-4 per mechanism here).
+    assert abs(accountant.get_epsilon(1e-9) - float(cost.epsilon)) < 1e-3
+    conn.close()
