@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
 import sys
 import time
 from fractions import Fraction
@@ -17,7 +18,9 @@ from .config import exact, load_policy
 from .errors import Error, invalid_parameter
 from .mechanisms import rho_for
 from .accounting.ledger import open_ledger
+from . import __version__
 from .planning import plan_report
+from .server.scram import make_verifier
 from .session import Result, Session, budget_summary, explain_lines
 from .sql.classify import Query, classify, split_statements
 
@@ -304,6 +307,102 @@ def plan(policy: str, user: str, ledger: str | None, epsilon: float, delta: floa
     if results is not None:
         for sql, r in zip(sqls, results):
             click.echo(f"\n{' '.join(sql.split())}\n{render_table(r)}")
+
+
+@main.command()
+@_policy
+@_ledger
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=5433, show_default=True, type=int)
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None)
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None)
+@click.option("--require-tls", is_flag=True, help="Refuse connections that do not use TLS.")
+@click.option("--max-connections", default=200, show_default=True, type=int)
+def serve(policy: str, ledger: str | None, host: str, port: int, tls_cert: str | None, tls_key: str | None,
+          require_tls: bool, max_connections: int) -> None:
+    """Serve the PostgreSQL wire protocol: psql, JDBC, ODBC and every Postgres driver connect unchanged."""
+    from .server.app import Limits, Server, run, tls_context
+
+    try:
+        pol = load_policy(policy, ledger_path=ledger)
+        if (tls_cert is None) != (tls_key is None):
+            raise invalid_parameter("--tls-cert and --tls-key go together")
+        if require_tls and tls_cert is None:
+            raise invalid_parameter("--require-tls needs --tls-cert and --tls-key")
+        server = Server(pol, host, port, tls_context(tls_cert, tls_key) if tls_cert else None, require_tls,
+                        Limits(max_connections=max_connections))
+        for name in sorted(pol.users):
+            if server.ledger.user_credentials(name) is None:
+                password = secrets.token_urlsafe(12)
+                server.ledger.set_user(name, make_verifier(password), "analyst")
+                click.echo(f"created login for analyst {name}: password {password} "
+                           f"(shown once; change it with: dpsql users add {name} --password-stdin)")
+    except Error as e:
+        _fail(e)
+        return
+    click.echo(f"dpsql {__version__} serving {pol.path} on {host}:{port} "
+               f"({len(pol.tables)} tables, {len(pol.users)} analysts{', TLS' if tls_cert else ''})")
+    click.echo(f"connect with: psql \"host={host} port={port} dbname=dpsql user={next(iter(sorted(pol.users)), 'NAME')}\"")
+    run(server)
+
+
+@main.group()
+def users() -> None:
+    """Manage analysts' logins (SCRAM-SHA-256 verifiers in the ledger database)."""
+
+
+@users.command("add")
+@_policy
+@_ledger
+@click.argument("name")
+@click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
+@click.option("--role", type=click.Choice(["analyst", "admin"]), default="analyst", show_default=True)
+def users_add(policy: str, ledger: str | None, name: str, password_stdin: bool, role: str) -> None:
+    """Create or update NAME's login (a random password is printed unless --password-stdin)."""
+    try:
+        pol = load_policy(policy, ledger_path=ledger)
+        pol.user(name)
+        password = sys.stdin.readline().rstrip("\n") if password_stdin else secrets.token_urlsafe(12)
+        if not password:
+            raise invalid_parameter("the password is empty")
+        open_ledger(pol.ledger_path, pol.ledger_url).set_user(name, make_verifier(password), role)
+    except Error as e:
+        _fail(e)
+        return
+    click.echo(f"login for {name} ({role}) saved" + ("" if password_stdin else f"; password {password}"))
+
+
+@users.command("list")
+@_policy
+@_ledger
+def users_list(policy: str, ledger: str | None) -> None:
+    """Analysts with a login."""
+    try:
+        pol = load_policy(policy, ledger_path=ledger)
+        rows = open_ledger(pol.ledger_path, pol.ledger_url).list_users()
+    except Error as e:
+        _fail(e)
+        return
+    for name, role, created in rows:
+        click.echo(f"{name}\t{role}\t{time.strftime('%Y-%m-%d %H:%M', time.localtime(created))}"
+                   + ("" if name in pol.users else "\t(not in the policy: cannot query)"))
+
+
+@users.command("remove")
+@_policy
+@_ledger
+@click.argument("name")
+def users_remove(policy: str, ledger: str | None, name: str) -> None:
+    """Remove NAME's login (the budget and audit log stay)."""
+    try:
+        pol = load_policy(policy, ledger_path=ledger)
+        removed = open_ledger(pol.ledger_path, pol.ledger_url).remove_user(name)
+    except Error as e:
+        _fail(e)
+        return
+    click.echo(f"login for {name} removed" if removed else f"{name} has no login")
+    if not removed:
+        sys.exit(1)
 
 
 def _positive_fraction(value: float, name: str) -> Fraction:

@@ -69,6 +69,12 @@ class PostProcessor:
             ci[name] = _intervals(item.this, order, noisy, by_name)
         return Output(names, types, rows, ci)
 
+    def describe(self, post: exp.Select, key_types: list[str], estimate_types: list[str]) -> tuple[list[str], list[str]]:
+        """Output names and types, from an empty noisy table: nothing private is involved."""
+        cols = [(f"k{i}", t, []) for i, t in enumerate(key_types)] + [(f"a{i}", t, []) for i, t in enumerate(estimate_types)]
+        _, types, _ = self._run_sql(post, cols, 0)
+        return [i.alias for i in post.expressions], types
+
     def _run_sql(self, post: exp.Select, cols, n_rows: int):
         con = self._scratch()
         defs = ", ".join(f"{name} {t}" for name, t, _ in cols)

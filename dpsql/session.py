@@ -114,6 +114,38 @@ class Session:
             return self._explain(bind_parameters(stmt.query.tree, params))
         return self._query(stmt, bind_parameters(stmt.tree, params))
 
+    def describe(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None
+                 ) -> tuple[list[str], list[str]] | None:
+        """Names and types of what `sql` would return (None: no rows), without running it or
+        charging anything: the wire protocol's Describe."""
+        with self._lock:
+            try:
+                return self._describe(sql, params)
+            except Error:
+                raise
+            except Exception as e:
+                raise InternalError("internal error while describing the query", hint=type(e).__name__) from e
+
+    def _describe(self, sql: str, params) -> tuple[list[str], list[str]] | None:
+        stmt = classify(sql)
+        if isinstance(stmt, (SetCommand, TransactionCommand)):
+            return None
+        if isinstance(stmt, ShowCommand):
+            if stmt.name == "dpsql.budget":
+                r = self.budget_result()
+                return r.names, r.types
+            return ([stmt.name.split(".", 1)[-1] if stmt.name.startswith("dpsql.") else stmt.name], ["VARCHAR"])
+        if isinstance(stmt, Explain):
+            return ["QUERY PLAN"], ["VARCHAR"]
+        tree = bind_parameters(stmt.tree, params if params is not None else _null_parameters(stmt.tree))
+        plan = analyze(tree, self.policy, self.engine.schema())
+        if isinstance(plan, PublicQuery):
+            return self.engine.describe(plan.tree.sql(dialect=self.engine.dialect))
+        names, types = self.engine.describe(rewrite(plan, self.engine.dialect, plan.literal_domain_size()))
+        key_types = types[:len(plan.keys)]
+        est_types = ["BIGINT" if e.func == "count" else "DOUBLE" for e in plan.estimates]
+        return self._post.describe(plan.post, key_types, est_types)
+
     # Settings ------------------------------------------------------------------------------
     def _set(self, cmd: SetCommand) -> Result:
         name, value = cmd.name, cmd.value
@@ -418,6 +450,15 @@ def bind_parameters(tree: exp.Query, params: Sequence[Any] | Mapping[str, Any] |
             position += 1
         node.replace(to_literal(value))
     return tree
+
+
+def _null_parameters(tree: exp.Query) -> dict[str, None] | list[None]:
+    holders = [n for n in tree.walk() if isinstance(n, (exp.Placeholder, exp.Parameter))]
+    named = [n.name for n in holders if isinstance(n, exp.Placeholder) and n.this]
+    if named:
+        return {name: None for name in named}
+    count = max([int(n.this.this) for n in holders if isinstance(n, exp.Parameter)] + [len(holders)])
+    return [None] * count
 
 
 def _param(params, index: int) -> Any:

@@ -41,6 +41,8 @@ _SCHEMA = [
         id {serial}, user_name TEXT NOT NULL, segment INTEGER NOT NULL, at DOUBLE PRECISION NOT NULL,
         sql TEXT NOT NULL, cost TEXT NOT NULL, detail TEXT NOT NULL, released TEXT)""",
     "CREATE INDEX IF NOT EXISTS charges_user ON charges (user_name, id)",
+    """CREATE TABLE IF NOT EXISTS users (
+        user_name TEXT PRIMARY KEY, verifier TEXT NOT NULL, role TEXT NOT NULL, created DOUBLE PRECISION NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS cache (
         user_name TEXT NOT NULL, key TEXT NOT NULL, answer TEXT NOT NULL, at DOUBLE PRECISION NOT NULL,
         PRIMARY KEY (user_name, key))""",
@@ -218,6 +220,27 @@ class Ledger:
             self._exec(con, "INSERT INTO cache (user_name, key, answer, at) VALUES (?, ?, ?, ?) "
                             "ON CONFLICT (user_name, key) DO UPDATE SET answer = excluded.answer, at = excluded.at",
                        (user, key, json.dumps(answer, default=str), time.time()))
+
+    # Analysts' credentials (SCRAM verifiers; the server never stores a password) ----------
+    def set_user(self, user: str, verifier: str, role: str) -> None:
+        with self._write([]) as con:
+            self._exec(con, "INSERT INTO users (user_name, verifier, role, created) VALUES (?, ?, ?, ?) "
+                            "ON CONFLICT (user_name) DO UPDATE SET verifier = excluded.verifier, role = excluded.role",
+                       (user, verifier, role, time.time()))
+
+    def remove_user(self, user: str) -> bool:
+        with self._write([]) as con:
+            cur = self._exec(con, "DELETE FROM users WHERE user_name = ?", (user,))
+            return cur.rowcount > 0
+
+    def user_credentials(self, user: str) -> tuple[str, str] | None:
+        con = self._con()
+        row = self._exec(con, "SELECT verifier, role FROM users WHERE user_name = ?", (user,)).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def list_users(self) -> list[tuple[str, str, float]]:
+        con = self._con()
+        return [tuple(r) for r in self._exec(con, "SELECT user_name, role, created FROM users ORDER BY user_name").fetchall()]
 
     def close(self) -> None:
         con = getattr(self._local, "con", None)

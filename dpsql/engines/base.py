@@ -28,6 +28,12 @@ class Engine(Protocol):
     def execute(self, sql: str) -> ResultSet:
         """Run a query built by dpsql (never the analyst's text)."""
 
+    def describe(self, sql: str) -> tuple[list[str], list[str]]:
+        """Names and types of a query's result, without executing it."""
+
+    def interrupt(self, thread_ident: int) -> None:
+        """Cancel the query running on that thread, if any."""
+
     def data_version(self) -> str:
         """Changes whenever the underlying data may have changed (keys the answer cache)."""
 

@@ -52,6 +52,7 @@ class DuckDBEngine:
         check_against_schema(policy, self._schema)
         self._lock_down()
         self._local = threading.local()
+        self._running: dict[int, duckdb.DuckDBPyConnection] = {}
 
     def _attach_sources(self) -> None:
         db = self._policy.engine.database
@@ -105,11 +106,15 @@ class DuckDBEngine:
     def execute(self, sql: str) -> ResultSet:
         """Run dpsql-built SQL. Engine messages may quote data, so they never travel upward."""
         cur = self._cursor()
+        ident = threading.get_ident()
+        self._running[ident] = cur
         try:
             cur.execute(sql)
             names = [d[0] for d in cur.description]
             types = [str(d[1]) for d in cur.description]
             rows = cur.fetchall()
+        except duckdb.InterruptException:
+            raise OperationalError("canceling statement due to user request", sqlstate="57014") from None
         except duckdb.Error:
             raise OperationalError(
                 "the query failed while running in the engine",
@@ -117,8 +122,24 @@ class DuckDBEngine:
                 hint="the engine's own message is withheld because it may quote private values; "
                      "the query's cost stays charged, because whether a query fails can depend on the data",
             ) from None
+        finally:
+            self._running.pop(ident, None)
         columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in names]
         return ResultSet(names, types, columns)
+
+    def describe(self, sql: str) -> tuple[list[str], list[str]]:
+        """Names and types of a query's result, from binding alone (nothing is executed)."""
+        try:
+            rel = self._cursor().sql(sql)
+            return list(rel.columns), [str(t) for t in rel.types]
+        except duckdb.Error:
+            raise OperationalError("the query could not be described", sqlstate="XX000") from None
+
+    def interrupt(self, thread_ident: int) -> None:
+        """Cancel what the engine runs on that thread (CancelRequest)."""
+        cur = self._running.get(thread_ident)
+        if cur is not None:
+            cur.interrupt()
 
     def data_version(self) -> str:
         h = hashlib.sha256()

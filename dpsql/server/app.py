@@ -1,0 +1,544 @@
+"""`dpsql serve`: the PostgreSQL wire protocol (3.0) over asyncio, one Session per connection.
+
+Engine work runs on a thread pool, never on the event loop. Describe never executes and never
+charges. Errors carry SQLSTATEs; in the extended protocol an error skips to the next Sync, as
+PostgreSQL does. A hostile or broken client only ever loses its own connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import logging
+import secrets
+import signal
+import ssl
+import struct
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .. import __version__
+from ..config import Policy
+from ..engines import open_engine
+from ..errors import Error
+from ..session import Result, Session
+from ..sql.classify import split_statements
+from . import codec
+from .catalog import Catalog, is_catalog_query
+from .params import infer_parameter_types
+from .scram import ScramError, ScramServer, Verifier
+
+log = logging.getLogger("dpsql.server")
+
+
+@dataclass
+class Limits:
+    max_connections: int = 200
+    max_message: int = 16 * 1024 * 1024
+    login_timeout: float = 30.0
+    drain_timeout: float = 30.0
+
+
+@dataclass
+class Answer:
+    """One statement's outcome in wire terms."""
+
+    fields: list[codec.Field] | None
+    rows: list[tuple]
+    tag: str
+    notices: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Prepared:
+    sql: str
+    param_oids: list[int]
+
+
+@dataclass
+class Portal:
+    stmt: Prepared
+    params: list[Any]
+    result_formats: list[int]
+    answer: Answer | None = None
+    pos: int = 0
+
+
+class Server:
+    def __init__(self, policy: Policy, host: str = "127.0.0.1", port: int = 5433,
+                 tls: ssl.SSLContext | None = None, require_tls: bool = False, limits: Limits | None = None,
+                 workers: int = 16):
+        self.policy = policy
+        self.host, self.port = host, port
+        self.tls, self.require_tls = tls, require_tls
+        self.limits = limits or Limits()
+        self.engine = open_engine(policy)
+        self.catalog = Catalog(policy, self.engine.schema())
+        self.executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dpsql")
+        self.connections: dict[int, "Connection"] = {}
+        self.secret = secrets.token_bytes(32)
+        self._server: asyncio.base_events.Server | None = None
+        self._closing = False
+        from ..accounting.ledger import open_ledger
+
+        self.ledger = open_ledger(policy.ledger_path, policy.ledger_url)
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, self.host, self.port, limit=2**16)
+        sock = self._server.sockets[0].getsockname()
+        self.port = sock[1]
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = Connection(self, reader, writer)
+        await conn.run()
+
+    async def serve_forever(self) -> None:
+        await self.start()
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+            except (NotImplementedError, RuntimeError):
+                pass
+        await stop.wait()
+        await self.shutdown()
+
+    async def shutdown(self) -> None:
+        """Stop accepting, let running statements finish (up to drain_timeout), close."""
+        self._closing = True
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        deadline = asyncio.get_running_loop().time() + self.limits.drain_timeout
+        while any(c.busy for c in self.connections.values()) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+        for c in list(self.connections.values()):
+            c.close()
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def cancel(self, pid: int, key: int) -> None:
+        conn = self.connections.get(pid)
+        if conn is not None and secrets.compare_digest(struct.pack("!i", conn.key), struct.pack("!i", key)):
+            conn.cancel()
+
+
+class Connection:
+    def __init__(self, server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.server = server
+        self.reader, self.writer = reader, writer
+        self.pid = secrets.randbelow(2**31 - 2) + 1
+        self.key = secrets.randbelow(2**31 - 1)
+        self.session: Session | None = None
+        self.user = ""
+        self.status = "I"
+        self.statements: dict[str, Prepared] = {}
+        self.portals: dict[str, Portal] = {}
+        self.busy = False
+        self.thread: int | None = None
+        self.tls = False
+
+    # I/O ---------------------------------------------------------------------------------
+    async def _read_exact(self, n: int) -> bytes:
+        return await self.reader.readexactly(n)
+
+    async def read_message(self) -> tuple[bytes, bytes]:
+        head = await self._read_exact(5)
+        kind, length = head[:1], struct.unpack("!i", head[1:])[0]
+        if length < 4 or length > self.server.limits.max_message:
+            raise codec.ProtocolError("invalid message length")
+        return kind, await self._read_exact(length - 4)
+
+    def send(self, data: bytes) -> None:
+        self.writer.write(data)
+
+    def close(self) -> None:
+        try:
+            self.writer.close()
+        except Exception:  # noqa: BLE001 - closing a broken transport
+            pass
+
+    def cancel(self) -> None:
+        if self.busy and self.thread is not None:
+            self.server.engine.interrupt(self.thread)
+
+    async def run_blocking(self, fn: Callable, *args) -> Any:
+        loop = asyncio.get_running_loop()
+
+        def call():
+            self.thread = threading.get_ident()
+            try:
+                return fn(*args)
+            finally:
+                self.thread = None
+
+        self.busy = True
+        try:
+            return await loop.run_in_executor(self.server.executor, call)
+        finally:
+            self.busy = False
+
+    # Lifecycle ---------------------------------------------------------------------------
+    async def run(self) -> None:
+        server = self.server
+        try:
+            if len(server.connections) >= server.limits.max_connections or server._closing:
+                self.send(codec.error_response("53300", "sorry, too many clients already", severity="FATAL"))
+                await self.writer.drain()
+                return
+            server.connections[self.pid] = self
+            ok = await asyncio.wait_for(self.startup(), server.limits.login_timeout)
+            if not ok:
+                return
+            await self.loop()
+        except (asyncio.IncompleteReadError, ConnectionError, codec.ProtocolError, asyncio.TimeoutError,
+                ssl.SSLError, UnicodeDecodeError, OSError):
+            pass
+        except Exception:  # noqa: BLE001 - one broken connection never takes the server down
+            log.exception("connection %s failed", self.pid)
+        finally:
+            server.connections.pop(self.pid, None)
+            if self.session is not None:
+                self.session.ledger.close()
+            self.close()
+
+    async def startup(self) -> bool:
+        while True:
+            length = struct.unpack("!i", await self._read_exact(4))[0]
+            if length < 8 or length > 10_000:
+                raise codec.ProtocolError("invalid startup packet length")
+            body = await self._read_exact(length - 4)
+            code = struct.unpack("!i", body[:4])[0]
+            if code == codec.SSL_REQUEST:
+                if self.server.tls is None or self.tls:
+                    self.send(b"N")
+                    continue
+                self.send(b"S")
+                await self.writer.drain()
+                await self.writer.start_tls(self.server.tls)
+                self.tls = True
+                continue
+            if code == codec.GSSENC_REQUEST:
+                self.send(b"N")
+                continue
+            if code == codec.CANCEL_REQUEST:
+                if len(body) >= 12:
+                    pid, key = struct.unpack("!ii", body[4:12])
+                    self.server.cancel(pid, key)
+                return False
+            if code != codec.PROTOCOL_3:
+                self.send(codec.error_response("0A000", "unsupported frontend protocol", severity="FATAL"))
+                await self.writer.drain()
+                return False
+            params = self._startup_params(body[4:])
+            break
+        if self.server.require_tls and not self.tls:
+            self.send(codec.error_response("28000", "this server requires TLS (sslmode=require)", severity="FATAL"))
+            await self.writer.drain()
+            return False
+        self.user = params.get("user", "")
+        if not await self.authenticate():
+            return False
+        try:
+            self.session = Session(self.server.policy, self.user, engine=self.server.engine)
+        except Error as e:
+            self.send(codec.error_response(e.sqlstate, e.message, e.hint, severity="FATAL"))
+            await self.writer.drain()
+            return False
+        self.send(codec.message(b"R", codec.int32(0)))
+        app = params.get("application_name", "")
+        if app:
+            self.session.settings.client["application_name"] = app
+        for name, value in (("application_name", app), ("client_encoding", "UTF8"), ("DateStyle", "ISO, MDY"),
+                            ("default_transaction_read_only", "on"), ("in_hot_standby", "off"),
+                            ("integer_datetimes", "on"), ("IntervalStyle", "postgres"), ("is_superuser", "off"),
+                            ("server_encoding", "UTF8"), ("server_version", f"15.0 (dpsql {__version__})"),
+                            ("session_authorization", self.user), ("standard_conforming_strings", "on"),
+                            ("TimeZone", "UTC")):
+            self.send(codec.parameter_status(name, value))
+        self.send(codec.message(b"K", codec.int32(self.pid) + codec.int32(self.key)))
+        self.send(codec.ready("I"))
+        await self.writer.drain()
+        return True
+
+    @staticmethod
+    def _startup_params(data: bytes) -> dict[str, str]:
+        parts = data.split(b"\0")
+        params = {}
+        for i in range(0, len(parts) - 1, 2):
+            if not parts[i]:
+                break
+            params[parts[i].decode("utf-8")] = parts[i + 1].decode("utf-8")
+        return params
+
+    async def authenticate(self) -> bool:
+        creds = await self.run_blocking(self.server.ledger.user_credentials, self.user)
+        verifier = Verifier.mock(self.user, self.server.secret)
+        if creds is not None:
+            try:
+                verifier = Verifier.parse(creds[0])
+            except ValueError:
+                creds = None
+        scram = ScramServer(verifier)
+        self.send(codec.message(b"R", codec.int32(10) + codec.cstr("SCRAM-SHA-256") + b"\0"))
+        await self.writer.drain()
+        failed = codec.error_response("28P01", f'password authentication failed for user "{self.user}"',
+                                      severity="FATAL")
+        try:
+            kind, body = await self.read_message()
+            if kind != b"p":
+                raise ScramError("expected a SASL response")
+            r = codec.Reader(body)
+            mechanism = r.cstring()
+            if mechanism != "SCRAM-SHA-256":
+                raise ScramError("unsupported SASL mechanism")
+            n = r.int32()
+            first = r.bytes(n).decode("utf-8")
+            self.send(codec.message(b"R", codec.int32(11) + scram.first(first).encode()))
+            await self.writer.drain()
+            kind, body = await self.read_message()
+            if kind != b"p":
+                raise ScramError("expected a SASL response")
+            final = scram.final(body.decode("utf-8"))
+            if creds is None:
+                raise ScramError("unknown user")
+        except ScramError:
+            self.send(failed)
+            await self.writer.drain()
+            return False
+        self.send(codec.message(b"R", codec.int32(12) + final.encode()))
+        return True
+
+    # Messages ----------------------------------------------------------------------------
+    async def loop(self) -> None:
+        skipping = False
+        while True:
+            kind, body = await self.read_message()
+            if kind == b"X":
+                return
+            if kind == b"S":
+                skipping = False
+                self.send(codec.ready(self.status))
+                await self.writer.drain()
+                continue
+            if kind == b"H":
+                await self.writer.drain()
+                continue
+            if skipping:
+                continue
+            try:
+                if kind == b"Q":
+                    await self.simple_query(codec.Reader(body).cstring())
+                    self.send(codec.ready(self.status))
+                elif kind == b"P":
+                    self.parse(codec.Reader(body))
+                elif kind == b"B":
+                    self.bind(codec.Reader(body))
+                elif kind == b"D":
+                    await self.describe(codec.Reader(body))
+                elif kind == b"E":
+                    await self.execute(codec.Reader(body))
+                elif kind == b"C":
+                    self.close_object(codec.Reader(body))
+                elif kind in (b"d", b"c", b"f"):
+                    raise Error("COPY is not supported", sqlstate="0A000")
+                else:
+                    raise codec.ProtocolError(f"unexpected message type {kind!r}")
+            except Error as e:
+                self.send(codec.error_response(e.sqlstate, e.message, e.hint))
+                if self.status == "T":
+                    self.status = "E"
+                if kind == b"Q":
+                    self.send(codec.ready(self.status))
+                else:
+                    skipping = True
+            await self.writer.drain()
+
+    # Statement routing ---------------------------------------------------------------------
+    def _answer_session(self, result: Result, formats: list[int] | None = None) -> Answer:
+        fields = None
+        if result.names:
+            fields = [codec.Field(n, codec.oid_of(t)) for n, t in zip(result.names, result.types)]
+        notices = []
+        if result.dp and "remaining" in result.dp and result.dp.get("cost") is not None:
+            cost, left = result.dp["cost"], result.dp["remaining"]
+            origin = "answered from the cache, free" if result.dp.get("cached") else \
+                f"cost epsilon={cost['epsilon']:g} delta={cost['delta']:g}"
+            notices.append(f"dpsql: {origin}; remaining epsilon={left['epsilon']:g} delta={left['delta']:g}")
+        return Answer(fields, result.rows, result.status, notices)
+
+    def run_statement(self, sql: str, params: list[Any] | None = None) -> Answer:
+        """One statement, on a worker thread: catalog queries and transaction control here,
+        everything else through the analyst's Session."""
+        session = self.session
+        word = sql.strip().split(None, 1)[0].upper().rstrip(";") if sql.strip() else ""
+        if self.status == "E" and word not in ("ROLLBACK", "ABORT", "COMMIT", "END"):
+            raise Error("current transaction is aborted, commands ignored until end of transaction block",
+                        sqlstate="25P02")
+        if word in ("BEGIN", "START"):
+            self.status = "T"
+            return Answer(None, [], "BEGIN")
+        if word in ("COMMIT", "END"):
+            tag = "ROLLBACK" if self.status == "E" else "COMMIT"
+            self.status = "I"
+            return Answer(None, [], tag)
+        if word in ("ROLLBACK", "ABORT"):
+            if "TO" in sql.upper().split():
+                self.status = "T"
+                return Answer(None, [], "ROLLBACK")
+            self.status = "I"
+            return Answer(None, [], "ROLLBACK")
+        if word in ("SAVEPOINT", "RELEASE"):
+            return Answer(None, [], word)
+        if word == "DISCARD":
+            session.settings = session._defaults()
+            return Answer(None, [], "DISCARD ALL")
+        if word == "DEALLOCATE":
+            return Answer(None, [], "DEALLOCATE")
+        if is_catalog_query(sql):
+            names, oids, rows = self.server.catalog.answer(sql, params or [], session, self.user)
+            return Answer([codec.Field(n, o) for n, o in zip(names, oids)], rows, f"SELECT {len(rows)}")
+        return self._answer_session(session.execute(sql, params or None))
+
+    def run_script(self, text: str) -> list[Answer]:
+        statements = split_statements(text)
+        if len(statements) > 1 and not any(is_catalog_query(s) for s in statements):
+            try:
+                results = self.session.execute_script(text)
+            except Error:
+                raise
+            return [self._answer_session(r) for r in results]
+        return [self.run_statement(s) for s in statements]
+
+    def describe_statement(self, sql: str, params: list[Any] | None) -> list[codec.Field] | None:
+        word = sql.strip().split(None, 1)[0].upper() if sql.strip() else ""
+        if word in ("BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE", "DISCARD",
+                    "DEALLOCATE", "SET", "RESET"):
+            return None
+        if is_catalog_query(sql):
+            names, oids, _ = self.server.catalog.answer(sql, params or [], self.session, self.user)
+            return [codec.Field(n, o) for n, o in zip(names, oids)]
+        described = self.session.describe(sql, params)
+        if described is None:
+            return None
+        return [codec.Field(n, codec.oid_of(t)) for n, t in zip(*described)]
+
+    # Simple query --------------------------------------------------------------------------
+    async def simple_query(self, text: str) -> None:
+        if not split_statements(text):
+            self.send(codec.message(b"I"))
+            return
+        answers = await self.run_blocking(self.run_script, text)
+        for a in answers:
+            self._send_answer(a, [], 0, 0, describe=True)
+
+    def _send_answer(self, a: Answer, formats: list[int], start: int, limit: int, describe: bool) -> int:
+        for n in a.notices:
+            self.send(codec.notice(n))
+        if a.fields is None:
+            self.send(codec.command_complete(a.tag))
+            return 0
+        fields = [codec.Field(f.name, f.oid, _format(formats, i)) for i, f in enumerate(a.fields)]
+        if describe:
+            self.send(codec.row_description(fields))
+        end = len(a.rows) if limit <= 0 else min(len(a.rows), start + limit)
+        for row in a.rows[start:end]:
+            self.send(codec.data_row([codec.encode(v, f.oid, f.format) for v, f in zip(row, fields)]))
+        if end < len(a.rows):
+            self.send(codec.message(b"s"))
+        else:
+            self.send(codec.command_complete(a.tag))
+        return end
+
+    # Extended query ------------------------------------------------------------------------
+    def parse(self, r: codec.Reader) -> None:
+        name, sql = r.cstring(), r.cstring()
+        oids = [r.int32() for _ in range(r.int16())]
+        if len(split_statements(sql)) > 1:
+            raise Error("cannot insert multiple commands into a prepared statement", sqlstate="42601")
+        inferred = infer_parameter_types(sql, self.server.engine.schema())
+        n = max(len(oids), len(inferred))
+        oids = [(oids[i] if i < len(oids) and oids[i] else (inferred[i] if i < len(inferred) else codec.TEXT))
+                for i in range(n)]
+        self.statements[name] = Prepared(sql, oids)
+        self.send(codec.message(b"1"))
+
+    def bind(self, r: codec.Reader) -> None:
+        portal, name = r.cstring(), r.cstring()
+        stmt = self.statements.get(name)
+        if stmt is None:
+            raise Error(f'prepared statement "{name}" does not exist', sqlstate="26000")
+        fmts = [r.int16() for _ in range(r.int16())]
+        values = []
+        for i in range(r.int16()):
+            n = r.int32()
+            raw = None if n < 0 else r.bytes(n)
+            oid = stmt.param_oids[i] if i < len(stmt.param_oids) else codec.TEXT
+            try:
+                values.append(codec.decode_param(raw, oid, _format(fmts, i)))
+            except ValueError as e:
+                raise Error(str(e), sqlstate="22P02") from None
+        result_formats = [r.int16() for _ in range(r.int16())]
+        self.portals[portal] = Portal(stmt, values, result_formats)
+        self.send(codec.message(b"2"))
+
+    async def describe(self, r: codec.Reader) -> None:
+        what, name = chr(r.byte()), r.cstring()
+        if what == "S":
+            stmt = self.statements.get(name)
+            if stmt is None:
+                raise Error(f'prepared statement "{name}" does not exist', sqlstate="26000")
+            self.send(codec.message(b"t", codec.int16(len(stmt.param_oids))
+                                    + b"".join(codec.int32(o) for o in stmt.param_oids)))
+            fields = await self.run_blocking(self.describe_statement, stmt.sql, None)
+            formats: list[int] = []
+        else:
+            portal = self.portals.get(name)
+            if portal is None:
+                raise Error(f'portal "{name}" does not exist', sqlstate="34000")
+            fields = await self.run_blocking(self.describe_statement, portal.stmt.sql, portal.params)
+            formats = portal.result_formats
+        if fields is None:
+            self.send(codec.message(b"n"))
+        else:
+            self.send(codec.row_description([codec.Field(f.name, f.oid, _format(formats, i))
+                                             for i, f in enumerate(fields)]))
+
+    async def execute(self, r: codec.Reader) -> None:
+        name, limit = r.cstring(), r.int32()
+        portal = self.portals.get(name)
+        if portal is None:
+            raise Error(f'portal "{name}" does not exist', sqlstate="34000")
+        if portal.answer is None:
+            if not split_statements(portal.stmt.sql):
+                self.send(codec.message(b"I"))
+                return
+            portal.answer = await self.run_blocking(self.run_statement, portal.stmt.sql, portal.params or None)
+        portal.pos = self._send_answer(portal.answer, portal.result_formats, portal.pos, limit, describe=False)
+
+    def close_object(self, r: codec.Reader) -> None:
+        what, name = chr(r.byte()), r.cstring()
+        (self.statements if what == "S" else self.portals).pop(name, None)
+        self.send(codec.message(b"3"))
+
+
+def _format(formats: list[int], i: int) -> int:
+    if not formats:
+        return 0
+    return formats[0] if len(formats) == 1 else (formats[i] if i < len(formats) else 0)
+
+
+def tls_context(cert: str, key: str) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert, key)
+    return ctx
+
+
+def run(server: Server) -> None:
+    asyncio.run(server.serve_forever())
+
+
+__all__ = ["Server", "Limits", "run", "tls_context", "functools"]

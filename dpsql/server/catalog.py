@@ -1,0 +1,637 @@
+"""Catalog emulation: pg_catalog and information_schema answered from schema and policy only.
+
+Clients browse with catalog queries (psql \\d, JDBC DatabaseMetaData, ODBC SQLTables,
+SQLAlchemy reflection). They run here on a separate in-memory DuckDB that holds tables shaped
+like PostgreSQL 15's catalogs, filled from the engine's schema and the policy: names, types,
+comments. It holds no row of data; statistics answer NULL or nothing (pg_class.reltuples is -1,
+as for a never-analyzed table). The client's SQL is rewritten onto these tables, PostgreSQL
+functions become macros, and result column types are PostgreSQL's own.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any, Mapping
+
+import duckdb
+import sqlglot
+from sqlglot import exp
+
+from .. import __version__
+from ..config import Policy
+from ..errors import Error, ProgrammingError
+from . import codec as c
+
+PUBLIC, PG_CATALOG, INFORMATION_SCHEMA = 2200, 11, 13000
+FIRST_TABLE_OID = 16385
+OWNER = 10
+DATABASE_OID = 16384
+
+# (column, PostgreSQL type OID). DuckDB storage types follow from the OID.
+TABLES: dict[str, list[tuple[str, int]]] = {
+    "pg_namespace": [("oid", c.OID), ("nspname", c.NAME), ("nspowner", c.OID), ("nspacl", c.ACLITEM_ARRAY)],
+    "pg_class": [("oid", c.OID), ("relname", c.NAME), ("relnamespace", c.OID), ("reltype", c.OID), ("reloftype", c.OID),
+                 ("relowner", c.OID), ("relam", c.OID), ("relfilenode", c.OID), ("reltablespace", c.OID),
+                 ("relpages", c.INT4), ("reltuples", c.FLOAT4), ("relallvisible", c.INT4), ("reltoastrelid", c.OID),
+                 ("relhasindex", c.BOOL), ("relisshared", c.BOOL), ("relpersistence", c.CHAR), ("relkind", c.CHAR),
+                 ("relnatts", c.INT2), ("relchecks", c.INT2), ("relhasrules", c.BOOL), ("relhastriggers", c.BOOL),
+                 ("relhassubclass", c.BOOL), ("relrowsecurity", c.BOOL), ("relforcerowsecurity", c.BOOL),
+                 ("relispopulated", c.BOOL), ("relreplident", c.CHAR), ("relispartition", c.BOOL),
+                 ("relrewrite", c.OID), ("relacl", c.ACLITEM_ARRAY), ("reloptions", c.TEXT_ARRAY), ("relpartbound", c.TEXT)],
+    "pg_attribute": [("attrelid", c.OID), ("attname", c.NAME), ("atttypid", c.OID), ("attstattarget", c.INT4),
+                     ("attlen", c.INT2), ("attnum", c.INT2), ("attndims", c.INT4), ("attcacheoff", c.INT4),
+                     ("atttypmod", c.INT4), ("attbyval", c.BOOL), ("attalign", c.CHAR), ("attstorage", c.CHAR),
+                     ("attcompression", c.CHAR), ("attnotnull", c.BOOL), ("atthasdef", c.BOOL), ("atthasmissing", c.BOOL),
+                     ("attidentity", c.CHAR), ("attgenerated", c.CHAR), ("attisdropped", c.BOOL), ("attislocal", c.BOOL),
+                     ("attinhcount", c.INT4), ("attcollation", c.OID), ("attacl", c.ACLITEM_ARRAY),
+                     ("attoptions", c.TEXT_ARRAY), ("attfdwoptions", c.TEXT_ARRAY)],
+    "pg_type": [("oid", c.OID), ("typname", c.NAME), ("typnamespace", c.OID), ("typowner", c.OID), ("typlen", c.INT2),
+                ("typbyval", c.BOOL), ("typtype", c.CHAR), ("typcategory", c.CHAR), ("typispreferred", c.BOOL),
+                ("typisdefined", c.BOOL), ("typdelim", c.CHAR), ("typrelid", c.OID), ("typelem", c.OID),
+                ("typarray", c.OID), ("typinput", c.REGPROC), ("typoutput", c.REGPROC), ("typreceive", c.REGPROC),
+                ("typsend", c.REGPROC), ("typbasetype", c.OID), ("typtypmod", c.INT4), ("typndims", c.INT4),
+                ("typcollation", c.OID), ("typnotnull", c.BOOL), ("typalign", c.CHAR), ("typstorage", c.CHAR),
+                ("typdefault", c.TEXT)],
+    "pg_database": [("oid", c.OID), ("datname", c.NAME), ("datdba", c.OID), ("encoding", c.INT4),
+                    ("datlocprovider", c.CHAR), ("datistemplate", c.BOOL), ("datallowconn", c.BOOL),
+                    ("datconnlimit", c.INT4), ("datcollate", c.TEXT), ("datctype", c.TEXT), ("daticulocale", c.TEXT),
+                    ("datcollversion", c.TEXT), ("datacl", c.ACLITEM_ARRAY), ("dattablespace", c.OID)],
+    "pg_roles": [("oid", c.OID), ("rolname", c.NAME), ("rolsuper", c.BOOL), ("rolinherit", c.BOOL),
+                 ("rolcreaterole", c.BOOL), ("rolcreatedb", c.BOOL), ("rolcanlogin", c.BOOL), ("rolreplication", c.BOOL),
+                 ("rolconnlimit", c.INT4), ("rolbypassrls", c.BOOL), ("rolconfig", c.TEXT_ARRAY)],
+    "pg_user": [("usename", c.NAME), ("usesysid", c.OID), ("usecreatedb", c.BOOL), ("usesuper", c.BOOL),
+                ("userepl", c.BOOL), ("usebypassrls", c.BOOL), ("useconfig", c.TEXT_ARRAY)],
+    "pg_am": [("oid", c.OID), ("amname", c.NAME), ("amhandler", c.REGPROC), ("amtype", c.CHAR)],
+    "pg_index": [("indexrelid", c.OID), ("indrelid", c.OID), ("indnatts", c.INT2), ("indnkeyatts", c.INT2),
+                 ("indisunique", c.BOOL), ("indnullsnotdistinct", c.BOOL), ("indisprimary", c.BOOL),
+                 ("indisexclusion", c.BOOL), ("indimmediate", c.BOOL), ("indisclustered", c.BOOL),
+                 ("indisvalid", c.BOOL), ("indcheckxmin", c.BOOL), ("indisready", c.BOOL), ("indislive", c.BOOL),
+                 ("indisreplident", c.BOOL), ("indkey", c.INT2_ARRAY), ("indcollation", c.OID_ARRAY),
+                 ("indclass", c.OID_ARRAY), ("indoption", c.INT2_ARRAY), ("indexprs", c.TEXT), ("indpred", c.TEXT)],
+    "pg_constraint": [("oid", c.OID), ("conname", c.NAME), ("connamespace", c.OID), ("contype", c.CHAR),
+                      ("condeferrable", c.BOOL), ("condeferred", c.BOOL), ("convalidated", c.BOOL), ("conrelid", c.OID),
+                      ("contypid", c.OID), ("conindid", c.OID), ("conparentid", c.OID), ("confrelid", c.OID),
+                      ("confupdtype", c.CHAR), ("confdeltype", c.CHAR), ("confmatchtype", c.CHAR),
+                      ("conislocal", c.BOOL), ("coninhcount", c.INT4), ("connoinherit", c.BOOL),
+                      ("conkey", c.INT2_ARRAY), ("confkey", c.INT2_ARRAY), ("conbin", c.TEXT)],
+    "pg_attrdef": [("oid", c.OID), ("adrelid", c.OID), ("adnum", c.INT2), ("adbin", c.TEXT)],
+    "pg_description": [("objoid", c.OID), ("classoid", c.OID), ("objsubid", c.INT4), ("description", c.TEXT)],
+    "pg_inherits": [("inhrelid", c.OID), ("inhparent", c.OID), ("inhseqno", c.INT4), ("inhdetachpending", c.BOOL)],
+    "pg_tablespace": [("oid", c.OID), ("spcname", c.NAME), ("spcowner", c.OID)],
+    "pg_proc": [("oid", c.OID), ("proname", c.NAME), ("pronamespace", c.OID), ("prorettype", c.OID), ("prokind", c.CHAR)],
+    "pg_settings": [("name", c.TEXT), ("setting", c.TEXT), ("unit", c.TEXT), ("category", c.TEXT),
+                    ("short_desc", c.TEXT), ("context", c.TEXT), ("vartype", c.TEXT), ("source", c.TEXT)],
+    "pg_stats": [("schemaname", c.NAME), ("tablename", c.NAME), ("attname", c.NAME), ("inherited", c.BOOL),
+                 ("null_frac", c.FLOAT4), ("avg_width", c.INT4), ("n_distinct", c.FLOAT4),
+                 ("most_common_vals", c.TEXT), ("most_common_freqs", c.FLOAT8_ARRAY), ("histogram_bounds", c.TEXT),
+                 ("correlation", c.FLOAT4)],
+    "pg_stat_user_tables": [("relid", c.OID), ("schemaname", c.NAME), ("relname", c.NAME), ("seq_scan", c.INT8),
+                            ("n_live_tup", c.INT8), ("n_dead_tup", c.INT8), ("n_tup_ins", c.INT8),
+                            ("n_tup_upd", c.INT8), ("n_tup_del", c.INT8)],
+    "pg_statistic_ext": [("oid", c.OID), ("stxrelid", c.OID), ("stxname", c.NAME), ("stxnamespace", c.OID),
+                         ("stxowner", c.OID), ("stxstattarget", c.INT4), ("stxkeys", c.INT2_ARRAY), ("stxkind", c.CHAR_ARRAY)],
+    "pg_policy": [("oid", c.OID), ("polname", c.NAME), ("polrelid", c.OID), ("polcmd", c.CHAR),
+                  ("polpermissive", c.BOOL), ("polroles", c.OID_ARRAY), ("polqual", c.TEXT), ("polwithcheck", c.TEXT)],
+    "pg_publication": [("oid", c.OID), ("pubname", c.NAME), ("pubowner", c.OID), ("puballtables", c.BOOL),
+                       ("pubinsert", c.BOOL), ("pubupdate", c.BOOL), ("pubdelete", c.BOOL), ("pubtruncate", c.BOOL),
+                       ("pubviaroot", c.BOOL)],
+    "pg_publication_namespace": [("oid", c.OID), ("pnpubid", c.OID), ("pnnspid", c.OID)],
+    "pg_publication_rel": [("oid", c.OID), ("prpubid", c.OID), ("prrelid", c.OID), ("prqual", c.TEXT), ("prattrs", c.INT2_ARRAY)],
+    "pg_trigger": [("oid", c.OID), ("tgrelid", c.OID), ("tgname", c.NAME), ("tgenabled", c.CHAR), ("tgisinternal", c.BOOL)],
+    "pg_rewrite": [("oid", c.OID), ("rulename", c.NAME), ("ev_class", c.OID), ("ev_type", c.CHAR)],
+    "pg_opclass": [("oid", c.OID), ("opcmethod", c.OID), ("opcname", c.NAME), ("opcnamespace", c.OID),
+                   ("opcowner", c.OID), ("opcfamily", c.OID), ("opcintype", c.OID), ("opcdefault", c.BOOL), ("opckeytype", c.OID)],
+    "pg_collation": [("oid", c.OID), ("collname", c.NAME), ("collnamespace", c.OID)],
+    "pg_enum": [("oid", c.OID), ("enumtypid", c.OID), ("enumsortorder", c.FLOAT4), ("enumlabel", c.NAME)],
+    "pg_extension": [("oid", c.OID), ("extname", c.NAME), ("extowner", c.OID), ("extnamespace", c.OID), ("extversion", c.TEXT)],
+    "pg_range": [("rngtypid", c.OID), ("rngsubtype", c.OID)],
+    "pg_sequence": [("seqrelid", c.OID), ("seqtypid", c.OID)],
+    "pg_foreign_table": [("ftrelid", c.OID), ("ftserver", c.OID)],
+    "pg_partitioned_table": [("partrelid", c.OID), ("partstrat", c.CHAR)],
+    "pg_depend": [("classid", c.OID), ("objid", c.OID), ("objsubid", c.INT4), ("refclassid", c.OID),
+                  ("refobjid", c.OID), ("refobjsubid", c.INT4), ("deptype", c.CHAR)],
+    "pg_event_trigger": [("oid", c.OID), ("evtname", c.NAME)],
+    "pg_matviews": [("schemaname", c.NAME), ("matviewname", c.NAME), ("definition", c.TEXT)],
+    "pg_views": [("schemaname", c.NAME), ("viewname", c.NAME), ("definition", c.TEXT)],
+    "pg_tables": [("schemaname", c.NAME), ("tablename", c.NAME), ("tableowner", c.NAME), ("tablespace", c.NAME),
+                  ("hasindexes", c.BOOL), ("hasrules", c.BOOL), ("hastriggers", c.BOOL), ("rowsecurity", c.BOOL)],
+    # information_schema (stored as is_<name>)
+    "is_schemata": [("catalog_name", c.NAME), ("schema_name", c.NAME), ("schema_owner", c.NAME)],
+    "is_tables": [("table_catalog", c.NAME), ("table_schema", c.NAME), ("table_name", c.NAME), ("table_type", c.TEXT),
+                  ("is_insertable_into", c.TEXT), ("is_typed", c.TEXT)],
+    "is_columns": [("table_catalog", c.NAME), ("table_schema", c.NAME), ("table_name", c.NAME), ("column_name", c.NAME),
+                   ("ordinal_position", c.INT4), ("column_default", c.TEXT), ("is_nullable", c.TEXT),
+                   ("data_type", c.TEXT), ("character_maximum_length", c.INT4), ("numeric_precision", c.INT4),
+                   ("numeric_scale", c.INT4), ("udt_name", c.NAME)],
+    "is_views": [("table_catalog", c.NAME), ("table_schema", c.NAME), ("table_name", c.NAME), ("view_definition", c.TEXT)],
+    "is_table_constraints": [("constraint_name", c.NAME), ("table_schema", c.NAME), ("table_name", c.NAME),
+                             ("constraint_type", c.TEXT)],
+    "is_key_column_usage": [("constraint_name", c.NAME), ("table_schema", c.NAME), ("table_name", c.NAME),
+                            ("column_name", c.NAME), ("ordinal_position", c.INT4)],
+}
+
+_STORAGE = {c.BOOL: "BOOLEAN", c.INT2: "SMALLINT", c.INT4: "INTEGER", c.INT8: "BIGINT", c.OID: "BIGINT",
+            c.FLOAT4: "FLOAT", c.FLOAT8: "DOUBLE", c.TEXT_ARRAY: "VARCHAR[]", c.INT2_ARRAY: "SMALLINT[]",
+            c.OID_ARRAY: "BIGINT[]", c.CHAR_ARRAY: "VARCHAR[]", c.FLOAT8_ARRAY: "DOUBLE[]", c.ACLITEM_ARRAY: "VARCHAR[]",
+            c.TIMESTAMPTZ: "TIMESTAMPTZ"}
+
+# Built-in types clients look up (oid, name, length, category, array oid).
+BASE_TYPES = [
+    (c.BOOL, "bool", 1, "B", 1000), (c.BYTEA, "bytea", -1, "U", 1001), (c.CHAR, "char", 1, "S", 1002),
+    (c.NAME, "name", 64, "S", 1003), (c.INT8, "int8", 8, "N", 1016), (c.INT2, "int2", 2, "N", 1005),
+    (c.INT4, "int4", 4, "N", 1007), (c.TEXT, "text", -1, "S", 1009), (c.OID, "oid", 4, "N", 1028),
+    (c.FLOAT4, "float4", 4, "N", 1021), (c.FLOAT8, "float8", 8, "N", 1022), (c.BPCHAR, "bpchar", -1, "S", 1014),
+    (c.VARCHAR, "varchar", -1, "S", 1015), (c.DATE, "date", 4, "D", 1182), (c.TIME, "time", 8, "D", 1183),
+    (c.TIMESTAMP, "timestamp", 8, "D", 1115), (c.TIMESTAMPTZ, "timestamptz", 8, "D", 1185),
+    (c.INTERVAL, "interval", 16, "T", 1187), (c.NUMERIC, "numeric", -1, "N", 1231), (c.UUID, "uuid", 16, "U", 2951),
+    (c.JSON, "json", -1, "U", 199), (c.JSONB, "jsonb", -1, "U", 3807), (c.REGCLASS, "regclass", 4, "N", 2210),
+    (c.REGPROC, "regproc", 4, "N", 1008), (c.REGTYPE, "regtype", 4, "N", 2211),
+]
+_ARRAYS = [(1000, "_bool", c.BOOL), (1001, "_bytea", c.BYTEA), (1002, "_char", c.CHAR), (1003, "_name", c.NAME),
+           (1016, "_int8", c.INT8), (1005, "_int2", c.INT2), (1007, "_int4", c.INT4), (1009, "_text", c.TEXT),
+           (1028, "_oid", c.OID), (1021, "_float4", c.FLOAT4), (1022, "_float8", c.FLOAT8), (1015, "_varchar", c.VARCHAR),
+           (1182, "_date", c.DATE), (1115, "_timestamp", c.TIMESTAMP), (1185, "_timestamptz", c.TIMESTAMPTZ),
+           (1231, "_numeric", c.NUMERIC)]
+
+# Return types of the PostgreSQL functions emulated here.
+FUNCTION_TYPES = {
+    "format_type": c.TEXT, "pg_get_userbyid": c.NAME, "pg_table_is_visible": c.BOOL, "pg_type_is_visible": c.BOOL,
+    "pg_get_expr": c.TEXT, "pg_get_constraintdef": c.TEXT, "pg_get_indexdef": c.TEXT, "pg_encoding_to_char": c.NAME,
+    "obj_description": c.TEXT, "col_description": c.TEXT, "shobj_description": c.TEXT,
+    "has_table_privilege": c.BOOL, "has_schema_privilege": c.BOOL, "has_database_privilege": c.BOOL,
+    "has_column_privilege": c.BOOL, "pg_get_statisticsobjdef_columns": c.TEXT, "version": c.TEXT,
+    "current_database": c.NAME, "current_schema": c.NAME, "current_schemas": c.NAME_ARRAY,
+    "pg_backend_pid": c.INT4, "current_setting": c.TEXT, "set_config": c.TEXT, "pg_is_in_recovery": c.BOOL,
+    "array_to_string": c.TEXT, "pg_get_viewdef": c.TEXT, "pg_get_function_result": c.TEXT,
+    "pg_get_function_arguments": c.TEXT, "pg_relation_size": c.INT8, "pg_total_relation_size": c.INT8,
+    "pg_get_partkeydef": c.TEXT, "txid_current": c.INT8, "inet_server_port": c.INT4, "pg_postmaster_start_time": c.TIMESTAMPTZ,
+    "row_number": c.INT8, "count": c.INT8, "current_user": c.NAME, "session_user": c.NAME, "user": c.NAME,
+    "quote_ident": c.TEXT, "array_upper": c.INT4, "array_lower": c.INT4, "to_regtype": c.REGTYPE, "to_regclass": c.REGCLASS, "pg_relation_is_publishable": c.BOOL, "pg_get_serial_sequence": c.TEXT, "array_agg": c.TEXT_ARRAY, "lower": c.TEXT, "upper": c.TEXT,
+}
+
+_MACROS = """
+CREATE MACRO pgc_format_type(t, m) AS (SELECT display FROM pgc.type_display WHERE oid = t);
+CREATE MACRO pgc_pg_get_userbyid(o) AS 'dpsql';
+CREATE MACRO pgc_pg_table_is_visible(o) AS true;
+CREATE MACRO pgc_pg_type_is_visible(o) AS true;
+CREATE MACRO pgc_pg_get_expr(e, r) AS NULL::VARCHAR, (e, r, p) AS NULL::VARCHAR;
+CREATE MACRO pgc_pg_get_constraintdef(o) AS NULL::VARCHAR, (o, p) AS NULL::VARCHAR;
+CREATE MACRO pgc_pg_get_indexdef(o) AS NULL::VARCHAR, (o, n, p) AS NULL::VARCHAR;
+CREATE MACRO pgc_pg_get_viewdef(o) AS NULL::VARCHAR, (o, p) AS NULL::VARCHAR;
+CREATE MACRO pgc_pg_get_partkeydef(o) AS NULL::VARCHAR;
+CREATE MACRO pgc_pg_get_statisticsobjdef_columns(o) AS NULL::VARCHAR;
+CREATE MACRO pgc_pg_encoding_to_char(e) AS 'UTF8';
+CREATE MACRO pgc_obj_description(o) AS (SELECT description FROM pgc.pg_description WHERE objoid = o AND objsubid = 0 LIMIT 1),
+    (o, k) AS (SELECT description FROM pgc.pg_description WHERE objoid = o AND objsubid = 0 LIMIT 1);
+CREATE MACRO pgc_col_description(o, n) AS (SELECT description FROM pgc.pg_description WHERE objoid = o AND objsubid = n LIMIT 1);
+CREATE MACRO pgc_shobj_description(o, k) AS NULL::VARCHAR;
+CREATE MACRO pgc_has_table_privilege(a) AS true, (a, b) AS true, (a, b, d) AS true;
+CREATE MACRO pgc_has_schema_privilege(a) AS true, (a, b) AS true, (a, b, d) AS true;
+CREATE MACRO pgc_has_database_privilege(a) AS true, (a, b) AS true, (a, b, d) AS true;
+CREATE MACRO pgc_has_column_privilege(a, b) AS true, (a, b, d) AS true, (a, b, d, e) AS true;
+CREATE MACRO pgc_current_schemas(b) AS CASE WHEN b THEN ['pg_catalog', 'public'] ELSE ['public'] END;
+CREATE MACRO pgc_pg_is_in_recovery() AS false;
+CREATE MACRO pgc_pg_relation_size(o) AS NULL::BIGINT, (o, f) AS NULL::BIGINT;
+CREATE MACRO pgc_pg_total_relation_size(o) AS NULL::BIGINT;
+CREATE MACRO pgc_pg_get_function_result(o) AS NULL::VARCHAR;
+CREATE MACRO pgc_pg_get_function_arguments(o) AS NULL::VARCHAR;
+CREATE MACRO pgc_txid_current() AS 1::BIGINT;
+CREATE MACRO pgc_quote_ident(s) AS CASE WHEN regexp_matches(s, '^[a-z_][a-z0-9_]*$') THEN s ELSE '"' || replace(s, '"', '""') || '"' END;
+CREATE MACRO pgc_pg_get_serial_sequence(t, col) AS NULL::VARCHAR;
+CREATE MACRO pgc_pg_relation_is_publishable(o) AS false;
+CREATE MACRO pgc_array_upper(a, d) AS CASE WHEN len(a) = 0 THEN NULL ELSE len(a) END;
+CREATE MACRO pgc_array_lower(a, d) AS CASE WHEN len(a) = 0 THEN NULL ELSE 1 END;
+CREATE MACRO pgc_to_regtype(t) AS (SELECT oid FROM pgc.pg_type WHERE typname = t);
+CREATE MACRO pgc_to_regclass(t) AS (SELECT oid FROM pgc.pg_class WHERE relname = t);
+"""
+
+_REWRITTEN_FUNCTIONS = {m.group(1) for m in re.finditer(r"CREATE MACRO pgc_(\w+)", _MACROS)}
+_SESSION_FUNCTIONS = {"version", "current_database", "current_schema", "current_user", "session_user", "user",
+                      "pg_backend_pid", "current_setting", "set_config", "inet_server_port", "inet_server_addr",
+                      "pg_postmaster_start_time", "current_role"}
+_CATALOG_MARKERS = re.compile(r"\b(pg_catalog|information_schema|pg_[a-z_]+|current_schema|current_database|"
+                              r"current_user|session_user|current_setting|set_config|version|current_role|"
+                              r"format_type|obj_description|col_description|has_\w+_privilege)\b", re.I)
+
+
+def is_catalog_query(sql: str) -> bool:
+    """A statement the catalog answers: it names pg_catalog/information_schema objects or
+    session functions. (Policy tables are never named pg_*: they resolve in the engine.)"""
+    head = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
+    if head not in ("SELECT", "WITH", "("):
+        return False
+    return bool(_CATALOG_MARKERS.search(sql))
+
+
+def _pre(sql: str) -> str:
+    """Textual PostgreSQL-isms sqlglot does not parse: OPERATOR(pg_catalog.x), COLLATE."""
+    sql = re.sub(r"OPERATOR\s*\(\s*pg_catalog\s*\.\s*([~!=<>*+\-]+)\s*\)", r"\1", sql, flags=re.I)
+    sql = re.sub(r"\s+COLLATE\s+(pg_catalog\.)?\"?(default|C|POSIX)\"?", "", sql, flags=re.I)
+    return sql
+
+
+class Catalog:
+    def __init__(self, policy: Policy, schema: Mapping[str, Mapping[str, str]], database: str = "dpsql"):
+        self.policy = policy
+        self.schema = schema
+        self.database = database
+        self._con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
+                                                       "autoload_known_extensions": False})
+        self._lock = threading.Lock()
+        self._build()
+        self._con.execute("SET enable_external_access = false")
+        self._con.execute("SET lock_configuration = true")
+
+    # Contents ------------------------------------------------------------------------------
+    def _build(self) -> None:
+        con = self._con
+        con.execute("CREATE SCHEMA pgc")
+        for table, cols in TABLES.items():
+            defs = ", ".join(f'"{name}" {_STORAGE.get(oid, "VARCHAR")}' for name, oid in cols)
+            con.execute(f"CREATE TABLE pgc.{table} ({defs})")
+        con.execute("CREATE TABLE pgc.type_display (oid BIGINT, display VARCHAR)")
+        con.executemany("INSERT INTO pgc.type_display VALUES (?, ?)", [[o, n] for o, n in c.TYPE_NAMES.items()])
+        self._insert("pg_namespace", [(PG_CATALOG, "pg_catalog", OWNER, None), (PUBLIC, "public", OWNER, None),
+                                      (INFORMATION_SCHEMA, "information_schema", OWNER, None)])
+        self._insert("pg_database", [(DATABASE_OID, self.database, OWNER, 6, "c", False, True, -1, "C.UTF-8", "C.UTF-8",
+                                      None, None, None, 1663)])
+        self._insert("pg_roles", [(OWNER, "dpsql", False, True, False, False, True, False, -1, False, None)]
+                     + [(20000 + i, u, False, True, False, False, True, False, -1, False, None)
+                        for i, u in enumerate(sorted(self.policy.users))])
+        self._insert("pg_user", [(u, 20000 + i, False, False, False, False, None) for i, u in enumerate(sorted(self.policy.users))])
+        self._insert("pg_am", [(2, "heap", "heap_tableam_handler", "t"), (403, "btree", "bthandler", "i")])
+        self._insert("pg_tablespace", [(1663, "pg_default", OWNER), (1664, "pg_global", OWNER)])
+        types = []
+        for oid, name, length, category, array in BASE_TYPES:
+            types.append((oid, name, PG_CATALOG, OWNER, length, length in (1, 2, 4, 8), "b", category, False, True, ",",
+                          0, 0, array, f"{name}in", f"{name}out", f"{name}recv", f"{name}send", 0, -1, 0, 0, False,
+                          "i", "p", None))
+        for oid, name, elem in _ARRAYS:
+            types.append((oid, name, PG_CATALOG, OWNER, -1, False, "b", "A", False, True, ",", 0, elem, 0, "array_in",
+                          "array_out", "array_recv", "array_send", 0, -1, 0, 0, False, "i", "x", None))
+        classes, attributes, descriptions, tables_is, columns_is, stat_tables, pg_tables = [], [], [], [], [], [], []
+        for i, (name, table) in enumerate(sorted(self.policy.tables.items())):
+            oid = FIRST_TABLE_OID + i
+            cols = self.schema.get(name, {})
+            rowtype = 30000 + i
+            types.append((rowtype, name, PUBLIC, OWNER, -1, False, "c", "C", False, True, ",", oid, 0, 0, "record_in",
+                          "record_out", "record_recv", "record_send", 0, -1, 0, 0, False, "d", "x", None))
+            classes.append((oid, name, PUBLIC, rowtype, 0, OWNER, 2, oid, 0, 0, -1.0, 0, 0, False, False, "p", "r",
+                            len(cols), 0, False, False, False, False, False, True, "d", False, 0, None, None, None))
+            descriptions.append((oid, 1259, 0, _table_comment(table)))
+            tables_is.append((self.database, "public", name, "BASE TABLE", "NO", "NO"))
+            stat_tables.append((oid, "public", name, None, None, None, None, None, None))
+            pg_tables.append(("public", name, "dpsql", None, False, False, False, False))
+            for num, (col, dtype) in enumerate(cols.items(), start=1):
+                typ = c.oid_of(dtype)
+                attributes.append((oid, col, typ, -1, c.TYPE_LENGTH.get(typ, -1), num, 0, -1, -1,
+                                   c.TYPE_LENGTH.get(typ, -1) in (1, 2, 4, 8), "i", "p", "", False, False, False,
+                                   "", "", False, True, 0, 0, None, None, None))
+                comment = _column_comment(table, col)
+                if comment:
+                    descriptions.append((oid, 1259, num, comment))
+                columns_is.append((self.database, "public", name, col, num, None, "YES", c.TYPE_NAMES.get(typ, "text"),
+                                   None, None, None, next((t[1] for t in BASE_TYPES if t[0] == typ), "text")))
+        self._insert("pg_type", types)
+        self._insert("pg_class", classes)
+        self._insert("pg_attribute", attributes)
+        self._insert("pg_description", descriptions)
+        self._insert("pg_stat_user_tables", stat_tables)
+        self._insert("pg_tables", pg_tables)
+        self._insert("is_tables", tables_is)
+        self._insert("is_columns", columns_is)
+        self._insert("is_schemata", [(self.database, "public", "dpsql"), (self.database, "pg_catalog", "dpsql"),
+                                     (self.database, "information_schema", "dpsql")])
+        self._insert("pg_settings", [(k, v, None, "dpsql", "", "user", "string", "default")
+                                     for k, v in sorted({"server_version": "15.0", "server_encoding": "UTF8",
+                                                         "client_encoding": "UTF8", "standard_conforming_strings": "on",
+                                                         "max_identifier_length": "63", "integer_datetimes": "on",
+                                                         "TimeZone": "UTC", "DateStyle": "ISO, MDY"}.items())])
+        for stmt in _MACROS.strip().split(";\n"):
+            if stmt.strip():
+                con.execute(stmt)
+
+    def _insert(self, table: str, rows: list[tuple]) -> None:
+        if rows:
+            marks = ", ".join("?" for _ in TABLES[table])
+            self._con.executemany(f"INSERT INTO pgc.{table} VALUES ({marks})", [list(r) for r in rows])
+
+    # Queries -------------------------------------------------------------------------------
+    def answer(self, sql: str, params: list[Any], session, user: str) -> tuple[list[str], list[int], list[tuple]]:
+        """Run a catalog query: (column names, PostgreSQL type OIDs, rows)."""
+        try:
+            tree = sqlglot.parse_one(_pre(sql), read="postgres")
+        except sqlglot.errors.ParseError as e:
+            raise ProgrammingError(f"syntax error in catalog query: {e.errors[0]['description'] if e.errors else e}",
+                                   sqlstate="42601") from None
+        names = _output_names(tree)
+        types = _output_types(tree)
+        tree = _bind(tree, params)
+        tree = self._rewrite(tree, session, user)
+        text = tree.sql(dialect="duckdb")
+        with self._lock:
+            cur = self._con.cursor()
+        try:
+            cur.execute(text)
+            rows = cur.fetchall()
+            result_names = [d[0] for d in cur.description]
+            duck = [str(d[1]) for d in cur.description]
+        except duckdb.Error as e:
+            raise Error(f"catalog query not supported: {str(e).splitlines()[0]}", sqlstate="0A000",
+                        hint="dpsql answers catalog queries from an emulation of PostgreSQL's catalog") from None
+        finally:
+            cur.close()
+        n = len(duck)
+        names = [a if a is not None else b for a, b in zip((names + [None] * n)[:n], result_names)]
+        oids = [t if t is not None else c.oid_of(d) for t, d in zip((types + [None] * n)[:n], duck)]
+        return names, oids, [tuple(r) for r in rows]
+
+    def _rewrite(self, tree: exp.Expression, session, user: str) -> exp.Expression:
+        cte_names = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+
+        def visit(node: exp.Expression) -> exp.Expression:
+            if isinstance(node, exp.Table) and not isinstance(node.this, exp.Identifier) and node.db.lower() == "pg_catalog":
+                node = node.copy()
+                node.set("db", None)
+                return node
+            if isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier):
+                name, db = node.name.lower(), node.db.lower()
+                if db == "information_schema" and f"is_{name}" in TABLES:
+                    return _table(node, f"is_{name}")
+                if db in ("pg_catalog", "") and name in TABLES and name not in cte_names:
+                    return _table(node, name)
+                if db == "pg_catalog" or db == "information_schema":
+                    raise Error(f'relation "{db}.{name}" is not available in dpsql\'s catalog', sqlstate="42P01")
+                return node
+            if isinstance(node, exp.Dot) and isinstance(node.this, exp.Identifier) and \
+                    node.this.name.lower() == "pg_catalog" and isinstance(node.expression, exp.Func):
+                return visit(node.expression)
+            if isinstance(node, exp.Column) and node.args.get("db") is not None:
+                node = node.copy()
+                node.set("db", None)
+                return node
+            if isinstance(node, exp.Literal) and node.is_string and re.fullmatch(r"\{[^{}]*\}", node.name):
+                items = [x.strip().strip('"') for x in node.name[1:-1].split(",") if x.strip()]
+                return exp.Array(expressions=[exp.Literal.number(x) if x.lstrip("-").isdigit() else exp.Literal.string(x)
+                                              for x in items])
+            if isinstance(node, (exp.CurrentUser,)) or (isinstance(node, exp.Column) and not node.table and
+                                                         node.name.lower() in ("current_user", "session_user", "user", "current_role")):
+                return exp.Literal.string(user)
+            if isinstance(node, exp.CurrentSchema):
+                return exp.Literal.string("public")
+            if isinstance(node, exp.Cast):
+                return _cast(node)
+            if isinstance(node, exp.Func):
+                name = _func_name(node)
+                if name in _SESSION_FUNCTIONS:
+                    return self._session_value(name, node, session, user)
+                if name in _REWRITTEN_FUNCTIONS:
+                    return exp.Anonymous(this=f"pgc_{name}", expressions=list(node.args.get("expressions") or
+                                                                             [a for a in node.args.values() if isinstance(a, exp.Expression)]))
+            return node
+
+        return _bottom_up(tree, visit)
+
+    def _session_value(self, name: str, node: exp.Func, session, user: str) -> exp.Expression:
+        if name == "version":
+            return exp.Literal.string(f"PostgreSQL 15.0 (dpsql {__version__}) on x86_64-pc-linux-gnu, differentially private proxy")
+        if name == "current_database":
+            return exp.Literal.string(self.database)
+        if name == "current_schema":
+            return exp.Literal.string("public")
+        if name in ("current_user", "session_user", "user", "current_role"):
+            return exp.Literal.string(user)
+        if name == "pg_backend_pid":
+            return exp.Literal.number(0)
+        if name == "inet_server_port":
+            return exp.Literal.number(0)
+        if name == "inet_server_addr":
+            return exp.Null()
+        if name == "pg_postmaster_start_time":
+            return exp.Cast(this=exp.Literal.string("2026-01-01 00:00:00+00"), to=exp.DataType.build("TIMESTAMPTZ"))
+        args = [a for a in (node.args.get("expressions") or [node.this]) if isinstance(a, exp.Expression)]
+        setting = args[0].name.lower() if args and isinstance(args[0], exp.Literal) else ""
+        if name == "set_config" and len(args) > 1 and isinstance(args[1], exp.Literal):
+            return exp.Literal.string(args[1].name)
+        value = session.settings.client.get(setting) if session is not None else None
+        return exp.Literal.string(value) if value is not None else exp.Null()
+
+
+def _bottom_up(node: exp.Expression, fn) -> exp.Expression:
+    """Apply fn to every node, children first (sqlglot's transform skips the inside of a
+    node it has just replaced, and casts and functions here nest)."""
+    for key, value in list(node.args.items()):
+        if isinstance(value, exp.Expression):
+            node.set(key, _bottom_up(value, fn))
+        elif isinstance(value, list):
+            node.set(key, [_bottom_up(v, fn) if isinstance(v, exp.Expression) else v for v in value])
+    return fn(node)
+
+
+def _bind(tree: exp.Expression, params: list[Any]) -> exp.Expression:
+    """Parameters become literals first, so later rewrites (casts) see values."""
+    from ..session import to_literal
+
+    position = iter(range(len(params)))
+
+    def visit(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Parameter) and isinstance(node.this, exp.Literal):
+            i = int(node.this.this) - 1
+            return to_literal(params[i] if 0 <= i < len(params) else None)
+        if isinstance(node, exp.Placeholder):
+            i = next(position, -1)
+            return to_literal(params[i] if 0 <= i < len(params) else None)
+        return node
+
+    return tree.transform(visit)
+
+
+def _output_names(tree: exp.Expression) -> list[str | None]:
+    """Column names as PostgreSQL gives them (None: take the engine's)."""
+    select = tree if isinstance(tree, exp.Select) else tree.find(exp.Select)
+    if select is None:
+        return []
+    out: list[str | None] = []
+    for item in select.expressions:
+        if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
+            return out + [None] * 1000
+        out.append(_pg_name(item))
+    return out
+
+
+def _pg_name(node: exp.Expression) -> str:
+    if isinstance(node, exp.Alias):
+        ident = node.args.get("alias")
+        return node.alias if (ident is not None and ident.quoted) else node.alias.lower()
+    if isinstance(node, exp.Column):
+        return node.name if node.this.quoted else node.name.lower()
+    if isinstance(node, exp.Dot) and isinstance(node.expression, exp.Expression):
+        return _pg_name(node.expression)
+    if isinstance(node, exp.Cast):
+        inner = _pg_name(node.this)
+        if inner != "?column?":
+            return inner
+        to = node.to.sql(dialect="postgres").lower().split(".")[-1].strip('"') if isinstance(node.to, exp.DataType) else "?column?"
+        return {"int": "int4", "integer": "int4", "bigint": "int8", "smallint": "int2", "boolean": "bool",
+                "double precision": "float8", "real": "float4"}.get(to, to)
+    if isinstance(node, exp.Case):
+        return "case"
+    if isinstance(node, exp.Paren):
+        return _pg_name(node.this)
+    if isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select) and node.this.expressions:
+        return _pg_name(node.this.expressions[0])
+    if isinstance(node, exp.Array):
+        return "array"
+    if isinstance(node, exp.CurrentUser):
+        return "current_user"
+    if isinstance(node, exp.Func):
+        return _func_name(node)
+    return "?column?"
+
+
+def _table(node: exp.Table, name: str) -> exp.Table:
+    new = exp.table_(name, db="pgc", alias=node.alias or None)
+    if node.args.get("alias") is not None:
+        new.set("alias", node.args["alias"].copy())
+    elif not node.alias:
+        new.set("alias", exp.TableAlias(this=exp.to_identifier(node.name)))
+    return new
+
+
+def _func_name(node: exp.Func) -> str:
+    if isinstance(node, exp.Anonymous):
+        return str(node.name).lower()
+    return node.sql_name().lower()
+
+
+_REG_CASTS = {"regclass": ("pg_class", "relname", "oid"), "regtype": ("pg_type", "typname", "oid"),
+              "regrole": ("pg_roles", "rolname", "oid"),
+              "regnamespace": ("pg_namespace", "nspname", "oid")}
+
+
+def _cast(node: exp.Cast) -> exp.Expression:
+    """::regclass / ::regtype / ::regproc / ::oid / ::name / ::"char" onto plain values."""
+    to = node.to
+    target = (to.sql(dialect="postgres").lower().replace("pg_catalog.", "").strip('"')
+              if isinstance(to, exp.DataType) else str(to).lower())
+    inner = node.this
+    if target in _REG_CASTS:
+        table, name_col, oid_col = _REG_CASTS[target]
+        if isinstance(inner, exp.Literal) and inner.is_string:
+            text = inner.name.split(".")[-1].strip('"')
+            if text.isdigit():
+                return exp.Literal.number(int(text))
+            return sqlglot.parse_one(f"(SELECT {oid_col} FROM pgc.{table} WHERE {name_col} = '{text}')", read="duckdb")
+        lookup = exp.select(exp.column(name_col, table="_r")).from_(exp.table_(table, db="pgc", alias="_r")).where(
+            exp.EQ(this=exp.column(oid_col, table="_r"), expression=inner.copy()))
+        return exp.Subquery(this=lookup)
+    if target == "regproc":
+        if isinstance(inner, exp.Literal) and inner.is_string:
+            return exp.Literal.string(inner.name.split(".")[-1])
+        return inner
+    if target in ("oid", "name", '"char"', "char", "text", "pg_catalog.text", "information_schema.sql_identifier",
+                  "xid"):
+        if target in ("oid", "xid"):
+            return exp.Cast(this=inner, to=exp.DataType.build("BIGINT"))
+        return exp.Cast(this=inner, to=exp.DataType.build("VARCHAR"))
+    return node
+
+
+def _output_types(tree: exp.Expression) -> list[int | None]:
+    """PostgreSQL type of each output column, where the catalog knows it better than DuckDB."""
+    select = tree if isinstance(tree, exp.Select) else tree.find(exp.Select)
+    if select is None:
+        return []
+    sources = _sources(select)
+    out = []
+    for item in select.expressions:
+        if isinstance(item, exp.Star):
+            for tname in sources.values():
+                out.extend(oid for _, oid in TABLES.get(tname, []))
+            continue
+        out.append(_type_of(item.unalias() if isinstance(item, exp.Alias) else item, sources, select))
+    return out
+
+
+def _sources(select: exp.Select) -> dict[str, Any]:
+    """alias -> catalog table name (original names) or the SELECT of a derived table."""
+    out: dict[str, Any] = {}
+    for t in [select.args.get("from_")] + list(select.args.get("joins") or []):
+        if t is None:
+            continue
+        node = t.this
+        if isinstance(node, exp.Table):
+            name, db = node.name.lower(), node.db.lower()
+            table = f"is_{name}" if db == "information_schema" else name
+            if table in TABLES:
+                out[(node.alias or node.name).lower()] = table
+        elif isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select) and node.alias:
+            out[node.alias.lower()] = node.this
+    return out
+
+
+def _type_of(node: exp.Expression, sources: dict[str, str], select: exp.Select) -> int | None:
+    if isinstance(node, exp.Column):
+        name = node.name.lower()
+        tables = [sources[node.table.lower()]] if node.table and node.table.lower() in sources else list(sources.values())
+        for t in tables:
+            if isinstance(t, exp.Select):
+                for item in t.expressions:
+                    if _pg_name(item).lower() == name:
+                        return _type_of(item.unalias() if isinstance(item, exp.Alias) else item, _sources(t), t)
+                continue
+            for col, oid in TABLES.get(t, []):
+                if col == name:
+                    return oid
+        return None
+    if isinstance(node, exp.Paren):
+        return _type_of(node.this, sources, select)
+    if isinstance(node, exp.Case):
+        for branch in node.args.get("ifs") or []:
+            t = _type_of(branch.args["true"], sources, select)
+            if t is not None:
+                return t
+        return c.TEXT
+    if isinstance(node, exp.Cast):
+        target = node.to.sql(dialect="postgres").lower().replace("pg_catalog.", "").strip('"') \
+            if isinstance(node.to, exp.DataType) else ""
+        return {"text": c.TEXT, "varchar": c.VARCHAR, "bigint": c.INT8, "int": c.INT4, "integer": c.INT4,
+                "smallint": c.INT2, "boolean": c.BOOL, "regclass": c.REGCLASS, "regtype": c.REGTYPE,
+                "regproc": c.REGPROC, "oid": c.OID, "name": c.NAME, "char": c.CHAR, "regnamespace": c.REGNAMESPACE
+                }.get(target)
+    if isinstance(node, exp.Dot) and isinstance(node.expression, exp.Expression):
+        return _type_of(node.expression, sources, select)
+    if isinstance(node, exp.Anonymous) and str(node.name).lower().startswith("pgc_"):
+        return FUNCTION_TYPES.get(str(node.name).lower()[4:])
+    if isinstance(node, exp.Func):
+        return FUNCTION_TYPES.get(_func_name(node))
+    if isinstance(node, exp.Literal):
+        return c.TEXT if node.is_string else (c.INT4 if node.is_int else c.NUMERIC)
+    if isinstance(node, exp.Subquery):
+        inner = node.this if isinstance(node.this, exp.Select) else None
+        if inner is not None and inner.expressions:
+            return _type_of(inner.expressions[0].unalias(), _sources(inner), inner)
+    return None
+
+
+def _table_comment(table) -> str:
+    if table.public:
+        return "dpsql: public table (rows may be read directly)"
+    unit = "each row" if table.row_unit else table.privacy_unit
+    return (f"dpsql: private table; privacy unit {unit}; a unit counts in at most {table.max_groups} group(s) "
+            f"with at most {table.max_rows} row(s) each per query; aggregates only")
+
+
+def _column_comment(table, col: str) -> str | None:
+    p = table.columns.get(col)
+    if p is None:
+        return None
+    parts = []
+    if p.bounded:
+        parts.append(f"bounds [{p.lower:g}, {p.upper:g}]")
+    if p.keys is not None:
+        parts.append("keys " + ", ".join(map(str, p.keys)))
+    if p.keys_from is not None:
+        parts.append(f"keys from {p.keys_from[0]}.{p.keys_from[1]}")
+    return "dpsql: " + "; ".join(parts) if parts else None
