@@ -67,8 +67,8 @@ TABLES: dict[str, list[tuple[str, int]]] = {
                  ("indisunique", c.BOOL), ("indnullsnotdistinct", c.BOOL), ("indisprimary", c.BOOL),
                  ("indisexclusion", c.BOOL), ("indimmediate", c.BOOL), ("indisclustered", c.BOOL),
                  ("indisvalid", c.BOOL), ("indcheckxmin", c.BOOL), ("indisready", c.BOOL), ("indislive", c.BOOL),
-                 ("indisreplident", c.BOOL), ("indkey", c.INT2_ARRAY), ("indcollation", c.OID_ARRAY),
-                 ("indclass", c.OID_ARRAY), ("indoption", c.INT2_ARRAY), ("indexprs", c.TEXT), ("indpred", c.TEXT)],
+                 ("indisreplident", c.BOOL), ("indkey", c.INT2VECTOR), ("indcollation", c.OIDVECTOR),
+                 ("indclass", c.OIDVECTOR), ("indoption", c.INT2VECTOR), ("indexprs", c.TEXT), ("indpred", c.TEXT)],
     "pg_constraint": [("oid", c.OID), ("conname", c.NAME), ("connamespace", c.OID), ("contype", c.CHAR),
                       ("condeferrable", c.BOOL), ("condeferred", c.BOOL), ("convalidated", c.BOOL), ("conrelid", c.OID),
                       ("contypid", c.OID), ("conindid", c.OID), ("conparentid", c.OID), ("confrelid", c.OID),
@@ -131,7 +131,7 @@ TABLES: dict[str, list[tuple[str, int]]] = {
                             ("column_name", c.NAME), ("ordinal_position", c.INT4)],
 }
 
-_STORAGE = {c.BOOL: "BOOLEAN", c.INT2: "SMALLINT", c.INT4: "INTEGER", c.INT8: "BIGINT", c.OID: "BIGINT",
+_STORAGE = {c.INT2VECTOR: "SMALLINT[]", c.OIDVECTOR: "BIGINT[]", c.BOOL: "BOOLEAN", c.INT2: "SMALLINT", c.INT4: "INTEGER", c.INT8: "BIGINT", c.OID: "BIGINT",
             c.FLOAT4: "FLOAT", c.FLOAT8: "DOUBLE", c.TEXT_ARRAY: "VARCHAR[]", c.INT2_ARRAY: "SMALLINT[]",
             c.OID_ARRAY: "BIGINT[]", c.CHAR_ARRAY: "VARCHAR[]", c.FLOAT8_ARRAY: "DOUBLE[]", c.ACLITEM_ARRAY: "VARCHAR[]",
             c.TIMESTAMPTZ: "TIMESTAMPTZ"}
@@ -167,6 +167,7 @@ FUNCTION_TYPES = {
     "pg_get_function_arguments": c.TEXT, "pg_relation_size": c.INT8, "pg_total_relation_size": c.INT8,
     "pg_get_partkeydef": c.TEXT, "txid_current": c.INT8, "inet_server_port": c.INT4, "pg_postmaster_start_time": c.TIMESTAMPTZ,
     "row_number": c.INT8, "count": c.INT8, "current_user": c.NAME, "session_user": c.NAME, "user": c.NAME,
+    "json_build_object": c.JSON, "jsonb_build_object": c.JSONB, "json_object": c.JSON,
     "quote_ident": c.TEXT, "array_upper": c.INT4, "array_lower": c.INT4, "to_regtype": c.REGTYPE, "to_regclass": c.REGCLASS, "pg_relation_is_publishable": c.BOOL, "pg_get_serial_sequence": c.TEXT, "array_agg": c.TEXT_ARRAY, "lower": c.TEXT, "upper": c.TEXT,
 }
 
@@ -202,6 +203,14 @@ CREATE MACRO pgc_pg_get_serial_sequence(t, col) AS NULL::VARCHAR;
 CREATE MACRO pgc_pg_relation_is_publishable(o) AS false;
 CREATE MACRO pgc_array_upper(a, d) AS CASE WHEN len(a) = 0 THEN NULL ELSE len(a) END;
 CREATE MACRO pgc_array_lower(a, d) AS CASE WHEN len(a) = 0 THEN NULL ELSE 1 END;
+CREATE MACRO pgc_regclass_name(x) AS (SELECT relname FROM pgc.pg_class WHERE oid = x);
+CREATE MACRO pgc_regclass_oid(t) AS (SELECT oid FROM pgc.pg_class WHERE relname = t);
+CREATE MACRO pgc_regtype_name(x) AS (SELECT typname FROM pgc.pg_type WHERE oid = x);
+CREATE MACRO pgc_regtype_oid(t) AS (SELECT oid FROM pgc.pg_type WHERE typname = t);
+CREATE MACRO pgc_regnamespace_name(x) AS (SELECT nspname FROM pgc.pg_namespace WHERE oid = x);
+CREATE MACRO pgc_regnamespace_oid(t) AS (SELECT oid FROM pgc.pg_namespace WHERE nspname = t);
+CREATE MACRO pgc_regrole_name(x) AS (SELECT rolname FROM pgc.pg_roles WHERE oid = x);
+CREATE MACRO pgc_regrole_oid(t) AS (SELECT oid FROM pgc.pg_roles WHERE rolname = t);
 CREATE MACRO pgc_to_regtype(t) AS (SELECT oid FROM pgc.pg_type WHERE typname = t);
 CREATE MACRO pgc_to_regclass(t) AS (SELECT oid FROM pgc.pg_class WHERE relname = t);
 """
@@ -365,8 +374,8 @@ class Catalog:
                     raise Error(f'relation "{db}.{name}" is not available in dpsql\'s catalog', sqlstate="42P01")
                 return node
             if isinstance(node, exp.Dot) and isinstance(node.this, exp.Identifier) and \
-                    node.this.name.lower() == "pg_catalog" and isinstance(node.expression, exp.Func):
-                return visit(node.expression)
+                    node.this.name.lower() == "pg_catalog":
+                return node.expression
             if isinstance(node, exp.Column) and node.args.get("db") is not None:
                 node = node.copy()
                 node.set("db", None)
@@ -384,6 +393,8 @@ class Catalog:
                 return _cast(node)
             if isinstance(node, exp.Func):
                 name = _func_name(node)
+                if name in ("json_build_object", "json_object", "jsonb_build_object"):
+                    return exp.Cast(this=exp.Null(), to=exp.DataType.build("VARCHAR"))
                 if name in _SESSION_FUNCTIONS:
                     return self._session_value(name, node, session, user)
                 if name in _REWRITTEN_FUNCTIONS:
@@ -460,6 +471,11 @@ def _output_names(tree: exp.Expression) -> list[str | None]:
     return out
 
 
+_ARRAY_TYPES = {c.TEXT: c.TEXT_ARRAY, c.NAME: c.NAME_ARRAY, c.INT2: c.INT2_ARRAY, c.INT4: c.INT4_ARRAY,
+                c.INT8: c.INT8_ARRAY, c.OID: c.OID_ARRAY, c.CHAR: c.CHAR_ARRAY, c.BOOL: c.BOOL_ARRAY,
+                c.FLOAT8: c.FLOAT8_ARRAY, c.VARCHAR: c.TEXT_ARRAY}
+
+
 def _pg_name(node: exp.Expression) -> str:
     if isinstance(node, exp.Alias):
         ident = node.args.get("alias")
@@ -476,7 +492,9 @@ def _pg_name(node: exp.Expression) -> str:
         return {"int": "int4", "integer": "int4", "bigint": "int8", "smallint": "int2", "boolean": "bool",
                 "double precision": "float8", "real": "float4"}.get(to, to)
     if isinstance(node, exp.Case):
-        return "case"
+        default = node.args.get("default")
+        name = _pg_name(default) if default is not None else "?column?"
+        return name if name != "?column?" else "case"
     if isinstance(node, exp.Paren):
         return _pg_name(node.this)
     if isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select) and node.this.expressions:
@@ -491,10 +509,12 @@ def _pg_name(node: exp.Expression) -> str:
 
 
 def _table(node: exp.Table, name: str) -> exp.Table:
-    new = exp.table_(name, db="pgc", alias=node.alias or None)
-    if node.args.get("alias") is not None:
-        new.set("alias", node.args["alias"].copy())
-    elif not node.alias:
+    """The same table reference (alias, nested joins kept) pointed at dpsql's catalog."""
+    new = node.copy()
+    new.set("this", exp.to_identifier(name))
+    new.set("db", exp.to_identifier("pgc"))
+    new.set("catalog", None)
+    if new.args.get("alias") is None:
         new.set("alias", exp.TableAlias(this=exp.to_identifier(node.name)))
     return new
 
@@ -522,10 +542,8 @@ def _cast(node: exp.Cast) -> exp.Expression:
             text = inner.name.split(".")[-1].strip('"')
             if text.isdigit():
                 return exp.Literal.number(int(text))
-            return sqlglot.parse_one(f"(SELECT {oid_col} FROM pgc.{table} WHERE {name_col} = '{text}')", read="duckdb")
-        lookup = exp.select(exp.column(name_col, table="_r")).from_(exp.table_(table, db="pgc", alias="_r")).where(
-            exp.EQ(this=exp.column(oid_col, table="_r"), expression=inner.copy()))
-        return exp.Subquery(this=lookup)
+            return exp.Anonymous(this=f"pgc_{target}_oid", expressions=[exp.Literal.string(text)])
+        return exp.Anonymous(this=f"pgc_{target}_name", expressions=[inner])
     if target == "regproc":
         if isinstance(inner, exp.Literal) and inner.is_string:
             return exp.Literal.string(inner.name.split(".")[-1])
@@ -535,7 +553,15 @@ def _cast(node: exp.Cast) -> exp.Expression:
         if target in ("oid", "xid"):
             return exp.Cast(this=inner, to=exp.DataType.build("BIGINT"))
         return exp.Cast(this=inner, to=exp.DataType.build("VARCHAR"))
+    base = target.rstrip("[]")
+    if base in _PG_TYPE_ALIASES:
+        return exp.Cast(this=inner, to=exp.DataType.build(_PG_TYPE_ALIASES[base] + ("[]" if target.endswith("[]") else "")))
     return node
+
+
+_PG_TYPE_ALIASES = {"int2": "SMALLINT", "int4": "INTEGER", "int8": "BIGINT", "float4": "FLOAT", "float8": "DOUBLE",
+                    "bool": "BOOLEAN", "int2vector": "SMALLINT[]", "oidvector": "BIGINT[]", "regrole": "VARCHAR",
+                    "bpchar": "VARCHAR", "character varying": "VARCHAR"}
 
 
 def _output_types(tree: exp.Expression) -> list[int | None]:
@@ -547,27 +573,46 @@ def _output_types(tree: exp.Expression) -> list[int | None]:
     out = []
     for item in select.expressions:
         if isinstance(item, exp.Star):
-            for tname in sources.values():
-                out.extend(oid for _, oid in TABLES.get(tname, []))
+            for src in sources.values():
+                if isinstance(src, exp.Select):
+                    sub = _sources(src)
+                    out.extend(_type_of(i.unalias() if isinstance(i, exp.Alias) else i, sub, src) for i in src.expressions)
+                else:
+                    out.extend(oid for _, oid in TABLES.get(src, []))
             continue
         out.append(_type_of(item.unalias() if isinstance(item, exp.Alias) else item, sources, select))
     return out
 
 
 def _sources(select: exp.Select) -> dict[str, Any]:
-    """alias -> catalog table name (original names) or the SELECT of a derived table."""
+    """alias -> catalog table name (original names) or the SELECT of a derived table,
+    through parenthesized joins too."""
     out: dict[str, Any] = {}
-    for t in [select.args.get("from_")] + list(select.args.get("joins") or []):
-        if t is None:
-            continue
-        node = t.this
+
+    def add(node: exp.Expression | None) -> None:
+        if node is None:
+            return
+        if isinstance(node, (exp.From, exp.Join)):
+            add(node.this)
+            return
         if isinstance(node, exp.Table):
             name, db = node.name.lower(), node.db.lower()
             table = f"is_{name}" if db == "information_schema" else name
             if table in TABLES:
                 out[(node.alias or node.name).lower()] = table
-        elif isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select) and node.alias:
-            out[node.alias.lower()] = node.this
+            for j in node.args.get("joins") or []:
+                add(j)
+        elif isinstance(node, exp.Subquery):
+            if node.alias and isinstance(node.this, exp.Select):
+                out[node.alias.lower()] = node.this
+            elif not node.alias:
+                add(node.this)
+            for j in node.args.get("joins") or []:
+                add(j)
+
+    add(select.args.get("from_"))
+    for j in select.args.get("joins") or []:
+        add(j)
     return out
 
 
@@ -587,6 +632,14 @@ def _type_of(node: exp.Expression, sources: dict[str, str], select: exp.Select) 
         return None
     if isinstance(node, exp.Paren):
         return _type_of(node.this, sources, select)
+    if isinstance(node, exp.Nullif):
+        return _type_of(node.this, sources, select)
+    if isinstance(node, exp.Coalesce):
+        for arg in [node.this, *node.expressions]:
+            t = _type_of(arg, sources, select)
+            if t is not None:
+                return t
+        return None
     if isinstance(node, exp.Case):
         for branch in node.args.get("ifs") or []:
             t = _type_of(branch.args["true"], sources, select)
@@ -602,6 +655,16 @@ def _type_of(node: exp.Expression, sources: dict[str, str], select: exp.Select) 
                 }.get(target)
     if isinstance(node, exp.Dot) and isinstance(node.expression, exp.Expression):
         return _type_of(node.expression, sources, select)
+    if isinstance(node, exp.ArrayAgg):
+        inner = _type_of(node.this.this if isinstance(node.this, exp.Order) else node.this, sources, select)
+        return _ARRAY_TYPES.get(inner) if inner is not None else None
+    if isinstance(node, exp.Array) and len(node.expressions) == 1 and isinstance(node.expressions[0], (exp.Select, exp.Subquery)):
+        sub = node.expressions[0].this if isinstance(node.expressions[0], exp.Subquery) else node.expressions[0]
+        if isinstance(sub, exp.Select) and sub.expressions:
+            inner = _type_of(sub.expressions[0].unalias(), _sources(sub), sub)
+            return _ARRAY_TYPES.get(inner) if inner is not None else None
+    if isinstance(node, (exp.Predicate, exp.Not, exp.And, exp.Or)):
+        return c.BOOL
     if isinstance(node, exp.Anonymous) and str(node.name).lower().startswith("pgc_"):
         return FUNCTION_TYPES.get(str(node.name).lower()[4:])
     if isinstance(node, exp.Func):
