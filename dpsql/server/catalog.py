@@ -225,12 +225,26 @@ _CATALOG_MARKERS = re.compile(r"\b(pg_catalog|information_schema|pg_[a-z_]+|curr
 
 
 def is_catalog_query(sql: str) -> bool:
-    """A statement the catalog answers: it names pg_catalog/information_schema objects or
-    session functions. (Policy tables are never named pg_*: they resolve in the engine.)"""
+    """A statement the catalog answers: it reads pg_catalog/information_schema tables or calls
+    catalog/session functions (decided on the parsed statement; a regex only pre-filters)."""
     head = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
-    if head not in ("SELECT", "WITH", "("):
+    if head not in ("SELECT", "WITH", "(") or not _CATALOG_MARKERS.search(sql):
         return False
-    return bool(_CATALOG_MARKERS.search(sql))
+    try:
+        tree = sqlglot.parse_one(_pre(sql), read="postgres")
+    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError):
+        return False
+    if tree is None:
+        return False
+    for t in tree.find_all(exp.Table):
+        db = t.db.lower()
+        if db in ("pg_catalog", "information_schema") or (not db and t.name.lower() in TABLES):
+            return True
+    for f in tree.find_all(exp.Func):
+        name = _func_name(f)
+        if name in _SESSION_FUNCTIONS or name in _REWRITTEN_FUNCTIONS or name in FUNCTION_TYPES and name.startswith(("pg_", "has_")):
+            return True
+    return any(isinstance(n, (exp.CurrentUser, exp.CurrentSchema)) for n in tree.walk())
 
 
 def _pre(sql: str) -> str:
@@ -519,10 +533,14 @@ def _table(node: exp.Table, name: str) -> exp.Table:
     return new
 
 
+_SQLGLOT_NAMES = {"current_version": "version"}  # sqlglot's names for PostgreSQL's functions
+
+
 def _func_name(node: exp.Func) -> str:
     if isinstance(node, exp.Anonymous):
         return str(node.name).lower()
-    return node.sql_name().lower()
+    name = node.sql_name().lower()
+    return _SQLGLOT_NAMES.get(name, name)
 
 
 _REG_CASTS = {"regclass": ("pg_class", "relname", "oid"), "regtype": ("pg_type", "typname", "oid"),

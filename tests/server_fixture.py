@@ -1,0 +1,60 @@
+"""Start a real `dpsql serve` for end-to-end tests (a subprocess on a free loopback port)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .conftest import ROOT
+
+PASSWORD = "s3cret-Pass"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Serve:
+    def __init__(self, policy: Path, ledger: Path, *extra: str):
+        self.policy, self.ledger = policy, ledger
+        self.port = free_port()
+        for user in ("alice", "bob"):
+            subprocess.run([sys.executable, "-m", "dpsql.cli", "users", "add", "--policy", str(policy), "--ledger",
+                            str(ledger), user, "--password-stdin"], input=PASSWORD + "\n", text=True, check=True,
+                           capture_output=True, cwd=ROOT)
+        self.proc = subprocess.Popen([sys.executable, "-m", "dpsql.cli", "serve", "--policy", str(policy), "--ledger",
+                                      str(ledger), "--port", str(self.port), *extra],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(self.proc.stdout.read())
+                time.sleep(0.05)
+        raise RuntimeError("dpsql serve did not start")
+
+    def dsn(self, user: str = "alice", **extra: str) -> str:
+        params = {"host": "127.0.0.1", "port": str(self.port), "dbname": "dpsql", "user": user, "password": PASSWORD,
+                  "sslmode": "disable", **extra}
+        return " ".join(f"{k}={v}" for k, v in params.items())
+
+    def stop(self) -> str:
+        self.proc.terminate()
+        try:
+            out, _ = self.proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+        return out
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "PGPASSWORD": PASSWORD}

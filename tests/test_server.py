@@ -1,0 +1,144 @@
+"""End-to-end: real PostgreSQL clients against a running `dpsql serve`."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+
+import psycopg
+import pytest
+
+import dpsql
+
+from .server_fixture import PASSWORD, Serve
+
+
+@pytest.fixture
+def serve(small_policy, tmp_path):
+    s = Serve(small_policy, tmp_path / "ledger.sqlite")
+    yield s
+    s.stop()
+
+
+def test_psycopg_simple_parameters_prepared_binary(serve):
+    with psycopg.connect(serve.dsn(), autocommit=True) as conn:
+        rows = conn.execute("SELECT sex, COUNT(*) AS n, AVG(age) FROM people GROUP BY sex ORDER BY sex").fetchall()
+        assert [r[0] for r in rows] == ["F", "M"] and isinstance(rows[0][1], int) and isinstance(rows[0][2], float)
+        (n,) = conn.execute("SELECT COUNT(*) FROM people WHERE age > %s AND city <> %s", (30, "Oslo")).fetchone()
+        assert isinstance(n, int)
+        for _ in range(3):  # server-side prepared statement, reused
+            conn.execute("SELECT COUNT(*) FROM people WHERE age > %s", (40,), prepare=True).fetchone()
+        with conn.cursor(binary=True) as cur:
+            cur.execute("SELECT sex, COUNT(*), SUM(age) FROM people GROUP BY sex")
+            got = cur.fetchall()
+            assert len(got) == 2 and isinstance(got[0][1], int) and isinstance(got[0][2], float)
+        assert conn.execute("SHOW dpsql.epsilon").fetchone() == ("1",)
+        budget = conn.execute("SHOW dpsql.budget").fetchone()
+        assert budget[0] == "alice" and budget[-1] == 4  # repeats of the prepared query came from the cache
+        assert "dpsql" in conn.execute("SELECT version()").fetchone()[0]
+        assert conn.execute("SELECT * FROM places ORDER BY name").fetchall()[0] == ("east", "r0")
+
+
+def test_errors_carry_sqlstate_and_the_session_survives(serve):
+    with psycopg.connect(serve.dsn(), autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege) as info:
+            conn.execute("SELECT * FROM people")
+        assert "aggregate" in info.value.diag.message_hint
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            conn.execute("SELECT COUNT(*) FROM nope")
+        with pytest.raises(psycopg.errors.SyntaxError):
+            conn.execute("SELECT COUNT(* FROM people")
+        assert conn.execute("SELECT COUNT(*) FROM people").fetchone()[0] >= 0
+    with psycopg.connect(serve.dsn()) as conn:  # inside a transaction: aborted until rollback
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT * FROM people")
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+            conn.execute("SELECT COUNT(*) FROM people")
+        conn.rollback()
+        assert conn.execute("SELECT COUNT(*) FROM people").fetchone()[0] >= 0
+
+
+def test_describe_never_charges(serve):
+    with psycopg.connect(serve.dsn(), autocommit=True) as conn:
+        with conn.cursor() as cur:
+            # psycopg's describe of a prepared statement: Parse + Describe, no Execute
+            conn.pgconn.prepare(b"q1", b"SELECT sex, COUNT(*), AVG(age) FROM people WHERE age > $1 GROUP BY sex")
+            desc = conn.pgconn.describe_prepared(b"q1")
+            assert desc.nfields == 3 and desc.nparams == 1
+            assert [desc.fname(i) for i in range(3)] == [b"sex", b"count", b"avg"]
+            assert desc.ftype(1) == 20 and desc.ftype(2) == 701
+            cur.execute("SHOW dpsql.budget")
+            assert cur.fetchone()[-1] == 0
+
+
+def test_wire_budget_equals_dbapi_budget(serve, small_policy, tmp_path):
+    queries = ["SELECT COUNT(*) FROM people", "SELECT kind, SUM(amount) FROM events GROUP BY kind",
+               "SELECT sex, AVG(age) FROM people WHERE age > 30 GROUP BY sex"]
+    with psycopg.connect(serve.dsn("bob"), autocommit=True) as conn:
+        conn.execute("SET dpsql.epsilon = 0.25")
+        for q in queries:
+            conn.execute(q).fetchall()
+        wire = conn.execute("SHOW dpsql.budget").fetchone()
+    local = dpsql.connect(small_policy, user="bob", ledger=tmp_path / "other.sqlite")
+    cur = local.cursor()
+    cur.execute("SET dpsql.epsilon = 0.25")
+    for q in queries:
+        cur.execute(q)
+    cur.execute("SHOW dpsql.budget")
+    assert cur.fetchone()[1:] == wire[1:]
+
+
+def test_a_multi_statement_string_is_one_planned_batch(serve):
+    with psycopg.connect(serve.dsn(), autocommit=True) as conn:
+        conn.execute("SET dpsql.delta = 1e-6")
+        cur = conn.execute("SELECT COUNT(*) FROM people; SELECT kind, COUNT(*) FROM events GROUP BY kind")
+        first = cur.fetchall()
+        assert len(first) == 1 and cur.nextset() and len(cur.fetchall()) == 3
+        assert conn.execute("SHOW dpsql.budget").fetchone()[-1] == 1  # charged once
+
+
+def test_wrong_password_and_unknown_user_fail_alike(serve):
+    messages = []
+    for user, password in (("alice", "wrong"), ("nobody", PASSWORD)):
+        with pytest.raises(psycopg.OperationalError) as info:
+            psycopg.connect(serve.dsn(user, password=password))
+        messages.append(str(info.value).replace(user, "U"))
+    assert messages[0] == messages[1] and "password authentication failed" in messages[0]
+
+
+@pytest.mark.skipif(shutil.which("psql") is None, reason="psql is installed by tests/setup.sh")
+def test_psql_meta_commands_and_a_query(serve):
+    def psql(cmd: str) -> str:
+        out = subprocess.run(["psql", serve.dsn(), "-X", "-c", cmd], capture_output=True, text=True,
+                             env=serve.env(), timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    assert "people" in psql("\\dt") and "events" in psql("\\dt")
+    assert "dpsql" in psql("\\l")
+    assert "public" in psql("\\dn")
+    described = psql("\\d people")
+    assert "age" in described and "double precision" in described and "city" in described
+    answer = psql("SELECT sex, COUNT(*) FROM people GROUP BY sex")
+    assert "(2 rows)" in answer
+
+
+def test_hostile_startup_and_half_messages_do_not_hurt_others(serve):
+    for junk in (b"\x00\x00\x00\x08\x04\xd2\x16\x2f", b"\xff" * 64, struct.pack("!i", 2**30), b"\x00\x00\x00\x10" + b"x" * 5):
+        s = socket.create_connection(("127.0.0.1", serve.port))
+        s.sendall(junk)
+        s.close()
+    with psycopg.connect(serve.dsn(), autocommit=True) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM people").fetchone()[0] >= 0
+
+
+def test_sigterm_drains_and_exits_cleanly(small_policy, tmp_path):
+    s = Serve(small_policy, tmp_path / "l.sqlite")
+    with psycopg.connect(s.dsn(), autocommit=True) as conn:
+        conn.execute("SELECT COUNT(*) FROM people").fetchone()
+    s.proc.send_signal(signal.SIGTERM)
+    s.proc.wait(30)
+    assert s.proc.returncode == 0
