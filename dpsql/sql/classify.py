@@ -93,8 +93,23 @@ def classify(sql: str) -> Statement:
     return classify_one(statements[0])
 
 
+_MULTIWORD_SHOW = {"TRANSACTION ISOLATION LEVEL": "transaction_isolation", "TIME ZONE": "timezone",
+                   "SESSION AUTHORIZATION": "session_authorization"}
+_TRANSACTION_SET = re.compile(r"^SET\s+(SESSION\s+CHARACTERISTICS\s+AS\s+)?TRANSACTION\b", re.I)
+_TIME_ZONE_SET = re.compile(r"^SET\s+(?:SESSION\s+|LOCAL\s+)?TIME\s+ZONE\s+(.+?)\s*$", re.I | re.S)
+
+
 def classify_one(text: str) -> Statement:
-    body = _strip_comments(text).strip()
+    body = _strip_comments(text).strip().rstrip(";").strip()
+    upper = " ".join(body.upper().split())
+    for words, name in _MULTIWORD_SHOW.items():
+        if upper == f"SHOW {words}":
+            return ShowCommand(name)
+    if _TRANSACTION_SET.match(body):
+        return TransactionCommand("SET")
+    m = _TIME_ZONE_SET.match(body)
+    if m:
+        return SetCommand("timezone", _unquote(m.group(1)))
     first = body.split(None, 1)[0].upper().rstrip("(") if body else ""
     if first == "SET":
         m = _SET_RE.match(body)

@@ -1,0 +1,58 @@
+"""The drivers BI tools use: pgjdbc (Debian's libpostgresql-jdbc-java) and psqlODBC through pyodbc."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .server_fixture import PASSWORD, Serve
+
+JDBC_JAR = Path("/usr/share/java/postgresql.jar")
+
+
+@pytest.fixture
+def serve(small_policy, tmp_path):
+    s = Serve(small_policy, tmp_path / "ledger.sqlite")
+    yield s
+    s.stop()
+
+
+@pytest.mark.skipif(not JDBC_JAR.exists() or shutil.which("javac") is None,
+                    reason="pgjdbc and a JDK are installed by tests/setup.sh")
+def test_pgjdbc_metadata_and_prepared_statement(serve, tmp_path):
+    src = Path(__file__).parent / "jdbc" / "Probe.java"
+    subprocess.run(["javac", "-d", str(tmp_path), str(src)], check=True, capture_output=True, timeout=120)
+    out = subprocess.run(["java", "-cp", f"{tmp_path}:{JDBC_JAR}", "Probe",
+                          f"jdbc:postgresql://127.0.0.1:{serve.port}/dpsql?sslmode=disable", "alice", PASSWORD],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert {l.split()[1] for l in lines if l.startswith("table ")} == {"people", "events", "places", "rows"}
+    assert [l for l in lines if l.startswith("column ")] == ["column pid int4", "column age float8",
+                                                             "column sex text", "column city text"]
+    assert int(next(l for l in lines if l.startswith("types ")).split()[1]) > 10
+    assert "schema public" in lines
+    assert len([l for l in lines if l.startswith("count ")]) == 6
+    assert "queries 6" in lines  # six executions with six parameters: six charges
+
+
+def test_psqlodbc_through_pyodbc(serve):
+    pyodbc = pytest.importorskip("pyodbc")
+    if "PostgreSQL Unicode" not in pyodbc.drivers():
+        pytest.skip("psqlODBC is installed by tests/setup.sh")
+    conn = pyodbc.connect(f"Driver={{PostgreSQL Unicode}};Server=127.0.0.1;Port={serve.port};Database=dpsql;"
+                          f"Uid=alice;Pwd={PASSWORD};SSLMode=disable", autocommit=True)
+    try:
+        cur = conn.cursor()
+        tables = {r.table_name for r in cur.tables(schema="public", tableType="TABLE")}
+        assert tables == {"people", "events", "places", "rows"}
+        columns = [(r.column_name, r.type_name) for r in cur.columns(table="people")]
+        assert [c[0] for c in columns] == ["pid", "age", "sex", "city"]
+        cur.execute("SELECT sex, COUNT(*) AS n FROM people WHERE age > ? GROUP BY sex ORDER BY sex", 30)
+        rows = cur.fetchall()
+        assert [r[0] for r in rows] == ["F", "M"]
+    finally:
+        conn.close()

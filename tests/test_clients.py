@@ -1,0 +1,102 @@
+"""More real drivers against `dpsql serve`: asyncpg, pg8000, SQLAlchemy + pandas, and TLS."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+
+import pytest
+
+from .server_fixture import PASSWORD, Serve
+
+
+@pytest.fixture
+def serve(small_policy, tmp_path):
+    s = Serve(small_policy, tmp_path / "ledger.sqlite")
+    yield s
+    s.stop()
+
+
+def test_asyncpg(serve):
+    asyncpg = pytest.importorskip("asyncpg")
+
+    async def main():
+        conn = await asyncpg.connect(host="127.0.0.1", port=serve.port, user="alice", password=PASSWORD,
+                                     database="dpsql", ssl=False)
+        try:
+            rows = await conn.fetch("SELECT sex, COUNT(*) AS n FROM people WHERE age > $1 GROUP BY sex ORDER BY sex", 30)
+            assert [r["sex"] for r in rows] == ["F", "M"] and isinstance(rows[0]["n"], int)
+            value = await conn.fetchval("SELECT AVG(age) FROM people WHERE city = $1", "Oslo")
+            assert isinstance(value, float)
+            stmt = await conn.prepare("SELECT COUNT(*) FROM events WHERE amount > $1")
+            assert isinstance(await stmt.fetchval(10.0), int)
+            return await conn.fetchrow("SHOW dpsql.budget")
+        finally:
+            await conn.close()
+
+    budget = asyncio.run(main())
+    assert budget["queries"] == 3
+
+
+def test_pg8000(serve):
+    pg8000 = pytest.importorskip("pg8000.native")
+    conn = pg8000.Connection("alice", host="127.0.0.1", port=serve.port, database="dpsql", password=PASSWORD)
+    try:
+        rows = conn.run("SELECT kind, COUNT(*) FROM events WHERE amount >= :x GROUP BY kind", x=0)
+        assert sorted(r[0] for r in rows) == ["a", "b", "c"]
+        assert conn.run("SELECT COUNT(*) FROM people")[0][0] >= 0
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("driver", ["psycopg", "psycopg2", "pg8000"])
+def test_sqlalchemy_reflection_and_pandas(serve, driver):
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    pd = pytest.importorskip("pandas")
+    if driver == "psycopg2":
+        pytest.importorskip("psycopg2")
+    engine = sqlalchemy.create_engine(f"postgresql+{driver}://alice:{PASSWORD}@127.0.0.1:{serve.port}/dpsql",
+                                      connect_args={"sslmode": "disable"} if driver.startswith("psycopg") else {})
+    try:
+        inspector = sqlalchemy.inspect(engine)
+        assert set(inspector.get_table_names()) == {"people", "events", "places", "rows"}
+        cols = {c["name"]: str(c["type"]) for c in inspector.get_columns("people")}
+        assert set(cols) == {"pid", "age", "sex", "city"} and cols["age"] == "DOUBLE PRECISION"
+        assert inspector.get_pk_constraint("people")["constrained_columns"] == []
+        assert inspector.get_indexes("people") == []
+        frame = pd.read_sql(sqlalchemy.text("SELECT sex, COUNT(*) AS n FROM people WHERE age > :x GROUP BY sex"),
+                            engine, params={"x": 30})
+        assert list(frame.columns) == ["sex", "n"] and len(frame) == 2
+    finally:
+        engine.dispose()
+
+
+def test_tls_verify_full(small_policy, tmp_path):
+    trustme = pytest.importorskip("trustme")
+    import psycopg
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("localhost", "127.0.0.1")
+    cert_file, key_file, ca_file = tmp_path / "server.pem", tmp_path / "server.key", tmp_path / "ca.pem"
+    cert.cert_chain_pems[0].write_to_path(cert_file)
+    cert.private_key_pem.write_to_path(key_file)
+    ca.cert_pem.write_to_path(ca_file)
+    s = Serve(small_policy, tmp_path / "l.sqlite", "--tls-cert", str(cert_file), "--tls-key", str(key_file), "--require-tls")
+    try:
+        dsn = s.dsn(host="localhost", sslmode="verify-full", sslrootcert=str(ca_file))
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            assert conn.pgconn.ssl_in_use
+            assert conn.execute("SELECT COUNT(*) FROM people").fetchone()[0] >= 0
+        with pytest.raises(psycopg.OperationalError) as info:
+            psycopg.connect(s.dsn())  # sslmode=disable is refused
+        assert "requires TLS" in str(info.value)
+        other = trustme.CA()
+        other.cert_pem.write_to_path(tmp_path / "other.pem")
+        with pytest.raises(psycopg.OperationalError):
+            psycopg.connect(s.dsn(host="localhost", sslmode="verify-full", sslrootcert=str(tmp_path / "other.pem")))
+    finally:
+        s.stop()
+
+
+def test_ssl_module_available():
+    assert ssl.OPENSSL_VERSION
