@@ -142,3 +142,44 @@ def test_sigterm_drains_and_exits_cleanly(small_policy, tmp_path):
     s.proc.send_signal(signal.SIGTERM)
     s.proc.wait(30)
     assert s.proc.returncode == 0
+
+
+def test_cancel_request_interrupts_a_running_query(tmp_path):
+    import threading
+    import time
+
+    import duckdb
+
+    con = duckdb.connect(str(tmp_path / "db.duckdb"))
+    con.execute("CREATE TABLE big AS SELECT range AS uid, range % 7 AS g, (range * 7919) % 1000 AS v FROM range(30000000)")
+    con.close()
+    policy = tmp_path / "big.toml"
+    policy.write_text('[engine]\ndatabase = "db.duckdb"\n[privacy]\nepsilon = 100\n[tables.big]\nprivacy_unit = "uid"\n'
+                      'columns.v = { lower = 0, upper = 1000 }\ncolumns.g = { keys = [0, 1, 2, 3, 4, 5, 6] }\n'
+                      '[users.alice]\n[users.bob]\n')
+    s = Serve(policy, tmp_path / "l.sqlite")
+    try:
+        with psycopg.connect(s.dsn(), autocommit=True) as conn:
+            timer = threading.Timer(0.3, conn.cancel)
+            timer.start()
+            started = time.monotonic()
+            with pytest.raises(psycopg.errors.QueryCanceled):
+                conn.execute("SELECT g, SUM(v), AVG(v), COUNT(*) FROM big WHERE v * v > 7 GROUP BY g").fetchall()
+            assert time.monotonic() - started < 30
+            assert conn.execute("SHOW dpsql.epsilon").fetchone() == ("0.1",)  # the session goes on
+    finally:
+        s.stop()
+
+
+def test_connection_limit(small_policy, tmp_path):
+    s = Serve(small_policy, tmp_path / "l.sqlite", "--max-connections", "2")
+    try:
+        a = psycopg.connect(s.dsn())
+        b = psycopg.connect(s.dsn())
+        with pytest.raises(psycopg.OperationalError) as info:
+            psycopg.connect(s.dsn())
+        assert "too many clients" in str(info.value)
+        a.close()
+        b.close()
+    finally:
+        s.stop()
