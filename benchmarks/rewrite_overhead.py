@@ -12,14 +12,14 @@ a skewed numeric column), then times, side by side and interleaved:
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import duckdb
 
 import dpsql
+
+from .timing import median_ms
 from dpsql.sql.classify import classify
 from dpsql.sql.rewrite import rewrite
 
@@ -58,15 +58,6 @@ columns.g = {{ keys = [{keys}] }}
 [users.bench]
 """)
     return policy
-
-
-def median_ms(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1000)
-    return statistics.median(times)
 
 
 def main() -> None:

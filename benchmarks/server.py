@@ -11,7 +11,6 @@ second with N concurrent psycopg clients.
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -23,19 +22,12 @@ import psycopg
 
 import dpsql
 
+from .timing import median_ms
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_data"
 QUERY = "SELECT sex, COUNT(*), AVG(age) FROM patients WHERE age > 30 GROUP BY sex"
 PASSWORD = "bench-password"
-
-
-def median_ms(fn, n: int) -> float:
-    times = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1000)
-    return statistics.median(times)
 
 
 def main() -> None:

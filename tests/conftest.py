@@ -132,3 +132,13 @@ def pg_server():
 def pg_ledger_url(pg_server, request):
     name = "ledger_" + "".join(c if c.isalnum() else "_" for c in request.node.name.lower())[:50]
     return pg_server.create_database(name)
+
+
+@pytest.fixture
+def serve(small_policy, tmp_path):
+    """A running `dpsql serve` on the small policy, with logins for alice and bob."""
+    from .server_fixture import Serve
+
+    s = Serve(small_policy, tmp_path / "ledger.sqlite")
+    yield s
+    s.stop()

@@ -8,16 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from .server_fixture import PASSWORD, Serve
+from .server_fixture import PASSWORD
 
 JDBC_JAR = Path("/usr/share/java/postgresql.jar")
-
-
-@pytest.fixture
-def serve(small_policy, tmp_path):
-    s = Serve(small_policy, tmp_path / "ledger.sqlite")
-    yield s
-    s.stop()
 
 
 @pytest.mark.skipif(not JDBC_JAR.exists() or shutil.which("javac") is None,

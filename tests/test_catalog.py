@@ -9,7 +9,6 @@ from dpsql.config import load_policy
 from dpsql.engines.duckdb import DuckDBEngine
 from dpsql.server.catalog import Catalog, is_catalog_query
 
-from .conftest import make_db
 from .replay import exchanges
 
 RECORDED = [e for e in exchanges() if is_catalog_query(e.sql)]

@@ -10,13 +10,6 @@ import pytest
 from .server_fixture import PASSWORD, Serve
 
 
-@pytest.fixture
-def serve(small_policy, tmp_path):
-    s = Serve(small_policy, tmp_path / "ledger.sqlite")
-    yield s
-    s.stop()
-
-
 def test_asyncpg(serve):
     asyncpg = pytest.importorskip("asyncpg")
 

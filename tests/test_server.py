@@ -16,13 +16,6 @@ import dpsql
 from .server_fixture import PASSWORD, Serve
 
 
-@pytest.fixture
-def serve(small_policy, tmp_path):
-    s = Serve(small_policy, tmp_path / "ledger.sqlite")
-    yield s
-    s.stop()
-
-
 def test_psycopg_simple_parameters_prepared_binary(serve):
     with psycopg.connect(serve.dsn(), autocommit=True) as conn:
         rows = conn.execute("SELECT sex, COUNT(*) AS n, AVG(age) FROM people GROUP BY sex ORDER BY sex").fetchall()

@@ -49,7 +49,7 @@ _SCHEMA = [
 ]
 
 
-def segment_filter(budget: BudgetPolicyPolicy, grants: list[tuple[Fraction, Fraction]]) -> tuple[int, Filter]:
+def segment_filter(budget: BudgetPolicy, grants: list[tuple[Fraction, Fraction]]) -> tuple[int, Filter]:
     """The filter in force for a budget after its grants.
 
     Under basic composition a grant simply adds to the totals. Any other filter's guarantee

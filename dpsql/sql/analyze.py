@@ -20,7 +20,7 @@ from ..config import Policy
 from ..errors import ProgrammingError, forbidden, unsupported
 from .allowlist import DP_AGGREGATES, check_node, check_tree, contains_aggregate, is_aggregate
 from .bounds import UNBOUNDED, Interval, interval
-from .scope import Relation, Resolver, Scope, Source, output_name
+from .scope import Relation, Resolver, Source, output_name
 
 FIXED_POINT_DIGITS = 24  # binary digits kept of the largest per-row magnitude
 COUNT_BITS = 10  # fractional binary digits of counts when a unit's groups are scaled down
