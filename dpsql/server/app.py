@@ -139,6 +139,10 @@ class Connection:
         self.busy = False
         self.thread: int | None = None
         self.tls = False
+        # Result shapes and parameter types depend on the SQL text only (schema and policy are
+        # fixed while serving), so repeated statements skip re-analysis on Parse and Describe.
+        self._shapes: dict[str, list[codec.Field] | None] = {}
+        self._param_types: dict[str, list[int]] = {}
 
     # I/O ---------------------------------------------------------------------------------
     async def _read_exact(self, n: int) -> bytes:
@@ -413,6 +417,15 @@ class Connection:
         return [self.run_statement(s) for s in statements]
 
     def describe_statement(self, sql: str, params: list[Any] | None) -> list[codec.Field] | None:
+        if sql in self._shapes:
+            return self._shapes[sql]
+        fields = self._describe_uncached(sql, params)
+        if len(self._shapes) >= 512:
+            self._shapes.pop(next(iter(self._shapes)))
+        self._shapes[sql] = fields
+        return fields
+
+    def _describe_uncached(self, sql: str, params: list[Any] | None) -> list[codec.Field] | None:
         word = sql.strip().split(None, 1)[0].upper() if sql.strip() else ""
         if word in ("BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE", "DISCARD",
                     "DEALLOCATE", "SET", "RESET"):
@@ -458,7 +471,12 @@ class Connection:
         oids = [r.int32() for _ in range(r.int16())]
         if len(split_statements(sql)) > 1:
             raise Error("cannot insert multiple commands into a prepared statement", sqlstate="42601")
-        inferred = infer_parameter_types(sql, self.server.engine.schema())
+        inferred = self._param_types.get(sql)
+        if inferred is None:
+            inferred = infer_parameter_types(sql, self.server.engine.schema())
+            if len(self._param_types) >= 512:
+                self._param_types.pop(next(iter(self._param_types)))
+            self._param_types[sql] = inferred
         n = max(len(oids), len(inferred))
         oids = [(oids[i] if i < len(oids) and oids[i] else (inferred[i] if i < len(inferred) else codec.TEXT))
                 for i in range(n)]
