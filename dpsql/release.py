@@ -96,6 +96,8 @@ def _estimate(plan: Plan, est: Estimate, noisy: list[list[int]], noises: list[No
         col, h = noisy[est.total], half[est.total] * unit
         vals = [s * unit for s in col]
         return vals, [(v - h, v + h) for v in vals], "DOUBLE"
+    if est.squares is not None:
+        return _spread(plan, est, noisy, noises, confidence)
     count_scale = plan.measures[est.count].unit_scale
     counts, sums = [c * count_scale for c in noisy[est.count]], noisy[est.total]
     hc, hs = half_split[est.count] * count_scale, half_split[est.total] * unit
@@ -156,3 +158,50 @@ def _sampled(plan: Plan, est: Estimate, noisy: list[list[int]], noises: list[Noi
         lo, hi = v - h, v + h
         cis.append((max(0.0, lo), max(0.0, hi)) if est.func == "count" else (lo, hi))
     return vals, cis, "BIGINT" if est.func == "count" else "DOUBLE"
+
+
+def _spread(plan: Plan, est: Estimate, noisy: list[list[int]], noises: list[Noise], confidence: float):
+    """Variance = E[(v-c)^2] - E[v-c]^2 from the noisy count, centred sum and centred sum of
+    squares, clamped to what is possible ([0, half^2]); the interval takes each part at
+    1 - alpha/3 and the extremes over them (union bound)."""
+    cm, tm, qm = (plan.measures[i] for i in (est.count, est.total, est.squares))
+    q_centre = qm.centre
+    conf = 1 - (1 - confidence) / 3
+    hc = noises[est.count].half_width(conf) * cm.unit_scale
+    hs = noises[est.total].half_width(conf) * tm.unit_scale
+    hq = noises[est.squares].half_width(conf) * qm.unit_scale
+    half = (est.upper - est.lower) / 2
+    top = half * half
+    sample = est.func.endswith("_samp")
+    root = est.func.startswith("stddev")
+    vals, cis = [], []
+    for c, s, sq in zip(noisy[est.count], noisy[est.total], noisy[est.squares]):
+        n = c * cm.unit_scale
+        s1 = s * tm.unit_scale
+        s2 = sq * qm.unit_scale + q_centre * n  # undo the squares' own centring
+        vals.append(_finish(_variance(n, s1, s2, top, sample), root))
+        lo_n, hi_n = n - hc, n + hc
+        if lo_n <= (1 if sample else 0):
+            cis.append((0.0, _finish(top * (2 if sample else 1), root)))
+            continue
+        means = [sv / nv for sv in (s1 - hs, s1 + hs) for nv in (lo_n, hi_n)]
+        mean_sq_hi = max(m * m for m in means)
+        mean_sq_lo = 0.0 if min(means) <= 0 <= max(means) else min(m * m for m in means)
+        e2 = [(s2v) / nv for s2v in (s2 - hq - q_centre * hc, s2 + hq + q_centre * hc) for nv in (lo_n, hi_n)]
+        lo_v = max(0.0, min(e2) - mean_sq_hi)
+        hi_v = min(top, max(e2) - mean_sq_lo)
+        if sample:
+            lo_v, hi_v = lo_v * lo_n / (lo_n - 1), min(top * 2, hi_v * hi_n / (hi_n - 1) if hi_n > 1 else top * 2)
+        cis.append((_finish(lo_v, root), _finish(max(lo_v, hi_v), root)))
+    return vals, cis, "DOUBLE"
+
+
+def _variance(n: float, s1: float, s2: float, top: float, sample: bool) -> float:
+    if n <= (1 if sample else 0):
+        return 0.0
+    var = min(top, max(0.0, s2 / n - (s1 / n) ** 2))
+    return var * n / (n - 1) if sample else var
+
+
+def _finish(var: float, root: bool) -> float:
+    return math.sqrt(var) if root else var

@@ -41,6 +41,9 @@ QUERIES = [
     "SELECT e.place, p.city, COUNT(*) FROM events e JOIN people p ON e.pid = p.pid GROUP BY e.place, p.city",
     "SELECT e.kind, COUNT(*), SUM(e.amount) FROM events e JOIN places pl ON e.place = pl.name GROUP BY e.kind",
     "SELECT g, COUNT(*), SUM(v) FROM rows GROUP BY g",
+    "SELECT kind, VAR_POP(amount), STDDEV_SAMP(amount) FROM events GROUP BY kind",
+    "SELECT VAR_SAMP(age), STDDEV_POP(age) FROM people",
+    "SELECT g, STDDEV(v) FROM rows GROUP BY g",
     "SELECT AVG(v) FROM rows",
 ]
 

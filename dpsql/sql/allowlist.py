@@ -31,11 +31,11 @@ ROW_FUNCTIONS = (
 )
 
 # Aggregates dpsql knows how to make differentially private.
-DP_AGGREGATES = (exp.Count, exp.Sum, exp.Avg)
+SPREAD_AGGREGATES = (exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevPop, exp.StddevSamp)
+DP_AGGREGATES = (exp.Count, exp.Sum, exp.Avg) + SPREAD_AGGREGATES
 
 _RAW_EXTREMES = (exp.Min, exp.Max)
 _ORDER_STATISTICS = (exp.WithinGroup, exp.Median, exp.PercentileCont, exp.PercentileDisc, exp.Quantile, exp.ApproxQuantile)
-_SPREAD = (exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevPop, exp.StddevSamp)
 
 _ALLOWED = _STRUCTURE + ROW_FUNCTIONS + DP_AGGREGATES
 
@@ -65,9 +65,9 @@ def check_node(node: exp.Expression) -> None:
         name = function_name(node)
         raise unsupported(f"{name}() would reveal one person's value and is not supported yet",
                           hint="use AVG, SUM or COUNT with a WHERE clause; DP quantiles will answer MIN/MAX")
-    if isinstance(node, _ORDER_STATISTICS + _SPREAD):
+    if isinstance(node, _ORDER_STATISTICS):
         raise unsupported(f"{function_name(node)}() is not supported yet",
-                          hint="supported aggregates: COUNT(*), COUNT(column), SUM(expression), AVG(expression)")
+                          hint="supported aggregates: COUNT, SUM, AVG, VAR_POP, VAR_SAMP, STDDEV_POP, STDDEV_SAMP")
     if isinstance(node, (exp.AggFunc, exp.GroupConcat, exp.ArrayAgg)):
         raise unsupported(f"the aggregate {function_name(node)}() has no differentially private form",
                           hint="supported aggregates: COUNT(*), COUNT(column), SUM(expression), AVG(expression)")

@@ -18,7 +18,7 @@ from sqlglot import exp
 
 from ..config import Policy
 from ..errors import ProgrammingError, forbidden, unsupported
-from .allowlist import DP_AGGREGATES, check_node, check_tree, contains_aggregate, is_aggregate
+from .allowlist import DP_AGGREGATES, SPREAD_AGGREGATES, check_node, check_tree, contains_aggregate, is_aggregate
 from .bounds import UNBOUNDED, Interval, interval
 from .scope import Relation, Resolver, Source, output_name
 
@@ -66,10 +66,11 @@ class Measure:
 class Estimate:
     """One aggregate the analyst wrote, as a function of measures."""
 
-    func: str  # count | sum | avg
+    func: str  # count | sum | avg | var_pop | var_samp | stddev_pop | stddev_samp
     text: str
     count: int | None = None
     total: int | None = None
+    squares: int | None = None
     lower: float = 0.0
     upper: float = 0.0
     centre: float = 0.0
@@ -387,18 +388,38 @@ class _Analysis:
             spread = max(abs(lo - centre), abs(hi - centre))
             bits = FIXED_POINT_DIGITS - math.ceil(math.log2(spread)) if spread > 0 else 0
             total = self._measure(Measure("sum", value, lo, hi, centre, bits))
-            if isinstance(node, exp.Sum):
+            if isinstance(node, SPREAD_AGGREGATES):
+                est = self._spread(node, text, value, lo, hi)
+            elif isinstance(node, exp.Sum):
                 # A sampled SUM's interval needs a count to bound the sampling variance.
                 count = self._measure(Measure("count", value, bits=self.count_bits)) if self.sample_rate else None
                 est = Estimate("sum", text, count=count, total=total, lower=lo, upper=hi)
             else:
                 count = self._measure(Measure("count", value, bits=self.count_bits))
                 est = Estimate("avg", text, count=count, total=total, lower=lo, upper=hi, centre=centre)
-        key = repr((est.func, est.count, est.total))
+        key = repr((est.func, est.count, est.total, est.squares))
         if key not in self._estimate_index:
             self._estimate_index[key] = len(self.estimates)
             self.estimates.append(est)
         return self._estimate_index[key]
+
+    def _spread(self, node: exp.Expression, text: str, value: exp.Expression, lo: float, hi: float) -> Estimate:
+        """VAR/STDDEV from three noisy measures over the clamped value v, centred at c:
+        count, sum of (v - c), sum of (v - c)^2 (itself centred at half the square's range)."""
+        if self.sample_rate:
+            raise unsupported(f"{text}: variance under TABLESAMPLE is not supported yet")
+        centre = (lo + hi) / 2
+        half = (hi - lo) / 2
+        bits = lambda spread: FIXED_POINT_DIGITS - math.ceil(math.log2(spread)) if spread > 0 else 0  # noqa: E731
+        count = self._measure(Measure("count", value, bits=self.count_bits))
+        total = self._measure(Measure("sum", value, lo, hi, centre, bits(half)))
+        clamped = exp.func("LEAST", exp.func("GREATEST", value.copy(), exp.Literal.number(lo)), exp.Literal.number(hi))
+        deviation = exp.Paren(this=exp.Sub(this=clamped, expression=exp.Literal.number(centre)))
+        square = exp.Mul(this=deviation, expression=deviation.copy())
+        squares = self._measure(Measure("sum", square, 0.0, half * half, half * half / 2, bits(half * half / 2)))
+        func = {exp.VariancePop: "var_pop", exp.Variance: "var_samp", exp.StddevPop: "stddev_pop",
+                exp.Stddev: "stddev_samp", exp.StddevSamp: "stddev_samp"}[type(node)]
+        return Estimate(func, text, count=count, total=total, squares=squares, lower=lo, upper=hi, centre=centre)
 
     def _unbounded(self, node: exp.Expression, arg: exp.Expression, value: exp.Expression) -> ProgrammingError:
         text = node.sql(dialect="postgres")

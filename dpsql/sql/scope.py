@@ -308,6 +308,9 @@ def output_name(item: exp.Expression) -> str:
         return item.name.lower()
     if isinstance(item, exp.Count):
         return "count"
+    if isinstance(item, (exp.VariancePop, exp.Variance, exp.StddevPop, exp.StddevSamp, exp.Stddev)):
+        return {exp.VariancePop: "var_pop", exp.Variance: "variance", exp.StddevPop: "stddev_pop",
+                exp.StddevSamp: "stddev_samp", exp.Stddev: "stddev"}[type(item)]
     if isinstance(item, exp.Func):
         return item.sql_name().lower() if not isinstance(item, exp.Anonymous) else str(item.name).lower()
     if isinstance(item, exp.Cast):
