@@ -72,9 +72,9 @@ def calibrate(plan: Plan, epsilon: Fraction, delta: Fraction, mechanism: str,
     measures = []
     if mechanism == "laplace":
         for m in plan.measures:
-            l1 = groups * rows * m.row_bound
+            l1 = groups * m.group_bound(rows)
             noise = Noise("laplace", laplace_scale(l1, eps_share))
-            measures.append(MeasureNoise(noise, l1, groups * (rows * m.row_bound) ** 2, eps_share, None))
+            measures.append(MeasureNoise(noise, l1, groups * m.group_bound(rows) ** 2, eps_share, None))
             parts.append(Part("laplace", eps_share, rho=eps_share * eps_share / 2,
                               noise_multiplier=noise.scale / l1 if l1 else None))
     else:
@@ -88,9 +88,9 @@ def calibrate(plan: Plan, epsilon: Fraction, delta: Fraction, mechanism: str,
                                     hint="raise dpsql.epsilon or dpsql.delta, or SET dpsql.mechanism = 'laplace'")
         rho_each = rho_total / k
         for m in plan.measures:
-            l2_squared = groups * (rows * m.row_bound) ** 2
+            l2_squared = groups * m.group_bound(rows) ** 2
             noise = Noise("gaussian", gaussian_sigma(l2_squared, rho_each))
-            measures.append(MeasureNoise(noise, groups * rows * m.row_bound, l2_squared, None, rho_each))
+            measures.append(MeasureNoise(noise, groups * m.group_bound(rows), l2_squared, None, rho_each))
         # The Gaussian measures share one rho: together they are one (eps, delta) block.
         parts.append(Part("gaussian", gauss_eps, gauss_delta, rho=rho_total,
                           noise_multiplier=1 / math.sqrt(2 * float(rho_each)), count=k))
@@ -140,7 +140,7 @@ def calibrate_planned(plan: Plan, mechanism: str, multiplier: float, domain_size
     rows = plan.rows_per_group
     measures = []
     for m in plan.measures:
-        per_group = rows * m.row_bound
+        per_group = m.group_bound(rows)
         l2_squared = groups * per_group**2
         if mechanism == "laplace":
             noise = Noise("laplace", math.nextafter(multiplier / weight * per_group, math.inf) if per_group else 0.0)

@@ -146,3 +146,21 @@ def test_connection_close(small_policy):
     c.close()
     with pytest.raises(dpsql.InterfaceError):
         cur.execute("SELECT COUNT(*) FROM people")
+
+
+def test_count_distinct_units_is_unbiased_when_no_unit_is_truncated(conn):
+    """people has one row per person: COUNT(DISTINCT pid) is the count of people (200), with
+    Laplace noise of scale 1; the mean of 100 answers is within 5.5 sigma (FPR ~ 4e-8)."""
+    import statistics
+
+    cur = conn.cursor()
+    cur.execute("SET dpsql.cache = off")
+    answers = []
+    for _ in range(100):
+        cur.execute("SELECT COUNT(DISTINCT pid) FROM people")
+        answers.append(cur.fetchone()[0])
+    assert cur.dp["noise"][0] == {"measure": "COUNT(DISTINCT unit)", "kind": "laplace", "scale": 1.0}
+    sigma_of_mean = (2 ** 0.5) / 10
+    assert abs(statistics.fmean(answers) - 200) <= 5.5 * sigma_of_mean
+    cur.execute("SELECT kind, COUNT(DISTINCT pid) FROM events GROUP BY kind")
+    assert cur.rowcount == 3

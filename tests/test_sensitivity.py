@@ -44,6 +44,9 @@ QUERIES = [
     "SELECT kind, VAR_POP(amount), STDDEV_SAMP(amount) FROM events GROUP BY kind",
     "SELECT VAR_SAMP(age), STDDEV_POP(age) FROM people",
     "SELECT g, STDDEV(v) FROM rows GROUP BY g",
+    "SELECT kind, COUNT(DISTINCT pid), COUNT(*) FROM events GROUP BY kind",
+    "SELECT COUNT(DISTINCT e.pid) FROM events e JOIN people p ON e.pid = p.pid WHERE p.age > 30",
+    "SELECT city, COUNT(DISTINCT pid) FROM people GROUP BY city",
     "SELECT AVG(v) FROM rows",
 ]
 

@@ -42,10 +42,14 @@ class Measure:
     @property
     def row_bound(self) -> int:
         """Largest |per-row integer| this measure adds (fixed-point units)."""
-        if self.kind == "count":
+        if self.kind in ("count", "units"):
             return 2**self.bits
         spread = max(abs(self.lower - self.centre), abs(self.upper - self.centre))
         return 0 if spread == 0 else math.floor(spread * 2.0 ** self.bits) + 1
+
+    def group_bound(self, max_rows: int) -> int:
+        """Largest |integer| one unit adds to one group: max_rows rows, or 1 for a unit count."""
+        return self.row_bound if self.kind == "units" else max_rows * self.row_bound
 
     @property
     def unit_scale(self) -> float:
@@ -57,6 +61,8 @@ class Measure:
 
     def describe(self) -> str:
         inner = "*" if self.value is None else self.value.sql(dialect="postgres")
+        if self.kind == "units":
+            return "COUNT(DISTINCT unit)"
         if self.kind == "count":
             return f"COUNT({inner})"
         return f"SUM(clamp({inner}, {self.lower:g}, {self.upper:g}) - {self.centre:g})"
@@ -223,6 +229,7 @@ class _Analysis:
                                        hint="use HAVING to filter on aggregates")
             rel.where.append(scope.resolve(where.this, self.resolver))
         unit, unit_in_hash, row_id_source, max_groups, max_rows = self._unit()
+        self.unit = unit if row_id_source is None else None
         keys = self._group_keys()
         self.keys = keys
         domain = _literal_domain_size(keys)
@@ -367,8 +374,11 @@ class _Analysis:
             check_tree(node)
         text = node.sql(dialect="postgres")
         if isinstance(node.this, exp.Distinct) or node.args.get("distinct"):
-            raise unsupported(f"{text}: DISTINCT inside an aggregate is not supported yet",
-                              hint="COUNT(*) grouped by the column counts rows per value")
+            if isinstance(node, exp.Count) and self._is_unit(node.this):
+                return self._add_estimate(Estimate("count", text, count=self._measure(
+                    Measure("units", None, bits=self.count_bits))))
+            raise unsupported(f"{text}: DISTINCT inside an aggregate is only supported for the privacy unit",
+                              hint="COUNT(DISTINCT unit_column) counts people; COUNT(*) grouped by the column counts rows per value")
         arg = node.this
         if isinstance(node, exp.Count):
             if arg is None or isinstance(arg, exp.Star):
@@ -397,11 +407,26 @@ class _Analysis:
             else:
                 count = self._measure(Measure("count", value, bits=self.count_bits))
                 est = Estimate("avg", text, count=count, total=total, lower=lo, upper=hi, centre=centre)
+        return self._add_estimate(est)
+
+    def _add_estimate(self, est: Estimate) -> int:
         key = repr((est.func, est.count, est.total, est.squares))
         if key not in self._estimate_index:
             self._estimate_index[key] = len(self.estimates)
             self.estimates.append(est)
         return self._estimate_index[key]
+
+    def _is_unit(self, node: exp.Expression) -> bool:
+        """COUNT(DISTINCT x) where x is the privacy unit column of a joined private table."""
+        args = node.expressions if isinstance(node, exp.Distinct) else [node]
+        if len(args) != 1 or self.unit is None:
+            return False
+        resolved = self.scope.resolve(args[0], self.resolver)
+        inner = resolved.this if isinstance(resolved, exp.Paren) else resolved
+        if not isinstance(inner, exp.Column):
+            return False
+        source = self._source(inner.table)
+        return source.private and not source.table.row_unit and inner.name == source.table.privacy_unit
 
     def _spread(self, node: exp.Expression, text: str, value: exp.Expression, lo: float, hi: float) -> Estimate:
         """VAR/STDDEV from three noisy measures over the clamped value v, centred at c:

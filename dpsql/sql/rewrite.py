@@ -209,7 +209,9 @@ def rewrite(plan: Plan, dialect: str = "duckdb", domain_size: int | None = None,
     if plan.unit is None:
         aggs = ["COUNT(*) AS units"]
         for j, m in enumerate(plan.measures):
-            if m.kind == "count":
+            if m.kind == "units":
+                aggs.append(f"COUNT(*) AS m{j}")  # every row is its own unit here
+            elif m.kind == "count":
                 aggs.append(f"COUNT({'*' if m.value is None else f'v{j}'}) AS m{j}")
             else:
                 aggs.append(f"SUM(v{j}) AS m{j}")
@@ -234,7 +236,9 @@ def rewrite(plan: Plan, dialect: str = "duckdb", domain_size: int | None = None,
         aggs = ["COUNT(*) AS units"]
         for j, m in enumerate(plan.measures):
             n = "n" if m.value is None else f"n{j}"
-            if m.kind == "count":
+            if m.kind == "units":
+                share = str(2 ** m.bits)  # one per unit and group
+            elif m.kind == "count":
                 share = f"LEAST({n}, {m_rows})" + (f" * {2 ** m.bits}" if m.bits else "")
             else:
                 share = f"CASE WHEN {n} > {m_rows} THEN (s{j} * {m_rows}) // {n} ELSE s{j} END"
