@@ -119,16 +119,13 @@ def _ratio_interval(est: Estimate, c: float, hc: float, s: float, hs: float) -> 
 def _sampled(plan: Plan, est: Estimate, noisy: list[list[int]], noises: list[Noise], q: float, alpha: float):
     m_rows = plan.rows_per_group
 
-    def cal_half(j: int, conf: float) -> float:
-        return noises[j].half_width(conf)
-
     cm = plan.measures[est.count]
     counts = [c * cm.unit_scale / q for c in noisy[est.count]]
     if est.func == "avg":
         # AVG is a ratio of two HT estimates: noise (alpha/4) and sampling (alpha/4) for each part.
-        hc_noise = cal_half(est.count, 1 - alpha / 4) * cm.unit_scale / q
+        hc_noise = noises[est.count].half_width(1 - alpha / 4) * cm.unit_scale / q
         tm = plan.measures[est.total]
-        hs_noise = cal_half(est.total, 1 - alpha / 4) * tm.unit_scale / q
+        hs_noise = noises[est.total].half_width(1 - alpha / 4) * tm.unit_scale / q
         spread = max(abs(est.lower - est.centre), abs(est.upper - est.centre))
         z = _z(alpha / 4)
         vals, cis = [], []
@@ -142,14 +139,14 @@ def _sampled(plan: Plan, est: Estimate, noisy: list[list[int]], noises: list[Noi
     # COUNT or SUM: the value's noise at alpha/2, its sampling error at alpha/2 (whose count
     # bound itself takes alpha/4 of the noise).
     z = _z(alpha / 2)
-    hc_noise = cal_half(est.count, 1 - alpha / 4) * cm.unit_scale / q
+    hc_noise = noises[est.count].half_width(1 - alpha / 4) * cm.unit_scale / q
     if est.func == "count":
-        bound, values, h_noise = 1.0, counts, cal_half(est.count, 1 - alpha / 2) * cm.unit_scale / q
+        bound, values, h_noise = 1.0, counts, noises[est.count].half_width(1 - alpha / 2) * cm.unit_scale / q
     else:
         tm = plan.measures[est.total]
         bound = max(abs(est.lower), abs(est.upper))
         values = [s * tm.unit_scale / q for s in noisy[est.total]]
-        h_noise = cal_half(est.total, 1 - alpha / 2) * tm.unit_scale / q
+        h_noise = noises[est.total].half_width(1 - alpha / 2) * tm.unit_scale / q
     vals, cis = [], []
     for c, v in zip(counts, values):
         c_up = max(0.0, c + hc_noise)

@@ -218,10 +218,10 @@ class Session:
         return Result(names, types, [row], "SHOW")
 
     # Queries -------------------------------------------------------------------------------
-    def _prepare(self, tree: exp.Query) -> tuple[Plan | PublicQuery, Calibration | None, Fraction]:
+    def _prepare(self, tree: exp.Query) -> tuple[Plan | PublicQuery, Calibration | None]:
         plan = analyze(tree, self.policy, self.engine.schema())
         if isinstance(plan, PublicQuery):
-            return plan, None, Fraction(0)
+            return plan, None
         s = self.settings
         domain = plan.literal_domain_size()
         if s.planner == "pld" and len(plan.measures) > 1:
@@ -230,12 +230,12 @@ class Session:
             mechanisms = planned_mechanisms(plan, s.mechanism, domain)
             multiplier = pld_multiplier(mechanisms, s.epsilon, s.delta)
             cal = calibrate_planned(plan, s.mechanism, multiplier, domain)
-            return plan, replace(cal, cost=batch_cost(s.epsilon, s.delta, multiplier, len(mechanisms))), s.delta
+            return plan, replace(cal, cost=batch_cost(s.epsilon, s.delta, multiplier, len(mechanisms)))
         delta = s.delta if needs_delta(plan, s.mechanism) else Fraction(0)
-        return plan, calibrate(plan, s.epsilon, delta, s.mechanism, domain), delta
+        return plan, calibrate(plan, s.epsilon, delta, s.mechanism, domain)
 
     def _query(self, stmt: Query, tree: exp.Query) -> Result:
-        plan, cal, _ = self._prepare(tree)
+        plan, cal = self._prepare(tree)
         if isinstance(plan, PublicQuery):
             rs = self.engine.execute(plan.tree.sql(dialect=self.engine.dialect))
             rows = list(zip(*rs.columns)) if rs.row_count else []
@@ -246,15 +246,16 @@ class Session:
             cached = self.ledger.cache_get(self.user.name, key)
             if cached is not None:
                 return self._from_cache(cached)
-        charge = self.ledger.charge(self.user.name, self.budget_policy, cal.cost, stmt.sql, _detail(plan, cal),
-                                    self.global_budget)
-        result = self._answer(plan, cal, charge.filter.remaining(charge.totals), cal.cost)
+        detail = _detail(plan, cal)
+        charge = self.ledger.charge(self.user.name, self.budget_policy, cal.cost, stmt.sql, detail, self.global_budget)
+        result = self._answer(plan, cal, charge.filter.remaining(charge.totals), cal.cost, detail)
         self.ledger.record_release(charge.id, result.rows)
         if s.cache:
             self.ledger.cache_put(self.user.name, key, _to_cache(result))
         return result
 
-    def _answer(self, plan: Plan, cal: Calibration, left: Mapping[str, Fraction], cost: Cost) -> Result:
+    def _answer(self, plan: Plan, cal: Calibration, left: Mapping[str, Fraction], cost: Cost,
+                detail: dict[str, Any]) -> Result:
         """Run the bounded query, noise it and post-process: only after the charge."""
         s = self.settings
         salt = secrets.randbits(63) if plan.sample_rate is not None else None
@@ -263,7 +264,7 @@ class Session:
         rows = [tuple(_plain(v) for v in r) for r in out.rows]
         dp = {"cost": cost.as_dict(), "remaining": {k: float(v) for k, v in left.items()},
               "ci": dict(out.ci), "confidence": s.confidence, "mechanism": s.mechanism, "cached": False,
-              "noise": _detail(plan, cal)["mechanisms"]}
+              "noise": detail["mechanisms"]}
         return Result(out.names, out.types, rows, f"SELECT {len(rows)}", dp)
 
     def execute_script(self, text: str) -> list[Result]:
@@ -321,7 +322,7 @@ class Session:
         charge = self.ledger.charge(self.user.name, self.budget_policy, cost, "\n;\n".join(sqls), detail,
                                     self.global_budget)
         left = charge.filter.remaining(charge.totals)
-        results = [self._answer(p, c, left, cost) for p, c in zip(plans, cals)]
+        results = [self._answer(p, c, left, cost, d) for p, c, d in zip(plans, cals, detail["queries"])]
         self.ledger.record_release(charge.id, [r.rows for r in results])
         return results
 
@@ -343,7 +344,7 @@ class Session:
 
     # EXPLAIN -------------------------------------------------------------------------------
     def explain_plan(self, tree: exp.Query) -> dict[str, Any]:
-        plan, cal, _ = self._prepare(tree)
+        plan, cal = self._prepare(tree)
         if isinstance(plan, PublicQuery):
             return {"public": True, "sql": plan.tree.sql(dialect=self.engine.dialect)}
         s = self.settings

@@ -95,7 +95,7 @@ def _noise_through_queries(session, sql: str, runs: int):
     """Released value minus the exact pre-noise value, in the measure's integer units."""
     session.execute("SET dpsql.cache = off")
     tree = classify(sql).tree
-    plan, cal, _ = session._prepare(tree)
+    plan, cal = session._prepare(tree)
     truth = session.engine.execute(rewrite(plan, "duckdb", plan.literal_domain_size()))
     exact = int(truth.columns[1][0])
     unit = plan.measures[0].unit_scale
@@ -148,10 +148,10 @@ def test_intervals_cover_the_truth(session):
 
 
 def test_calibration_splits_epsilon_across_measures(session):
-    plan, cal, _ = session._prepare(classify("SELECT COUNT(*), SUM(age), AVG(age) FROM people").tree)
+    plan, cal = session._prepare(classify("SELECT COUNT(*), SUM(age), AVG(age) FROM people").tree)
     # COUNT(*), SUM(age), centred SUM(age) for AVG and COUNT(age) for AVG: four measures.
     assert len(plan.measures) == 4
     assert all(m.epsilon == Fraction(1, 4) for m in cal.measures)
-    plan2, cal2, _ = session._prepare(classify("SELECT COUNT(age), AVG(age) FROM people").tree)
+    plan2, cal2 = session._prepare(classify("SELECT COUNT(age), AVG(age) FROM people").tree)
     assert len(plan2.measures) == 2  # COUNT(age) is shared with AVG's count
     assert calibrate(plan2, Fraction(1), Fraction(0), "laplace").cost.epsilon == 1

@@ -76,7 +76,7 @@ def test_pld_planner_for_one_query(conn):
     cur.execute("SET dpsql.delta = 1e-6")
     cur.execute("SELECT COUNT(*), SUM(age), AVG(age) FROM people")
     assert cur.dp["cost"] == {"epsilon": 1.0, "delta": 1e-6}
-    plan, cal, _ = conn.session._prepare(classify("SELECT COUNT(*), SUM(age), AVG(age) FROM people").tree)
+    plan, cal = conn.session._prepare(classify("SELECT COUNT(*), SUM(age), AVG(age) FROM people").tree)
     multipliers = {round(mn.noise.scale / (mn.l1 or 1), 6) for mn in cal.measures}
     assert len(multipliers) == 1  # one common noise multiplier across the query's measures
 

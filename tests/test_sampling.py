@@ -91,7 +91,7 @@ def test_units_not_rows_are_sampled(hospital):
     from dpsql.sql.classify import classify
     from dpsql.sql.rewrite import rewrite
 
-    plan, _, _ = session._prepare(classify("SELECT COUNT(*) FROM visits TABLESAMPLE BERNOULLI (30)").tree)
+    plan, _ = session._prepare(classify("SELECT COUNT(*) FROM visits TABLESAMPLE BERNOULLI (30)").tree)
     sql = rewrite(plan, "duckdb", None, salt=12345)
     assert "hash(t0.patient_id, 12345)" in sql
     threshold = int(0.3 * 2**64)

@@ -95,7 +95,7 @@ def test_removing_one_unit_is_bounded(mechanism, units, target, rows, drop_row):
         try:
             with_target.execute(f"SET dpsql.mechanism = '{mechanism}'")
             for q in QUERIES:
-                plan, cal, _ = with_target._prepare(classify(q).tree)
+                plan, cal = with_target._prepare(classify(q).tree)
                 sql = rewrite(plan, "duckdb", plan.literal_domain_size())
                 n = len(plan.keys)
                 a = _by_group(with_target.engine.execute(sql), n)
@@ -118,7 +118,7 @@ def test_a_heavy_unit_is_truncated(tmp_path):
     """The bound is not vacuous: one unit with 100 events counts max_rows, not 100."""
     make_db(tmp_path / "db.duckdb", [(1, 30.0, "F", "Oslo")], [(1, "a", 50.0, "north")] * 100)
     s = Session(load_policy(write_policy(tmp_path)), "alice")
-    plan, cal, _ = s._prepare(classify("SELECT kind, COUNT(*), SUM(amount) FROM events GROUP BY kind").tree)
+    plan, cal = s._prepare(classify("SELECT kind, COUNT(*), SUM(amount) FROM events GROUP BY kind").tree)
     rs = s.engine.execute(rewrite(plan, "duckdb", plan.literal_domain_size()))
     got = _by_group(rs, 1)
     assert got[("a",)][1] == 3 * 2 ** plan.measures[0].bits  # max_rows = 3 (fixed-point count)

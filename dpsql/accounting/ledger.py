@@ -151,11 +151,7 @@ class Ledger:
         con = self._con()
         segment, f = segment_filter(budget, self._grants(con, user))
         totals = self._totals(con, user, segment)
-        self._end_read(con)
         return f, totals
-
-    def _end_read(self, con) -> None:
-        pass
 
     def spent(self, user: str, budget: BudgetPolicy) -> Totals:
         return self.state(user, budget)[1]
@@ -205,14 +201,12 @@ class Ledger:
         con = self._con()
         rows = self._exec(con, "SELECT id, at, sql, cost, detail, released FROM charges WHERE user_name = ? ORDER BY id",
                           (user,)).fetchall()
-        self._end_read(con)
         return [{"id": r[0], "at": r[1], "sql": r[2], "cost": Cost.from_json(r[3]), "detail": json.loads(r[4]),
                  "released": None if r[5] is None else json.loads(r[5])} for r in rows]
 
     def cache_get(self, user: str, key: str) -> Any | None:
         con = self._con()
         row = self._exec(con, "SELECT answer FROM cache WHERE user_name = ? AND key = ?", (user, key)).fetchone()
-        self._end_read(con)
         return None if row is None else json.loads(row[0])
 
     def cache_put(self, user: str, key: str, answer: Any) -> None:
@@ -280,9 +274,6 @@ class PostgresLedger(Ledger):
             con = self._psycopg.connect(self.url, autocommit=True)
             self._local.con = con
         return con
-
-    def _end_read(self, con) -> None:
-        pass  # autocommit: each read is its own transaction
 
     @contextlib.contextmanager
     def _write(self, users: list[str]) -> Iterator[Any]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import functools
 import logging
 import secrets
 import signal
@@ -361,7 +360,7 @@ class Connection:
             await self.writer.drain()
 
     # Statement routing ---------------------------------------------------------------------
-    def _answer_session(self, result: Result, formats: list[int] | None = None) -> Answer:
+    def _answer_session(self, result: Result) -> Answer:
         fields = None
         if result.names:
             fields = [codec.Field(n, codec.oid_of(t)) for n, t in zip(result.names, result.types)]
@@ -409,11 +408,7 @@ class Connection:
     def run_script(self, text: str) -> list[Answer]:
         statements = split_statements(text)
         if len(statements) > 1 and not any(is_catalog_query(s) for s in statements):
-            try:
-                results = self.session.execute_script(text)
-            except Error:
-                raise
-            return [self._answer_session(r) for r in results]
+            return [self._answer_session(r) for r in self.session.execute_script(text)]
         return [self.run_statement(s) for s in statements]
 
     def describe_statement(self, sql: str, params: list[Any] | None) -> list[codec.Field] | None:
@@ -559,4 +554,4 @@ def run(server: Server) -> None:
     asyncio.run(server.serve_forever())
 
 
-__all__ = ["Server", "Limits", "run", "tls_context", "functools"]
+__all__ = ["Server", "Limits", "run", "tls_context"]
