@@ -142,3 +142,17 @@ def serve(small_policy, tmp_path):
     s = Serve(small_policy, tmp_path / "ledger.sqlite")
     yield s
     s.stop()
+
+
+@pytest.fixture
+def hospital(tmp_path):
+    """A cursor on the sample hospital with a large budget, epsilon 1 per query, cache off."""
+    text = (SAMPLE / "dpsql.toml").read_text().replace('source = "', f'source = "{SAMPLE}/')
+    policy = tmp_path / "hospital.toml"
+    policy.write_text(text.replace("epsilon = 10.0", "epsilon = 100000.0"))
+    conn = dpsql.connect(policy, user="alice", ledger=tmp_path / "hospital.sqlite")
+    cur = conn.cursor()
+    cur.execute("SET dpsql.cache = off")
+    cur.execute("SET dpsql.epsilon = 1")
+    yield cur
+    conn.close()

@@ -23,19 +23,6 @@ def amplified(eps: float, q: float) -> Decimal:
     return (1 + Decimal(q) * (Decimal(eps).exp() - 1)).ln()
 
 
-@pytest.fixture
-def hospital(tmp_path):
-    text = (SAMPLE / "dpsql.toml").read_text().replace('source = "', f'source = "{SAMPLE}/')
-    policy = tmp_path / "hospital.toml"
-    policy.write_text(text.replace("epsilon = 10.0", "epsilon = 100000.0"))
-    conn = dpsql.connect(policy, user="alice", ledger=tmp_path / "s.sqlite")
-    cur = conn.cursor()
-    cur.execute("SET dpsql.cache = off")
-    cur.execute("SET dpsql.epsilon = 1")
-    yield cur
-    conn.close()
-
-
 def test_charged_cost_is_the_amplified_formula(hospital):
     for percent, q in ((10, 0.1), (50, 0.5), (2.5, 0.025)):
         hospital.execute(f"SELECT COUNT(*), AVG(age) FROM patients TABLESAMPLE BERNOULLI ({percent})")

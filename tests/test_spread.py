@@ -3,27 +3,11 @@
 from __future__ import annotations
 
 import duckdb
-import pytest
 from scipy import stats
-
-import dpsql
 
 from .conftest import SAMPLE
 
 ALPHA = 1e-6
-
-
-@pytest.fixture
-def hospital(tmp_path):
-    text = (SAMPLE / "dpsql.toml").read_text().replace('source = "', f'source = "{SAMPLE}/')
-    policy = tmp_path / "hospital.toml"
-    policy.write_text(text.replace("epsilon = 10.0", "epsilon = 100000.0"))
-    conn = dpsql.connect(policy, user="alice", ledger=tmp_path / "v.sqlite")
-    cur = conn.cursor()
-    cur.execute("SET dpsql.cache = off")
-    cur.execute("SET dpsql.epsilon = 1")
-    yield cur
-    conn.close()
 
 
 def test_spread_answers_match_the_truth(hospital):
