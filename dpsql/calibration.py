@@ -128,6 +128,9 @@ def planned_mechanisms(plan: Plan, mechanism: str, domain_size: int | None, weig
     if plan.needs_selection:
         raise invalid_parameter("partition selection cannot be PLD-planned",
                                 hint="declare the group keys in the policy, or run this query on its own")
+    if any(m.kind == "histogram" for m in plan.measures):
+        raise invalid_parameter("quantiles cannot be PLD-planned yet",
+                                hint="SET dpsql.planner = 'filter' for this query, or send it outside the batch")
     per_measure = groups if mechanism == "laplace" else 1
     return [Planned(mechanism, weight) for m in plan.measures if m.row_bound for _ in range(per_measure)]
 

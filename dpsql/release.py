@@ -47,14 +47,19 @@ def release(plan: Plan, cal: Calibration, rs: ResultSet, confidence: float) -> N
     columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in rs.names]
     key_cols = columns[:n_keys]
     units = columns[n_keys]
-    measures = columns[n_keys + 1:]
-    noisy = [add_noise(col, mn.noise) for col, mn in zip(measures, cal.measures)]
+    noisy: list = []
+    at = n_keys + 1
+    for m, mn in zip(plan.measures, cal.measures):
+        cols = [add_noise(col, mn.noise) for col in columns[at:at + m.width]]
+        noisy.append(cols if m.kind == "histogram" else cols[0])
+        at += m.width
     keep = list(range(len(units)))
     if cal.selection is not None:
         noisy_units = add_noise(units, cal.selection.noise)
         keep = [i for i, u in enumerate(noisy_units) if u >= cal.selection.threshold]
     key_cols = [[col[i] for i in keep] for col in key_cols]
-    noisy = [[col[i] for i in keep] for col in noisy]
+    noisy = [[[c[i] for i in keep] for c in col] if m.kind == "histogram" else [col[i] for i in keep]
+             for m, col in zip(plan.measures, noisy)]
 
     noises = [mn.noise for mn in cal.measures]
     values, intervals, types = [], [], []
@@ -81,6 +86,8 @@ def _estimate(plan: Plan, est: Estimate, noisy: list[list[int]], noises: list[No
     alpha = 1 - confidence
     if q < 1:
         return _sampled(plan, est, noisy, noises, q, alpha)
+    if est.func in ("quantile", "min", "max"):
+        return _quantiles(plan, est, noisy, noises, confidence)
     # Each estimate's interval holds at `confidence`; an AVG's two parts at (1 + confidence) / 2 each.
     half = [n.half_width(confidence) for n in noises]
     half_split = [n.half_width((1 + confidence) / 2) for n in noises]
@@ -202,3 +209,69 @@ def _variance(n: float, s1: float, s2: float, top: float, sample: bool) -> float
 
 def _finish(var: float, root: bool) -> float:
     return math.sqrt(var) if root else var
+
+
+def _quantiles(plan: Plan, est: Estimate, noisy: list, noises: list[Noise], confidence: float):
+    """A quantile per group from its noisy histogram. The noisy cumulative counts at the bin
+    edges are made non-decreasing by isotonic regression (pool adjacent violators): unlike
+    clamping each bin at 0, this adds no mass to empty bins, which would pull every quantile
+    toward the middle of the range. The quantile is where the fitted cumulative count reaches
+    p times the total (linear within a bin). MIN and MAX are the points where it first clears
+    one bin's noise level from either end, so that noise in empty bins is not taken for data;
+    a group whose noisy total does not clear that level gets NULL, as an empty group would.
+    The interval is the range of points whose rank is within z * sqrt(bins) noise standard
+    deviations: a normal approximation of a cumulative count's noise, so approximate, unlike
+    the other intervals."""
+    m = plan.measures[est.count]
+    noise = noises[est.count]
+    scale = m.unit_scale
+    bins = noisy[est.count]
+    width = (est.upper - est.lower) / m.bins
+    floor = noise.half_width(confidence) * scale
+    spread = _z(1 - confidence) * noise.std * scale * math.sqrt(m.bins)
+    vals, cis = [], []
+    for g in range(len(bins[0]) if bins else 0):
+        edges = cumulative([b[g] * scale for b in bins])
+        n = edges[-1]
+        if n <= floor:  # indistinguishable from an empty group
+            vals.append(None)
+            cis.append((est.lower, est.upper))
+            continue
+        if est.func == "min":
+            target = min(floor, n / 2)
+        elif est.func == "max":
+            target = max(n - floor, n / 2)
+        else:
+            target = est.quantile * n
+        vals.append(_point(edges, target, est.lower, width))
+        cis.append((_point(edges, target - spread, est.lower, width), _point(edges, target + spread, est.lower, width)))
+    return vals, cis, "DOUBLE"
+
+
+def cumulative(bins: list[float]) -> list[float]:
+    """Cumulative counts at the edges 0..B of noisy bins: 0 at the first edge, the noisy total
+    at the last, non-decreasing in between (isotonic least squares, clipped to [0, total])."""
+    total = sum(bins)
+    inner, running = [], 0.0
+    for b in bins[:-1]:
+        running += b
+        inner.append(running)
+    blocks: list[list[float]] = []  # [sum, size] of pooled runs
+    for v in inner:
+        blocks.append([v, 1])
+        while len(blocks) > 1 and blocks[-2][0] * blocks[-1][1] > blocks[-1][0] * blocks[-2][1]:
+            s, c = blocks.pop()
+            blocks[-1][0] += s
+            blocks[-1][1] += c
+    fitted = [min(max(s / c, 0.0), max(total, 0.0)) for s, c in blocks for _ in range(int(c))]
+    return [0.0] + fitted + [total]
+
+
+def _point(edges: list[float], target: float, lower: float, width: float) -> float:
+    """Where the cumulative counts `edges` (bins of `width` from `lower`) first reach target."""
+    target = min(max(target, 0.0), edges[-1])
+    for k in range(len(edges) - 1):
+        a, b = edges[k], edges[k + 1]
+        if b >= target and b > a:
+            return lower + width * (k + min(1.0, max(0.0, (target - a) / (b - a))))
+    return lower + width * (len(edges) - 1)

@@ -32,10 +32,11 @@ ROW_FUNCTIONS = (
 
 # Aggregates dpsql knows how to make differentially private.
 SPREAD_AGGREGATES = (exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevPop, exp.StddevSamp)
-DP_AGGREGATES = (exp.Count, exp.Sum, exp.Avg) + SPREAD_AGGREGATES
-
-_RAW_EXTREMES = (exp.Min, exp.Max)
-_ORDER_STATISTICS = (exp.WithinGroup, exp.Median, exp.PercentileCont, exp.PercentileDisc, exp.Quantile, exp.ApproxQuantile)
+# Order statistics, answered as DP quantiles from a noisy histogram over the column's bounds.
+QUANTILE_AGGREGATES = (exp.Median, exp.Quantile, exp.ApproxQuantile, exp.PercentileCont, exp.PercentileDisc,
+                       exp.Min, exp.Max, exp.WithinGroup)
+_QUANTILE_NAMES = ("QUANTILE_CONT", "QUANTILE_DISC", "PERCENTILE_CONT", "PERCENTILE_DISC", "APPROX_QUANTILE")
+DP_AGGREGATES = (exp.Count, exp.Sum, exp.Avg) + SPREAD_AGGREGATES + QUANTILE_AGGREGATES
 
 _ALLOWED = _STRUCTURE + ROW_FUNCTIONS + DP_AGGREGATES
 
@@ -61,16 +62,9 @@ def check_node(node: exp.Expression) -> None:
     if isinstance(node, exp.Window):
         raise forbidden("window functions over private rows are not allowed",
                         hint="aggregate with GROUP BY instead; window functions may be applied to a DP result in an outer query later")
-    if isinstance(node, _RAW_EXTREMES):
-        name = function_name(node)
-        raise unsupported(f"{name}() would reveal one person's value and is not supported yet",
-                          hint="use AVG, SUM or COUNT with a WHERE clause; DP quantiles will answer MIN/MAX")
-    if isinstance(node, _ORDER_STATISTICS):
-        raise unsupported(f"{function_name(node)}() is not supported yet",
-                          hint="supported aggregates: COUNT, SUM, AVG, VAR_POP, VAR_SAMP, STDDEV_POP, STDDEV_SAMP")
     if isinstance(node, (exp.AggFunc, exp.GroupConcat, exp.ArrayAgg)):
         raise unsupported(f"the aggregate {function_name(node)}() has no differentially private form",
-                          hint="supported aggregates: COUNT(*), COUNT(column), SUM(expression), AVG(expression)")
+                          hint=f"supported aggregates: {SUPPORTED_AGGREGATES}")
     if isinstance(node, exp.Func):
         raise forbidden(f"function {function_name(node)}() is not allowed",
                         hint=f"allowed functions: {', '.join(ALLOWED_FUNCTION_NAMES)}")
@@ -91,9 +85,41 @@ def _walk(node: exp.Expression, skip):
         yield from _walk(child, skip)
 
 
+SUPPORTED_AGGREGATES = ("COUNT(*), COUNT(column), COUNT(DISTINCT unit or declared-keys column), SUM, AVG, "
+                        "VAR_POP, VAR_SAMP, STDDEV_POP, STDDEV_SAMP, MEDIAN, PERCENTILE_CONT(p) WITHIN GROUP "
+                        "(ORDER BY x), QUANTILE(x, p), MIN, MAX")
+
+
+def order_statistic(node: exp.Expression) -> tuple[exp.Expression, exp.Expression | float, str] | None:
+    """(argument, fraction p, name) of a quantile-like aggregate, in any of its spellings;
+    MIN and MAX are the quantiles 0 and 1. None for other nodes."""
+    if isinstance(node, exp.WithinGroup) and isinstance(node.this, (exp.PercentileCont, exp.PercentileDisc)):
+        order = node.expression.expressions if isinstance(node.expression, exp.Order) else []
+        if len(order) != 1:
+            return None
+        p = node.this.this
+        if order[0].args.get("desc"):
+            p = exp.Sub(this=exp.Literal.number(1), expression=p.copy())
+        return order[0].this, p, function_name(node.this)
+    if isinstance(node, exp.Median):
+        return node.this, 0.5, "MEDIAN"
+    if isinstance(node, exp.Min):
+        return node.this, 0.0, "MIN"
+    if isinstance(node, exp.Max):
+        return node.this, 1.0, "MAX"
+    if isinstance(node, (exp.Quantile, exp.ApproxQuantile)):
+        return node.this, node.args["quantile"], function_name(node)
+    if isinstance(node, (exp.PercentileCont, exp.PercentileDisc)) and node.expression is not None:
+        return node.this, node.expression, function_name(node)
+    if isinstance(node, exp.Anonymous) and node.name.upper() in _QUANTILE_NAMES and len(node.expressions) == 2:
+        return node.expressions[0], node.expressions[1], node.name.upper()
+    return None
+
+
 def is_aggregate(node: exp.Expression) -> bool:
-    return isinstance(node, exp.AggFunc)
+    return (isinstance(node, (exp.AggFunc, exp.WithinGroup))
+            or (isinstance(node, exp.Anonymous) and node.name.upper() in _QUANTILE_NAMES))
 
 
 def contains_aggregate(node: exp.Expression) -> bool:
-    return any(isinstance(n, exp.AggFunc) for n in _walk(node, (exp.Subquery, exp.Select)))
+    return any(is_aggregate(n) for n in _walk(node, (exp.Subquery, exp.Select)))

@@ -18,19 +18,23 @@ from sqlglot import exp
 
 from ..config import Policy
 from ..errors import ProgrammingError, forbidden, unsupported
-from .allowlist import DP_AGGREGATES, SPREAD_AGGREGATES, check_node, check_tree, contains_aggregate, is_aggregate
-from .bounds import UNBOUNDED, Interval, interval
-from .scope import Relation, Resolver, Source, output_name
+from .allowlist import (DP_AGGREGATES, SPREAD_AGGREGATES, check_node, check_tree, contains_aggregate, is_aggregate,
+                        order_statistic)
+from .bounds import Interval, interval
+from .scope import Relation, Resolver, Source, check_unit_joins, column_bounds, output_name
 
 FIXED_POINT_DIGITS = 24  # binary digits kept of the largest per-row magnitude
 COUNT_BITS = 10  # fractional binary digits of counts when a unit's groups are scaled down
+QUANTILE_BINS = 64  # equal-width bins of a quantile's histogram over the column's bounds
 
 
 @dataclass(frozen=True)
 class Measure:
     """One noisy vector, in fixed-point integer units of 2**-bits. count: rows whose `value` is
     not NULL (every row if None), at most max_rows per unit and group. sum: round((clamp(value)
-    - centre) * 2**bits) summed."""
+    - centre) * 2**bits) summed. histogram: the count split over `bins` equal-width bins of
+    [lower, upper], one vector per bin; a unit's rows in a group still add at most max_rows in
+    all, so its L1 (and L2) over the bins is that of a count."""
 
     kind: str
     value: exp.Expression | None
@@ -38,11 +42,17 @@ class Measure:
     upper: float = 0.0
     centre: float = 0.0
     bits: int = 0
+    bins: int = 0
+
+    @property
+    def width(self) -> int:
+        """Columns of this measure in the bounded query's result."""
+        return self.bins if self.kind == "histogram" else 1
 
     @property
     def row_bound(self) -> int:
         """Largest |per-row integer| this measure adds (fixed-point units)."""
-        if self.kind in ("count", "units"):
+        if self.kind in ("count", "units", "histogram"):
             return 2**self.bits
         spread = max(abs(self.lower - self.centre), abs(self.upper - self.centre))
         return 0 if spread == 0 else math.floor(spread * 2.0 ** self.bits) + 1
@@ -57,7 +67,7 @@ class Measure:
 
     def signature(self) -> tuple:
         return (self.kind, self.value.sql() if self.value is not None else None, self.lower, self.upper, self.centre,
-                self.bits)
+                self.bits, self.bins)
 
     def describe(self) -> str:
         inner = "*" if self.value is None else self.value.sql(dialect="postgres")
@@ -65,6 +75,8 @@ class Measure:
             return "COUNT(DISTINCT unit)"
         if self.kind == "count":
             return f"COUNT({inner})"
+        if self.kind == "histogram":
+            return f"HISTOGRAM({inner}, {self.bins} bins over [{self.lower:g}, {self.upper:g}])"
         return f"SUM(clamp({inner}, {self.lower:g}, {self.upper:g}) - {self.centre:g})"
 
 
@@ -72,7 +84,7 @@ class Measure:
 class Estimate:
     """One aggregate the analyst wrote, as a function of measures."""
 
-    func: str  # count | sum | avg | var_pop | var_samp | stddev_pop | stddev_samp
+    func: str  # count | sum | avg | var_pop | var_samp | stddev_pop | stddev_samp | quantile | min | max
     text: str
     count: int | None = None
     total: int | None = None
@@ -80,6 +92,7 @@ class Estimate:
     lower: float = 0.0
     upper: float = 0.0
     centre: float = 0.0
+    quantile: float | None = None  # the fraction p of a quantile (0 for MIN, 1 for MAX)
 
 
 @dataclass(frozen=True)
@@ -273,34 +286,10 @@ class _Analysis:
                               hint="join private tables only when they share a privacy unit column")
         if any(s.table.row_unit for s in private):
             raise unsupported("a table with privacy_unit = \"row\" cannot be joined with another private table")
-        self._check_unit_joins(private)
+        check_unit_joins(self.rel)
         unit = driver.column(driver.table.privacy_unit)
         self.rel.where.append(exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null())))
         return (unit, True, None, max(s.table.max_groups for s in private), max(s.table.max_rows for s in private))
-
-    def _check_unit_joins(self, private: list[Source]) -> None:
-        if len(private) == 1:
-            return
-        parent = {s.alias: s.alias for s in private}
-        unit_cols = {(s.alias, s.table.privacy_unit) for s in private}
-
-        def find(a: str) -> str:
-            while parent[a] != a:
-                a = parent[a]
-            return a
-
-        conds = list(self.rel.where) + [j.on for j in self.rel.joins]
-        for cond in conds:
-            for conj in _conjuncts(cond):
-                if isinstance(conj, exp.EQ) and all(isinstance(x, exp.Column) for x in (conj.this, conj.expression)):
-                    a, b = conj.this, conj.expression
-                    if (a.table, a.name) in unit_cols and (b.table, b.name) in unit_cols:
-                        parent[find(a.table)] = find(b.table)
-        roots = {find(s.alias) for s in private}
-        if len(roots) > 1:
-            unit = private[0].table.privacy_unit
-            raise forbidden("private tables can only be joined on their privacy unit",
-                            hint=f"add the join condition ON a.{unit} = b.{unit}")
 
     # GROUP BY ----------------------------------------------------------------------------
     def _group_keys(self) -> list[GroupKey]:
@@ -355,11 +344,7 @@ class _Analysis:
 
     # Aggregates --------------------------------------------------------------------------
     def _bounds(self, col: exp.Column) -> Interval:
-        source = self._source(col.table)
-        policy = source.table.column(col.name)
-        if policy.bounded:
-            return Interval(policy.lower, policy.upper)
-        return UNBOUNDED
+        return column_bounds(self.rel.sources)(col)
 
     def _measure(self, m: Measure) -> int:
         sig = m.signature()
@@ -370,9 +355,12 @@ class _Analysis:
         return len(self.measures) - 1
 
     def _estimate(self, node: exp.Expression) -> int:
-        if not isinstance(node, DP_AGGREGATES):
+        if not isinstance(node, DP_AGGREGATES) and order_statistic(node) is None:
             check_tree(node)
         text = node.sql(dialect="postgres")
+        stat = order_statistic(node)
+        if stat is not None:
+            return self._add_estimate(self._quantile(node, text, *stat))
         if isinstance(node.this, exp.Distinct) or node.args.get("distinct"):
             if isinstance(node, exp.Count) and self._is_unit(node.this):
                 return self._add_estimate(Estimate("count", text, count=self._measure(
@@ -409,8 +397,30 @@ class _Analysis:
                 est = Estimate("avg", text, count=count, total=total, lower=lo, upper=hi, centre=centre)
         return self._add_estimate(est)
 
+    def _quantile(self, node: exp.Expression, text: str, arg: exp.Expression, p: exp.Expression | float,
+                  name: str) -> Estimate:
+        """A quantile from a noisy histogram of the clamped value: the bins' counts are
+        computed (and bounded per unit) in the engine; the quantile is post-processing."""
+        if self.sample_rate:
+            raise unsupported(f"{text}: quantiles under TABLESAMPLE are not supported yet",
+                              hint="run the quantile without TABLESAMPLE")
+        fraction = p if isinstance(p, float) else _fraction(p, text)
+        if contains_aggregate(arg):
+            raise ProgrammingError("aggregate function calls cannot be nested", sqlstate="42803")
+        value = self.scope.resolve(arg, self.resolver)
+        bounds = interval(value, self._bounds)
+        if not bounds.finite:
+            raise self._unbounded(node, arg, value, quantile=name)
+        if bounds.hi <= bounds.lo:
+            raise ProgrammingError(f"{text}: {arg.sql(dialect='postgres')} has a single possible value {bounds.lo:g}",
+                                   sqlstate="42P22", hint="a quantile needs bounds with lower < upper")
+        hist = self._measure(Measure("histogram", value, bounds.lo, bounds.hi, bits=self.count_bits,
+                                     bins=QUANTILE_BINS))
+        func = {0.0: "min", 1.0: "max"}.get(fraction, "quantile") if name in ("MIN", "MAX") else "quantile"
+        return Estimate(func, text, count=hist, lower=bounds.lo, upper=bounds.hi, quantile=fraction)
+
     def _add_estimate(self, est: Estimate) -> int:
-        key = repr((est.func, est.count, est.total, est.squares))
+        key = repr((est.func, est.count, est.total, est.squares, est.quantile))
         if key not in self._estimate_index:
             self._estimate_index[key] = len(self.estimates)
             self.estimates.append(est)
@@ -446,8 +456,11 @@ class _Analysis:
                 exp.Stddev: "stddev_samp", exp.StddevSamp: "stddev_samp"}[type(node)]
         return Estimate(func, text, count=count, total=total, squares=squares, lower=lo, upper=hi, centre=centre)
 
-    def _unbounded(self, node: exp.Expression, arg: exp.Expression, value: exp.Expression) -> ProgrammingError:
+    def _unbounded(self, node: exp.Expression, arg: exp.Expression, value: exp.Expression,
+                   quantile: str | None = None) -> ProgrammingError:
         text = node.sql(dialect="postgres")
+        how = (f"{quantile} is answered as a DP quantile over the column's declared range"
+               if quantile else "one person's influence on the result is unlimited")
         missing = []
         for col in value.find_all(exp.Column):
             src = self._source(col.table)
@@ -457,8 +470,8 @@ class _Analysis:
             table, column = missing[0]
             fix = (f"declare bounds in the policy: columns.{column} = {{ lower = ..., upper = ... }} in [tables.{table}], "
                    f"or clamp it in the query: LEAST(GREATEST({column}, low), high)")
-            return ProgrammingError(f"{text}: the column {table}.{column} has no declared bounds, so one person's "
-                                    f"influence on the result is unlimited", sqlstate="42P22", hint=fix)
+            return ProgrammingError(f"{text}: the column {table}.{column} has no declared bounds, and {how}",
+                                    sqlstate="42P22", hint=fix)
         return ProgrammingError(f"{text}: cannot derive bounds for {arg.sql(dialect='postgres')}",
                                 sqlstate="42P22",
                                 hint="wrap it in LEAST(GREATEST(expression, low), high), and avoid dividing by a value that may be 0")
@@ -505,7 +518,7 @@ class _Analysis:
     def _bind(self, node: exp.Expression, key_sql: dict[str, int], aliases: set[str]) -> exp.Expression:
         """Replace aggregates by noisy columns a<i> and group-key expressions by k<j>."""
         if is_aggregate(node):
-            if not isinstance(node, DP_AGGREGATES):
+            if not isinstance(node, DP_AGGREGATES) and order_statistic(node) is None:
                 check_tree(node)
             return exp.column(f"a{self._estimate(node)}")
         if isinstance(node, exp.Window):
@@ -538,9 +551,27 @@ class _Analysis:
         return new
 
 
-def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
-    if isinstance(e, exp.And):
-        return _conjuncts(e.this) + _conjuncts(e.expression)
-    if isinstance(e, exp.Paren):
-        return _conjuncts(e.this)
-    return [e]
+def _fraction(p: exp.Expression, text: str) -> float:
+    """The literal fraction of a quantile, in [0, 1]: it must not depend on data."""
+    try:
+        value = _literal_number(p)
+    except ValueError:
+        value = None
+    if value is None or not 0.0 <= value <= 1.0:
+        raise ProgrammingError(f"{text}: the fraction must be a number literal between 0 and 1", sqlstate="22003",
+                               hint="for example PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY x), or QUANTILE(x, 0.9)")
+    return value
+
+
+def _literal_number(p: exp.Expression) -> float | None:
+    if isinstance(p, exp.Paren):
+        return _literal_number(p.this)
+    if isinstance(p, exp.Literal) and not p.is_string:
+        return float(p.this)
+    if isinstance(p, exp.Neg):
+        v = _literal_number(p.this)
+        return None if v is None else -v
+    if isinstance(p, exp.Sub):
+        a, b = _literal_number(p.this), _literal_number(p.expression)
+        return None if a is None or b is None else a - b
+    return None

@@ -18,82 +18,14 @@ the L2 bound sqrt(max_groups) * max_rows * R, and costs a GROUP BY unit instead 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 from sqlglot import exp
 
 from .analyze import GroupKey, Measure, Plan
-
-
-def _try_casts(node: exp.Expression) -> exp.Expression:
-    return node.copy().transform(
-        lambda n: exp.TryCast(this=n.this, to=n.to) if isinstance(n, exp.Cast) and not isinstance(n, exp.TryCast) else n,
-        copy=False,
-    )
-
-
-def _try(node: exp.Expression) -> exp.Expression:
-    return exp.Anonymous(this="TRY", expressions=[node])
-
-
-_NUMERIC = ("INT", "BIGINT", "SMALLINT", "TINYINT", "HUGEINT", "DOUBLE", "FLOAT", "REAL", "DECIMAL", "UBIGINT",
-            "UINTEGER", "USMALLINT", "UTINYINT", "UHUGEINT")
-
-
-def _category(t: str | None) -> str | None:
-    if t is None:
-        return None
-    t = t.upper()
-    if t.startswith(_NUMERIC):
-        return "number"
-    if t in ("VARCHAR", "TEXT"):
-        return "string"
-    return t
-
-
-def _cannot_fail(node: exp.Expression, types: Mapping[tuple[str, str], str]) -> bool:
-    """True for the few shapes that can never raise in the engine, so they need no TRY (and
-    stay visible to the optimizer: hash joins, filter pushdown)."""
-    if isinstance(node, (exp.Column, exp.Literal, exp.Boolean, exp.Null)):
-        return True
-    if isinstance(node, exp.Not):
-        return _cannot_fail(node.this, types)
-    if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
-        return isinstance(node.this, exp.Column)
-    if isinstance(node, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)):
-        a, b = node.this, node.expression
-        cats = []
-        for side in (a, b):
-            if isinstance(side, exp.Column):
-                cats.append(_category(types.get((side.table, side.name))))
-            elif isinstance(side, exp.Literal):
-                cats.append("string" if side.is_string else "number")
-            else:
-                return False
-        return cats[0] is not None and cats[0] == cats[1]
-    return False
-
-
-def total(node: exp.Expression, types: Mapping[tuple[str, str], str] | None = None) -> exp.Expression:
-    """Make a row-level expression total: casts become TRY_CAST, and any other engine error
-    becomes NULL, so whether a query fails cannot depend on a private value."""
-    return _total(_try_casts(node), types or {})
-
-
-def _total(node: exp.Expression, types: Mapping[tuple[str, str], str]) -> exp.Expression:
-    if _cannot_fail(node, types):
-        return node
-    if node.find(exp.Subquery, exp.Select) is None:
-        return _try(node)
-    # DuckDB's TRY cannot wrap a subquery: make each subquery-free operand total instead (the
-    # subquery itself reads public tables only, so its failures cannot depend on private rows).
-    for key, value in list(node.args.items()):
-        if isinstance(value, exp.Expression) and not isinstance(value, (exp.Subquery, exp.Select)):
-            node.set(key, _total(value, types))
-        elif isinstance(value, list):
-            node.set(key, [_total(v, types) if isinstance(v, exp.Expression) and not isinstance(v, (exp.Subquery, exp.Select))
-                           else v for v in value])
-    return node
+from .derived import Derived
+from .scope import Relation, Source
+from .total import try_wrap, try_casts, total
 
 
 def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
@@ -149,29 +81,90 @@ def _measure_value(m: Measure, dialect: str) -> str:
     if isinstance(m.value, exp.Column):
         as_double = exp.TryCast(this=m.value.copy(), to=double)
     else:
-        as_double = _try(exp.Cast(this=_try_casts(m.value), to=double))
+        as_double = try_wrap(exp.Cast(this=try_casts(m.value), to=double))
     clamped = f"LEAST(GREATEST({_sql(as_double, dialect)}, {m.lower!r}), {m.upper!r})"
+    if m.kind == "histogram":
+        per_bin = float(m.bins / (m.upper - m.lower))
+        return f"CAST(LEAST(FLOOR(({clamped} - {m.lower!r}) * {per_bin!r}), {m.bins - 1}) AS INTEGER)"
     centred = f"({clamped} - {m.centre!r})" if m.centre else clamped
     return f"CAST(ROUND({centred} * {float(2.0 ** m.bits)!r}) AS BIGINT)"
 
 
-def _types(plan: Plan) -> dict[tuple[str, str], str]:
-    return {(s.alias, c): t for s in plan.relation.sources for c, t in s.columns.items()}
+def columns(j: int, m: Measure) -> list[str]:
+    """Result columns of measure j: one, or one per histogram bin."""
+    if m.kind == "histogram":
+        return [f"m{j}_{b}" for b in range(m.bins)]
+    return [f"m{j}"]
 
 
-def _from(plan: Plan, dialect: str) -> str:
-    def render(source) -> str:
-        if plan.row_id_source == source.alias:
+def _types(rel: Relation) -> dict[tuple[str, str], str]:
+    return {(s.alias, c): t for s in rel.sources for c, t in s.columns.items()}
+
+
+def _from(rel: Relation, dialect: str, row_id_source: str | None = None) -> str:
+    def render(source: Source) -> str:
+        if source.derived is not None:
+            return f"({_derived_sql(source.derived, dialect)}) AS {source.alias}"
+        if row_id_source == source.alias:
             return f"(SELECT *, ROW_NUMBER() OVER () AS __dpsql_rid FROM {_q(source.table.name)}) AS {source.alias}"
         return f"{_q(source.table.name)} AS {source.alias}"
 
-    rel = plan.relation
     parts = [render(rel.sources[0])]
     for j in rel.joins:
         word = "LEFT JOIN" if j.kind == "left" else "JOIN"
-        on = " AND ".join(_condition([j.on], _types(plan), dialect)) or "TRUE"
+        on = " AND ".join(_condition([j.on], _types(rel), dialect)) or "TRUE"
         parts.append(f"{word} {render(j.source)} ON {on}")
     return "\n    ".join(parts)
+
+
+def _derived_sql(d: Derived, dialect: str) -> str:
+    """A per-unit subquery: bounded aggregates per unit, then its outputs over them (made
+    total there: the engine cannot TRY an aggregate, but it can TRY arithmetic over one)."""
+    unit = _sql(d.unit, dialect)
+    aggs = ", ".join([f"{unit} AS unit"] + [f"{_sql(a, dialect)} AS a{i}" for i, a in enumerate(d.aggregates)])
+    where = _condition(d.relation.where, _types(d.relation), dialect) + [f"{unit} IS NOT NULL"]
+    inner = (f"SELECT {aggs} FROM {_from(d.relation, dialect)} WHERE {' AND '.join(where)} GROUP BY {unit}")
+    items = ", ".join([f"agg.unit AS {_q(d.unit_name)}"] + [f"{_sql(total(e), dialect)} AS {_q(name)}" for name, e in d.items])
+    sql = f"SELECT {items} FROM ({inner}) AS agg"
+    if d.having is not None:
+        sql += f" WHERE {_sql(total(d.having), dialect)}"
+    return sql
+
+
+def _scaled(share: str, plan: Plan, groups: int) -> str:
+    """A unit's share in one group, scaled by max_groups / G when it is in G > max_groups
+    groups; // truncates toward zero, so a scaled share never exceeds the unscaled bound."""
+    if not plan.scale_groups:
+        return share
+    return f"({share}) * {groups} // GREATEST(groups, {groups})"
+
+
+def _histogram_ctes(plan: Plan, j: int, m: Measure, keys: list[str], groups: int) -> list[tuple[str, str]]:
+    """Histogram j in long form (one row per group and non-empty bin), then pivoted to one
+    column per bin: counting per (unit, group, bin) and pivoting the small per-group result
+    is several times faster than one conditional count per bin at the per-unit stage.
+    A unit's n rows in a group add c * max_rows / n to the bin holding c of them when
+    n > max_rows (floored), so its bins sum to at most max_rows, as a count's would."""
+    unit = 2 ** m.bits
+    group_cols = ", ".join(keys + [f"v{j}"])
+    if plan.unit is None:
+        cells = (f"SELECT {group_cols}, COUNT(*) * {unit} AS s\n  FROM filtered\n  WHERE v{j} IS NOT NULL\n"
+                 f"  GROUP BY {group_cols}")
+        ctes = [(f"bins{j}", cells)]
+    else:
+        on = " AND ".join(["c.unit = p.unit"] + [f"c.{k} IS NOT DISTINCT FROM p.{k}" for k in keys])
+        share = (f"CASE WHEN p.n{j} > {plan.rows_per_group} THEN (c.c * {plan.rows_per_group * unit}) // p.n{j} "
+                 f"ELSE c.c{f' * {unit}' if m.bits else ''} END")
+        join_groups = " JOIN unit_groups AS ug ON ug.unit = c.unit" if plan.scale_groups else ""
+        scaled = share if not plan.scale_groups else f"({share}) * {groups} // GREATEST(ug.groups, {groups})"
+        c_keys = ", ".join([f"c.{k}" for k in keys] + [f"c.v{j}"])
+        ctes = [(f"cells{j}", f"SELECT unit, {group_cols}, COUNT(*) AS c\n  FROM filtered\n  WHERE v{j} IS NOT NULL\n"
+                              f"  GROUP BY unit, {group_cols}"),
+                (f"bins{j}", f"SELECT {c_keys}, SUM({scaled}) AS s\n  FROM cells{j} AS c JOIN per_unit AS p ON {on}"
+                             f"{join_groups}\n  GROUP BY {c_keys}")]
+    pivot = ", ".join(f"SUM(CASE WHEN v{j} = {b} THEN s END) AS m{j}_{b}" for b in range(m.bins))
+    ctes.append((f"wide{j}", f"SELECT {', '.join(keys + [pivot])}\n  FROM bins{j}" + (f"\n  GROUP BY {', '.join(keys)}" if keys else "")))
+    return ctes
 
 
 def rewrite(plan: Plan, dialect: str = "duckdb", domain_size: int | None = None, salt: int | None = None) -> str:
@@ -190,12 +183,12 @@ def rewrite(plan: Plan, dialect: str = "duckdb", domain_size: int | None = None,
             select.append(f"{_measure_value(m, dialect)} AS v{j}")
     if len(select) == 0:
         select.append("1 AS one")
-    where = _condition(plan.relation.where, _types(plan), dialect)
+    where = _condition(plan.relation.where, _types(plan.relation), dialect)
     if plan.sample_rate is not None:
         threshold = min(2**64 - 1, int(plan.sample_rate * 2**64))
         secret = "0 /* a secret salt, new for each execution */" if salt is None else str(salt)
         where.append(f"hash({_sql(plan.unit, dialect)}, {secret}) < {threshold}")
-    filtered = f"SELECT {', '.join(select)}\n  FROM {_from(plan, dialect)}"
+    filtered = f"SELECT {', '.join(select)}\n  FROM {_from(plan.relation, dialect, plan.row_id_source)}"
     if where:
         filtered += "\n  WHERE " + "\n    AND ".join(where)
     declared = [(i, k) for i, k in enumerate(plan.keys) if k.declared]
@@ -206,6 +199,7 @@ def rewrite(plan: Plan, dialect: str = "duckdb", domain_size: int | None = None,
     ctes = [("filtered", filtered)]
     group_by = f"\n  GROUP BY {key_list}" if keys else ""
     m_rows = plan.rows_per_group
+    groups = plan.groups_per_unit(domain_size)
     if plan.unit is None:
         aggs = ["COUNT(*) AS units"]
         for j, m in enumerate(plan.measures):
@@ -213,7 +207,7 @@ def rewrite(plan: Plan, dialect: str = "duckdb", domain_size: int | None = None,
                 aggs.append(f"COUNT(*) AS m{j}")  # every row is its own unit here
             elif m.kind == "count":
                 aggs.append(f"COUNT({'*' if m.value is None else f'v{j}'}) AS m{j}")
-            else:
+            elif m.kind == "sum":
                 aggs.append(f"SUM(v{j}) AS m{j}")
         ctes.append(("per_group", f"SELECT {', '.join(keys + aggs)}\n  FROM filtered{group_by}"))
     else:
@@ -224,7 +218,6 @@ def rewrite(plan: Plan, dialect: str = "duckdb", domain_size: int | None = None,
             if m.kind == "sum":
                 partial.append(f"SUM(v{j}) AS s{j}")
         per_unit = f"SELECT {', '.join(['unit'] + keys + partial)}\n  FROM filtered\n  GROUP BY {', '.join(['unit'] + keys)}"
-        groups = plan.groups_per_unit(domain_size)
         if plan.select_groups:
             hashed = ", ".join((["unit"] if plan.unit_in_hash else []) + keys)
             per_unit += f"\n  QUALIFY ROW_NUMBER() OVER (PARTITION BY unit ORDER BY hash({hashed})) <= {groups}"
@@ -240,15 +233,24 @@ def rewrite(plan: Plan, dialect: str = "duckdb", domain_size: int | None = None,
                 share = str(2 ** m.bits)  # one per unit and group
             elif m.kind == "count":
                 share = f"LEAST({n}, {m_rows})" + (f" * {2 ** m.bits}" if m.bits else "")
-            else:
+            elif m.kind == "sum":
                 share = f"CASE WHEN {n} > {m_rows} THEN (s{j} * {m_rows}) // {n} ELSE s{j} END"
-            if plan.scale_groups:
-                # // truncates toward zero, so a scaled share never exceeds the unscaled bound.
-                share = f"({share}) * {groups} // GREATEST(groups, {groups})"
-            aggs.append(f"SUM({share}) AS m{j}")
+            else:
+                continue
+            aggs.append(f"SUM({_scaled(share, plan, groups)}) AS m{j}")
         ctes.append(("per_group", f"SELECT {', '.join(keys + aggs)}\n  FROM {source}{group_by}"))
+    histograms = [(j, m) for j, m in enumerate(plan.measures) if m.kind == "histogram"]
+    if histograms:
+        ctes[-1] = ("per_group_totals", ctes[-1][1])
+        for j, m in histograms:
+            ctes += _histogram_ctes(plan, j, m, keys, groups)
+        joins = "".join(f"\n  LEFT JOIN wide{j} AS w{j} ON " + (" AND ".join(
+            f"w{j}.{k} IS NOT DISTINCT FROM t.{k}" for k in keys) or "TRUE") for j, _ in histograms)
+        wide = [f"w{j}.{c}" for j, m in histograms for c in columns(j, m)]
+        ctes.append(("per_group", f"SELECT t.*, {', '.join(wide)}\n  FROM per_group_totals AS t{joins}"))
 
-    values = ["COALESCE(g.units, 0) AS units"] + [f"COALESCE(g.m{j}, 0) AS m{j}" for j in range(len(plan.measures))]
+    values = ["COALESCE(g.units, 0) AS units"] + [f"COALESCE(g.{c}, 0) AS {c}" for j, m in enumerate(plan.measures)
+                                                  for c in columns(j, m)]
     if keys and plan.declared:
         domain = " CROSS JOIN ".join(_domain_sql(k, i, dialect) for i, k in enumerate(plan.keys))
         on = " AND ".join(f"d.k{i} = g.k{i}" for i in range(len(keys)))

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Callable, Mapping
 
 from sqlglot import exp
 
 from ..config import Policy, TablePolicy
 from ..errors import ProgrammingError, forbidden, undefined_column, undefined_table, unsupported
 from .allowlist import check_tree, contains_aggregate
+from .bounds import UNBOUNDED, Interval
 
 _SCHEMAS = ("", "public", "main")
 
@@ -29,6 +30,7 @@ class Source:
     table: TablePolicy
     columns: Mapping[str, str]
     sample: float | None = None  # TABLESAMPLE BERNOULLI rate, as a fraction
+    derived: Any = None  # a per-unit subquery (derived.Derived) instead of a base table
 
     @property
     def private(self) -> bool:
@@ -197,15 +199,14 @@ class Resolver:
             if not node.db and node.name.lower() in ctes and isinstance(node.this, exp.Identifier):
                 if node.args.get("sample") is not None:
                     raise unsupported("TABLESAMPLE works on tables, not on CTEs", hint="sample the private table itself")
-                rel = self.rowlevel(ctes[node.name.lower()], ctes)
+                rel = self.rowlevel(ctes[node.name.lower()], ctes, user_alias)
                 return user_alias, _rename(rel, node)
             source = self.base_table(node)
             cols = {c: source.column(c) for c in source.columns}
             return user_alias, Relation([source], columns=_rename_columns(cols, node))
         if isinstance(node, exp.Subquery):
-            inner = node.this
-            rel = self.rowlevel(inner, ctes)
-            return (node.alias or "subquery").lower(), _rename(rel, node)
+            alias = (node.alias or "subquery").lower()
+            return alias, _rename(self.rowlevel(node.this, ctes, alias), node)
         raise unsupported(f"{type(node).__name__} in FROM is not supported",
                           hint="FROM may name declared tables, row-level subqueries and CTEs")
 
@@ -223,21 +224,21 @@ class Resolver:
         return out
 
     # Row-level subqueries -------------------------------------------------------------------
-    def rowlevel(self, query: exp.Expression, ctes: Mapping[str, exp.Query]) -> Relation:
-        """Inline a row-level SELECT (no aggregation, no LIMIT): its columns become expressions."""
+    def rowlevel(self, query: exp.Expression, ctes: Mapping[str, exp.Query], alias: str = "subquery") -> Relation:
+        """Inline a row-level SELECT (no aggregation, no LIMIT): its columns become expressions.
+        A SELECT that aggregates by the privacy unit becomes one derived source instead."""
         if not isinstance(query, exp.Select):
             raise unsupported(f"{type(query).__name__} (UNION, INTERSECT, ...) is not supported in FROM",
                               hint="use one SELECT per subquery, combine conditions with OR")
-        for key, what in (("group", "GROUP BY"), ("having", "HAVING"), ("limit", "LIMIT"), ("offset", "OFFSET"),
+        if query.args.get("group") is not None or any(contains_aggregate(e) for e in query.expressions):
+            from .derived import per_unit_relation  # derived builds on this module
+
+            return per_unit_relation(self, query, ctes, alias)
+        for key, what in (("having", "HAVING"), ("limit", "LIMIT"), ("offset", "OFFSET"),
                           ("distinct", "DISTINCT"), ("qualify", "QUALIFY")):
             if query.args.get(key) is not None:
-                if key == "group":
-                    raise unsupported("aggregating subqueries are not supported yet",
-                                      hint="aggregate once, in the outer query")
                 raise unsupported(f"{what} in a subquery over private rows is not supported",
                                   hint=f"remove the {what}; a subquery may only filter and compute row-level columns")
-        if any(contains_aggregate(e) for e in query.expressions):
-            raise unsupported("aggregating subqueries are not supported yet", hint="aggregate once, in the outer query")
         rel, scope = self.from_clause(query, ctes)
         where = query.args.get("where")
         if where is not None:
@@ -277,6 +278,52 @@ class Resolver:
         if query.args.get("where") is not None:
             scope.resolve(query.args["where"].this, inner)
         return node.copy()
+
+
+def column_bounds(sources: list[Source]) -> Callable[[exp.Column], Interval]:
+    """Bounds of a resolved column, as the policy declares them (unbounded if it does not)."""
+    by_alias = {s.alias: s for s in sources}
+
+    def lookup(col: exp.Column) -> Interval:
+        source = by_alias.get(col.table)
+        policy = source.table.column(col.name) if source is not None else None
+        return Interval(policy.lower, policy.upper) if policy is not None and policy.bounded else UNBOUNDED
+
+    return lookup
+
+
+def check_unit_joins(rel: Relation) -> None:
+    """Private tables may only be joined on their privacy unit: otherwise one unit's rows
+    could pair with another unit's, and removing one would move both."""
+    private = rel.private_sources
+    if len(private) <= 1:
+        return
+    parent = {s.alias: s.alias for s in private}
+    unit_cols = {(s.alias, s.table.privacy_unit) for s in private}
+
+    def find(a: str) -> str:
+        while parent[a] != a:
+            a = parent[a]
+        return a
+
+    for cond in list(rel.where) + [j.on for j in rel.joins]:
+        for conj in _conjuncts(cond):
+            if isinstance(conj, exp.EQ) and all(isinstance(x, exp.Column) for x in (conj.this, conj.expression)):
+                a, b = conj.this, conj.expression
+                if (a.table, a.name) in unit_cols and (b.table, b.name) in unit_cols:
+                    parent[find(a.table)] = find(b.table)
+    if len({find(s.alias) for s in private}) > 1:
+        unit = private[0].table.privacy_unit
+        raise forbidden("private tables can only be joined on their privacy unit",
+                        hint=f"add the join condition ON a.{unit} = b.{unit}")
+
+
+def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
+    if isinstance(e, exp.And):
+        return _conjuncts(e.this) + _conjuncts(e.expression)
+    if isinstance(e, exp.Paren):
+        return _conjuncts(e.this)
+    return [e]
 
 
 def _sample_rate(node: exp.Table, table: TablePolicy) -> float | None:

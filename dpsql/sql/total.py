@@ -1,0 +1,84 @@
+"""Total row-level expressions: whether a query fails must not depend on a private value.
+
+An engine error on one row (a failed cast, an overflow, a division by zero) would end the
+query, so its text or mere occurrence could reveal that row. Every row-level expression dpsql
+runs over private data goes through total(): casts become TRY_CAST and anything else that
+could fail is wrapped in TRY, which yields NULL instead.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from sqlglot import exp
+
+
+def try_casts(node: exp.Expression) -> exp.Expression:
+    return node.copy().transform(
+        lambda n: exp.TryCast(this=n.this, to=n.to) if isinstance(n, exp.Cast) and not isinstance(n, exp.TryCast) else n,
+        copy=False,
+    )
+
+
+def try_wrap(node: exp.Expression) -> exp.Expression:
+    return exp.Anonymous(this="TRY", expressions=[node])
+
+
+_NUMERIC = ("INT", "BIGINT", "SMALLINT", "TINYINT", "HUGEINT", "DOUBLE", "FLOAT", "REAL", "DECIMAL", "UBIGINT",
+            "UINTEGER", "USMALLINT", "UTINYINT", "UHUGEINT")
+
+
+def _category(t: str | None) -> str | None:
+    if t is None:
+        return None
+    t = t.upper()
+    if t.startswith(_NUMERIC):
+        return "number"
+    if t in ("VARCHAR", "TEXT"):
+        return "string"
+    return t
+
+
+def _cannot_fail(node: exp.Expression, types: Mapping[tuple[str, str], str]) -> bool:
+    """True for the few shapes that can never raise in the engine, so they need no TRY (and
+    stay visible to the optimizer: hash joins, filter pushdown)."""
+    if isinstance(node, (exp.Column, exp.Literal, exp.Boolean, exp.Null)):
+        return True
+    if isinstance(node, exp.Not):
+        return _cannot_fail(node.this, types)
+    if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
+        return isinstance(node.this, exp.Column)
+    if isinstance(node, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)):
+        a, b = node.this, node.expression
+        cats = []
+        for side in (a, b):
+            if isinstance(side, exp.Column):
+                cats.append(_category(types.get((side.table, side.name))))
+            elif isinstance(side, exp.Literal):
+                cats.append("string" if side.is_string else "number")
+            else:
+                return False
+        return cats[0] is not None and cats[0] == cats[1]
+    return False
+
+
+def total(node: exp.Expression, types: Mapping[tuple[str, str], str] | None = None) -> exp.Expression:
+    """Make a row-level expression total: casts become TRY_CAST, and any other engine error
+    becomes NULL, so whether a query fails cannot depend on a private value."""
+    return _total(try_casts(node), types or {})
+
+
+def _total(node: exp.Expression, types: Mapping[tuple[str, str], str]) -> exp.Expression:
+    if _cannot_fail(node, types):
+        return node
+    if node.find(exp.Subquery, exp.Select) is None:
+        return try_wrap(node)
+    # DuckDB's TRY cannot wrap a subquery: make each subquery-free operand total instead (the
+    # subquery itself reads public tables only, so its failures cannot depend on private rows).
+    for key, value in list(node.args.items()):
+        if isinstance(value, exp.Expression) and not isinstance(value, (exp.Subquery, exp.Select)):
+            node.set(key, _total(value, types))
+        elif isinstance(value, list):
+            node.set(key, [_total(v, types) if isinstance(v, exp.Expression) and not isinstance(v, (exp.Subquery, exp.Select))
+                           else v for v in value])
+    return node
