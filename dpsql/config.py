@@ -7,6 +7,7 @@ exist?) take the schema as an argument, so nothing here touches the database.
 
 from __future__ import annotations
 
+import datetime
 import math
 import tomllib
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ class ColumnPolicy:
     upper: float | None = None
     keys: tuple[Any, ...] | None = None
     keys_from: tuple[str, str] | None = None
+    dates: tuple[datetime.date, datetime.date] | None = None  # bounds of a DATE column
 
     @property
     def bounded(self) -> bool:
@@ -392,7 +394,14 @@ def _parse_column(r: _Reader, name: str) -> ColumnPolicy:
     lower, upper = r.data.get("lower"), r.data.get("upper")
     if (lower is None) != (upper is None):
         raise r.fail("has only one of lower and upper", "declare both bounds, e.g. { lower = 0, upper = 100 }")
-    if lower is not None:
+    dates = None
+    if isinstance(lower, datetime.date) or isinstance(upper, datetime.date):
+        if not all(isinstance(v, datetime.date) and not isinstance(v, datetime.datetime) for v in (lower, upper)):
+            raise r.fail("date bounds must both be dates", "for example { lower = 2023-01-01, upper = 2024-12-31 }")
+        if lower > upper:
+            raise r.fail(f"lower bound {lower} is after upper bound {upper}", "swap them")
+        dates, lower, upper = (lower, upper), None, None
+    elif lower is not None:
         for key, value in (("lower", lower), ("upper", upper)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise r.fail(f"{key} = {value!r} is not a finite number", "bounds must be finite numbers")
@@ -402,6 +411,8 @@ def _parse_column(r: _Reader, name: str) -> ColumnPolicy:
     keys_from = r.data.get("keys_from")
     if keys is not None and keys_from is not None:
         raise r.fail("has both keys and keys_from", "declare the key domain once")
+    if isinstance(keys, dict):
+        keys = _key_range(r, keys)
     if keys is not None:
         if not isinstance(keys, list) or not keys:
             raise r.fail("keys must be a non-empty list", 'for example keys = ["F", "M", "X"]')
@@ -424,7 +435,24 @@ def _parse_column(r: _Reader, name: str) -> ColumnPolicy:
         upper=None if upper is None else float(upper),
         keys=tuple(keys) if keys is not None else None,
         keys_from=parsed_from,
+        dates=dates,
     )
+
+
+MAX_KEYS = 100_000
+
+
+def _key_range(r: _Reader, spec: dict) -> list[int]:
+    """keys = { range = [0, 110] }: every integer from the first to the last, both included."""
+    bounds = spec.get("range")
+    if set(spec) != {"range"} or not (isinstance(bounds, list) and len(bounds) == 2
+                                      and all(isinstance(b, int) and not isinstance(b, bool) for b in bounds)):
+        raise r.fail(f"keys = {spec!r} is not a key list or an integer range", "write keys = { range = [0, 110] }")
+    lo, hi = bounds
+    if not lo <= hi or hi - lo >= MAX_KEYS:
+        raise r.fail(f"keys range [{lo}, {hi}] must be ascending and hold at most {MAX_KEYS} keys",
+                     "narrow the range")
+    return list(range(lo, hi + 1))
 
 
 def _check_key_references(path: Path, tables: Mapping[str, TablePolicy]) -> None:
@@ -466,6 +494,9 @@ def check_against_schema(policy: Policy, schema: Mapping[str, Mapping[str, str]]
             if col.bounded and not is_numeric_type(cols[col.name]):
                 raise PolicyError(f"{where} column {col.name!r}: bounds on a {cols[col.name]} column",
                                   hint="declare lower/upper only on numeric columns; use keys for categories")
+            if col.dates and cols[col.name].upper() != "DATE":
+                raise PolicyError(f"{where} column {col.name!r}: date bounds on a {cols[col.name]} column",
+                                  hint="declare date bounds only on DATE columns")
             if col.keys_from:
                 t, c = col.keys_from
                 if c not in schema.get(t, {}):

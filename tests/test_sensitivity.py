@@ -54,6 +54,14 @@ QUERIES = [
     "SELECT p.city, MIN(e.amount) FROM people p JOIN events e ON p.pid = e.pid GROUP BY p.city",
     "SELECT sex, QUANTILE(age, 0.25) FROM people GROUP BY sex",
     "SELECT g, MEDIAN(v) FROM rows GROUP BY g",
+    "SELECT AVG(t), SUM(t), MEDIAN(t) FROM (SELECT pid, SUM(amount) AS t FROM events GROUP BY pid) s",
+    "SELECT n, COUNT(*) FROM (SELECT pid, COUNT(*) AS n FROM events GROUP BY pid) s GROUP BY n",
+    "SELECT p.sex, AVG(s.hi - s.lo) FROM people p JOIN (SELECT pid, MAX(amount) AS hi, MIN(amount) AS lo "
+    "FROM events GROUP BY pid HAVING COUNT(*) > 1) s ON p.pid = s.pid GROUP BY p.sex",
+    "SELECT e.kind, SUM(s.k) FROM events e JOIN (SELECT pid, COUNT(DISTINCT kind) AS k FROM events GROUP BY pid) s "
+    "ON e.pid = s.pid GROUP BY e.kind",
+    "SELECT CASE WHEN amount < 10 THEN 'low' ELSE 'high' END AS b, COUNT(*), SUM(amount) FROM events GROUP BY b",
+    "SELECT width_bucket(amount, 0, 50, 5) AS b, kind, AVG(amount) FROM events GROUP BY b, kind",
 ]
 
 amounts = st.one_of(st.floats(-1e6, 1e6, allow_nan=False), st.sampled_from([0.0, 50.0, 1e9, -1e9]), st.none())

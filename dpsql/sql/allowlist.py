@@ -27,7 +27,7 @@ ROW_FUNCTIONS = (
     exp.Least, exp.Greatest, exp.Coalesce, exp.Nullif,
     exp.Lower, exp.Upper, exp.Length, exp.Substring, exp.Trim, exp.Concat, exp.DPipe,
     exp.StrPosition, exp.Left, exp.Right, exp.Initcap,
-    exp.Extract, exp.DateTrunc, exp.TimestampTrunc, exp.CurrentDate,
+    exp.Extract, exp.DateTrunc, exp.TimestampTrunc, exp.CurrentDate, exp.WidthBucket,
 )
 
 # Aggregates dpsql knows how to make differentially private.
@@ -43,7 +43,7 @@ _ALLOWED = _STRUCTURE + ROW_FUNCTIONS + DP_AGGREGATES
 ALLOWED_FUNCTION_NAMES = (
     "ABS", "ROUND", "FLOOR", "CEIL", "SIGN", "SQRT", "LN", "LOG", "EXP", "POWER", "LEAST", "GREATEST",
     "COALESCE", "NULLIF", "LOWER", "UPPER", "LENGTH", "SUBSTRING", "TRIM", "CONCAT", "||", "STRPOS",
-    "LEFT", "RIGHT", "INITCAP", "EXTRACT", "DATE_TRUNC", "CURRENT_DATE", "CASE", "CAST",
+    "LEFT", "RIGHT", "INITCAP", "EXTRACT", "DATE_TRUNC", "CURRENT_DATE", "WIDTH_BUCKET", "CASE", "CAST",
 )
 
 

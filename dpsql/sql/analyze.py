@@ -21,6 +21,7 @@ from ..errors import ProgrammingError, forbidden, unsupported
 from .allowlist import (DP_AGGREGATES, SPREAD_AGGREGATES, check_node, check_tree, contains_aggregate, is_aggregate,
                         order_statistic)
 from .bounds import Interval, interval
+from .domains import Image, column_values, image, literal_domain
 from .scope import Relation, Resolver, Source, check_unit_joins, column_bounds, output_name
 
 FIXED_POINT_DIGITS = 24  # binary digits kept of the largest per-row magnitude
@@ -102,10 +103,11 @@ class GroupKey:
     domain: tuple[Any, ...] | None = None
     domain_table: tuple[str, str] | None = None
     type_name: str | None = None
+    image: Image | None = None  # keys = f(c) over a column's declared values
 
     @property
     def declared(self) -> bool:
-        return self.domain is not None or self.domain_table is not None
+        return self.domain is not None or self.domain_table is not None or self.image is not None
 
 
 @dataclass
@@ -333,11 +335,16 @@ class _Analysis:
             type_name = source.columns.get(inner.name)
             if source.table.public:
                 return GroupKey(resolved, name, domain_table=(source.table.name, inner.name), type_name=type_name)
-            if col.keys is not None:
-                return GroupKey(resolved, name, domain=col.keys, type_name=type_name)
             if col.keys_from is not None:
                 return GroupKey(resolved, name, domain_table=col.keys_from, type_name=type_name)
-        return GroupKey(resolved, name)
+            values = column_values(source, inner.name)
+            if values is not None:
+                return GroupKey(resolved, name, domain=values, type_name=type_name)
+            return GroupKey(resolved, name)
+        literal = literal_domain(inner)
+        if literal is not None:
+            return GroupKey(resolved, name, domain=literal)
+        return GroupKey(resolved, name, image=image(inner, self._source))
 
     def _source(self, alias: str) -> Source:
         return next(s for s in self.rel.sources if s.alias == alias)

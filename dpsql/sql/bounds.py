@@ -32,7 +32,7 @@ class Interval:
 UNBOUNDED = Interval(-INF, INF)
 BOOLEAN = Interval(0.0, 1.0)
 
-_EXTRACT_RANGES = {
+EXTRACT_RANGES = {
     "MONTH": (1, 12), "DAY": (1, 31), "HOUR": (0, 23), "MINUTE": (0, 59), "SECOND": (0, 60),
     "DOW": (0, 6), "DAYOFWEEK": (0, 6), "ISODOW": (1, 7), "DOY": (1, 366), "DAYOFYEAR": (1, 366),
     "QUARTER": (1, 4), "WEEK": (1, 53),
@@ -166,7 +166,7 @@ def _rounding(node: exp.Expression, lookup: Lookup) -> Interval:
 
 def _extract(node: exp.Extract, lookup: Lookup) -> Interval:
     part = node.this.name.upper() if isinstance(node.this, (exp.Var, exp.Identifier)) else ""
-    r = _EXTRACT_RANGES.get(part)
+    r = EXTRACT_RANGES.get(part)
     return Interval(*map(float, r)) if r else UNBOUNDED
 
 

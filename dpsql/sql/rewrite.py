@@ -18,6 +18,7 @@ the L2 bound sqrt(max_groups) * max_rows * R, and costs a GROUP BY unit instead 
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from sqlglot import exp
@@ -42,7 +43,24 @@ def _condition(nodes: list[exp.Expression], types, dialect: str) -> list[str]:
 
 
 def _sql(node: exp.Expression, dialect: str) -> str:
+    if dialect == "duckdb" and node.find(exp.WidthBucket) is not None:
+        node = node.copy().transform(_width_bucket, copy=False)
     return node.sql(dialect=dialect)
+
+
+def _width_bucket(node: exp.Expression) -> exp.Expression:
+    """width_bucket(x, lo, hi, n), which DuckDB lacks, as PostgreSQL defines it for lo < hi:
+    0 below lo, n + 1 from hi on, else 1 + floor((x - lo) * n / (hi - lo))."""
+    if not isinstance(node, exp.WidthBucket):
+        return node
+    x, lo, hi, n = (node.args[k] for k in ("this", "min_value", "max_value", "num_buckets"))
+    inside = exp.Add(this=exp.Floor(this=exp.Div(
+        this=exp.Mul(this=exp.Paren(this=exp.Sub(this=x.copy(), expression=lo.copy())), expression=n.copy()),
+        expression=exp.Paren(this=exp.Sub(this=hi.copy(), expression=lo.copy())))), expression=exp.Literal.number(1))
+    return exp.Case(ifs=[exp.If(this=exp.LT(this=x.copy(), expression=lo.copy()), true=exp.Literal.number(0)),
+                         exp.If(this=exp.GTE(this=x.copy(), expression=hi.copy()),
+                                true=exp.Add(this=n.copy(), expression=exp.Literal.number(1)))],
+                    default=exp.Cast(this=inside, to=exp.DataType.build("BIGINT")))
 
 
 def _q(name: str) -> str:
@@ -54,24 +72,32 @@ def _literal(value: Any) -> exp.Expression:
         return exp.Boolean(this=value)
     if isinstance(value, (int, float)):
         return exp.Literal.number(value)
+    if isinstance(value, datetime.date):
+        return exp.Cast(this=exp.Literal.string(value.isoformat()), to=exp.DataType.build("DATE"))
     return exp.Literal.string(str(value))
+
+
+def _values(values, type_name: str | None, dialect: str) -> str:
+    rows = []
+    for v in values:
+        lit = _literal(v)
+        if type_name and not isinstance(v, datetime.date):
+            lit = exp.TryCast(this=lit, to=exp.DataType.build(type_name, dialect=dialect))
+        rows.append(f"({_sql(lit, dialect)})")
+    return f"VALUES {', '.join(rows)}"
 
 
 def _domain_sql(key: GroupKey, i: int, dialect: str) -> str:
     if key.domain is not None:
-        rows = []
-        for v in key.domain:
-            lit = _literal(v)
-            if key.type_name:
-                lit = exp.TryCast(this=lit, to=exp.DataType.build(key.type_name, dialect=dialect))
-            rows.append(f"({_sql(lit, dialect)})")
-        return f"(SELECT * FROM (VALUES {', '.join(rows)}) AS d{i}(k{i}))"
+        return f"(SELECT * FROM ({_values(key.domain, key.type_name, dialect)}) AS d{i}(k{i}))"
+    if key.image is not None:
+        f = _sql(total(key.image.expr), dialect)
+        return (f"(SELECT DISTINCT {f} AS k{i} FROM ({_values(key.image.values, key.image.type_name, dialect)}) AS d(c) "
+                f"WHERE {f} IS NOT NULL)")
     table, column = key.domain_table
     return f"(SELECT DISTINCT {_q(column)} AS k{i} FROM {_q(table)} WHERE {_q(column)} IS NOT NULL)"
 
 
-def _membership(key: GroupKey, i: int, dialect: str) -> str:
-    return f"k{i} IN (SELECT k{i} FROM {_domain_sql(key, i, dialect)})"
 
 
 def _measure_value(m: Measure, dialect: str) -> str:
@@ -194,9 +220,11 @@ def rewrite(plan: Plan, dialect: str = "duckdb", domain_size: int | None = None,
     declared = [(i, k) for i, k in enumerate(plan.keys) if k.declared]
     if declared:
         filtered = (f"SELECT * FROM ({filtered}) AS f\n  WHERE "
-                    + " AND ".join(_membership(k, i, dialect) for i, k in declared))
+                    + " AND ".join(f"k{i} IN (SELECT k{i} FROM domain{i})" for i, _ in declared))
 
-    ctes = [("filtered", filtered)]
+    # Each declared domain once, as a CTE: it filters the rows and then supplies empty groups.
+    ctes = [(f"domain{i}", f"SELECT * FROM {_domain_sql(k, i, dialect)} AS dd{i}") for i, k in declared]
+    ctes.append(("filtered", filtered))
     group_by = f"\n  GROUP BY {key_list}" if keys else ""
     m_rows = plan.rows_per_group
     groups = plan.groups_per_unit(domain_size)
@@ -252,7 +280,7 @@ def rewrite(plan: Plan, dialect: str = "duckdb", domain_size: int | None = None,
     values = ["COALESCE(g.units, 0) AS units"] + [f"COALESCE(g.{c}, 0) AS {c}" for j, m in enumerate(plan.measures)
                                                   for c in columns(j, m)]
     if keys and plan.declared:
-        domain = " CROSS JOIN ".join(_domain_sql(k, i, dialect) for i, k in enumerate(plan.keys))
+        domain = " CROSS JOIN ".join(f"domain{i}" for i in range(len(plan.keys)))
         on = " AND ".join(f"d.k{i} = g.k{i}" for i in range(len(keys)))
         final = (f"SELECT {', '.join([f'd.k{i}' for i in range(len(keys))] + values)}\n"
                  f"FROM (SELECT * FROM {domain}) AS d\nLEFT JOIN per_group AS g ON {on}")

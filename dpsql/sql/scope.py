@@ -64,6 +64,7 @@ class Scope:
 
     def __init__(self) -> None:
         self.items: list[tuple[str, dict[str, exp.Expression]]] = []
+        self.merged: dict[str, exp.Expression] = {}  # JOIN ... USING columns: one unqualified name
 
     def add(self, alias: str, columns: dict[str, exp.Expression]) -> None:
         if any(a == alias for a, _ in self.items):
@@ -88,6 +89,8 @@ class Scope:
                         raise undefined_column(f"{qualifier}.{name}")
                     return cols[name]
             raise ProgrammingError(f'missing FROM-clause entry for table "{qualifier}"', sqlstate="42P01")
+        if name in self.merged:
+            return self.merged[name]
         found = [cols[name] for _, cols in self.items if name in cols]
         if not found:
             raise undefined_column(name)
@@ -151,10 +154,13 @@ class Resolver:
             if using:
                 left_scope = Scope()
                 left_scope.items = scope.items[:-1]
+                left_scope.merged = dict(scope.merged)
                 for ident in using:
                     name = ident.name.lower()
-                    conds.append(exp.EQ(this=left_scope.lookup(exp.column(name)).copy(),
+                    left_column = left_scope.lookup(exp.column(name))
+                    conds.append(exp.EQ(this=left_column.copy(),
                                         expression=scope.items[-1][1].get(name) or _missing(name)))
+                    scope.merged[name] = left_column
             elif on is not None:
                 conds.append(scope.resolve(on, self))
             elif kind != "cross":

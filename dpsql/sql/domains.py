@@ -1,0 +1,107 @@
+"""Key domains of GROUP BY expressions, derived from the policy alone.
+
+With a declared domain every key is shown (empty groups with noise), so no partition
+selection is needed and the query needs no delta. Besides a column's declared keys:
+
+- a bounded integer column: every integer between its bounds (`GROUP BY age`);
+- a DATE column with date bounds: every day between them;
+- CASE ... THEN 'a' ... ELSE 'b' END with literal results: those literals;
+- width_bucket(x, lo, hi, n) with literal arguments: 0 .. n + 1;
+- EXTRACT(MONTH | DOW | QUARTER | ... FROM d): the field's fixed range;
+- any other row-level function of one column with such a domain: its image, computed by the
+  engine from the column's domain inside the bounded query (date_trunc('month', d),
+  FLOOR(age / 10) * 10, EXTRACT(YEAR FROM d), ...), so analysis stays pure.
+
+Rows whose key falls outside its domain (NULL among them) are left out of every group.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from sqlglot import exp
+
+from ..config import is_numeric_type
+from .bounds import EXTRACT_RANGES
+from .scope import Source
+
+MAX_DERIVED_KEYS = 100_000
+_INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "INT", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+                  "UINTEGER", "UBIGINT")
+COLUMN = exp.column("c", table="d")  # the placeholder an image domain's expression is written over
+
+
+@dataclass(frozen=True)
+class Image:
+    """Keys = { expr(c) : c in values }, computed by the engine; expr is over d.c."""
+
+    expr: exp.Expression
+    values: tuple[Any, ...]
+    type_name: str | None
+
+
+def column_values(source: Source, name: str) -> tuple[Any, ...] | None:
+    """Every value a column may take, as the policy declares it (None: not enumerable)."""
+    policy = source.table.column(name)
+    if policy.keys is not None:
+        return policy.keys
+    type_name = (source.columns.get(name) or "").upper().split("(")[0]
+    if policy.bounded and type_name in _INTEGER_TYPES:
+        lo, hi = math.ceil(policy.lower), math.floor(policy.upper)
+        if 0 <= hi - lo < MAX_DERIVED_KEYS:
+            return tuple(range(lo, hi + 1))
+    if policy.dates is not None:
+        first, last = policy.dates
+        days = (last - first).days
+        if days < MAX_DERIVED_KEYS:
+            return tuple(first + datetime.timedelta(days=i) for i in range(days + 1))
+    return None
+
+
+def literal_domain(expr: exp.Expression) -> tuple[Any, ...] | None:
+    """A domain that follows from the expression's form alone."""
+    if isinstance(expr, exp.Case):
+        results = [i.args.get("true") for i in expr.args.get("ifs") or []] + [expr.args.get("default")]
+        values = []
+        for r in results:
+            if r is None or isinstance(r, exp.Null):
+                continue
+            if not isinstance(r, exp.Literal):
+                return None
+            v = r.this if r.is_string else _number(r.this)
+            if v not in values:
+                values.append(v)
+        return tuple(values) or None
+    if isinstance(expr, exp.WidthBucket):
+        n = expr.args.get("num_buckets")
+        if isinstance(n, exp.Literal) and not n.is_string and n.this.isdigit() and 0 < int(n.this) < MAX_DERIVED_KEYS:
+            return tuple(range(0, int(n.this) + 2))
+    if isinstance(expr, exp.Extract) and isinstance(expr.this, exp.Var):
+        field = expr.this.name.upper()
+        if field in EXTRACT_RANGES:
+            lo, hi = EXTRACT_RANGES[field]
+            return tuple(range(lo, hi + 1))
+    return None
+
+
+def image(expr: exp.Expression, source_of: Callable[[str], Source]) -> Image | None:
+    """The domain of a function of one enumerable column, as an engine-computed image."""
+    columns = {(c.table, c.name) for c in expr.find_all(exp.Column)}
+    if len(columns) != 1 or expr.find(exp.Subquery, exp.Select) is not None:
+        return None
+    (alias, name), = columns
+    source = source_of(alias)
+    values = column_values(source, name)
+    if values is None:
+        return None
+    over = expr.copy().transform(lambda n: COLUMN.copy() if isinstance(n, exp.Column) else n, copy=False)
+    type_name = source.columns.get(name)
+    return Image(over, values, type_name if type_name and (is_numeric_type(type_name) or type_name.upper() == "DATE") else None)
+
+
+def _number(text: str) -> int | float:
+    value = float(text)
+    return int(value) if value.is_integer() and "." not in text and "e" not in text.lower() else value
