@@ -88,6 +88,8 @@ def _estimate(plan: Plan, est: Estimate, noisy: list[list[int]], noises: list[No
         return _sampled(plan, est, noisy, noises, q, alpha)
     if est.func in ("quantile", "min", "max"):
         return _quantiles(plan, est, noisy, noises, confidence)
+    if est.func == "distinct":
+        return _distinct(plan, est, noisy, noises, confidence)
     # Each estimate's interval holds at `confidence`; an AVG's two parts at (1 + confidence) / 2 each.
     half = [n.half_width(confidence) for n in noises]
     half_split = [n.half_width((1 + confidence) / 2) for n in noises]
@@ -209,6 +211,23 @@ def _variance(n: float, s1: float, s2: float, top: float, sample: bool) -> float
 
 def _finish(var: float, root: bool) -> float:
     return math.sqrt(var) if root else var
+
+
+def _distinct(plan: Plan, est: Estimate, noisy: list, noises: list[Noise], confidence: float):
+    """Declared keys whose noisy row count clears the noise level (one count's half-width).
+    Interval: with every key's noise within h' (the half-width at 1 - alpha / K, a union
+    bound), a key whose noisy count reaches h' is present and a present key's noisy count
+    exceeds -h'; so [#(count >= h'), #(count > -h')] holds at the confidence level."""
+    m = plan.measures[est.count]
+    scale = m.unit_scale
+    h = noises[est.count].half_width(confidence) * scale
+    h_all = noises[est.count].half_width(1 - (1 - confidence) / m.bins) * scale
+    vals, cis = [], []
+    for g in range(len(noisy[est.count][0]) if noisy[est.count] else 0):
+        counts = [b[g] * scale for b in noisy[est.count]]
+        vals.append(sum(c >= h for c in counts))
+        cis.append((float(sum(c >= h_all for c in counts)), float(sum(c > -h_all for c in counts))))
+    return vals, cis, "BIGINT"
 
 
 def _quantiles(plan: Plan, est: Estimate, noisy: list, noises: list[Noise], confidence: float):

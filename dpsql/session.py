@@ -143,7 +143,7 @@ class Session:
             return self.engine.describe(plan.tree.sql(dialect=self.engine.dialect))
         names, types = self.engine.describe(rewrite(plan, self.engine.dialect, plan.literal_domain_size()))
         key_types = types[:len(plan.keys)]
-        est_types = ["BIGINT" if e.func == "count" else "DOUBLE" for e in plan.estimates]
+        est_types = ["BIGINT" if e.func in ("count", "distinct") else "DOUBLE" for e in plan.estimates]
         return self._post.describe(plan.post, key_types, est_types)
 
     # Settings ------------------------------------------------------------------------------

@@ -81,3 +81,16 @@ def test_quantiles_of_heavy_units_and_refusals(hospital):
     hospital.execute("SET dpsql.planner = 'pld'")
     with pytest.raises(dpsql.ProgrammingError, match="quantiles cannot be PLD-planned"):
         hospital.execute("SELECT MEDIAN(age), COUNT(*) FROM patients")
+
+
+def test_count_distinct_over_declared_keys(hospital):
+    """Every diagnosis occurs thousands of times: all 12 clear the noise level; the interval holds 12."""
+    hospital.execute("SELECT region, COUNT(DISTINCT diagnosis) AS d FROM visits JOIN patients USING (patient_id) "
+                     "GROUP BY region")
+    rows = hospital.fetchall()
+    assert len(rows) == 10 and all(r[1] == 12 for r in rows)
+    assert all(lo <= 12 <= hi for lo, hi in hospital.dp["ci"]["d"])
+    with pytest.raises(dpsql.ProgrammingError, match="keys listed in the policy"):
+        hospital.execute("SELECT COUNT(DISTINCT ward) FROM visits")
+    with pytest.raises(dpsql.ProgrammingError, match="not declared"):
+        hospital.execute("SELECT COUNT(DISTINCT insurance) FROM patients")

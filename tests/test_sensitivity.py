@@ -62,6 +62,8 @@ QUERIES = [
     "ON e.pid = s.pid GROUP BY e.kind",
     "SELECT CASE WHEN amount < 10 THEN 'low' ELSE 'high' END AS b, COUNT(*), SUM(amount) FROM events GROUP BY b",
     "SELECT width_bucket(amount, 0, 50, 5) AS b, kind, AVG(amount) FROM events GROUP BY b, kind",
+    "SELECT place, COUNT(DISTINCT kind) FROM events GROUP BY place",
+    "SELECT COUNT(DISTINCT sex), COUNT(DISTINCT e.kind) FROM events e JOIN people p ON e.pid = p.pid",
 ]
 
 amounts = st.one_of(st.floats(-1e6, 1e6, allow_nan=False), st.sampled_from([0.0, 50.0, 1e9, -1e9]), st.none())

@@ -27,6 +27,7 @@ from .scope import Relation, Resolver, Source, check_unit_joins, column_bounds, 
 FIXED_POINT_DIGITS = 24  # binary digits kept of the largest per-row magnitude
 COUNT_BITS = 10  # fractional binary digits of counts when a unit's groups are scaled down
 QUANTILE_BINS = 64  # equal-width bins of a quantile's histogram over the column's bounds
+MAX_DISTINCT_KEYS = 256  # declared keys a COUNT(DISTINCT column) may count
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class Measure:
     centre: float = 0.0
     bits: int = 0
     bins: int = 0
+    categories: tuple[Any, ...] | None = None  # a histogram over these values instead of ranges
 
     @property
     def width(self) -> int:
@@ -68,7 +70,7 @@ class Measure:
 
     def signature(self) -> tuple:
         return (self.kind, self.value.sql() if self.value is not None else None, self.lower, self.upper, self.centre,
-                self.bits, self.bins)
+                self.bits, self.bins, self.categories)
 
     def describe(self) -> str:
         inner = "*" if self.value is None else self.value.sql(dialect="postgres")
@@ -76,6 +78,8 @@ class Measure:
             return "COUNT(DISTINCT unit)"
         if self.kind == "count":
             return f"COUNT({inner})"
+        if self.kind == "histogram" and self.categories is not None:
+            return f"COUNT(*) PER VALUE OF {inner} ({self.bins} declared keys)"
         if self.kind == "histogram":
             return f"HISTOGRAM({inner}, {self.bins} bins over [{self.lower:g}, {self.upper:g}])"
         return f"SUM(clamp({inner}, {self.lower:g}, {self.upper:g}) - {self.centre:g})"
@@ -85,7 +89,7 @@ class Measure:
 class Estimate:
     """One aggregate the analyst wrote, as a function of measures."""
 
-    func: str  # count | sum | avg | var_pop | var_samp | stddev_pop | stddev_samp | quantile | min | max
+    func: str  # count | sum | avg | var_pop | var_samp | stddev_pop | stddev_samp | quantile | min | max | distinct
     text: str
     count: int | None = None
     total: int | None = None
@@ -372,8 +376,10 @@ class _Analysis:
             if isinstance(node, exp.Count) and self._is_unit(node.this):
                 return self._add_estimate(Estimate("count", text, count=self._measure(
                     Measure("units", None, bits=self.count_bits))))
-            raise unsupported(f"{text}: DISTINCT inside an aggregate is only supported for the privacy unit",
-                              hint="COUNT(DISTINCT unit_column) counts people; COUNT(*) grouped by the column counts rows per value")
+            if isinstance(node, exp.Count):
+                return self._add_estimate(self._distinct(node, text))
+            raise unsupported(f"{text}: DISTINCT inside an aggregate is only supported in COUNT",
+                              hint="COUNT(DISTINCT unit_column) counts people; COUNT(DISTINCT column) counts declared keys present")
         arg = node.this
         if isinstance(node, exp.Count):
             if arg is None or isinstance(arg, exp.Star):
@@ -425,6 +431,37 @@ class _Analysis:
                                      bins=QUANTILE_BINS))
         func = {0.0: "min", 1.0: "max"}.get(fraction, "quantile") if name in ("MIN", "MAX") else "quantile"
         return Estimate(func, text, count=hist, lower=bounds.lo, upper=bounds.hi, quantile=fraction)
+
+    def _distinct(self, node: exp.Count, text: str) -> Estimate:
+        """COUNT(DISTINCT col) over a column with declared keys: a noisy row count per key (a
+        histogram whose bins are the keys, bounded like any count), then the number of keys
+        whose noisy count clears the noise level (post-processing). Keys seen in fewer rows
+        than that are missed: the answer is a lower estimate for rare values."""
+        args = node.this.expressions if isinstance(node.this, exp.Distinct) else [node.this]
+        hint = ("declare the column's keys in the policy (columns.NAME = { keys = [...] }); "
+                "COUNT(DISTINCT unit_column) counts people")
+        if len(args) != 1:
+            raise unsupported(f"{text}: COUNT(DISTINCT ...) of several columns is not supported", hint=hint)
+        value = self.scope.resolve(args[0], self.resolver)
+        inner = value.this if isinstance(value, exp.Paren) else value
+        keys = None
+        if isinstance(inner, exp.Column):
+            source = self._source(inner.table)
+            keys = column_values(source, inner.name)
+            if keys is None and source.table.column(inner.name).keys_from is not None:
+                raise unsupported(f"{text}: COUNT(DISTINCT ...) needs the keys listed in the policy; "
+                                  f"{inner.name} takes its keys from a table", hint=hint)
+        else:
+            keys = literal_domain(inner)
+        if keys is None:
+            raise unsupported(f"{text}: the values of {args[0].sql(dialect='postgres')} are not declared, so "
+                              "which ones exist is private", hint=hint)
+        if len(keys) > MAX_DISTINCT_KEYS:
+            raise unsupported(f"{text}: {len(keys)} declared keys; COUNT(DISTINCT ...) supports up to {MAX_DISTINCT_KEYS}",
+                              hint="group by the column and count the groups with COUNT(*) instead")
+        hist = self._measure(Measure("histogram", value, 0.0, float(len(keys)), bits=self.count_bits,
+                                     bins=len(keys), categories=tuple(keys)))
+        return Estimate("distinct", text, count=hist, lower=0.0, upper=float(len(keys)))
 
     def _add_estimate(self, est: Estimate) -> int:
         key = repr((est.func, est.count, est.total, est.squares, est.quantile))

@@ -103,6 +103,10 @@ def _domain_sql(key: GroupKey, i: int, dialect: str) -> str:
 def _measure_value(m: Measure, dialect: str) -> str:
     if m.kind == "count":
         return _sql(total(m.value), dialect)
+    if m.categories is not None:
+        value = _sql(total(m.value), dialect)
+        whens = " ".join(f"WHEN {_sql(_literal(k), dialect)} THEN {i}" for i, k in enumerate(m.categories))
+        return f"CASE {value} {whens} END"
     double = exp.DataType.build("DOUBLE")
     if isinstance(m.value, exp.Column):
         as_double = exp.TryCast(this=m.value.copy(), to=double)
