@@ -1,8 +1,9 @@
 """From a plan and a query budget to noise scales, a selection threshold and a cost (pure).
 
-The query's ε (and δ) is split equally across its measures, plus a share for partition
-selection when group keys have no declared domain. Laplace measures get ε/k each; Gaussian
-measures share the ρ that the Gaussian part's (ε, δ) allows under the optimal conversion.
+The query's ε (and δ) is split across its measures, equally unless the analyst weights the
+select items, plus a share for partition selection when group keys have no declared domain.
+Laplace measures get their share of ε each; Gaussian measures split, in the same proportions,
+the ρ that the Gaussian part's (ε, δ) allows under the optimal conversion.
 """
 
 from __future__ import annotations
@@ -10,13 +11,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Sequence
 
 from .accounting.cost import Cost, Part
 from .accounting.filters import amplified_epsilon
 from .accounting.planner import Planned, plan
 from .errors import invalid_parameter
 from .mechanisms import Noise, gaussian_sigma, laplace_scale, rho_for, selection_threshold
-from .sql.analyze import Plan
+from .sql.analyze import Estimate, Plan
 
 
 @dataclass(frozen=True)
@@ -48,37 +50,61 @@ def needs_delta(plan: Plan, mechanism: str) -> bool:
     return mechanism == "gaussian" or plan.needs_selection
 
 
+def measure_weights(plan: Plan, weights: Sequence[float] | None) -> list[Fraction]:
+    """Each measure's share of the query's epsilon, from the analyst's per-item weights: a
+    measure shared by several items (AVG and SUM of one column share a noisy sum) takes the
+    largest of their weights; a measure used only by HAVING or ORDER BY gets 1."""
+    if weights is None:
+        return [Fraction(1)] * len(plan.measures)
+    if len(weights) > len(plan.item_estimates):
+        raise invalid_parameter(f"{len(weights)} weights for {len(plan.item_estimates)} select items",
+                                hint="give at most one weight per select item, in order")
+    out = [Fraction(0)] * len(plan.measures)
+    for w, ests in zip(list(weights) + [1.0] * len(plan.item_estimates), plan.item_estimates):
+        for e in ests:
+            for m in measures_of(plan.estimates[e]):
+                out[m] = max(out[m], Fraction(repr(float(w))))
+    return [w or Fraction(1) for w in out]
+
+
+def measures_of(est: Estimate) -> list[int]:
+    return [i for i in (est.count, est.total, est.squares) if i is not None]
+
+
 def calibrate(plan: Plan, epsilon: Fraction, delta: Fraction, mechanism: str,
-              domain_size: int | None = None) -> Calibration:
+              domain_size: int | None = None, weights: Sequence[Fraction] | None = None) -> Calibration:
+    """Split (epsilon, delta) over the plan's measures in proportion to `weights` (equal by
+    default), with one equal share for partition selection when it is needed."""
     if epsilon <= 0:
         raise invalid_parameter("epsilon must be positive", hint="SET dpsql.epsilon = 0.1")
     groups = plan.groups_per_unit(domain_size)
     rows = plan.rows_per_group
     k = len(plan.measures)
-    shares = k + (1 if plan.needs_selection else 0)
-    eps_share = epsilon / shares
+    weights = list(weights) if weights is not None else [Fraction(1)] * k
+    whole = sum(weights) + (1 if plan.needs_selection else 0)
     parts: list[Part] = []
     selection = None
     delta_used = Fraction(0)
     if plan.needs_selection:
         if delta <= 0:
             raise _needs_delta(plan)
+        sel_eps = epsilon / whole
         sel_delta = delta if mechanism == "laplace" else delta / 2
-        scale = laplace_scale(groups, eps_share)
-        selection = Selection(Noise("laplace", scale), selection_threshold(scale, sel_delta / groups), eps_share, sel_delta)
-        parts.append(Part("selection", eps_share, sel_delta, rho=eps_share * eps_share / 2,
+        scale = laplace_scale(groups, sel_eps)
+        selection = Selection(Noise("laplace", scale), selection_threshold(scale, sel_delta / groups), sel_eps, sel_delta)
+        parts.append(Part("selection", sel_eps, sel_delta, rho=sel_eps * sel_eps / 2,
                           noise_multiplier=scale / groups))
         delta_used += sel_delta
     measures = []
     if mechanism == "laplace":
-        for m in plan.measures:
+        for m, w in zip(plan.measures, weights):
+            eps = epsilon * w / whole
             l1 = groups * m.group_bound(rows)
-            noise = Noise("laplace", laplace_scale(l1, eps_share))
-            measures.append(MeasureNoise(noise, l1, groups * m.group_bound(rows) ** 2, eps_share, None))
-            parts.append(Part("laplace", eps_share, rho=eps_share * eps_share / 2,
-                              noise_multiplier=noise.scale / l1 if l1 else None))
+            noise = Noise("laplace", laplace_scale(l1, eps))
+            measures.append(MeasureNoise(noise, l1, groups * m.group_bound(rows) ** 2, eps, None))
+            parts.append(Part("laplace", eps, rho=eps * eps / 2, noise_multiplier=noise.scale / l1 if l1 else None))
     else:
-        gauss_eps = eps_share * k
+        gauss_eps = epsilon * sum(weights) / whole
         gauss_delta = delta - delta_used
         if gauss_delta <= 0:
             raise _needs_delta(plan)
@@ -86,18 +112,51 @@ def calibrate(plan: Plan, epsilon: Fraction, delta: Fraction, mechanism: str,
         if rho_total <= 0:
             raise invalid_parameter("epsilon and delta are too small for Gaussian noise",
                                     hint="raise dpsql.epsilon or dpsql.delta, or SET dpsql.mechanism = 'laplace'")
-        rho_each = rho_total / k
-        for m in plan.measures:
+        for m, w in zip(plan.measures, weights):
+            rho = rho_total * w / sum(weights)
             l2_squared = groups * m.group_bound(rows) ** 2
-            noise = Noise("gaussian", gaussian_sigma(l2_squared, rho_each))
-            measures.append(MeasureNoise(noise, groups * m.group_bound(rows), l2_squared, None, rho_each))
-        # The Gaussian measures share one rho: together they are one (eps, delta) block.
+            noise = Noise("gaussian", gaussian_sigma(l2_squared, rho))
+            measures.append(MeasureNoise(noise, groups * m.group_bound(rows), l2_squared, None, rho))
+        # Gaussian measures compose into one Gaussian mechanism of the summed rho.
         parts.append(Part("gaussian", gauss_eps, gauss_delta, rho=rho_total,
-                          noise_multiplier=1 / math.sqrt(2 * float(rho_each)), count=k))
+                          noise_multiplier=1 / math.sqrt(2 * float(rho_total))))
     cost = Cost.of(parts)
     if plan.sample_rate is not None:
         cost = sampled_cost(cost, Fraction(repr(plan.sample_rate)))
     return Calibration(measures, selection, cost, groups)
+
+
+def epsilon_for_target(plan: Plan, target: float, delta: Fraction, mechanism: str, domain_size: int | None,
+                       weights: Sequence[Fraction] | None, confidence: float,
+                       ceiling: Fraction = Fraction(100)) -> Fraction:
+    """The smallest epsilon (3 significant digits, rounded up) at which every COUNT and SUM of
+    the plan is within ±target of its pre-noise value at the confidence level. Pure: it only
+    calibrates, so choosing it reveals nothing and costs nothing."""
+    targeted = sorted({m for e in plan.estimates if e.func in ("count", "sum") for m in measures_of(e)})
+    if not targeted:
+        raise invalid_parameter("dpsql.target_error applies to COUNT and SUM",
+                                hint="SET dpsql.target_error = 0 to turn it off, and set dpsql.epsilon instead")
+
+    def meets(eps: Fraction) -> bool:
+        cal = calibrate(plan, eps, delta, mechanism, domain_size, weights)
+        return all(cal.measures[m].noise.half_width(confidence) * plan.measures[m].unit_scale <= target
+                   for m in targeted)
+
+    if not meets(ceiling):
+        raise invalid_parameter(f"no epsilon up to {ceiling} gives a {confidence:.0%} error within ±{target:g}",
+                                hint="raise dpsql.target_error, or group by fewer keys")
+    lo, hi = 1e-9, float(ceiling)
+    for _ in range(80):
+        mid = math.sqrt(lo * hi)
+        if meets(Fraction(mid)):
+            hi = mid
+        else:
+            lo = mid
+    digits = 2 - math.floor(math.log10(hi))
+    eps = Fraction(math.ceil(hi * 10**digits)) / 10**digits if digits >= 0 else Fraction(math.ceil(hi / 10**-digits) * 10**-digits)
+    while not meets(eps):  # rounding up keeps it met; guard float edge cases all the same
+        eps += Fraction(1, 10**max(digits, 0))
+    return eps
 
 
 def sampled_cost(cost: Cost, rate: Fraction) -> Cost:

@@ -22,8 +22,8 @@ from sqlglot import exp
 
 from .accounting.cost import Cost, show
 from .accounting.ledger import Ledger, open_ledger
-from .calibration import (Calibration, batch_cost, calibrate, calibrate_planned, needs_delta, planned_mechanisms,
-                          pld_multiplier)
+from .calibration import (Calibration, batch_cost, calibrate, calibrate_planned, epsilon_for_target, measure_weights,
+                          needs_delta, planned_mechanisms, pld_multiplier)
 from .config import MECHANISMS, Policy, exact
 from .engines import Engine, open_engine
 from .errors import Error, InternalError, ProgrammingError, forbidden, invalid_parameter, unsupported
@@ -32,6 +32,7 @@ from .release import release
 from .sql.analyze import Plan, PublicQuery, touches_private, analyze
 from .sql.classify import (Explain, Query, SetCommand, ShowCommand, TransactionCommand, classify, classify_one,
                            split_statements)
+from .sql.options import QueryOptions
 from .sql.rewrite import rewrite
 
 # Ordinary PostgreSQL client settings: accepted and remembered, never passed to the engine.
@@ -57,6 +58,7 @@ class Settings:
     confidence: float
     cache: bool = True
     planner: str = "filter"
+    target_error: float | None = None  # pick the smallest epsilon meeting this 95% error on COUNT/SUM
     client: dict[str, str] = field(default_factory=lambda: dict(CLIENT_SETTINGS))
 
 
@@ -111,7 +113,7 @@ class Session:
         if isinstance(stmt, TransactionCommand):
             return Result(status=stmt.verb)
         if isinstance(stmt, Explain):
-            return self._explain(bind_parameters(stmt.query.tree, params))
+            return self._explain(bind_parameters(stmt.query.tree, params), stmt.query.options)
         return self._query(stmt, bind_parameters(stmt.tree, params))
 
     def describe(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None
@@ -172,6 +174,9 @@ class Session:
                 s.confidence = c
             elif key == "cache":
                 s.cache = True if value is None else _boolean(value, name)
+            elif key == "target_error":
+                off = value is None or value.strip().lower() in ("0", "off", "none", "default")
+                s.target_error = None if off else float(_positive(value, name))
             elif key == "planner":
                 v = (value or "filter").lower()
                 if v not in ("filter", "pld"):
@@ -186,7 +191,7 @@ class Session:
             return Result(status="RESET" if value is None else "SET")
         raise forbidden(f'setting "{name}" cannot be changed through dpsql',
                         hint="the engine's settings are fixed; dpsql.epsilon, dpsql.delta, dpsql.mechanism, "
-                             "dpsql.confidence and dpsql.cache are yours to set")
+                             "dpsql.confidence, dpsql.cache, dpsql.planner and dpsql.target_error are yours to set")
 
     def _show(self, name: str) -> Result:
         s = self.settings
@@ -194,7 +199,8 @@ class Session:
             return self.budget_result()
         values = {"dpsql.epsilon": show(s.epsilon), "dpsql.delta": show(s.delta), "dpsql.mechanism": s.mechanism,
                   "dpsql.confidence": repr(s.confidence), "dpsql.cache": "on" if s.cache else "off",
-                  "dpsql.planner": s.planner}
+                  "dpsql.planner": s.planner,
+                  "dpsql.target_error": "off" if s.target_error is None else repr(s.target_error)}
         if name in values:
             return Result([name.split(".", 1)[1]], ["VARCHAR"], [(values[name],)], "SHOW")
         if name in s.client:
@@ -218,30 +224,41 @@ class Session:
         return Result(names, types, [row], "SHOW")
 
     # Queries -------------------------------------------------------------------------------
-    def _prepare(self, tree: exp.Query) -> tuple[Plan | PublicQuery, Calibration | None]:
+    def _prepare(self, tree: exp.Query, options: QueryOptions | None = None
+                 ) -> tuple[Plan | PublicQuery, Calibration | None]:
+        options = options or QueryOptions()
         plan = analyze(tree, self.policy, self.engine.schema())
         if isinstance(plan, PublicQuery):
             return plan, None
+        apply_options(plan, options)
         s = self.settings
+        epsilon = s.epsilon if options.epsilon is None else _positive(options.epsilon, "epsilon")
+        delta = s.delta if options.delta is None else _probability(str(float(options.delta)), "delta")
         domain = plan.literal_domain_size()
         if s.planner == "pld" and len(plan.measures) > 1:
-            if s.delta <= 0:
+            if options.weights:
+                raise invalid_parameter("weights apply to the filter planner",
+                                        hint="SET dpsql.planner = 'filter', or drop the weights")
+            if delta <= 0:
                 raise invalid_parameter("the PLD planner needs delta > 0", hint="SET dpsql.delta = 1e-8")
             mechanisms = planned_mechanisms(plan, s.mechanism, domain)
-            multiplier = pld_multiplier(mechanisms, s.epsilon, s.delta)
+            multiplier = pld_multiplier(mechanisms, epsilon, delta)
             cal = calibrate_planned(plan, s.mechanism, multiplier, domain)
-            return plan, replace(cal, cost=batch_cost(s.epsilon, s.delta, multiplier, len(mechanisms)))
-        delta = s.delta if needs_delta(plan, s.mechanism) else Fraction(0)
-        return plan, calibrate(plan, s.epsilon, delta, s.mechanism, domain)
+            return plan, replace(cal, cost=batch_cost(epsilon, delta, multiplier, len(mechanisms)))
+        delta = delta if needs_delta(plan, s.mechanism) else Fraction(0)
+        weights = measure_weights(plan, options.weights)
+        if s.target_error is not None and options.epsilon is None:
+            epsilon = epsilon_for_target(plan, s.target_error, delta, s.mechanism, domain, weights, s.confidence)
+        return plan, calibrate(plan, epsilon, delta, s.mechanism, domain, weights)
 
     def _query(self, stmt: Query, tree: exp.Query) -> Result:
-        plan, cal = self._prepare(tree)
+        plan, cal = self._prepare(tree, stmt.options)
         if isinstance(plan, PublicQuery):
             rs = self.engine.execute(plan.tree.sql(dialect=self.engine.dialect))
             rows = list(zip(*rs.columns)) if rs.row_count else []
             return Result(list(rs.names), list(rs.types), rows, f"SELECT {len(rows)}")
         s = self.settings
-        key = self._cache_key(tree)
+        key = self._cache_key(tree, stmt.options)
         if s.cache:
             cached = self.ledger.cache_get(self.user.name, key)
             if cached is not None:
@@ -326,10 +343,10 @@ class Session:
         self.ledger.record_release(charge.id, [r.rows for r in results])
         return results
 
-    def _cache_key(self, tree: exp.Query) -> str:
+    def _cache_key(self, tree: exp.Query, options: QueryOptions) -> str:
         s = self.settings
         text = json.dumps([tree.sql(dialect="postgres", normalize=True), str(s.epsilon), str(s.delta), s.mechanism,
-                           s.confidence, s.planner, self.engine.data_version()])
+                           s.confidence, s.planner, self.engine.data_version(), repr(options)])
         return hashlib.sha256(text.encode()).hexdigest()
 
     def _from_cache(self, cached: dict[str, Any]) -> Result:
@@ -343,8 +360,8 @@ class Session:
         return Result(cached["names"], cached["types"], rows, f"SELECT {len(rows)}", dp)
 
     # EXPLAIN -------------------------------------------------------------------------------
-    def explain_plan(self, tree: exp.Query) -> dict[str, Any]:
-        plan, cal = self._prepare(tree)
+    def explain_plan(self, tree: exp.Query, options: QueryOptions | None = None) -> dict[str, Any]:
+        plan, cal = self._prepare(tree, options)
         if isinstance(plan, PublicQuery):
             return {"public": True, "sql": plan.tree.sql(dialect=self.engine.dialect)}
         s = self.settings
@@ -368,14 +385,15 @@ class Session:
                 "threshold": cal.selection.threshold, "scale": cal.selection.noise.scale,
                 "epsilon": float(cal.selection.epsilon), "delta": float(cal.selection.delta)},
             "confidence": s.confidence,
+            "target_error": None if options and options.epsilon is not None else s.target_error,
             "cost": cal.cost.as_dict(),
             "admitted": f.admits(after),
             "filter": f.name,
             "remaining_after": {k: float(v) for k, v in f.remaining(after).items()},
         }
 
-    def _explain(self, tree: exp.Query) -> Result:
-        info = self.explain_plan(tree)
+    def _explain(self, tree: exp.Query, options: QueryOptions | None = None) -> Result:
+        info = self.explain_plan(tree, options)
         return Result(["QUERY PLAN"], ["VARCHAR"], [(line,) for line in explain_lines(info)], "EXPLAIN",
                       None if info["public"] else {"cost": info["cost"], "remaining": info["remaining_after"]})
 
@@ -409,10 +427,14 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
     lines = [f"cost: epsilon={info['cost']['epsilon']:g} delta={info['cost']['delta']:g}"
              f" ({'admitted' if info['admitted'] else 'REFUSED: over budget'})",
              f"remaining after: epsilon={info['remaining_after']['epsilon']:g} delta={info['remaining_after']['delta']:g}",
+             *([f"epsilon chosen as the smallest giving COUNT and SUM a {pct} error within ±{info['target_error']:g} "
+                "(dpsql.target_error)"] if info.get("target_error") else []),
              f"contribution bounds: {info['max_groups_per_unit']} group(s) per unit, {info['max_rows_per_group']} row(s) per group"]
     for m in info["mechanisms"]:
-        lines.append(f"{m['measure']}: {m['noise']} noise, scale {m['scale']:.6g}, L1 sensitivity {m['l1_sensitivity']:.6g}, "
-                     f"{pct} error within ±{m['half_width']:.6g}")
+        share = (f"epsilon {m['epsilon']:.6g}" if m["epsilon"] is not None
+                 else f"rho {m['rho']:.6g}" if m["rho"] is not None else "PLD-planned")
+        lines.append(f"{m['measure']}: {share}, {m['noise']} noise, scale {m['scale']:.6g}, "
+                     f"L1 sensitivity {m['l1_sensitivity']:.6g}, {pct} error within ±{m['half_width']:.6g}")
     if info["selection"]:
         sel = info["selection"]
         lines.append(f"partition selection: a group is shown when its noisy unit count (laplace scale {sel['scale']:.6g}) "
@@ -420,6 +442,22 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
     lines.append("rewritten query:")
     lines.extend(info["sql"].splitlines())
     return lines
+
+
+def apply_options(plan: Plan, options: QueryOptions) -> None:
+    """A query's own contribution limits may tighten the policy's, never loosen them."""
+    if options.privacy_unit is not None:
+        unit = plan.unit.name if isinstance(plan.unit, exp.Column) and plan.row_id_source is None else "row"
+        if options.privacy_unit != unit:
+            raise invalid_parameter(f"privacy_unit_column = {options.privacy_unit}, but the policy's privacy unit "
+                                    f"here is {unit}", hint="the policy fixes the privacy unit; drop the option or name it")
+    if options.max_groups is not None:
+        plan.max_groups = min(plan.max_groups, options.max_groups)
+    if options.max_rows is not None:
+        plan.max_rows = min(plan.max_rows, options.max_rows)
+    domain = plan.literal_domain_size()
+    plan.scale_groups = plan.scale_groups or (plan.unit is not None and bool(plan.keys) and plan.declared
+                                              and (domain is None or domain > plan.max_groups))
 
 
 # Parameters ---------------------------------------------------------------------------------
@@ -532,5 +570,5 @@ def _boolean(value: str, name: str) -> bool:
 
 def _unknown_setting(name: str) -> ProgrammingError:
     return ProgrammingError(f'unrecognized configuration parameter "{name}"', sqlstate="42704",
-                            hint="dpsql settings: dpsql.epsilon, dpsql.delta, dpsql.mechanism, dpsql.confidence, "
+                            hint="dpsql settings: dpsql.epsilon, dpsql.delta, dpsql.mechanism, dpsql.confidence, dpsql.target_error, "
                                  "dpsql.cache; SHOW dpsql.budget shows your remaining budget")

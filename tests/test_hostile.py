@@ -49,7 +49,7 @@ HOSTILE = [
     ("SELECT COUNT(*) FROM people p RIGHT JOIN events e ON p.pid = e.pid", "0A000", "RIGHT JOIN"),
     ("SELECT COUNT(*) FROM (SELECT * FROM people LIMIT 5) s", "0A000", "LIMIT in a subquery"),
     ("SELECT DISTINCT sex FROM people", "0A000", "DISTINCT"),
-    ("SELECT COUNT(DISTINCT city) FROM people", "0A000", "only supported for the privacy unit"),
+    ("SELECT COUNT(DISTINCT city) FROM people", "0A000", "the values of city are not declared"),
     ("SELECT city, COUNT(*) FROM people GROUP BY ROLLUP (city)", "0A000", "ROLLUP"),
     ("SELECT COUNT(*) FROM people UNION SELECT COUNT(*) FROM events", "0A000", "UNION"),
     ("SELECT COUNT(*) FROM people WHERE age > (SELECT MAX(age) FROM people)", "0A000", "private table"),

@@ -11,7 +11,7 @@ so COUNT(x), SUM(x) and AVG(x) in one query share their noisy counts and sums.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from sqlglot import exp
@@ -131,6 +131,7 @@ class Plan:
     max_rows: int
     scale_groups: bool = False
     sample_rate: float | None = None  # privacy units are Poisson-sampled at this rate
+    item_estimates: list[set[int]] = field(default_factory=list)  # per select item, the estimates it uses
 
     @property
     def declared(self) -> bool:
@@ -230,6 +231,8 @@ class _Analysis:
         self.measures: list[Measure] = []
         self.estimates: list[Estimate] = []
         self._estimate_index: dict[str, int] = {}
+        self._items: list[set[int]] = []
+        self._current: set[int] | None = None
 
     def run(self) -> Plan:
         tree = self.tree
@@ -268,10 +271,11 @@ class _Analysis:
         if not self.estimates:
             raise forbidden("a query over private tables must compute at least one aggregate",
                             hint="add COUNT(*) to see the groups; group keys alone would reveal which exist")
+        self._share_sums()
         return Plan(relation=rel, unit=unit, unit_in_hash=unit_in_hash, row_id_source=row_id_source, keys=keys,
                     measures=self.measures, estimates=self.estimates, post=post, output_names=names,
                     max_groups=max_groups, max_rows=max_rows, scale_groups=scale_groups,
-                    sample_rate=self.sample_rate)
+                    sample_rate=self.sample_rate, item_estimates=self._items)
 
     # The privacy unit ----------------------------------------------------------------------
     def _unit(self) -> tuple[exp.Expression | None, bool, str | None, int, int]:
@@ -463,6 +467,25 @@ class _Analysis:
                                      bins=len(keys), categories=tuple(keys)))
         return Estimate("distinct", text, count=hist, lower=0.0, upper=float(len(keys)))
 
+    def _share_sums(self) -> None:
+        """AVG(x) alone uses a sum centred in x's range (half the sensitivity); next to SUM(x) it
+        uses SUM's plain sum instead, so the query pays for one noisy sum, not two."""
+        plain = {(m.value.sql(), m.lower, m.upper): i for i, m in enumerate(self.measures)
+                 if m.kind == "sum" and m.centre == 0 and m.value is not None}
+        for i, est in enumerate(self.estimates):
+            if est.func == "avg":
+                m = self.measures[est.total]
+                shared = plain.get((m.value.sql(), m.lower, m.upper))
+                if shared is not None and shared != est.total:
+                    self.estimates[i] = replace(est, total=shared, centre=0.0)
+        used = sorted({j for e in self.estimates for j in (e.count, e.total, e.squares) if j is not None})
+        if len(used) == len(self.measures):
+            return
+        new = {old: k for k, old in enumerate(used)}
+        self.measures = [self.measures[j] for j in used]
+        self.estimates = [replace(e, count=new.get(e.count), total=new.get(e.total), squares=new.get(e.squares))
+                          for e in self.estimates]
+
     def _add_estimate(self, est: Estimate) -> int:
         key = repr((est.func, est.count, est.total, est.squares, est.quantile))
         if key not in self._estimate_index:
@@ -532,7 +555,10 @@ class _Analysis:
             name = output_name(item)
             inner = item.unalias() if isinstance(item, exp.Alias) else item
             names.append(name)
+            self._current = set()
             items.append(exp.alias_(self._bind(inner, key_sql, set()), name, quoted=True))
+            self._items.append(self._current)
+            self._current = None
         aliases = set(names)
         post = exp.select(*items).from_("noisy")
         having = self.tree.args.get("having")
@@ -564,7 +590,10 @@ class _Analysis:
         if is_aggregate(node):
             if not isinstance(node, DP_AGGREGATES) and order_statistic(node) is None:
                 check_tree(node)
-            return exp.column(f"a{self._estimate(node)}")
+            index = self._estimate(node)
+            if self._current is not None:
+                self._current.add(index)
+            return exp.column(f"a{index}")
         if isinstance(node, exp.Window):
             check_tree(node)
         if not contains_aggregate(node) and not isinstance(node, (exp.Literal, exp.Boolean, exp.Null)):

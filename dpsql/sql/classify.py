@@ -18,6 +18,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
 from ..errors import forbidden, syntax_error, unsupported
+from .options import QueryOptions, extract
 
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
@@ -49,6 +50,7 @@ class Explain:
 class Query:
     sql: str
     tree: exp.Query
+    options: QueryOptions = QueryOptions()
 
 
 Statement = SetCommand | ShowCommand | TransactionCommand | Explain | Query
@@ -133,15 +135,24 @@ def classify_one(text: str) -> Statement:
         if re.match(r"^(ANALYZE|\()", rest, re.I):
             raise unsupported("EXPLAIN ANALYZE and EXPLAIN options are not supported",
                               hint="EXPLAIN <query> shows the plan, noise and cost without running the query")
-        inner = classify_one(rest)
+        inner = classify_one(_without_first_word(text, "EXPLAIN"))
         if not isinstance(inner, Query):
             raise unsupported("EXPLAIN works on SELECT queries only")
         return Explain(inner)
     if first in ("SELECT", "WITH", "("):
-        return Query(text, _parse(text))
+        plain, options = extract(text, READ_DIALECT)
+        return Query(text, _parse(plain), options)
     if first:
         raise forbidden(f"{first or 'this'} statements are not allowed", hint=_ALLOWED_HINT)
     raise syntax_error("cannot read the statement", hint=_ALLOWED_HINT)
+
+
+def _without_first_word(text: str, word: str) -> str:
+    """The text without its leading keyword, comments kept (they may carry dpsql options)."""
+    for token in sqlglot.tokenize(text, read=READ_DIALECT):
+        if token.text.upper() == word:
+            return text[:token.start] + text[token.end + 1:]
+    return text
 
 
 def _parse(text: str) -> exp.Query:
