@@ -149,9 +149,9 @@ def test_intervals_cover_the_truth(session):
 
 def test_calibration_splits_epsilon_across_measures(session):
     plan, cal = session._prepare(classify("SELECT COUNT(*), SUM(age), AVG(age) FROM people").tree)
-    # COUNT(*), SUM(age), centred SUM(age) for AVG and COUNT(age) for AVG: four measures.
-    assert len(plan.measures) == 4
-    assert all(m.epsilon == Fraction(1, 4) for m in cal.measures)
+    # COUNT(*), SUM(age) (shared by AVG) and COUNT(age) for AVG: three measures.
+    assert len(plan.measures) == 3
+    assert all(m.epsilon == Fraction(1, 3) for m in cal.measures)
     plan2, cal2 = session._prepare(classify("SELECT COUNT(age), AVG(age) FROM people").tree)
     assert len(plan2.measures) == 2  # COUNT(age) is shared with AVG's count
     assert calibrate(plan2, Fraction(1), Fraction(0), "laplace").cost.epsilon == 1
