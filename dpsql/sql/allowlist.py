@@ -55,6 +55,25 @@ def function_name(node: exp.Expression) -> str:
     return type(node).__name__
 
 
+# What to write instead of an aggregate that has no DP form: the nearest supported query.
+_NEAREST = {
+    (exp.Corr, exp.CovarPop, exp.CovarSamp, exp.RegrSlope):
+        "compute it from AVG(x * y), AVG(x), AVG(y) and STDDEV_POP of each, in one query over bounded columns",
+    (exp.GroupConcat, exp.ArrayAgg, exp.JSONObjectAgg):
+        "listing values would reveal them; GROUP BY the column (with declared keys) and COUNT(*) per value",
+    (exp.LogicalAnd, exp.LogicalOr):
+        "count the rows that break the condition instead: COUNT(*) FILTER (WHERE NOT condition)",
+    (exp.ApproxDistinct,):
+        "COUNT(DISTINCT unit_column) counts people; COUNT(DISTINCT column) counts a column's declared keys present",
+    (exp.Mode,):
+        "GROUP BY the column (with declared keys) and ORDER BY COUNT(*) DESC LIMIT 1",
+    (exp.First, exp.Last, exp.AnyValue, exp.ArgMax, exp.ArgMin):
+        "one row's value would be revealed; use a DP quantile (MEDIAN, MIN, MAX) or AVG",
+    (exp.Kurtosis, exp.Skewness):
+        "use STDDEV_POP and PERCENTILE_CONT, which dpsql answers with calibrated noise",
+}
+
+
 def check_node(node: exp.Expression) -> None:
     """Refuse one node that is not allowlisted, with the reason and the nearest allowed form."""
     if isinstance(node, _ALLOWED):
@@ -63,8 +82,9 @@ def check_node(node: exp.Expression) -> None:
         raise forbidden("window functions over private rows are not allowed",
                         hint="aggregate with GROUP BY instead; window functions may be applied to a DP result in an outer query later")
     if isinstance(node, (exp.AggFunc, exp.GroupConcat, exp.ArrayAgg)):
-        raise unsupported(f"the aggregate {function_name(node)}() has no differentially private form",
-                          hint=f"supported aggregates: {SUPPORTED_AGGREGATES}")
+        nearest = next((hint for kinds, hint in _NEAREST.items() if isinstance(node, kinds)), None)
+        raise unsupported(f"the aggregate {node.sql(dialect='postgres')[:60]} has no differentially private form",
+                          hint=nearest or f"supported aggregates: {SUPPORTED_AGGREGATES}")
     if isinstance(node, exp.Func):
         raise forbidden(f"function {function_name(node)}() is not allowed",
                         hint=f"allowed functions: {', '.join(ALLOWED_FUNCTION_NAMES)}")
@@ -117,6 +137,8 @@ def order_statistic(node: exp.Expression) -> tuple[exp.Expression, exp.Expressio
 
 
 def is_aggregate(node: exp.Expression) -> bool:
+    if isinstance(node, exp.Filter):
+        return is_aggregate(node.this)
     return (isinstance(node, (exp.AggFunc, exp.WithinGroup))
             or (isinstance(node, exp.Anonymous) and node.name.upper() in _QUANTILE_NAMES))
 

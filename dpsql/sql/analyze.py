@@ -22,6 +22,7 @@ from .allowlist import (DP_AGGREGATES, SPREAD_AGGREGATES, check_node, check_tree
                         order_statistic)
 from .bounds import Interval, interval
 from .domains import Image, column_values, image, literal_domain
+from .total import clamp
 from .scope import Relation, Resolver, Source, check_unit_joins, column_bounds, output_name
 
 FIXED_POINT_DIGITS = 24  # binary digits kept of the largest per-row magnitude
@@ -370,12 +371,17 @@ class _Analysis:
         return len(self.measures) - 1
 
     def _estimate(self, node: exp.Expression) -> int:
+        if isinstance(node, exp.Filter):
+            return self._estimate(_unfilter(node))
         if not isinstance(node, DP_AGGREGATES) and order_statistic(node) is None:
             check_tree(node)
         text = node.sql(dialect="postgres")
         stat = order_statistic(node)
         if stat is not None:
             return self._add_estimate(self._quantile(node, text, *stat))
+        if isinstance(node, exp.WithinGroup):
+            check_node(node.this)
+            raise unsupported(f"{text} is not supported", hint="PERCENTILE_CONT(p) WITHIN GROUP (ORDER BY x) is")
         if isinstance(node.this, exp.Distinct) or node.args.get("distinct"):
             if isinstance(node, exp.Count) and self._is_unit(node.this):
                 return self._add_estimate(Estimate("count", text, count=self._measure(
@@ -515,7 +521,7 @@ class _Analysis:
         bits = lambda spread: FIXED_POINT_DIGITS - math.ceil(math.log2(spread)) if spread > 0 else 0  # noqa: E731
         count = self._measure(Measure("count", value, bits=self.count_bits))
         total = self._measure(Measure("sum", value, lo, hi, centre, bits(half)))
-        clamped = exp.func("LEAST", exp.func("GREATEST", value.copy(), exp.Literal.number(lo)), exp.Literal.number(hi))
+        clamped = clamp(value, lo, hi)
         deviation = exp.Paren(this=exp.Sub(this=clamped, expression=exp.Literal.number(centre)))
         square = exp.Mul(this=deviation, expression=deviation.copy())
         squares = self._measure(Measure("sum", square, 0.0, half * half, half * half / 2, bits(half * half / 2)))
@@ -588,7 +594,7 @@ class _Analysis:
     def _bind(self, node: exp.Expression, key_sql: dict[str, int], aliases: set[str]) -> exp.Expression:
         """Replace aggregates by noisy columns a<i> and group-key expressions by k<j>."""
         if is_aggregate(node):
-            if not isinstance(node, DP_AGGREGATES) and order_statistic(node) is None:
+            if not isinstance(node, (exp.Filter,) + DP_AGGREGATES) and order_statistic(node) is None:
                 check_tree(node)
             index = self._estimate(node)
             if self._current is not None:
@@ -648,3 +654,19 @@ def _literal_number(p: exp.Expression) -> float | None:
         a, b = _literal_number(p.this), _literal_number(p.expression)
         return None if a is None or b is None else a - b
     return None
+
+
+def _unfilter(node: exp.Filter) -> exp.Expression:
+    """AGG(x) FILTER (WHERE c) as AGG(CASE WHEN c THEN x END); COUNT(*) counts CASE WHEN c THEN 1 END."""
+    agg = node.this.copy()
+    cond = node.expression.this if isinstance(node.expression, exp.Where) else node.expression
+    if isinstance(agg, exp.WithinGroup) or not isinstance(agg, exp.AggFunc):
+        raise unsupported(f"{node.sql(dialect='postgres')}: FILTER on this aggregate is not supported",
+                          hint="move the condition into WHERE, or into CASE WHEN condition THEN x END")
+    arg = agg.this
+    if isinstance(arg, exp.Distinct):
+        arg.set("expressions", [exp.Case(ifs=[exp.If(this=cond.copy(), true=e)]) for e in arg.expressions])
+    else:
+        value = exp.Literal.number(1) if arg is None or isinstance(arg, exp.Star) else arg
+        agg.set("this", exp.Case(ifs=[exp.If(this=cond.copy(), true=value)]))
+    return agg

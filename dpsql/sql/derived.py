@@ -23,7 +23,7 @@ from ..errors import ProgrammingError, unsupported
 from .allowlist import contains_aggregate, is_aggregate
 from .bounds import Interval, interval
 from .scope import Relation, Resolver, Scope, Source, check_unit_joins, column_bounds, output_name
-from .total import total, try_casts, try_wrap
+from .total import clamp, total, try_casts, try_wrap
 
 MAX_COUNT_KEYS = 1000  # a per-unit count's domain 0..R is declared up to this size
 HIDDEN_UNIT = "__dpsql_unit"
@@ -188,7 +188,7 @@ class _Builder:
         double = exp.DataType.build("DOUBLE")
         as_double = (exp.TryCast(this=value.copy(), to=double) if isinstance(value, exp.Column)
                      else try_wrap(exp.Cast(this=try_casts(value), to=double)))
-        clamped = exp.func("LEAST", exp.func("GREATEST", as_double, exp.Literal.number(b.lo)), exp.Literal.number(b.hi))
+        clamped = clamp(as_double, b.lo, b.hi)
         if isinstance(node, exp.Sum):
             # A unit with n > R rows adds its sum scaled by R / n: at most R rows' worth.
             share = exp.func("LEAST", exp.Literal.number(1.0), exp.Div(

@@ -136,7 +136,7 @@ def _options(tokens: list[Token]) -> dict[str, object]:
 
 
 def _bounds(text: str, tokens: list[Token], i: int) -> tuple[tuple[int, int, str], int | None]:
-    """`f(x, contribution_bounds_... => (lo, hi))` -> `f(LEAST(GREATEST(x, lo), hi))`; for
+    """`f(x, contribution_bounds_... => (lo, hi))` -> f(x clamped to [lo, hi], NULL kept); for
     COUNT, no clamp but a cap of hi rows per group."""
     name = tokens[i].text
     comma = i - 1
@@ -159,7 +159,7 @@ def _bounds(text: str, tokens: list[Token], i: int) -> tuple[tuple[int, int, str
         if hi < 1 or not hi.is_integer():
             raise invalid_parameter(f"{name} on COUNT needs a whole upper bound of at least 1")
         return (tokens[comma].start, tokens[close].end, ""), int(hi)
-    clamp = f"LEAST(GREATEST({arg}, {lo!r}), {hi!r})"
+    clamp = f"CASE WHEN ({arg}) IS NULL THEN NULL ELSE LEAST(GREATEST({arg}, {lo!r}), {hi!r}) END"
     return (tokens[open_].end + 1, tokens[close].end, clamp), None
 
 

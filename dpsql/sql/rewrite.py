@@ -26,7 +26,7 @@ from sqlglot import exp
 from .analyze import GroupKey, Measure, Plan
 from .derived import Derived
 from .scope import Relation, Source
-from .total import try_wrap, try_casts, total
+from .total import clamp, try_casts, try_wrap, total
 
 
 def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
@@ -112,10 +112,12 @@ def _measure_value(m: Measure, dialect: str) -> str:
         as_double = exp.TryCast(this=m.value.copy(), to=double)
     else:
         as_double = try_wrap(exp.Cast(this=try_casts(m.value), to=double))
-    clamped = f"LEAST(GREATEST({_sql(as_double, dialect)}, {m.lower!r}), {m.upper!r})"
+    clamped = _sql(clamp(as_double, m.lower, m.upper), dialect)
     if m.kind == "histogram":
         per_bin = float(m.bins / (m.upper - m.lower))
-        return f"CAST(LEAST(FLOOR(({clamped} - {m.lower!r}) * {per_bin!r}), {m.bins - 1}) AS INTEGER)"
+        position = exp.Floor(this=exp.Mul(this=exp.Paren(this=exp.Sub(this=as_double, expression=exp.Literal.number(m.lower))),
+                                          expression=exp.Literal.number(per_bin)))
+        return f"CAST({_sql(clamp(position, 0, m.bins - 1), dialect)} AS INTEGER)"
     centred = f"({clamped} - {m.centre!r})" if m.centre else clamped
     return f"CAST(ROUND({centred} * {float(2.0 ** m.bits)!r}) AS BIGINT)"
 

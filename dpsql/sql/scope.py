@@ -359,6 +359,8 @@ def output_name(item: exp.Expression) -> str:
         return item.alias.lower() if not item.args["alias"].quoted else item.alias
     if isinstance(item, exp.Column):
         return item.name.lower()
+    if isinstance(item, (exp.Filter, exp.WithinGroup)):
+        return output_name(item.this)
     if isinstance(item, exp.Count):
         return "count"
     if isinstance(item, (exp.VariancePop, exp.Variance, exp.StddevPop, exp.StddevSamp, exp.Stddev)):

@@ -82,3 +82,11 @@ def _total(node: exp.Expression, types: Mapping[tuple[str, str], str]) -> exp.Ex
             node.set(key, [_total(v, types) if isinstance(v, exp.Expression) and not isinstance(v, (exp.Subquery, exp.Select))
                            else v for v in value])
     return node
+
+
+def clamp(value: exp.Expression, lower: float, upper: float) -> exp.Expression:
+    """value clamped to [lower, upper], NULL kept NULL: GREATEST and LEAST skip NULL arguments
+    (in DuckDB as in PostgreSQL), so a bare LEAST(GREATEST(NULL, 0), 9) is 0, and a NULL
+    would enter sums and averages as a bound."""
+    inner = exp.func("LEAST", exp.func("GREATEST", value.copy(), exp.Literal.number(lower)), exp.Literal.number(upper))
+    return exp.Case(ifs=[exp.If(this=exp.Is(this=value.copy(), expression=exp.Null()), true=exp.Null())], default=inner)
