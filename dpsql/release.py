@@ -237,7 +237,8 @@ def _quantiles(plan: Plan, est: Estimate, noisy: list, noises: list[Noise], conf
     toward the middle of the range. The quantile is where the fitted cumulative count reaches
     p times the total (linear within a bin). MIN and MAX are the points where it first clears
     one bin's noise level from either end, so that noise in empty bins is not taken for data;
-    a group whose noisy total does not clear that level gets NULL, as an empty group would.
+    a group whose noisy total is within the noise of a total (z * sqrt(bins) standard
+    deviations) gets NULL, as an empty group would.
     The interval is the range of points whose rank is within z * sqrt(bins) noise standard
     deviations: a normal approximation of a cumulative count's noise, so approximate, unlike
     the other intervals."""
@@ -252,7 +253,7 @@ def _quantiles(plan: Plan, est: Estimate, noisy: list, noises: list[Noise], conf
     for g in range(len(bins[0]) if bins else 0):
         edges = cumulative([b[g] * scale for b in bins])
         n = edges[-1]
-        if n <= floor:  # indistinguishable from an empty group
+        if n <= spread:  # indistinguishable from an empty group
             vals.append(None)
             cis.append((est.lower, est.upper))
             continue

@@ -30,6 +30,7 @@ from .errors import Error, InternalError, ProgrammingError, forbidden, invalid_p
 from .postprocess import PostProcessor
 from .release import release
 from .sql.analyze import Plan, PublicQuery, touches_private, analyze
+from .sql.scope import output_name
 from .sql.classify import (Explain, Query, SetCommand, ShowCommand, TransactionCommand, classify, classify_one,
                            split_statements)
 from .sql.options import QueryOptions
@@ -142,7 +143,8 @@ class Session:
         tree = bind_parameters(stmt.tree, params if params is not None else _null_parameters(stmt.tree))
         plan = analyze(tree, self.policy, self.engine.schema())
         if isinstance(plan, PublicQuery):
-            return self.engine.describe(plan.tree.sql(dialect=self.engine.dialect))
+            names, types = self.engine.describe(plan.tree.sql(dialect=self.engine.dialect))
+            return public_names(plan.tree, names), types
         names, types = self.engine.describe(rewrite(plan, self.engine.dialect, plan.literal_domain_size()))
         key_types = types[:len(plan.keys)]
         est_types = ["BIGINT" if e.func in ("count", "distinct") else "DOUBLE" for e in plan.estimates]
@@ -256,7 +258,7 @@ class Session:
         if isinstance(plan, PublicQuery):
             rs = self.engine.execute(plan.tree.sql(dialect=self.engine.dialect))
             rows = list(zip(*rs.columns)) if rs.row_count else []
-            return Result(list(rs.names), list(rs.types), rows, f"SELECT {len(rows)}")
+            return Result(public_names(plan.tree, rs.names), list(rs.types), rows, f"SELECT {len(rows)}")
         s = self.settings
         key = self._cache_key(tree, stmt.options)
         if s.cache:
@@ -442,6 +444,15 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
     lines.append("rewritten query:")
     lines.extend(info["sql"].splitlines())
     return lines
+
+
+def public_names(tree: exp.Query, engine_names: Sequence[str]) -> list[str]:
+    """PostgreSQL's column names (count, not DuckDB's count_star()) when the select list has no *."""
+    items = tree.expressions if isinstance(tree, exp.Select) else []
+    if len(items) != len(engine_names) or any(i.find(exp.Star) is not None and not isinstance(i, exp.Count)
+                                              for i in items):
+        return list(engine_names)
+    return [output_name(i) for i in items]
 
 
 def apply_options(plan: Plan, options: QueryOptions) -> None:

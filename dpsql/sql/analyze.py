@@ -243,6 +243,10 @@ class _Analysis:
         for key in ("qualify",):
             if tree.args.get(key) is not None:
                 raise unsupported("QUALIFY is not supported")
+        for item in tree.expressions:
+            window = item.find(exp.Window)
+            if window is not None:
+                check_node(window)  # refused with its own reason, before any column complaint
         rel, scope = self.resolver.from_clause(tree, {})
         self.rel, self.scope = rel, scope
         where = tree.args.get("where")
