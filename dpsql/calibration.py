@@ -51,16 +51,18 @@ def needs_delta(plan: Plan, mechanism: str) -> bool:
 
 
 def measure_weights(plan: Plan, weights: Sequence[float] | None) -> list[Fraction]:
-    """Each measure's share of the query's epsilon, from the analyst's per-item weights: a
+    """Each measure's share of the query's epsilon, from the analyst's weights, one per select
+    item that aggregates (group keys are skipped), in order: a
     measure shared by several items (AVG and SUM of one column share a noisy sum) takes the
     largest of their weights; a measure used only by HAVING or ORDER BY gets 1."""
     if weights is None:
         return [Fraction(1)] * len(plan.measures)
-    if len(weights) > len(plan.item_estimates):
-        raise invalid_parameter(f"{len(weights)} weights for {len(plan.item_estimates)} select items",
-                                hint="give at most one weight per select item, in order")
+    items = [ests for ests in plan.item_estimates if ests]  # group keys take no weight
+    if len(weights) > len(items):
+        raise invalid_parameter(f"{len(weights)} weights for {len(items)} aggregate select items",
+                                hint="give at most one weight per aggregate in the select list, in order")
     out = [Fraction(0)] * len(plan.measures)
-    for w, ests in zip(list(weights) + [1.0] * len(plan.item_estimates), plan.item_estimates):
+    for w, ests in zip(list(weights) + [1.0] * len(items), items):
         for e in ests:
             for m in measures_of(plan.estimates[e]):
                 out[m] = max(out[m], Fraction(repr(float(w))))

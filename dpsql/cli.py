@@ -22,7 +22,7 @@ from . import __version__
 from .planning import plan_report
 from .server.scram import make_verifier
 from .session import Result, Session, budget_summary, explain_lines
-from .sql.classify import Query, classify, split_statements
+from .sql.classify import Explain, Query, classify, split_statements
 
 
 def _session(policy: str, user: str, ledger: str | None, epsilon: float | None = None,
@@ -137,16 +137,22 @@ def query(policy: str, user: str, ledger: str | None, epsilon: float | None, del
 @_epsilon
 @_delta
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@click.option("--target-error", type=float, default=None,
+              help="Pick the smallest epsilon giving COUNT and SUM this 95% error (dpsql.target_error).")
 @click.argument("sql")
 def explain(policy: str, user: str, ledger: str | None, epsilon: float | None, delta: float | None,
-            as_json: bool, sql: str) -> None:
+            as_json: bool, target_error: float | None, sql: str) -> None:
     """Show the rewritten query, sensitivities, noise scales, expected error and cost. Charges nothing."""
     try:
         session = _session(policy, user, ledger, epsilon, delta)
+        if target_error is not None:
+            session.execute(f"SET dpsql.target_error = {target_error!r}")
         stmt = classify(sql)
+        if isinstance(stmt, Explain):
+            stmt = stmt.query
         if not isinstance(stmt, Query):
             raise Error("dpsql explain takes a SELECT query", sqlstate="0A000")
-        info = session.explain_plan(stmt.tree)
+        info = session.explain_plan(stmt.tree, stmt.options)
     except Error as e:
         _fail(e)
         return

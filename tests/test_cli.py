@@ -40,6 +40,11 @@ def test_explain_and_budget(tmp_path):
     assert out.returncode == 0 and "rewritten query:" in out.stdout and "per_group" in out.stdout
     out = dpsql("budget", "show", ledger=tmp_path / "l.sqlite")
     assert "alice: basic filter, epsilon 0 of 10 spent" in out.stdout
+    out = dpsql("explain", "--user", "alice", "--target-error", "100",
+                "EXPLAIN /* dpsql: weights 2, 1 */ SELECT diagnosis, COUNT(*), AVG(cost) FROM visits GROUP BY 1",
+                ledger=tmp_path / "l.sqlite")
+    assert out.returncode == 0, out.stderr
+    assert "dpsql.target_error" in out.stdout and "COUNT(*): epsilon 1.2," in out.stdout
 
 
 def test_errors_are_one_line_and_no_traceback(tmp_path):

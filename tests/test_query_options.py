@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 import pytest
@@ -28,6 +29,12 @@ def test_weights_split_epsilon_and_explain_shows_it(hospital):
     assert noise[0]["scale"] == pytest.approx(10 / 0.6, rel=1e-9)  # L1 10 rows / 0.6
 
 
+def test_weights_skip_group_keys(hospital):
+    lines = _explain(hospital, "/* dpsql: weights 2, 1 */ SELECT diagnosis, COUNT(*), SUM(cost) FROM visits GROUP BY 1")
+    assert [re.search(r": (epsilon [0-9.]+),", line).group(1) for line in lines if ": epsilon " in line] == [
+        f"epsilon {2 / 3:.6g}", f"epsilon {1 / 3:.6g}"]
+
+
 def test_shared_measures_are_paid_once(hospital):
     lines = _explain(hospital, "SELECT COUNT(cost), SUM(cost), AVG(cost) FROM visits")
     assert len([line for line in lines if ": epsilon " in line]) == 2  # one count and one sum serve all three
@@ -40,8 +47,8 @@ def test_bad_weights_are_refused(comment):
 
 
 def test_too_many_weights_are_refused_and_free(hospital):
-    with pytest.raises(dpsql.ProgrammingError, match="3 weights for 1 select items"):
-        hospital.execute("/* dpsql: weights 1, 2, 3 */ SELECT COUNT(*) FROM visits")
+    with pytest.raises(dpsql.ProgrammingError, match="3 weights for 1 aggregate select items"):
+        hospital.execute("/* dpsql: weights 1, 2, 3 */ SELECT diagnosis, COUNT(*) FROM visits GROUP BY 1")
     assert hospital.connection.session.budget()["epsilon"]["spent"] == 0
 
 

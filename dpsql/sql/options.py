@@ -2,8 +2,8 @@
 
 Two spellings, both optional:
 
-- a comment `/* dpsql: weights 3, 1 */`: relative shares of the query's epsilon for its
-  select-list items, in order (an item without a weight gets 1);
+- a comment `/* dpsql: weights 3, 1 */`: relative shares of the query's epsilon for the
+  select-list items that aggregate, in order (an item without a weight gets 1);
 - BigQuery / ZetaSQL's differential privacy clause:
 
       SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1, delta = 1e-6,
