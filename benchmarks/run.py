@@ -1,0 +1,352 @@
+"""dpsql side by side with plain DuckDB, SmartNoise SQL and Qrlew, in one run.
+
+    python -m benchmarks            # full: 100k, 1M and 10M rows (under 30 minutes on 2 cores)
+    python -m benchmarks --quick    # 100k rows, fewer runs (under 3 minutes; a smoke test runs it)
+
+Same data, same bounds and contribution limits, same queries for every system. Latency is the
+median of repeated runs, as a ratio to the same plain query on DuckDB measured in the same run;
+accuracy is the median relative error against the exact answer on the raw data, at the same
+budget actually charged per query; budget is how many epsilon = 0.01 queries a (1, 1e-6) budget
+buys under each system's accounting. Peers run in their own virtual environment
+(benchmarks/requirements-peers.txt), created on first use. Results go to benchmarks/RESULTS.md,
+with a plot of latency against rows beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import duckdb
+import psycopg
+
+import dpsql
+from dpsql.accounting.filters import FILTERS, make_filter, simulate
+from dpsql.sql.classify import classify
+
+from .data import KEYS, MAX_GROUPS, MAX_ROWS, REGIONS, VALUE_BOUNDS, generate, policy_text
+from .serving import serve, throughput
+from .timing import median_ms
+from .workload import QUERIES, SCALE, THROUGHPUT
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+EPSILON, DELTA = 1.0, 1e-6  # charged per query in the latency and accuracy runs
+BUDGET = (1.0, 1e-6)  # the analyst's budget in the budget figure
+BUDGET_QUERY_EPSILON, BUDGET_QUERY_DELTA = 0.01, 1e-8
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# Peers ----------------------------------------------------------------------------------------
+def peers_python(venv: Path) -> Path:
+    """The peers' interpreter, creating their virtual environment the first time."""
+    python = venv / "bin" / "python"
+    marker = venv / ".installed"
+    requirements = HERE / "requirements-peers.txt"
+    if not marker.exists() or marker.read_text() != requirements.read_text():
+        log(f"creating the peers' virtual environment in {venv} (SmartNoise SQL, Qrlew; once)")
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(requirements)], check=True)
+        marker.write_text(requirements.read_text())
+    return python
+
+
+def run_peer(python: Path, system: str, db: Path, rows: int, queries, latency_runs: int, accuracy_runs: int,
+             budget: bool) -> dict:
+    job = {"system": system, "db": str(db), "rows": rows, "epsilon": EPSILON, "delta": DELTA,
+           "latency_runs": latency_runs, "accuracy_runs": accuracy_runs, "max_ids": MAX_GROUPS * MAX_ROWS,
+           "max_groups": MAX_GROUPS, "bounds": list(VALUE_BOUNDS), "keys": KEYS, "regions": REGIONS,
+           "budget_epsilon": BUDGET_QUERY_EPSILON if budget else None, "budget_delta": BUDGET_QUERY_DELTA,
+           "queries": [{"name": q.name, "sql": q.smartnoise if system == "smartnoise" else q.qrlew}
+                       for q in queries if (q.smartnoise if system == "smartnoise" else q.qrlew)]}
+    with tempfile.TemporaryDirectory() as d:
+        job_file, out_file = Path(d) / "job.json", Path(d) / "out.json"
+        job_file.write_text(json.dumps(job))
+        proc = subprocess.run([str(python), str(HERE / "peers" / "worker.py"), str(job_file), str(out_file)],
+                              capture_output=True, text=True, env=dict(os.environ, RUST_BACKTRACE="0"))
+        if proc.returncode != 0:
+            raise RuntimeError(f"{system} worker failed: {proc.stderr[-2000:]}")
+        return json.loads(out_file.read_text())
+
+
+def event_epsilon(event: dict, delta: float, count: int = 1) -> float:
+    """epsilon at delta of a peer's reported dp-accounting event (composed `count` times), by PLD."""
+    from dp_accounting import dp_event
+    from dp_accounting.pld import pld_privacy_accountant
+
+    def build(d: dict):
+        kind = d["class_name"]
+        if kind == "GaussianDpEvent":
+            return dp_event.GaussianDpEvent(d["noise_multiplier"])
+        if kind == "LaplaceDpEvent":
+            return dp_event.LaplaceDpEvent(d["noise_multiplier"])
+        if kind == "ComposedDpEvent":
+            return dp_event.ComposedDpEvent([build(e) for e in d["events"]])
+        if kind == "EpsilonDeltaDpEvent":
+            return dp_event.EpsilonDeltaDpEvent(d["epsilon"], d["delta"])
+        if kind == "NoOpDpEvent":
+            return dp_event.NoOpDpEvent()
+        raise ValueError(f"unknown event {kind}")
+
+    accountant = pld_privacy_accountant.PLDAccountant()
+    accountant.compose(build(event), count)
+    return accountant.get_epsilon(delta)
+
+
+# dpsql and the floor ---------------------------------------------------------------------------
+def dpsql_cursor(policy: Path, ledger: Path):
+    cur = dpsql.connect(policy, user="alice", ledger=ledger).cursor()
+    cur.execute("SET dpsql.cache = off")
+    cur.execute(f"SET dpsql.epsilon = {EPSILON}")
+    cur.execute(f"SET dpsql.delta = {DELTA}")
+    return cur
+
+
+def truth(db: Path, sql: str) -> dict:
+    con = duckdb.connect(str(db), read_only=True)
+    return {tuple(r[:-1]): r[-1] for r in con.execute(sql).fetchall()}
+
+
+def relative_errors(answers: list[list], exact: dict) -> list[float]:
+    errors = []
+    for rows in answers:
+        got = {tuple(r[:-1]): r[-1] for r in rows}
+        for key, value in exact.items():
+            estimate = got.get(key)
+            errors.append(1.0 if estimate is None else abs(estimate - value) / abs(value))
+    return errors
+
+
+# The run ----------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="dpsql vs plain DuckDB, SmartNoise SQL and Qrlew")
+    ap.add_argument("--quick", action="store_true", help="100k rows and fewer runs (a smoke test)")
+    ap.add_argument("--sizes", type=int, nargs="*", help="rows per dataset (default 100k 1M 10M; quick: 100k)")
+    ap.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
+    ap.add_argument("--work", type=Path, default=ROOT / ".bench", help="data and the peers' environment")
+    ap.add_argument("--no-peers", action="store_true", help="skip SmartNoise and Qrlew")
+    args = ap.parse_args(argv)
+    sizes = args.sizes or ([100_000] if args.quick else [100_000, 1_000_000, 10_000_000])
+    main_size = 1_000_000 if 1_000_000 in sizes else sizes[0]
+    latency_runs = 5 if args.quick else 7
+    accuracy_runs = 5 if args.quick else 20
+    seconds = 2.0 if args.quick else 10.0
+    clients = [1, 8, 32]
+    started = time.time()
+    python = None if args.no_peers else peers_python(args.work / "peers-venv")
+    peers = [] if args.no_peers else ["smartnoise", "qrlew"]
+    results: dict = {"latency": {}, "scale": {}, "accuracy": {}, "errors": {}, "charged": {}, "budget": {},
+                     "throughput": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for rows in sizes:
+            log(f"{rows:,} rows: generating data")
+            db = generate(args.work / "data", rows)
+            policy = tmp / f"bench_{rows}.toml"
+            policy.write_text(policy_text(db))
+            queries = QUERIES if rows == main_size else [q for q in QUERIES if q.name in SCALE]
+            con = duckdb.connect(str(db), read_only=True)
+            cur = dpsql_cursor(policy, tmp / f"ledger_{rows}.sqlite")
+            log(f"{rows:,} rows: plain DuckDB and dpsql (DB-API)")
+            for q in queries:
+                floor = median_ms(lambda: con.execute(q.sql).fetchall(), latency_runs)
+                results["scale"].setdefault(q.name, {}).setdefault("duckdb", {})[rows] = floor
+                try:
+                    cur.execute(q.sql)
+                    ms = median_ms(lambda: cur.execute(q.sql), latency_runs)
+                    results["scale"][q.name].setdefault("dpsql", {})[rows] = ms
+                    results["charged"].setdefault(q.name, {})["dpsql"] = cur.dp["cost"]["epsilon"]
+                except dpsql.Error as e:
+                    results["errors"].setdefault(q.name, {})["dpsql"] = str(e).splitlines()[0]
+            if rows == main_size:
+                log(f"{rows:,} rows: dpsql accuracy ({accuracy_runs} runs per query)")
+                for q in queries:
+                    if "dpsql" in results["errors"].get(q.name, {}):
+                        continue
+                    answers = []
+                    for _ in range(accuracy_runs):
+                        cur.execute(q.sql)
+                        answers.append([list(r) for r in cur.fetchall()])
+                    results["accuracy"].setdefault(q.name, {})["dpsql"] = statistics.median(
+                        relative_errors(answers, truth(db, q.sql)))
+                log(f"{rows:,} rows: dpsql serve + psycopg, and throughput with {clients} clients")
+                with serve(policy, tmp / f"served_{rows}.sqlite") as dsn:
+                    setup = ("SET dpsql.cache = off", f"SET dpsql.epsilon = {EPSILON}", f"SET dpsql.delta = {DELTA}")
+                    with psycopg.connect(dsn, autocommit=True) as conn:
+                        for s in setup:
+                            conn.execute(s)
+                        for q in queries:
+                            if "dpsql" in results["errors"].get(q.name, {}):
+                                continue
+                            conn.execute(q.sql).fetchall()
+                            results["latency"].setdefault(q.name, {})["dpsql serve"] = median_ms(
+                                lambda: conn.execute(q.sql).fetchall(), latency_runs)
+                    for n in clients:
+                        results["throughput"][n] = throughput(dsn, THROUGHPUT, n, seconds, setup)
+                results["budget"]["dpsql"] = dpsql_budget(cur)
+            for system in peers:
+                log(f"{rows:,} rows: {system}")
+                out = run_peer(python, system, db, rows, queries, latency_runs,
+                               accuracy_runs if rows == main_size else 0, budget=rows == main_size)
+                for q in queries:
+                    entry = out.get(q.name)
+                    if entry is None or entry["error"]:
+                        results["errors"].setdefault(q.name, {})[system] = (
+                            entry["error"] if entry else "no way to write this query")
+                        continue
+                    results["scale"].setdefault(q.name, {}).setdefault(system, {})[rows] = statistics.median(entry["ms"])
+                    if rows != main_size:
+                        continue
+                    results["accuracy"].setdefault(q.name, {})[system] = statistics.median(
+                        relative_errors(entry["answers"], truth(db, q.sql)))
+                    spend = entry["spend"]
+                    results["charged"].setdefault(q.name, {})[system] = (
+                        spend["charged"][0] if "charged" in spend else event_epsilon(spend["event"], DELTA))
+                    results["budget"].setdefault(system, {})[q.name] = peer_budget(system, entry["budget_cost"])
+            con.close()
+    results["meta"] = {"sizes": sizes, "main_size": main_size, "latency_runs": latency_runs,
+                       "accuracy_runs": accuracy_runs, "seconds": round(time.time() - started),
+                       "command": "python -m benchmarks" + (" --quick" if args.quick else ""),
+                       "peers": peer_versions(python) if python else {}}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(report(results))
+    (args.out.with_suffix(".json")).write_text(json.dumps(results, indent=1, default=str))
+    if python:
+        plot = args.out.with_name("latency_vs_rows.png")
+        subprocess.run([str(python), str(HERE / "peers" / "plot.py"), str(args.out.with_suffix(".json")), str(plot)],
+                       check=True)
+    log(f"done in {time.time() - started:.0f} s: {args.out}")
+
+
+def dpsql_budget(cur) -> dict:
+    """Queries of epsilon 0.01 (a grouped COUNT, Laplace and Gaussian) each filter admits from (1, 1e-6)."""
+    session = cur.connection.session
+    out = {}
+    for mechanism in ("laplace", "gaussian"):
+        session.execute(f"SET dpsql.mechanism = '{mechanism}'")
+        session.execute(f"SET dpsql.epsilon = {BUDGET_QUERY_EPSILON}")
+        session.execute(f"SET dpsql.delta = {BUDGET_QUERY_DELTA}")
+        _, cal = session._prepare(classify(THROUGHPUT).tree)
+        for kind in FILTERS:
+            f = make_filter(kind, Fraction(repr(BUDGET[0])), Fraction(repr(BUDGET[1])))
+            out[f"{kind} ({mechanism})"] = simulate(f, cal.cost)
+    session.execute("SET dpsql.mechanism = 'laplace'")
+    session.execute(f"SET dpsql.epsilon = {EPSILON}")
+    session.execute(f"SET dpsql.delta = {DELTA}")
+    return out
+
+
+def peer_budget(system: str, cost) -> int:
+    """How many such queries the peer's own accounting admits within (1, 1e-6)."""
+    if system == "smartnoise":  # its odometer composes (epsilon, delta) basically
+        eps, delta = cost
+        return math.floor(min(BUDGET[0] / eps, BUDGET[1] / delta if delta else math.inf))
+    lo, hi = 0, 1
+    while event_epsilon(cost, BUDGET[1], hi) <= BUDGET[0]:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if event_epsilon(cost, BUDGET[1], mid) <= BUDGET[0] else (lo, mid)
+    return lo
+
+
+def peer_versions(python: Path) -> dict:
+    out = subprocess.run([str(python), "-m", "pip", "list", "--format", "json"], capture_output=True, text=True)
+    wanted = {"smartnoise-sql", "pyqrlew", "duckdb", "opendp"}
+    return {p["name"]: p["version"] for p in json.loads(out.stdout) if p["name"].lower() in wanted}
+
+
+# The report -------------------------------------------------------------------------------------
+def report(r: dict) -> str:
+    m = r["meta"]
+    main_size = m["main_size"]
+    systems = ["dpsql", "smartnoise", "qrlew"]
+    lines = [
+        "# Benchmarks: dpsql vs plain DuckDB, SmartNoise SQL and Qrlew", "",
+        f"Produced by `{m['command']}` in {m['seconds']} s on {platform.node() or 'a machine'}: "
+        f"{platform.processor() or platform.machine()}, {_cores()} cores, Python {platform.python_version()}, "
+        f"DuckDB {duckdb.__version__}, dpsql {dpsql.__version__}; peers: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(m["peers"].items())) + ".",
+        "",
+        f"Data: `benchmarks/data.py` (seeded), one private table of events, about 5 per person, a 10-key group "
+        f"column, a lognormal value clamped to {VALUE_BOUNDS}, at most {MAX_GROUPS} groups x {MAX_ROWS} rows per "
+        f"person ({MAX_GROUPS * MAX_ROWS} rows in all for the peers), and a public table of groups. "
+        f"Every query is charged epsilon = {EPSILON:g} (delta {DELTA:g} where needed).",
+        "", f"## Latency at {main_size:,} rows (median of {m['latency_runs']} runs, ms; x = ratio to plain DuckDB)", "",
+        "| query | DuckDB | dpsql DB-API | dpsql serve + psycopg | SmartNoise | Qrlew |", "|---|---|---|---|---|---|"]
+    for q in QUERIES:
+        scale = r["scale"].get(q.name, {})
+        floor = scale.get("duckdb", {}).get(main_size)
+        if floor is None:
+            continue
+        cells = [f"{floor:.1f}"]
+        for key in ("dpsql", "dpsql serve", "smartnoise", "qrlew"):
+            ms = (r["latency"].get(q.name, {}).get(key) if key == "dpsql serve"
+                  else scale.get(key, {}).get(main_size))
+            cells.append(f"{ms:.1f} ({ms / floor:.1f}x)" if ms is not None else _refused(r, q.name, key))
+        lines.append(f"| {q.label} | " + " | ".join(cells) + " |")
+    lines += ["", f"## Accuracy at {main_size:,} rows: median relative error over {m['accuracy_runs']} runs "
+              "(and the epsilon each system charged)", "",
+              "| query | dpsql | SmartNoise | Qrlew |", "|---|---|---|---|"]
+    for q in QUERIES:
+        cells = []
+        for s in systems:
+            err = r["accuracy"].get(q.name, {}).get(s)
+            charged = r["charged"].get(q.name, {}).get(s)
+            cells.append(f"{err:.3%} (eps {charged:.3g})" if err is not None else _refused(r, q.name, s))
+        lines.append(f"| {q.label} | " + " | ".join(cells) + " |")
+    lines += ["", f"## Budget: epsilon = {BUDGET_QUERY_EPSILON} queries (grouped COUNT) from a "
+              f"({BUDGET[0]:g}, {BUDGET[1]:g}) budget", "", "| system and accounting | queries |", "|---|---|"]
+    for name, n in r["budget"].get("dpsql", {}).items():
+        lines.append(f"| dpsql, {name} filter | {n:,} |")
+    for s in ("smartnoise", "qrlew"):
+        n = r["budget"].get(s, {}).get("count_by_grp")
+        if n is not None:
+            how = "basic composition of its reported cost" if s == "smartnoise" else "PLD composition of its reported events"
+            lines.append(f"| {s}, {how} (query delta {BUDGET_QUERY_DELTA:g}) | {n:,} |")
+    lines += ["", "## Scale: grouped queries, median ms (x = ratio to plain DuckDB at that size)", "",
+              "| query | rows | DuckDB | dpsql | SmartNoise | Qrlew |", "|---|---|---|---|---|---|"]
+    for name in SCALE:
+        scale = r["scale"].get(name, {})
+        for rows in m["sizes"]:
+            floor = scale.get("duckdb", {}).get(rows)
+            if floor is None:
+                continue
+            cells = []
+            for s in systems:
+                ms = scale.get(s, {}).get(rows)
+                cells.append(f"{ms:.1f} ({ms / floor:.1f}x)" if ms is not None else _refused(r, name, s))
+            label = next(q.label for q in QUERIES if q.name == name)
+            lines.append(f"| {label} | {rows:,} | {floor:.1f} | " + " | ".join(cells) + " |")
+    lines += ["", "![latency vs rows](latency_vs_rows.png)", "",
+              f"## Throughput of dpsql serve at {main_size:,} rows (grouped COUNT, cache off, psycopg clients)", "",
+              "| clients | queries per second |", "|---|---|"]
+    for n, qps in r["throughput"].items():
+        lines.append(f"| {n} | {qps:.1f} |")
+    refusals = [(q, s, e) for q, errs in r["errors"].items() for s, e in errs.items()]
+    if refusals:
+        lines += ["", "## What each system could not answer", "", "| query | system | its error |", "|---|---|---|"]
+        for q, s, e in refusals:
+            lines.append(f"| {q} | {s} | {e.replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
+def _refused(r: dict, query: str, system: str) -> str:
+    return "refused" if system in r["errors"].get(query, {}) else "-"
+
+
+def _cores() -> int:
+    return os.cpu_count() or 1

@@ -1,0 +1,70 @@
+"""A throwaway `dpsql serve` for benchmarks, and concurrent-client throughput against it."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import psycopg
+
+PASSWORD = "bench-password"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve(policy: Path, ledger: Path, user: str = "alice") -> Iterator[str]:
+    """Start `dpsql serve` on a free port with one analyst; yield a psycopg DSN."""
+    subprocess.run([sys.executable, "-m", "dpsql.cli", "users", "add", "-p", str(policy), "--ledger", str(ledger),
+                    user, "--password-stdin"], input=PASSWORD + "\n", text=True, check=True, capture_output=True)
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "dpsql.cli", "serve", "-p", str(policy), "--ledger", str(ledger),
+                               "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    dsn = f"host=127.0.0.1 port={port} dbname=dpsql user={user} password={PASSWORD} sslmode=disable"
+    try:
+        for _ in range(200):
+            try:
+                psycopg.connect(dsn).close()
+                break
+            except psycopg.OperationalError:
+                time.sleep(0.05)
+        yield dsn
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def throughput(dsn: str, query: str, clients: int, seconds: float, setup: tuple[str, ...] = ()) -> float:
+    """Queries per second completed by `clients` concurrent psycopg connections."""
+    done = [0] * clients
+    ready = threading.Barrier(clients + 1)
+    stop = [float("inf")]
+
+    def worker(i: int) -> None:
+        with psycopg.connect(dsn, autocommit=True) as c:
+            for statement in setup:
+                c.execute(statement)
+            ready.wait()
+            while time.monotonic() < stop[0]:
+                c.execute(query).fetchall()
+                done[i] += 1
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    ready.wait()
+    start = time.monotonic()
+    stop[0] = start + seconds
+    for t in threads:
+        t.join()
+    return sum(done) / (time.monotonic() - start)
