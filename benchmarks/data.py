@@ -67,6 +67,7 @@ query_epsilon = 1
 privacy_unit = "uid"
 max_groups = {MAX_GROUPS}
 max_rows = {MAX_ROWS}
+max_contributions = {MAX_GROUPS * MAX_ROWS}
 columns.value = {{ lower = {VALUE_BOUNDS[0]}, upper = {VALUE_BOUNDS[1]} }}
 columns.grp = {{ keys = [{keys}] }}
 

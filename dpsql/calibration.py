@@ -101,9 +101,9 @@ def calibrate(plan: Plan, epsilon: Fraction, delta: Fraction, mechanism: str,
     if mechanism == "laplace":
         for m, w in zip(plan.measures, weights):
             eps = epsilon * w / whole
-            l1 = groups * m.group_bound(rows)
+            l1 = plan.measure_l1(m, domain_size)
             noise = Noise("laplace", laplace_scale(l1, eps))
-            measures.append(MeasureNoise(noise, l1, groups * m.group_bound(rows) ** 2, eps, None))
+            measures.append(MeasureNoise(noise, l1, plan.measure_l2_squared(m, domain_size), eps, None))
             parts.append(Part("laplace", eps, rho=eps * eps / 2, noise_multiplier=noise.scale / l1 if l1 else None))
     else:
         gauss_eps = epsilon * sum(weights) / whole

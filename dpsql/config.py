@@ -63,6 +63,7 @@ class TablePolicy:
     privacy_unit: str | None = None
     max_groups: int = 1
     max_rows: int = 1
+    max_contributions: int | None = None  # rows per unit in a whole query, in any groups (Laplace)
     source: Path | None = None
     columns: Mapping[str, ColumnPolicy] = field(default_factory=dict)
 
@@ -348,7 +349,7 @@ def _parse_privacy(r: _Reader) -> PrivacyPolicy:
 
 
 def _parse_table(r: _Reader, name: str, base: Path) -> TablePolicy:
-    r.unknown_keys({"public", "privacy_unit", "max_groups", "max_rows", "source", "columns"})
+    r.unknown_keys({"public", "privacy_unit", "max_groups", "max_rows", "max_contributions", "source", "columns"})
     public = r.data.get("public", False)
     if not isinstance(public, bool):
         raise r.fail("public must be true or false", "write public = true for a table with no private data")
@@ -384,6 +385,7 @@ def _parse_table(r: _Reader, name: str, base: Path) -> TablePolicy:
         privacy_unit=None if public else (unit if unit == ROW_UNIT else unit.lower()),
         max_groups=r.integer("max_groups", 1),
         max_rows=r.integer("max_rows", 1),
+        max_contributions=r.integer("max_contributions", 1) if "max_contributions" in r.data else None,
         source=source_path,
         columns=columns,
     )

@@ -248,6 +248,7 @@ class Session:
             cal = calibrate_planned(plan, s.mechanism, multiplier, domain)
             return plan, replace(cal, cost=batch_cost(epsilon, delta, multiplier, len(mechanisms)))
         delta = delta if needs_delta(plan, s.mechanism) else Fraction(0)
+        plan.total_bound = s.mechanism == "laplace" and plan.total_bound_helps(domain)
         weights = measure_weights(plan, options.weights)
         if s.target_error is not None and options.epsilon is None:
             epsilon = epsilon_for_target(plan, s.target_error, delta, s.mechanism, domain, weights, s.confidence)
@@ -382,6 +383,7 @@ class Session:
             "public": False,
             "sql": rewrite(plan, self.engine.dialect, plan.literal_domain_size()),
             "max_groups_per_unit": cal.groups_per_unit, "max_rows_per_group": plan.rows_per_group,
+            "max_rows_per_unit": plan.total_rows if plan.total_bound else None,
             "mechanisms": mechanisms,
             "selection": None if cal.selection is None else {
                 "threshold": cal.selection.threshold, "scale": cal.selection.noise.scale,
@@ -431,7 +433,9 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
              f"remaining after: epsilon={info['remaining_after']['epsilon']:g} delta={info['remaining_after']['delta']:g}",
              *([f"epsilon chosen as the smallest giving COUNT and SUM a {pct} error within ±{info['target_error']:g} "
                 "(dpsql.target_error)"] if info.get("target_error") else []),
-             f"contribution bounds: {info['max_groups_per_unit']} group(s) per unit, {info['max_rows_per_group']} row(s) per group"]
+             (f"contribution bounds: {info['max_rows_per_unit']} row(s) per unit in all, in any groups "
+              "(a unit with more has each row scaled down)" if info.get("max_rows_per_unit") else
+              f"contribution bounds: {info['max_groups_per_unit']} group(s) per unit, {info['max_rows_per_group']} row(s) per group")]
     for m in info["mechanisms"]:
         share = (f"epsilon {m['epsilon']:.6g}" if m["epsilon"] is not None
                  else f"rho {m['rho']:.6g}" if m["rho"] is not None else "PLD-planned")

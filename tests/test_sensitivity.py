@@ -77,7 +77,7 @@ person = st.tuples(st.floats(-50, 200, allow_nan=False), st.sampled_from(["F", "
 row = st.tuples(st.floats(-100, 100, allow_nan=False), st.integers(0, 4))
 
 
-def _build(directory: Path, units, target, include_target: bool, rows):
+def _build(directory: Path, units, target, include_target: bool, rows, contributions: int | None = None):
     people, events = [], []
     for pid, (p, evs) in enumerate(units, start=1):
         people.append((pid, *p))
@@ -88,7 +88,10 @@ def _build(directory: Path, units, target, include_target: bool, rows):
         people.append((tid, *tp))
         events += [(tid, *e) for e in tevs]
     make_db(directory / "db.duckdb", people, events, places=("north", "south", "east"), rows=rows)
-    return write_policy(directory)
+    path = write_policy(directory)
+    if contributions is not None:  # a declared limit on a unit's rows in a whole query
+        path.write_text(path.read_text().replace("max_rows = 3\n", f"max_rows = 3\nmax_contributions = {contributions}\n"))
+    return path
 
 
 def _by_group(rs, n_keys: int) -> dict[tuple, tuple]:
@@ -96,18 +99,18 @@ def _by_group(rs, n_keys: int) -> dict[tuple, tuple]:
     return {tuple(r[:n_keys]): tuple(r[n_keys:]) for r in rows}
 
 
-@pytest.mark.parametrize("mechanism", ["laplace", "gaussian"])
+@pytest.mark.parametrize("mechanism,contributions", [("laplace", None), ("gaussian", None), ("laplace", 4)])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(units=st.lists(st.tuples(person, unit_events), min_size=0, max_size=8),
        target=st.tuples(person, target_events),
        rows=st.lists(row, max_size=15),
        drop_row=st.integers(0, 14))
-def test_removing_one_unit_is_bounded(mechanism, units, target, rows, drop_row):
+def test_removing_one_unit_is_bounded(mechanism, contributions, units, target, rows, drop_row):
     with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
-        with_target = Session(load_policy(_build(Path(d1), units, target, True, rows)), "alice")
+        with_target = Session(load_policy(_build(Path(d1), units, target, True, rows, contributions)), "alice")
         # For the row-unit table, the neighbour drops one row.
         fewer_rows = [r for i, r in enumerate(rows) if i != drop_row]
-        without = Session(load_policy(_build(Path(d2), units, target, False, fewer_rows)), "alice")
+        without = Session(load_policy(_build(Path(d2), units, target, False, fewer_rows, contributions)), "alice")
         try:
             with_target.execute(f"SET dpsql.mechanism = '{mechanism}'")
             for q in QUERIES:
@@ -134,13 +137,16 @@ def test_removing_one_unit_is_bounded(mechanism, units, target, rows, drop_row):
 
 
 def test_a_heavy_unit_is_truncated(tmp_path):
-    """The bound is not vacuous: one unit with 100 events counts max_rows, not 100."""
+    """The bound is not vacuous: one unit with 100 events counts max_groups * max_rows = 6 rows
+    in all under Laplace noise (total bound), and max_rows = 3 per group under Gaussian."""
     make_db(tmp_path / "db.duckdb", [(1, 30.0, "F", "Oslo")], [(1, "a", 50.0, "north")] * 100)
     s = Session(load_policy(write_policy(tmp_path)), "alice")
-    plan, cal = s._prepare(classify("SELECT kind, COUNT(*), SUM(amount) FROM events GROUP BY kind").tree)
-    rs = s.engine.execute(rewrite(plan, "duckdb", plan.literal_domain_size()))
-    got = _by_group(rs, 1)
-    assert got[("a",)][1] == 3 * 2 ** plan.measures[0].bits  # max_rows = 3 (fixed-point count)
-    assert got[("a",)][2] == 3 * 50 * 2 ** plan.measures[1].bits  # the unit's mean times max_rows
-    assert got[("b",)] == (0, 0, 0)  # declared key, emitted although empty
+    for mechanism, rows in (("laplace", 6), ("gaussian", 3)):
+        s.execute(f"SET dpsql.mechanism = '{mechanism}'")
+        plan, cal = s._prepare(classify("SELECT kind, COUNT(*), SUM(amount) FROM events GROUP BY kind").tree)
+        assert plan.total_bound == (mechanism == "laplace")
+        got = _by_group(s.engine.execute(rewrite(plan, "duckdb", plan.literal_domain_size())), 1)
+        assert got[("a",)][1] == rows * 2 ** plan.measures[0].bits  # fixed-point count
+        assert got[("a",)][2] == rows * 50 * 2 ** plan.measures[1].bits  # the unit's mean times its row limit
+        assert got[("b",)] == (0, 0, 0)  # declared key, emitted although empty
     s.close()

@@ -133,6 +133,11 @@ class Plan:
     scale_groups: bool = False
     sample_rate: float | None = None  # privacy units are Poisson-sampled at this rate
     item_estimates: list[set[int]] = field(default_factory=list)  # per select item, the estimates it uses
+    # Bound each unit's rows in the whole query (max_contributions, or max_groups * max_rows),
+    # spread over groups as they fall, instead of per group: the same L1 sensitivity when a
+    # unit may reach max_groups groups, and far less data cut away. Laplace noise (L1) only.
+    total_bound: bool = False
+    max_contributions: int | None = None
 
     @property
     def declared(self) -> bool:
@@ -163,6 +168,29 @@ class Plan:
     @property
     def rows_per_group(self) -> int:
         return self.max_rows
+
+    @property
+    def total_rows(self) -> int:
+        """A unit's rows in the whole query under total_bound."""
+        return self.max_contributions or self.max_groups * self.max_rows
+
+    def total_bound_helps(self, domain_size: int | None) -> bool:
+        """Whether bounding a unit's rows in all costs no more noise than bounding per group:
+        declared by the policy (max_contributions), or a unit may reach max_groups groups."""
+        return (self.unit is not None and self.row_id_source is None and not self.select_groups
+                and self.sample_rate is None
+                and (self.max_contributions is not None or self.groups_per_unit(domain_size) == self.max_groups))
+
+    def measure_l1(self, m: Measure, domain_size: int | None) -> int:
+        """L1 sensitivity of one measure's vector over all groups, in its integer units."""
+        if self.total_bound and m.kind != "units":
+            return self.total_rows * m.row_bound
+        return self.groups_per_unit(domain_size) * m.group_bound(self.rows_per_group)
+
+    def measure_l2_squared(self, m: Measure, domain_size: int | None) -> int:
+        if self.total_bound and m.kind != "units":
+            return (self.total_rows * m.row_bound) ** 2
+        return self.groups_per_unit(domain_size) * m.group_bound(self.rows_per_group) ** 2
 
 
 def _literal_domain_size(keys: list[GroupKey]) -> int | None:
@@ -234,6 +262,7 @@ class _Analysis:
         self._estimate_index: dict[str, int] = {}
         self._items: list[set[int]] = []
         self._current: set[int] | None = None
+        self.max_contributions: int | None = None
 
     def run(self) -> Plan:
         tree = self.tree
@@ -264,6 +293,9 @@ class _Analysis:
         # scaled by max_groups / (its groups): counts then need fractional bits.
         scale_groups = (unit is not None and bool(keys) and all(k.declared for k in keys)
                         and (domain is None or domain > max_groups))
+        # Counts are fixed point when a unit's shares are scaled over many groups; otherwise a
+        # share scaled under total_bound is floored to whole rows (exact unless a unit exceeds
+        # its limit, and then at most one row short per group).
         self.count_bits = COUNT_BITS if scale_groups else 0
         rates = {s.sample for s in self.rel.sources if s.sample is not None}
         if len(rates) > 1:
@@ -280,7 +312,8 @@ class _Analysis:
         return Plan(relation=rel, unit=unit, unit_in_hash=unit_in_hash, row_id_source=row_id_source, keys=keys,
                     measures=self.measures, estimates=self.estimates, post=post, output_names=names,
                     max_groups=max_groups, max_rows=max_rows, scale_groups=scale_groups,
-                    sample_rate=self.sample_rate, item_estimates=self._items)
+                    sample_rate=self.sample_rate, item_estimates=self._items,
+                    max_contributions=self.max_contributions)
 
     # The privacy unit ----------------------------------------------------------------------
     def _unit(self) -> tuple[exp.Expression | None, bool, str | None, int, int]:
@@ -304,6 +337,8 @@ class _Analysis:
         check_unit_joins(self.rel)
         unit = driver.column(driver.table.privacy_unit)
         self.rel.where.append(exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null())))
+        limits = [s.table.max_contributions for s in private]
+        self.max_contributions = None if None in limits else max(limits)
         return (unit, True, None, max(s.table.max_groups for s in private), max(s.table.max_rows for s in private))
 
     # GROUP BY ----------------------------------------------------------------------------

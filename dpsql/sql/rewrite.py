@@ -176,7 +176,8 @@ def _histogram_ctes(plan: Plan, j: int, m: Measure, keys: list[str], groups: int
     column per bin: counting per (unit, group, bin) and pivoting the small per-group result
     is several times faster than one conditional count per bin at the per-unit stage.
     A unit's n rows in a group add c * max_rows / n to the bin holding c of them when
-    n > max_rows (floored), so its bins sum to at most max_rows, as a count's would."""
+    n > max_rows (floored), so its bins sum to at most max_rows, as a count's would (under
+    total_bound: c * C / N, with N the unit's rows in all and C its limit)."""
     unit = 2 ** m.bits
     group_cols = ", ".join(keys + [f"v{j}"])
     if plan.unit is None:
@@ -185,10 +186,13 @@ def _histogram_ctes(plan: Plan, j: int, m: Measure, keys: list[str], groups: int
         ctes = [(f"bins{j}", cells)]
     else:
         on = " AND ".join(["c.unit = p.unit"] + [f"c.{k} IS NOT DISTINCT FROM p.{k}" for k in keys])
-        share = (f"CASE WHEN p.n{j} > {plan.rows_per_group} THEN (c.c * {plan.rows_per_group * unit}) // p.n{j} "
-                 f"ELSE c.c{f' * {unit}' if m.bits else ''} END")
-        join_groups = " JOIN unit_groups AS ug ON ug.unit = c.unit" if plan.scale_groups else ""
-        scaled = share if not plan.scale_groups else f"({share}) * {groups} // GREATEST(ug.groups, {groups})"
+        join_groups = " JOIN unit_groups AS ug ON ug.unit = c.unit" if plan.scale_groups or plan.total_bound else ""
+        if plan.total_bound:
+            scaled = f"(c.c * {plan.total_rows * unit}) // GREATEST(ug.unit_rows, {plan.total_rows})"
+        else:
+            share = (f"CASE WHEN p.n{j} > {plan.rows_per_group} THEN (c.c * {plan.rows_per_group * unit}) // p.n{j} "
+                     f"ELSE c.c{f' * {unit}' if m.bits else ''} END")
+            scaled = share if not plan.scale_groups else f"({share}) * {groups} // GREATEST(ug.groups, {groups})"
         c_keys = ", ".join([f"c.{k}" for k in keys] + [f"c.v{j}"])
         ctes = [(f"cells{j}", f"SELECT unit, {group_cols}, COUNT(*) AS c\n  FROM filtered\n  WHERE v{j} IS NOT NULL\n"
                               f"  GROUP BY unit, {group_cols}"),
@@ -257,21 +261,29 @@ def rewrite(plan: Plan, dialect: str = "duckdb", domain_size: int | None = None,
             per_unit += f"\n  QUALIFY ROW_NUMBER() OVER (PARTITION BY unit ORDER BY hash({hashed})) <= {groups}"
         ctes.append(("per_unit", per_unit))
         source = "per_unit"
-        if plan.scale_groups:
-            ctes.append(("unit_groups", "SELECT unit, COUNT(*) AS groups\n  FROM per_unit\n  GROUP BY unit"))
+        if plan.scale_groups or plan.total_bound:
+            ctes.append(("unit_groups", "SELECT unit, COUNT(*) AS groups, SUM(n) AS unit_rows\n  FROM per_unit\n"
+                                        "  GROUP BY unit"))
             source = "per_unit JOIN unit_groups USING (unit)"
         aggs = ["COUNT(*) AS units"]
+        limit = plan.total_rows
         for j, m in enumerate(plan.measures):
             n = "n" if m.value is None else f"n{j}"
+            unit = 2 ** m.bits
             if m.kind == "units":
-                share = str(2 ** m.bits)  # one per unit and group
+                share = _scaled(str(unit), plan, groups)  # one per unit and group
+            elif plan.total_bound and m.kind == "count":
+                # A unit's N rows in all count C / N each when N > C: its shares sum to at most C.
+                share = f"({n} * {limit * unit}) // GREATEST(unit_rows, {limit})"
+            elif plan.total_bound and m.kind == "sum":
+                share = f"(s{j} * {limit}) // GREATEST(unit_rows, {limit})"
             elif m.kind == "count":
-                share = f"LEAST({n}, {m_rows})" + (f" * {2 ** m.bits}" if m.bits else "")
+                share = _scaled(f"LEAST({n}, {m_rows})" + (f" * {unit}" if m.bits else ""), plan, groups)
             elif m.kind == "sum":
-                share = f"CASE WHEN {n} > {m_rows} THEN (s{j} * {m_rows}) // {n} ELSE s{j} END"
+                share = _scaled(f"CASE WHEN {n} > {m_rows} THEN (s{j} * {m_rows}) // {n} ELSE s{j} END", plan, groups)
             else:
                 continue
-            aggs.append(f"SUM({_scaled(share, plan, groups)}) AS m{j}")
+            aggs.append(f"SUM({share}) AS m{j}")
         ctes.append(("per_group", f"SELECT {', '.join(keys + aggs)}\n  FROM {source}{group_by}"))
     histograms = [(j, m) for j, m in enumerate(plan.measures) if m.kind == "histogram"]
     if histograms:
