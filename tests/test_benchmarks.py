@@ -1,0 +1,27 @@
+"""The benchmark's quick mode runs end to end and writes its tables (a smoke test, not a timing:
+the figures themselves are in benchmarks/RESULTS.md, from the full run)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_quick_benchmark_writes_every_table(tmp_path):
+    out = tmp_path / "RESULTS.md"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--out", str(out), "--work", str(ROOT / ".bench")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = out.read_text()
+    for heading in ("## Latency at 100,000 rows", "## Accuracy at 100,000 rows", "## Budget:", "## Scale:",
+                    "## Throughput of dpsql serve"):
+        assert heading in text, heading
+    results = json.loads(out.with_suffix(".json").read_text())
+    assert "dpsql" not in {s for errors in results["errors"].values() for s in errors}  # dpsql answers every query
+    assert {"smartnoise", "qrlew"} <= {s for per_query in results["accuracy"].values() for s in per_query}
+    assert all(r < 0.5 for q in results["accuracy"].values() for s, r in q.items() if s == "dpsql")
+    assert (tmp_path / "latency_vs_rows.png").stat().st_size > 1000
