@@ -14,6 +14,7 @@ import secrets
 import json
 import math
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Mapping, Sequence
@@ -35,6 +36,8 @@ from .sql.classify import (Explain, Query, SetCommand, ShowCommand, TransactionC
                            split_statements)
 from .sql.options import QueryOptions
 from .sql.rewrite import rewrite
+
+PLAN_CACHE_SIZE = 256  # query shapes whose plan and calibration a session keeps
 
 # Ordinary PostgreSQL client settings: accepted and remembered, never passed to the engine.
 CLIENT_SETTINGS = {
@@ -85,6 +88,8 @@ class Session:
         self.settings = self._defaults()
         self._post = PostProcessor()
         self._lock = threading.Lock()
+        self._plans: OrderedDict[str, tuple[Plan | PublicQuery, Calibration | None]] = OrderedDict()
+        self._sql: dict[int, tuple[Plan, str]] = {}  # id(plan) -> (plan, its bounded SQL without salt)
 
     def _defaults(self) -> Settings:
         p = self.policy.privacy
@@ -228,7 +233,25 @@ class Session:
     # Queries -------------------------------------------------------------------------------
     def _prepare(self, tree: exp.Query, options: QueryOptions | None = None
                  ) -> tuple[Plan | PublicQuery, Calibration | None]:
+        """Plan and calibrate, memoised per query shape: both are pure functions of the query,
+        the settings, the policy and the schema, so a dashboard's repeated queries skip them
+        (the charge, the engine and the noise are never cached here)."""
         options = options or QueryOptions()
+        s = self.settings
+        key = repr((tree.sql(dialect="postgres"), options, s.epsilon, s.delta, s.mechanism, s.planner, s.target_error,
+                    self.engine.data_version()))
+        hit = self._plans.get(key)
+        if hit is not None:
+            self._plans.move_to_end(key)
+            return hit
+        prepared = self._plan_and_calibrate(tree, options)
+        self._plans[key] = prepared
+        if len(self._plans) > PLAN_CACHE_SIZE:
+            self._plans.popitem(last=False)
+        return prepared
+
+    def _plan_and_calibrate(self, tree: exp.Query, options: QueryOptions
+                            ) -> tuple[Plan | PublicQuery, Calibration | None]:
         plan = analyze(tree, self.policy, self.engine.schema())
         if isinstance(plan, PublicQuery):
             return plan, None
@@ -279,13 +302,24 @@ class Session:
         """Run the bounded query, noise it and post-process: only after the charge."""
         s = self.settings
         salt = secrets.randbits(63) if plan.sample_rate is not None else None
-        rs = self.engine.execute(rewrite(plan, self.engine.dialect, plan.literal_domain_size(), salt))
+        rs = self.engine.execute(self._bounded_sql(plan, salt))
         out = self._post.run(plan.post, release(plan, cal, rs, s.confidence))
         rows = [tuple(_plain(v) for v in r) for r in out.rows]
         dp = {"cost": cost.as_dict(), "remaining": {k: float(v) for k, v in left.items()},
               "ci": dict(out.ci), "confidence": s.confidence, "mechanism": s.mechanism, "cached": False,
               "noise": detail["mechanisms"]}
         return Result(out.names, out.types, rows, f"SELECT {len(rows)}", dp)
+
+    def _bounded_sql(self, plan: Plan, salt: int | None) -> str:
+        if salt is not None:
+            return rewrite(plan, self.engine.dialect, plan.literal_domain_size(), salt)
+        cached = self._sql.get(id(plan))
+        if cached is None or cached[0] is not plan:
+            cached = (plan, rewrite(plan, self.engine.dialect, plan.literal_domain_size()))
+            self._sql[id(plan)] = cached
+            if len(self._sql) > 2 * PLAN_CACHE_SIZE:
+                self._sql.clear()
+        return cached[1]
 
     def execute_script(self, text: str) -> list[Result]:
         """A string of several statements, as the wire's simple query sends them. When every
