@@ -30,7 +30,7 @@ from .engines import Engine, open_engine
 from .errors import Error, InternalError, ProgrammingError, forbidden, invalid_parameter, unsupported
 from .postprocess import PostProcessor
 from .release import release
-from .sql.analyze import Plan, PublicQuery, touches_private, analyze
+from .sql.analyze import COUNT_BITS, Plan, PublicQuery, touches_private, analyze
 from .sql.scope import output_name
 from .sql.classify import (Explain, Query, SetCommand, ShowCommand, TransactionCommand, classify, classify_one,
                            split_statements)
@@ -311,6 +311,10 @@ class Session:
         return Result(out.names, out.types, rows, f"SELECT {len(rows)}", dp)
 
     def _bounded_sql(self, plan: Plan, salt: int | None) -> str:
+        if plan.weightable() and hasattr(self.engine, "weighted_copy"):
+            source = plan.relation.sources[0]
+            plan.weights_table = self.engine.weighted_copy(source.table.name, plan.unit.name, plan.total_rows,
+                                                           COUNT_BITS)
         if salt is not None:
             return rewrite(plan, self.engine.dialect, plan.literal_domain_size(), salt)
         cached = self._sql.get(id(plan))

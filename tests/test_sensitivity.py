@@ -111,11 +111,16 @@ def test_removing_one_unit_is_bounded(mechanism, contributions, units, target, r
         # For the row-unit table, the neighbour drops one row.
         fewer_rows = [r for i, r in enumerate(rows) if i != drop_row]
         without = Session(load_policy(_build(Path(d2), units, target, False, fewer_rows, contributions)), "alice")
+        weighted = 0
         try:
             with_target.execute(f"SET dpsql.mechanism = '{mechanism}'")
             for q in QUERIES:
                 plan, cal = with_target._prepare(classify(q).tree)
-                sql = rewrite(plan, "duckdb", plan.literal_domain_size())
+                # The SQL the session runs (a weighted copy of the table under the Laplace total
+                # bound), built in both databases: the copy's name depends on the policy only.
+                sql = with_target._bounded_sql(plan, None)
+                assert without._bounded_sql(plan, None) == sql
+                weighted += plan.weights_table is not None
                 n = len(plan.keys)
                 a = _by_group(with_target.engine.execute(sql), n)
                 b = _by_group(without.engine.execute(sql), n)
@@ -131,6 +136,7 @@ def test_removing_one_unit_is_bounded(mechanism, contributions, units, target, r
                     diffs = [abs(int(a.get(g, zero)[c] or 0) - int(b.get(g, zero)[c] or 0)) for g in groups for c in cols]
                     assert sum(diffs) <= mn.l1, (q, plan.measures[j].describe(), diffs, mn.l1)
                     assert math.sqrt(sum(x * x for x in diffs)) <= math.sqrt(mn.l2_squared) + 1e-9, q
+            assert (weighted > 0) == (mechanism == "laplace")  # the weighted path is exercised
         finally:
             with_target.close()
             without.close()

@@ -138,6 +138,9 @@ class Plan:
     # unit may reach max_groups groups, and far less data cut away. Laplace noise (L1) only.
     total_bound: bool = False
     max_contributions: int | None = None
+    # A copy of the one private table with each row's weight, min(1, limit / rows of its unit
+    # in the table) in fixed point: bounding becomes a weighted sum the engine does in one scan.
+    weights_table: str | None = None
 
     @property
     def declared(self) -> bool:
@@ -173,6 +176,16 @@ class Plan:
     def total_rows(self) -> int:
         """A unit's rows in the whole query under total_bound."""
         return self.max_contributions or self.max_groups * self.max_rows
+
+    def weightable(self) -> bool:
+        """Whether total bounding can use per-row weights computed once per table: one private
+        base table, no joins (so a row appears once), and measures that are weighted sums with
+        fractional bits (a floored weight of a whole row would drop heavy units entirely)."""
+        rel = self.relation
+        return (self.total_bound and len(rel.sources) == 1 and not rel.joins and rel.sources[0].derived is None
+                and rel.sources[0].private and isinstance(self.unit, exp.Column)
+                and all(m.kind in ("count", "sum", "histogram") for m in self.measures)
+                and all(m.bits == COUNT_BITS for m in self.measures if m.kind in ("count", "histogram")))
 
     def total_bound_helps(self, domain_size: int | None) -> bool:
         """Whether bounding a unit's rows in all costs no more noise than bounding per group:

@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from .analyze import GroupKey, Measure, Plan
+from .analyze import COUNT_BITS, GroupKey, Measure, Plan
 from .derived import Derived
 from .scope import Relation, Source
 from .total import clamp, try_casts, try_wrap, total
@@ -133,10 +133,12 @@ def _types(rel: Relation) -> dict[tuple[str, str], str]:
     return {(s.alias, c): t for s in rel.sources for c, t in s.columns.items()}
 
 
-def _from(rel: Relation, dialect: str, row_id_source: str | None = None) -> str:
+def _from(rel: Relation, dialect: str, row_id_source: str | None = None, weights_table: str | None = None) -> str:
     def render(source: Source) -> str:
         if source.derived is not None:
             return f"({_derived_sql(source.derived, dialect)}) AS {source.alias}"
+        if weights_table is not None and source.private:
+            return f"{weights_table} AS {source.alias}"
         if row_id_source == source.alias:
             return f"(SELECT *, ROW_NUMBER() OVER () AS __dpsql_rid FROM {_q(source.table.name)}) AS {source.alias}"
         return f"{_q(source.table.name)} AS {source.alias}"
@@ -171,6 +173,19 @@ def _scaled(share: str, plan: Plan, groups: int) -> str:
     return f"({share}) * {groups} // GREATEST(groups, {groups})"
 
 
+def _weighted_per_group(plan: Plan, keys: list[str], group_by: str) -> str:
+    """Totals per group from rows weighted by their unit's share w = floor(C 2^b / max(N, C))
+    (N: the unit's rows in the table, C: its limit): a unit's n <= N rows in the query add at
+    most n C / max(N, C) <= C rows, and a sum row adds v w / 2^b truncated toward zero."""
+    aggs = ["0 AS units"]  # unit counts serve partition selection only, which this path excludes
+    for j, m in enumerate(plan.measures):
+        if m.kind == "count":
+            aggs.append(f"SUM(w) AS m{j}" if m.value is None else f"SUM(CASE WHEN v{j} IS NOT NULL THEN w END) AS m{j}")
+        elif m.kind == "sum":
+            aggs.append(f"SUM((v{j} * w) // {2 ** COUNT_BITS}) AS m{j}")
+    return f"SELECT {', '.join(keys + aggs)}\n  FROM filtered{group_by}"
+
+
 def _histogram_ctes(plan: Plan, j: int, m: Measure, keys: list[str], groups: int) -> list[tuple[str, str]]:
     """Histogram j in long form (one row per group and non-empty bin), then pivoted to one
     column per bin: counting per (unit, group, bin) and pivoting the small per-group result
@@ -180,7 +195,10 @@ def _histogram_ctes(plan: Plan, j: int, m: Measure, keys: list[str], groups: int
     total_bound: c * C / N, with N the unit's rows in all and C its limit)."""
     unit = 2 ** m.bits
     group_cols = ", ".join(keys + [f"v{j}"])
-    if plan.unit is None:
+    if plan.weights_table is not None:
+        ctes = [(f"bins{j}", f"SELECT {group_cols}, SUM(w) AS s\n  FROM filtered\n  WHERE v{j} IS NOT NULL\n"
+                             f"  GROUP BY {group_cols}")]
+    elif plan.unit is None:
         cells = (f"SELECT {group_cols}, COUNT(*) * {unit} AS s\n  FROM filtered\n  WHERE v{j} IS NOT NULL\n"
                  f"  GROUP BY {group_cols}")
         ctes = [(f"bins{j}", cells)]
@@ -224,11 +242,15 @@ def rewrite(plan: Plan, dialect: str = "duckdb", domain_size: int | None = None,
         threshold = min(2**64 - 1, int(plan.sample_rate * 2**64))
         secret = "0 /* a secret salt, new for each execution */" if salt is None else str(salt)
         where.append(f"hash({_sql(plan.unit, dialect)}, {secret}) < {threshold}")
-    filtered = f"SELECT {', '.join(select)}\n  FROM {_from(plan.relation, dialect, plan.row_id_source)}"
+    if plan.weights_table is not None:
+        select.append(f"{plan.relation.sources[0].alias}.__dpsql_w AS w")
+    filtered = f"SELECT {', '.join(select)}\n  FROM {_from(plan.relation, dialect, plan.row_id_source, plan.weights_table)}"
     if where:
         filtered += "\n  WHERE " + "\n    AND ".join(where)
     declared = [(i, k) for i, k in enumerate(plan.keys) if k.declared]
-    if declared:
+    # Weighted rows add to their own group only, and groups outside a declared domain are never
+    # released (the final join starts from the domain): no membership filter is needed then.
+    if declared and plan.weights_table is None:
         filtered = (f"SELECT * FROM ({filtered}) AS f\n  WHERE "
                     + " AND ".join(f"k{i} IN (SELECT k{i} FROM domain{i})" for i, _ in declared))
 
@@ -238,7 +260,9 @@ def rewrite(plan: Plan, dialect: str = "duckdb", domain_size: int | None = None,
     group_by = f"\n  GROUP BY {key_list}" if keys else ""
     m_rows = plan.rows_per_group
     groups = plan.groups_per_unit(domain_size)
-    if plan.unit is None:
+    if plan.weights_table is not None:
+        ctes.append(("per_group", _weighted_per_group(plan, keys, group_by)))
+    elif plan.unit is None:
         aggs = ["COUNT(*) AS units"]
         for j, m in enumerate(plan.measures):
             if m.kind == "units":
