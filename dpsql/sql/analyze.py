@@ -179,10 +179,15 @@ class Plan:
 
     def weightable(self) -> bool:
         """Whether total bounding can use per-row weights computed once per table: one private
-        base table, no joins (so a row appears once), and measures that are weighted sums with
-        fractional bits (a floored weight of a whole row would drop heavy units entirely)."""
+        base table, no joins (so a row appears once), no filter, and measures that are weighted
+        sums with fractional bits (a floored weight of a whole row would drop heavy units)."""
         rel = self.relation
-        return (self.total_bound and len(rel.sources) == 1 and not rel.joins and rel.sources[0].derived is None
+        unit_check = exp.Not(this=exp.Is(this=self.unit, expression=exp.Null())).sql() if self.unit is not None else None
+        # A filter would keep few rows of a heavy unit that the table-wide weight still scales
+        # down (valid, but biased): filtered queries bound per query instead.
+        unfiltered = all(c.sql() == unit_check for c in rel.where)
+        return (self.total_bound and unfiltered and len(rel.sources) == 1 and not rel.joins
+                and rel.sources[0].derived is None
                 and rel.sources[0].private and isinstance(self.unit, exp.Column)
                 and all(m.kind in ("count", "sum", "histogram") for m in self.measures)
                 and all(m.bits == COUNT_BITS for m in self.measures if m.kind in ("count", "histogram")))
