@@ -89,6 +89,7 @@ class Session:
         self._post = PostProcessor()
         self._lock = threading.Lock()
         self._plans: OrderedDict[str, tuple[Plan | PublicQuery, Calibration | None]] = OrderedDict()
+        self._statements: OrderedDict[str, Query] = OrderedDict()
         self._sql: dict[int, tuple[Plan, str]] = {}  # id(plan) -> (plan, its bounded SQL without salt)
 
     def _defaults(self) -> Settings:
@@ -108,8 +109,22 @@ class Session:
                 raise InternalError("internal error while answering the query; nothing was released",
                                     hint=f"please report it ({type(e).__name__})") from e
 
-    def _execute(self, sql: str, params) -> Result:
+    def _classify(self, sql: str):
+        """classify(), memoised for SELECTs (parsing is pure): a dashboard resends the same text.
+        The caller gets its own copy of the tree."""
+        hit = self._statements.get(sql)
+        if hit is not None:
+            self._statements.move_to_end(sql)
+            return replace(hit, tree=hit.tree.copy())
         stmt = classify(sql)
+        if isinstance(stmt, Query):
+            self._statements[sql] = replace(stmt, tree=stmt.tree.copy())
+            if len(self._statements) > PLAN_CACHE_SIZE:
+                self._statements.popitem(last=False)
+        return stmt
+
+    def _execute(self, sql: str, params) -> Result:
+        stmt = self._classify(sql)
         if isinstance(stmt, SetCommand):
             if params:
                 raise forbidden("parameters are not allowed in SET")
@@ -284,7 +299,7 @@ class Session:
             rows = list(zip(*rs.columns)) if rs.row_count else []
             return Result(public_names(plan.tree, rs.names), list(rs.types), rows, f"SELECT {len(rows)}")
         s = self.settings
-        key = self._cache_key(tree, stmt.options)
+        key = self._cache_key(tree, stmt.options) if s.cache else None
         if s.cache:
             cached = self.ledger.cache_get(self.user.name, key)
             if cached is not None:
