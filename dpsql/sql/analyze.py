@@ -180,7 +180,8 @@ class Plan:
     def weightable(self) -> bool:
         """Whether total bounding can use per-row weights computed once per table: one private
         base table, no joins (so a row appears once), no filter, and measures that are weighted
-        sums with fractional bits (a floored weight of a whole row would drop heavy units)."""
+        sums: counts and histograms with fractional bits (a floored weight of a whole row would
+        drop heavy units), or, without GROUP BY, a count floored once from the weighted sum."""
         rel = self.relation
         unit_check = exp.Not(this=exp.Is(this=self.unit, expression=exp.Null())).sql() if self.unit is not None else None
         # A filter would keep few rows of a heavy unit that the table-wide weight still scales
@@ -190,7 +191,9 @@ class Plan:
                 and rel.sources[0].derived is None
                 and rel.sources[0].private and isinstance(self.unit, exp.Column)
                 and all(m.kind in ("count", "sum", "histogram") for m in self.measures)
-                and all(m.bits == COUNT_BITS for m in self.measures if m.kind in ("count", "histogram")))
+                and all(m.bits == COUNT_BITS for m in self.measures if m.kind == "histogram")
+                # Whole-row counts: floored once per group, which keeps a unit's L1 only with one group.
+                and (not self.keys or all(m.bits == COUNT_BITS for m in self.measures if m.kind == "count")))
 
     def total_bound_helps(self, domain_size: int | None) -> bool:
         """Whether bounding a unit's rows in all costs no more noise than bounding per group:

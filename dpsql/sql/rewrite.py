@@ -176,11 +176,15 @@ def _scaled(share: str, plan: Plan, groups: int) -> str:
 def _weighted_per_group(plan: Plan, keys: list[str], group_by: str) -> str:
     """Totals per group from rows weighted by their unit's share w = floor(C 2^b / max(N, C))
     (N: the unit's rows in the table, C: its limit): a unit's n <= N rows in the query add at
-    most n C / max(N, C) <= C rows, and a sum row adds v w / 2^b truncated toward zero."""
+    most n C / max(N, C) <= C rows, and a sum row adds v w / 2^b truncated toward zero. A count
+    in whole rows (no GROUP BY) floors the one weighted total: floor moves by at most C too."""
     aggs = ["0 AS units"]  # unit counts serve partition selection only, which this path excludes
     for j, m in enumerate(plan.measures):
         if m.kind == "count":
-            aggs.append(f"SUM(w) AS m{j}" if m.value is None else f"SUM(CASE WHEN v{j} IS NOT NULL THEN w END) AS m{j}")
+            weighted = "SUM(w)" if m.value is None else f"SUM(CASE WHEN v{j} IS NOT NULL THEN w END)"
+            if m.bits < COUNT_BITS:  # whole rows, one group only (see Plan.weightable)
+                weighted = f"{weighted} // {2 ** (COUNT_BITS - m.bits)}"
+            aggs.append(f"{weighted} AS m{j}")
         elif m.kind == "sum":
             aggs.append(f"SUM((v{j} * w) // {2 ** COUNT_BITS}) AS m{j}")
     return f"SELECT {', '.join(keys + aggs)}\n  FROM filtered{group_by}"
