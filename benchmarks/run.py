@@ -115,8 +115,8 @@ def dpsql_cursor(policy: Path, ledger: Path):
     return cur
 
 
-def truth(db: Path, sql: str) -> dict:
-    con = duckdb.connect(str(db), read_only=True)
+def truth(con: duckdb.DuckDBPyConnection, sql: str) -> dict:
+    """The exact answer on the raw data, by group."""
     return {tuple(r[:-1]): r[-1] for r in con.execute(sql).fetchall()}
 
 
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
                         cur.execute(q.sql)
                         answers.append([list(r) for r in cur.fetchall()])
                     results["accuracy"].setdefault(q.name, {})["dpsql"] = statistics.median(
-                        relative_errors(answers, truth(db, q.sql)))
+                        relative_errors(answers, truth(con, q.sql)))
                 log(f"{rows:,} rows: dpsql serve + psycopg, and throughput with {clients} clients")
                 with serve(policy, tmp / f"served_{rows}.sqlite") as dsn:
                     setup = ("SET dpsql.cache = off", f"SET dpsql.epsilon = {EPSILON}", f"SET dpsql.delta = {DELTA}")
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
                     if rows != main_size:
                         continue
                     results["accuracy"].setdefault(q.name, {})[system] = statistics.median(
-                        relative_errors(entry["answers"], truth(db, q.sql)))
+                        relative_errors(entry["answers"], truth(con, q.sql)))
                     spend = entry["spend"]
                     results["charged"].setdefault(q.name, {})[system] = (
                         spend["charged"][0] if "charged" in spend else event_epsilon(spend["event"], DELTA))

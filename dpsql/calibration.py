@@ -80,7 +80,6 @@ def calibrate(plan: Plan, epsilon: Fraction, delta: Fraction, mechanism: str,
     if epsilon <= 0:
         raise invalid_parameter("epsilon must be positive", hint="SET dpsql.epsilon = 0.1")
     groups = plan.groups_per_unit(domain_size)
-    rows = plan.rows_per_group
     k = len(plan.measures)
     weights = list(weights) if weights is not None else [Fraction(1)] * k
     whole = sum(weights) + (1 if plan.needs_selection else 0)
@@ -116,9 +115,9 @@ def calibrate(plan: Plan, epsilon: Fraction, delta: Fraction, mechanism: str,
                                     hint="raise dpsql.epsilon or dpsql.delta, or SET dpsql.mechanism = 'laplace'")
         for m, w in zip(plan.measures, weights):
             rho = rho_total * w / sum(weights)
-            l2_squared = groups * m.group_bound(rows) ** 2
+            l2_squared = plan.measure_l2_squared(m, domain_size)
             noise = Noise("gaussian", gaussian_sigma(l2_squared, rho))
-            measures.append(MeasureNoise(noise, groups * m.group_bound(rows), l2_squared, None, rho))
+            measures.append(MeasureNoise(noise, plan.measure_l1(m, domain_size), l2_squared, None, rho))
         # Gaussian measures compose into one Gaussian mechanism of the summed rho.
         parts.append(Part("gaussian", gauss_eps, gauss_delta, rho=rho_total,
                           noise_multiplier=1 / math.sqrt(2 * float(rho_total))))

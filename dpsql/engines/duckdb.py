@@ -7,12 +7,13 @@ rewrite could not read /etc/passwd or attach another database.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import duckdb
 
@@ -53,6 +54,7 @@ class DuckDBEngine:
             self._schema = self._introspect()
         except duckdb.Error as e:
             self._con.close()
+            shutil.rmtree(self._scratch_dir, ignore_errors=True)
             raise PolicyError(f"{policy.path}: cannot open the data: {e}",
                               hint="check the [engine] database and the tables' source files") from None
         check_against_schema(policy, self._schema)
@@ -111,27 +113,34 @@ class DuckDBEngine:
             cur = self._local.cursor = self._con.cursor()
         return cur
 
-    def execute(self, sql: str) -> ResultSet:
-        """Run dpsql-built SQL. Engine messages may quote data, so they never travel upward."""
+    @contextlib.contextmanager
+    def _tracked(self, failure: OperationalError) -> Iterator[duckdb.DuckDBPyConnection]:
+        """This thread's cursor, registered so that a CancelRequest can interrupt it; engine
+        messages may quote data, so an engine error becomes `failure` and never travels upward."""
         cur = self._cursor()
         ident = threading.get_ident()
         self._running[ident] = cur
         try:
+            yield cur
+        except duckdb.InterruptException:
+            raise OperationalError("canceling statement due to user request", sqlstate="57014") from None
+        except duckdb.Error:
+            raise failure from None
+        finally:
+            self._running.pop(ident, None)
+
+    def execute(self, sql: str) -> ResultSet:
+        """Run dpsql-built SQL."""
+        failure = OperationalError(
+            "the query failed while running in the engine",
+            sqlstate="XX000",
+            hint="the engine's own message is withheld because it may quote private values; "
+                 "the query's cost stays charged, because whether a query fails can depend on the data")
+        with self._tracked(failure) as cur:
             cur.execute(sql)
             names = [d[0] for d in cur.description]
             types = [str(d[1]) for d in cur.description]
             rows = cur.fetchall()
-        except duckdb.InterruptException:
-            raise OperationalError("canceling statement due to user request", sqlstate="57014") from None
-        except duckdb.Error:
-            raise OperationalError(
-                "the query failed while running in the engine",
-                sqlstate="XX000",
-                hint="the engine's own message is withheld because it may quote private values; "
-                     "the query's cost stays charged, because whether a query fails can depend on the data",
-            ) from None
-        finally:
-            self._running.pop(ident, None)
         columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in names]
         return ResultSet(names, types, columns)
 
@@ -144,23 +153,14 @@ class DuckDBEngine:
         version = self.data_version()
         with self._copies_lock:
             if self._copies.get(name) != version:
-                # On this thread's cursor, so that a CancelRequest interrupts the build too.
-                cur = self._cursor()
-                ident = threading.get_ident()
-                self._running[ident] = cur
-                try:
+                failure = OperationalError("could not prepare the table's contribution weights", sqlstate="XX000",
+                                           hint="the engine's message is withheld; check the engine's memory_limit")
+                with self._tracked(failure) as cur:  # a CancelRequest interrupts the build too
                     cur.execute(
                         f"CREATE OR REPLACE TABLE scratch.main.{quote(name)} AS SELECT *, "
                         f"CAST({limit << bits} AS BIGINT) // GREATEST(COUNT(*) OVER (PARTITION BY {quote(unit)}), {limit}) "
                         f"AS __dpsql_w FROM main.{quote(table)} WHERE {quote(unit)} IS NOT NULL")
                     cur.execute("CHECKPOINT scratch")
-                except duckdb.InterruptException:
-                    raise OperationalError("canceling statement due to user request", sqlstate="57014") from None
-                except duckdb.Error:
-                    raise OperationalError("could not prepare the table's contribution weights", sqlstate="XX000",
-                                           hint="the engine's message is withheld; check the engine's memory_limit") from None
-                finally:
-                    self._running.pop(ident, None)
                 self._copies[name] = version
         return f"scratch.main.{quote(name)}"
 

@@ -165,12 +165,12 @@ def _derived_sql(d: Derived, dialect: str) -> str:
     return sql
 
 
-def _scaled(share: str, plan: Plan, groups: int) -> str:
-    """A unit's share in one group, scaled by max_groups / G when it is in G > max_groups
-    groups; // truncates toward zero, so a scaled share never exceeds the unscaled bound."""
+def _scaled(share: str, plan: Plan, groups: int, column: str = "groups") -> str:
+    """A unit's share in one group, scaled by max_groups / G (G in `column`) when it is in
+    G > max_groups groups; // truncates toward zero, so a scaled share never exceeds the unscaled bound."""
     if not plan.scale_groups:
         return share
-    return f"({share}) * {groups} // GREATEST(groups, {groups})"
+    return f"({share}) * {groups} // GREATEST({column}, {groups})"
 
 
 def _weighted_per_group(plan: Plan, keys: list[str], group_by: str) -> str:
@@ -214,7 +214,7 @@ def _histogram_ctes(plan: Plan, j: int, m: Measure, keys: list[str], groups: int
         else:
             share = (f"CASE WHEN p.n{j} > {plan.rows_per_group} THEN (c.c * {plan.rows_per_group * unit}) // p.n{j} "
                      f"ELSE c.c{f' * {unit}' if m.bits else ''} END")
-            scaled = share if not plan.scale_groups else f"({share}) * {groups} // GREATEST(ug.groups, {groups})"
+            scaled = _scaled(share, plan, groups, "ug.groups")
         c_keys = ", ".join([f"c.{k}" for k in keys] + [f"c.v{j}"])
         ctes = [(f"cells{j}", f"SELECT unit, {group_cols}, COUNT(*) AS c\n  FROM filtered\n  WHERE v{j} IS NOT NULL\n"
                               f"  GROUP BY unit, {group_cols}"),

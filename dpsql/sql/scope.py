@@ -133,7 +133,11 @@ class Resolver:
         table = self.policy.table(node.name)
         if table is None or table.name not in self.schema:
             raise undefined_table(node.name)
-        return Source(f"t{next(self._aliases)}", table, self.schema[table.name], _sample_rate(node, table))
+        return Source(self.new_alias(), table, self.schema[table.name], _sample_rate(node, table))
+
+    def new_alias(self) -> str:
+        """dpsql's own alias for one more source of this query (t0, t1, ...)."""
+        return f"t{next(self._aliases)}"
 
     # FROM items --------------------------------------------------------------------------
     def from_clause(self, select: exp.Select, ctes: Mapping[str, exp.Query]) -> tuple[Relation, Scope]:
