@@ -21,7 +21,6 @@ import dpsql
 
 from .timing import median_ms
 from dpsql.sql.classify import classify
-from dpsql.sql.rewrite import rewrite
 
 QUERIES = {
     "grouped COUNT": "SELECT g, COUNT(*) FROM t GROUP BY g",
@@ -77,8 +76,8 @@ def main() -> None:
         print(f"duckdb {duckdb.__version__}, {args.rows:,} rows, median of {args.repeat} runs, ms")
         print(f"{'query':<24} {'plain':>8} {'bounded':>8} {'dpsql':>8} {'bounded/plain':>14} {'dpsql/plain':>12}")
         for name, sql in QUERIES.items():
-            plan, _, _ = session._prepare(classify(sql).tree)
-            bounded_sql = rewrite(plan, "duckdb", plan.literal_domain_size())
+            plan, _ = session._prepare(classify(sql).tree)
+            bounded_sql = session._bounded_sql(plan, None)
             for _ in range(2):  # warm up all three
                 plain.execute(sql).fetchall()
                 session.engine.execute(bounded_sql)

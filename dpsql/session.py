@@ -163,9 +163,9 @@ class Session:
         tree = bind_parameters(stmt.tree, params if params is not None else _null_parameters(stmt.tree))
         plan = analyze(tree, self.policy, self.engine.schema())
         if isinstance(plan, PublicQuery):
-            names, types = self.engine.describe(plan.tree.sql(dialect=self.engine.dialect))
+            names, types = self.engine.describe(self.engine.prepare(plan.tree))
             return public_names(plan.tree, names), types
-        names, types = self.engine.describe(rewrite(plan, self.engine.dialect, plan.literal_domain_size()))
+        names, types = self.engine.describe(self.engine.prepare(rewrite(plan, plan.literal_domain_size())))
         key_types = types[:len(plan.keys)]
         est_types = ["BIGINT" if e.func in ("count", "distinct") else "DOUBLE" for e in plan.estimates]
         return self._post.describe(plan.post, key_types, est_types)
@@ -295,7 +295,7 @@ class Session:
     def _query(self, stmt: Query, tree: exp.Query) -> Result:
         plan, cal = self._prepare(tree, stmt.options)
         if isinstance(plan, PublicQuery):
-            rs = self.engine.execute(plan.tree.sql(dialect=self.engine.dialect))
+            rs = self.engine.execute(self.engine.prepare(plan.tree))
             rows = list(zip(*rs.columns)) if rs.row_count else []
             return Result(public_names(plan.tree, rs.names), list(rs.types), rows, f"SELECT {len(rows)}")
         s = self.settings
@@ -305,6 +305,7 @@ class Session:
             if cached is not None:
                 return self._from_cache(cached)
         detail = _detail(plan, cal)
+        self._bounded_sql(plan, None)  # an engine's refusal comes before the charge
         charge = self.ledger.charge(self.user.name, self.budget_policy, cal.cost, stmt.sql, detail, self.global_budget)
         result = self._answer(plan, cal, charge.filter.remaining(charge.totals), cal.cost, detail)
         self.ledger.record_release(charge.id, result.rows)
@@ -326,15 +327,17 @@ class Session:
         return Result(out.names, out.types, rows, f"SELECT {len(rows)}", dp)
 
     def _bounded_sql(self, plan: Plan, salt: int | None) -> str:
+        """The plan's bounded query in the engine's SQL, memoised per plan (salted ones, new for
+        every execution, are not)."""
         if plan.weightable() and hasattr(self.engine, "weighted_copy"):
             source = plan.relation.sources[0]
             plan.weights_table = self.engine.weighted_copy(source.table.name, plan.unit.name, plan.total_rows,
                                                            COUNT_BITS)
         if salt is not None:
-            return rewrite(plan, self.engine.dialect, plan.literal_domain_size(), salt)
+            return self.engine.prepare(rewrite(plan, plan.literal_domain_size(), salt))
         cached = self._sql.get(id(plan))
         if cached is None or cached[0] is not plan:
-            cached = (plan, rewrite(plan, self.engine.dialect, plan.literal_domain_size()))
+            cached = (plan, self.engine.prepare(rewrite(plan, plan.literal_domain_size())))
             self._sql[id(plan)] = cached
             if len(self._sql) > 2 * PLAN_CACHE_SIZE:
                 self._sql.clear()
@@ -384,6 +387,7 @@ class Session:
             plan = analyze(stmt.tree, self.policy, self.engine.schema())
             if isinstance(plan, PublicQuery):
                 raise unsupported("a query over public tables only needs no planning", hint="send it on its own")
+            self._bounded_sql(plan, None)  # an engine's refusal comes before the charge
             plans.append(plan)
         mechanisms = [m for p, w in zip(plans, weights)
                       for m in planned_mechanisms(p, s.mechanism, p.literal_domain_size(), w)]
@@ -419,7 +423,7 @@ class Session:
     def explain_plan(self, tree: exp.Query, options: QueryOptions | None = None) -> dict[str, Any]:
         plan, cal = self._prepare(tree, options)
         if isinstance(plan, PublicQuery):
-            return {"public": True, "sql": plan.tree.sql(dialect=self.engine.dialect)}
+            return {"public": True, "sql": self.engine.prepare(plan.tree)}
         s = self.settings
         f, totals = self.ledger.state(self.user.name, self.budget_policy)
         after = totals.plus(f.usage(cal.cost))
@@ -434,7 +438,7 @@ class Session:
                 "rho": None if mn.rho is None else float(mn.rho)})
         return {
             "public": False,
-            "sql": rewrite(plan, self.engine.dialect, plan.literal_domain_size()),
+            "sql": self._bounded_sql(plan, None),
             "max_groups_per_unit": cal.groups_per_unit, "max_rows_per_group": plan.rows_per_group,
             "max_rows_per_unit": plan.total_rows if plan.total_bound else None,
             "mechanisms": mechanisms,

@@ -79,8 +79,8 @@ def test_units_not_rows_are_sampled(hospital):
     from dpsql.sql.rewrite import rewrite
 
     plan, _ = session._prepare(classify("SELECT COUNT(*) FROM visits TABLESAMPLE BERNOULLI (30)").tree)
-    sql = rewrite(plan, "duckdb", None, salt=12345)
-    assert "hash(t0.patient_id, 12345)" in sql
+    sql = session.engine.prepare(rewrite(plan, None, salt=12345))
+    assert "HASH(t0.patient_id, 12345)" in sql
     threshold = int(0.3 * 2**64)
     con = duckdb.connect()
     kept = con.execute(f"SELECT COUNT(DISTINCT patient_id), COUNT(*) FROM '{SAMPLE / 'visits.parquet'}' "

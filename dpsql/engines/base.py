@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, Sequence
 
+import sqlglot
+from sqlglot import exp
+
 
 @dataclass(frozen=True)
 class ResultSet:
@@ -23,7 +26,13 @@ class Engine(Protocol):
     dialect: str
 
     def schema(self) -> Mapping[str, Mapping[str, str]]:
-        """table -> column -> type name, for the policy's tables only."""
+        """table -> column -> type name in DuckDB's spelling (canonical_type), so analysis and
+        the wire codec read one vocabulary whatever the backend; the policy's tables only."""
+
+    def prepare(self, tree: exp.Expression) -> str:
+        """The neutral tree (rewrite's, or a public query's) as this engine's SQL, with dpsql's
+        TRY and DPSQL_HASH lowered; raises a refusal when the engine cannot run it safely, and
+        is called before anything is charged."""
 
     def execute(self, sql: str) -> ResultSet:
         """Run a query built by dpsql (never the analyst's text)."""
@@ -42,3 +51,20 @@ class Engine(Protocol):
     # version. Engines without it bound contributions with a per-unit aggregation instead.
 
     def close(self) -> None: ...
+
+
+_DUCKDB_NAMES = {"INT": "INTEGER", "TEXT": "VARCHAR", "REAL": "FLOAT", "TIMESTAMPTZ": "TIMESTAMP WITH TIME ZONE"}
+
+
+def canonical_type(type_name: str, dialect: str) -> str:
+    """An engine's type name in the one spelling analysis and the wire codec read: DuckDB's
+    (INTEGER, DOUBLE, VARCHAR, DATE, DECIMAL(p, s)...), see Engine.schema."""
+    try:
+        name = exp.DataType.build(type_name, dialect=dialect).sql(dialect="duckdb")
+    except (sqlglot.errors.ParseError, ValueError):
+        return type_name.upper()
+    return _DUCKDB_NAMES.get(name, name)
+
+
+def is_keyed_hash(node: exp.Expression) -> bool:
+    return isinstance(node, exp.Anonymous) and node.name.upper() == "DPSQL_HASH"

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 import duckdb
+from sqlglot import exp
 
 from ..config import Policy, check_against_schema
 from ..errors import OperationalError, PolicyError
-from .base import ResultSet
+from .base import ResultSet, is_keyed_hash
 
 
 def quote(name: str) -> str:
@@ -107,6 +108,11 @@ class DuckDBEngine:
     def schema(self) -> Mapping[str, Mapping[str, str]]:
         return self._schema
 
+    def prepare(self, tree: exp.Expression) -> str:
+        """DuckDB has TRY itself; DPSQL_HASH is its hash(), and width_bucket, which it lacks,
+        becomes a CASE."""
+        return tree.transform(_lower, copy=True).sql(dialect="duckdb")
+
     def _cursor(self) -> duckdb.DuckDBPyConnection:
         cur = getattr(self._local, "cursor", None)
         if cur is None:
@@ -191,3 +197,24 @@ class DuckDBEngine:
     def close(self) -> None:
         self._con.close()
         shutil.rmtree(self._scratch_dir, ignore_errors=True)
+
+
+def _lower(node: exp.Expression) -> exp.Expression:
+    if is_keyed_hash(node):
+        return exp.Anonymous(this="hash", expressions=node.expressions)
+    if isinstance(node, exp.WidthBucket):
+        return _width_bucket(node)
+    return node
+
+
+def _width_bucket(node: exp.WidthBucket) -> exp.Expression:
+    """width_bucket(x, lo, hi, n) as PostgreSQL defines it for lo < hi: 0 below lo, n + 1 from
+    hi on, else 1 + floor((x - lo) * n / (hi - lo))."""
+    x, lo, hi, n = (node.args[k] for k in ("this", "min_value", "max_value", "num_buckets"))
+    inside = exp.Add(this=exp.Floor(this=exp.Div(
+        this=exp.Mul(this=exp.Paren(this=exp.Sub(this=x.copy(), expression=lo.copy())), expression=n.copy()),
+        expression=exp.Paren(this=exp.Sub(this=hi.copy(), expression=lo.copy())))), expression=exp.Literal.number(1))
+    return exp.Case(ifs=[exp.If(this=exp.LT(this=x.copy(), expression=lo.copy()), true=exp.Literal.number(0)),
+                         exp.If(this=exp.GTE(this=x.copy(), expression=hi.copy()),
+                                true=exp.Add(this=n.copy(), expression=exp.Literal.number(1)))],
+                    default=exp.Cast(this=inside, to=exp.DataType.build("BIGINT")))

@@ -1,4 +1,7 @@
-"""The bounded query: a plan rendered as SQL with one CTE per stage (DESIGN §4).
+"""The bounded query: a plan rendered as one dialect-neutral sqlglot tree with one CTE per
+stage (DESIGN §4). Engines transpile the tree; two functions are dpsql's own and each engine
+lowers them: TRY(x) (x, or NULL where computing it fails) and DPSQL_HASH(a, ...) (a keyed hash
+of its arguments, uniform on [0, 2^64)).
 
 filtered   FROM/JOIN/WHERE, the unit, group keys and per-row measure values: clamped to their
            bounds and converted to fixed point, so sums are exact integers;
@@ -21,6 +24,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+import sqlglot
 from sqlglot import exp
 
 from .analyze import COUNT_BITS, GroupKey, Measure, Plan
@@ -37,30 +41,15 @@ def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
     return [node]
 
 
-def _condition(nodes: list[exp.Expression], types, dialect: str) -> list[str]:
+def _condition(nodes: list[exp.Expression], types) -> list[str]:
     """Conjuncts, each made total on its own (a failing one must not hide the others)."""
-    return [_sql(total(c, types), dialect) for n in nodes for c in _conjuncts(n)]
+    return [_sql(total(c, types)) for n in nodes for c in _conjuncts(n)]
 
 
-def _sql(node: exp.Expression, dialect: str) -> str:
-    if dialect == "duckdb" and node.find(exp.WidthBucket) is not None:
-        node = node.copy().transform(_width_bucket, copy=False)
-    return node.sql(dialect=dialect)
-
-
-def _width_bucket(node: exp.Expression) -> exp.Expression:
-    """width_bucket(x, lo, hi, n), which DuckDB lacks, as PostgreSQL defines it for lo < hi:
-    0 below lo, n + 1 from hi on, else 1 + floor((x - lo) * n / (hi - lo))."""
-    if not isinstance(node, exp.WidthBucket):
-        return node
-    x, lo, hi, n = (node.args[k] for k in ("this", "min_value", "max_value", "num_buckets"))
-    inside = exp.Add(this=exp.Floor(this=exp.Div(
-        this=exp.Mul(this=exp.Paren(this=exp.Sub(this=x.copy(), expression=lo.copy())), expression=n.copy()),
-        expression=exp.Paren(this=exp.Sub(this=hi.copy(), expression=lo.copy())))), expression=exp.Literal.number(1))
-    return exp.Case(ifs=[exp.If(this=exp.LT(this=x.copy(), expression=lo.copy()), true=exp.Literal.number(0)),
-                         exp.If(this=exp.GTE(this=x.copy(), expression=hi.copy()),
-                                true=exp.Add(this=n.copy(), expression=exp.Literal.number(1)))],
-                    default=exp.Cast(this=inside, to=exp.DataType.build("BIGINT")))
+def _sql(node: exp.Expression) -> str:
+    """A sub-expression in the tree's spelling (sqlglot's DuckDB dialect, parsed back whole at
+    the end): engines transpile the finished tree, so nothing here depends on a backend."""
+    return node.sql(dialect="duckdb")
 
 
 def _q(name: str) -> str:
@@ -77,22 +66,22 @@ def _literal(value: Any) -> exp.Expression:
     return exp.Literal.string(str(value))
 
 
-def _values(values, type_name: str | None, dialect: str) -> str:
+def _values(values, type_name: str | None) -> str:
     rows = []
     for v in values:
         lit = _literal(v)
         if type_name and not isinstance(v, datetime.date):
-            lit = exp.TryCast(this=lit, to=exp.DataType.build(type_name, dialect=dialect))
-        rows.append(f"({_sql(lit, dialect)})")
+            lit = exp.TryCast(this=lit, to=exp.DataType.build(type_name, dialect="duckdb"))
+        rows.append(f"({_sql(lit)})")
     return f"VALUES {', '.join(rows)}"
 
 
-def _domain_sql(key: GroupKey, i: int, dialect: str) -> str:
+def _domain_sql(key: GroupKey, i: int) -> str:
     if key.domain is not None:
-        return f"(SELECT * FROM ({_values(key.domain, key.type_name, dialect)}) AS d{i}(k{i}))"
+        return f"(SELECT * FROM ({_values(key.domain, key.type_name)}) AS d{i}(k{i}))"
     if key.image is not None:
-        f = _sql(total(key.image.expr), dialect)
-        return (f"(SELECT DISTINCT {f} AS k{i} FROM ({_values(key.image.values, key.image.type_name, dialect)}) AS d(c) "
+        f = _sql(total(key.image.expr))
+        return (f"(SELECT DISTINCT {f} AS k{i} FROM ({_values(key.image.values, key.image.type_name)}) AS d(c) "
                 f"WHERE {f} IS NOT NULL)")
     table, column = key.domain_table
     return f"(SELECT DISTINCT {_q(column)} AS k{i} FROM {_q(table)} WHERE {_q(column)} IS NOT NULL)"
@@ -100,24 +89,24 @@ def _domain_sql(key: GroupKey, i: int, dialect: str) -> str:
 
 
 
-def _measure_value(m: Measure, dialect: str) -> str:
+def _measure_value(m: Measure) -> str:
     if m.kind == "count":
-        return _sql(total(m.value), dialect)
+        return _sql(total(m.value))
     if m.categories is not None:
-        value = _sql(total(m.value), dialect)
-        whens = " ".join(f"WHEN {_sql(_literal(k), dialect)} THEN {i}" for i, k in enumerate(m.categories))
+        value = _sql(total(m.value))
+        whens = " ".join(f"WHEN {_sql(_literal(k))} THEN {i}" for i, k in enumerate(m.categories))
         return f"CASE {value} {whens} END"
     double = exp.DataType.build("DOUBLE")
     if isinstance(m.value, exp.Column):
         as_double = exp.TryCast(this=m.value.copy(), to=double)
     else:
         as_double = try_wrap(exp.Cast(this=try_casts(m.value), to=double))
-    clamped = _sql(clamp(as_double, m.lower, m.upper), dialect)
+    clamped = _sql(clamp(as_double, m.lower, m.upper))
     if m.kind == "histogram":
         per_bin = float(m.bins / (m.upper - m.lower))
         position = exp.Floor(this=exp.Mul(this=exp.Paren(this=exp.Sub(this=as_double, expression=exp.Literal.number(m.lower))),
                                           expression=exp.Literal.number(per_bin)))
-        return f"CAST({_sql(clamp(position, 0, m.bins - 1), dialect)} AS INTEGER)"
+        return f"CAST({_sql(clamp(position, 0, m.bins - 1))} AS INTEGER)"
     centred = f"({clamped} - {m.centre!r})" if m.centre else clamped
     return f"CAST(ROUND({centred} * {float(2.0 ** m.bits)!r}) AS BIGINT)"
 
@@ -133,10 +122,10 @@ def _types(rel: Relation) -> dict[tuple[str, str], str]:
     return {(s.alias, c): t for s in rel.sources for c, t in s.columns.items()}
 
 
-def _from(rel: Relation, dialect: str, row_id_source: str | None = None, weights_table: str | None = None) -> str:
+def _from(rel: Relation, row_id_source: str | None = None, weights_table: str | None = None) -> str:
     def render(source: Source) -> str:
         if source.derived is not None:
-            return f"({_derived_sql(source.derived, dialect)}) AS {source.alias}"
+            return f"({_derived_sql(source.derived)}) AS {source.alias}"
         if weights_table is not None and source.private:
             return f"{weights_table} AS {source.alias}"
         if row_id_source == source.alias:
@@ -146,22 +135,22 @@ def _from(rel: Relation, dialect: str, row_id_source: str | None = None, weights
     parts = [render(rel.sources[0])]
     for j in rel.joins:
         word = "LEFT JOIN" if j.kind == "left" else "JOIN"
-        on = " AND ".join(_condition([j.on], _types(rel), dialect)) or "TRUE"
+        on = " AND ".join(_condition([j.on], _types(rel))) or "TRUE"
         parts.append(f"{word} {render(j.source)} ON {on}")
     return "\n    ".join(parts)
 
 
-def _derived_sql(d: Derived, dialect: str) -> str:
+def _derived_sql(d: Derived) -> str:
     """A per-unit subquery: bounded aggregates per unit, then its outputs over them (made
     total there: the engine cannot TRY an aggregate, but it can TRY arithmetic over one)."""
-    unit = _sql(d.unit, dialect)
-    aggs = ", ".join([f"{unit} AS unit"] + [f"{_sql(a, dialect)} AS a{i}" for i, a in enumerate(d.aggregates)])
-    where = _condition(d.relation.where, _types(d.relation), dialect) + [f"{unit} IS NOT NULL"]
-    inner = (f"SELECT {aggs} FROM {_from(d.relation, dialect)} WHERE {' AND '.join(where)} GROUP BY {unit}")
-    items = ", ".join([f"agg.unit AS {_q(d.unit_name)}"] + [f"{_sql(total(e), dialect)} AS {_q(name)}" for name, e in d.items])
+    unit = _sql(d.unit)
+    aggs = ", ".join([f"{unit} AS unit"] + [f"{_sql(a)} AS a{i}" for i, a in enumerate(d.aggregates)])
+    where = _condition(d.relation.where, _types(d.relation)) + [f"{unit} IS NOT NULL"]
+    inner = (f"SELECT {aggs} FROM {_from(d.relation)} WHERE {' AND '.join(where)} GROUP BY {unit}")
+    items = ", ".join([f"agg.unit AS {_q(d.unit_name)}"] + [f"{_sql(total(e))} AS {_q(name)}" for name, e in d.items])
     sql = f"SELECT {items} FROM ({inner}) AS agg"
     if d.having is not None:
-        sql += f" WHERE {_sql(total(d.having), dialect)}"
+        sql += f" WHERE {_sql(total(d.having))}"
     return sql
 
 
@@ -225,7 +214,7 @@ def _histogram_ctes(plan: Plan, j: int, m: Measure, keys: list[str], groups: int
     return ctes
 
 
-def rewrite(plan: Plan, dialect: str = "duckdb", domain_size: int | None = None, salt: int | None = None) -> str:
+def rewrite(plan: Plan, domain_size: int | None = None, salt: int | None = None) -> exp.Query:
     """The bounded query. Output columns: k0.., units, m0.. (one m per measure).
 
     With TABLESAMPLE, a unit is kept iff hash(unit, salt) < rate * 2^64: whole units are
@@ -234,21 +223,21 @@ def rewrite(plan: Plan, dialect: str = "duckdb", domain_size: int | None = None,
     key_list = ", ".join(keys)
     select = []
     if plan.unit is not None:
-        select.append(f"{_sql(plan.unit, dialect)} AS unit")
-    select += [f"{_sql(total(k.expr), dialect)} AS k{i}" for i, k in enumerate(plan.keys)]
+        select.append(f"{_sql(plan.unit)} AS unit")
+    select += [f"{_sql(total(k.expr))} AS k{i}" for i, k in enumerate(plan.keys)]
     for j, m in enumerate(plan.measures):
         if m.value is not None:
-            select.append(f"{_measure_value(m, dialect)} AS v{j}")
+            select.append(f"{_measure_value(m)} AS v{j}")
     if len(select) == 0:
         select.append("1 AS one")
-    where = _condition(plan.relation.where, _types(plan.relation), dialect)
+    where = _condition(plan.relation.where, _types(plan.relation))
     if plan.sample_rate is not None:
         threshold = min(2**64 - 1, int(plan.sample_rate * 2**64))
         secret = "0 /* a secret salt, new for each execution */" if salt is None else str(salt)
-        where.append(f"hash({_sql(plan.unit, dialect)}, {secret}) < {threshold}")
+        where.append(f"DPSQL_HASH({_sql(plan.unit)}, {secret}) < {threshold}")
     if plan.weights_table is not None:
         select.append(f"{plan.relation.sources[0].alias}.__dpsql_w AS w")
-    filtered = f"SELECT {', '.join(select)}\n  FROM {_from(plan.relation, dialect, plan.row_id_source, plan.weights_table)}"
+    filtered = f"SELECT {', '.join(select)}\n  FROM {_from(plan.relation, plan.row_id_source, plan.weights_table)}"
     if where:
         filtered += "\n  WHERE " + "\n    AND ".join(where)
     declared = [(i, k) for i, k in enumerate(plan.keys) if k.declared]
@@ -259,7 +248,7 @@ def rewrite(plan: Plan, dialect: str = "duckdb", domain_size: int | None = None,
                     + " AND ".join(f"k{i} IN (SELECT k{i} FROM domain{i})" for i, _ in declared))
 
     # Each declared domain once, as a CTE: it filters the rows and then supplies empty groups.
-    ctes = [(f"domain{i}", f"SELECT * FROM {_domain_sql(k, i, dialect)} AS dd{i}") for i, k in declared]
+    ctes = [(f"domain{i}", f"SELECT * FROM {_domain_sql(k, i)} AS dd{i}") for i, k in declared]
     ctes.append(("filtered", filtered))
     group_by = f"\n  GROUP BY {key_list}" if keys else ""
     m_rows = plan.rows_per_group
@@ -286,7 +275,7 @@ def rewrite(plan: Plan, dialect: str = "duckdb", domain_size: int | None = None,
         per_unit = f"SELECT {', '.join(['unit'] + keys + partial)}\n  FROM filtered\n  GROUP BY {', '.join(['unit'] + keys)}"
         if plan.select_groups:
             hashed = ", ".join((["unit"] if plan.unit_in_hash else []) + keys)
-            per_unit += f"\n  QUALIFY ROW_NUMBER() OVER (PARTITION BY unit ORDER BY hash({hashed})) <= {groups}"
+            per_unit += f"\n  QUALIFY ROW_NUMBER() OVER (PARTITION BY unit ORDER BY DPSQL_HASH({hashed})) <= {groups}"
         ctes.append(("per_unit", per_unit))
         source = "per_unit"
         if plan.scale_groups or plan.total_bound:
@@ -335,4 +324,4 @@ def rewrite(plan: Plan, dialect: str = "duckdb", domain_size: int | None = None,
     else:
         final = f"SELECT {', '.join(values)}\nFROM per_group AS g"
     body = ",\n".join(f"{name} AS (\n  {sql}\n)" for name, sql in ctes)
-    return f"WITH {body}\n{final}"
+    return sqlglot.parse_one(f"WITH {body}\n{final}", read="duckdb")

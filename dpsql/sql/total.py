@@ -21,7 +21,9 @@ def try_casts(node: exp.Expression) -> exp.Expression:
 
 
 def try_wrap(node: exp.Expression) -> exp.Expression:
-    return exp.Anonymous(this="TRY", expressions=[node])
+    """TRY(node): the value, or NULL where computing it fails. Each engine lowers it to its own
+    total form, or refuses the query before anything is charged (engines/)."""
+    return exp.Try(this=node)
 
 
 _NUMERIC = ("INT", "BIGINT", "SMALLINT", "TINYINT", "HUGEINT", "DOUBLE", "FLOAT", "REAL", "DECIMAL", "UBIGINT",
