@@ -122,12 +122,25 @@ class UserPolicy:
         return BudgetPolicy(self.filter, self.epsilon, self.delta, self.delta_reserve, self.rdp_order)
 
 
+ENGINES = ("duckdb", "postgres", "spark")
+
+
 @dataclass(frozen=True)
 class EngineConfig:
+    """[engine]: where the private tables live. duckdb: embedded (source files or database);
+    postgres: `url` and `schema`; spark: a local `master`, a cluster master URL or a Spark
+    Connect `remote`, with extra Spark settings in `conf`."""
+
     kind: str = "duckdb"
     database: Path | None = None
     threads: int | None = None
     memory_limit: str | None = None
+    url: str | None = None
+    schema: str = "public"
+    statement_timeout: float = 300.0
+    master: str | None = None
+    remote: str | None = None
+    conf: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -234,7 +247,11 @@ def parse_policy(doc: Mapping[str, Any], path: Path, *, ledger_path: str | Path 
         table = _parse_table(_Reader(path, f"[tables.{name}]", raw), name, base)
         if table.name in tables:
             raise top.fail(f"table {name!r} is declared twice (names are case-insensitive)", "keep one declaration")
-        if table.source is None and engine.database is None:
+        if engine.kind == "postgres" and table.source is not None:
+            raise _Reader(path, f"[tables.{name}]", raw).fail(
+                "with [engine] kind = \"postgres\" the table lives in PostgreSQL and takes no source",
+                f'remove source, and create the table {name} in the schema [engine] schema names')
+        if table.source is None and engine.database is None and engine.kind == "duckdb":
             raise _Reader(path, f"[tables.{name}]", raw).fail(
                 "the table has no source and [engine] has no database",
                 f'add source = "{name}.parquet" to [tables.{name}], or database = "file.duckdb" to [engine]',
@@ -276,8 +293,34 @@ def _section(reader: _Reader, key: str) -> Mapping[str, Any]:
 
 
 def _parse_engine(r: _Reader, base: Path) -> EngineConfig:
-    r.unknown_keys({"kind", "database", "threads", "memory_limit"})
-    kind = r.choice("kind", "duckdb", ("duckdb",))
+    kind = r.choice("kind", "duckdb", ENGINES)
+    allowed = {"duckdb": {"database", "threads", "memory_limit"},
+               "postgres": {"url", "schema", "statement_timeout"},
+               "spark": {"master", "remote", "conf", "statement_timeout"}}[kind]
+    r.unknown_keys(allowed | {"kind"})
+    timeout = float(r.number("statement_timeout", Fraction(300), positive=True))
+    if kind == "postgres":
+        url = r.data.get("url")
+        if not (isinstance(url, str) and url.startswith(("postgresql://", "postgres://"))):
+            raise r.fail("kind = \"postgres\" needs url = \"postgresql://...\"",
+                         'for example url = "postgresql://dpsql_reader@db.internal/clinic" (a role that can only read)')
+        schema = r.data.get("schema", "public")
+        if not isinstance(schema, str) or not schema:
+            raise r.fail(f"schema = {schema!r} must be a schema name", 'for example schema = "public"')
+        return EngineConfig(kind=kind, url=url, schema=schema, statement_timeout=timeout)
+    if kind == "spark":
+        master, remote = r.data.get("master"), r.data.get("remote")
+        if master is not None and remote is not None:
+            raise r.fail("give master or remote, not both", 'master = "local[2]", or remote = "sc://host:15002"')
+        for key, value in (("master", master), ("remote", remote)):
+            if value is not None and not isinstance(value, str):
+                raise r.fail(f"{key} must be a string", 'for example master = "local[2]"')
+        conf = r.data.get("conf", {})
+        if not isinstance(conf, dict) or not all(isinstance(v, (str, int, float, bool)) for v in conf.values()):
+            raise r.fail("conf must be a table of Spark settings", 'for example conf = { "spark.driver.memory" = "4g" }')
+        return EngineConfig(kind=kind, master=master if master or remote else "local[*]", remote=remote,
+                            conf={str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in conf.items()},
+                            statement_timeout=timeout)
     database = r.data.get("database")
     db_path = None
     if database is not None:
@@ -371,7 +414,7 @@ def _parse_table(r: _Reader, name: str, base: Path) -> TablePolicy:
         source_path = (base / source).resolve()
         if source_path.suffix.lower() not in SOURCE_FORMATS:
             raise r.fail(f"source {source!r} has an unknown format", f"use one of: {', '.join(SOURCE_FORMATS)}")
-        if not source_path.is_file():
+        if not source_path.exists():
             raise r.fail(f"source file {source_path} does not exist", "fix the path (it is relative to the policy file)")
     columns_raw = r.data.get("columns", {})
     if not isinstance(columns_raw, dict):

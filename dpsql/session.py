@@ -329,9 +329,10 @@ class Session:
     def _bounded_sql(self, plan: Plan, salt: int | None) -> str:
         """The plan's bounded query in the engine's SQL, memoised per plan (salted ones, new for
         every execution, are not)."""
-        if plan.weightable() and hasattr(self.engine, "weighted_copy"):
+        weighted_copy = getattr(self.engine, "weighted_copy", None)
+        if plan.weightable() and weighted_copy is not None:
             source = plan.relation.sources[0]
-            plan.weights_table = self.engine.weighted_copy(source.table.name, plan.unit.name, plan.total_rows,
+            plan.weights_table = weighted_copy(source.table.name, plan.unit.name, plan.total_rows,
                                                            COUNT_BITS)
         if salt is not None:
             return self.engine.prepare(rewrite(plan, plan.literal_domain_size(), salt))

@@ -7,7 +7,17 @@ from .base import Engine, ResultSet
 
 
 def open_engine(policy: Policy) -> Engine:
-    """The engine the policy names, opened and locked down."""
+    """The engine the policy names, opened and locked down (backends import lazily: psycopg
+    and pyspark are needed only by those who use them)."""
+    kind = policy.engine.kind
+    if kind == "postgres":
+        from .postgres import PostgresEngine
+
+        return PostgresEngine(policy)
+    if kind == "spark":
+        from .spark import SparkEngine
+
+        return SparkEngine(policy)
     from .duckdb import DuckDBEngine
 
     return DuckDBEngine(policy)

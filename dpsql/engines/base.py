@@ -68,3 +68,16 @@ def canonical_type(type_name: str, dialect: str) -> str:
 
 def is_keyed_hash(node: exp.Expression) -> bool:
     return isinstance(node, exp.Anonymous) and node.name.upper() == "DPSQL_HASH"
+
+
+def width_bucket_case(node: exp.WidthBucket) -> exp.Expression:
+    """width_bucket(x, lo, hi, n) as PostgreSQL defines it for lo < hi: 0 below lo, n + 1 from
+    hi on, else 1 + floor((x - lo) * n / (hi - lo))."""
+    x, lo, hi, n = (node.args[k] for k in ("this", "min_value", "max_value", "num_buckets"))
+    inside = exp.Add(this=exp.Floor(this=exp.Div(
+        this=exp.Mul(this=exp.Paren(this=exp.Sub(this=x.copy(), expression=lo.copy())), expression=n.copy()),
+        expression=exp.Paren(this=exp.Sub(this=hi.copy(), expression=lo.copy())))), expression=exp.Literal.number(1))
+    return exp.Case(ifs=[exp.If(this=exp.LT(this=x.copy(), expression=lo.copy()), true=exp.Literal.number(0)),
+                         exp.If(this=exp.GTE(this=x.copy(), expression=hi.copy()),
+                                true=exp.Add(this=n.copy(), expression=exp.Literal.number(1)))],
+                    default=exp.Cast(this=inside, to=exp.DataType.build("BIGINT")))

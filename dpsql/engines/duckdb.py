@@ -20,7 +20,7 @@ from sqlglot import exp
 
 from ..config import Policy, check_against_schema
 from ..errors import OperationalError, PolicyError
-from .base import ResultSet, is_keyed_hash
+from .base import ResultSet, is_keyed_hash, width_bucket_case
 
 
 def quote(name: str) -> str:
@@ -79,7 +79,8 @@ class DuckDBEngine:
         for table in self._policy.tables.values():
             if table.source is not None:
                 reader = "read_parquet" if table.source.suffix.lower() == ".parquet" else "read_csv"
-                body = f"SELECT * FROM {reader}({_literal(str(table.source))})"
+                where = str(table.source / "**" / "*.parquet") if table.source.is_dir() else str(table.source)
+                body = f"SELECT * FROM {reader}({_literal(where)})"
                 self._files.append(table.source)
             elif table.name in existing:
                 body = f"SELECT * FROM src.main.{quote(existing[table.name])}"
@@ -98,8 +99,11 @@ class DuckDBEngine:
         return schema
 
     def _lock_down(self) -> None:
-        paths = ", ".join(_literal(str(p)) for p in self._files)
+        paths = ", ".join(_literal(str(p)) for p in self._files if not p.is_dir())
         self._con.execute(f"SET allowed_paths = [{paths}]")
+        directories = ", ".join(_literal(str(p) + "/") for p in self._files if p.is_dir())
+        if directories:
+            self._con.execute(f"SET allowed_directories = [{directories}]")
         self._con.execute("SET enable_external_access = false")
         self._con.execute("SET allow_community_extensions = false")
         self._con.execute("SET error_on_division_by_zero = false")
@@ -203,18 +207,6 @@ def _lower(node: exp.Expression) -> exp.Expression:
     if is_keyed_hash(node):
         return exp.Anonymous(this="hash", expressions=node.expressions)
     if isinstance(node, exp.WidthBucket):
-        return _width_bucket(node)
+        return width_bucket_case(node)
     return node
 
-
-def _width_bucket(node: exp.WidthBucket) -> exp.Expression:
-    """width_bucket(x, lo, hi, n) as PostgreSQL defines it for lo < hi: 0 below lo, n + 1 from
-    hi on, else 1 + floor((x - lo) * n / (hi - lo))."""
-    x, lo, hi, n = (node.args[k] for k in ("this", "min_value", "max_value", "num_buckets"))
-    inside = exp.Add(this=exp.Floor(this=exp.Div(
-        this=exp.Mul(this=exp.Paren(this=exp.Sub(this=x.copy(), expression=lo.copy())), expression=n.copy()),
-        expression=exp.Paren(this=exp.Sub(this=hi.copy(), expression=lo.copy())))), expression=exp.Literal.number(1))
-    return exp.Case(ifs=[exp.If(this=exp.LT(this=x.copy(), expression=lo.copy()), true=exp.Literal.number(0)),
-                         exp.If(this=exp.GTE(this=x.copy(), expression=hi.copy()),
-                                true=exp.Add(this=n.copy(), expression=exp.Literal.number(1)))],
-                    default=exp.Cast(this=inside, to=exp.DataType.build("BIGINT")))

@@ -1,0 +1,207 @@
+"""PostgreSQL: the private tables stay in the database that holds them.
+
+Every connection is read-only (default_transaction_read_only, and each query runs in its own
+transaction that is rolled back), has a fixed search_path and a statement_timeout, and must
+belong to a role that is no superuser and cannot write the policy's tables. PostgreSQL has no
+TRY, so the rewrite's TRY is lowered to forms that cannot raise (pg_total.py), or the query is
+refused before anything is charged.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any, Mapping
+
+from sqlglot import exp
+
+from ..config import Policy, check_against_schema
+from ..errors import OperationalError, PolicyError
+from .base import ResultSet, canonical_type
+from .pg_total import lower_for_postgres
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class PostgresEngine:
+    dialect = "postgres"
+
+    def __init__(self, policy: Policy):
+        import psycopg
+
+        self._psycopg = psycopg
+        self._policy = policy
+        self._config = policy.engine
+        self._local = threading.local()
+        self._all: list[Any] = []
+        self._all_lock = threading.Lock()
+        self._running: dict[int, Any] = {}
+        self._checked: dict[str, None] = {}
+        self._public = frozenset(name for name, t in policy.tables.items() if t.public)
+        try:
+            con = self._connection()
+            self._check_role(con)
+            self._schema = self._introspect(con)
+        except psycopg.Error as e:
+            self.close()
+            raise PolicyError(f"{policy.path}: cannot open the PostgreSQL engine: {type(e).__name__}: "
+                              f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}",
+                              hint="check [engine] url, and that the server accepts this role") from None
+        except PolicyError:
+            self.close()
+            raise
+        check_against_schema(policy, self._schema)
+
+    # Connections ----------------------------------------------------------------------------
+    def _connection(self):
+        con = getattr(self._local, "con", None)
+        if con is not None and not con.closed:
+            return con
+        con = self._psycopg.connect(self._config.url, autocommit=False, connect_timeout=10,
+                                    application_name="dpsql")
+        with con.cursor() as cur:
+            cur.execute(f"SET search_path = {_ident(self._config.schema)}")
+            cur.execute(f"SET statement_timeout = {int(self._config.statement_timeout * 1000)}")
+            cur.execute("SET default_transaction_read_only = on")
+            cur.execute("SET idle_in_transaction_session_timeout = 60000")
+        con.commit()
+        self._local.con = con
+        with self._all_lock:
+            self._all.append(con)
+        return con
+
+    def _check_role(self, con) -> None:
+        """Refuse a role that could change data or read around the policy: a superuser, or one
+        that may write a policy table. (Reading other tables is refused by analysis already;
+        a role that can read only the policy's tables is the advice in the README.)"""
+        with con.cursor() as cur:
+            cur.execute("SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user")
+            user, superuser = cur.fetchone()
+            if superuser:
+                raise PolicyError(f"{self._policy.path}: [engine] connects as {user}, a superuser",
+                                  hint="connect as a role that can only SELECT the policy's tables: CREATE ROLE "
+                                       "dpsql_reader LOGIN; GRANT SELECT ON <tables> TO dpsql_reader")
+            for table in self._policy.tables:
+                cur.execute("SELECT to_regclass(%s)", (f"{_ident(self._config.schema)}.{_ident(table)}",))
+                oid = cur.fetchone()[0]
+                if oid is None:
+                    continue  # reported by check_against_schema
+                cur.execute("SELECT has_table_privilege(%s::regclass, 'INSERT, UPDATE, DELETE, TRUNCATE')", (oid,))
+                if cur.fetchone()[0]:
+                    raise PolicyError(f"{self._policy.path}: [engine] role {user} may write table {table}",
+                                      hint=f"REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON {table} FROM {user}; "
+                                           "dpsql needs SELECT only")
+        con.rollback()
+
+    def _introspect(self, con) -> dict[str, dict[str, str]]:
+        schema: dict[str, dict[str, str]] = {}
+        with con.cursor() as cur:
+            cur.execute("SELECT table_name, column_name, data_type, numeric_precision, numeric_scale "
+                        "FROM information_schema.columns WHERE table_schema = %s AND table_name = ANY(%s) "
+                        "ORDER BY table_name, ordinal_position", (self._config.schema, list(self._policy.tables)))
+            for table, column, dtype, precision, scale in cur.fetchall():
+                if dtype == "numeric" and precision is not None:
+                    dtype = f"numeric({precision}, {scale or 0})"
+                schema.setdefault(table.lower(), {})[column.lower()] = canonical_type(dtype, "postgres")
+        con.rollback()
+        return schema
+
+    # The Engine protocol -------------------------------------------------------------------
+    def schema(self) -> Mapping[str, Mapping[str, str]]:
+        return self._schema
+
+    def prepare(self, tree: exp.Expression) -> str:
+        """Lower TRY and the keyed hash, transpile, and have PostgreSQL plan it (EXPLAIN reads
+        no rows), so that a type error refuses the query before it is charged."""
+        sql = lower_for_postgres(tree, self._schema, self._public).sql(dialect="postgres")
+        if sql not in self._checked:
+            con = self._connection()
+            try:
+                with con.cursor() as cur:
+                    cur.execute("EXPLAIN " + sql)
+            except self._psycopg.Error:
+                raise OperationalError("PostgreSQL cannot plan this query", sqlstate="0A000",
+                                       hint="nothing was charged; a type mismatch in an expression is the usual "
+                                            "cause (compare and combine values of one type)") from None
+            finally:
+                con.rollback()
+            if len(self._checked) > 1024:
+                self._checked.clear()
+            self._checked[sql] = None
+        return sql
+
+    def execute(self, sql: str) -> ResultSet:
+        con = self._connection()
+        ident = threading.get_ident()
+        self._running[ident] = con
+        try:
+            with con.cursor() as cur:
+                cur.execute(sql)
+                names = [d.name for d in cur.description]
+                types = [self._type_name(d.type_code) for d in cur.description]
+                rows = cur.fetchall()
+        except self._psycopg.errors.QueryCanceled as e:
+            user = "user request" in str(e)
+            raise OperationalError("canceling statement due to user request" if user else
+                                   "canceling statement due to statement timeout", sqlstate="57014") from None
+        except self._psycopg.Error:
+            raise OperationalError(
+                "the query failed while running in the engine", sqlstate="XX000",
+                hint="the engine's own message is withheld because it may quote private values; "
+                     "the query's cost stays charged, because whether a query fails can depend on the data") from None
+        finally:
+            self._running.pop(ident, None)
+            if not con.closed:
+                con.rollback()
+        columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in names]
+        return ResultSet(names, types, columns)
+
+    def _type_name(self, oid: int) -> str:
+        info = self._psycopg.adapters.types.get(oid)
+        return canonical_type(info.name if info is not None else "text", "postgres")
+
+    def describe(self, sql: str) -> tuple[list[str], list[str]]:
+        """Names and types from a prepared statement's description (nothing is executed)."""
+        con = self._connection()
+        try:
+            with con.cursor() as cur:
+                cur.execute(f"SELECT * FROM ({sql}) AS q LIMIT 0")
+                return [c.name for c in cur.description], [self._type_name(c.type_code) for c in cur.description]
+        except self._psycopg.Error:
+            raise OperationalError("the query could not be described", sqlstate="XX000") from None
+        finally:
+            con.rollback()
+
+    def interrupt(self, thread_ident: int) -> None:
+        con = self._running.get(thread_ident)
+        if con is not None:
+            try:
+                con.cancel_safe()
+            except Exception as e:  # the query ends anyway; a failed cancel must not crash the server
+                print(f"dpsql: cancel failed: {type(e).__name__}", file=sys.stderr)
+
+    def data_version(self) -> str:
+        """Changes when rows of a policy table are written (PostgreSQL's cumulative statistics,
+        which it updates within about a second of a commit)."""
+        con = self._connection()
+        try:
+            with con.cursor() as cur:
+                cur.execute("SELECT COALESCE(SUM(n_tup_ins + n_tup_upd + n_tup_del), 0), COUNT(*) "
+                            "FROM pg_stat_user_tables WHERE schemaname = %s AND relname = ANY(%s)",
+                            (self._config.schema, list(self._policy.tables)))
+                writes, tables = cur.fetchone()
+        finally:
+            con.rollback()
+        return f"pg:{writes}:{tables}"
+
+    def close(self) -> None:
+        with self._all_lock:
+            for con in self._all:
+                try:
+                    con.close()
+                except Exception:
+                    pass
+            self._all.clear()
+
