@@ -62,3 +62,65 @@ def spark_policy(directory: Path, extra: str = "") -> Path:
     path.write_text('[engine]\nkind = "spark"\nmaster = "local[2]"\n'
                     'conf = { "spark.sql.shuffle.partitions" = "4", "spark.ui.enabled" = "false" }\n\n' + text + extra)
     return path
+
+
+def duckdb_tables(db_path: Path) -> list[str]:
+    con = duckdb.connect(str(db_path), read_only=True)
+    try:
+        return [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall()]
+    finally:
+        con.close()
+
+
+def duckdb_to_postgres(db_path: Path, admin_url: str, schema: str) -> None:
+    """Every table of a DuckDB file into its own PostgreSQL schema, readable by READER only."""
+    import psycopg
+
+    con = duckdb.connect(str(db_path), read_only=True)
+    with psycopg.connect(admin_url, autocommit=True) as pg:
+        pg.execute(f"DO $$ BEGIN CREATE ROLE {READER} LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+        pg.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        pg.execute(f'CREATE SCHEMA "{schema}"')
+        pg.execute(f'GRANT USAGE ON SCHEMA "{schema}" TO {READER}')
+        for name in duckdb_tables(db_path):
+            rel = con.sql(f'SELECT * FROM "{name}"')
+            cols = ", ".join(f'"{c}" {_pg_type(str(t))}' for c, t in zip(rel.columns, rel.types))
+            pg.execute(f'CREATE TABLE "{schema}"."{name}" ({cols})')
+            rows = rel.fetchall()
+            if rows:
+                with pg.cursor().copy(f'COPY "{schema}"."{name}" FROM STDIN') as copy:
+                    for row in rows:
+                        copy.write_row(row)
+            pg.execute(f'GRANT SELECT ON "{schema}"."{name}" TO {READER}')
+    con.close()
+
+
+def duckdb_to_parquet(db_path: Path, directory: Path) -> dict[str, Path]:
+    con = duckdb.connect(str(db_path), read_only=True)
+    out = {}
+    try:
+        for name in duckdb_tables(db_path):
+            out[name] = directory / f"{name}.parquet"
+            con.execute(f"COPY \"{name}\" TO '{out[name]}' (FORMAT parquet)")
+    finally:
+        con.close()
+    return out
+
+
+def move_policy(policy: Path, backend: str, *, reader_url: str | None = None, schema: str | None = None) -> Path:
+    """A policy over `[engine] database = "db.duckdb"` (tests/conftest.py) moved onto another
+    backend holding the same tables: PostgreSQL (schema) or Spark (Parquet files beside it)."""
+    text = policy.read_text()
+    db = policy.parent / "db.duckdb"
+    if backend == "postgres":
+        engine = f'[engine]\nkind = "postgres"\nurl = "{reader_url}"\nschema = "{schema}"\n'
+    else:
+        files = duckdb_to_parquet(db, policy.parent)
+        engine = ('[engine]\nkind = "spark"\nmaster = "local[2]"\n'
+                  'conf = { "spark.sql.shuffle.partitions" = "2", "spark.ui.enabled" = "false" }\n')
+        for name, path in files.items():
+            text = re.sub(rf'(?m)^\[tables\.{name}\]\n', f'[tables.{name}]\nsource = "{path}"\n', text)
+    text = re.sub(r'(?m)^\[engine\]\ndatabase = "db.duckdb"\n', engine, text)
+    out = policy.parent / f"policy-{backend}.toml"
+    out.write_text(text)
+    return out

@@ -8,6 +8,7 @@ must stay within the L1 (and L2) sensitivities the calibration charges for.
 
 from __future__ import annotations
 
+import itertools
 import math
 import tempfile
 from pathlib import Path
@@ -21,6 +22,7 @@ from dpsql.session import Session
 from dpsql.sql.classify import classify
 from dpsql.sql.rewrite import rewrite
 
+from .backends import READER, duckdb_to_postgres, move_policy
 from .conftest import make_db, write_policy
 
 QUERIES = [
@@ -99,47 +101,95 @@ def _by_group(rs, n_keys: int) -> dict[tuple, tuple]:
     return {tuple(r[:n_keys]): tuple(r[n_keys:]) for r in rows}
 
 
+def _check_neighbours(with_target: Session, without: Session, mechanism: str) -> int:
+    """Every query's pre-noise difference between the two databases within its sensitivity;
+    returns how many queries took the weighted path."""
+    weighted = 0
+    with_target.execute(f"SET dpsql.mechanism = '{mechanism}'")
+    for q in QUERIES:
+        plan, cal = with_target._prepare(classify(q).tree)
+        # The SQL the session runs (a weighted copy of the table under the Laplace total
+        # bound), built in both databases: the copy's name depends on the policy only.
+        sql = with_target._bounded_sql(plan, None)
+        assert without._bounded_sql(plan, None) == sql
+        weighted += plan.weights_table is not None
+        n = len(plan.keys)
+        a = _by_group(with_target.engine.execute(sql), n)
+        b = _by_group(without.engine.execute(sql), n)
+        zero = (0,) * (1 + sum(m.width for m in plan.measures))
+        groups = set(a) | set(b)
+        if plan.needs_selection:  # unit counts are released only through partition selection
+            unit_diff = sum(abs(a.get(g, zero)[0] - b.get(g, zero)[0]) for g in groups)
+            assert unit_diff <= cal.groups_per_unit, q
+        at = 1
+        for j, mn in enumerate(cal.measures):
+            cols = range(at, at + plan.measures[j].width)  # a histogram has one column per bin
+            at += plan.measures[j].width
+            diffs = [abs(int(a.get(g, zero)[c] or 0) - int(b.get(g, zero)[c] or 0)) for g in groups for c in cols]
+            assert sum(diffs) <= mn.l1, (q, plan.measures[j].describe(), diffs, mn.l1)
+            assert math.sqrt(sum(x * x for x in diffs)) <= math.sqrt(mn.l2_squared) + 1e-9, q
+    return weighted
+
+
+_neighbours = dict(units=st.lists(st.tuples(person, unit_events), min_size=0, max_size=8),
+                   target=st.tuples(person, target_events),
+                   rows=st.lists(row, max_size=15),
+                   drop_row=st.integers(0, 14))
+
+
 @pytest.mark.parametrize("mechanism,contributions", [("laplace", None), ("gaussian", None), ("laplace", 4)])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(units=st.lists(st.tuples(person, unit_events), min_size=0, max_size=8),
-       target=st.tuples(person, target_events),
-       rows=st.lists(row, max_size=15),
-       drop_row=st.integers(0, 14))
+@given(**_neighbours)
 def test_removing_one_unit_is_bounded(mechanism, contributions, units, target, rows, drop_row):
     with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
         with_target = Session(load_policy(_build(Path(d1), units, target, True, rows, contributions)), "alice")
         # For the row-unit table, the neighbour drops one row.
         fewer_rows = [r for i, r in enumerate(rows) if i != drop_row]
         without = Session(load_policy(_build(Path(d2), units, target, False, fewer_rows, contributions)), "alice")
-        weighted = 0
         try:
-            with_target.execute(f"SET dpsql.mechanism = '{mechanism}'")
-            for q in QUERIES:
-                plan, cal = with_target._prepare(classify(q).tree)
-                # The SQL the session runs (a weighted copy of the table under the Laplace total
-                # bound), built in both databases: the copy's name depends on the policy only.
-                sql = with_target._bounded_sql(plan, None)
-                assert without._bounded_sql(plan, None) == sql
-                weighted += plan.weights_table is not None
-                n = len(plan.keys)
-                a = _by_group(with_target.engine.execute(sql), n)
-                b = _by_group(without.engine.execute(sql), n)
-                zero = (0,) * (1 + sum(m.width for m in plan.measures))
-                groups = set(a) | set(b)
-                if plan.needs_selection:  # unit counts are released only through partition selection
-                    unit_diff = sum(abs(a.get(g, zero)[0] - b.get(g, zero)[0]) for g in groups)
-                    assert unit_diff <= cal.groups_per_unit, q
-                at = 1
-                for j, mn in enumerate(cal.measures):
-                    cols = range(at, at + plan.measures[j].width)  # a histogram has one column per bin
-                    at += plan.measures[j].width
-                    diffs = [abs(int(a.get(g, zero)[c] or 0) - int(b.get(g, zero)[c] or 0)) for g in groups for c in cols]
-                    assert sum(diffs) <= mn.l1, (q, plan.measures[j].describe(), diffs, mn.l1)
-                    assert math.sqrt(sum(x * x for x in diffs)) <= math.sqrt(mn.l2_squared) + 1e-9, q
+            weighted = _check_neighbours(with_target, without, mechanism)
             assert (weighted > 0) == (mechanism == "laplace")  # the weighted path is exercised
         finally:
             with_target.close()
             without.close()
+
+
+_schemas = itertools.count()
+
+
+@pytest.mark.parametrize("backend,mechanism,examples", [("postgres", "laplace", 6), ("postgres", "gaussian", 4),
+                                                         ("spark", "laplace", 2)])
+def test_removing_one_unit_is_bounded_on_every_backend(backend, mechanism, examples, request):
+    """The same property where the rewritten query runs on PostgreSQL and on Spark (the
+    per-unit bounding path: neither offers weighted copies), fewer examples as each costs
+    a round of real queries."""
+    admin = reader = None
+    if backend == "postgres":
+        admin = request.getfixturevalue("pg_server").create_database(f"sens_{mechanism}")
+        reader = admin.replace("postgres@", f"{READER}@")
+
+    def session(directory: Path, units, target, include, rows) -> Session:
+        policy = _build(directory, units, target, include, rows)
+        schema = None
+        if backend == "postgres":
+            schema = f"ex{next(_schemas)}"
+            duckdb_to_postgres(directory / "db.duckdb", admin, schema)
+        return Session(load_policy(move_policy(policy, backend, reader_url=reader, schema=schema)), "alice")
+
+    @settings(max_examples=examples, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(**_neighbours)
+    def check(units, target, rows, drop_row):
+        with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
+            with_target = session(Path(d1), units, target, True, rows)
+            without = session(Path(d2), units, target, False, [r for i, r in enumerate(rows) if i != drop_row])
+            try:
+                assert _check_neighbours(with_target, without, mechanism) == 0
+            finally:
+                with_target.close()
+                without.close()
+
+    check()
 
 
 def test_a_heavy_unit_is_truncated(tmp_path):

@@ -274,10 +274,15 @@ def _plain_casts(node: exp.Expression) -> exp.Expression:
 
 
 def _guard(value: exp.Expression, limit: float, to: exp.DataType) -> exp.Expression:
-    """CAST(value) where |value| < limit, else NULL (NaN fails the comparison, so it is NULL)."""
-    numeric = exp.Cast(this=value.copy(), to=exp.DataType.build("NUMERIC"))
-    ok = exp.LT(this=exp.Abs(this=numeric), expression=exp.Literal.number(repr(float(limit))))
-    return exp.Case(ifs=[exp.If(this=ok, true=exp.Cast(this=value.copy(), to=to.copy()))])
+    """CAST(value) where |value| < limit, else NULL (NaN fails the comparison, so it is NULL);
+    into a float, a NUMERIC too small for it (which PostgreSQL refuses as out of range) is 0."""
+    numeric = exp.Abs(this=exp.Cast(this=value.copy(), to=exp.DataType.build("NUMERIC")))
+    ok = exp.LT(this=numeric, expression=exp.Literal.number(repr(float(limit))))
+    ifs = [exp.If(this=exp.Not(this=ok), true=exp.Null())]
+    if to.this in (exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT):
+        tiny = exp.LT(this=numeric.copy(), expression=exp.Literal.number("1e-300"))
+        ifs.append(exp.If(this=tiny, true=exp.Cast(this=exp.Literal.number(0), to=to.copy())))
+    return exp.Case(ifs=ifs, default=exp.Cast(this=value.copy(), to=to.copy()))
 
 
 def keyed_hash(args: list[exp.Expression]) -> exp.Expression:
