@@ -12,6 +12,7 @@ import decimal
 import hashlib
 import secrets
 import json
+import logging
 import math
 import threading
 from collections import OrderedDict
@@ -36,6 +37,8 @@ from .sql.classify import (Explain, Query, SetCommand, ShowCommand, TransactionC
                            split_statements)
 from .sql.options import QueryOptions
 from .sql.rewrite import rewrite
+
+log = logging.getLogger("dpsql")
 
 PLAN_CACHE_SIZE = 256  # query shapes whose plan and calibration a session keeps
 
@@ -105,7 +108,8 @@ class Session:
                 return self._execute(sql, params)
             except Error:
                 raise
-            except Exception as e:  # a bug must not leak a traceback or a private value
+            except Exception as e:  # a bug must not leak a traceback or a private value to the client
+                log.exception("internal error while answering a query")  # the operator's log: no row data
                 raise InternalError("internal error while answering the query; nothing was released",
                                     hint=f"please report it ({type(e).__name__})") from e
 
@@ -368,6 +372,7 @@ class Session:
             except Error:
                 raise
             except Exception as e:
+                log.exception("internal error while answering a batch")
                 raise InternalError("internal error while answering the batch; nothing was released",
                                     hint=f"please report it ({type(e).__name__})") from e
 

@@ -30,7 +30,7 @@ def two_proxies(small_policy: Path, tmp_path: Path, ledger_server):
     proxies = [Serve(policy, tmp_path / f"unused-{i}.sqlite") for i in range(2)]
     yield proxies
     for p in proxies:
-        p.stop()
+        print(p.stop()[-4000:])
 
 
 def test_64_clients_on_two_proxies_get_exactly_10_answers(two_proxies):
