@@ -87,8 +87,11 @@ def test_explain_charges_nothing(conn):
     cur = conn.cursor()
     cur.execute("EXPLAIN SELECT kind, SUM(amount) FROM events GROUP BY kind")
     text = "\n".join(r[0] for r in cur.fetchall())
-    assert "laplace noise" in text and "per_unit" in text and "cost: epsilon=1" in text
+    # the SQL that would run: a one-table query under Laplace reads the weighted copy
+    assert "laplace noise" in text and "__dpsql_w_events" in text and "cost: epsilon=1" in text
     assert conn.session.budget()["queries"] == 0
+    cur.execute("EXPLAIN SELECT kind, SUM(amount) FROM events WHERE amount > 3 GROUP BY kind")
+    assert "per_unit" in "\n".join(r[0] for r in cur.fetchall())  # filtered: bounded per unit in the query
 
 
 SURFACE = [
