@@ -1,6 +1,7 @@
 """dpsql on each backend against the plain query on that same backend, measured side by side.
 
-    python -m benchmarks.backends [--sizes 1000000,10000000] [--runs 5] [--out benchmarks/BACKENDS.md]
+    python -m benchmarks.backends [--sizes 1000000,10000000] [--runs 5] [--backends duckdb,postgres,spark]
+                                  [--out benchmarks/BACKENDS.md]
 
 The benchmark data (benchmarks/data.py) at each size goes to DuckDB (a file), PostgreSQL (a
 throwaway server started here, as tests/pgserver.py does, tables copied in and read through a
@@ -29,6 +30,7 @@ from .workload import QUERIES, SCALE
 
 HERE = Path(__file__).resolve().parent
 READER = "dpsql_bench_reader"
+PG_WORK_MEM = "256MB"  # PostgreSQL's default 4MB spills the per-person aggregation to disk
 
 
 def log(message: str) -> None:
@@ -65,7 +67,7 @@ def policies(db: Path, rows: int, pg_reader: str | None, work: Path) -> dict[str
     body = re.sub(r'(?s)^\s*\[engine\]\ndatabase = "[^"]*"\n', "", base)
     if pg_reader:
         p = work / f"postgres_{rows}.toml"
-        p.write_text(f'[engine]\nkind = "postgres"\nurl = "{pg_reader}"\n' + body)
+        p.write_text(f'[engine]\nkind = "postgres"\nurl = "{pg_reader}"\nsettings = {{ work_mem = "{PG_WORK_MEM}" }}\n' + body)
         out["postgres"] = p
     groups = work / "groups.parquet"
     con = duckdb.connect(str(db), read_only=True)
@@ -102,6 +104,7 @@ def measure(backend: str, policy: Path, db: Path, admin_url: str | None, runs: i
         import psycopg
 
         plain_con = psycopg.connect(admin_url, autocommit=True)
+        plain_con.execute(f"SET work_mem = '{PG_WORK_MEM}'")  # what dpsql's connections get
         plain = lambda sql: plain_con.execute(sql).fetchall()  # noqa: E731
     else:
         plain_con = None
@@ -128,13 +131,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--work", type=Path, default=Path(".bench"))
     ap.add_argument("--out", type=Path, default=HERE / "BACKENDS.md")
-    ap.add_argument("--no-postgres", action="store_true", help="skip PostgreSQL (no server binaries here)")
+    ap.add_argument("--backends", default="duckdb,postgres,spark", help="a comma-separated subset")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     started = time.time()
     results: dict[int, list[dict]] = {}
+    wanted = args.backends.split(",")
     server = None
-    if not args.no_postgres:
+    if "postgres" in wanted:
         sys.path.insert(0, str(HERE.parent))
         from tests.pgserver import PgServer
 
@@ -152,7 +156,8 @@ def main(argv: list[str] | None = None) -> None:
                 reader = admin.replace("postgres@", f"{READER}@")
             results[rows] = []
             for backend, policy in policies(db, rows, reader, work).items():
-                results[rows] += measure(backend, policy, db, admin, args.runs, work)
+                if backend in wanted:
+                    results[rows] += measure(backend, policy, db, admin, args.runs, work)
     finally:
         if server is not None:
             server.stop()
@@ -169,7 +174,7 @@ def report(results: dict[int, list[dict]], args, seconds: float) -> str:
         "",
         f"`python -m benchmarks.backends --sizes {args.sizes} --runs {args.runs}` ({seconds:.0f} s), "
         f"{platform.machine()}, Python {platform.python_version()}, DuckDB {duckdb.__version__}, "
-        f"PostgreSQL 15 (throwaway server, default settings), psycopg {psycopg.__version__}, "
+        f"PostgreSQL 15 (throwaway server, work_mem {PG_WORK_MEM} for both), psycopg {psycopg.__version__}, "
         f"Spark {pyspark.__version__} local[2]. Median of {args.runs} runs after two warm-ups, ms; "
         "dpsql through DB-API with the answer cache off (parse, plan, charge in the SQLite ledger, "
         "bounded query, noise, release).",

@@ -140,7 +140,7 @@ class EngineConfig:
     statement_timeout: float = 300.0
     master: str | None = None
     remote: str | None = None
-    conf: Mapping[str, str] = field(default_factory=dict)
+    conf: Mapping[str, str] = field(default_factory=dict)  # Spark settings, or PostgreSQL `settings`
 
 
 @dataclass(frozen=True)
@@ -295,7 +295,7 @@ def _section(reader: _Reader, key: str) -> Mapping[str, Any]:
 def _parse_engine(r: _Reader, base: Path) -> EngineConfig:
     kind = r.choice("kind", "duckdb", ENGINES)
     allowed = {"duckdb": {"database", "threads", "memory_limit"},
-               "postgres": {"url", "schema", "statement_timeout"},
+               "postgres": {"url", "schema", "statement_timeout", "settings"},
                "spark": {"master", "remote", "conf", "statement_timeout"}}[kind]
     r.unknown_keys(allowed | {"kind"})
     timeout = float(r.number("statement_timeout", Fraction(300), positive=True))
@@ -307,7 +307,16 @@ def _parse_engine(r: _Reader, base: Path) -> EngineConfig:
         schema = r.data.get("schema", "public")
         if not isinstance(schema, str) or not schema:
             raise r.fail(f"schema = {schema!r} must be a schema name", 'for example schema = "public"')
-        return EngineConfig(kind=kind, url=url, schema=schema, statement_timeout=timeout)
+        settings = r.data.get("settings", {})
+        if not isinstance(settings, dict) or not all(isinstance(v, (str, int, float)) for v in settings.values()):
+            raise r.fail("settings must be a table of PostgreSQL settings", 'for example settings = { work_mem = "256MB" }')
+        fixed = sorted(set(settings) & {"search_path", "statement_timeout", "default_transaction_read_only",
+                                        "transaction_read_only", "role", "session_authorization"})
+        if fixed:
+            raise r.fail(f"settings may not set {fixed[0]}", "dpsql fixes it (schema and statement_timeout are "
+                                                             "[engine] keys of their own)")
+        return EngineConfig(kind=kind, url=url, schema=schema, statement_timeout=timeout,
+                            conf={str(k): str(v) for k, v in settings.items()})
     if kind == "spark":
         master, remote = r.data.get("master"), r.data.get("remote")
         if master is not None and remote is not None:

@@ -26,17 +26,17 @@ from .accounting.cost import Cost, show
 from .accounting.ledger import Ledger, open_ledger
 from .calibration import (Calibration, batch_cost, calibrate, calibrate_planned, epsilon_for_target, measure_weights,
                           needs_delta, planned_mechanisms, pld_multiplier)
-from .config import MECHANISMS, Policy, exact
+from .config import MECHANISMS, Policy, TablePolicy, exact
 from .engines import Engine, open_engine
 from .errors import Error, InternalError, ProgrammingError, forbidden, invalid_parameter, unsupported
 from .postprocess import PostProcessor
 from .release import release
-from .sql.analyze import COUNT_BITS, Plan, PublicQuery, touches_private, analyze
+from .sql.analyze import COUNT_BITS, Measure, Plan, PublicQuery, analyze, sum_measure, touches_private
 from .sql.scope import output_name
 from .sql.classify import (Explain, Query, SetCommand, ShowCommand, TransactionCommand, classify, classify_one,
                            split_statements)
 from .sql.options import QueryOptions
-from .sql.rewrite import rewrite
+from .sql.rewrite import rewrite, weighted_sum_sql
 
 log = logging.getLogger("dpsql")
 
@@ -336,8 +336,13 @@ class Session:
         weighted_copy = getattr(self.engine, "weighted_copy", None)
         if plan.weightable() and weighted_copy is not None:
             source = plan.relation.sources[0]
-            plan.weights_table = weighted_copy(source.table.name, plan.unit.name, plan.total_rows,
-                                                           COUNT_BITS)
+            sums = _precomputed_sums(source.table)
+            plan.weights_table = weighted_copy(source.table.name, plan.unit.name, plan.total_rows, COUNT_BITS,
+                                               {name: weighted_sum_sql(m) for name, m in sums.items()})
+            by_spec = {(m.value.name, m.lower, m.upper, m.centre, m.bits): name for name, m in sums.items()}
+            plan.weighted_sums = {j: by_spec[spec] for j, m in enumerate(plan.measures) if m.kind == "sum"
+                                  and isinstance(m.value, exp.Column)
+                                  and (spec := (m.value.name, m.lower, m.upper, m.centre, m.bits)) in by_spec}
         if salt is not None:
             return self.engine.prepare(rewrite(plan, plan.literal_domain_size(), salt))
         cached = self._sql.get(id(plan))
@@ -474,6 +479,18 @@ def _detail(plan: Plan, cal: Calibration) -> dict[str, Any]:
     return {"mechanisms": [{"measure": m.describe(), "kind": mn.noise.kind, "scale": mn.noise.scale * m.unit_scale}
                            for m, mn in zip(plan.measures, cal.measures)],
             "selection_threshold": cal.selection.threshold if cal.selection else None}
+
+
+def _precomputed_sums(table: TablePolicy) -> dict[str, Measure]:
+    """The sums a weighted copy holds ready-weighted: every bounded column's SUM (centre 0) and
+    AVG/STDDEV sum (centred), at its declared bounds; a query that clamps tighter computes its own."""
+    out = {}
+    for col in table.columns.values():
+        if col.bounded and col.dates is None:
+            lo, hi = float(col.lower), float(col.upper)
+            for tag, centre in (("0", 0.0), ("c", (lo + hi) / 2)):
+                out[f"__dpsql_ws_{col.name}_{tag}"] = sum_measure(exp.column(col.name), lo, hi, centre)
+    return out
 
 
 def budget_summary(policy: Policy, ledger: Ledger, user: str) -> dict[str, Any]:

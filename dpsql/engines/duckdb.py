@@ -154,22 +154,27 @@ class DuckDBEngine:
         columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in names]
         return ResultSet(names, types, columns)
 
-    def weighted_copy(self, table: str, unit: str, limit: int, bits: int) -> str:
+    def weighted_copy(self, table: str, unit: str, limit: int, bits: int, sums: Mapping[str, str] | None = None) -> str:
         """A copy of `table` whose rows carry __dpsql_w = floor(limit * 2^bits / max(n, limit)),
         n being the rows of the row's unit in the whole table: built once per data version, so
         per-unit contribution bounding costs one weighted scan per query instead of a per-unit
-        aggregation. Its name is not a policy table, so analysts cannot name it."""
-        name = f"__dpsql_w_{table}_{limit}_{bits}"
+        aggregation. `sums` (column name -> expression over the row and __dpsql_w) are stored
+        too: a SUM over the copy then reads one integer column, with no per-row conversion. Its
+        name is not a policy table, so analysts cannot name it."""
+        sums = dict(sorted((sums or {}).items()))
+        digest = hashlib.sha256(repr(sums).encode()).hexdigest()[:8] if sums else "plain"
+        name = f"__dpsql_w_{table}_{limit}_{bits}_{digest}"
         version = self.data_version()
         with self._copies_lock:
             if self._copies.get(name) != version:
                 failure = OperationalError("could not prepare the table's contribution weights", sqlstate="XX000",
                                            hint="the engine's message is withheld; check the engine's memory_limit")
+                extra = "".join(f", {expr} AS {quote(col)}" for col, expr in sums.items())
                 with self._tracked(failure) as cur:  # a CancelRequest interrupts the build too
                     cur.execute(
-                        f"CREATE OR REPLACE TABLE scratch.main.{quote(name)} AS SELECT *, "
+                        f"CREATE OR REPLACE TABLE scratch.main.{quote(name)} AS SELECT *{extra} FROM (SELECT *, "
                         f"CAST({limit << bits} AS BIGINT) // GREATEST(COUNT(*) OVER (PARTITION BY {quote(unit)}), {limit}) "
-                        f"AS __dpsql_w FROM main.{quote(table)} WHERE {quote(unit)} IS NOT NULL")
+                        f"AS __dpsql_w FROM main.{quote(table)} WHERE {quote(unit)} IS NOT NULL) AS weighted")
                     cur.execute("CHECKPOINT scratch")
                 self._copies[name] = version
         return f"scratch.main.{quote(name)}"

@@ -86,6 +86,14 @@ class Measure:
         return f"SUM(clamp({inner}, {self.lower:g}, {self.upper:g}) - {self.centre:g})"
 
 
+
+def sum_measure(value: exp.Expression, lower: float, upper: float, centre: float) -> Measure:
+    """A sum of clamp(value) - centre, with FIXED_POINT_DIGITS binary digits of its largest
+    per-row magnitude kept."""
+    spread = max(abs(lower - centre), abs(upper - centre))
+    bits = FIXED_POINT_DIGITS - math.ceil(math.log2(spread)) if spread > 0 else 0
+    return Measure("sum", value, lower, upper, centre, bits)
+
 @dataclass(frozen=True)
 class Estimate:
     """One aggregate the analyst wrote, as a function of measures."""
@@ -141,6 +149,8 @@ class Plan:
     # A copy of the one private table with each row's weight, min(1, limit / rows of its unit
     # in the table) in fixed point: bounding becomes a weighted sum the engine does in one scan.
     weights_table: str | None = None
+    # Sum measures whose weighted per-row values the copy already holds: measure index -> column.
+    weighted_sums: dict[int, str] = field(default_factory=dict)
 
     @property
     def declared(self) -> bool:
@@ -466,9 +476,7 @@ class _Analysis:
                 raise self._unbounded(node, arg, value)
             lo, hi = bounds.lo, bounds.hi
             centre = 0.0 if isinstance(node, exp.Sum) else (lo + hi) / 2
-            spread = max(abs(lo - centre), abs(hi - centre))
-            bits = FIXED_POINT_DIGITS - math.ceil(math.log2(spread)) if spread > 0 else 0
-            total = self._measure(Measure("sum", value, lo, hi, centre, bits))
+            total = self._measure(sum_measure(value, lo, hi, centre))
             if isinstance(node, SPREAD_AGGREGATES):
                 est = self._spread(node, text, value, lo, hi)
             elif isinstance(node, exp.Sum):
@@ -578,13 +586,12 @@ class _Analysis:
             raise unsupported(f"{text}: variance under TABLESAMPLE is not supported yet")
         centre = (lo + hi) / 2
         half = (hi - lo) / 2
-        bits = lambda spread: FIXED_POINT_DIGITS - math.ceil(math.log2(spread)) if spread > 0 else 0  # noqa: E731
         count = self._measure(Measure("count", value, bits=self.count_bits))
-        total = self._measure(Measure("sum", value, lo, hi, centre, bits(half)))
+        total = self._measure(sum_measure(value, lo, hi, centre))
         clamped = clamp(value, lo, hi)
         deviation = exp.Paren(this=exp.Sub(this=clamped, expression=exp.Literal.number(centre)))
         square = exp.Mul(this=deviation, expression=deviation.copy())
-        squares = self._measure(Measure("sum", square, 0.0, half * half, half * half / 2, bits(half * half / 2)))
+        squares = self._measure(sum_measure(square, 0.0, half * half, half * half / 2))
         func = {exp.VariancePop: "var_pop", exp.Variance: "var_samp", exp.StddevPop: "stddev_pop",
                 exp.Stddev: "stddev_samp", exp.StddevSamp: "stddev_samp"}[type(node)]
         return Estimate(func, text, count=count, total=total, squares=squares, lower=lo, upper=hi, centre=centre)

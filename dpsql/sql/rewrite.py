@@ -174,9 +174,22 @@ def _weighted_per_group(plan: Plan, keys: list[str], group_by: str) -> str:
             if m.bits < COUNT_BITS:  # whole rows, one group only (see Plan.weightable)
                 weighted = f"{weighted} // {2 ** (COUNT_BITS - m.bits)}"
             aggs.append(f"{weighted} AS m{j}")
+        elif j in plan.weighted_sums:
+            aggs.append(f"SUM(v{j}) AS m{j}")  # the copy holds each row's weighted value
         elif m.kind == "sum":
-            aggs.append(f"SUM((v{j} * w) // {2 ** COUNT_BITS}) AS m{j}")
+            aggs.append(f"SUM({_weighted(f'v{j}', 'w')}) AS m{j}")
     return f"SELECT {', '.join(keys + aggs)}\n  FROM filtered{group_by}"
+
+
+def _weighted(value: str, weight: str) -> str:
+    """A row's fixed-point value times its weight, truncated toward zero (see _weighted_per_group)."""
+    return f"({value} * {weight}) // {2 ** COUNT_BITS}"
+
+
+def weighted_sum_sql(m: Measure, weight: str = "__dpsql_w") -> str:
+    """A sum measure's weighted per-row value, for an engine to store in its weighted copy: the
+    very expression the bounded query would compute, so sums over either are identical."""
+    return _weighted(f"({_measure_value(m)})", weight)
 
 
 def _histogram_ctes(plan: Plan, j: int, m: Measure, keys: list[str], groups: int) -> list[tuple[str, str]]:
@@ -225,8 +238,11 @@ def rewrite(plan: Plan, domain_size: int | None = None, salt: int | None = None)
     if plan.unit is not None:
         select.append(f"{_sql(plan.unit)} AS unit")
     select += [f"{_sql(total(k.expr))} AS k{i}" for i, k in enumerate(plan.keys)]
+    alias = plan.relation.sources[0].alias
     for j, m in enumerate(plan.measures):
-        if m.value is not None:
+        if j in plan.weighted_sums and plan.weights_table is not None:
+            select.append(f"{alias}.{_q(plan.weighted_sums[j])} AS v{j}")
+        elif m.value is not None:
             select.append(f"{_measure_value(m)} AS v{j}")
     if len(select) == 0:
         select.append("1 AS one")
