@@ -36,7 +36,7 @@ from .sql.scope import output_name
 from .sql.classify import (Explain, Query, SetCommand, ShowCommand, TransactionCommand, classify, classify_one,
                            split_statements)
 from .sql.options import QueryOptions
-from .sql.rewrite import rewrite, weighted_sum_sql
+from .sql.rewrite import rewrite, weighted_value_sql
 
 log = logging.getLogger("dpsql")
 
@@ -93,7 +93,9 @@ class Session:
         self._lock = threading.Lock()
         self._plans: OrderedDict[str, tuple[Plan | PublicQuery, Calibration | None]] = OrderedDict()
         self._statements: OrderedDict[str, Query] = OrderedDict()
-        self._sql: dict[int, tuple[Plan, str]] = {}  # id(plan) -> (plan, its bounded SQL without salt)
+        self._sql: dict[int, tuple[Plan, str]] = {}
+        # per table: what its weighted copy stores (column -> SQL) and which measure each serves
+        self._stored: dict[str, tuple[dict[str, str], dict[tuple, str]]] = {}  # id(plan) -> (plan, its bounded SQL without salt)
 
     def _defaults(self) -> Settings:
         p = self.policy.privacy
@@ -336,13 +338,16 @@ class Session:
         weighted_copy = getattr(self.engine, "weighted_copy", None)
         if plan.weightable() and weighted_copy is not None:
             source = plan.relation.sources[0]
-            sums = _precomputed_sums(source.table)
+            stored = self._stored.get(source.table.name)
+            if stored is None:  # pure in the policy: once per table
+                measures = _precomputed(source.table)
+                stored = self._stored[source.table.name] = (
+                    {name: weighted_value_sql(m) for name, m in measures.items()},
+                    {_spec(m): name for name, m in measures.items()})
             plan.weights_table = weighted_copy(source.table.name, plan.unit.name, plan.total_rows, COUNT_BITS,
-                                               {name: weighted_sum_sql(m) for name, m in sums.items()})
-            by_spec = {(m.value.name, m.lower, m.upper, m.centre, m.bits): name for name, m in sums.items()}
-            plan.weighted_sums = {j: by_spec[spec] for j, m in enumerate(plan.measures) if m.kind == "sum"
-                                  and isinstance(m.value, exp.Column)
-                                  and (spec := (m.value.name, m.lower, m.upper, m.centre, m.bits)) in by_spec}
+                                               stored[0])
+            plan.weighted_values = {j: stored[1][_spec(m)] for j, m in enumerate(plan.measures)
+                                    if isinstance(m.value, exp.Column) and _spec(m) in stored[1]}
         if salt is not None:
             return self.engine.prepare(rewrite(plan, plan.literal_domain_size(), salt))
         cached = self._sql.get(id(plan))
@@ -481,16 +486,26 @@ def _detail(plan: Plan, cal: Calibration) -> dict[str, Any]:
             "selection_threshold": cal.selection.threshold if cal.selection else None}
 
 
-def _precomputed_sums(table: TablePolicy) -> dict[str, Measure]:
-    """The sums a weighted copy holds ready-weighted: every bounded column's SUM (centre 0) and
-    AVG/STDDEV sum (centred), at its declared bounds; a query that clamps tighter computes its own."""
+def _precomputed(table: TablePolicy) -> dict[str, Measure]:
+    """What a weighted copy holds ready-weighted, per bounded column at its declared bounds: its
+    SUM (centre 0), its AVG/STDDEV sum (centred) and its non-NULL count; a query that clamps
+    tighter or sums an expression computes its own per row."""
     out = {}
     for col in table.columns.values():
         if col.bounded and col.dates is None:
             lo, hi = float(col.lower), float(col.upper)
-            for tag, centre in (("0", 0.0), ("c", (lo + hi) / 2)):
-                out[f"__dpsql_ws_{col.name}_{tag}"] = sum_measure(exp.column(col.name), lo, hi, centre)
+            column = exp.column(col.name)
+            out[f"__dpsql_ws_{col.name}_0"] = sum_measure(column, lo, hi, 0.0)
+            out[f"__dpsql_ws_{col.name}_c"] = sum_measure(column, lo, hi, (lo + hi) / 2)
+            out[f"__dpsql_wn_{col.name}"] = Measure("count", column, bits=COUNT_BITS)
     return out
+
+
+def _spec(m: Measure) -> tuple:
+    """What makes two measures' per-row values equal (whatever table alias the column has)."""
+    if m.kind == "count":
+        return ("count", m.value.name)
+    return (m.kind, m.value.name, m.lower, m.upper, m.centre, m.bits)
 
 
 def budget_summary(policy: Policy, ledger: Ledger, user: str) -> dict[str, Any]:

@@ -217,7 +217,7 @@ def test_weighted_copy_sums_equal_the_computed_ones(sample_conn):
               "SELECT AVG(income), COUNT(*) FROM patients"]:
         plan, _ = s._prepare(classify(q).tree)
         stored = s.engine.execute(s._bounded_sql(plan, None))
-        assert plan.weighted_sums and plan.weights_table is not None
-        plan.weighted_sums = {}
+        assert plan.weighted_values and plan.weights_table is not None
+        plan.weighted_values = {}
         computed = s.engine.execute(s.engine.prepare(rewrite(plan, plan.literal_domain_size())))
         assert sorted(zip(*stored.columns)) == sorted(zip(*computed.columns)), q

@@ -149,8 +149,8 @@ class Plan:
     # A copy of the one private table with each row's weight, min(1, limit / rows of its unit
     # in the table) in fixed point: bounding becomes a weighted sum the engine does in one scan.
     weights_table: str | None = None
-    # Sum measures whose weighted per-row values the copy already holds: measure index -> column.
-    weighted_sums: dict[int, str] = field(default_factory=dict)
+    # Measures whose weighted per-row values the copy already holds: measure index -> column.
+    weighted_values: dict[int, str] = field(default_factory=dict)
 
     @property
     def declared(self) -> bool:

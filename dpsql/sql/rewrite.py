@@ -170,11 +170,14 @@ def _weighted_per_group(plan: Plan, keys: list[str], group_by: str) -> str:
     aggs = ["0 AS units"]  # unit counts serve partition selection only, which this path excludes
     for j, m in enumerate(plan.measures):
         if m.kind == "count":
-            weighted = "SUM(w)" if m.value is None else f"SUM(CASE WHEN v{j} IS NOT NULL THEN w END)"
+            if j in plan.weighted_values:  # the copy holds each row's weight where the value is not NULL
+                weighted = f"SUM(v{j})"
+            else:
+                weighted = "SUM(w)" if m.value is None else f"SUM(CASE WHEN v{j} IS NOT NULL THEN w END)"
             if m.bits < COUNT_BITS:  # whole rows, one group only (see Plan.weightable)
                 weighted = f"{weighted} // {2 ** (COUNT_BITS - m.bits)}"
             aggs.append(f"{weighted} AS m{j}")
-        elif j in plan.weighted_sums:
+        elif j in plan.weighted_values:
             aggs.append(f"SUM(v{j}) AS m{j}")  # the copy holds each row's weighted value
         elif m.kind == "sum":
             aggs.append(f"SUM({_weighted(f'v{j}', 'w')}) AS m{j}")
@@ -186,9 +189,11 @@ def _weighted(value: str, weight: str) -> str:
     return f"({value} * {weight}) // {2 ** COUNT_BITS}"
 
 
-def weighted_sum_sql(m: Measure, weight: str = "__dpsql_w") -> str:
-    """A sum measure's weighted per-row value, for an engine to store in its weighted copy: the
-    very expression the bounded query would compute, so sums over either are identical."""
+def weighted_value_sql(m: Measure, weight: str = "__dpsql_w") -> str:
+    """A count or sum measure's weighted per-row value, for an engine to store in its weighted
+    copy: the very expression the bounded query would compute, so totals over either are equal."""
+    if m.kind == "count":
+        return f"CASE WHEN ({_measure_value(m)}) IS NOT NULL THEN {weight} END"
     return _weighted(f"({_measure_value(m)})", weight)
 
 
@@ -235,18 +240,19 @@ def rewrite(plan: Plan, domain_size: int | None = None, salt: int | None = None)
     keys = [f"k{i}" for i in range(len(plan.keys))]
     key_list = ", ".join(keys)
     select = []
-    if plan.unit is not None:
+    if plan.unit is not None and plan.weights_table is None:  # a weighted copy's rows all have a unit
         select.append(f"{_sql(plan.unit)} AS unit")
     select += [f"{_sql(total(k.expr))} AS k{i}" for i, k in enumerate(plan.keys)]
     alias = plan.relation.sources[0].alias
     for j, m in enumerate(plan.measures):
-        if j in plan.weighted_sums and plan.weights_table is not None:
-            select.append(f"{alias}.{_q(plan.weighted_sums[j])} AS v{j}")
+        if j in plan.weighted_values and plan.weights_table is not None:
+            select.append(f"{alias}.{_q(plan.weighted_values[j])} AS v{j}")
         elif m.value is not None:
             select.append(f"{_measure_value(m)} AS v{j}")
     if len(select) == 0:
         select.append("1 AS one")
-    where = _condition(plan.relation.where, _types(plan.relation))
+    # The weighted copy holds the rows whose unit is not NULL, the only condition it admits.
+    where = _condition(plan.relation.where, _types(plan.relation)) if plan.weights_table is None else []
     if plan.sample_rate is not None:
         threshold = min(2**64 - 1, int(plan.sample_rate * 2**64))
         secret = "0 /* a secret salt, new for each execution */" if salt is None else str(salt)
