@@ -156,3 +156,72 @@ def test_spark_keeps_ansi_off_and_files_unreadable(policies, tmp_path):
         assert engine.execute("SELECT CAST('x' AS INT) AS a, 1 / 0 AS b").columns == [[None], [None]]
     finally:
         engine.close()
+
+
+@pytest.fixture(scope="module")
+def spark_connect_url():
+    """A Spark Connect server of pyspark's own distribution, in the foreground on a free port."""
+    import os
+    import socket
+    import subprocess
+
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_NO_DAEMONIZE": "1"}
+    proc = subprocess.Popen([str(home / "sbin" / "start-connect-server.sh"), "--master", "local[2]",
+                             "--conf", f"spark.connect.grpc.binding.port={port}",
+                             "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+                             "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.ui.enabled=false"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            assert proc.poll() is None, "the Spark Connect server exited"
+            time.sleep(0.5)
+    yield f"sc://127.0.0.1:{port}"
+    import signal
+
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=60)
+
+
+_CONNECT_CHECK = """
+import json, sys
+from dpsql.config import load_policy
+from dpsql.session import Session
+from tests.test_backends import _rows
+session = Session(load_policy(sys.argv[1], ledger_path=sys.argv[2]), "alice")
+out = [repr(_rows(session, sql)) for sql in json.loads(sys.argv[3])]
+result = session.execute("SELECT sex, COUNT(*) FROM patients GROUP BY sex")
+print(json.dumps({"rows": out, "answer_rows": len(result.rows), "charged": session.budget()["queries"]}))
+session.close()
+"""
+
+
+def test_spark_connect_gives_the_same_values(spark_connect_url, sessions, policies, tmp_path):
+    """The same queries through Spark Connect (in a process of its own: pyspark allows one kind
+    of session per process) give DuckDB's pre-noise values, and an answer is charged once."""
+    import json
+    import subprocess
+    import sys
+
+    text = policies["spark"].read_text()
+    remote = tmp_path / "connect.toml"
+    remote.write_text(re.sub(r'(?m)^master = .*\nconf = .*\n', f'remote = "{spark_connect_url}"\n', text))
+    queries = ["SELECT diagnosis, COUNT(*), AVG(cost) FROM visits GROUP BY diagnosis",
+               "SELECT p.sex, AVG(v.length_of_stay) FROM visits v JOIN patients p USING (patient_id) GROUP BY p.sex",
+               "SELECT MEDIAN(age) FROM patients"]
+    done = subprocess.run([sys.executable, "-c", _CONNECT_CHECK, str(remote), str(tmp_path / "ledger.sqlite"),
+                           json.dumps(queries)], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["rows"] == [repr(_rows(sessions["duckdb"], sql)) for sql in queries]
+    assert got["answer_rows"] == 3 and got["charged"] == 1
