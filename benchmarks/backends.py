@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import platform
 import re
-import statistics
 import sys
 import tempfile
 import time
@@ -26,6 +25,7 @@ import duckdb
 import dpsql
 
 from .data import generate, policy_text
+from .timing import median_ms
 from .workload import QUERIES, SCALE
 
 HERE = Path(__file__).resolve().parent
@@ -81,15 +81,6 @@ def policies(db: Path, rows: int, pg_reader: str | None, work: Path) -> dict[str
                  'conf = { "spark.driver.memory" = "4g", "spark.sql.shuffle.partitions" = "4" }\n' + spark_body)
     out["spark"] = s
     return out
-
-
-def median_ms(fn, runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1000)
-    return statistics.median(times)
 
 
 def measure(backend: str, policy: Path, db: Path, admin_url: str | None, runs: int, work: Path) -> list[dict]:

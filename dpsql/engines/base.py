@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol, Sequence
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 import sqlglot
 from sqlglot import exp
@@ -81,3 +83,21 @@ def width_bucket_case(node: exp.WidthBucket) -> exp.Expression:
                          exp.If(this=exp.GTE(this=x.copy(), expression=hi.copy()),
                                 true=exp.Add(this=n.copy(), expression=exp.Literal.number(1)))],
                     default=exp.Cast(this=inside, to=exp.DataType.build("BIGINT")))
+
+
+def quote(name: str) -> str:
+    """An identifier quoted as DuckDB and PostgreSQL read it."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def files_version(paths: Iterable[Path]) -> str:
+    """Changes when any of the files (or any file under a directory) changes: size and mtime."""
+    h = hashlib.sha256()
+    for p in paths:
+        for f in (sorted(p.rglob("*")) if p.is_dir() else [p]):
+            try:
+                st = f.stat()
+                h.update(f"{f}:{st.st_mtime_ns}:{st.st_size};".encode())
+            except OSError:
+                h.update(f"{f}:missing;".encode())
+    return h.hexdigest()[:16]

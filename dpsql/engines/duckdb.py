@@ -20,11 +20,7 @@ from sqlglot import exp
 
 from ..config import Policy, check_against_schema
 from ..errors import OperationalError, PolicyError
-from .base import ResultSet, is_keyed_hash, width_bucket_case
-
-
-def quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+from .base import ResultSet, files_version, is_keyed_hash, quote, width_bucket_case
 
 
 def _literal(text: str) -> str:
@@ -194,14 +190,7 @@ class DuckDBEngine:
             cur.interrupt()
 
     def data_version(self) -> str:
-        h = hashlib.sha256()
-        for p in self._files:
-            try:
-                st = p.stat()
-                h.update(f"{p}:{st.st_mtime_ns}:{st.st_size};".encode())
-            except OSError:
-                h.update(f"{p}:missing;".encode())
-        return h.hexdigest()[:16]
+        return files_version(self._files)
 
     def close(self) -> None:
         self._con.close()

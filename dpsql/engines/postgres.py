@@ -17,12 +17,8 @@ from sqlglot import exp
 
 from ..config import Policy, check_against_schema
 from ..errors import OperationalError, PolicyError
-from .base import ResultSet, canonical_type
+from .base import ResultSet, canonical_type, quote
 from .pg_total import lower_for_postgres
-
-
-def _ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 class PostgresEngine:
@@ -62,7 +58,7 @@ class PostgresEngine:
         con = self._psycopg.connect(self._config.url, autocommit=False, connect_timeout=10,
                                     application_name="dpsql")
         with con.cursor() as cur:
-            cur.execute(f"SET search_path = {_ident(self._config.schema)}")
+            cur.execute(f"SET search_path = {quote(self._config.schema)}")
             cur.execute(f"SET statement_timeout = {int(self._config.statement_timeout * 1000)}")
             cur.execute("SET default_transaction_read_only = on")
             cur.execute("SET idle_in_transaction_session_timeout = 60000")
@@ -86,7 +82,7 @@ class PostgresEngine:
                                   hint="connect as a role that can only SELECT the policy's tables: CREATE ROLE "
                                        "dpsql_reader LOGIN; GRANT SELECT ON <tables> TO dpsql_reader")
             for table in self._policy.tables:
-                cur.execute("SELECT to_regclass(%s)", (f"{_ident(self._config.schema)}.{_ident(table)}",))
+                cur.execute("SELECT to_regclass(%s)", (f"{quote(self._config.schema)}.{quote(table)}",))
                 oid = cur.fetchone()[0]
                 if oid is None:
                     continue  # reported by check_against_schema
@@ -136,7 +132,7 @@ class PostgresEngine:
 
     def execute(self, sql: str) -> ResultSet:
         con = self._connection()
-        ident = threading.get_ident()
+        ident = threading.getquote()
         self._running[ident] = con
         try:
             with con.cursor() as cur:

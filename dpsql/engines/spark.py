@@ -10,7 +10,6 @@ only ever sends its own rewritten queries, which name the policy's tables.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import threading
 from pathlib import Path
@@ -20,7 +19,7 @@ from sqlglot import exp
 
 from ..config import Policy, check_against_schema
 from ..errors import OperationalError, PolicyError
-from .base import ResultSet, canonical_type, is_keyed_hash, width_bucket_case
+from .base import ResultSet, canonical_type, files_version, is_keyed_hash, width_bucket_case
 
 # Settings dpsql's guarantees rest on: a policy's conf may not change them.
 _FIXED = {
@@ -159,16 +158,8 @@ class SparkEngine:
             self._spark.interruptTag(tag)
 
     def data_version(self) -> str:
-        h = hashlib.sha256()
-        for p in self._files:
-            paths = sorted(p.rglob("*")) if p.is_dir() else [p]
-            for f in paths:
-                try:
-                    st = f.stat()
-                    h.update(f"{f}:{st.st_mtime_ns}:{st.st_size};".encode())
-                except OSError:
-                    h.update(f"{f}:missing;".encode())
-        return h.hexdigest()[:16]
+        """The source files' sizes and times (a metastore table's changes are not seen)."""
+        return files_version(self._files)
 
     def close(self) -> None:
         """Stops the SparkContext when the process's last engine closes (it is shared)."""
