@@ -132,7 +132,7 @@ class PostgresEngine:
 
     def execute(self, sql: str) -> ResultSet:
         con = self._connection()
-        ident = threading.getquote()
+        ident = threading.get_ident()
         self._running[ident] = con
         try:
             with con.cursor() as cur:
