@@ -93,9 +93,9 @@ class Session:
         self._lock = threading.Lock()
         self._plans: OrderedDict[str, tuple[Plan | PublicQuery, Calibration | None]] = OrderedDict()
         self._statements: OrderedDict[str, Query] = OrderedDict()
-        self._sql: dict[int, tuple[Plan, str]] = {}
+        self._sql: dict[int, tuple[Plan, str]] = {}  # id(plan) -> (plan, its bounded SQL without salt)
         # per table: what its weighted copy stores (column -> SQL) and which measure each serves
-        self._stored: dict[str, tuple[dict[str, str], dict[tuple, str]]] = {}  # id(plan) -> (plan, its bounded SQL without salt)
+        self._stored: dict[str, tuple[dict[str, str], dict[tuple, str]]] = {}
 
     def _defaults(self) -> Settings:
         p = self.policy.privacy
@@ -311,20 +311,22 @@ class Session:
             if cached is not None:
                 return self._from_cache(cached)
         detail = _detail(plan, cal)
-        self._bounded_sql(plan, None)  # an engine's refusal comes before the charge
+        sql = self._bounded_sql(plan, None)  # an engine's refusal comes before the charge
         charge = self.ledger.charge(self.user.name, self.budget_policy, cal.cost, stmt.sql, detail, self.global_budget)
-        result = self._answer(plan, cal, charge.filter.remaining(charge.totals), cal.cost, detail)
+        result = self._answer(plan, sql, cal, charge.filter.remaining(charge.totals), cal.cost, detail)
         self.ledger.record_release(charge.id, result.rows)
         if s.cache:
             self.ledger.cache_put(self.user.name, key, _to_cache(result))
         return result
 
-    def _answer(self, plan: Plan, cal: Calibration, left: Mapping[str, Fraction], cost: Cost,
+    def _answer(self, plan: Plan, sql: str, cal: Calibration, left: Mapping[str, Fraction], cost: Cost,
                 detail: dict[str, Any]) -> Result:
-        """Run the bounded query, noise it and post-process: only after the charge."""
+        """Run the bounded query `sql` (prepared before the charge), noise it and post-process:
+        only after the charge. A sampled plan gets a fresh secret salt here."""
         s = self.settings
-        salt = secrets.randbits(63) if plan.sample_rate is not None else None
-        rs = self.engine.execute(self._bounded_sql(plan, salt))
+        if plan.sample_rate is not None:
+            sql = self._bounded_sql(plan, secrets.randbits(63))
+        rs = self.engine.execute(sql)
         out = self._post.run(plan.post, release(plan, cal, rs, s.confidence))
         rows = [tuple(_plain(v) for v in r) for r in out.rows]
         dp = {"cost": cost.as_dict(), "remaining": {k: float(v) for k, v in left.items()},
@@ -396,6 +398,7 @@ class Session:
         if not sqls:
             raise invalid_parameter("the batch is empty")
         plans: list[Plan] = []
+        bounded: list[str] = []  # each plan's bounded SQL, prepared before the charge
         for sql in sqls:
             stmt = classify(sql)
             if not isinstance(stmt, Query):
@@ -403,7 +406,7 @@ class Session:
             plan = analyze(stmt.tree, self.policy, self.engine.schema())
             if isinstance(plan, PublicQuery):
                 raise unsupported("a query over public tables only needs no planning", hint="send it on its own")
-            self._bounded_sql(plan, None)  # an engine's refusal comes before the charge
+            bounded.append(self._bounded_sql(plan, None))  # an engine's refusal comes before the charge
             plans.append(plan)
         mechanisms = [m for p, w in zip(plans, weights)
                       for m in planned_mechanisms(p, s.mechanism, p.literal_domain_size(), w)]
@@ -415,7 +418,8 @@ class Session:
         charge = self.ledger.charge(self.user.name, self.budget_policy, cost, "\n;\n".join(sqls), detail,
                                     self.global_budget)
         left = charge.filter.remaining(charge.totals)
-        results = [self._answer(p, c, left, cost, d) for p, c, d in zip(plans, cals, detail["queries"])]
+        results = [self._answer(p, q, c, left, cost, d)
+                   for p, q, c, d in zip(plans, bounded, cals, detail["queries"])]
         self.ledger.record_release(charge.id, [r.rows for r in results])
         return results
 

@@ -19,27 +19,37 @@ def _policy_body() -> str:
     return re.sub(r'(?m)^source = .*\n', "", text)
 
 
-def load_into_postgres(admin_url: str, reader_url: str, tables: dict[str, Path] | None = None) -> None:
+def load_into_postgres(admin_url: str, tables: dict[str, Path] | None = None) -> None:
     """Copy tables (default: the sample's) into PostgreSQL and let READER select them only."""
-    import psycopg
-
     tables = tables or {"patients": SAMPLE / "patients.parquet", "visits": SAMPLE / "visits.parquet",
                         "wards": SAMPLE / "wards.csv"}
     con = duckdb.connect()
+    try:
+        _copy_into_postgres(con, {name: f"SELECT * FROM {'read_parquet' if path.suffix == '.parquet' else 'read_csv'}"
+                                        f"('{path}')" for name, path in tables.items()}, admin_url, "public")
+    finally:
+        con.close()
+
+
+def _copy_into_postgres(con: duckdb.DuckDBPyConnection, queries: dict[str, str], admin_url: str, schema: str) -> None:
+    """Each DuckDB query's rows into a new table of `schema`, which READER may only SELECT."""
+    import psycopg
+
     with psycopg.connect(admin_url, autocommit=True) as pg:
         pg.execute(f"DO $$ BEGIN CREATE ROLE {READER} LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
-        for name, path in tables.items():
-            reader = "read_parquet" if path.suffix == ".parquet" else "read_csv"
-            rel = con.sql(f"SELECT * FROM {reader}('{path}')")
+        pg.execute(f'GRANT USAGE ON SCHEMA "{schema}" TO {READER}')
+        for name, query in queries.items():
+            rel = con.sql(query)
             cols = ", ".join(f'"{c}" {_pg_type(str(t))}' for c, t in zip(rel.columns, rel.types))
-            pg.execute(f'DROP TABLE IF EXISTS "{name}"')
-            pg.execute(f'CREATE TABLE "{name}" ({cols})')
-            with pg.cursor().copy(f'COPY "{name}" FROM STDIN') as copy:
-                for row in rel.fetchall():
-                    copy.write_row(row)
-            pg.execute(f'GRANT SELECT ON "{name}" TO {READER}')
-            pg.execute(f'ANALYZE "{name}"')
-    con.close()
+            pg.execute(f'DROP TABLE IF EXISTS "{schema}"."{name}"')
+            pg.execute(f'CREATE TABLE "{schema}"."{name}" ({cols})')
+            rows = rel.fetchall()
+            if rows:
+                with pg.cursor().copy(f'COPY "{schema}"."{name}" FROM STDIN') as copy:
+                    for row in rows:
+                        copy.write_row(row)
+            pg.execute(f'GRANT SELECT ON "{schema}"."{name}" TO {READER}')
+            pg.execute(f'ANALYZE "{schema}"."{name}"')
 
 
 def _pg_type(duckdb_type: str) -> str:
@@ -76,23 +86,15 @@ def duckdb_to_postgres(db_path: Path, admin_url: str, schema: str) -> None:
     """Every table of a DuckDB file into its own PostgreSQL schema, readable by READER only."""
     import psycopg
 
-    con = duckdb.connect(str(db_path), read_only=True)
     with psycopg.connect(admin_url, autocommit=True) as pg:
-        pg.execute(f"DO $$ BEGIN CREATE ROLE {READER} LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
         pg.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         pg.execute(f'CREATE SCHEMA "{schema}"')
-        pg.execute(f'GRANT USAGE ON SCHEMA "{schema}" TO {READER}')
-        for name in duckdb_tables(db_path):
-            rel = con.sql(f'SELECT * FROM "{name}"')
-            cols = ", ".join(f'"{c}" {_pg_type(str(t))}' for c, t in zip(rel.columns, rel.types))
-            pg.execute(f'CREATE TABLE "{schema}"."{name}" ({cols})')
-            rows = rel.fetchall()
-            if rows:
-                with pg.cursor().copy(f'COPY "{schema}"."{name}" FROM STDIN') as copy:
-                    for row in rows:
-                        copy.write_row(row)
-            pg.execute(f'GRANT SELECT ON "{schema}"."{name}" TO {READER}')
-    con.close()
+    con = duckdb.connect(str(db_path), read_only=True)
+    try:
+        _copy_into_postgres(con, {name: f'SELECT * FROM "{name}"' for name in duckdb_tables(db_path)}, admin_url,
+                            schema)
+    finally:
+        con.close()
 
 
 def duckdb_to_parquet(db_path: Path, directory: Path) -> dict[str, Path]:

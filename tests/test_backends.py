@@ -27,7 +27,7 @@ SALTED = "TABLESAMPLE"  # a fresh secret salt per execution: each engine hashes 
 def clinic(pg_server):
     admin = pg_server.create_database("clinic")
     reader = admin.replace("postgres@", f"{READER}@")
-    load_into_postgres(admin, reader)
+    load_into_postgres(admin)
     return admin, reader
 
 

@@ -75,7 +75,7 @@ class DuckDBEngine:
         for table in self._policy.tables.values():
             if table.source is not None:
                 reader = "read_parquet" if table.source.suffix.lower() == ".parquet" else "read_csv"
-                where = str(table.source / "**" / "*.parquet") if table.source.is_dir() else str(table.source)
+                where = str(table.source / "**" / f"*{table.source.suffix}") if table.source.is_dir() else str(table.source)
                 body = f"SELECT * FROM {reader}({_literal(where)})"
                 self._files.append(table.source)
             elif table.name in existing:

@@ -34,7 +34,7 @@ _FIXED = {
 _DEFAULTS = {"spark.ui.showConsoleProgress": "false"}
 _LIVE = [0]  # engines open in this process: the last to close stops the shared SparkContext
 _LIVE_LOCK = threading.Lock()
-_EXTRACT = {"DAYOFYEAR": "DOY", "ISODOW": "DOW_ISO", "YEAROFWEEK": "YEAROFWEEK"}
+_EXTRACT = {"DAYOFYEAR": "DOY", "ISODOW": "DOW_ISO"}
 
 
 class SparkEngine:
