@@ -24,7 +24,7 @@ from .sql.analyze import Estimate, Plan
 @dataclass(frozen=True)
 class MeasureNoise:
     noise: Noise
-    l1: int  # L1 sensitivity in the measure's integer units
+    l1: int | None  # L1 sensitivity in the measure's integer units (None: not bounded, L2 clipping)
     l2_squared: int
     epsilon: Fraction | None
     rho: Fraction | None

@@ -292,7 +292,11 @@ class Session:
             cal = calibrate_planned(plan, s.mechanism, multiplier, domain)
             return plan, replace(cal, cost=batch_cost(epsilon, delta, multiplier, len(mechanisms)))
         delta = delta if needs_delta(plan, s.mechanism) else Fraction(0)
-        plan.total_bound = s.mechanism == "laplace" and plan.total_bound_helps(domain)
+        # Under Gaussian noise a total bound of C rows costs C in L2 against sqrt(max_groups) *
+        # max_rows per group: taken only when the policy declares max_contributions.
+        plan.total_bound = plan.total_bound_helps(domain) and (
+            s.mechanism == "laplace" or plan.max_contributions is not None)
+        plan.l2_clip = plan.total_bound and s.mechanism == "gaussian"
         weights = measure_weights(plan, options.weights)
         if s.target_error is not None and options.epsilon is None:
             epsilon = epsilon_for_target(plan, s.target_error, delta, s.mechanism, domain, weights, s.confidence)
@@ -451,7 +455,7 @@ class Session:
         for m, mn in zip(plan.measures, cal.measures):
             unit = m.unit_scale
             mechanisms.append({
-                "measure": m.describe(), "noise": mn.noise.kind, "l1_sensitivity": mn.l1 * unit,
+                "measure": m.describe(), "noise": mn.noise.kind, "l1_sensitivity": None if mn.l1 is None else mn.l1 * unit,
                 "l2_sensitivity": math.sqrt(mn.l2_squared) * unit, "scale": mn.noise.scale * unit,
                 "half_width": mn.noise.half_width(s.confidence) * unit,
                 "epsilon": None if mn.epsilon is None else float(mn.epsilon),

@@ -126,7 +126,8 @@ def _check_neighbours(with_target: Session, without: Session, mechanism: str) ->
             cols = range(at, at + plan.measures[j].width)  # a histogram has one column per bin
             at += plan.measures[j].width
             diffs = [abs(int(a.get(g, zero)[c] or 0) - int(b.get(g, zero)[c] or 0)) for g in groups for c in cols]
-            assert sum(diffs) <= mn.l1, (q, plan.measures[j].describe(), diffs, mn.l1)
+            assert mn.l1 is not None or plan.l2_clip, q  # L1 unbounded only under L2 clipping
+            assert mn.l1 is None or sum(diffs) <= mn.l1, (q, plan.measures[j].describe(), diffs, mn.l1)
             assert math.sqrt(sum(x * x for x in diffs)) <= math.sqrt(mn.l2_squared) + 1e-9, q
     return weighted
 
@@ -137,8 +138,9 @@ _neighbours = dict(units=st.lists(st.tuples(person, unit_events), min_size=0, ma
                    drop_row=st.integers(0, 14))
 
 
-@pytest.mark.parametrize("mechanism,contributions", [("laplace", None), ("gaussian", None), ("laplace", 4)])
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@pytest.mark.parametrize("mechanism,contributions", [("laplace", None), ("gaussian", None), ("laplace", 4),
+                                                       ("gaussian", 4)])
+@settings(max_examples=18, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(**_neighbours)
 def test_removing_one_unit_is_bounded(mechanism, contributions, units, target, rows, drop_row):
     with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
@@ -148,7 +150,8 @@ def test_removing_one_unit_is_bounded(mechanism, contributions, units, target, r
         without = Session(load_policy(_build(Path(d2), units, target, False, fewer_rows, contributions)), "alice")
         try:
             weighted = _check_neighbours(with_target, without, mechanism)
-            assert (weighted > 0) == (mechanism == "laplace")  # the weighted path is exercised
+            # The weighted path is exercised wherever a total bound applies (ungrouped only under L2 clipping).
+            assert (weighted > 0) == (mechanism == "laplace" or contributions is not None)
         finally:
             with_target.close()
             without.close()
@@ -157,19 +160,20 @@ def test_removing_one_unit_is_bounded(mechanism, contributions, units, target, r
 _schemas = itertools.count()
 
 
-@pytest.mark.parametrize("backend,mechanism,examples", [("postgres", "laplace", 6), ("postgres", "gaussian", 4),
-                                                         ("spark", "laplace", 2)])
-def test_removing_one_unit_is_bounded_on_every_backend(backend, mechanism, examples, request):
+@pytest.mark.parametrize("backend,mechanism,contributions,examples", [
+    ("postgres", "laplace", None, 6), ("postgres", "gaussian", None, 2), ("postgres", "gaussian", 4, 2),
+    ("spark", "laplace", None, 1), ("spark", "gaussian", 4, 1)])
+def test_removing_one_unit_is_bounded_on_every_backend(backend, mechanism, contributions, examples, request):
     """The same property where the rewritten query runs on PostgreSQL and on Spark (the
     per-unit bounding path: neither offers weighted copies), fewer examples as each costs
-    a round of real queries."""
+    a round of real queries; with max_contributions and Gaussian noise, the L2 clip."""
     admin = reader = None
     if backend == "postgres":
-        admin = request.getfixturevalue("pg_server").create_database(f"sens_{mechanism}")
+        admin = request.getfixturevalue("pg_server").create_database(f"sens_{mechanism}_{contributions or 0}")
         reader = admin.replace("postgres@", f"{READER}@")
 
     def session(directory: Path, units, target, include, rows) -> Session:
-        policy = _build(directory, units, target, include, rows)
+        policy = _build(directory, units, target, include, rows, contributions)
         schema = None
         if backend == "postgres":
             schema = f"ex{next(_schemas)}"
@@ -205,6 +209,32 @@ def test_a_heavy_unit_is_truncated(tmp_path):
         assert got[("a",)][1] == rows * 2 ** plan.measures[0].bits  # fixed-point count
         assert got[("a",)][2] == rows * 50 * 2 ** plan.measures[1].bits  # the unit's mean times its row limit
         assert got[("b",)] == (0, 0, 0)  # declared key, emitted although empty
+    s.close()
+
+
+def test_gaussian_total_bound_clips_in_l2(tmp_path):
+    """With max_contributions = 10 and Gaussian noise, a unit with 8 rows in one group and 6 in
+    another has L2 norm 10 and keeps all 14 rows (Laplace's L1 clip keeps 10 of them); one with
+    16 + 12 rows (norm 20) is halved in each group. The count's L2 sensitivity is 10 rows."""
+    events = [(1, "a", 50.0, "north")] * 8 + [(1, "b", 50.0, "north")] * 6
+    events += [(2, "a", 50.0, "north")] * 16 + [(2, "c", 50.0, "north")] * 12
+    make_db(tmp_path / "db.duckdb", [(1, 30.0, "F", "Oslo"), (2, 40.0, "M", "Rome")], events)
+    policy = write_policy(tmp_path)
+    policy.write_text(policy.read_text().replace("max_rows = 3\n", "max_rows = 3\nmax_contributions = 10\n"))
+    s = Session(load_policy(policy), "alice")
+    expected = {"gaussian": {"a": 8 + 8, "b": 6, "c": 6},  # within the 2^-10 weight resolution
+                "laplace": {"a": 8 * 10 / 14 + 16 * 10 / 28, "b": 6 * 10 / 14, "c": 12 * 10 / 28}}
+    for mechanism, rows in expected.items():
+        s.execute(f"SET dpsql.mechanism = '{mechanism}'")
+        plan, cal = s._prepare(classify("SELECT kind, COUNT(*), SUM(amount) FROM events GROUP BY kind").tree)
+        assert plan.l2_clip == (mechanism == "gaussian") and plan.total_bound
+        got = _by_group(s.engine.execute(s._bounded_sql(plan, None)), 1)
+        scale = 2 ** plan.measures[0].bits
+        for kind, n in rows.items():
+            assert abs(got[(kind,)][1] / scale - n) < 0.05, (mechanism, kind)  # per-row fixed-point floors
+        if mechanism == "gaussian":
+            assert cal.measures[0].l2_squared == (10 * scale) ** 2
+            assert cal.measures[0].l1 == 10 * scale * 2  # ceil(sqrt(3 declared kinds)) = 2
     s.close()
 
 

@@ -143,8 +143,12 @@ class Plan:
     item_estimates: list[set[int]] = field(default_factory=list)  # per select item, the estimates it uses
     # Bound each unit's rows in the whole query (max_contributions, or max_groups * max_rows),
     # spread over groups as they fall, instead of per group: the same L1 sensitivity when a
-    # unit may reach max_groups groups, and far less data cut away. Laplace noise (L1) only.
+    # unit may reach max_groups groups, and far less data cut away.
     total_bound: bool = False
+    # Under total_bound with Gaussian noise, clip each unit's vector of per-group rows in L2
+    # rather than L1 (scale by C / max(||n||_2, C), not C / max(sum n, C)): the same L2
+    # sensitivity, C rows, and a unit spread over several groups keeps more of them.
+    l2_clip: bool = False
     max_contributions: int | None = None
     # A copy of the one private table with each row's weight, min(1, limit / rows of its unit
     # in the table) in fixed point: bounding becomes a weighted sum the engine does in one scan.
@@ -191,13 +195,14 @@ class Plan:
         """Whether total bounding can use per-row weights computed once per table: one private
         base table, no joins (so a row appears once), no filter, and measures that are weighted
         sums: counts and histograms with fractional bits (a floored weight of a whole row would
-        drop heavy units), or, without GROUP BY, a count floored once from the weighted sum."""
+        drop heavy units), or, without GROUP BY, a count floored once from the weighted sum.
+        Not under L2 clipping with GROUP BY: a unit's L2 norm depends on the query's groups."""
         rel = self.relation
         unit_check = exp.Not(this=exp.Is(this=self.unit, expression=exp.Null())).sql() if self.unit is not None else None
         # A filter would keep few rows of a heavy unit that the table-wide weight still scales
         # down (valid, but biased): filtered queries bound per query instead.
         unfiltered = all(c.sql() == unit_check for c in rel.where)
-        return (self.total_bound and unfiltered and len(rel.sources) == 1 and not rel.joins
+        return (self.total_bound and unfiltered and not (self.l2_clip and self.keys) and len(rel.sources) == 1 and not rel.joins
                 and rel.sources[0].derived is None
                 and rel.sources[0].private and isinstance(self.unit, exp.Column)
                 and all(m.kind in ("count", "sum", "histogram") for m in self.measures)
@@ -212,9 +217,14 @@ class Plan:
                 and self.sample_rate is None
                 and (self.max_contributions is not None or self.groups_per_unit(domain_size) == self.max_groups))
 
-    def measure_l1(self, m: Measure, domain_size: int | None) -> int:
-        """L1 sensitivity of one measure's vector over all groups, in its integer units."""
+    def measure_l1(self, m: Measure, domain_size: int | None) -> int | None:
+        """L1 sensitivity of one measure's vector over all groups, in its integer units (None:
+        not bounded by the plan, as under L2 clipping over a domain of unknown size)."""
         if self.total_bound and m.kind != "units":
+            if self.l2_clip and self.keys:  # ||x||_1 <= ceil(sqrt(G)) ||x||_2 over G groups
+                if domain_size is None:
+                    return None
+                return self.total_rows * m.row_bound * (math.isqrt(max(domain_size, 1) - 1) + 1)
             return self.total_rows * m.row_bound
         return self.groups_per_unit(domain_size) * m.group_bound(self.rows_per_group)
 

@@ -17,6 +17,8 @@ capped at max_rows) rather than an arbitrary max_rows of its rows: the same sens
 one aggregation instead of a window, and the unit's own mean is kept. The same holds across
 groups: scaling every share by max_groups / G keeps the L1 bound max_groups * max_rows * R and
 the L2 bound sqrt(max_groups) * max_rows * R, and costs a GROUP BY unit instead of a sort.
+Under a total bound of C rows with Gaussian noise, a unit's rows per group are scaled by
+C / max(||n||_2, C): its shares' L2 norm is at most C (and C * R for a sum).
 """
 
 from __future__ import annotations
@@ -162,6 +164,28 @@ def _scaled(share: str, plan: Plan, groups: int, column: str = "groups") -> str:
     return f"({share}) * {groups} // GREATEST({column}, {groups})"
 
 
+def _unit_groups(plan: Plan) -> list[tuple[str, str]]:
+    """Per unit: its groups, and what its shares are scaled by under total_bound: its rows in
+    all (shares scaled by C / max(rows, C)), or under L2 clipping a fixed-point weight
+    floor(2^b C / max(||n||_2, C)) of its rows per group n. The norm is a double SQRT made an
+    upper bound by a relative margin of 2^-40 (far above its rounding error), and every engine
+    rounds the same IEEE operations alike."""
+    if not plan.l2_clip:
+        return [("unit_groups", "SELECT unit, COUNT(*) AS groups, SUM(n) AS unit_rows\n  FROM per_unit\n  GROUP BY unit")]
+    limit = plan.total_rows
+    norm = "SQRT(CAST(SUM(n * n) AS DOUBLE)) * (1 + POWER(2, -40))"
+    weight = f"CAST(FLOOR({limit * 2 ** COUNT_BITS} / GREATEST({norm}, {limit})) AS BIGINT)"
+    return [("unit_groups", f"SELECT unit, COUNT(*) AS groups, {weight} AS unit_weight\n  FROM per_unit\n  GROUP BY unit")]
+
+
+def _total_share(value: str, plan: Plan, ug: str = "") -> str:
+    """A unit's share `value` in one group under total_bound (see _unit_groups): truncated
+    toward zero, so its magnitude never grows."""
+    if plan.l2_clip:
+        return f"({value} * {ug}unit_weight) // {2 ** COUNT_BITS}"
+    return f"({value} * {plan.total_rows}) // GREATEST({ug}unit_rows, {plan.total_rows})"
+
+
 def _weighted_per_group(plan: Plan, keys: list[str], group_by: str) -> str:
     """Totals per group from rows weighted by their unit's share w = floor(C 2^b / max(N, C))
     (N: the unit's rows in the table, C: its limit): a unit's n <= N rows in the query add at
@@ -217,7 +241,7 @@ def _histogram_ctes(plan: Plan, j: int, m: Measure, keys: list[str], groups: int
         on = " AND ".join(["c.unit = p.unit"] + [f"c.{k} IS NOT DISTINCT FROM p.{k}" for k in keys])
         join_groups = " JOIN unit_groups AS ug ON ug.unit = c.unit" if plan.scale_groups or plan.total_bound else ""
         if plan.total_bound:
-            scaled = f"(c.c * {plan.total_rows * unit}) // GREATEST(ug.unit_rows, {plan.total_rows})"
+            scaled = _total_share(f"c.c * {unit}", plan, "ug.")
         else:
             share = (f"CASE WHEN p.n{j} > {plan.rows_per_group} THEN (c.c * {plan.rows_per_group * unit}) // p.n{j} "
                      f"ELSE c.c{f' * {unit}' if m.bits else ''} END")
@@ -301,11 +325,9 @@ def rewrite(plan: Plan, domain_size: int | None = None, salt: int | None = None)
         ctes.append(("per_unit", per_unit))
         source = "per_unit"
         if plan.scale_groups or plan.total_bound:
-            ctes.append(("unit_groups", "SELECT unit, COUNT(*) AS groups, SUM(n) AS unit_rows\n  FROM per_unit\n"
-                                        "  GROUP BY unit"))
+            ctes += _unit_groups(plan)
             source = "per_unit JOIN unit_groups USING (unit)"
         aggs = ["COUNT(*) AS units"]
-        limit = plan.total_rows
         for j, m in enumerate(plan.measures):
             n = "n" if m.value is None else f"n{j}"
             unit = 2 ** m.bits
@@ -313,9 +335,9 @@ def rewrite(plan: Plan, domain_size: int | None = None, salt: int | None = None)
                 share = _scaled(str(unit), plan, groups)  # one per unit and group
             elif plan.total_bound and m.kind == "count":
                 # A unit's N rows in all count C / N each when N > C: its shares sum to at most C.
-                share = f"({n} * {limit * unit}) // GREATEST(unit_rows, {limit})"
+                share = _total_share(f"{n} * {unit}", plan)
             elif plan.total_bound and m.kind == "sum":
-                share = f"(s{j} * {limit}) // GREATEST(unit_rows, {limit})"
+                share = _total_share(f"s{j}", plan)
             elif m.kind == "count":
                 share = _scaled(f"LEAST({n}, {m_rows})" + (f" * {unit}" if m.bits else ""), plan, groups)
             elif m.kind == "sum":
