@@ -95,7 +95,7 @@ class Session:
         self._statements: OrderedDict[str, Query] = OrderedDict()
         self._sql: dict[int, tuple[Plan, str]] = {}  # id(plan) -> (plan, its bounded SQL without salt)
         # per table: what its weighted copy stores (column -> SQL) and which measure each serves
-        self._stored: dict[str, tuple[dict[str, str], dict[tuple, str]]] = {}
+        self._stored: dict[tuple[str, int], tuple[dict[str, str], dict[tuple, str]]] = {}
 
     def _defaults(self) -> Settings:
         p = self.policy.privacy
@@ -117,14 +117,15 @@ class Session:
 
     def _classify(self, sql: str):
         """classify(), memoised for SELECTs (parsing is pure): a dashboard resends the same text.
-        The caller gets its own copy of the tree."""
+        The tree is shared: whatever would change it works on a copy (bind_parameters, and
+        _prepare before analysis)."""
         hit = self._statements.get(sql)
         if hit is not None:
             self._statements.move_to_end(sql)
-            return replace(hit, tree=hit.tree.copy())
+            return hit
         stmt = classify(sql)
         if isinstance(stmt, Query):
-            self._statements[sql] = replace(stmt, tree=stmt.tree.copy())
+            self._statements[sql] = stmt
             if len(self._statements) > PLAN_CACHE_SIZE:
                 self._statements.popitem(last=False)
         return stmt
@@ -141,7 +142,10 @@ class Session:
             return Result(status=stmt.verb)
         if isinstance(stmt, Explain):
             return self._explain(bind_parameters(stmt.query.tree, params), stmt.query.options)
-        return self._query(stmt, bind_parameters(stmt.tree, params))
+        tree = bind_parameters(stmt.tree, params)
+        # Without parameters the statement's text is the query: it keys the plan cache (no SQL
+        # generation from the tree on every execution).
+        return self._query(stmt, tree, sql if tree is stmt.tree else None)
 
     def describe(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None
                  ) -> tuple[list[str], list[str]] | None:
@@ -252,20 +256,22 @@ class Session:
         return Result(names, types, [row], "SHOW")
 
     # Queries -------------------------------------------------------------------------------
-    def _prepare(self, tree: exp.Query, options: QueryOptions | None = None
+    def _prepare(self, tree: exp.Query, options: QueryOptions | None = None, text: str | None = None
                  ) -> tuple[Plan | PublicQuery, Calibration | None]:
-        """Plan and calibrate, memoised per query shape: both are pure functions of the query,
-        the settings, the policy and the schema, so a dashboard's repeated queries skip them
-        (the charge, the engine and the noise are never cached here)."""
+        """Plan and calibrate, memoised per query shape (`text`, the statement that parses to
+        `tree`, or the tree's SQL): both are pure functions of the query, the settings, the
+        policy and the schema, so a dashboard's repeated queries skip them (the charge, the
+        engine and the noise are never cached here)."""
         options = options or QueryOptions()
         s = self.settings
-        key = repr((tree.sql(dialect="postgres"), options, s.epsilon, s.delta, s.mechanism, s.planner, s.target_error,
+        shape = ("text", text) if text is not None else ("tree", tree.sql(dialect="postgres"))
+        key = repr((shape, options, s.epsilon, s.delta, s.mechanism, s.planner, s.target_error,
                     self.engine.data_version()))
         hit = self._plans.get(key)
         if hit is not None:
             self._plans.move_to_end(key)
             return hit
-        prepared = self._plan_and_calibrate(tree, options)
+        prepared = self._plan_and_calibrate(tree.copy(), options)
         self._plans[key] = prepared
         if len(self._plans) > PLAN_CACHE_SIZE:
             self._plans.popitem(last=False)
@@ -302,8 +308,8 @@ class Session:
             epsilon = epsilon_for_target(plan, s.target_error, delta, s.mechanism, domain, weights, s.confidence)
         return plan, calibrate(plan, epsilon, delta, s.mechanism, domain, weights)
 
-    def _query(self, stmt: Query, tree: exp.Query) -> Result:
-        plan, cal = self._prepare(tree, stmt.options)
+    def _query(self, stmt: Query, tree: exp.Query, text: str | None = None) -> Result:
+        plan, cal = self._prepare(tree, stmt.options, text)
         if isinstance(plan, PublicQuery):
             rs = self.engine.execute(self.engine.prepare(plan.tree))
             rows = list(zip(*rs.columns)) if rs.row_count else []
@@ -341,14 +347,17 @@ class Session:
     def _bounded_sql(self, plan: Plan, salt: int | None) -> str:
         """The plan's bounded query in the engine's SQL, memoised per plan (salted ones, new for
         every execution, are not)."""
+        cached = self._sql.get(id(plan))
+        if salt is None and cached is not None and cached[0] is plan:
+            return cached[1]  # a plan is cached per data version, so its weighted copy is current
         weighted_copy = getattr(self.engine, "weighted_copy", None)
         if plan.weightable() and weighted_copy is not None:
             source = plan.relation.sources[0]
-            stored = self._stored.get(source.table.name)
-            if stored is None:  # pure in the policy: once per table
+            stored = self._stored.get((source.table.name, plan.total_rows))
+            if stored is None:  # pure in the policy: once per table and limit
                 measures = _precomputed(source.table)
-                stored = self._stored[source.table.name] = (
-                    {name: weighted_value_sql(m) for name, m in measures.items()},
+                stored = self._stored[(source.table.name, plan.total_rows)] = (
+                    {name: weighted_value_sql(m, plan, plan.unit.name) for name, m in measures.items()},
                     {_spec(m): name for name, m in measures.items()})
             plan.weights_table = weighted_copy(source.table.name, plan.unit.name, plan.total_rows, COUNT_BITS,
                                                stored[0])
@@ -356,13 +365,11 @@ class Session:
                                     if isinstance(m.value, exp.Column) and _spec(m) in stored[1]}
         if salt is not None:
             return self.engine.prepare(rewrite(plan, plan.literal_domain_size(), salt))
-        cached = self._sql.get(id(plan))
-        if cached is None or cached[0] is not plan:
-            cached = (plan, self.engine.prepare(rewrite(plan, plan.literal_domain_size())))
-            self._sql[id(plan)] = cached
-            if len(self._sql) > 2 * PLAN_CACHE_SIZE:
-                self._sql.clear()
-        return cached[1]
+        sql = self.engine.prepare(rewrite(plan, plan.literal_domain_size()))
+        self._sql[id(plan)] = (plan, sql)
+        if len(self._sql) > 2 * PLAN_CACHE_SIZE:
+            self._sql.clear()
+        return sql
 
     def execute_script(self, text: str) -> list[Result]:
         """A string of several statements, as the wire's simple query sends them. When every
@@ -496,14 +503,14 @@ def _detail(plan: Plan, cal: Calibration) -> dict[str, Any]:
 
 def _precomputed(table: TablePolicy) -> dict[str, Measure]:
     """What a weighted copy holds ready-weighted, per bounded column at its declared bounds: its
-    SUM (centre 0), its AVG/STDDEV sum (centred) and its non-NULL count; a query that clamps
+    SUM (centre 0, clipped by its own norm), its AVG/STDDEV sum (centred) and its non-NULL count; a query that clamps
     tighter or sums an expression computes its own per row."""
     out = {}
     for col in table.columns.values():
         if col.bounded and col.dates is None:
             lo, hi = float(col.lower), float(col.upper)
             column = exp.column(col.name)
-            out[f"__dpsql_ws_{col.name}_0"] = sum_measure(column, lo, hi, 0.0)
+            out[f"__dpsql_ws_{col.name}_0"] = sum_measure(column, lo, hi, 0.0, own_norm=True)
             out[f"__dpsql_ws_{col.name}_c"] = sum_measure(column, lo, hi, (lo + hi) / 2)
             out[f"__dpsql_wn_{col.name}"] = Measure("count", column, bits=COUNT_BITS)
     return out
@@ -513,7 +520,7 @@ def _spec(m: Measure) -> tuple:
     """What makes two measures' per-row values equal (whatever table alias the column has)."""
     if m.kind == "count":
         return ("count", m.value.name)
-    return (m.kind, m.value.name, m.lower, m.upper, m.centre, m.bits)
+    return (m.kind, m.value.name, m.lower, m.upper, m.centre, m.bits, m.own_norm)
 
 
 def budget_summary(policy: Policy, ledger: Ledger, user: str) -> dict[str, Any]:

@@ -47,6 +47,10 @@ class Measure:
     bits: int = 0
     bins: int = 0
     categories: tuple[Any, ...] | None = None  # a histogram over these values instead of ranges
+    # A SUM's own total: under a total bound, clipped by the L1 norm of the unit's own sums
+    # (C * row_bound / max(that norm, C * row_bound)) rather than by its rows. Never an AVG's
+    # or a variance's sum, whose ratio to a count must see the same rows.
+    own_norm: bool = False
 
     @property
     def width(self) -> int:
@@ -71,7 +75,7 @@ class Measure:
 
     def signature(self) -> tuple:
         return (self.kind, self.value.sql() if self.value is not None else None, self.lower, self.upper, self.centre,
-                self.bits, self.bins, self.categories)
+                self.bits, self.bins, self.categories, self.own_norm)
 
     def describe(self) -> str:
         inner = "*" if self.value is None else self.value.sql(dialect="postgres")
@@ -87,12 +91,12 @@ class Measure:
 
 
 
-def sum_measure(value: exp.Expression, lower: float, upper: float, centre: float) -> Measure:
+def sum_measure(value: exp.Expression, lower: float, upper: float, centre: float, own_norm: bool = False) -> Measure:
     """A sum of clamp(value) - centre, with FIXED_POINT_DIGITS binary digits of its largest
     per-row magnitude kept."""
     spread = max(abs(lower - centre), abs(upper - centre))
     bits = FIXED_POINT_DIGITS - math.ceil(math.log2(spread)) if spread > 0 else 0
-    return Measure("sum", value, lower, upper, centre, bits)
+    return Measure("sum", value, lower, upper, centre, bits, own_norm=own_norm)
 
 @dataclass(frozen=True)
 class Estimate:
@@ -485,8 +489,9 @@ class _Analysis:
             if not bounds.finite:
                 raise self._unbounded(node, arg, value)
             lo, hi = bounds.lo, bounds.hi
-            centre = 0.0 if isinstance(node, exp.Sum) else (lo + hi) / 2
-            total = self._measure(sum_measure(value, lo, hi, centre))
+            is_sum = isinstance(node, exp.Sum)
+            centre = 0.0 if is_sum else (lo + hi) / 2
+            total = self._measure(sum_measure(value, lo, hi, centre, own_norm=is_sum))
             if isinstance(node, SPREAD_AGGREGATES):
                 est = self._spread(node, text, value, lo, hi)
             elif isinstance(node, exp.Sum):

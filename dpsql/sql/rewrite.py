@@ -169,13 +169,26 @@ def _unit_groups(plan: Plan) -> list[tuple[str, str]]:
     all (shares scaled by C / max(rows, C)), or under L2 clipping a fixed-point weight
     floor(2^b C / max(||n||_2, C)) of its rows per group n. The norm is a double SQRT made an
     upper bound by a relative margin of 2^-40 (far above its rounding error), and every engine
-    rounds the same IEEE operations alike."""
-    if not plan.l2_clip:
-        return [("unit_groups", "SELECT unit, COUNT(*) AS groups, SUM(n) AS unit_rows\n  FROM per_unit\n  GROUP BY unit")]
+    rounds the same IEEE operations alike. A SUM's own total j gets w{j}, see _own_weight."""
+    items = ["unit", "COUNT(*) AS groups"]
     limit = plan.total_rows
-    norm = "SQRT(CAST(SUM(n * n) AS DOUBLE)) * (1 + POWER(2, -40))"
-    weight = f"CAST(FLOOR({limit * 2 ** COUNT_BITS} / GREATEST({norm}, {limit})) AS BIGINT)"
-    return [("unit_groups", f"SELECT unit, COUNT(*) AS groups, {weight} AS unit_weight\n  FROM per_unit\n  GROUP BY unit")]
+    if plan.l2_clip:
+        norm = "SQRT(CAST(SUM(n * n) AS DOUBLE)) * (1 + POWER(2, -40))"
+        items.append(f"CAST(FLOOR({limit * 2 ** COUNT_BITS} / GREATEST({norm}, {limit})) AS BIGINT) AS unit_weight")
+    else:
+        items.append("SUM(n) AS unit_rows")
+    if plan.total_bound:
+        items += [f"{_own_weight(f'SUM(ABS(s{j}))', plan, m)} AS w{j}" for j, m in enumerate(plan.measures) if m.own_norm]
+    return [("unit_groups", f"SELECT {', '.join(items)}\n  FROM per_unit\n  GROUP BY unit")]
+
+
+def _own_weight(norm: str, plan: Plan, m: Measure) -> str:
+    """A SUM's weight floor(2^b K / max(norm, K)), K = C * row_bound its L1 sensitivity, `norm`
+    the L1 norm of the unit's own sums (over its groups, or of its rows' values): a unit's
+    shares then add at most K in all however many rows it has, and a unit whose values are
+    small keeps all of them (integers throughout, so exact on every engine)."""
+    bound = plan.total_rows * m.row_bound
+    return f"CAST({bound << COUNT_BITS} AS BIGINT) // GREATEST({norm}, {bound})"
 
 
 def _total_share(value: str, plan: Plan, ug: str = "") -> str:
@@ -213,12 +226,17 @@ def _weighted(value: str, weight: str) -> str:
     return f"({value} * {weight}) // {2 ** COUNT_BITS}"
 
 
-def weighted_value_sql(m: Measure, weight: str = "__dpsql_w") -> str:
+def weighted_value_sql(m: Measure, plan: Plan, unit: str, weight: str = "__dpsql_w") -> str:
     """A count or sum measure's weighted per-row value, for an engine to store in its weighted
-    copy: the very expression the bounded query would compute, so totals over either are equal."""
+    copy (of a table whose unit column is `unit`, under the plan's total bound): the row's
+    weight, or for a SUM's own total the weight from its unit's sum of |value| (_own_weight;
+    a bound for any grouping and filter), applied as the bounded query would."""
+    value = _measure_value(m)
     if m.kind == "count":
-        return f"CASE WHEN ({_measure_value(m)}) IS NOT NULL THEN {weight} END"
-    return _weighted(f"({_measure_value(m)})", weight)
+        return f"CASE WHEN ({value}) IS NOT NULL THEN {weight} END"
+    if m.own_norm:
+        weight = _own_weight(f"SUM(ABS({value})) OVER (PARTITION BY {_q(unit)})", plan, m)
+    return _weighted(f"({value})", f"({weight})")
 
 
 def _histogram_ctes(plan: Plan, j: int, m: Measure, keys: list[str], groups: int) -> list[tuple[str, str]]:
@@ -336,6 +354,8 @@ def rewrite(plan: Plan, domain_size: int | None = None, salt: int | None = None)
             elif plan.total_bound and m.kind == "count":
                 # A unit's N rows in all count C / N each when N > C: its shares sum to at most C.
                 share = _total_share(f"{n} * {unit}", plan)
+            elif plan.total_bound and m.kind == "sum" and m.own_norm:
+                share = f"(s{j} * w{j}) // {2 ** COUNT_BITS}"
             elif plan.total_bound and m.kind == "sum":
                 share = _total_share(f"s{j}", plan)
             elif m.kind == "count":
