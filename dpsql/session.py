@@ -350,19 +350,7 @@ class Session:
         cached = self._sql.get(id(plan))
         if salt is None and cached is not None and cached[0] is plan:
             return cached[1]  # a plan is cached per data version, so its weighted copy is current
-        weighted_copy = getattr(self.engine, "weighted_copy", None)
-        if plan.weightable() and weighted_copy is not None:
-            source = plan.relation.sources[0]
-            stored = self._stored.get((source.table.name, plan.total_rows))
-            if stored is None:  # pure in the policy: once per table and limit
-                measures = _precomputed(source.table)
-                stored = self._stored[(source.table.name, plan.total_rows)] = (
-                    {name: weighted_value_sql(m, plan, plan.unit.name) for name, m in measures.items()},
-                    {_spec(m): name for name, m in measures.items()})
-            plan.weights_table = weighted_copy(source.table.name, plan.unit.name, plan.total_rows, COUNT_BITS,
-                                               stored[0])
-            plan.weighted_values = {j: stored[1][_spec(m)] for j, m in enumerate(plan.measures)
-                                    if isinstance(m.value, exp.Column) and _spec(m) in stored[1]}
+        self._weigh(plan)
         if salt is not None:
             return self.engine.prepare(rewrite(plan, plan.literal_domain_size(), salt))
         sql = self.engine.prepare(rewrite(plan, plan.literal_domain_size()))
@@ -370,6 +358,23 @@ class Session:
         if len(self._sql) > 2 * PLAN_CACHE_SIZE:
             self._sql.clear()
         return sql
+
+    def _weigh(self, plan: Plan) -> None:
+        """Point a weightable plan at the engine's weighted copy of its table (built or brought
+        up to date here), and at the measures the copy stores ready-weighted."""
+        weighted_copy = getattr(self.engine, "weighted_copy", None)
+        if not plan.weightable() or weighted_copy is None:
+            return
+        source = plan.relation.sources[0]
+        stored = self._stored.get((source.table.name, plan.total_rows))
+        if stored is None:  # pure in the policy: once per table and limit
+            measures = _precomputed(source.table)
+            stored = self._stored[(source.table.name, plan.total_rows)] = (
+                {name: weighted_value_sql(m, plan, plan.unit.name) for name, m in measures.items()},
+                {_spec(m): name for name, m in measures.items()})
+        plan.weights_table = weighted_copy(source.table.name, plan.unit.name, plan.total_rows, COUNT_BITS, stored[0])
+        plan.weighted_values = {j: stored[1][_spec(m)] for j, m in enumerate(plan.measures)
+                                if isinstance(m.value, exp.Column) and _spec(m) in stored[1]}
 
     def execute_script(self, text: str) -> list[Result]:
         """A string of several statements, as the wire's simple query sends them. When every

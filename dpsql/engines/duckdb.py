@@ -111,7 +111,7 @@ class DuckDBEngine:
     def prepare(self, tree: exp.Expression) -> str:
         """DuckDB has TRY itself; DPSQL_HASH is its hash(), and width_bucket, which it lacks,
         becomes a CASE."""
-        return tree.transform(_lower, copy=True).sql(dialect="duckdb")
+        return tree.transform(_lower, copy=True).sql(dialect="duckdb", copy=False)  # the transform copied it
 
     def _cursor(self) -> duckdb.DuckDBPyConnection:
         cur = getattr(self._local, "cursor", None)
