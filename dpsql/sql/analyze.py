@@ -225,7 +225,7 @@ class Plan:
         """L1 sensitivity of one measure's vector over all groups, in its integer units (None:
         not bounded by the plan, as under L2 clipping over a domain of unknown size)."""
         if self.total_bound and m.kind != "units":
-            if self.l2_clip and self.keys:  # ||x||_1 <= ceil(sqrt(G)) ||x||_2 over G groups
+            if self.l2_clip and self.keys and not m.own_norm:  # ||x||_1 <= ceil(sqrt(G)) ||x||_2 over G groups
                 if domain_size is None:
                     return None
                 return self.total_rows * m.row_bound * (math.isqrt(max(domain_size, 1) - 1) + 1)
