@@ -25,7 +25,7 @@ import duckdb
 import dpsql
 
 from .data import generate, policy_text
-from .timing import median_ms
+from .timing import interleaved_ms
 from .workload import QUERIES, SCALE
 
 HERE = Path(__file__).resolve().parent
@@ -106,8 +106,7 @@ def measure(backend: str, policy: Path, db: Path, admin_url: str | None, runs: i
             plain(q.sql)
             cur.execute(q.sql)
             cur.fetchall()
-        p = median_ms(lambda: plain(q.sql), runs)
-        d = median_ms(lambda: (cur.execute(q.sql), cur.fetchall()), runs)
+        p, d = interleaved_ms([lambda: plain(q.sql), lambda: (cur.execute(q.sql), cur.fetchall())], runs)
         out.append({"backend": backend, "query": q.label, "plain_ms": p, "dpsql_ms": d, "ratio": d / p})
         log(f"  {backend:<8} {q.label:<26} plain {p:9.1f} ms   dpsql {d:9.1f} ms   {d / p:6.1f}x")
     if plain_con is not None:
