@@ -31,7 +31,7 @@ from .engines import Engine, open_engine
 from .errors import Error, InternalError, ProgrammingError, forbidden, invalid_parameter, unsupported
 from .postprocess import PostProcessor
 from .release import release
-from .sql.analyze import COUNT_BITS, Measure, Plan, PublicQuery, analyze, sum_measure, touches_private
+from .sql.analyze import COUNT_BITS, Measure, Plan, PublicQuery, analyze, squares_measure, sum_measure, touches_private
 from .sql.scope import output_name
 from .sql.classify import (Explain, Query, SetCommand, ShowCommand, TransactionCommand, classify, classify_one,
                            split_statements)
@@ -374,7 +374,7 @@ class Session:
                 {_spec(m): name for name, m in measures.items()})
         plan.weights_table = weighted_copy(source.table.name, plan.unit.name, plan.total_rows, COUNT_BITS, stored[0])
         plan.weighted_values = {j: stored[1][_spec(m)] for j, m in enumerate(plan.measures)
-                                if isinstance(m.value, exp.Column) and _spec(m) in stored[1]}
+                                if m.value is not None and _spec(m) in stored[1]}
 
     def execute_script(self, text: str) -> list[Result]:
         """A string of several statements, as the wire's simple query sends them. When every
@@ -508,8 +508,9 @@ def _detail(plan: Plan, cal: Calibration) -> dict[str, Any]:
 
 def _precomputed(table: TablePolicy) -> dict[str, Measure]:
     """What a weighted copy holds ready-weighted, per bounded column at its declared bounds: its
-    SUM (centre 0, clipped by its own norm), its AVG/STDDEV sum (centred) and its non-NULL count; a query that clamps
-    tighter or sums an expression computes its own per row."""
+    SUM (centre 0, clipped by its own norm), its AVG/STDDEV sum (centred), its STDDEV sum of
+    squares and its non-NULL count; a query that clamps tighter or sums an expression computes
+    its own per row."""
     out = {}
     for col in table.columns.values():
         if col.bounded and col.dates is None:
@@ -517,15 +518,17 @@ def _precomputed(table: TablePolicy) -> dict[str, Measure]:
             column = exp.column(col.name)
             out[f"__dpsql_ws_{col.name}_0"] = sum_measure(column, lo, hi, 0.0, own_norm=True)
             out[f"__dpsql_ws_{col.name}_c"] = sum_measure(column, lo, hi, (lo + hi) / 2)
+            out[f"__dpsql_ws_{col.name}_q"] = squares_measure(column, lo, hi)
             out[f"__dpsql_wn_{col.name}"] = Measure("count", column, bits=COUNT_BITS)
     return out
 
 
 def _spec(m: Measure) -> tuple:
-    """What makes two measures' per-row values equal (whatever table alias the column has)."""
+    """What makes two measures' per-row values equal (whatever table alias the columns have)."""
+    value = m.value.transform(lambda n: exp.column(n.name) if isinstance(n, exp.Column) else n).sql()
     if m.kind == "count":
-        return ("count", m.value.name)
-    return (m.kind, m.value.name, m.lower, m.upper, m.centre, m.bits, m.own_norm)
+        return ("count", value)
+    return (m.kind, value, m.lower, m.upper, m.centre, m.bits, m.own_norm)
 
 
 def budget_summary(policy: Policy, ledger: Ledger, user: str) -> dict[str, Any]:

@@ -98,6 +98,15 @@ def sum_measure(value: exp.Expression, lower: float, upper: float, centre: float
     bits = FIXED_POINT_DIGITS - math.ceil(math.log2(spread)) if spread > 0 else 0
     return Measure("sum", value, lower, upper, centre, bits, own_norm=own_norm)
 
+def squares_measure(value: exp.Expression, lower: float, upper: float) -> Measure:
+    """A variance's sum of (clamp(value) - c)^2, c the centre of [lower, upper], itself centred
+    at half the square's range."""
+    centre, half = (lower + upper) / 2, (upper - lower) / 2
+    deviation = exp.Paren(this=exp.Sub(this=clamp(value, lower, upper), expression=exp.Literal.number(centre)))
+    square = exp.Mul(this=deviation, expression=deviation.copy())
+    return sum_measure(square, 0.0, half * half, half * half / 2)
+
+
 @dataclass(frozen=True)
 class Estimate:
     """One aggregate the analyst wrote, as a function of measures."""
@@ -600,13 +609,9 @@ class _Analysis:
         if self.sample_rate:
             raise unsupported(f"{text}: variance under TABLESAMPLE is not supported yet")
         centre = (lo + hi) / 2
-        half = (hi - lo) / 2
         count = self._measure(Measure("count", value, bits=self.count_bits))
         total = self._measure(sum_measure(value, lo, hi, centre))
-        clamped = clamp(value, lo, hi)
-        deviation = exp.Paren(this=exp.Sub(this=clamped, expression=exp.Literal.number(centre)))
-        square = exp.Mul(this=deviation, expression=deviation.copy())
-        squares = self._measure(sum_measure(square, 0.0, half * half, half * half / 2))
+        squares = self._measure(squares_measure(value, lo, hi))
         func = {exp.VariancePop: "var_pop", exp.Variance: "var_samp", exp.StddevPop: "stddev_pop",
                 exp.Stddev: "stddev_samp", exp.StddevSamp: "stddev_samp"}[type(node)]
         return Estimate(func, text, count=count, total=total, squares=squares, lower=lo, upper=hi, centre=centre)
