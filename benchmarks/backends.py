@@ -165,7 +165,8 @@ def report(results: dict[int, list[dict]], args, seconds: float) -> str:
         f"`python -m benchmarks.backends --sizes {args.sizes} --runs {args.runs}` ({seconds:.0f} s), "
         f"{platform.machine()}, Python {platform.python_version()}, DuckDB {duckdb.__version__}, "
         f"PostgreSQL 15 (throwaway server, work_mem {PG_WORK_MEM} for both), psycopg {psycopg.__version__}, "
-        f"Spark {pyspark.__version__} local[2]. Median of {args.runs} rounds running the plain query and dpsql's in turn, after two warm-ups, ms; "
+        f"Spark {pyspark.__version__} local[2]. Median of {args.runs} rounds running the plain query and "
+        "dpsql's in turn, after two warm-ups, ms; "
         "dpsql through DB-API with the answer cache off (parse, plan, charge in the SQLite ledger, "
         "bounded query, noise, release).",
         "",
