@@ -98,6 +98,7 @@ def sum_measure(value: exp.Expression, lower: float, upper: float, centre: float
     bits = FIXED_POINT_DIGITS - math.ceil(math.log2(spread)) if spread > 0 else 0
     return Measure("sum", value, lower, upper, centre, bits, own_norm=own_norm)
 
+
 def squares_measure(value: exp.Expression, lower: float, upper: float) -> Measure:
     """A variance's sum of (clamp(value) - c)^2, c the centre of [lower, upper], itself centred
     at half the square's range."""

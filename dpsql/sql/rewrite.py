@@ -164,7 +164,7 @@ def _scaled(share: str, plan: Plan, groups: int, column: str = "groups") -> str:
     return f"({share}) * {groups} // GREATEST({column}, {groups})"
 
 
-def _unit_groups(plan: Plan) -> list[tuple[str, str]]:
+def _unit_groups(plan: Plan) -> tuple[str, str]:
     """Per unit: its groups, and what its shares are scaled by under total_bound: its rows in
     all (shares scaled by C / max(rows, C)), or under L2 clipping a fixed-point weight
     floor(2^b C / max(||n||_2, C)) of its rows per group n. The norm is a double SQRT made an
@@ -179,7 +179,7 @@ def _unit_groups(plan: Plan) -> list[tuple[str, str]]:
         items.append("SUM(n) AS unit_rows")
     if plan.total_bound:
         items += [f"{_own_weight(f'SUM(ABS(s{j}))', plan, m)} AS w{j}" for j, m in enumerate(plan.measures) if m.own_norm]
-    return [("unit_groups", f"SELECT {', '.join(items)}\n  FROM per_unit\n  GROUP BY unit")]
+    return ("unit_groups", f"SELECT {', '.join(items)}\n  FROM per_unit\n  GROUP BY unit")
 
 
 def _own_weight(norm: str, plan: Plan, m: Measure) -> str:
@@ -196,7 +196,7 @@ def _total_share(value: str, plan: Plan, ug: str = "") -> str:
     """A unit's share `value` in one group under total_bound (see _unit_groups): truncated
     toward zero, so its magnitude never grows."""
     if plan.l2_clip:
-        return f"({value} * {ug}unit_weight) // {2 ** COUNT_BITS}"
+        return _weighted(value, f"{ug}unit_weight")
     return f"({value} * {plan.total_rows}) // GREATEST({ug}unit_rows, {plan.total_rows})"
 
 
@@ -344,7 +344,7 @@ def rewrite(plan: Plan, domain_size: int | None = None, salt: int | None = None)
         ctes.append(("per_unit", per_unit))
         source = "per_unit"
         if plan.scale_groups or plan.total_bound:
-            ctes += _unit_groups(plan)
+            ctes.append(_unit_groups(plan))
             source = "per_unit JOIN unit_groups USING (unit)"
         aggs = ["COUNT(*) AS units"]
         for j, m in enumerate(plan.measures):
@@ -356,7 +356,7 @@ def rewrite(plan: Plan, domain_size: int | None = None, salt: int | None = None)
                 # A unit's N rows in all count C / N each when N > C: its shares sum to at most C.
                 share = _total_share(f"{n} * {unit}", plan)
             elif plan.total_bound and m.kind == "sum" and m.own_norm:
-                share = f"(s{j} * w{j}) // {2 ** COUNT_BITS}"
+                share = _weighted(f"s{j}", f"w{j}")
             elif plan.total_bound and m.kind == "sum":
                 share = _total_share(f"s{j}", plan)
             elif m.kind == "count":
