@@ -141,6 +141,7 @@ class EngineConfig:
     master: str | None = None
     remote: str | None = None
     conf: Mapping[str, str] = field(default_factory=dict)  # Spark settings, or PostgreSQL `settings`
+    scratch: str = "disk"  # duckdb: where weighted copies live, "disk" (a private temp dir) or "memory"
 
 
 @dataclass(frozen=True)
@@ -294,7 +295,7 @@ def _section(reader: _Reader, key: str) -> Mapping[str, Any]:
 
 def _parse_engine(r: _Reader, base: Path) -> EngineConfig:
     kind = r.choice("kind", "duckdb", ENGINES)
-    allowed = {"duckdb": {"database", "threads", "memory_limit"},
+    allowed = {"duckdb": {"database", "threads", "memory_limit", "scratch"},
                "postgres": {"url", "schema", "statement_timeout", "settings"},
                "spark": {"master", "remote", "conf", "statement_timeout"}}[kind]
     r.unknown_keys(allowed | {"kind"})
@@ -342,7 +343,8 @@ def _parse_engine(r: _Reader, base: Path) -> EngineConfig:
     memory = r.data.get("memory_limit")
     if memory is not None and not isinstance(memory, str):
         raise r.fail("memory_limit must be a string", 'for example memory_limit = "4GB"')
-    return EngineConfig(kind=kind, database=db_path, threads=threads, memory_limit=memory)
+    scratch = r.choice("scratch", "disk", ("disk", "memory"))
+    return EngineConfig(kind=kind, database=db_path, threads=threads, memory_limit=memory, scratch=scratch)
 
 
 def _parse_budget(r: _Reader, default: BudgetPolicy) -> BudgetPolicy:
@@ -551,12 +553,47 @@ def check_against_schema(policy: Policy, schema: Mapping[str, Mapping[str, str]]
             if col.dates and cols[col.name].upper() != "DATE":
                 raise PolicyError(f"{where} column {col.name!r}: date bounds on a {cols[col.name]} column",
                                   hint="declare date bounds only on DATE columns")
+            if col.keys is not None:
+                _check_key_types(where, col, cols[col.name])
             if col.keys_from:
                 t, c = col.keys_from
                 if c not in schema.get(t, {}):
                     raise PolicyError(f"{where} column {col.name!r}: keys_from = \"{t}.{c}\" does not resolve: table {t!r} has no column {c!r}",
                                       hint=f"columns of {t}: {', '.join(schema.get(t, {}))}")
 
+
+def _key_kind(type_name: str) -> tuple[str, tuple[type, ...]] | None:
+    """What TOML values a column of this type takes as keys (None: not checked)."""
+    base = type_name.upper().split("(")[0]
+    if base in INTEGER_TYPES:
+        return "integers", (int,)
+    if base in NUMERIC_TYPES:
+        return "numbers", (int, float)
+    if base in ("VARCHAR", "TEXT", "STRING", "CHAR", "BPCHAR"):
+        return "strings", (str,)
+    if base == "DATE":
+        return "dates", (datetime.date,)
+    if base in ("BOOLEAN", "BOOL"):
+        return "booleans", (bool,)
+    return None
+
+
+def _check_key_types(where: str, col: ColumnPolicy, type_name: str) -> None:
+    """Keys must be values of the column's own type: ' 1', '01' and 1 are one INTEGER key to the
+    engine, and a key released once per spelling would be released several times."""
+    kind = _key_kind(type_name)
+    if kind is None:
+        return
+    label, types = kind
+    for k in col.keys:
+        ok = isinstance(k, types) and (bool in types or not isinstance(k, bool))
+        if not ok or (label == "dates" and isinstance(k, datetime.datetime)):
+            raise PolicyError(f"{where} column {col.name!r}: key {k!r} is not of the column's type {type_name}",
+                              hint=f"list {label} as keys of this column, each once")
+
+
+INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "INT", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+                 "UINTEGER", "UBIGINT", "UHUGEINT")
 
 NUMERIC_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
                  "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "REAL", "DECIMAL", "NUMERIC")

@@ -12,7 +12,8 @@ from .accounting.filters import Totals
 from .calibration import calibrate, calibrate_planned, needs_delta, planned_mechanisms, pld_multiplier
 from .errors import invalid_parameter, unsupported
 from .session import Session
-from .sql.analyze import Plan, PublicQuery, analyze
+from .prepare import plan_query
+from .sql.analyze import Plan, PublicQuery
 from .sql.classify import Query, classify
 
 
@@ -22,7 +23,7 @@ def _plans(session: Session, sqls: Sequence[str]) -> list[Plan]:
         stmt = classify(sql)
         if not isinstance(stmt, Query):
             raise unsupported("a batch holds SELECT queries only")
-        plan = analyze(stmt.tree, session.policy, session.engine.schema())
+        plan = plan_query(stmt.tree, session.policy, session.engine.schema(), session.settings.mechanism, stmt.options)
         if isinstance(plan, PublicQuery):
             raise unsupported("a query over public tables only needs no planning")
         plans.append(plan)

@@ -16,7 +16,7 @@ import logging
 import math
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Mapping, Sequence
 
@@ -24,49 +24,26 @@ from sqlglot import exp
 
 from .accounting.cost import Cost, show
 from .accounting.ledger import Ledger, open_ledger
-from .calibration import (Calibration, batch_cost, calibrate, calibrate_planned, epsilon_for_target, measure_weights,
-                          needs_delta, planned_mechanisms, pld_multiplier)
-from .config import MECHANISMS, Policy, TablePolicy, exact
+from .calibration import Calibration, batch_cost, calibrate_planned, planned_mechanisms, pld_multiplier
+from .config import MECHANISMS, Policy, TablePolicy
 from .engines import Engine, open_engine
 from .errors import Error, InternalError, ProgrammingError, forbidden, invalid_parameter, unsupported
 from .postprocess import PostProcessor
 from .release import release
-from .sql.analyze import COUNT_BITS, Measure, Plan, PublicQuery, analyze, squares_measure, sum_measure, touches_private
+from .prepare import CLIENT_SETTINGS, Settings, plan_query, positive, prepare, probability
+from .sql.analyze import COUNT_BITS, Measure, Plan, PublicQuery, squares_measure, sum_measure, touches_private
 from .sql.scope import output_name
 from .sql.classify import (Explain, Query, SetCommand, ShowCommand, TransactionCommand, classify, classify_one,
                            split_statements)
 from .sql.options import QueryOptions
-from .sql.rewrite import rewrite, weighted_value_sql
+from .sql.rewrite import Weighting, rewrite, weighted_value_sql
 
 log = logging.getLogger("dpsql")
 
 PLAN_CACHE_SIZE = 256  # query shapes whose plan and calibration a session keeps
 
-# Ordinary PostgreSQL client settings: accepted and remembered, never passed to the engine.
-CLIENT_SETTINGS = {
-    "client_encoding": "UTF8", "datestyle": "ISO, MDY", "timezone": "UTC", "search_path": '"$user", public',
-    "application_name": "", "extra_float_digits": "1", "statement_timeout": "0", "intervalstyle": "postgres",
-    "standard_conforming_strings": "on", "client_min_messages": "notice", "bytea_output": "hex",
-    "lock_timeout": "0", "idle_in_transaction_session_timeout": "0", "default_transaction_isolation": "read committed",
-    "transaction_isolation": "read committed", "default_transaction_read_only": "on", "transaction_read_only": "on",
-    "server_version": "15.0", "server_encoding": "UTF8", "integer_datetimes": "on", "max_identifier_length": "63",
-    "is_superuser": "off", "jit": "off", "geqo": "on", "lc_messages": "C", "lc_monetary": "C", "lc_numeric": "C",
-    "lc_time": "C", "row_security": "on", "session_authorization": "",
-}
 _READ_ONLY = {"server_version", "server_encoding", "integer_datetimes", "max_identifier_length", "is_superuser",
               "session_authorization"}
-
-
-@dataclass
-class Settings:
-    epsilon: Fraction
-    delta: Fraction
-    mechanism: str
-    confidence: float
-    cache: bool = True
-    planner: str = "filter"
-    target_error: float | None = None  # pick the smallest epsilon meeting this 95% error on COUNT/SUM
-    client: dict[str, str] = field(default_factory=lambda: dict(CLIENT_SETTINGS))
 
 
 @dataclass
@@ -171,7 +148,7 @@ class Session:
         if isinstance(stmt, Explain):
             return ["QUERY PLAN"], ["VARCHAR"]
         tree = bind_parameters(stmt.tree, params if params is not None else _null_parameters(stmt.tree))
-        plan = analyze(tree, self.policy, self.engine.schema())
+        plan = plan_query(tree, self.policy, self.engine.schema(), self.settings.mechanism, stmt.options)
         if isinstance(plan, PublicQuery):
             names, types = self.engine.describe(self.engine.prepare(plan.tree))
             return public_names(plan.tree, names), types
@@ -191,16 +168,16 @@ class Session:
             key = name[len("dpsql."):]
             d = self._defaults()
             if key == "epsilon":
-                s.epsilon = d.epsilon if value is None else _positive(value, name)
+                s.epsilon = d.epsilon if value is None else positive(value, name)
             elif key == "delta":
-                s.delta = d.delta if value is None else _probability(value, name)
+                s.delta = d.delta if value is None else probability(value, name)
             elif key == "mechanism":
                 v = (value or d.mechanism).lower()
                 if v not in MECHANISMS:
                     raise invalid_parameter(f"invalid value for {name}: {value!r}", hint="use 'laplace' or 'gaussian'")
                 s.mechanism = v
             elif key == "confidence":
-                c = d.confidence if value is None else float(_probability(value, name))
+                c = d.confidence if value is None else float(probability(value, name))
                 if not 0 < c < 1:
                     raise invalid_parameter(f"{name} must be between 0 and 1", hint="for example SET dpsql.confidence = 0.95")
                 s.confidence = c
@@ -208,7 +185,7 @@ class Session:
                 s.cache = True if value is None else _boolean(value, name)
             elif key == "target_error":
                 off = value is None or value.strip().lower() in ("0", "off", "none", "default")
-                s.target_error = None if off else float(_positive(value, name))
+                s.target_error = None if off else float(positive(value, name))
             elif key == "planner":
                 v = (value or "filter").lower()
                 if v not in ("filter", "pld"):
@@ -279,34 +256,7 @@ class Session:
 
     def _plan_and_calibrate(self, tree: exp.Query, options: QueryOptions
                             ) -> tuple[Plan | PublicQuery, Calibration | None]:
-        plan = analyze(tree, self.policy, self.engine.schema())
-        if isinstance(plan, PublicQuery):
-            return plan, None
-        apply_options(plan, options)
-        s = self.settings
-        epsilon = s.epsilon if options.epsilon is None else _positive(options.epsilon, "epsilon")
-        delta = s.delta if options.delta is None else _probability(str(float(options.delta)), "delta")
-        domain = plan.literal_domain_size()
-        if s.planner == "pld" and len(plan.measures) > 1:
-            if options.weights:
-                raise invalid_parameter("weights apply to the filter planner",
-                                        hint="SET dpsql.planner = 'filter', or drop the weights")
-            if delta <= 0:
-                raise invalid_parameter("the PLD planner needs delta > 0", hint="SET dpsql.delta = 1e-8")
-            mechanisms = planned_mechanisms(plan, s.mechanism, domain)
-            multiplier = pld_multiplier(mechanisms, epsilon, delta)
-            cal = calibrate_planned(plan, s.mechanism, multiplier, domain)
-            return plan, replace(cal, cost=batch_cost(epsilon, delta, multiplier, len(mechanisms)))
-        delta = delta if needs_delta(plan, s.mechanism) else Fraction(0)
-        # Under Gaussian noise a total bound of C rows costs C in L2 against sqrt(max_groups) *
-        # max_rows per group: taken only when the policy declares max_contributions.
-        plan.total_bound = plan.total_bound_helps(domain) and (
-            s.mechanism == "laplace" or plan.max_contributions is not None)
-        plan.l2_clip = plan.total_bound and s.mechanism == "gaussian"
-        weights = measure_weights(plan, options.weights)
-        if s.target_error is not None and options.epsilon is None:
-            epsilon = epsilon_for_target(plan, s.target_error, delta, s.mechanism, domain, weights, s.confidence)
-        return plan, calibrate(plan, epsilon, delta, s.mechanism, domain, weights)
+        return prepare(tree, self.policy, self.engine.schema(), self.settings, options)
 
     def _query(self, stmt: Query, tree: exp.Query, text: str | None = None) -> Result:
         plan, cal = self._prepare(tree, stmt.options, text)
@@ -350,21 +300,20 @@ class Session:
         cached = self._sql.get(id(plan))
         if salt is None and cached is not None and cached[0] is plan:
             return cached[1]  # a plan is cached per data version, so its weighted copy is current
-        self._weigh(plan)
-        if salt is not None:
-            return self.engine.prepare(rewrite(plan, plan.literal_domain_size(), salt))
-        sql = self.engine.prepare(rewrite(plan, plan.literal_domain_size()))
-        self._sql[id(plan)] = (plan, sql)
-        if len(self._sql) > 2 * PLAN_CACHE_SIZE:
-            self._sql.clear()
+        tree = rewrite(plan, plan.literal_domain_size(), salt, self._weighting(plan))
+        sql = self.engine.prepare(tree)
+        if salt is None:
+            self._sql[id(plan)] = (plan, sql)
+            if len(self._sql) > 2 * PLAN_CACHE_SIZE:
+                self._sql.clear()
         return sql
 
-    def _weigh(self, plan: Plan) -> None:
-        """Point a weightable plan at the engine's weighted copy of its table (built or brought
-        up to date here), and at the measures the copy stores ready-weighted."""
+    def _weighting(self, plan: Plan) -> Weighting | None:
+        """The engine's weighted copy of a weightable plan's table (built or brought up to date
+        here), and the measures the copy stores ready-weighted; None where it does not apply."""
         weighted_copy = getattr(self.engine, "weighted_copy", None)
         if not plan.weightable() or weighted_copy is None:
-            return
+            return None
         source = plan.relation.sources[0]
         stored = self._stored.get((source.table.name, plan.total_rows))
         if stored is None:  # pure in the policy: once per table and limit
@@ -372,9 +321,9 @@ class Session:
             stored = self._stored[(source.table.name, plan.total_rows)] = (
                 {name: weighted_value_sql(m, plan, plan.unit.name) for name, m in measures.items()},
                 {_spec(m): name for name, m in measures.items()})
-        plan.weights_table = weighted_copy(source.table.name, plan.unit.name, plan.total_rows, COUNT_BITS, stored[0])
-        plan.weighted_values = {j: stored[1][_spec(m)] for j, m in enumerate(plan.measures)
-                                if m.value is not None and _spec(m) in stored[1]}
+        table = weighted_copy(source.table.name, plan.unit.name, plan.total_rows, COUNT_BITS, stored[0])
+        return Weighting(table, {j: stored[1][_spec(m)] for j, m in enumerate(plan.measures)
+                                 if m.value is not None and _spec(m) in stored[1]})
 
     def execute_script(self, text: str) -> list[Result]:
         """A string of several statements, as the wire's simple query sends them. When every
@@ -406,8 +355,8 @@ class Session:
 
     def _batch(self, sqls, epsilon, delta, weights) -> list[Result]:
         s = self.settings
-        eps = s.epsilon if epsilon is None else _positive(str(epsilon), "epsilon")
-        dlt = s.delta if delta is None else _probability(str(delta), "delta")
+        eps = s.epsilon if epsilon is None else positive(str(epsilon), "epsilon")
+        dlt = s.delta if delta is None else probability(str(delta), "delta")
         weights = list(weights) if weights is not None else [1.0] * len(sqls)
         if len(weights) != len(sqls) or any(not (w > 0 and math.isfinite(w)) for w in weights):
             raise invalid_parameter("weights must be positive numbers, one per query")
@@ -419,7 +368,7 @@ class Session:
             stmt = classify(sql)
             if not isinstance(stmt, Query):
                 raise unsupported("a batch holds SELECT queries only", hint="send SET and SHOW on their own")
-            plan = analyze(stmt.tree, self.policy, self.engine.schema())
+            plan = plan_query(stmt.tree, self.policy, self.engine.schema(), s.mechanism, stmt.options)
             if isinstance(plan, PublicQuery):
                 raise unsupported("a query over public tables only needs no planning", hint="send it on its own")
             bounded.append(self._bounded_sql(plan, None))  # an engine's refusal comes before the charge
@@ -577,22 +526,6 @@ def public_names(tree: exp.Query, engine_names: Sequence[str]) -> list[str]:
     return [output_name(i) for i in items]
 
 
-def apply_options(plan: Plan, options: QueryOptions) -> None:
-    """A query's own contribution limits may tighten the policy's, never loosen them."""
-    if options.privacy_unit is not None:
-        unit = plan.unit.name if isinstance(plan.unit, exp.Column) and plan.row_id_source is None else "row"
-        if options.privacy_unit != unit:
-            raise invalid_parameter(f"privacy_unit_column = {options.privacy_unit}, but the policy's privacy unit "
-                                    f"here is {unit}", hint="the policy fixes the privacy unit; drop the option or name it")
-    if options.max_groups is not None:
-        plan.max_groups = min(plan.max_groups, options.max_groups)
-    if options.max_rows is not None:
-        plan.max_rows = min(plan.max_rows, options.max_rows)
-    domain = plan.literal_domain_size()
-    plan.scale_groups = plan.scale_groups or (plan.unit is not None and bool(plan.keys) and plan.declared
-                                              and (domain is None or domain > plan.max_groups))
-
-
 # Parameters ---------------------------------------------------------------------------------
 def bind_parameters(tree: exp.Query, params: Sequence[Any] | Mapping[str, Any] | None) -> exp.Query:
     """Substitute %s / %(name)s / $n placeholders with literals in the parsed tree (never by
@@ -670,26 +603,6 @@ def _plain(v: Any) -> Any:
 
 def _to_cache(result: Result) -> dict[str, Any]:
     return {"names": result.names, "types": result.types, "rows": [list(r) for r in result.rows], "dp": result.dp}
-
-
-def _positive(value: str, name: str) -> Fraction:
-    try:
-        v = exact(float(value)) if not isinstance(value, Fraction) else value
-    except ValueError:
-        raise invalid_parameter(f"invalid value for {name}: {value!r}", hint=f"SET {name} = 0.1") from None
-    if v <= 0:
-        raise invalid_parameter(f"{name} must be greater than 0", hint=f"SET {name} = 0.1")
-    return v
-
-
-def _probability(value: str, name: str) -> Fraction:
-    try:
-        v = exact(float(value))
-    except ValueError:
-        raise invalid_parameter(f"invalid value for {name}: {value!r}") from None
-    if not 0 <= v < 1:
-        raise invalid_parameter(f"{name} must be at least 0 and below 1")
-    return v
 
 
 def _boolean(value: str, name: str) -> bool:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from dpsql.config import load_policy
 from dpsql.session import Session
 from dpsql.sql.classify import classify
-from dpsql.sql.rewrite import rewrite
+from dpsql.sql.rewrite import Weighting, rewrite
 
 from .backends import READER, duckdb_to_postgres, move_policy
 from .conftest import make_db, write_policy
@@ -111,10 +111,9 @@ def _check_neighbours(with_target: Session, without: Session, mechanism: str) ->
         # The SQL the session runs (over a weighted copy of the table under a total bound),
         # with the copy built in both databases: its name depends on the policy only.
         sql = with_target._bounded_sql(plan, None)
-        weights_table = plan.weights_table
-        without._weigh(plan)
-        assert plan.weights_table == weights_table
-        weighted += plan.weights_table is not None
+        weighting = with_target._weighting(plan)
+        assert without._weighting(plan) == weighting
+        weighted += weighting is not None
         n = len(plan.keys)
         a = _by_group(with_target.engine.execute(sql), n)
         b = _by_group(without.engine.execute(sql), n)
@@ -256,14 +255,12 @@ def test_weighted_copy_sums_equal_the_computed_ones(sample_conn):
               "SELECT AVG(income), COUNT(*) FROM patients"]:
         plan, _ = s._prepare(classify(q).tree)
         stored = s.engine.execute(s._bounded_sql(plan, None))
-        assert plan.weighted_values and plan.weights_table is not None
+        weighting = s._weighting(plan)
+        assert weighting is not None and weighting.values
         own = {f"m{j}" for j, m in enumerate(plan.measures) if m.own_norm}
-        weighted_values, weights_table = plan.weighted_values, plan.weights_table
-        plan.weighted_values = {}
-        computed = s.engine.execute(s.engine.prepare(rewrite(plan, plan.literal_domain_size())))
-        plan.weights_table = None
-        per_unit = s.engine.execute(s.engine.prepare(rewrite(plan, plan.literal_domain_size())))
-        plan.weighted_values, plan.weights_table = weighted_values, weights_table
+        domain = plan.literal_domain_size()
+        computed = s.engine.execute(s.engine.prepare(rewrite(plan, domain, None, Weighting(weighting.table))))
+        per_unit = s.engine.execute(s.engine.prepare(rewrite(plan, domain)))
         keys = len(plan.keys)
         for i, name in enumerate(stored.names):
             by_key = [dict(zip(list(zip(*rs.columns[:keys])) if keys else [()], rs.columns[i]))

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import shutil
-import tempfile
 import threading
 from pathlib import Path
 from typing import Iterator, Mapping
@@ -21,6 +19,7 @@ from sqlglot import exp
 from ..config import Policy, check_against_schema
 from ..errors import OperationalError, PolicyError
 from .base import ResultSet, files_version, is_keyed_hash, quote, width_bucket_case
+from .scratch import ScratchDir
 
 
 def _literal(text: str) -> str:
@@ -42,16 +41,17 @@ class DuckDBEngine:
             config["memory_limit"] = policy.engine.memory_limit
         self._con = duckdb.connect(":memory:", config=config)
         self._files: list[Path] = []
-        # A private scratch database on disk for weighted copies: stored compressed, so scanning
-        # one costs about what scanning the source does (an in-memory copy was 3x slower).
-        self._scratch_dir = tempfile.mkdtemp(prefix="dpsql-engine-")
+        # A private scratch database for weighted copies: on disk by default, stored compressed,
+        # so scanning one costs about what scanning the source does (an in-memory copy was 3x
+        # slower); in memory with [engine] scratch = "memory", for small tables.
+        self._scratch = ScratchDir() if policy.engine.scratch == "disk" else None
+        target = ":memory:" if self._scratch is None else str(self._scratch.file("weights.duckdb"))
         try:
-            self._con.execute(f"ATTACH {_literal(str(Path(self._scratch_dir) / 'weights.duckdb'))} AS scratch")
+            self._con.execute(f"ATTACH {_literal(target)} AS scratch")
             self._attach_sources()
             self._schema = self._introspect()
         except duckdb.Error as e:
-            self._con.close()
-            shutil.rmtree(self._scratch_dir, ignore_errors=True)
+            self.close()
             raise PolicyError(f"{policy.path}: cannot open the data: {e}",
                               hint="check the [engine] database and the tables' source files") from None
         check_against_schema(policy, self._schema)
@@ -174,6 +174,8 @@ class DuckDBEngine:
                         f"AS __dpsql_w FROM main.{quote(table)} WHERE {quote(unit)} IS NOT NULL) AS weighted "
                         "ORDER BY __dpsql_w DESC")
                     cur.execute("CHECKPOINT scratch")
+                if self._scratch is not None:
+                    self._scratch.protect()
                 self._copies[name] = version
         return f"scratch.main.{quote(name)}"
 
@@ -195,8 +197,12 @@ class DuckDBEngine:
         return files_version(self._files)
 
     def close(self) -> None:
+        """Close the connection and remove the scratch copies (idempotent)."""
+        for cur in list(getattr(self, "_running", {}).values()):
+            cur.interrupt()
         self._con.close()
-        shutil.rmtree(self._scratch_dir, ignore_errors=True)
+        if self._scratch is not None:
+            self._scratch.close()
 
 
 def _lower(node: exp.Expression) -> exp.Expression:

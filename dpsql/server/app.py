@@ -117,6 +117,8 @@ class Server:
         for c in list(self.connections.values()):
             c.close()
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.engine.close()  # removes its scratch copies of private tables
+        self.ledger.close()
 
     def cancel(self, pid: int, key: int) -> None:
         conn = self.connections.get(pid)

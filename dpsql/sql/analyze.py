@@ -17,10 +17,11 @@ from typing import Any, Mapping
 from sqlglot import exp
 
 from ..config import Policy
-from ..errors import ProgrammingError, forbidden, unsupported
+from ..errors import ProgrammingError, forbidden, invalid_parameter, unsupported
 from .allowlist import (DP_AGGREGATES, SPREAD_AGGREGATES, check_node, check_tree, contains_aggregate, is_aggregate,
                         order_statistic)
 from .bounds import Interval, interval
+from .options import QueryOptions
 from .domains import Image, column_values, image, literal_domain
 from .total import clamp
 from .scope import Relation, Resolver, Source, check_unit_joins, column_bounds, output_name
@@ -137,9 +138,10 @@ class GroupKey:
         return self.domain is not None or self.domain_table is not None or self.image is not None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
-    """Everything the rewrite, the mechanisms and the accountant need about one DP query."""
+    """Everything the rewrite, the mechanisms and the accountant need about one DP query:
+    final once built (frozen), so what was calibrated is what runs."""
 
     relation: Relation
     unit: exp.Expression | None
@@ -164,11 +166,6 @@ class Plan:
     # sensitivity, C rows, and a unit spread over several groups keeps more of them.
     l2_clip: bool = False
     max_contributions: int | None = None
-    # A copy of the one private table with each row's weight, min(1, limit / rows of its unit
-    # in the table) in fixed point: bounding becomes a weighted sum the engine does in one scan.
-    weights_table: str | None = None
-    # Measures whose weighted per-row values the copy already holds: measure index -> column.
-    weighted_values: dict[int, str] = field(default_factory=dict)
 
     @property
     def declared(self) -> bool:
@@ -264,8 +261,11 @@ class PublicQuery:
     tree: exp.Query
 
 
-def analyze(tree: exp.Query, policy: Policy, schema: Mapping[str, Mapping[str, str]]) -> Plan | PublicQuery:
-    """Analyze a parsed SELECT; raise an error that names the construct and the fix."""
+def analyze(tree: exp.Query, policy: Policy, schema: Mapping[str, Mapping[str, str]],
+            options: QueryOptions | None = None, mechanism: str = "laplace") -> Plan | PublicQuery:
+    """Analyze a parsed SELECT into its final plan; raise an error that names the construct
+    and the fix. The query's own options (contribution limits) and the noise mechanism are
+    taken in before any bounding or precision choice, so nothing changes the plan afterwards."""
     if not isinstance(tree, exp.Select):
         raise unsupported(f"{type(tree).__name__} queries (UNION, INTERSECT, EXCEPT) are not supported",
                           hint="send each SELECT on its own")
@@ -273,7 +273,7 @@ def analyze(tree: exp.Query, policy: Policy, schema: Mapping[str, Mapping[str, s
     if not touches_private(tree, policy):
         _check_public(tree, resolver)
         return PublicQuery(tree)
-    return _Analysis(tree, policy, resolver).run()
+    return _Analysis(tree, policy, resolver, options or QueryOptions(), mechanism).run()
 
 
 def touches_private(tree: exp.Expression, policy: Policy) -> bool:
@@ -308,8 +308,10 @@ def _check_public(tree: exp.Select, resolver: Resolver) -> None:
 
 
 class _Analysis:
-    def __init__(self, tree: exp.Select, policy: Policy, resolver: Resolver):
+    def __init__(self, tree: exp.Select, policy: Policy, resolver: Resolver, options: QueryOptions, mechanism: str):
         self.tree = tree
+        self.options = options
+        self.mechanism = mechanism
         self.policy = policy
         self.resolver = resolver
         self.measures: list[Measure] = []
@@ -340,6 +342,7 @@ class _Analysis:
                                        hint="use HAVING to filter on aggregates")
             rel.where.append(scope.resolve(where.this, self.resolver))
         unit, unit_in_hash, row_id_source, max_groups, max_rows = self._unit()
+        max_groups, max_rows = self._tightened(unit if row_id_source is None else None, max_groups, max_rows)
         self.unit = unit if row_id_source is None else None
         keys = self._group_keys()
         self.keys = keys
@@ -364,11 +367,16 @@ class _Analysis:
             raise forbidden("a query over private tables must compute at least one aggregate",
                             hint="add COUNT(*) to see the groups; group keys alone would reveal which exist")
         self._share_sums()
-        return Plan(relation=rel, unit=unit, unit_in_hash=unit_in_hash, row_id_source=row_id_source, keys=keys,
+        plan = Plan(relation=rel, unit=unit, unit_in_hash=unit_in_hash, row_id_source=row_id_source, keys=keys,
                     measures=self.measures, estimates=self.estimates, post=post, output_names=names,
                     max_groups=max_groups, max_rows=max_rows, scale_groups=scale_groups,
                     sample_rate=self.sample_rate, item_estimates=self._items,
                     max_contributions=self.max_contributions)
+        # Under Gaussian noise a total bound of C rows costs C in L2 against sqrt(max_groups) *
+        # max_rows per group: taken only when the policy declares max_contributions.
+        total_bound = plan.total_bound_helps(domain) and (
+            self.mechanism == "laplace" or plan.max_contributions is not None)
+        return replace(plan, total_bound=total_bound, l2_clip=total_bound and self.mechanism == "gaussian")
 
     # The privacy unit ----------------------------------------------------------------------
     def _unit(self) -> tuple[exp.Expression | None, bool, str | None, int, int]:
@@ -395,6 +403,17 @@ class _Analysis:
         limits = [s.table.max_contributions for s in private]
         self.max_contributions = None if None in limits else max(limits)
         return (unit, True, None, max(s.table.max_groups for s in private), max(s.table.max_rows for s in private))
+
+    def _tightened(self, unit: exp.Expression | None, max_groups: int, max_rows: int) -> tuple[int, int]:
+        """A query's own contribution limits may tighten the policy's, never loosen them."""
+        o = self.options
+        if o.privacy_unit is not None:
+            name = unit.name if isinstance(unit, exp.Column) else "row"
+            if o.privacy_unit != name:
+                raise invalid_parameter(f"privacy_unit_column = {o.privacy_unit}, but the policy's privacy unit "
+                                        f"here is {name}", hint="the policy fixes the privacy unit; drop the option or name it")
+        return (max_groups if o.max_groups is None else min(max_groups, o.max_groups),
+                max_rows if o.max_rows is None else min(max_rows, o.max_rows))
 
     # GROUP BY ----------------------------------------------------------------------------
     def _group_keys(self) -> list[GroupKey]:

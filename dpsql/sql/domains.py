@@ -24,13 +24,12 @@ from typing import Any, Callable
 
 from sqlglot import exp
 
-from ..config import is_numeric_type
+from ..config import INTEGER_TYPES, is_numeric_type
+from ..errors import unsupported
 from .bounds import EXTRACT_RANGES
 from .scope import Source
 
 MAX_DERIVED_KEYS = 100_000
-_INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "INT", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
-                  "UINTEGER", "UBIGINT")
 COLUMN = exp.column("c", table="d")  # the placeholder an image domain's expression is written over
 
 
@@ -49,7 +48,7 @@ def column_values(source: Source, name: str) -> tuple[Any, ...] | None:
     if policy.keys is not None:
         return policy.keys
     type_name = (source.columns.get(name) or "").upper().split("(")[0]
-    if policy.bounded and type_name in _INTEGER_TYPES:
+    if policy.bounded and type_name in INTEGER_TYPES:
         lo, hi = math.ceil(policy.lower), math.floor(policy.upper)
         if 0 <= hi - lo < MAX_DERIVED_KEYS:
             return tuple(range(lo, hi + 1))
@@ -66,11 +65,15 @@ def literal_domain(expr: exp.Expression) -> tuple[Any, ...] | None:
     if isinstance(expr, exp.Case):
         results = [i.args.get("true") for i in expr.args.get("ifs") or []] + [expr.args.get("default")]
         values = []
-        for r in results:
-            if r is None or isinstance(r, exp.Null):
-                continue
-            if not isinstance(r, exp.Literal):
-                return None
+        literals = [r for r in results if r is not None and not isinstance(r, exp.Null)]
+        if not all(isinstance(r, exp.Literal) for r in literals):
+            return None
+        if len({r.is_string for r in literals}) > 1:
+            # The engine unifies 1 and '1' into one key; as Python values they would be two,
+            # and one group released twice, with independent noise, would average it away.
+            raise unsupported(f"{expr.sql(dialect='postgres')}: a group key mixes text and number results",
+                              hint="give every THEN and ELSE branch the same type, e.g. all quoted: THEN '1' ... ELSE '2'")
+        for r in literals:
             v = r.this if r.is_string else _number(r.this)
             if v not in values:
                 values.append(v)
@@ -103,5 +106,10 @@ def image(expr: exp.Expression, source_of: Callable[[str], Source]) -> Image | N
 
 
 def _number(text: str) -> int | float:
-    value = float(text)
-    return int(value) if value.is_integer() and "." not in text and "e" not in text.lower() else value
+    """A numeric literal's value: exact for integers (no rounding through a float, which could
+    merge two keys the engine keeps apart), a float otherwise."""
+    try:
+        return int(text)
+    except ValueError:
+        value = float(text)
+        return int(value) if value.is_integer() else value

@@ -24,7 +24,8 @@ C / max(||n||_2, C): its shares' L2 norm is at most C (and C * R for a sum).
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 import sqlglot
 from sqlglot import exp
@@ -33,6 +34,17 @@ from .analyze import COUNT_BITS, GroupKey, Measure, Plan
 from .derived import Derived
 from .scope import Relation, Source
 from .total import clamp, try_casts, try_wrap, total
+
+
+@dataclass(frozen=True)
+class Weighting:
+    """Where a weightable plan reads its rows: a copy of its one private table with each row's
+    weight, min(1, limit / rows of its unit in the table) in fixed point, so bounding becomes a
+    weighted sum the engine does in one scan; `values` are the measures whose weighted per-row
+    values the copy already holds (measure index -> column). Engine state, kept out of the plan."""
+
+    table: str
+    values: Mapping[int, str] = field(default_factory=dict)
 
 
 def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
@@ -79,8 +91,11 @@ def _values(values, type_name: str | None) -> str:
 
 
 def _domain_sql(key: GroupKey, i: int) -> str:
+    """A key's domain, each key once as the engine sees it: declared values are cast to the
+    column's type and deduplicated there (' 1', '01' and 1 are one INTEGER key), so no group
+    can be released twice."""
     if key.domain is not None:
-        return f"(SELECT * FROM ({_values(key.domain, key.type_name)}) AS d{i}(k{i}))"
+        return f"(SELECT DISTINCT k{i} FROM ({_values(key.domain, key.type_name)}) AS d{i}(k{i}) WHERE k{i} IS NOT NULL)"
     if key.image is not None:
         f = _sql(total(key.image.expr))
         return (f"(SELECT DISTINCT {f} AS k{i} FROM ({_values(key.image.values, key.image.type_name)}) AS d(c) "
@@ -200,7 +215,7 @@ def _total_share(value: str, plan: Plan, ug: str = "") -> str:
     return f"({value} * {plan.total_rows}) // GREATEST({ug}unit_rows, {plan.total_rows})"
 
 
-def _weighted_per_group(plan: Plan, keys: list[str], group_by: str) -> str:
+def _weighted_per_group(plan: Plan, weighting: Weighting, keys: list[str], group_by: str) -> str:
     """Totals per group from rows weighted by their unit's share w = floor(C 2^b / max(N, C))
     (N: the unit's rows in the table, C: its limit): a unit's n <= N rows in the query add at
     most n C / max(N, C) <= C rows, and a sum row adds v w / 2^b truncated toward zero. A count
@@ -208,14 +223,14 @@ def _weighted_per_group(plan: Plan, keys: list[str], group_by: str) -> str:
     aggs = ["0 AS units"]  # unit counts serve partition selection only, which this path excludes
     for j, m in enumerate(plan.measures):
         if m.kind == "count":
-            if j in plan.weighted_values:  # the copy holds each row's weight where the value is not NULL
+            if j in weighting.values:  # the copy holds each row's weight where the value is not NULL
                 weighted = f"SUM(v{j})"
             else:
                 weighted = "SUM(w)" if m.value is None else f"SUM(CASE WHEN v{j} IS NOT NULL THEN w END)"
             if m.bits < COUNT_BITS:  # whole rows, one group only (see Plan.weightable)
                 weighted = f"{weighted} // {2 ** (COUNT_BITS - m.bits)}"
             aggs.append(f"{weighted} AS m{j}")
-        elif j in plan.weighted_values:
+        elif j in weighting.values:
             aggs.append(f"SUM(v{j}) AS m{j}")  # the copy holds each row's weighted value
         elif m.kind == "sum":
             aggs.append(f"SUM({_weighted(f'v{j}', 'w')}) AS m{j}")
@@ -240,7 +255,8 @@ def weighted_value_sql(m: Measure, plan: Plan, unit: str, weight: str = "__dpsql
     return _weighted(f"({value})", f"({weight})")
 
 
-def _histogram_ctes(plan: Plan, j: int, m: Measure, keys: list[str], groups: int) -> list[tuple[str, str]]:
+def _histogram_ctes(plan: Plan, weighting: Weighting | None, j: int, m: Measure, keys: list[str],
+                    groups: int) -> list[tuple[str, str]]:
     """Histogram j in long form (one row per group and non-empty bin), then pivoted to one
     column per bin: counting per (unit, group, bin) and pivoting the small per-group result
     is several times faster than one conditional count per bin at the per-unit stage.
@@ -249,7 +265,7 @@ def _histogram_ctes(plan: Plan, j: int, m: Measure, keys: list[str], groups: int
     total_bound: c * C / N, with N the unit's rows in all and C its limit)."""
     unit = 2 ** m.bits
     group_cols = ", ".join(keys + [f"v{j}"])
-    if plan.weights_table is not None:
+    if weighting is not None:
         ctes = [(f"bins{j}", f"SELECT {group_cols}, SUM(w) AS s\n  FROM filtered\n  WHERE v{j} IS NOT NULL\n"
                              f"  GROUP BY {group_cols}")]
     elif plan.unit is None:
@@ -275,40 +291,45 @@ def _histogram_ctes(plan: Plan, j: int, m: Measure, keys: list[str], groups: int
     return ctes
 
 
-def rewrite(plan: Plan, domain_size: int | None = None, salt: int | None = None) -> exp.Query:
-    """The bounded query. Output columns: k0.., units, m0.. (one m per measure).
+def rewrite(plan: Plan, domain_size: int | None = None, salt: int | None = None,
+            weighting: Weighting | None = None) -> exp.Query:
+    """The bounded query. Output columns: k0.., units, m0.. (one m per measure). `weighting`
+    (only for a plan.weightable() plan) reads the rows from the engine's weighted copy.
 
     With TABLESAMPLE, a unit is kept iff hash(unit, salt) < rate * 2^64: whole units are
     sampled, independently, by a salt that is secret and new for every execution."""
     keys = [f"k{i}" for i in range(len(plan.keys))]
     key_list = ", ".join(keys)
     select = []
-    if plan.unit is not None and plan.weights_table is None:  # a weighted copy's rows all have a unit
+    if weighting is not None and not plan.weightable():
+        raise ValueError("a weighted copy serves only a weightable plan")
+    stored = weighting.values if weighting is not None else {}
+    if plan.unit is not None and weighting is None:  # a weighted copy's rows all have a unit
         select.append(f"{_sql(plan.unit)} AS unit")
     select += [f"{_sql(total(k.expr))} AS k{i}" for i, k in enumerate(plan.keys)]
     alias = plan.relation.sources[0].alias
     for j, m in enumerate(plan.measures):
-        if j in plan.weighted_values and plan.weights_table is not None:
-            select.append(f"{alias}.{_q(plan.weighted_values[j])} AS v{j}")
+        if j in stored:
+            select.append(f"{alias}.{_q(stored[j])} AS v{j}")
         elif m.value is not None:
             select.append(f"{_measure_value(m)} AS v{j}")
     if len(select) == 0:
         select.append("1 AS one")
     # The weighted copy holds the rows whose unit is not NULL, the only condition it admits.
-    where = _condition(plan.relation.where, _types(plan.relation)) if plan.weights_table is None else []
+    where = _condition(plan.relation.where, _types(plan.relation)) if weighting is None else []
     if plan.sample_rate is not None:
         threshold = min(2**64 - 1, int(plan.sample_rate * 2**64))
         secret = "0 /* a secret salt, new for each execution */" if salt is None else str(salt)
         where.append(f"DPSQL_HASH({_sql(plan.unit)}, {secret}) < {threshold}")
-    if plan.weights_table is not None:
-        select.append(f"{plan.relation.sources[0].alias}.__dpsql_w AS w")
-    filtered = f"SELECT {', '.join(select)}\n  FROM {_from(plan.relation, plan.row_id_source, plan.weights_table)}"
+    if weighting is not None:
+        select.append(f"{alias}.__dpsql_w AS w")
+    filtered = f"SELECT {', '.join(select)}\n  FROM {_from(plan.relation, plan.row_id_source, weighting and weighting.table)}"
     if where:
         filtered += "\n  WHERE " + "\n    AND ".join(where)
     declared = [(i, k) for i, k in enumerate(plan.keys) if k.declared]
     # Weighted rows add to their own group only, and groups outside a declared domain are never
     # released (the final join starts from the domain): no membership filter is needed then.
-    if declared and plan.weights_table is None:
+    if declared and weighting is None:
         filtered = (f"SELECT * FROM ({filtered}) AS f\n  WHERE "
                     + " AND ".join(f"k{i} IN (SELECT k{i} FROM domain{i})" for i, _ in declared))
 
@@ -318,8 +339,8 @@ def rewrite(plan: Plan, domain_size: int | None = None, salt: int | None = None)
     group_by = f"\n  GROUP BY {key_list}" if keys else ""
     m_rows = plan.rows_per_group
     groups = plan.groups_per_unit(domain_size)
-    if plan.weights_table is not None:
-        ctes.append(("per_group", _weighted_per_group(plan, keys, group_by)))
+    if weighting is not None:
+        ctes.append(("per_group", _weighted_per_group(plan, weighting, keys, group_by)))
     elif plan.unit is None:
         aggs = ["COUNT(*) AS units"]
         for j, m in enumerate(plan.measures):
@@ -371,7 +392,7 @@ def rewrite(plan: Plan, domain_size: int | None = None, salt: int | None = None)
     if histograms:
         ctes[-1] = ("per_group_totals", ctes[-1][1])
         for j, m in histograms:
-            ctes += _histogram_ctes(plan, j, m, keys, groups)
+            ctes += _histogram_ctes(plan, weighting, j, m, keys, groups)
         joins = "".join(f"\n  LEFT JOIN wide{j} AS w{j} ON " + (" AND ".join(
             f"w{j}.{k} IS NOT DISTINCT FROM t.{k}" for k in keys) or "TRUE") for j, _ in histograms)
         wide = [f"w{j}.{c}" for j, m in histograms for c in columns(j, m)]

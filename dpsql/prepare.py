@@ -1,0 +1,103 @@
+"""One query's final plan and calibration: the one pure function every path plans with.
+
+The single-query path, EXPLAIN, Describe, batches and `dpsql plan` all call `plan_query`, so
+a batch member is bounded exactly as the same query alone. Everything here depends on the
+query, its options, the session's settings, the policy and the schema, never on data: a
+refusal reveals nothing and charges nothing. The plan it returns is frozen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from typing import Mapping
+
+from sqlglot import exp
+
+from .calibration import (Calibration, batch_cost, calibrate, calibrate_planned, epsilon_for_target, measure_weights,
+                          needs_delta, planned_mechanisms, pld_multiplier)
+from .config import Policy, exact
+from .errors import invalid_parameter
+from .sql.analyze import Plan, PublicQuery, analyze
+from .sql.options import QueryOptions
+
+# Ordinary PostgreSQL client settings: accepted and remembered, never passed to the engine.
+CLIENT_SETTINGS = {
+    "client_encoding": "UTF8", "datestyle": "ISO, MDY", "timezone": "UTC", "search_path": '"$user", public',
+    "application_name": "", "extra_float_digits": "1", "statement_timeout": "0", "intervalstyle": "postgres",
+    "standard_conforming_strings": "on", "client_min_messages": "notice", "bytea_output": "hex",
+    "lock_timeout": "0", "idle_in_transaction_session_timeout": "0", "default_transaction_isolation": "read committed",
+    "transaction_isolation": "read committed", "default_transaction_read_only": "on", "transaction_read_only": "on",
+    "server_version": "15.0", "server_encoding": "UTF8", "integer_datetimes": "on", "max_identifier_length": "63",
+    "is_superuser": "off", "jit": "off", "geqo": "on", "lc_messages": "C", "lc_monetary": "C", "lc_numeric": "C",
+    "lc_time": "C", "row_security": "on", "session_authorization": "",
+}
+
+
+@dataclass
+class Settings:
+    """A session's settings (SET dpsql.*), the inputs of planning besides the query."""
+
+    epsilon: Fraction
+    delta: Fraction
+    mechanism: str
+    confidence: float
+    cache: bool = True
+    planner: str = "filter"
+    target_error: float | None = None  # pick the smallest epsilon meeting this 95% error on COUNT/SUM
+    client: dict[str, str] = field(default_factory=lambda: dict(CLIENT_SETTINGS))
+
+
+def plan_query(tree: exp.Query, policy: Policy, schema: Mapping[str, Mapping[str, str]], mechanism: str,
+               options: QueryOptions | None = None) -> Plan | PublicQuery:
+    """The final, frozen plan of one query (its options and the mechanism applied before any
+    bounding or precision choice)."""
+    return analyze(tree, policy, schema, options or QueryOptions(), mechanism)
+
+
+def prepare(tree: exp.Query, policy: Policy, schema: Mapping[str, Mapping[str, str]], settings: Settings,
+            options: QueryOptions | None = None) -> tuple[Plan | PublicQuery, Calibration | None]:
+    """Plan and calibrate one query at the session's (or the query's own) epsilon and delta."""
+    options = options or QueryOptions()
+    s = settings
+    plan = plan_query(tree, policy, schema, s.mechanism, options)
+    if isinstance(plan, PublicQuery):
+        return plan, None
+    epsilon = s.epsilon if options.epsilon is None else positive(options.epsilon, "epsilon")
+    delta = s.delta if options.delta is None else probability(str(float(options.delta)), "delta")
+    domain = plan.literal_domain_size()
+    if s.planner == "pld" and len(plan.measures) > 1:
+        if options.weights:
+            raise invalid_parameter("weights apply to the filter planner",
+                                    hint="SET dpsql.planner = 'filter', or drop the weights")
+        if delta <= 0:
+            raise invalid_parameter("the PLD planner needs delta > 0", hint="SET dpsql.delta = 1e-8")
+        mechanisms = planned_mechanisms(plan, s.mechanism, domain)
+        multiplier = pld_multiplier(mechanisms, epsilon, delta)
+        cal = calibrate_planned(plan, s.mechanism, multiplier, domain)
+        return plan, replace(cal, cost=batch_cost(epsilon, delta, multiplier, len(mechanisms)))
+    delta = delta if needs_delta(plan, s.mechanism) else Fraction(0)
+    weights = measure_weights(plan, options.weights)
+    if s.target_error is not None and options.epsilon is None:
+        epsilon = epsilon_for_target(plan, s.target_error, delta, s.mechanism, domain, weights, s.confidence)
+    return plan, calibrate(plan, epsilon, delta, s.mechanism, domain, weights)
+
+
+def positive(value: str | Fraction, name: str) -> Fraction:
+    try:
+        v = exact(float(value)) if not isinstance(value, Fraction) else value
+    except ValueError:
+        raise invalid_parameter(f"invalid value for {name}: {value!r}", hint=f"SET {name} = 0.1") from None
+    if v <= 0:
+        raise invalid_parameter(f"{name} must be greater than 0", hint=f"SET {name} = 0.1")
+    return v
+
+
+def probability(value: str, name: str) -> Fraction:
+    try:
+        v = exact(float(value))
+    except ValueError:
+        raise invalid_parameter(f"invalid value for {name}: {value!r}") from None
+    if not 0 <= v < 1:
+        raise invalid_parameter(f"{name} must be at least 0 and below 1")
+    return v

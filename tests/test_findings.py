@@ -1,0 +1,212 @@
+"""Regression tests for the privacy audit's findings (issue "privacy core"): each failed on the
+code before its fix. Pre-noise values are read from the bounded query the session would run."""
+
+from __future__ import annotations
+
+import gc
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import duckdb
+import pytest
+
+import dpsql
+from dpsql.config import load_policy
+from dpsql.errors import PolicyError
+from dpsql.session import Session
+from dpsql.sql.classify import classify
+
+from .conftest import SAMPLE
+
+
+def _table_policy(directory: Path, column_sql: str, columns: str, extra: str = "") -> Path:
+    """A one-table database t(pid, x) with x of type `column_sql`, and its policy."""
+    con = duckdb.connect(str(directory / "db.duckdb"))
+    con.execute(f"CREATE TABLE t (pid INTEGER, x {column_sql})")
+    con.executemany("INSERT INTO t VALUES (?, ?)", [[i, 1 + i % 2] for i in range(40)])
+    con.close()
+    path = directory / "policy.toml"
+    path.write_text(f"""
+[engine]
+database = "db.duckdb"
+[privacy]
+epsilon = 100.0
+delta = 1e-6
+query_epsilon = 0.1
+[tables.t]
+privacy_unit = "pid"
+columns.x = {columns}
+{extra}
+[users.alice]
+""")
+    return path
+
+
+def _spent(cur) -> float:
+    cur.execute("SHOW dpsql.budget")
+    names = [d[0] for d in cur.description]
+    return cur.fetchone()[names.index("epsilon_spent")]
+
+
+def _pre_noise(session: Session, sql: str) -> dict[tuple, tuple]:
+    stmt = classify(sql)
+    plan, _ = session._prepare(stmt.tree, stmt.options)
+    rs = session.engine.execute(session._bounded_sql(plan, None))
+    n = len(plan.keys)
+    return {tuple(r[:n]): tuple(r[n:]) for r in zip(*rs.columns)}
+
+
+# Finding 1: duplicated groups ------------------------------------------------------------------
+def test_mixed_type_case_keys_are_refused_and_free(tmp_path):
+    """1 and '1' are one key to the engine: released once per spelling, each copy with its own
+    noise, averaging them would remove the noise."""
+    conn = dpsql.connect(_table_policy(tmp_path, "DOUBLE", "{ lower = 0, upper = 10 }"), user="alice")
+    cur = conn.cursor()
+    keys = ", ".join(f"CASE WHEN x >= {i} THEN 1 ELSE '1' END AS k{i}" for i in range(4))
+    with pytest.raises(dpsql.NotSupportedError) as err:
+        cur.execute(f"SELECT {keys}, COUNT(*) FROM t GROUP BY {', '.join(f'k{i}' for i in range(4))}")
+    assert err.value.sqlstate == "0A000" and "mixes text and number" in str(err.value)
+    assert _spent(cur) == 0
+    conn.close()
+
+
+def test_policy_keys_of_another_type_are_refused_at_load(tmp_path):
+    with pytest.raises(PolicyError, match="not of the column's type INTEGER"):
+        dpsql.connect(_table_policy(tmp_path, "INTEGER", '{ keys = ["1", "01", " 1"] }'), user="alice")
+
+
+def test_keys_that_collide_in_the_column_type_are_released_once(tmp_path):
+    """1.01 and 1.04 are both 1.0 in a DECIMAL(4, 1) column: one group, released once."""
+    conn = dpsql.connect(_table_policy(tmp_path, "DECIMAL(4, 1)", "{ keys = [1.01, 1.04, 2.0] }"), user="alice")
+    cur = conn.cursor()
+    cur.execute("SELECT x, COUNT(*) FROM t GROUP BY x")
+    keys = [r[0] for r in cur.fetchall()]
+    assert len(keys) == len(set(keys)) == 2
+    conn.close()
+
+
+# Finding 5: a plan changed after analysis -----------------------------------------------------
+def test_query_options_bound_like_the_same_policy(tmp_path):
+    """max_groups_contributed = 1 in the query gives the same pre-noise values as max_groups = 1
+    in the policy (before: analysis chose whole-row counts for max_groups = 4, then the option
+    switched on group scaling, and the count lost two thirds of its rows)."""
+    text = (SAMPLE / "dpsql.toml").read_text().replace('source = "', f'source = "{SAMPLE}/')
+    option_policy = tmp_path / "options.toml"
+    option_policy.write_text(text)
+    bound_policy = tmp_path / "bound.toml"
+    bound_policy.write_text(text.replace("max_groups = 4", "max_groups = 1"))
+    query = ("SELECT {clause} CASE WHEN cost > 5000 THEN 'high' ELSE 'low' END AS b, COUNT(*) "
+             "FROM visits GROUP BY 1")
+    values = []
+    for policy, clause in ((option_policy, "WITH DIFFERENTIAL_PRIVACY OPTIONS(max_groups_contributed = 1)"),
+                           (bound_policy, "")):
+        s = Session(load_policy(policy), "alice", ledger=_ledger(tmp_path, policy))
+        s.execute("SET dpsql.mechanism = 'gaussian'")
+        values.append(_pre_noise(s, query.format(clause=clause)))
+        s.close()
+    assert values[0] == values[1]
+
+
+def _ledger(tmp_path: Path, policy: Path):
+    from dpsql.accounting.ledger import open_ledger
+
+    return open_ledger(tmp_path / f"{policy.stem}.sqlite", None)
+
+
+# Finding 6: private data left on disk -----------------------------------------------------------
+_BUILD = """
+import os, sys, dpsql
+conn = dpsql.connect(sys.argv[1], user="alice", ledger=sys.argv[2])
+cur = conn.cursor()
+cur.execute("SELECT kind, COUNT(*) FROM events GROUP BY kind")  # builds the weighted copy
+print(os.getpid(), flush=True)
+{end}
+"""
+
+
+def _scratch_dirs(base: Path) -> list[Path]:
+    return sorted(base.glob("dpsql-engine-*"))
+
+
+def _run_build(small_policy: Path, tmp: Path, end: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    return subprocess.run([sys.executable, "-c", _BUILD.format(end=end), str(small_policy),
+                           str(small_policy.parent / "l.sqlite")], env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch):
+    base = tmp_path / "tmp"
+    base.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(base))
+    return base
+
+
+def test_scratch_is_private_and_removed_on_close(small_policy, private_tmp):
+    conn = dpsql.connect(small_policy, user="alice")
+    conn.cursor().execute("SELECT kind, COUNT(*) FROM events GROUP BY kind")
+    (directory,) = _scratch_dirs(private_tmp)
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    files = [p for p in directory.rglob("*") if p.is_file()]
+    assert files and all(stat.S_IMODE(p.stat().st_mode) & 0o077 == 0 for p in files)
+    conn.close()
+    assert _scratch_dirs(private_tmp) == []
+
+
+def test_scratch_of_an_unclosed_connection_goes_with_it(small_policy, private_tmp):
+    conn = dpsql.connect(small_policy, user="alice")
+    conn.cursor().execute("SELECT kind, COUNT(*) FROM events GROUP BY kind")
+    assert len(_scratch_dirs(private_tmp)) == 1
+    del conn
+    gc.collect()
+    assert _scratch_dirs(private_tmp) == []
+
+
+def test_scratch_removed_at_exit_and_swept_after_a_kill(small_policy, tmp_path):
+    base = tmp_path / "tmp"
+    base.mkdir()
+    done = _run_build(small_policy, base, "")  # exits without closing the connection
+    assert done.returncode == 0, done.stderr
+    assert _scratch_dirs(base) == []
+    killed = _run_build(small_policy, base, "os.kill(os.getpid(), 9)")
+    assert killed.returncode == -9
+    (orphan,) = _scratch_dirs(base)
+    assert (orphan / "owner.pid").read_text() == killed.stdout.split()[0]
+    done = _run_build(small_policy, base, "conn.close()")  # a new engine sweeps the orphan
+    assert done.returncode == 0, done.stderr
+    assert _scratch_dirs(base) == []
+
+
+def test_scratch_in_memory_leaves_nothing(small_policy, private_tmp):
+    small_policy.write_text(small_policy.read_text().replace('database = "db.duckdb"',
+                                                             'database = "db.duckdb"\nscratch = "memory"'))
+    conn = dpsql.connect(small_policy, user="alice")
+    conn.cursor().execute("SELECT kind, COUNT(*) FROM events GROUP BY kind")
+    assert _scratch_dirs(private_tmp) == []
+    conn.close()
+
+
+def test_server_shutdown_removes_scratch(small_policy, tmp_path):
+    from .server_fixture import Serve
+
+    base = tmp_path / "tmp"
+    base.mkdir()
+    os.environ["TMPDIR"], old = str(base), os.environ.get("TMPDIR")
+    try:
+        server = Serve(small_policy, tmp_path / "ledger.sqlite")
+    finally:
+        os.environ.pop("TMPDIR") if old is None else os.environ.__setitem__("TMPDIR", old)
+    try:
+        import psycopg
+
+        with psycopg.connect(server.dsn()) as c:
+            c.execute("SELECT kind, COUNT(*) FROM events GROUP BY kind").fetchall()
+        assert len(_scratch_dirs(base)) == 1
+    finally:
+        server.stop()
+    assert server.proc.returncode == 0
+    assert _scratch_dirs(base) == []
