@@ -285,7 +285,7 @@ class Session:
         only after the charge. A sampled plan gets a fresh secret salt here."""
         s = self.settings
         if plan.sample_rate is not None:
-            sql = self._bounded_sql(plan, secrets.randbits(63))
+            sql = self._bounded_sql(plan, secrets.token_hex(16))
         rs = self.engine.execute(sql)
         out = self._post.run(plan.post, release(plan, cal, rs, s.confidence))
         rows = [tuple(_plain(v) for v in r) for r in out.rows]
@@ -294,7 +294,7 @@ class Session:
               "noise": detail["mechanisms"]}
         return Result(out.names, out.types, rows, f"SELECT {len(rows)}", dp)
 
-    def _bounded_sql(self, plan: Plan, salt: int | None) -> str:
+    def _bounded_sql(self, plan: Plan, salt: str | None) -> str:
         """The plan's bounded query in the engine's SQL, memoised per plan (salted ones, new for
         every execution, are not)."""
         cached = self._sql.get(id(plan))

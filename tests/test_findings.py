@@ -4,6 +4,7 @@ code before its fix. Pre-noise values are read from the bounded query the sessio
 from __future__ import annotations
 
 import gc
+import secrets
 import os
 import stat
 import subprocess
@@ -210,3 +211,47 @@ def test_server_shutdown_removes_scratch(small_policy, tmp_path):
         server.stop()
     assert server.proc.returncode == 0
     assert _scratch_dirs(base) == []
+
+
+# Finding 2: correlated sampling coins -----------------------------------------------------------
+def test_sampling_coins_are_independent_within_a_hash_cohort(tmp_path):
+    """DuckDB's hash(unit, salt) is hash(salt) XOR c(unit) with c public: units whose c share
+    their top bits were sampled all together or not at all, whatever the salt. Ten disjoint
+    pairs of such units, 150 secret salts, rate q = 0.2: with independent coins the number of
+    (pair, salt) where both are kept is Binomial(1500, q^2), mean 60; correlated coins give
+    about 300. Each bound fails with probability below 1e-6 for independent coins."""
+    from scipy.stats import binom
+
+    units = 20_000
+    con = duckdb.connect(str(tmp_path / "db.duckdb"))
+    con.execute(f"CREATE TABLE t AS SELECT range::INTEGER AS pid, -1 AS g FROM range({units})")
+    top = con.execute("SELECT pid, xor(hash(pid, 1), hash(1)) >> 56 AS c FROM t").fetchall()
+    by_bits: dict[int, list[int]] = {}
+    for pid, c in top:
+        by_bits.setdefault(c, []).append(pid)
+    cohort = max(by_bits.values(), key=len)[:20]
+    for i, pid in enumerate(cohort):
+        con.execute("UPDATE t SET g = ? WHERE pid = ?", [i // 2, pid])
+    con.close()
+    policy = tmp_path / "policy.toml"
+    policy.write_text("""
+[engine]
+database = "db.duckdb"
+[tables.t]
+privacy_unit = "pid"
+columns.g = { keys = { range = [0, 9] } }
+[users.alice]
+""")
+    s = Session(load_policy(policy), "alice")
+    stmt = classify("SELECT g, COUNT(*) FROM t TABLESAMPLE BERNOULLI (20) WHERE g >= 0 GROUP BY g")
+    plan, _ = s._prepare(stmt.tree)
+    runs, both, kept = 150, 0, 0
+    for _ in range(runs):
+        rs = s.engine.execute(s._bounded_sql(plan, secrets.token_hex(16)))
+        counts = [c // 2 ** plan.measures[0].bits for c in rs.columns[-1]]
+        both += sum(c == 2 for c in counts)
+        kept += sum(counts)
+    s.close()
+    q = 0.2
+    assert binom.sf(both - 1, 10 * runs, q * q) > 1e-6 and binom.cdf(both, 10 * runs, q * q) > 1e-6, both
+    assert binom.sf(kept - 1, 20 * runs, q) > 1e-6 and binom.cdf(kept, 20 * runs, q) > 1e-6, kept

@@ -79,14 +79,15 @@ def test_units_not_rows_are_sampled(hospital):
     from dpsql.sql.rewrite import rewrite
 
     plan, _ = session._prepare(classify("SELECT COUNT(*) FROM visits TABLESAMPLE BERNOULLI (30)").tree)
-    sql = session.engine.prepare(rewrite(plan, None, salt=12345))
-    assert "HASH(t0.patient_id, 12345)" in sql
-    threshold = int(0.3 * 2**64)
+    sql = session.engine.prepare(rewrite(plan, None, salt="salt"))
+    assert "SHA256('salt' || ':' || CAST(t0.patient_id AS TEXT))" in sql
+    threshold = int(0.3 * 2**60)
+    coin = "CAST('0x' || SUBSTRING(SHA256('salt:' || CAST(patient_id AS TEXT)), 1, 15) AS BIGINT)"
     con = duckdb.connect()
     kept = con.execute(f"SELECT COUNT(DISTINCT patient_id), COUNT(*) FROM '{SAMPLE / 'visits.parquet'}' "
-                       f"WHERE hash(patient_id, 12345) < {threshold}").fetchone()
-    partial = con.execute(f"SELECT COUNT(*) FROM (SELECT patient_id, bool_or(hash(patient_id, 12345) < {threshold}) a, "
-                          f"bool_and(hash(patient_id, 12345) < {threshold}) b FROM '{SAMPLE / 'visits.parquet'}' "
+                       f"WHERE {coin} < {threshold}").fetchone()
+    partial = con.execute(f"SELECT COUNT(*) FROM (SELECT patient_id, bool_or({coin} < {threshold}) a, "
+                          f"bool_and({coin} < {threshold}) b FROM '{SAMPLE / 'visits.parquet'}' "
                           f"GROUP BY patient_id) WHERE a AND NOT b").fetchone()[0]
     assert partial == 0
     assert 0.27 < kept[0] / 19506 < 0.33

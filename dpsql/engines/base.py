@@ -73,6 +73,18 @@ def is_keyed_hash(node: exp.Expression) -> bool:
     return isinstance(node, exp.Anonymous) and node.name.upper() == "DPSQL_HASH"
 
 
+def is_coin(node: exp.Expression) -> bool:
+    return isinstance(node, exp.Anonymous) and node.name.upper() == "DPSQL_COIN"
+
+
+def coin_parts(node: exp.Expression) -> tuple[exp.Expression, exp.Expression]:
+    """DPSQL_COIN(unit, salt): the text SHA-256 is taken of, salt || ':' || unit, and the salt."""
+    unit, salt = node.expressions
+    text = exp.DPipe(this=exp.DPipe(this=salt.copy(), expression=exp.Literal.string(":")),
+                     expression=exp.Cast(this=unit.copy(), to=exp.DataType.build("VARCHAR")))
+    return text, salt
+
+
 def width_bucket_case(node: exp.WidthBucket) -> exp.Expression:
     """width_bucket(x, lo, hi, n) as PostgreSQL defines it for lo < hi: 0 below lo, n + 1 from
     hi on, else 1 + floor((x - lo) * n / (hi - lo))."""

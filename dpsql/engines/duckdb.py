@@ -18,7 +18,7 @@ from sqlglot import exp
 
 from ..config import Policy, check_against_schema
 from ..errors import OperationalError, PolicyError
-from .base import ResultSet, files_version, is_keyed_hash, quote, width_bucket_case
+from .base import ResultSet, coin_parts, files_version, is_coin, is_keyed_hash, quote, width_bucket_case
 from .scratch import ScratchDir
 
 
@@ -206,6 +206,11 @@ class DuckDBEngine:
 
 
 def _lower(node: exp.Expression) -> exp.Expression:
+    if is_coin(node):  # the first 15 hex digits of SHA-256: 60 bits, a non-negative BIGINT
+        text, _ = coin_parts(node)
+        digits = exp.Substring(this=exp.Anonymous(this="sha256", expressions=[text]), start=exp.Literal.number(1),
+                               length=exp.Literal.number(15))
+        return exp.Cast(this=exp.DPipe(this=exp.Literal.string("0x"), expression=digits), to=exp.DataType.build("BIGINT"))
     if is_keyed_hash(node):
         return exp.Anonymous(this="hash", expressions=node.expressions)
     if isinstance(node, exp.WidthBucket):

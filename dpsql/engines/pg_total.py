@@ -22,7 +22,7 @@ from typing import Mapping
 from sqlglot import exp
 
 from ..errors import unsupported
-from .base import is_keyed_hash, width_bucket_case
+from .base import coin_parts, is_coin, is_keyed_hash, width_bucket_case
 
 _INTEGERS = {"TINYINT": 2**7, "SMALLINT": 2**15, "INTEGER": 2**31, "INT": 2**31, "BIGINT": 2**63}
 _FLOATS = ("DOUBLE", "FLOAT", "REAL")
@@ -144,6 +144,8 @@ class _Lowering:
             return self.cast(node)
         if is_keyed_hash(node):
             return keyed_hash(node.expressions)
+        if is_coin(node):
+            return coin(node)
         if isinstance(node, exp.WidthBucket):
             case = width_bucket_case(node)
             case.parent = node.parent  # its columns still resolve in the query around it
@@ -252,6 +254,8 @@ def _semantics(node: exp.Expression) -> exp.Expression:
     """Where PostgreSQL means something else by the same spelling."""
     if is_keyed_hash(node):
         return keyed_hash(node.expressions)
+    if is_coin(node):
+        return coin(node)
     if isinstance(node, exp.Extract):
         return _extract(node)
     if isinstance(node, (exp.DateTrunc, exp.TimestampTrunc)):
@@ -294,6 +298,19 @@ def keyed_hash(args: list[exp.Expression]) -> exp.Expression:
     hashed = exp.Anonymous(this="hashtextextended", expressions=[row, exp.Literal.number(0)])
     return exp.Paren(this=exp.Add(this=exp.Cast(this=hashed, to=exp.DataType.build("NUMERIC")),
                                   expression=exp.Literal.number(2**63)))
+
+
+def coin(node: exp.Expression) -> exp.Expression:
+    """DPSQL_COIN(unit, salt): the first 60 bits of SHA-256(salt || ':' || unit) as a BIGINT
+    (see sql/rewrite.py), computed by PostgreSQL's sha256() (11 and later)."""
+    text, _ = coin_parts(node)
+    digest = exp.Anonymous(this="encode", expressions=[
+        exp.Anonymous(this="sha256", expressions=[exp.Anonymous(this="convert_to", expressions=[
+            text, exp.Literal.string("UTF8")])]), exp.Literal.string("hex")])
+    digits = exp.Substring(this=digest, start=exp.Literal.number(1), length=exp.Literal.number(15))
+    bits = exp.Cast(this=exp.DPipe(this=exp.Literal.string("x"), expression=digits),
+                    to=exp.DataType.build("BIT(60)", dialect="postgres"))
+    return exp.Cast(this=bits, to=exp.DataType.build("BIGINT"))
 
 
 def _refuse(node: exp.Expression, why: str):

@@ -19,7 +19,7 @@ from sqlglot import exp
 
 from ..config import Policy, check_against_schema
 from ..errors import OperationalError, PolicyError
-from .base import ResultSet, canonical_type, files_version, is_keyed_hash, width_bucket_case
+from .base import ResultSet, canonical_type, coin_parts, files_version, is_coin, is_keyed_hash, width_bucket_case
 
 # Settings dpsql's guarantees rest on: a policy's conf may not change them.
 _FIXED = {
@@ -176,6 +176,12 @@ class SparkEngine:
 def _lower(node: exp.Expression) -> Any:
     if isinstance(node, exp.Try):
         return node.this.transform(_lower, copy=True)
+    if is_coin(node):  # the first 60 bits of SHA-256(salt || ':' || unit), as sql/rewrite.py defines it
+        text, _ = coin_parts(node)
+        digits = exp.Substring(this=exp.Anonymous(this="sha2", expressions=[text, exp.Literal.number(256)]),
+                               start=exp.Literal.number(1), length=exp.Literal.number(15))
+        return exp.Cast(this=exp.Anonymous(this="conv", expressions=[digits, exp.Literal.number(16), exp.Literal.number(10)]),
+                        to=exp.DataType.build("BIGINT"))
     if is_keyed_hash(node):
         # xxhash64's signed 64-bit result shifted onto [0, 2^64), as DPSQL_HASH promises
         hashed = exp.Anonymous(this="xxhash64", expressions=[a.copy() for a in node.expressions])

@@ -24,6 +24,7 @@ C / max(||n||_2, C): its shares' L2 norm is at most C (and C * R for a sum).
 from __future__ import annotations
 
 import datetime
+from fractions import Fraction
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -291,13 +292,19 @@ def _histogram_ctes(plan: Plan, weighting: Weighting | None, j: int, m: Measure,
     return ctes
 
 
-def rewrite(plan: Plan, domain_size: int | None = None, salt: int | None = None,
+COIN_BITS = 60  # DPSQL_COIN(unit, salt) is uniform on [0, 2^60)
+
+
+def rewrite(plan: Plan, domain_size: int | None = None, salt: str | None = None,
             weighting: Weighting | None = None) -> exp.Query:
     """The bounded query. Output columns: k0.., units, m0.. (one m per measure). `weighting`
     (only for a plan.weightable() plan) reads the rows from the engine's weighted copy.
 
-    With TABLESAMPLE, a unit is kept iff hash(unit, salt) < rate * 2^64: whole units are
-    sampled, independently, by a salt that is secret and new for every execution."""
+    With TABLESAMPLE, a unit is kept iff DPSQL_COIN(unit, salt) < floor(rate * 2^60): the
+    first 60 bits of SHA-256(salt || ':' || unit), a keyed pseudorandom function, so whole
+    units are sampled and each unit's coin is independent of every other's (a plain keyed hash
+    such as DuckDB's hash(unit, salt) = hash(salt) XOR c(unit) correlates units whose public
+    c(unit) agree). The salt is 128 secret bits, new for every execution."""
     keys = [f"k{i}" for i in range(len(plan.keys))]
     key_list = ", ".join(keys)
     select = []
@@ -318,9 +325,9 @@ def rewrite(plan: Plan, domain_size: int | None = None, salt: int | None = None,
     # The weighted copy holds the rows whose unit is not NULL, the only condition it admits.
     where = _condition(plan.relation.where, _types(plan.relation)) if weighting is None else []
     if plan.sample_rate is not None:
-        threshold = min(2**64 - 1, int(plan.sample_rate * 2**64))
-        secret = "0 /* a secret salt, new for each execution */" if salt is None else str(salt)
-        where.append(f"DPSQL_HASH({_sql(plan.unit)}, {secret}) < {threshold}")
+        threshold = int(Fraction(repr(plan.sample_rate)) * 2**COIN_BITS)
+        secret = "'' /* a secret salt, new for each execution */" if salt is None else _sql(exp.Literal.string(salt))
+        where.append(f"DPSQL_COIN({_sql(plan.unit)}, {secret}) < {threshold}")
     if weighting is not None:
         select.append(f"{alias}.__dpsql_w AS w")
     filtered = f"SELECT {', '.join(select)}\n  FROM {_from(plan.relation, plan.row_id_source, weighting and weighting.table)}"

@@ -1,0 +1,215 @@
+"""An empirical privacy audit of dpsql, run as an attacker would run it.
+
+For each case (dpsql.audit.cases), write the two neighbouring datasets D and D' and a policy
+for each into a private temporary directory, open a dpsql session on each, run the same
+query many times on both (answer cache off) and keep only what dpsql releases. A threshold
+test on the released values then gives a lower bound on the epsilon the query really spends
+(dpsql.audit.stats); it must not exceed the epsilon dpsql charged. A few thousand runs give
+bounds well below the charge for a correct mechanism: the audit is there to catch a broken
+one (sensitivity under-estimated, a contribution limit not enforced, noise reused).
+
+    python -m dpsql.audit [--quick] [--runs N] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+import duckdb
+
+from ..config import Policy, load_policy
+from ..engines import open_engine
+from ..errors import BudgetExceeded
+from ..accounting.ledger import open_ledger
+from ..session import Result, Session
+from .cases import CASES, Case, World
+from .stats import Audit, audit
+
+__all__ = ["CASES", "Case", "CaseResult", "run_audit", "run_case", "markdown"]
+
+USER = "auditor"
+Progress = Callable[[str], None]
+
+# A budget that never refuses on epsilon; delta must stay below 1, so a case that spends a
+# large delta per query moves to a fresh ledger when it runs out (_Analyst).
+POLICY = """\
+[engine]
+database = "{database}"
+threads = 1
+
+[privacy]
+filter = "basic"
+epsilon = 1e9
+delta = 0.5
+query_epsilon = 1
+mechanism = "laplace"
+
+[users.{user}]
+
+[ledger]
+path = "{ledger}"
+"""
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    case: Case
+    runs: int          # executions per dataset
+    epsilon: float     # charged per query
+    delta: float
+    bound: Audit
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return not self.bound.epsilon > self.epsilon
+
+
+def write_dataset(world: World, directory: Path, name: str, with_target: bool) -> Path:
+    """One of the two neighbours as a DuckDB file plus its policy; returns the policy's path."""
+    database = directory / f"{world.name}-{name}.duckdb"
+    con = duckdb.connect(str(database))
+    try:
+        for table, spec in world.tables.items():
+            con.execute(f"CREATE TABLE {table} ({spec.columns})")
+            rows = list(spec.background) + (list(spec.target) if with_target else [])
+            if rows:
+                marks = ", ".join("?" * len(rows[0]))
+                con.executemany(f"INSERT INTO {table} VALUES ({marks})", [list(r) for r in rows])
+    finally:
+        con.close()
+    policy = directory / f"{world.name}-{name}.toml"
+    tables = "".join(f"\n[tables.{t}]\n{spec.policy}" for t, spec in world.tables.items())
+    policy.write_text(POLICY.format(database=database.name, user=USER, ledger=f"{world.name}-{name}.ledger.sqlite")
+                      + tables, encoding="utf-8")
+    return policy
+
+
+class _Analyst:
+    """The attacker's session on one dataset, with the case's settings. When a charge is
+    refused (only delta can run out), it continues on a fresh ledger: the attacker's budget is
+    not what is audited, the mechanism is."""
+
+    def __init__(self, policy_path: Path, settings: Mapping[str, str]):
+        self.policy: Policy = load_policy(policy_path)
+        self.settings = {"dpsql.cache": "off", **settings}
+        self.engine = open_engine(self.policy)
+        self.ledgers = 0
+        self.session = self._open()
+
+    def _ledger_path(self) -> Path:
+        base = self.policy.ledger_path
+        return base if self.ledgers == 0 else base.with_name(f"{base.stem}-{self.ledgers}{base.suffix}")
+
+    def _open(self) -> Session:
+        session = Session(self.policy, USER, engine=self.engine, ledger=open_ledger(self._ledger_path(), None))
+        for name, value in self.settings.items():
+            session.execute(f"SET {name} = {value}")
+        return session
+
+    def _drop_ledger(self) -> None:
+        self.session.ledger.close()
+        path = self._ledger_path()
+        for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            p.unlink(missing_ok=True)
+
+    def run(self, sql: str) -> Result:
+        try:
+            result = self.session.execute(sql)
+        except BudgetExceeded:
+            self._drop_ledger()
+            self.ledgers += 1
+            self.session = self._open()
+            result = self.session.execute(sql)
+        if result.dp is None or result.dp.get("cached"):
+            raise RuntimeError(f"{sql!r} was not a fresh DP release; the audit needs independent runs")
+        return result
+
+    def close(self) -> None:
+        self.session.close()  # its ledger and the engine
+
+
+def run_case(case: Case, runs: int, directory: Path, alpha: float = 0.05,
+             progress: Progress | None = None) -> CaseResult:
+    """Run `case` `runs` times on each neighbour (alternating) and bound its epsilon."""
+    start = time.perf_counter()
+    d = _Analyst(write_dataset(case.world, directory, f"{case.name}-d", True), case.settings)
+    try:
+        d_prime = _Analyst(write_dataset(case.world, directory, f"{case.name}-d-prime", False), case.settings)
+        try:
+            values: tuple[list[float], list[float]] = ([], [])
+            charged: set[tuple[float, float]] = set()
+            step = max(1, runs // 10)
+            for i in range(runs):
+                for analyst, out in ((d, values[0]), (d_prime, values[1])):
+                    result = analyst.run(case.sql)
+                    out.append(case.observe(result.rows))
+                    charged.add((result.dp["cost"]["epsilon"], result.dp["cost"]["delta"]))
+                if progress and (i + 1) % step == 0 and i + 1 < runs:
+                    progress(f"  {case.name}: {i + 1}/{runs} runs per dataset ({time.perf_counter() - start:.0f} s)")
+        finally:
+            d_prime.close()
+    finally:
+        d.close()
+    # One charge for every run; were it to vary, compare with the smallest epsilon charged and
+    # subtract the largest delta (both in the auditor's disfavour).
+    epsilon = min(e for e, _ in charged)
+    delta = max(dl for _, dl in charged)
+    bound = audit(values[0], values[1], delta=delta, alpha=alpha)
+    return CaseResult(case, runs, epsilon, delta, bound, time.perf_counter() - start)
+
+
+QUICK_RUNS = 500  # a case named for a quick audit that has no quick_runs of its own
+
+
+def run_audit(cases: Iterable[Case] | None = None, *, quick: bool = False, runs: int | None = None,
+              alpha: float = 0.05, progress: Progress | None = None) -> list[CaseResult]:
+    """Audit `cases` (default: all, or those with quick_runs when quick), each in datasets of
+    its own, all in one private temporary directory removed at the end, even on error."""
+    selected = list(cases) if cases is not None else [c for c in CASES if not quick or c.quick_runs is not None]
+    directory = Path(tempfile.mkdtemp(prefix="dpsql-audit-"))
+    try:
+        results = []
+        for i, case in enumerate(selected, 1):
+            n = runs or ((case.quick_runs or QUICK_RUNS) if quick else case.runs)
+            if progress:
+                progress(f"[{i}/{len(selected)}] {case.name}: {case.sql} ({n} runs per dataset)")
+            r = run_case(case, n, directory, alpha, progress)
+            results.append(r)
+            if progress:
+                progress(f"  {case.name}: charged epsilon {r.epsilon:g}, lower bound {_bound(r.bound.epsilon)} "
+                         f"({r.bound.event}) in {r.seconds:.0f} s{'' if r.ok else '  EXCEEDS THE CHARGE'}")
+        return results
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _bound(x: float) -> str:
+    return "-inf" if x == -math.inf else f"{x:.3f}"
+
+
+def markdown(results: Iterable[CaseResult], alpha: float = 0.05) -> str:
+    """The report: one row per case, then the test each bound came from."""
+    results = list(results)
+    lines = ["| case | query | charged epsilon | charged delta | runs | epsilon lower bound | ok |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r.case.name} | `{r.case.sql}` | {r.epsilon:g} | {r.delta:g} | {r.runs} | "
+                     f"{_bound(r.bound.epsilon)} | {'yes' if r.ok else 'NO'} |")
+    lines.append("")
+    lines.append(textwrap.fill(
+        f"Runs are per dataset (D with the target person, D' without). Each lower bound holds with "
+        f"confidence {1 - alpha:g} (one-sided Clopper-Pearson bounds at {1 - alpha / 2:g} on each side); "
+        "its test was chosen on the first half of the runs and counted on the second half:", 100))
+    lines.append("")
+    for r in results:
+        b = r.bound
+        lines.append(f"- {r.case.name}: {b.event}; {b.k}/{b.n} vs {b.k_prime}/{b.n_prime}; {r.seconds:.0f} s")
+    return "\n".join(lines) + "\n"

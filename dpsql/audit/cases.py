@@ -1,0 +1,156 @@
+"""What the audit attacks: neighbouring datasets and the queries run on them.
+
+Each World is a pair of databases D and D' that differ in every row of one person, the
+*target* (pid 0): D holds the background rows and the target's rows, D' the background only.
+The target is as influential as the policy allows, and then some: more rows than max_rows
+and max_groups admit, values far outside the declared bounds, alone in a group. If dpsql
+failed to bound any of that, the released values would move further apart than the charged
+epsilon permits, and the threshold test would show it.
+
+Each Case is one query on one World, the settings it runs under, and which released value
+the test looks at (for grouped queries: the target's group).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+Rows = Sequence[tuple]
+Observe = Callable[[Rows], float]
+
+TARGET = 0  # the differing person's privacy unit
+
+
+@dataclass(frozen=True)
+class Table:
+    """One table: its columns (DuckDB DDL), its [tables.NAME] policy body, the rows both
+    datasets share, and the target's rows (in D only)."""
+
+    columns: str
+    policy: str
+    background: Rows
+    target: Rows
+
+
+@dataclass(frozen=True)
+class World:
+    name: str
+    tables: Mapping[str, Table]
+
+
+@dataclass(frozen=True)
+class Case:
+    """A query to audit. `runs` is the number of executions per dataset in the full audit,
+    `quick_runs` in the quick one (None: not part of it)."""
+
+    name: str
+    world: World
+    sql: str
+    observe: Observe
+    settings: Mapping[str, str] = field(default_factory=dict)
+    runs: int = 5000
+    quick_runs: int | None = None
+
+
+# Observations: a released result -> one ordered number. A missing value (NULL, a group not
+# released) is -inf, below every real value, so "released or not" is a threshold test too.
+
+def _number(value: object) -> float:
+    return -math.inf if value is None else float(value)
+
+
+def scalar(rows: Rows) -> float:
+    """The single value of an ungrouped one-aggregate query."""
+    return _number(rows[0][-1]) if rows else -math.inf
+
+
+def group(key: object) -> Observe:
+    """The last column of the row whose first column is `key` (-inf when that group is absent)."""
+    def observe(rows: Rows) -> float:
+        return next((_number(r[-1]) for r in rows if r[0] == key), -math.inf)
+    return observe
+
+
+def released(key: object) -> Observe:
+    """1 when a row for group `key` was released, else 0 (partition selection)."""
+    def observe(rows: Rows) -> float:
+        return 1.0 if any(r[0] == key for r in rows) else 0.0
+    return observe
+
+
+# Worlds -------------------------------------------------------------------------------------
+
+PEOPLE_COLUMNS = "pid INTEGER, income DOUBLE, sex VARCHAR, city VARCHAR"
+PEOPLE_POLICY = """\
+privacy_unit = "pid"
+max_groups = 1
+max_rows = 1
+columns.income = { lower = 0, upper = 100 }
+columns.sex = { keys = ["F", "M"] }
+"""
+# city has no declared keys: grouping by it goes through partition selection.
+
+VISITS_COLUMNS = "pid INTEGER, amount DOUBLE, kind VARCHAR"
+VISITS_POLICY = """\
+privacy_unit = "pid"
+max_groups = 2
+max_rows = 3
+columns.amount = { lower = 0, upper = 50 }
+columns.kind = { keys = ["a", "b", "c"] }
+"""
+
+# The target: five copies of its row where one is allowed, income ten times the upper bound,
+# a city of its own; twenty visits (the limit is 3 per group, 2 groups) at twenty times the bound.
+TARGET_PEOPLE = tuple((TARGET, 1000.0, "F", "Zed") for _ in range(5))
+TARGET_VISITS = tuple((TARGET, 1000.0, "abc"[i % 3]) for i in range(20))
+
+HOSPITAL = World("hospital", {
+    # 20 people at income 0 (the target's value is as far from them as the bounds allow),
+    # half F, in four cities of five.
+    "people": Table(PEOPLE_COLUMNS, PEOPLE_POLICY,
+                    tuple((p, 0.0, "F" if p <= 10 else "M", f"c{p % 4}") for p in range(1, 21)),
+                    TARGET_PEOPLE),
+    "visits": Table(VISITS_COLUMNS, VISITS_POLICY,
+                    tuple((p, 0.0, "a") for p in range(1, 21) for _ in range(2)),
+                    TARGET_VISITS),
+})
+
+# 30 people at the lower bound and 29 at the upper one: the target (at the upper bound) tips
+# the median from one end of the range to the other.
+SPLIT = World("split", {
+    "people": Table(PEOPLE_COLUMNS, PEOPLE_POLICY,
+                    tuple((p, 0.0 if p <= 30 else 100.0, "M", "c") for p in range(1, 60)),
+                    TARGET_PEOPLE),
+})
+
+# The target alone: D' is empty, so only sampling and noise hide the target.
+ALONE = World("alone", {
+    "people": Table(PEOPLE_COLUMNS, PEOPLE_POLICY, (), TARGET_PEOPLE),
+})
+
+
+# Cases --------------------------------------------------------------------------------------
+
+EPSILON = {"dpsql.epsilon": "1"}
+
+CASES: tuple[Case, ...] = (
+    Case("count", HOSPITAL, "SELECT COUNT(*) FROM people", scalar, EPSILON, quick_runs=1000),
+    Case("sum", HOSPITAL, "SELECT SUM(income) FROM people", scalar, EPSILON),
+    Case("avg", HOSPITAL, "SELECT AVG(income) FROM people", scalar, EPSILON),
+    Case("group_declared", HOSPITAL, "SELECT sex, COUNT(*) FROM people GROUP BY sex", group("F"), EPSILON),
+    Case("join_limit", HOSPITAL, "SELECT COUNT(*) FROM people p JOIN visits v ON p.pid = v.pid", scalar,
+         EPSILON, quick_runs=1000),
+    Case("stddev", HOSPITAL, "SELECT STDDEV(income) FROM people", scalar, EPSILON),
+    # a quantile noises 64 histogram bins: about ten times slower per query
+    Case("median", SPLIT, "SELECT MEDIAN(income) FROM people", scalar, EPSILON, runs=1500),
+    Case("count_distinct", HOSPITAL, "SELECT COUNT(DISTINCT pid) FROM visits", scalar, EPSILON),
+    Case("gaussian_count", HOSPITAL, "SELECT COUNT(*) FROM people", scalar,
+         {**EPSILON, "dpsql.mechanism": "'gaussian'", "dpsql.delta": "1e-5"}, quick_runs=1000),
+    # A large delta makes the test sensitive: the target's group may be released with
+    # probability delta at most, and a selection twice too lax shows up in a thousand runs.
+    Case("partition_selection", HOSPITAL, "SELECT city, COUNT(*) FROM people GROUP BY city", released("Zed"),
+         {**EPSILON, "dpsql.delta": "0.05"}, quick_runs=1000),
+    Case("sampled_count", ALONE, "SELECT COUNT(*) FROM people TABLESAMPLE BERNOULLI (50)", scalar, EPSILON),
+)
