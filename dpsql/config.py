@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import re
 import tomllib
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -50,10 +51,33 @@ class ColumnPolicy:
     keys: tuple[Any, ...] | None = None
     keys_from: tuple[str, str] | None = None
     dates: tuple[datetime.date, datetime.date] | None = None  # bounds of a DATE column
+    type: str | None = None  # declared SQL type: the type of a private CSV column (see file_type)
 
     @property
     def bounded(self) -> bool:
         return self.lower is not None and self.upper is not None
+
+    def file_type(self) -> str:
+        """The type a private CSV/TSV column is read as: declared, or derived from the policy
+        alone (date bounds: DATE; numeric bounds: DOUBLE; keys: their own type), never sniffed
+        from the data, where one person's 42.5 among integers would change the schema."""
+        if self.type is not None:
+            return self.type
+        if self.dates is not None:
+            return "DATE"
+        if self.bounded:
+            return "DOUBLE"
+        if self.keys is not None:
+            kinds = {type(k) for k in self.keys}
+            for kind, name in ((bool, "BOOLEAN"), (int, "BIGINT"), (datetime.date, "DATE")):
+                if kinds == {kind}:
+                    return name
+            if kinds <= {int, float}:
+                return "DOUBLE"
+        return "VARCHAR"
+
+
+FILE_TYPES = ("BOOLEAN", "SMALLINT", "INTEGER", "BIGINT", "DOUBLE", "VARCHAR", "DATE", "TIMESTAMP")
 
 
 @dataclass(frozen=True)
@@ -446,7 +470,13 @@ def _parse_table(r: _Reader, name: str, base: Path) -> TablePolicy:
 
 
 def _parse_column(r: _Reader, name: str) -> ColumnPolicy:
-    r.unknown_keys({"lower", "upper", "keys", "keys_from"})
+    r.unknown_keys({"lower", "upper", "keys", "keys_from", "type"})
+    declared = r.data.get("type")
+    if declared is not None:
+        if not isinstance(declared, str) or not (declared.upper() in FILE_TYPES or _DECIMAL.fullmatch(declared.upper())):
+            raise r.fail(f"type = {declared!r} is not a supported column type",
+                         f"use one of {', '.join(FILE_TYPES)} or DECIMAL(p, s)")
+        declared = declared.upper().replace(" ", "")
     lower, upper = r.data.get("lower"), r.data.get("upper")
     if (lower is None) != (upper is None):
         raise r.fail("has only one of lower and upper", "declare both bounds, e.g. { lower = 0, upper = 100 }")
@@ -492,10 +522,12 @@ def _parse_column(r: _Reader, name: str) -> ColumnPolicy:
         keys=tuple(keys) if keys is not None else None,
         keys_from=parsed_from,
         dates=dates,
+        type=declared,
     )
 
 
 MAX_KEYS = 100_000
+_DECIMAL = re.compile(r"DECIMAL\(\s*\d{1,2}\s*,\s*\d{1,2}\s*\)")
 
 
 def _key_range(r: _Reader, spec: dict) -> list[int]:

@@ -255,3 +255,41 @@ columns.g = { keys = { range = [0, 9] } }
     q = 0.2
     assert binom.sf(both - 1, 10 * runs, q * q) > 1e-6 and binom.cdf(both, 10 * runs, q * q) > 1e-6, both
     assert binom.sf(kept - 1, 20 * runs, q) > 1e-6 and binom.cdf(kept, 20 * runs, q) > 1e-6, kept
+
+
+# Finding 3: CSV schemas from the data -----------------------------------------------------------
+def _csv_policy(directory: Path, odd_value: str, age: str) -> Path:
+    rows = ["pid,age,city"] + [f"{i},{20 + i % 50},c{i % 3}" for i in range(200)] + [f"999,{odd_value},c1"]
+    (directory / "people.csv").write_text("\n".join(rows) + "\n")
+    path = directory / "policy.toml"
+    path.write_text(f"""
+[privacy]
+epsilon = 100.0
+delta = 1e-6
+[tables.people]
+source = "people.csv"
+privacy_unit = "pid"
+columns.age = {age}
+columns.city = {{ keys = ["c0", "c1", "c2"] }}
+[users.alice]
+""")
+    return path
+
+
+@pytest.mark.parametrize("age, expected", [("{ lower = 0, upper = 110 }", "DOUBLE"),
+                                           ('{ lower = 0, upper = 110, type = "INTEGER" }', "INTEGER")])
+def test_csv_column_types_come_from_the_policy(tmp_path, age, expected):
+    """One person's 42.5 (or 'n/a') among integers must not change the served schema, nor turn
+    GROUP BY age from its declared integer domain to partition selection."""
+    plans = []
+    for i, odd in enumerate(("42", "42.5", "n/a")):
+        directory = tmp_path / str(i)
+        directory.mkdir()
+        conn = dpsql.connect(_csv_policy(directory, odd, age), user="alice")
+        session = conn.session
+        assert dict(session.engine.schema()["people"]) == {"pid": "VARCHAR", "age": expected, "city": "VARCHAR"}
+        plan, cal = session._prepare(classify("SELECT age, COUNT(*) FROM people GROUP BY age").tree)
+        plans.append((plan.needs_selection, cal.cost.delta))
+        conn.close()
+    assert len(set(plans)) == 1
+    assert plans[0] == ((False, 0) if expected == "INTEGER" else (True, plans[0][1]))

@@ -101,9 +101,9 @@ columns.amount = { lower = 0, upper = 50 }
 columns.kind = { keys = ["a", "b", "c"] }
 """
 
-# The target: five copies of its row where one is allowed, income ten times the upper bound,
+# The target: four copies of its row where one is allowed, income ten times the upper bound,
 # a city of its own; twenty visits (the limit is 3 per group, 2 groups) at twenty times the bound.
-TARGET_PEOPLE = tuple((TARGET, 1000.0, "F", "Zed") for _ in range(5))
+TARGET_PEOPLE = tuple((TARGET, 1000.0, "F", "Zed") for _ in range(4))
 TARGET_VISITS = tuple((TARGET, 1000.0, "abc"[i % 3]) for i in range(20))
 
 HOSPITAL = World("hospital", {

@@ -74,15 +74,29 @@ class DuckDBEngine:
                 existing[name.lower()] = name
         for table in self._policy.tables.values():
             if table.source is not None:
-                reader = "read_parquet" if table.source.suffix.lower() == ".parquet" else "read_csv"
                 where = str(table.source / "**" / f"*{table.source.suffix}") if table.source.is_dir() else str(table.source)
-                body = f"SELECT * FROM {reader}({_literal(where)})"
+                if table.source.suffix.lower() == ".parquet":
+                    body = f"SELECT * FROM read_parquet({_literal(where)})"
+                elif table.public:  # public data: its sniffed types reveal nothing private
+                    body = f"SELECT * FROM read_csv({_literal(where)})"
+                else:
+                    body = self._typed_csv(table, where)
                 self._files.append(table.source)
             elif table.name in existing:
                 body = f"SELECT * FROM src.main.{quote(existing[table.name])}"
             else:
                 continue  # reported by check_against_schema with the fix
             self._con.execute(f"CREATE VIEW main.{quote(table.name)} AS {body}")
+
+    def _typed_csv(self, table, where: str) -> str:
+        """A private CSV/TSV read as text, each column cast (TRY_CAST: a bad value is NULL) to
+        the type the policy gives it (ColumnPolicy.file_type): the schema never depends on data."""
+        delim = "\t" if table.source.suffix.lower() == ".tsv" else ","
+        reader = f"read_csv({_literal(where)}, all_varchar = true, header = true, delim = {_literal(delim)})"
+        names = [d[0] for d in self._con.execute(f"SELECT * FROM {reader} LIMIT 0").description]
+        columns = ", ".join(f"TRY_CAST({quote(n)} AS {table.column(n.lower()).file_type()}) AS {quote(n)}"
+                            for n in names)
+        return f"SELECT {columns} FROM {reader}"
 
     def _introspect(self) -> dict[str, dict[str, str]]:
         schema: dict[str, dict[str, str]] = {}

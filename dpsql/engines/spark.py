@@ -94,7 +94,12 @@ class SparkEngine:
                 df = reader.parquet(str(source))
             else:
                 sep = "\t" if source.suffix.lower() == ".tsv" else ","
-                df = reader.options(header=True, inferSchema=True, sep=sep).csv(str(source))
+                # Private columns take the policy's types (ColumnPolicy.file_type), never the data's:
+                # read as text, cast with ANSI off (a bad value is NULL).
+                df = reader.options(header=True, inferSchema=table.public, sep=sep).csv(str(source))
+                if not table.public:
+                    df = df.select(*[df[n].cast(_spark_type(table.column(n.lower()).file_type())).alias(n)
+                                     for n in df.columns])
             df.createOrReplaceTempView(table.name)
             self._files.append(source)
 
@@ -171,6 +176,10 @@ class SparkEngine:
                 self._spark.stop()
             except Exception:
                 pass
+
+
+def _spark_type(name: str) -> str:
+    return {"VARCHAR": "STRING"}.get(name, name)
 
 
 def _lower(node: exp.Expression) -> Any:
