@@ -48,12 +48,15 @@ def amplified_epsilon(eps: Fraction, rate: Fraction) -> Fraction:
 
 
 def laplace_rdp(eps: Fraction, order: Fraction) -> Fraction:
-    """Upper bound on the Rényi divergence of order α of the Laplace mechanism with ε = Δ/b
-    (Mironov 2017): 1/(α-1) ln(α/(2α-1) e^{(α-1)ε} + (α-1)/(2α-1) e^{-αε})."""
+    """Upper bound on the Rényi divergence of order α of a discrete Laplace release that is
+    ε-DP (scale b, L1 sensitivity Δ, ε = Δ/b): that of randomized response at ε,
+    1/(α-1) ln((e^{αε} + e^{(1-α)ε}) / (1 + e^ε)), which dominates every ε-DP mechanism (Kairouz,
+    Oh, Viswanath 2015) and is the discrete Laplace at shift 1. The continuous Laplace's formula
+    (Mironov 2017) under-states the discrete sampler by up to 19 % at order 2."""
     with localcontext() as ctx:
         ctx.prec = 60
         e, a = _dec(eps), _dec(order)
-        inner = a / (2 * a - 1) * ((a - 1) * e).exp() + (a - 1) / (2 * a - 1) * (-a * e).exp()
+        inner = ((a * e).exp() + ((1 - a) * e).exp()) / (1 + e.exp())
         return min(eps, _upper(inner.ln() / (a - 1)))
 
 

@@ -1,11 +1,20 @@
 """PLD planning: calibrate a batch of mechanisms jointly (dp-accounting's privacy loss distributions).
 
 Given the mechanisms of a batch (a dashboard's queries, or one query's aggregates) and a
-target (ε, δ), find by binary search the smallest common noise multiplier m - mechanism i gets
-noise scale m / weight_i times its sensitivity - whose composed PLD is (ε, δ)-DP. PLDs are built
-with pessimistic discretization, so the certified ε is an upper bound. The batch is charged
-once as one (ε, δ) release. PLD is never used as an adaptive filter across separately chosen
-queries (not valid under full adaptivity, DESIGN §5).
+target (ε, δ), find the smallest common noise multiplier m - mechanism i gets noise scale
+m / weight_i times its sensitivity - whose composition is (ε, δ)-DP. The batch is charged once
+as one (ε, δ) release. PLD is never used as an adaptive filter across separately chosen queries
+(not valid under full adaptivity, DESIGN.md).
+
+The noise is OpenDP's *discrete* Laplace and Gaussian, so the continuous mechanisms' PLDs do not
+apply (at shift 1 a discrete Laplace's delta is up to 3x the continuous one's):
+- a discrete Laplace of scale b at integer shift k <= Δ is (Δ/b)-DP, and every ε-DP pair is
+  dominated by randomized response at ε (Kairouz, Oh, Viswanath 2015), which is the discrete
+  Laplace at shift 1: its PLD (dp-accounting's discrete Laplace, sensitivity 1, parameter ε)
+  bounds the mechanism at any integer sensitivity and scale;
+- a discrete Gaussian of σ is exactly (Δ²/2σ²)-zCDP, also for vectors (Canonne, Kamath, Steinke
+  2020, Thm 14), so Gaussian batches compose their ρ and convert with the optimal conversion.
+PLDs are built with pessimistic discretization, so the certified ε is an upper bound.
 """
 
 from __future__ import annotations
@@ -14,6 +23,8 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
+
+from .zcdp import epsilon_from_rho, rho_from_epsilon
 
 MIN_DELTA = 1e-12  # below this the PLD tails are not certified reliably
 DISCRETIZATION = 1e-4
@@ -25,25 +36,38 @@ class Planned:
     weight: float = 1.0
 
 
-def _pld(kind: str, multiplier: float, sampling: float = 1.0):
+def _pld(multiplier: float):
+    """Randomized response at ε = 1/multiplier: the dominating pair of a discrete Laplace of
+    scale multiplier * Δ at any integer shift up to Δ (see the module's docstring)."""
     from dp_accounting.pld import privacy_loss_distribution as pld
 
-    if kind == "laplace":
-        return pld.from_laplace_mechanism(multiplier, sensitivity=1, value_discretization_interval=DISCRETIZATION,
-                                          sampling_prob=sampling)
-    return pld.from_gaussian_mechanism(multiplier, sensitivity=1, value_discretization_interval=DISCRETIZATION,
-                                       sampling_prob=sampling)
+    return pld.from_discrete_laplace_mechanism(1.0 / multiplier, sensitivity=1,
+                                               value_discretization_interval=DISCRETIZATION)
+
+
+def _kind(mechanisms: Sequence[Planned]) -> str:
+    kinds = {m.kind for m in mechanisms}
+    if len(kinds) != 1:
+        raise ValueError("a planned batch holds Laplace or Gaussian mechanisms, not both")
+    return kinds.pop()
 
 
 def batch_epsilon(mechanisms: Sequence[Planned], multiplier: float, delta: float) -> float:
     """ε at δ of the composition, each mechanism with noise multiplier `multiplier / weight`."""
-    groups = Counter((m.kind, multiplier / m.weight) for m in mechanisms)
+    if _kind(mechanisms) == "gaussian":
+        return epsilon_from_rho(gaussian_rho(mechanisms, multiplier), delta)
+    groups = Counter(multiplier / m.weight for m in mechanisms)
     total = None
-    for (kind, mult), count in groups.items():
-        p = _pld(kind, mult)
+    for mult, count in groups.items():
+        p = _pld(mult)
         p = p.self_compose(count) if count > 1 else p
         total = p if total is None else total.compose(p)
     return total.get_epsilon_for_delta(delta)
+
+
+def gaussian_rho(mechanisms: Sequence[Planned], multiplier: float) -> float:
+    """ρ of discrete Gaussians with σ_i = multiplier / weight_i times their L2 sensitivity."""
+    return sum(m.weight * m.weight for m in mechanisms) / (2 * multiplier * multiplier)
 
 
 def check_delta(delta: float) -> None:
@@ -57,6 +81,14 @@ def plan(mechanisms: Sequence[Planned], epsilon: float, delta: float, tolerance:
     check_delta(delta)
     if not mechanisms:
         raise ValueError("nothing to plan")
+    if _kind(mechanisms) == "gaussian":  # closed form: the largest admissible ρ, rounded safe
+        rho = rho_from_epsilon(epsilon, delta)
+        if rho <= 0:
+            raise ValueError("no noise scale meets this (epsilon, delta)")
+        multiplier = math.nextafter(math.sqrt(sum(m.weight * m.weight for m in mechanisms) / (2 * rho)), math.inf)
+        while epsilon_from_rho(gaussian_rho(mechanisms, multiplier), delta) > epsilon:
+            multiplier = math.nextafter(multiplier * (1 + 1e-12), math.inf)
+        return multiplier
     lo, hi = 1e-3, 1.0
     while batch_epsilon(mechanisms, hi, delta) > epsilon:
         lo, hi = hi, hi * 2
@@ -72,12 +104,16 @@ def plan(mechanisms: Sequence[Planned], epsilon: float, delta: float, tolerance:
 
 
 def verify(mechanisms: Sequence[Planned], multiplier: float, delta: float) -> float:
-    """ε of the planned batch by an independent route: DpEvents through dp-accounting's
-    PLDAccountant (its own discretization and composition)."""
-    from dp_accounting import dp_event, pld
+    """ε of the planned batch by an independent route: DpEvents through dp-accounting's own
+    accountants (PLD for discrete Laplace at shift 1, RDP for the Gaussians' zCDP bound)."""
+    from dp_accounting import dp_event, pld, rdp
 
+    if _kind(mechanisms) == "gaussian":
+        accountant = rdp.RdpAccountant()
+        for m in mechanisms:
+            accountant.compose(dp_event.GaussianDpEvent(multiplier / m.weight))
+        return accountant.get_epsilon(delta)
     accountant = pld.PLDAccountant(value_discretization_interval=DISCRETIZATION / 2)
     for m in mechanisms:
-        mult = multiplier / m.weight
-        accountant.compose(dp_event.LaplaceDpEvent(mult) if m.kind == "laplace" else dp_event.GaussianDpEvent(mult))
+        accountant.compose(dp_event.DiscreteLaplaceDpEvent(m.weight / multiplier, 1))
     return accountant.get_epsilon(delta)

@@ -47,7 +47,7 @@ threads = 1
 [privacy]
 filter = "basic"
 epsilon = 1e9
-delta = 0.5
+delta = 0.99
 query_epsilon = 1
 mechanism = "laplace"
 

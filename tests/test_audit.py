@@ -1,0 +1,114 @@
+"""The empirical privacy audit (dpsql.audit): it must not flag dpsql's own mechanisms, and its
+statistics must be right: exact Clopper-Pearson bounds, and enough power to flag a mechanism
+that spends more than it claims (simulated here with numpy, for the statistic only)."""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from dpsql.audit import markdown, run_audit
+from dpsql.audit.cases import HOSPITAL, Case
+from dpsql.audit.stats import (audit, clopper_pearson_lower, clopper_pearson_upper,
+                               epsilon_lower_bound)
+
+
+@pytest.fixture
+def made_dirs(monkeypatch) -> list[Path]:
+    """Records the temporary directories the audit creates."""
+    made: list[Path] = []
+    real = tempfile.mkdtemp
+
+    def mkdtemp(*args, **kwargs):
+        made.append(Path(real(*args, **kwargs)))
+        return str(made[-1])
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    return made
+
+
+def test_quick_audit_does_not_flag_dpsql(made_dirs):
+    results = run_audit(quick=True)
+    report = markdown(results)
+    assert {r.case.name for r in results} >= {"count", "join_limit", "gaussian_count", "partition_selection"}
+    for r in results:
+        assert r.runs >= 500
+        assert r.bound.n + r.bound.n_prime == r.runs  # half of each sample was held out
+        assert r.bound.epsilon <= r.epsilon, report
+        assert r.ok
+    assert made_dirs and not any(d.exists() for d in made_dirs)
+    # the audit sees the target at all: a Laplace COUNT at epsilon 1 gives a clearly positive bound
+    count = next(r for r in results if r.case.name == "count")
+    assert count.epsilon == 1 and count.bound.epsilon > 0.3, report
+
+
+def test_temporary_directory_is_removed_on_error(made_dirs):
+    def fail(rows):
+        raise RuntimeError("boom")
+    case = Case("failing", HOSPITAL, "SELECT COUNT(*) FROM people", fail, {"dpsql.epsilon": "1"})
+    with pytest.raises(RuntimeError, match="boom"):
+        run_audit([case], runs=4)
+    assert made_dirs and not any(d.exists() for d in made_dirs)
+
+
+# The statistic ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("k, n", [(0, 1), (1, 1), (0, 10), (3, 10), (10, 10), (1, 1000), (500, 1000),
+                                  (999, 1000), (0, 5000), (4990, 5000), (37, 100_000), (99_000, 100_000)])
+@pytest.mark.parametrize("confidence", [0.9, 0.975, 0.999])
+def test_clopper_pearson_matches_scipy(k, n, confidence):
+    lower = stats.beta.ppf(1 - confidence, k, n - k + 1) if k > 0 else 0.0
+    upper = stats.beta.ppf(confidence, k + 1, n - k) if k < n else 1.0
+    assert clopper_pearson_lower(k, n, confidence) == pytest.approx(lower, rel=1e-9, abs=1e-15)
+    assert clopper_pearson_upper(k, n, confidence) == pytest.approx(upper, rel=1e-9, abs=1e-15)
+    # and they are what they claim: the binomial tail beyond each bound is 1 - confidence
+    if 0 < k:
+        assert stats.binom.sf(k - 1, n, clopper_pearson_lower(k, n, confidence)) == pytest.approx(1 - confidence, rel=1e-6)
+    if k < n:
+        assert stats.binom.cdf(k, n, clopper_pearson_upper(k, n, confidence)) == pytest.approx(1 - confidence, rel=1e-6)
+
+
+def test_epsilon_lower_bound_is_the_log_ratio_of_the_bounds():
+    k, n, k2, n2, delta, alpha = 700, 1000, 300, 1000, 0.01, 0.05
+    expected = math.log((stats.beta.ppf(alpha / 2, k, n - k + 1) - delta) / stats.beta.ppf(1 - alpha / 2, k2 + 1, n2 - k2))
+    assert epsilon_lower_bound(k, n, k2, n2, delta, alpha) == pytest.approx(expected, rel=1e-9)
+    assert epsilon_lower_bound(10, 1000, 0, 1000, delta=0.05) == -math.inf  # p_low below delta: no evidence
+
+
+def _laplace_pair(rng: np.random.Generator, scale: float, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """A COUNT of sensitivity 1: D's true value is one more than D''s."""
+    return 21 + rng.laplace(0, scale, n), 20 + rng.laplace(0, scale, n)
+
+
+def test_bound_flags_a_laplace_with_half_its_claimed_scale():
+    rng = np.random.default_rng(20240601)
+    claimed = 1.0  # scale 1 claimed for sensitivity 1, so epsilon 1; the scale used is 0.5: epsilon 2
+    broken = audit(*_laplace_pair(rng, 0.5, 20_000))
+    assert broken.epsilon > claimed, broken
+    honest = audit(*_laplace_pair(rng, 1.0, 20_000))
+    assert 0.5 < honest.epsilon <= claimed, honest
+    # the test is found whichever of the two datasets holds the larger value
+    swapped = audit(*reversed(_laplace_pair(rng, 0.5, 20_000)))
+    assert swapped.epsilon > claimed, swapped
+
+
+def test_bound_flags_a_partition_selection_laxer_than_its_delta():
+    rng = np.random.default_rng(7)
+    n, claimed_epsilon, claimed_delta = 4000, 1.0, 0.05
+    never = np.zeros(n)  # D': the target's group does not exist, so it is never released
+    lax = audit((rng.random(n) < 2 * claimed_delta).astype(float), never, delta=claimed_delta)
+    assert lax.epsilon > claimed_epsilon, lax
+    assert lax.event.startswith("value >= 1")
+    honest = audit((rng.random(n) < claimed_delta).astype(float), never, delta=claimed_delta)
+    assert honest.epsilon <= claimed_epsilon, honest
+
+
+def test_audit_refuses_nan_and_tiny_samples():
+    with pytest.raises(ValueError, match="NaN"):
+        audit([1.0, math.nan, 2.0, 3.0], [1.0, 2.0, 3.0, 4.0])
+    with pytest.raises(ValueError, match="too few"):
+        audit([1.0], [2.0])
