@@ -18,7 +18,7 @@ from .accounting.filters import amplified_epsilon
 from .accounting.planner import Planned, plan
 from .errors import invalid_parameter
 from .mechanisms import Noise, gaussian_sigma, laplace_scale, rho_for, selection_threshold
-from .sql.analyze import Estimate, Plan
+from .sql.analyze import Estimate, Measure, Plan
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,7 @@ class Calibration:
     selection: Selection | None
     cost: Cost
     groups_per_unit: int
+    planned_weight: float = 1.0  # a PLD-planned plan's weight in its batch (noise = multiplier / weight)
 
 
 def needs_delta(plan: Plan, mechanism: str) -> bool:
@@ -178,10 +179,22 @@ def _needs_delta(plan: Plan):
     return invalid_parameter("Gaussian noise needs delta > 0", hint="SET dpsql.delta = 1e-8, or SET dpsql.mechanism = 'laplace'")
 
 
+def planned_sensitivity(plan: Plan, m: Measure, mechanism: str, domain_size: int | None) -> int:
+    """The sensitivity a PLD-planned measure's noise is scaled to, per planned mechanism: its
+    L2 (Gaussian: one mechanism); for Laplace its L1 over all groups under a total bound (one
+    mechanism: the whole vector), else one group's bound (one mechanism per group)."""
+    if mechanism == "gaussian":
+        return math.isqrt(plan.measure_l2_squared(m, domain_size) - 1) + 1 if m.row_bound else 0
+    if plan.total_bound:
+        return plan.measure_l1(m, domain_size) or 0
+    return m.group_bound(plan.rows_per_group)
+
+
 def planned_mechanisms(plan: Plan, mechanism: str, domain_size: int | None, weight: float = 1.0) -> list[Planned]:
-    """A plan's measures as PLD-planned mechanisms. A Laplace measure over G groups moves each
-    of its G independent coordinates by at most max_rows * R: G one-dimensional Laplace
-    mechanisms of that sensitivity dominate it. A Gaussian measure is one mechanism at its L2."""
+    """A plan's measures as PLD-planned mechanisms. A Laplace measure over G groups bounded per
+    group moves each of its G independent coordinates by at most max_rows * R: G one-dimensional
+    mechanisms of that sensitivity dominate it; under a total bound the whole vector is one
+    mechanism of its L1. A Gaussian measure is one mechanism at its L2."""
     groups = plan.groups_per_unit(domain_size)
     if plan.sample_rate is not None:
         raise invalid_parameter("TABLESAMPLE queries cannot be PLD-planned", hint="run the sampled query on its own")
@@ -191,26 +204,22 @@ def planned_mechanisms(plan: Plan, mechanism: str, domain_size: int | None, weig
     if any(m.kind == "histogram" for m in plan.measures):
         raise invalid_parameter("quantiles cannot be PLD-planned yet",
                                 hint="SET dpsql.planner = 'filter' for this query, or send it outside the batch")
-    per_measure = groups if mechanism == "laplace" else 1
+    per_measure = groups if mechanism == "laplace" and not plan.total_bound else 1
     return [Planned(mechanism, weight) for m in plan.measures if m.row_bound for _ in range(per_measure)]
 
 
 def calibrate_planned(plan: Plan, mechanism: str, multiplier: float, domain_size: int | None,
                       weight: float = 1.0) -> Calibration:
-    """Noise for a plan's measures at a common PLD-planned multiplier; the cost is charged by
-    the caller, once for the whole batch."""
-    groups = plan.groups_per_unit(domain_size)
-    rows = plan.rows_per_group
+    """Noise for a plan's measures at a common PLD-planned multiplier (scale: multiplier / weight
+    times planned_sensitivity, rounded up); the cost is charged by the caller, once for the
+    whole batch."""
     measures = []
     for m in plan.measures:
-        per_group = m.group_bound(rows)
-        l2_squared = groups * per_group**2
-        if mechanism == "laplace":
-            noise = Noise("laplace", math.nextafter(multiplier / weight * per_group, math.inf) if per_group else 0.0)
-        else:
-            noise = Noise("gaussian", math.nextafter(multiplier / weight * math.sqrt(l2_squared), math.inf) if per_group else 0.0)
-        measures.append(MeasureNoise(noise, groups * per_group, l2_squared, None, None))
-    return Calibration(measures, None, Cost(Fraction(0)), groups)
+        sensitivity = planned_sensitivity(plan, m, mechanism, domain_size)
+        scale = math.nextafter(multiplier / weight * sensitivity, math.inf) if sensitivity else 0.0
+        measures.append(MeasureNoise(Noise(mechanism, scale), plan.measure_l1(m, domain_size),
+                                     plan.measure_l2_squared(m, domain_size), None, None))
+    return Calibration(measures, None, Cost(Fraction(0)), plan.groups_per_unit(domain_size), weight)
 
 
 def batch_cost(epsilon: Fraction, delta: Fraction, multiplier: float, n_mechanisms: int) -> Cost:

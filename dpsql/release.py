@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
 
+from . import guard
+from .accounting.ledger import Charge
 from .calibration import Calibration
+from .config import Policy
 from .engines.base import ResultSet
 from .mechanisms import Noise, add_noise
 from .sql.analyze import Estimate, Plan
@@ -40,7 +43,11 @@ def _sort_key(row: tuple) -> tuple:
     return tuple((v is None, str(type(v)), v if v is not None else 0) for v in row)
 
 
-def release(plan: Plan, cal: Calibration, rs: ResultSet, confidence: float) -> NoisyTable:
+def release(plan: Plan, cal: Calibration, rs: ResultSet, confidence: float, charge: Charge,
+            policy: Policy) -> NoisyTable:
+    """Noise the bounded query's result: only with the receipt of its durable charge, and only
+    once the release guard has checked the result against it (no noise is drawn before)."""
+    guard.check(plan, cal, rs, charge, policy)
     n_keys = len(plan.keys)
     rows = list(zip(*rs.columns)) if rs.columns and rs.row_count else []
     rows.sort(key=lambda r: _sort_key(r[:n_keys]))

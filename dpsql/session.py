@@ -23,7 +23,8 @@ from typing import Any, Mapping, Sequence
 from sqlglot import exp
 
 from .accounting.cost import Cost, show
-from .accounting.ledger import Ledger, open_ledger
+from . import guard
+from .accounting.ledger import Charge, Ledger, open_ledger
 from .calibration import Calibration, batch_cost, calibrate_planned, planned_mechanisms, pld_multiplier
 from .config import MECHANISMS, Policy, TablePolicy
 from .engines import Engine, open_engine
@@ -268,30 +269,31 @@ class Session:
         key = self._cache_key(tree, stmt.options) if s.cache else None
         if s.cache:
             cached = self.ledger.cache_get(self.user.name, key)
-            if cached is not None:
+            if cached is not None and self._receipted(cached):
                 return self._from_cache(cached)
         detail = _detail(plan, cal)
         sql = self._bounded_sql(plan, None)  # an engine's refusal comes before the charge
         charge = self.ledger.charge(self.user.name, self.budget_policy, cal.cost, stmt.sql, detail, self.global_budget)
-        result = self._answer(plan, sql, cal, charge.filter.remaining(charge.totals), cal.cost, detail)
+        result = self._answer(plan, sql, cal, charge, detail)
         self.ledger.record_release(charge.id, result.rows)
         if s.cache:
             self.ledger.cache_put(self.user.name, key, _to_cache(result))
         return result
 
-    def _answer(self, plan: Plan, sql: str, cal: Calibration, left: Mapping[str, Fraction], cost: Cost,
-                detail: dict[str, Any]) -> Result:
-        """Run the bounded query `sql` (prepared before the charge), noise it and post-process:
-        only after the charge. A sampled plan gets a fresh secret salt here."""
+    def _answer(self, plan: Plan, sql: str, cal: Calibration, charge: Charge, detail: dict[str, Any]) -> Result:
+        """Run the bounded query `sql` (prepared before the charge), have the release guard
+        check it against the charge's receipt, noise it and post-process. A sampled plan gets a
+        fresh secret salt here."""
         s = self.settings
         if plan.sample_rate is not None:
             sql = self._bounded_sql(plan, secrets.token_hex(16))
         rs = self.engine.execute(sql)
-        out = self._post.run(plan.post, release(plan, cal, rs, s.confidence))
+        out = self._post.run(plan.post, release(plan, cal, rs, s.confidence, charge, self.policy))
         rows = [tuple(_plain(v) for v in r) for r in out.rows]
-        dp = {"cost": cost.as_dict(), "remaining": {k: float(v) for k, v in left.items()},
+        left = charge.filter.remaining(charge.totals)
+        dp = {"cost": charge.cost.as_dict(), "remaining": {k: float(v) for k, v in left.items()},
               "ci": dict(out.ci), "confidence": s.confidence, "mechanism": s.mechanism, "cached": False,
-              "noise": detail["mechanisms"]}
+              "noise": detail["mechanisms"], "receipt": charge.id}
         return Result(out.names, out.types, rows, f"SELECT {len(rows)}", dp)
 
     def _bounded_sql(self, plan: Plan, salt: str | None) -> str:
@@ -382,9 +384,7 @@ class Session:
                   "queries": [_detail(p, c) for p, c in zip(plans, cals)]}
         charge = self.ledger.charge(self.user.name, self.budget_policy, cost, "\n;\n".join(sqls), detail,
                                     self.global_budget)
-        left = charge.filter.remaining(charge.totals)
-        results = [self._answer(p, q, c, left, cost, d)
-                   for p, q, c, d in zip(plans, bounded, cals, detail["queries"])]
+        results = [self._answer(p, q, c, charge, d) for p, q, c, d in zip(plans, bounded, cals, detail["queries"])]
         self.ledger.record_release(charge.id, [r.rows for r in results])
         return results
 
@@ -393,6 +393,16 @@ class Session:
         text = json.dumps([tree.sql(dialect="postgres", normalize=True), str(s.epsilon), str(s.delta), s.mechanism,
                            s.confidence, s.planner, self.engine.data_version(), repr(options)])
         return hashlib.sha256(text.encode()).hexdigest()
+
+    def _receipted(self, cached: dict[str, Any]) -> bool:
+        """A cached answer goes out again only with the receipt of its recorded charge; one
+        without (or with a forged one) is not an answer: the query runs and is charged anew."""
+        try:
+            guard.check_cached(cached, lambda charge_id: self.ledger.release_recorded(self.user.name, charge_id))
+        except guard.ReleaseRefused:
+            log.warning("a cached answer without a valid receipt was ignored")
+            return False
+        return True
 
     def _from_cache(self, cached: dict[str, Any]) -> Result:
         rows = [tuple(r) for r in cached["rows"]]

@@ -66,15 +66,18 @@ def test_clopper_pearson_matches_scipy(k, n, confidence):
     assert clopper_pearson_lower(k, n, confidence) == pytest.approx(lower, rel=1e-9, abs=1e-15)
     assert clopper_pearson_upper(k, n, confidence) == pytest.approx(upper, rel=1e-9, abs=1e-15)
     # and they are what they claim: the binomial tail beyond each bound is 1 - confidence
+    tail = pytest.approx(1 - confidence, rel=1e-6)
     if 0 < k:
-        assert stats.binom.sf(k - 1, n, clopper_pearson_lower(k, n, confidence)) == pytest.approx(1 - confidence, rel=1e-6)
+        assert stats.binom.sf(k - 1, n, clopper_pearson_lower(k, n, confidence)) == tail
     if k < n:
-        assert stats.binom.cdf(k, n, clopper_pearson_upper(k, n, confidence)) == pytest.approx(1 - confidence, rel=1e-6)
+        assert stats.binom.cdf(k, n, clopper_pearson_upper(k, n, confidence)) == tail
 
 
 def test_epsilon_lower_bound_is_the_log_ratio_of_the_bounds():
     k, n, k2, n2, delta, alpha = 700, 1000, 300, 1000, 0.01, 0.05
-    expected = math.log((stats.beta.ppf(alpha / 2, k, n - k + 1) - delta) / stats.beta.ppf(1 - alpha / 2, k2 + 1, n2 - k2))
+    p_low = stats.beta.ppf(alpha / 2, k, n - k + 1)
+    p_high = stats.beta.ppf(1 - alpha / 2, k2 + 1, n2 - k2)
+    expected = math.log((p_low - delta) / p_high)
     assert epsilon_lower_bound(k, n, k2, n2, delta, alpha) == pytest.approx(expected, rel=1e-9)
     assert epsilon_lower_bound(10, 1000, 0, 1000, delta=0.05) == -math.inf  # p_low below delta: no evidence
 

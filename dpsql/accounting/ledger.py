@@ -69,9 +69,13 @@ def segment_filter(budget: BudgetPolicy, grants: list[tuple[Fraction, Fraction]]
 
 @dataclass(frozen=True)
 class Charge:
+    """The receipt of a durable charge: made only once its transaction has committed, and
+    required by the release guard (dpsql/guard.py) before any noisy value is drawn."""
+
     id: int
     totals: Totals
     filter: Filter
+    cost: Cost
 
 
 class Ledger:
@@ -184,7 +188,7 @@ class Ledger:
                 charge_id = cur.fetchone()[0]
                 for who, segment, _, after in results:
                     self._put_totals(con, who, segment, after)
-            return Charge(charge_id, results[0][3], results[0][2])
+            return Charge(charge_id, results[0][3], results[0][2], cost)
         except BudgetExceeded:
             raise
         except self._errors as e:
@@ -198,6 +202,13 @@ class Ledger:
                        (user, seq, fraction_text(epsilon), fraction_text(delta), time.time()))
 
     # Audit log and cache ----------------------------------------------------------------
+    def release_recorded(self, user: str, charge_id: int) -> bool:
+        """Whether the analyst's charge `charge_id` exists and its release was recorded (the
+        receipt a cached answer carries)."""
+        row = self._exec(self._con(), "SELECT 1 FROM charges WHERE id = ? AND user_name = ? AND released IS NOT NULL",
+                         (charge_id, user)).fetchone()
+        return row is not None
+
     def record_release(self, charge_id: int, released: Any) -> None:
         self._write_one("UPDATE charges SET released = ? WHERE id = ?", (json.dumps(released, default=str), charge_id))
 

@@ -1,0 +1,142 @@
+"""The release guard: every noisy answer passes here, after the charge and before any noise is
+drawn, and is refused unless it is what was charged for.
+
+It is deliberately independent of the planner: it re-derives what it checks from the policy,
+the plan's declared limits, the calibration and the engine's result, so a bug that changed a
+plan after calibration, duplicated a group or lost a charge is caught here rather than
+released. It checks that
+- a durable charge receipt exists (`Charge`, returned by the ledger only after its transaction
+  committed) and that it covers the calibration's cost;
+- released key tuples are unique, and a declared domain yields at most its own size of groups;
+- the result has exactly the cells the calibration noises (one noise per measure column);
+- the plan's contribution limits are within the policy's for its tables;
+- every noise scale is finite, and at least sensitivity/epsilon (Laplace) or has
+  sensitivity^2 / (2 sigma^2) <= rho (Gaussian) for its share, the shares summing to at most
+  the charged cost; a PLD-planned measure's scale is at least the charged multiplier times its
+  sensitivity.
+A refusal releases nothing; the charge stays (it was recorded, and the failure may depend on data).
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Any, Callable
+
+from .accounting.cost import Cost
+from .accounting.filters import amplified_epsilon
+from .accounting.ledger import Charge
+from .calibration import Calibration, planned_sensitivity
+from .config import Policy
+from .engines.base import ResultSet
+from .errors import InternalError
+from .sql.analyze import Plan
+
+
+class ReleaseRefused(InternalError):
+    """A release that does not match its charge: nothing is released."""
+
+    def __init__(self, why: str):
+        super().__init__(f"release refused by the guard: {why}; nothing was released",
+                         hint="this is a bug in dpsql, please report it; the query's cost stays charged")
+
+
+def check(plan: Plan, cal: Calibration, rs: ResultSet, charge: Charge, policy: Policy) -> None:
+    """Raise ReleaseRefused unless releasing `rs` noised by `cal` is what `charge` paid for."""
+    _receipt(charge, cal)
+    _cells(plan, cal, rs)
+    _unique_keys(plan, rs)
+    _limits(plan, policy)
+    _scales(plan, cal, charge.cost)
+
+
+def check_cached(cached: dict[str, Any], recorded: Callable[[int], bool]) -> None:
+    """A cached answer is released again only if it came from a charged, recorded release of
+    this analyst (`recorded(id)`: the ledger holds that charge with its release)."""
+    receipt = (cached.get("dp") or {}).get("receipt")
+    if not isinstance(receipt, int) or isinstance(receipt, bool) or not recorded(receipt):
+        raise ReleaseRefused("a cached answer without the receipt of its charge")
+
+
+def _receipt(charge: Charge, cal: Calibration) -> None:
+    if not isinstance(charge, Charge) or not isinstance(charge.id, int):
+        raise ReleaseRefused("no durable charge receipt")
+    if cal.cost.epsilon and not (charge.cost.epsilon >= cal.cost.epsilon and charge.cost.delta >= cal.cost.delta):
+        raise ReleaseRefused("the charge does not cover the calibration's cost")
+
+
+def _cells(plan: Plan, cal: Calibration, rs: ResultSet) -> None:
+    if len(cal.measures) != len(plan.measures):
+        raise ReleaseRefused(f"{len(plan.measures)} measures but {len(cal.measures)} calibrated")
+    expected = len(plan.keys) + 1 + sum(m.width for m in plan.measures)
+    if len(rs.names) != expected:
+        raise ReleaseRefused(f"{len(rs.names)} result columns where {expected} are noised")
+    if plan.needs_selection and cal.selection is None:
+        raise ReleaseRefused("undeclared group keys without partition selection")
+    size = plan.literal_domain_size()
+    if plan.keys and plan.declared and size is not None and rs.row_count > size:
+        raise ReleaseRefused(f"{rs.row_count} groups from a declared domain of {size}")
+    if not plan.keys and rs.row_count > 1:
+        raise ReleaseRefused("several rows for an ungrouped query")
+
+
+def _unique_keys(plan: Plan, rs: ResultSet) -> None:
+    n = len(plan.keys)
+    if not n or not rs.row_count:
+        return
+    keys = list(zip(*rs.columns[:n]))
+    if len(set(keys)) != len(keys):
+        raise ReleaseRefused("a group key tuple appears more than once")
+
+
+def _limits(plan: Plan, policy: Policy) -> None:
+    private = [policy.table(s.table.name) for s in plan.relation.private_sources if s.derived is None]
+    private = [t for t in private if t is not None]
+    if not private:
+        return  # a per-unit subquery's derived table: its limits are the base tables' (sql/derived.py)
+    if plan.max_groups > max(t.max_groups for t in private) or plan.max_rows > max(t.max_rows for t in private):
+        raise ReleaseRefused("contribution limits above the policy's")
+    if plan.total_bound:
+        allowed = max((t.max_contributions or t.max_groups * t.max_rows) for t in private)
+        if plan.total_rows > allowed:
+            raise ReleaseRefused("a total contribution bound above the policy's")
+
+
+def _scales(plan: Plan, cal: Calibration, cost: Cost) -> None:
+    laplace_eps, gauss_rho = Fraction(0), Fraction(0)
+    planned = [p.noise_multiplier for p in cost.parts if p.kind == "approx"]
+    for m, mn in zip(plan.measures, cal.measures):
+        scale = mn.noise.scale
+        sensitive = m.row_bound > 0
+        if not math.isfinite(scale) or scale < 0 or (sensitive and scale == 0):
+            raise ReleaseRefused(f"noise scale {scale!r} for {m.describe()}")
+        if not sensitive:
+            continue
+        l1 = plan.measure_l1(m, plan.literal_domain_size())
+        l2_squared = plan.measure_l2_squared(m, plan.literal_domain_size())
+        if (mn.l1 is not None and l1 is not None and mn.l1 < l1) or mn.l2_squared < l2_squared:
+            raise ReleaseRefused(f"{m.describe()} calibrated below the plan's sensitivity")
+        if mn.epsilon is not None:
+            if mn.noise.kind != "laplace" or mn.l1 is None or Fraction(scale) < Fraction(mn.l1) / mn.epsilon:
+                raise ReleaseRefused(f"{m.describe()}: Laplace scale below L1 sensitivity / epsilon")
+            laplace_eps += mn.epsilon
+        elif mn.rho is not None:
+            if mn.noise.kind != "gaussian" or Fraction(mn.l2_squared) / (2 * Fraction(scale) ** 2) > mn.rho:
+                raise ReleaseRefused(f"{m.describe()}: Gaussian sigma below what its rho allows")
+            gauss_rho += mn.rho
+        else:  # PLD-planned: the charged multiplier times the sensitivity it was planned at
+            need = planned_sensitivity(plan, m, mn.noise.kind, plan.literal_domain_size())
+            if not planned or Fraction(scale) < Fraction(min(planned)) / Fraction(cal.planned_weight) * need:
+                raise ReleaseRefused(f"{m.describe()}: noise scale below the planned multiplier")
+    if cal.selection is not None:
+        laplace_eps += cal.selection.epsilon
+    charged_eps = sum((p.epsilon for p in cost.parts if p.kind in ("laplace", "selection")), Fraction(0))
+    charged_rho = sum((p.rho or 0 for p in cost.parts if p.kind == "gaussian"), Fraction(0))
+    sampled = [p for p in cost.parts if p.kind == "sampled"]
+    if sampled:  # the whole query ran on a Poisson sample: its shares are charged amplified
+        spent = amplified_epsilon(laplace_eps, Fraction(repr(sampled[0].sampling)))
+        if gauss_rho or spent > sampled[0].epsilon:
+            raise ReleaseRefused("the sampled shares exceed the amplified charge")
+    elif laplace_eps > charged_eps or gauss_rho > charged_rho:
+        raise ReleaseRefused("the noise shares exceed the charged cost")
+
