@@ -147,7 +147,7 @@ def explain(policy: str, user: str, ledger: str | None, epsilon: float | None, d
         session = _session(policy, user, ledger, epsilon, delta)
         if target_error is not None:
             session.execute(f"SET dpsql.target_error = {target_error!r}")
-        stmt = classify(sql)
+        stmt = classify(sql, session.policy.limits)
         if isinstance(stmt, Explain):
             stmt = stmt.query
         if not isinstance(stmt, Query):
@@ -288,7 +288,7 @@ def plan(policy: str, user: str, ledger: str | None, epsilon: float, delta: floa
     charging them one by one under USER's filter would give."""
     try:
         session = _session(policy, user, ledger)
-        sqls = split_statements(file.read())
+        sqls = split_statements(file.read(), session.policy.limits)
         report = plan_report(session, sqls, exact(epsilon), exact(delta))
         results = session.execute_batch(sqls, epsilon, delta) if run else None
     except Error as e:

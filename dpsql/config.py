@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .errors import PolicyError
+from .sql.limits import QueryLimits
 
 ROW_UNIT = "row"
 MECHANISMS = ("laplace", "gaussian")
@@ -177,6 +178,7 @@ class Policy:
     users: Mapping[str, UserPolicy]
     ledger_path: Path
     ledger_url: str | None = None
+    limits: QueryLimits = QueryLimits()
 
     def table(self, name: str) -> TablePolicy | None:
         return self.tables.get(name.lower())
@@ -257,7 +259,7 @@ def load_policy(path: str | Path, *, ledger_path: str | Path | None = None) -> P
 def parse_policy(doc: Mapping[str, Any], path: Path, *, ledger_path: str | Path | None = None) -> Policy:
     base = path.parent
     top = _Reader(path, "top level", doc)
-    top.unknown_keys({"engine", "privacy", "tables", "users", "ledger"})
+    top.unknown_keys({"engine", "privacy", "tables", "users", "ledger", "limits"})
 
     engine = _parse_engine(_Reader(path, "[engine]", _section(top, "engine")), base)
     privacy = _parse_privacy(_Reader(path, "[privacy]", _section(top, "privacy")))
@@ -306,8 +308,19 @@ def parse_policy(doc: Mapping[str, Any], path: Path, *, ledger_path: str | Path 
         ledger = (base / ledger_section["path"]).resolve()
     else:
         ledger = base / f"{path.stem}.ledger.sqlite"
+    limits = _parse_limits(_Reader(path, "[limits]", _section(top, "limits")))
     return Policy(path=path, engine=engine, privacy=privacy, tables=tables, users=users, ledger_path=ledger,
-                  ledger_url=url)
+                  ledger_url=url, limits=limits)
+
+
+def _parse_limits(r: _Reader) -> QueryLimits:
+    """[limits]: what one statement may cost to read and plan (sql/limits.py)."""
+    default = QueryLimits()
+    names = ("max_query_bytes", "max_tokens", "max_nodes", "max_in_list", "max_depth")
+    r.unknown_keys(set(names) | {"planning_seconds"})
+    values = {name: r.integer(name, getattr(default, name)) for name in names}
+    seconds = float(r.number("planning_seconds", Fraction(default.planning_seconds), positive=True))
+    return QueryLimits(**values, planning_seconds=seconds)
 
 
 def _section(reader: _Reader, key: str) -> Mapping[str, Any]:

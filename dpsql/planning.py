@@ -20,7 +20,7 @@ from .sql.classify import Query, classify
 def _plans(session: Session, sqls: Sequence[str]) -> list[Plan]:
     plans = []
     for sql in sqls:
-        stmt = classify(sql)
+        stmt = classify(sql, session.policy.limits)
         if not isinstance(stmt, Query):
             raise unsupported("a batch holds SELECT queries only")
         plan = plan_query(stmt.tree, session.policy, session.engine.schema(), session.settings.mechanism, stmt.options)

@@ -72,6 +72,7 @@ class Session:
         self._plans: OrderedDict[str, tuple[Plan | PublicQuery, Calibration | None]] = OrderedDict()
         self._statements: OrderedDict[str, Query] = OrderedDict()
         self._sql: dict[int, tuple[Plan, str]] = {}  # id(plan) -> (plan, its bounded SQL without salt)
+        self._deadline = policy.limits.deadline()  # the planning time budget of the statement under way
         # per table: what its weighted copy stores (column -> SQL) and which measure each serves
         self._stored: dict[tuple[str, int], tuple[dict[str, str], dict[tuple, str]]] = {}
 
@@ -101,7 +102,7 @@ class Session:
         if hit is not None:
             self._statements.move_to_end(sql)
             return hit
-        stmt = classify(sql)
+        stmt = classify(sql, self.policy.limits)
         if isinstance(stmt, Query):
             self._statements[sql] = stmt
             if len(self._statements) > PLAN_CACHE_SIZE:
@@ -109,6 +110,7 @@ class Session:
         return stmt
 
     def _execute(self, sql: str, params) -> Result:
+        self._deadline = self.policy.limits.deadline()
         stmt = self._classify(sql)
         if isinstance(stmt, SetCommand):
             if params:
@@ -138,7 +140,7 @@ class Session:
                 raise InternalError("internal error while describing the query", hint=type(e).__name__) from e
 
     def _describe(self, sql: str, params) -> tuple[list[str], list[str]] | None:
-        stmt = classify(sql)
+        stmt = classify(sql, self.policy.limits)
         if isinstance(stmt, (SetCommand, TransactionCommand)):
             return None
         if isinstance(stmt, ShowCommand):
@@ -261,6 +263,7 @@ class Session:
 
     def _query(self, stmt: Query, tree: exp.Query, text: str | None = None) -> Result:
         plan, cal = self._prepare(tree, stmt.options, text)
+        self._deadline.check()
         if isinstance(plan, PublicQuery):
             rs = self.engine.execute(self.engine.prepare(plan.tree))
             rows = list(zip(*rs.columns)) if rs.row_count else []
@@ -273,6 +276,7 @@ class Session:
                 return self._from_cache(cached)
         detail = _detail(plan, cal)
         sql = self._bounded_sql(plan, None)  # an engine's refusal comes before the charge
+        self._deadline.check()
         charge = self.ledger.charge(self.user.name, self.budget_policy, cal.cost, stmt.sql, detail, self.global_budget)
         result = self._answer(plan, sql, cal, charge, detail)
         self.ledger.record_release(charge.id, result.rows)
@@ -331,11 +335,11 @@ class Session:
         """A string of several statements, as the wire's simple query sends them. When every
         statement is a DP query, they form one PLD-planned batch at the session's (ε, δ);
         otherwise they run one after another, as PostgreSQL would."""
-        statements = split_statements(text)
+        statements = split_statements(text, self.policy.limits)
         if len(statements) <= 1:
             return [self.execute(text)]
         with self._lock:
-            kinds = [classify_one(st) for st in statements]
+            kinds = [classify_one(st, self.policy.limits) for st in statements]
             all_dp = all(isinstance(k, Query) and touches_private(k.tree, self.policy) for k in kinds)
         if all_dp:
             return self.execute_batch(statements)
@@ -357,6 +361,7 @@ class Session:
 
     def _batch(self, sqls, epsilon, delta, weights) -> list[Result]:
         s = self.settings
+        deadline = self.policy.limits.deadline()
         eps = s.epsilon if epsilon is None else positive(str(epsilon), "epsilon")
         dlt = s.delta if delta is None else probability(str(delta), "delta")
         weights = list(weights) if weights is not None else [1.0] * len(sqls)
@@ -367,7 +372,7 @@ class Session:
         plans: list[Plan] = []
         bounded: list[str] = []  # each plan's bounded SQL, prepared before the charge
         for sql in sqls:
-            stmt = classify(sql)
+            stmt = classify(sql, self.policy.limits)
             if not isinstance(stmt, Query):
                 raise unsupported("a batch holds SELECT queries only", hint="send SET and SHOW on their own")
             plan = plan_query(stmt.tree, self.policy, self.engine.schema(), s.mechanism, stmt.options)
@@ -375,6 +380,7 @@ class Session:
                 raise unsupported("a query over public tables only needs no planning", hint="send it on its own")
             bounded.append(self._bounded_sql(plan, None))  # an engine's refusal comes before the charge
             plans.append(plan)
+            deadline.check()
         mechanisms = [m for p, w in zip(plans, weights)
                       for m in planned_mechanisms(p, s.mechanism, p.literal_domain_size(), w)]
         multiplier = pld_multiplier(mechanisms, eps, dlt)

@@ -408,7 +408,7 @@ class Connection:
         return self._answer_session(session.execute(sql, params or None))
 
     def run_script(self, text: str) -> list[Answer]:
-        statements = split_statements(text)
+        statements = split_statements(text, self.server.policy.limits)
         if len(statements) > 1 and not any(is_catalog_query(s) for s in statements):
             return [self._answer_session(r) for r in self.session.execute_script(text)]
         return [self.run_statement(s) for s in statements]
@@ -437,7 +437,7 @@ class Connection:
 
     # Simple query --------------------------------------------------------------------------
     async def simple_query(self, text: str) -> None:
-        if not split_statements(text):
+        if not split_statements(text, self.server.policy.limits):
             self.send(codec.message(b"I"))
             return
         answers = await self.run_blocking(self.run_script, text)
@@ -466,7 +466,7 @@ class Connection:
     def parse(self, r: codec.Reader) -> None:
         name, sql = r.cstring(), r.cstring()
         oids = [r.int32() for _ in range(r.int16())]
-        if len(split_statements(sql)) > 1:
+        if len(split_statements(sql, self.server.policy.limits)) > 1:
             raise Error("cannot insert multiple commands into a prepared statement", sqlstate="42601")
         inferred = self._param_types.get(sql)
         if inferred is None:
@@ -527,7 +527,7 @@ class Connection:
         if portal is None:
             raise Error(f'portal "{name}" does not exist', sqlstate="34000")
         if portal.answer is None:
-            if not split_statements(portal.stmt.sql):
+            if not split_statements(portal.stmt.sql, self.server.policy.limits):
                 self.send(codec.message(b"I"))
                 return
             portal.answer = await self.run_blocking(self.run_statement, portal.stmt.sql, portal.params or None)

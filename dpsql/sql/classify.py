@@ -18,7 +18,10 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
 from ..errors import forbidden, syntax_error, unsupported
+from .limits import QueryLimits
 from .options import QueryOptions, extract
+
+DEFAULT_LIMITS = QueryLimits()
 
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
@@ -64,12 +67,16 @@ _RESET_RE = re.compile(r"^RESET\s+([A-Za-z_][\w.]*|ALL)\s*$", re.I)
 _SHOW_RE = re.compile(r"^SHOW\s+([A-Za-z_][\w.]*|ALL)\s*$", re.I)
 
 
-def split_statements(sql: str) -> list[str]:
-    """Split on top-level semicolons using sqlglot's tokenizer (quotes and comments respected)."""
+def split_statements(sql: str, limits: QueryLimits = DEFAULT_LIMITS) -> list[str]:
+    """Split on top-level semicolons using sqlglot's tokenizer (quotes and comments respected).
+    Every statement text enters here first: its size and token count are checked before it is
+    parsed."""
+    limits.text(sql)
     try:
         tokens = sqlglot.tokenize(sql, read=READ_DIALECT)
     except (TokenError, ValueError) as e:
         raise syntax_error(f"cannot read the statement: {e}") from None
+    limits.tokens(len(tokens))
     parts, start = [], 0
     for tok in tokens:
         if tok.token_type == TokenType.SEMICOLON:
@@ -84,15 +91,16 @@ def _strip_comments(text: str) -> str:
     return re.sub(r"--[^\n]*", " ", text)
 
 
-def classify(sql: str) -> Statement:
-    """Classify one SQL string; raise a ProgrammingError for what dpsql never runs."""
-    statements = split_statements(sql)
+def classify(sql: str, limits: QueryLimits = DEFAULT_LIMITS) -> Statement:
+    """Classify one SQL string; raise a ProgrammingError for what dpsql never runs, or for a
+    statement beyond the limits."""
+    statements = split_statements(sql, limits)
     if not statements:
         raise syntax_error("empty query", hint=_ALLOWED_HINT)
     if len(statements) > 1:
         raise forbidden("multiple statements in one query string are not allowed",
                         hint="send one statement at a time")
-    return classify_one(statements[0])
+    return classify_one(statements[0], limits)
 
 
 _MULTIWORD_SHOW = {"TRANSACTION ISOLATION LEVEL": "transaction_isolation", "TIME ZONE": "timezone",
@@ -101,7 +109,7 @@ _TRANSACTION_SET = re.compile(r"^SET\s+(SESSION\s+CHARACTERISTICS\s+AS\s+)?TRANS
 _TIME_ZONE_SET = re.compile(r"^SET\s+(?:SESSION\s+|LOCAL\s+)?TIME\s+ZONE\s+(.+?)\s*$", re.I | re.S)
 
 
-def classify_one(text: str) -> Statement:
+def classify_one(text: str, limits: QueryLimits = DEFAULT_LIMITS) -> Statement:
     body = _strip_comments(text).strip().rstrip(";").strip()
     upper = " ".join(body.upper().split())
     for words, name in _MULTIWORD_SHOW.items():
@@ -135,13 +143,13 @@ def classify_one(text: str) -> Statement:
         if re.match(r"^(ANALYZE|\()", rest, re.I):
             raise unsupported("EXPLAIN ANALYZE and EXPLAIN options are not supported",
                               hint="EXPLAIN <query> shows the plan, noise and cost without running the query")
-        inner = classify_one(_without_first_word(text, "EXPLAIN"))
+        inner = classify_one(_without_first_word(text, "EXPLAIN"), limits)
         if not isinstance(inner, Query):
             raise unsupported("EXPLAIN works on SELECT queries only")
         return Explain(inner)
     if first in ("SELECT", "WITH", "("):
         plain, options = extract(text, READ_DIALECT)
-        return Query(text, _parse(plain), options)
+        return Query(text, _parse(plain, limits), options)
     if first:
         raise forbidden(f"{first or 'this'} statements are not allowed", hint=_ALLOWED_HINT)
     raise syntax_error("cannot read the statement", hint=_ALLOWED_HINT)
@@ -155,9 +163,12 @@ def _without_first_word(text: str, word: str) -> str:
     return text
 
 
-def _parse(text: str) -> exp.Query:
+def _parse(text: str, limits: QueryLimits) -> exp.Query:
     try:
         tree = sqlglot.parse_one(text, read=READ_DIALECT)
+    except RecursionError:
+        raise syntax_error("the statement nests too deeply to read",
+                           hint="simplify the statement, or raise max_tokens in the policy's [limits] section") from None
     except ParseError as e:
         detail = e.errors[0]["description"] if e.errors else str(e)
         raise syntax_error(f"syntax error: {detail}", hint="check the query near the position given") from None
@@ -165,6 +176,7 @@ def _parse(text: str) -> exp.Query:
         raise syntax_error(f"syntax error: {e}") from None
     if not isinstance(tree, exp.Query):
         raise forbidden("only SELECT queries are allowed", hint=_ALLOWED_HINT)
+    limits.tree(tree)
     return tree
 
 

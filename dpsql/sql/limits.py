@@ -1,0 +1,97 @@
+"""Limits on what one statement may cost to read and plan, checked before each expensive step.
+
+A statement is refused (nothing charged, no worker held for long) when its text is too long
+(before tokenizing), it has too many tokens (before parsing), or its tree has too many nodes,
+too long an IN list or too deep a nesting of subqueries and CTEs (before analysis); planning
+that outruns its time budget is refused before the charge. Every refusal names the limit, its
+value and the policy key that raises it. The limits depend on the policy only.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from ..errors import ProgrammingError
+
+
+@dataclass(frozen=True)
+class QueryLimits:
+    """[limits] in the policy; the defaults stop pathological statements in well under a second."""
+
+    max_query_bytes: int = 100_000
+    max_tokens: int = 10_000
+    max_nodes: int = 20_000
+    max_in_list: int = 1_000
+    max_depth: int = 16  # nested subqueries and CTEs
+    planning_seconds: float = 5.0
+
+    def text(self, text: str) -> None:
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > self.max_query_bytes:
+            raise _limit("54000", f"the statement is {size} bytes long; the limit is {self.max_query_bytes}",
+                         "max_query_bytes")
+
+    def tokens(self, count: int) -> None:
+        if count > self.max_tokens:
+            raise _limit("54001", f"the statement has {count} tokens; the limit is {self.max_tokens}", "max_tokens")
+
+    def tree(self, tree: exp.Expression) -> None:
+        """Nodes, IN-list lengths and nesting depth of a parsed statement, in one walk."""
+        nodes = 0
+        for node in tree.walk():
+            nodes += 1
+            if nodes > self.max_nodes:
+                raise _limit("54001", f"the statement has more than {self.max_nodes} syntax nodes", "max_nodes")
+            if isinstance(node, exp.In) and len(node.expressions) > self.max_in_list:
+                raise _limit("54000", f"an IN list has {len(node.expressions)} items; the limit is {self.max_in_list}",
+                             "max_in_list")
+        depth = _depth(tree)
+        if depth > self.max_depth:
+            raise _limit("54001", f"subqueries and CTEs are nested {depth} deep; the limit is {self.max_depth}",
+                         "max_depth")
+
+    def deadline(self) -> "Deadline":
+        return Deadline(self.planning_seconds)
+
+
+class Deadline:
+    """The planning time budget of one statement, checked between planning steps."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+
+    def check(self) -> None:
+        if time.monotonic() > self.end:
+            raise _limit("54001", f"planning took longer than {self.seconds:g} s", "planning_seconds")
+
+
+def _depth(tree: exp.Expression) -> int:
+    """How deep SELECTs nest (subqueries, derived tables), a CTE counting as deep as the chain
+    of CTEs it reads from: WITH c1 AS (... c0), c2 AS (... c1) ... is a nesting in disguise."""
+    ctes: dict[str, int] = {}
+    for cte in tree.find_all(exp.CTE):  # in order: a CTE reads only the ones before it
+        reads = [ctes.get(t.name.lower(), 0) for t in cte.this.find_all(exp.Table) if not t.db]
+        ctes[cte.alias.lower()] = _nesting(cte.this) + max(reads, default=0)
+    reads = [ctes.get(t.name.lower(), 0) for t in tree.find_all(exp.Table) if not t.db]
+    return max([_nesting(tree) + max(reads, default=0)] + list(ctes.values()))
+
+
+def _nesting(tree: exp.Expression) -> int:
+    deepest = 0
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, exp.Select):
+            depth += 1
+            deepest = max(deepest, depth)
+        stack.extend((child, depth) for child in node.iter_expressions())
+    return deepest
+
+
+def _limit(sqlstate: str, message: str, key: str) -> ProgrammingError:
+    return ProgrammingError(f"{message}: nothing was run or charged", sqlstate=sqlstate,
+                            hint=f"simplify the statement, or raise {key} in the policy's [limits] section")
