@@ -16,8 +16,8 @@ from typing import Sequence
 from .accounting.cost import Cost, Part
 from .accounting.filters import amplified_epsilon
 from .accounting.planner import Planned, plan
-from .errors import invalid_parameter
-from .mechanisms import Noise, gaussian_sigma, laplace_scale, rho_for, selection_threshold
+from .errors import ProgrammingError, invalid_parameter
+from .mechanisms import MAX_SCALE, Noise, gaussian_sigma, laplace_scale, rho_for, selection_threshold
 from .sql.analyze import Estimate, Measure, Plan
 
 
@@ -125,7 +125,29 @@ def calibrate(plan: Plan, epsilon: Fraction, delta: Fraction, mechanism: str,
     cost = Cost.of(parts)
     if plan.sample_rate is not None:
         cost = sampled_cost(cost, Fraction(repr(plan.sample_rate)))
+    _check_scales(plan, measures)
     return Calibration(measures, selection, cost, groups)
+
+
+MAX_VALUE = float(2**53)  # largest |value| a measure may take: beyond it doubles lose integers
+
+
+def _check_scales(plan: Plan, measures: Sequence[MeasureNoise]) -> None:
+    """Refuse, before anything is charged, noise that could not be drawn or would drown the
+    answer: a non-finite scale, or one beyond what 64-bit integer sampling holds."""
+    for m, mn in zip(plan.measures, measures):
+        scale = mn.noise.scale
+        span = max(abs(m.lower), abs(m.upper))
+        if span > MAX_VALUE or not math.isfinite(scale * m.unit_scale):
+            raise ProgrammingError(
+                f"{m.describe()}: its values may reach {span:.3g}, beyond the ±2^53 that sums keep exactly",
+                sqlstate="22003", hint="declare tighter bounds for the value, or clamp it in the query with "
+                                       "LEAST(GREATEST(x, low), high); nothing was charged")
+        if not math.isfinite(scale) or scale > MAX_SCALE:
+            raise ProgrammingError(
+                f"{m.describe()}: the noise this needs (scale {scale * m.unit_scale:.3g}) is too large to be useful",
+                sqlstate="22003", hint="declare tighter bounds for the value, or clamp it in the query with "
+                                       "LEAST(GREATEST(x, low), high); nothing was charged")
 
 
 def epsilon_for_target(plan: Plan, target: float, delta: Fraction, mechanism: str, domain_size: int | None,
@@ -219,6 +241,7 @@ def calibrate_planned(plan: Plan, mechanism: str, multiplier: float, domain_size
         scale = math.nextafter(multiplier / weight * sensitivity, math.inf) if sensitivity else 0.0
         measures.append(MeasureNoise(Noise(mechanism, scale), plan.measure_l1(m, domain_size),
                                      plan.measure_l2_squared(m, domain_size), None, None))
+    _check_scales(plan, measures)
     return Calibration(measures, None, Cost(Fraction(0)), plan.groups_per_unit(domain_size), weight)
 
 

@@ -67,7 +67,7 @@ class PostProcessor:
         ci = {}
         for item, name in zip(post.expressions, names):
             ci[name] = _intervals(item.this, order, noisy, by_name)
-        return Output(names, types, rows, ci)
+        return Output(names, types, [tuple(_finite(v) for v in r) for r in rows], ci)
 
     def describe(self, post: exp.Select, key_types: list[str], estimate_types: list[str]) -> tuple[list[str], list[str]]:
         """Output names and types, from an empty noisy table: nothing private is involved."""
@@ -96,13 +96,23 @@ class PostProcessor:
         return [tuple(r[:-1]) for r in rows], types, order
 
 
+def _finite(value: Any) -> Any:
+    """No infinity or NaN leaves: arithmetic on noisy values that divides by a zero (or
+    overflows) gives NULL, as the engine's total expressions would."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _finite_interval(ci: tuple[float, float] | None) -> tuple[float, float] | None:
+    return None if ci is None or not all(math.isfinite(x) for x in ci) else ci
+
+
 def _intervals(node: exp.Expression, order: list[int], noisy: NoisyTable, by_name) -> list | None:
     used = {c.name for c in node.find_all(exp.Column) if c.name.startswith("a")}
     if not used or any(c not in by_name for c in used):
         return None
     if isinstance(node, exp.Column):
         i = int(node.name[1:])
-        return [noisy.intervals[i][r] for r in order]
+        return [_finite_interval(noisy.intervals[i][r]) for r in order]
     out = []
     for r in order:
         def lookup(col: exp.Column, r=r) -> Interval:

@@ -351,6 +351,10 @@ class Connection:
                     raise Error("COPY is not supported", sqlstate="0A000")
                 else:
                     raise codec.ProtocolError(f"unexpected message type {kind!r}")
+            except codec.ProtocolError as e:  # PostgreSQL's answer to a malformed message: FATAL, then close
+                self.send(codec.error_response("08P01", f"protocol violation: {e}", severity="FATAL"))
+                await self.writer.drain()
+                raise
             except Error as e:
                 self.send(codec.error_response(e.sqlstate, e.message, e.hint))
                 if self.status == "T":
@@ -486,16 +490,23 @@ class Connection:
         if stmt is None:
             raise Error(f'prepared statement "{name}" does not exist', sqlstate="26000")
         fmts = [r.int16() for _ in range(r.int16())]
+        count = r.int16()
+        if len(fmts) not in (0, 1, count):
+            raise codec.ProtocolError(f"bind message has {len(fmts)} parameter formats but {count} parameters")
         values = []
-        for i in range(r.int16()):
+        for i in range(count):
             n = r.int32()
-            raw = None if n < 0 else r.bytes(n)
+            if n < -1:
+                raise codec.ProtocolError(f"invalid length {n} of bind parameter {i + 1}")
+            raw = None if n == -1 else r.bytes(n)
             oid = stmt.param_oids[i] if i < len(stmt.param_oids) else codec.TEXT
             try:
                 values.append(codec.decode_param(raw, oid, _format(fmts, i)))
             except ValueError as e:
                 raise Error(str(e), sqlstate="22P02") from None
         result_formats = [r.int16() for _ in range(r.int16())]
+        if r.pos != len(r.data):
+            raise codec.ProtocolError("bind message has trailing bytes")
         self.portals[portal] = Portal(stmt, values, result_formats)
         self.send(codec.message(b"2"))
 
