@@ -14,7 +14,7 @@ import click
 
 from .accounting.cost import Cost, Part, show
 from .accounting.filters import FILTERS, make_filter, simulate
-from .config import exact, load_policy
+from .config import default_reserve, exact, load_policy
 from .errors import Error, invalid_parameter
 from .mechanisms import rho_for
 from .accounting.ledger import open_ledger
@@ -242,14 +242,16 @@ def budget_history(policy: str, ledger: str | None, user: str, as_json: bool) ->
 @click.option("--query-epsilon", type=float, required=True, help="Each query's epsilon.")
 @click.option("--query-delta", type=float, default=None, help="Each Gaussian query's delta (default: delta / 100).")
 @click.option("--mechanism", type=click.Choice(["laplace", "gaussian"]), default="laplace")
-@click.option("--delta-reserve", type=float, default=0.0, help="Delta kept for releases' own delta (non-basic filters).")
+@click.option("--delta-reserve", type=float, default=None,
+              help="Delta kept for releases' own delta (default as in a policy: a tenth of delta under zcdp, rdp and whitehouse).")
 @click.option("--rdp-order", type=float, default=None, help="Order of the rdp filter (default: the best integer order for this budget).")
 @click.option("--json", "as_json", is_flag=True)
 def budget_simulate(kind: str, epsilon: float, delta: float, query_epsilon: float, query_delta: float | None,
-                    mechanism: str, delta_reserve: float, rdp_order: float | None, as_json: bool) -> None:
+                    mechanism: str, delta_reserve: float | None, rdp_order: float | None, as_json: bool) -> None:
     """How many identical queries a filter admits from a budget."""
     try:
-        f = make_filter(kind, exact(epsilon), exact(delta), reserve=exact(delta_reserve),
+        reserve = default_reserve(kind, exact(delta)) if delta_reserve is None else exact(delta_reserve)
+        f = make_filter(kind, exact(epsilon), exact(delta), reserve=reserve,
                         rdp_order=None if rdp_order is None else exact(rdp_order))
         q_eps = _positive_fraction(query_epsilon, "--query-epsilon")
         if mechanism == "laplace":

@@ -108,7 +108,7 @@ class BudgetPolicy:
     filter: str
     epsilon: Fraction
     delta: Fraction
-    delta_reserve: Fraction = Fraction(0)
+    delta_reserve: Fraction | None = Fraction(0)  # None: the filter's default share (default_reserve)
     rdp_order: Fraction | None = None
 
 
@@ -117,7 +117,7 @@ class PrivacyPolicy:
     filter: str = "basic"
     epsilon: Fraction = Fraction(1)
     delta: Fraction = Fraction(0)
-    delta_reserve: Fraction = Fraction(0)
+    delta_reserve: Fraction | None = None  # as declared; None: each budget's default share
     rdp_order: Fraction | None = None
     global_budget: BudgetPolicy | None = None
     query_epsilon: Fraction = Fraction(1, 10)
@@ -384,6 +384,16 @@ def _parse_engine(r: _Reader, base: Path) -> EngineConfig:
     return EngineConfig(kind=kind, database=db_path, threads=threads, memory_limit=memory, scratch=scratch)
 
 
+RESERVE_SHARE = Fraction(1, 10)  # of delta, set aside by default for releases with a delta of their own
+
+
+def default_reserve(kind: str, delta: Fraction) -> Fraction:
+    """Under zcdp, rdp and whitehouse, releases that carry their own delta (partition selection)
+    spend a reserve kept out of the filter's conversion: by default a tenth of delta, so that
+    they are admitted on a fresh budget without any setting."""
+    return delta * RESERVE_SHARE if kind in ("zcdp", "rdp", "whitehouse") and delta > 0 else Fraction(0)
+
+
 def _parse_budget(r: _Reader, default: BudgetPolicy) -> BudgetPolicy:
     """filter/epsilon/delta/delta_reserve/rdp_order of one budget, checked for its filter."""
     kind = r.choice("filter", default.filter, FILTERS)
@@ -392,6 +402,8 @@ def _parse_budget(r: _Reader, default: BudgetPolicy) -> BudgetPolicy:
     if delta >= 1:
         raise r.fail(f"delta = {float(delta)} must be below 1", "use a small delta such as 1e-6")
     reserve = r.number("delta_reserve", default.delta_reserve, minimum=0)
+    if reserve is None:
+        reserve = default_reserve(kind, delta)
     order = r.number("rdp_order", default.rdp_order, minimum=1)
     if kind != "basic" and kind != "gdp" and reserve >= delta and delta > 0:
         raise r.fail(f"delta_reserve = {float(reserve)} must be below delta = {float(delta)}",
@@ -408,7 +420,7 @@ def _parse_budget(r: _Reader, default: BudgetPolicy) -> BudgetPolicy:
 def _parse_privacy(r: _Reader) -> PrivacyPolicy:
     r.unknown_keys({"filter", "epsilon", "delta", "query_epsilon", "query_delta", "mechanism", "confidence",
                     "delta_reserve", "rdp_order", "global"})
-    budget = _parse_budget(r, BudgetPolicy("basic", Fraction(1), Fraction(0)))
+    budget = _parse_budget(r, BudgetPolicy("basic", Fraction(1), Fraction(0), None))
     query_epsilon = r.number("query_epsilon", min(Fraction(1, 10), budget.epsilon), positive=True)
     query_delta = r.number("query_delta", None, minimum=0, maximum=1)
     confidence = r.number("confidence", Fraction(95, 100), positive=True)
@@ -424,12 +436,12 @@ def _parse_privacy(r: _Reader) -> PrivacyPolicy:
         if "epsilon" not in g:
             raise gr.fail("missing epsilon", "the global budget bounds all analysts together: set epsilon")
         global_budget = _parse_budget(gr, BudgetPolicy(budget.filter, budget.epsilon, budget.delta,
-                                                       budget.delta_reserve, budget.rdp_order))
+                                                       None, budget.rdp_order))
     return PrivacyPolicy(
         filter=budget.filter,
         epsilon=budget.epsilon,
         delta=budget.delta,
-        delta_reserve=budget.delta_reserve,
+        delta_reserve=r.number("delta_reserve", None, minimum=0),
         rdp_order=budget.rdp_order,
         global_budget=global_budget,
         query_epsilon=query_epsilon,

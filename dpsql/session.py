@@ -7,6 +7,7 @@ cost stays (a failure may depend on data) and the answer is released only then.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import decimal
 import hashlib
@@ -18,7 +19,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from sqlglot import exp
 
@@ -28,7 +29,7 @@ from .accounting.ledger import Charge, Ledger, open_ledger
 from .calibration import Calibration, batch_cost, calibrate_planned, planned_mechanisms, pld_multiplier
 from .config import MECHANISMS, Policy, TablePolicy
 from .engines import Engine, open_engine
-from .errors import Error, InternalError, ProgrammingError, forbidden, invalid_parameter, unsupported
+from .errors import Error, InternalError, OperationalError, ProgrammingError, forbidden, invalid_parameter, unsupported
 from .postprocess import PostProcessor
 from .release import release
 from .prepare import CLIENT_SETTINGS, Settings, plan_query, positive, prepare, probability
@@ -265,7 +266,8 @@ class Session:
         plan, cal = self._prepare(tree, stmt.options, text)
         self._deadline.check()
         if isinstance(plan, PublicQuery):
-            rs = self.engine.execute(self.engine.prepare(plan.tree))
+            with _charge_told("nothing was charged"):
+                rs = self.engine.execute(self.engine.prepare(plan.tree))
             rows = list(zip(*rs.columns)) if rs.row_count else []
             return Result(public_names(plan.tree, rs.names), list(rs.types), rows, f"SELECT {len(rows)}")
         s = self.settings
@@ -291,7 +293,8 @@ class Session:
         s = self.settings
         if plan.sample_rate is not None:
             sql = self._bounded_sql(plan, secrets.token_hex(16))
-        rs = self.engine.execute(sql)
+        with _charge_told("the query's cost stays charged, because whether a query fails can depend on the data"):
+            rs = self.engine.execute(sql)
         out = self._post.run(plan.post, release(plan, cal, rs, s.confidence, charge, self.policy))
         rows = [tuple(_plain(v) for v in r) for r in out.rows]
         left = charge.filter.remaining(charge.totals)
@@ -462,6 +465,18 @@ class Session:
     def close(self) -> None:
         self.ledger.close()
         self.engine.close()
+
+
+@contextlib.contextmanager
+def _charge_told(status: str) -> Iterator[None]:
+    """An engine failure's hint, completed with what happened to the budget: the engine does
+    not know whether the statement was charged."""
+    try:
+        yield
+    except OperationalError as e:
+        if e.sqlstate != "XX000":
+            raise
+        raise OperationalError(e.message, sqlstate=e.sqlstate, hint=f"{e.hint}; {status}" if e.hint else status) from None
 
 
 def _detail(plan: Plan, cal: Calibration) -> dict[str, Any]:

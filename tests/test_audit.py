@@ -32,7 +32,10 @@ def made_dirs(monkeypatch) -> list[Path]:
 
 
 def test_quick_audit_does_not_flag_dpsql(made_dirs):
-    results = run_audit(quick=True)
+    # Some of dpsql's mechanisms are exactly tight for the test the audit picks (a Laplace COUNT
+    # at its optimal threshold), so at alpha = 0.05 a correct dpsql is flagged now and then
+    # (about 0.4 % of runs per such case, by simulation); alpha = 0.001 keeps the test steady.
+    results = run_audit(quick=True, alpha=0.001)
     report = markdown(results)
     assert {r.case.name for r in results} >= {"count", "join_limit", "gaussian_count", "partition_selection"}
     for r in results:

@@ -81,3 +81,64 @@ def test_bind_with_a_negative_length_is_a_protocol_violation(serve, length):
     assert errors and b"C08P01" in errors[0] and b"SFATAL" in errors[0]
     with psycopg.connect(serve.dsn()) as other:  # the server stays up for everyone else
         assert other.execute("SELECT COUNT(*) FROM people").fetchone()[0] >= 0
+
+
+# Accounting messages ------------------------------------------------------------------------------
+def _policy(small_policy, privacy: str):
+    text = small_policy.read_text()
+    start = text.index("[privacy]")
+    end = text.index("[tables.people]")
+    small_policy.write_text(text[:start] + "[privacy]\n" + privacy + "\nquery_epsilon = 1.0\n\n" + text[end:])
+    return dpsql.connect(small_policy, user="alice")
+
+
+SELECTION = "SELECT city, COUNT(*) FROM people GROUP BY city"  # undeclared keys: partition selection
+
+
+@pytest.mark.parametrize("kind", ["zcdp", "rdp", "whitehouse"])
+def test_a_delta_query_is_admitted_on_a_fresh_budget(small_policy, kind):
+    """A tenth of delta is reserved by default for releases with a delta of their own."""
+    conn = _policy(small_policy, f'filter = "{kind}"\nepsilon = 10.0\ndelta = 1e-6')
+    conn.cursor().execute(SELECTION)
+    assert conn.session.budget()["queries"] == 1
+    conn.close()
+
+
+@pytest.mark.parametrize("privacy, setting", [('epsilon = 10.0', "set delta"),
+                                              ('filter = "zcdp"\nepsilon = 10.0\ndelta = 1e-6\ndelta_reserve = 0',
+                                               "set delta_reserve")])
+def test_no_delta_is_not_called_exhausted(small_policy, privacy, setting):
+    conn = _policy(small_policy, privacy)
+    cur = conn.cursor()
+    cur.execute("SET dpsql.delta = 1e-9")
+    with pytest.raises(dpsql.BudgetExceeded) as err:
+        cur.execute(SELECTION)
+    text = str(err.value)
+    assert "exhausted" not in text and "provides no delta" in text and setting in text
+    assert text.count("HINT:") == 1 and err.value.hint not in err.value.message
+    assert conn.session.budget()["queries"] == 0
+    conn.close()
+
+
+def test_exhausted_only_when_it_is(small_policy):
+    conn = _policy(small_policy, 'epsilon = 1.5')
+    cur = conn.cursor()
+    cur.execute("SET dpsql.cache = off")
+    cur.execute("SELECT COUNT(*) FROM people")
+    with pytest.raises(dpsql.BudgetExceeded) as err:
+        cur.execute("SELECT COUNT(*) FROM people")  # 1 of the 0.5 left
+    assert "exhausted" not in str(err.value) and "epsilon=0.5 left" in str(err.value)
+    assert "SET dpsql.epsilon = 0.5" in err.value.hint
+    cur.execute("SET dpsql.epsilon = 0.5")
+    cur.execute("SELECT COUNT(*) FROM people")
+    with pytest.raises(dpsql.BudgetExceeded) as err:
+        cur.execute("SELECT COUNT(*) FROM people")
+    assert "is exhausted" in str(err.value) and str(err.value).count("HINT:") == 1
+    conn.close()
+
+
+def test_stays_charged_only_when_charged(hospital):
+    with pytest.raises(dpsql.Error) as err:
+        hospital.execute("SELECT 'pg_class'::regclass::oid")
+    assert "stays charged" not in str(err.value) and "nothing was charged" in str(err.value)
+    assert hospital.connection.session.budget()["queries"] == 0

@@ -13,6 +13,7 @@ the global filter, always taken first, so there is no deadlock).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import sqlite3
 import threading
@@ -309,18 +310,30 @@ def open_ledger(path: Path | None, url: str | None) -> Ledger:
 
 
 def _refusal(who: str, user: str, f: Filter, totals: Totals, cost: Cost) -> BudgetExceeded:
-    whose = "the global budget shared by all analysts" if who == GLOBAL else f'privacy budget of analyst "{user}"'
+    """Why the filter halts, said as it is: "exhausted" only when nothing is left; a query that
+    needs a delta the budget does not provide, or more epsilon than is left, is told so."""
+    whose = "the global budget shared by all analysts" if who == GLOBAL else f'the privacy budget of analyst "{user}"'
     left = f.remaining(totals)
+    state = f.describe(totals)
+    costs = f"this query costs epsilon={show(cost.epsilon)}, delta={show(cost.delta)}"
     cache = "identical repeats of earlier queries are answered from the cache at no cost"
-    if cost.delta > left["delta"] and cost.delta > 0:
-        hint = (f"only delta={show(left['delta'])} is left: SET dpsql.delta to at most that, or ask with Laplace "
-                f"noise over declared group keys, which needs no delta; {cache}")
-    elif left["epsilon"] > 0:
-        hint = f"a cheaper query still fits: SET dpsql.epsilon = {show(_round_down(left['epsilon']))} (or less); {cache}"
-    else:
-        hint = f"the budget is spent; an administrator can grant more (dpsql budget grant); {cache}"
-    return BudgetExceeded(f"{whose} is exhausted: this query costs epsilon={show(cost.epsilon)}, "
-                          f"delta={show(cost.delta)}; {f.describe(totals)}", hint=hint)
+    without_delta = Cost.of([dataclasses.replace(p, delta=Fraction(0)) for p in cost.parts])
+    if cost.delta > 0 and f.admits_cost(totals, without_delta):
+        if f.delta_left(Totals()) == 0 and f.delta_left(totals) == 0:
+            setting = "delta" if f.name == "basic" or f.delta == 0 else "delta_reserve"
+            return BudgetExceeded(f"{whose} provides no delta for releases like this one (partition selection of "
+                                  f"undeclared group keys, or Gaussian noise): {costs}; {state}",
+                                  hint=f"declare the group keys in the policy, use Laplace noise, or set {setting} in "
+                                       "the policy's budget; nothing was charged")
+        return BudgetExceeded(f"{whose} has delta={show(left['delta'])} left, less than this query needs: {costs}; {state}",
+                              hint=f"SET dpsql.delta to at most {show(left['delta'])}, or ask with Laplace noise over "
+                                   f"declared group keys, which needs no delta; {cache}")
+    if left["epsilon"] > 0:
+        return BudgetExceeded(f"{whose} has epsilon={show(left['epsilon'])} left, not enough for this query: {costs}; "
+                              f"{state}", hint=f"a cheaper query still fits: SET dpsql.epsilon = "
+                                               f"{show(_round_down(left['epsilon']))} (or less); {cache}")
+    return BudgetExceeded(f"{whose} is exhausted: {costs}; {state}",
+                          hint=f"an administrator can grant more (dpsql budget grant); {cache}")
 
 
 def _round_down(x: Fraction) -> Fraction:

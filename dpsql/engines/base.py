@@ -59,6 +59,10 @@ class Engine(Protocol):
 _DUCKDB_NAMES = {"INT": "INTEGER", "TEXT": "VARCHAR", "REAL": "FLOAT", "TIMESTAMPTZ": "TIMESTAMP WITH TIME ZONE"}
 
 
+# An engine failure's hint: the session adds whether a charge stays (only when one was recorded).
+ENGINE_FAILURE_HINT = "the engine's own message is withheld because it may quote private values"
+
+
 def canonical_type(type_name: str, dialect: str) -> str:
     """An engine's type name in the one spelling analysis and the wire codec read: DuckDB's
     (INTEGER, DOUBLE, VARCHAR, DATE, DECIMAL(p, s)...), see Engine.schema."""

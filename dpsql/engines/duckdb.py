@@ -18,7 +18,7 @@ from sqlglot import exp
 
 from ..config import Policy, check_against_schema
 from ..errors import OperationalError, PolicyError
-from .base import ResultSet, coin_parts, files_version, is_coin, is_keyed_hash, quote, width_bucket_case
+from .base import ENGINE_FAILURE_HINT, ResultSet, coin_parts, files_version, is_coin, is_keyed_hash, quote, width_bucket_case
 from .scratch import ScratchDir
 
 
@@ -154,8 +154,7 @@ class DuckDBEngine:
         failure = OperationalError(
             "the query failed while running in the engine",
             sqlstate="XX000",
-            hint="the engine's own message is withheld because it may quote private values; "
-                 "the query's cost stays charged, because whether a query fails can depend on the data")
+            hint=ENGINE_FAILURE_HINT)
         with self._tracked(failure) as cur:
             cur.execute(sql)
             names = [d[0] for d in cur.description]

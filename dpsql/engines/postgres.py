@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from ..config import Policy, check_against_schema
 from ..errors import OperationalError, PolicyError
-from .base import ResultSet, canonical_type, quote
+from .base import ENGINE_FAILURE_HINT, ResultSet, canonical_type, quote
 from .pg_total import lower_for_postgres
 
 
@@ -147,8 +147,7 @@ class PostgresEngine:
         except self._psycopg.Error:
             raise OperationalError(
                 "the query failed while running in the engine", sqlstate="XX000",
-                hint="the engine's own message is withheld because it may quote private values; "
-                     "the query's cost stays charged, because whether a query fails can depend on the data") from None
+                hint=ENGINE_FAILURE_HINT) from None
         finally:
             self._running.pop(ident, None)
             if not con.closed:

@@ -19,7 +19,7 @@ from sqlglot import exp
 
 from ..config import Policy, check_against_schema
 from ..errors import OperationalError, PolicyError
-from .base import ResultSet, canonical_type, coin_parts, files_version, is_coin, is_keyed_hash, width_bucket_case
+from .base import ENGINE_FAILURE_HINT, ResultSet, canonical_type, coin_parts, files_version, is_coin, is_keyed_hash, width_bucket_case
 
 # Settings dpsql's guarantees rest on: a policy's conf may not change them.
 _FIXED = {
@@ -141,8 +141,7 @@ class SparkEngine:
                                        sqlstate="57014") from None
             raise OperationalError(
                 "the query failed while running in the engine", sqlstate="XX000",
-                hint="the engine's own message is withheld because it may quote private values; "
-                     "the query's cost stays charged, because whether a query fails can depend on the data") from None
+                hint=ENGINE_FAILURE_HINT) from None
         finally:
             timer.cancel()
             self._running.pop(ident, None)
