@@ -7,6 +7,7 @@ import math
 import secrets
 import sys
 import time
+from pathlib import Path
 from fractions import Fraction
 from typing import Any
 
@@ -17,6 +18,7 @@ from .accounting.filters import FILTERS, make_filter, simulate
 from .config import default_reserve, exact, load_policy
 from .errors import Error, invalid_parameter
 from .mechanisms import rho_for
+from .accounting.integrity import identity_file
 from .accounting.ledger import open_ledger
 from . import __version__
 from .planning import plan_report
@@ -411,6 +413,66 @@ def users_remove(policy: str, ledger: str | None, name: str) -> None:
     click.echo(f"login for {name} removed" if removed else f"{name} has no login")
     if not removed:
         sys.exit(1)
+
+
+@main.group()
+def ledger() -> None:
+    """Create, verify and back up the ledger (budgets, audit log, logins)."""
+
+
+@ledger.command("init")
+@_policy
+@_ledger
+def ledger_init(policy: str, ledger: str | None) -> None:
+    """Create the policy's ledger and record its identity (refused if one exists)."""
+    try:
+        pol = load_policy(policy, ledger_path=ledger)
+        marker = identity_file(pol.ledger_path)
+        if marker.exists() or (pol.ledger_url is None and pol.ledger_path.exists()):
+            raise invalid_parameter(f"a ledger already exists for this policy ({marker if marker.exists() else pol.ledger_path})",
+                                    hint="dpsql ledger verify checks it; remove it only to forget every budget spent")
+        led = open_ledger(pol.ledger_path, pol.ledger_url)
+    except Error as e:
+        _fail(e)
+        return
+    click.echo(f"ledger {led.identity.ledger_id} created at {led.where}; its identity file is {marker} "
+               "(keep it with the ledger's backups)")
+
+
+@ledger.command("verify")
+@_policy
+@_ledger
+def ledger_verify(policy: str, ledger: str | None) -> None:
+    """Check every record's chain and the totals: exit 1 if anything was edited or removed."""
+    try:
+        pol = load_policy(policy, ledger_path=ledger)
+        led = open_ledger(pol.ledger_path, pol.ledger_url, create=False)
+        problems = led.verify()
+    except Error as e:
+        _fail(e)
+        return
+    for p in problems:
+        click.echo(f"PROBLEM: {p}", err=True)
+    if problems:
+        sys.exit(1)
+    click.echo(f"ledger {led.identity.ledger_id} verified: every charge, grant and total is as recorded")
+
+
+@ledger.command("backup")
+@_policy
+@_ledger
+@click.argument("target", type=click.Path(dir_okay=False))
+def ledger_backup(policy: str, ledger: str | None, target: str) -> None:
+    """Copy the ledger to TARGET consistently, even while dpsql serves it (with its identity file)."""
+    try:
+        pol = load_policy(policy, ledger_path=ledger)
+        if Path(target).exists():
+            raise invalid_parameter(f"{target} exists", hint="name a new file")
+        open_ledger(pol.ledger_path, pol.ledger_url, create=False).backup(Path(target))
+    except Error as e:
+        _fail(e)
+        return
+    click.echo(f"ledger backed up to {target} (identity in {identity_file(Path(target))})")
 
 
 def _positive_fraction(value: float, name: str) -> Fraction:

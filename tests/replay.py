@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-CLIENTS = Path(__file__).resolve().parent.parent.parent / "shared" / "clients"
+CLIENTS = Path(__file__).resolve().parent / "clients"  # recorded traffic, copied from the project's shared folder
 
 
 @dataclass

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import shutil
 import sqlite3
 import threading
 import time
@@ -28,6 +29,8 @@ from ..config import BudgetPolicy
 from ..errors import BudgetExceeded, OperationalError
 from .cost import Cost, fraction_text, parse_fraction, show
 from .filters import Filter, Totals, make_filter
+from .integrity import (SCHEMA_VERSION, Identity, charge_record, grant_record, head_tag, identity_file, read_identity,
+                        tag, write_identity)
 
 GLOBAL = "*global*"
 
@@ -37,17 +40,38 @@ _SCHEMA = [
         PRIMARY KEY (user_name, segment))""",
     """CREATE TABLE IF NOT EXISTS grants (
         user_name TEXT NOT NULL, seq INTEGER NOT NULL, epsilon TEXT NOT NULL, delta TEXT NOT NULL,
-        at DOUBLE PRECISION NOT NULL, PRIMARY KEY (user_name, seq))""",
+        at DOUBLE PRECISION NOT NULL, chain TEXT, PRIMARY KEY (user_name, seq))""",
     """CREATE TABLE IF NOT EXISTS charges (
         id {serial}, user_name TEXT NOT NULL, segment INTEGER NOT NULL, at DOUBLE PRECISION NOT NULL,
-        sql TEXT NOT NULL, cost TEXT NOT NULL, detail TEXT NOT NULL, released TEXT)""",
+        sql TEXT NOT NULL, cost TEXT NOT NULL, detail TEXT NOT NULL, released TEXT, chain TEXT)""",
     "CREATE INDEX IF NOT EXISTS charges_user ON charges (user_name, id)",
     """CREATE TABLE IF NOT EXISTS users (
         user_name TEXT PRIMARY KEY, verifier TEXT NOT NULL, role TEXT NOT NULL, created DOUBLE PRECISION NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS cache (
         user_name TEXT NOT NULL, key TEXT NOT NULL, answer TEXT NOT NULL, at DOUBLE PRECISION NOT NULL,
         PRIMARY KEY (user_name, key))""",
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS heads (
+        user_name TEXT NOT NULL, kind TEXT NOT NULL, count INTEGER NOT NULL, last TEXT NOT NULL, tag TEXT NOT NULL,
+        PRIMARY KEY (user_name, kind))""",
 ]
+
+# Ordered migrations: MIGRATIONS[v] brings a version-v ledger to v + 1 (after a backup).
+# Version 1 (shipped before the meta table): no identity, no chain.
+_V1_TO_V2 = ["ALTER TABLE charges ADD COLUMN chain TEXT", "ALTER TABLE grants ADD COLUMN chain TEXT",
+             "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+             _SCHEMA[-1]]
+
+
+# A PostgreSQL ledger opened without an identity file (tools, benchmarks): no identity check,
+# and its chain keyed by a public constant, so it only shows accidental damage.
+UNCHECKED = Identity("unchecked", bytes(32), 0.0)
+
+
+class LedgerError(OperationalError):
+    """The ledger cannot be trusted as it is: dpsql does not start (or answer) on it."""
+
+    sqlstate = "XX001"
 
 
 def segment_filter(budget: BudgetPolicy, grants: list[tuple[Fraction, Fraction]]) -> tuple[int, Filter]:
@@ -85,21 +109,148 @@ class Ledger:
     placeholder = "?"
     serial = "INTEGER PRIMARY KEY AUTOINCREMENT"
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, identity: Path | None = None, *, create: bool = True):
+        """Open the SQLite ledger at `path`, checked against its identity file (default: beside
+        it). A new ledger is created only where neither exists (and `create` allows it)."""
         self.path = Path(path)
+        self.identity_path = identity or identity_file(self.path)
         self._local = threading.local()
+        ident = self._read_identity()
+        if ident is not None and not (self.path.exists() and self.path.stat().st_size > 0):
+            state = "missing" if not self.path.exists() else "empty"
+            raise LedgerError(f"the ledger {self.path} is {state}, but {self.identity_path} says ledger "
+                              f"{ident.ledger_id} was created there on {_date(ident.created)}",
+                              hint="restore the ledger from a backup (dpsql ledger backup); starting afresh would "
+                                   "forget every budget spent. To do that deliberately, remove the identity file and "
+                                   "run dpsql ledger init")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._init_schema()
+            self._open(ident, create)
+        except sqlite3.DatabaseError as e:
+            self.close()
+            raise LedgerError(f"the ledger {self.path} is damaged or not a dpsql ledger: {e}",
+                              hint="restore it from a backup (dpsql ledger backup); nothing was charged") from None
         except (sqlite3.Error, OSError) as e:
+            self.close()
             raise OperationalError(f"cannot open the ledger at {self.path}: {e}",
                                    hint="check that the directory is writable, or set [ledger] path in the policy") from None
 
+    def _read_identity(self) -> Identity | None:
+        try:
+            return read_identity(self.identity_path)
+        except ValueError as e:
+            raise LedgerError(str(e), hint="restore the identity file from a backup of the ledger's directory") from None
+
+    # Identity, versions and migrations -----------------------------------------------------
+    def _open(self, ident: Identity | None, create: bool) -> None:
+        """Check the ledger's identity and schema version; create it (first start) or migrate it
+        forward (after a backup) as needed."""
+        with self._write([]) as con:
+            self._schema_lock(con)
+            version = self._version(con)
+            if version == 0:
+                if ident is not None and ident is not UNCHECKED:
+                    raise LedgerError(f"the ledger {self.where} has no tables, but {self.identity_path} says ledger "
+                                      f"{ident.ledger_id} was created there on {_date(ident.created)}",
+                                      hint="restore the ledger from a backup; starting afresh would forget every "
+                                           "budget spent")
+                if not create:
+                    raise LedgerError(f"there is no ledger at {self.where}", hint="create one with dpsql ledger init")
+                ident = ident or Identity.new()
+                for stmt in _SCHEMA:
+                    self._exec(con, stmt.format(serial=self.serial))
+                self._put_meta(con, ident)
+                if ident is not UNCHECKED:
+                    write_identity(self.identity_path, ident)
+            elif version < SCHEMA_VERSION:
+                self._backup_before_migrating(con, version)
+                adopted = ident is None
+                ident = ident or Identity.new()
+                for stmt in _V1_TO_V2:
+                    self._exec(con, stmt)
+                self._put_meta(con, ident)
+                self._chain_existing(con, ident.key)
+                if adopted:
+                    write_identity(self.identity_path, ident)
+            elif version > SCHEMA_VERSION:
+                raise LedgerError(f"the ledger {self.where} has schema version {version}; this dpsql knows up to "
+                                  f"{SCHEMA_VERSION}", hint="upgrade dpsql")
+            elif ident is not UNCHECKED:
+                stored = dict(self._exec(con, "SELECT key, value FROM meta").fetchall())
+                if ident is None:
+                    raise LedgerError(f"the ledger {self.where} (id {stored.get('ledger_id')}) has no identity file "
+                                      f"{self.identity_path}", hint="restore the identity file from a backup of the "
+                                                                    "ledger's directory")
+                if stored.get("ledger_id") != ident.ledger_id:
+                    raise LedgerError(f"the ledger {self.where} is ledger {stored.get('ledger_id')}, not "
+                                      f"{ident.ledger_id} which {self.identity_path} names",
+                                      hint="point [ledger] at the ledger this policy has used, or restore it from a backup")
+        self.identity = ident
+
+    @property
+    def where(self) -> str:
+        return str(self.path)
+
+    def _schema_lock(self, con) -> None:
+        """One schema creator or migrator at a time (SQLite: the write lock already is)."""
+
+    def _version(self, con) -> int:
+        tables = self._tables(con)
+        if "meta" in tables:
+            row = self._exec(con, "SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            return int(row[0]) if row else 1
+        return 1 if "charges" in tables else 0
+
+    def _tables(self, con) -> set[str]:
+        return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
+
+    def _put_meta(self, con, ident: Identity) -> None:
+        for key, value in (("schema_version", str(SCHEMA_VERSION)), ("ledger_id", ident.ledger_id),
+                           ("created", repr(ident.created))):
+            self._exec(con, "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                       (key, value))
+
+    def _backup_before_migrating(self, con, version: int) -> None:
+        """A copy of the file as it was (the write lock is held, so nothing changes meanwhile)."""
+        target = Path(f"{self.path}.v{version}.backup")
+        if not target.exists():
+            shutil.copyfile(self.path, target)
+            wal = Path(f"{self.path}-wal")
+            if wal.exists():
+                shutil.copyfile(wal, Path(f"{target}-wal"))
+
+    def _chain_existing(self, con, key: bytes) -> None:
+        """Tag the records of a ledger migrated from before the chain, in their order."""
+        heads: dict[tuple[str, str], tuple[int, str]] = {}
+        for cid, user, segment, at, sql, cost, detail in self._exec(
+                con, "SELECT id, user_name, segment, at, sql, cost, detail FROM charges ORDER BY id").fetchall():
+            count, last = heads.get((user, "charge"), (0, ""))
+            t = tag(key, last, charge_record(cid, user, segment, at, sql, cost, detail))
+            self._exec(con, "UPDATE charges SET chain = ? WHERE id = ?", (t, cid))
+            heads[(user, "charge")] = (count + 1, t)
+        for user, seq, eps, dlt, at in self._exec(
+                con, "SELECT user_name, seq, epsilon, delta, at FROM grants ORDER BY user_name, seq").fetchall():
+            count, last = heads.get((user, "grant"), (0, ""))
+            t = tag(key, last, grant_record(user, seq, eps, dlt, at))
+            self._exec(con, "UPDATE grants SET chain = ? WHERE user_name = ? AND seq = ?", (t, user, seq))
+            heads[(user, "grant")] = (count + 1, t)
+        for (user, kind), (count, last) in heads.items():
+            self._put_head(con, user, kind, count, last, key)
+
+    def _put_head(self, con, user: str, kind: str, count: int, last: str, key: bytes) -> None:
+        self._exec(con, "INSERT INTO heads (user_name, kind, count, last, tag) VALUES (?, ?, ?, ?, ?) "
+                        "ON CONFLICT (user_name, kind) DO UPDATE SET count = excluded.count, last = excluded.last, "
+                        "tag = excluded.tag", (user, kind, count, last, head_tag(key, user, kind, count, last)))
+
+    def _append(self, con, user: str, kind: str, record: list[Any]) -> str:
+        """The new record's chained tag, with the analyst's head moved on."""
+        row = self._exec(con, "SELECT count, last FROM heads WHERE user_name = ? AND kind = ?", (user, kind)).fetchone()
+        count, last = (row[0], row[1]) if row else (0, "")
+        t = tag(self.identity.key, last, record)
+        self._put_head(con, user, kind, count + 1, t, self.identity.key)
+        return t
+
     # Connections and transactions -------------------------------------------------------
-    def _init_schema(self) -> None:
-        con = self._con()
-        for stmt in _SCHEMA:
-            con.execute(stmt.format(serial=self.serial))
 
     def _con(self):
         con = getattr(self._local, "con", None)
@@ -183,10 +334,14 @@ class Ledger:
                     if not f.admits(after):
                         raise _refusal(who, user, f, totals, cost)
                     results.append((who, segment, f, after))
+                at, cost_text, detail_text = time.time(), cost.to_json(), json.dumps(detail, default=str)
                 cur = self._exec(con, "INSERT INTO charges (user_name, segment, at, sql, cost, detail) "
                                       "VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
-                                 (user, results[0][1], time.time(), sql, cost.to_json(), json.dumps(detail, default=str)))
+                                 (user, results[0][1], at, sql, cost_text, detail_text))
                 charge_id = cur.fetchone()[0]
+                chain = self._append(con, user, "charge",
+                                     charge_record(charge_id, user, results[0][1], at, sql, cost_text, detail_text))
+                self._exec(con, "UPDATE charges SET chain = ? WHERE id = ?", (chain, charge_id))
                 for who, segment, _, after in results:
                     self._put_totals(con, who, segment, after)
             return Charge(charge_id, results[0][3], results[0][2], cost)
@@ -199,8 +354,10 @@ class Ledger:
     def grant(self, user: str, epsilon: Fraction, delta: Fraction) -> None:
         with self._write([user]) as con:
             seq = len(self._grants(con, user)) + 1
-            self._exec(con, "INSERT INTO grants (user_name, seq, epsilon, delta, at) VALUES (?, ?, ?, ?, ?)",
-                       (user, seq, fraction_text(epsilon), fraction_text(delta), time.time()))
+            eps, dlt, at = fraction_text(epsilon), fraction_text(delta), time.time()
+            chain = self._append(con, user, "grant", grant_record(user, seq, eps, dlt, at))
+            self._exec(con, "INSERT INTO grants (user_name, seq, epsilon, delta, at, chain) VALUES (?, ?, ?, ?, ?, ?)",
+                       (user, seq, eps, dlt, at, chain))
 
     # Audit log and cache ----------------------------------------------------------------
     def release_recorded(self, user: str, charge_id: int) -> bool:
@@ -211,7 +368,12 @@ class Ledger:
         return row is not None
 
     def record_release(self, charge_id: int, released: Any) -> None:
-        self._write_one("UPDATE charges SET released = ? WHERE id = ?", (json.dumps(released, default=str), charge_id))
+        """Recorded before the answer leaves: a ledger that cannot record it refuses the answer."""
+        try:
+            self._write_one("UPDATE charges SET released = ? WHERE id = ?", (json.dumps(released, default=str), charge_id))
+        except self._errors as e:
+            raise OperationalError(f"the ledger could not record the release: {e}",
+                                   hint="nothing was released; the query's cost stays charged") from None
 
     def history(self, user: str) -> list[dict[str, Any]]:
         con = self._con()
@@ -226,9 +388,70 @@ class Ledger:
         return None if row is None else json.loads(row[0])
 
     def cache_put(self, user: str, key: str, answer: Any) -> None:
-        self._write_one("INSERT INTO cache (user_name, key, answer, at) VALUES (?, ?, ?, ?) "
+        """Best effort: an answer that cannot be cached is still an answer (its release is recorded)."""
+        with contextlib.suppress(*self._errors):
+            self._write_one("INSERT INTO cache (user_name, key, answer, at) VALUES (?, ?, ?, ?) "
                         "ON CONFLICT (user_name, key) DO UPDATE SET answer = excluded.answer, at = excluded.at",
-                        (user, key, json.dumps(answer, default=str), time.time()))
+                            (user, key, json.dumps(answer, default=str), time.time()))
+
+    # Verification and backup ----------------------------------------------------------------
+    def verify(self) -> list[str]:
+        """Every problem found: a record edited, deleted, inserted or reordered (its chain or an
+        analyst's head does not match), or totals that disagree with the charges."""
+        key, con, problems = self.identity.key, self._con(), []
+        walked: dict[tuple[str, str], tuple[int, str]] = {}
+        for cid, user, segment, at, sql, cost, detail, chain in self._exec(
+                con, "SELECT id, user_name, segment, at, sql, cost, detail, chain FROM charges ORDER BY id").fetchall():
+            count, last = walked.get((user, "charge"), (0, ""))
+            expected = tag(key, last, charge_record(cid, user, segment, at, sql, cost, detail))
+            if chain != expected:
+                problems.append(f"charge {cid} of {user}: edited, or a charge before it was removed")
+            walked[(user, "charge")] = (count + 1, chain or expected)
+        for user, seq, eps, dlt, at, chain in self._exec(
+                con, "SELECT user_name, seq, epsilon, delta, at, chain FROM grants ORDER BY user_name, seq").fetchall():
+            count, last = walked.get((user, "grant"), (0, ""))
+            if chain != tag(key, last, grant_record(user, seq, eps, dlt, at)):
+                problems.append(f"grant {seq} of {user}: edited, or a grant before it was removed")
+            walked[(user, "grant")] = (count + 1, chain or "")
+        heads = {(u, k): (c, last, t) for u, k, c, last, t in
+                 self._exec(con, "SELECT user_name, kind, count, last, tag FROM heads").fetchall()}
+        for (user, kind), (count, last, t) in heads.items():
+            if t != head_tag(key, user, kind, count, last):
+                problems.append(f"the {kind} head of {user} was edited")
+            elif walked.get((user, kind)) != (count, last):
+                problems.append(f"{kind}s of {user}: {walked.get((user, kind), (0, ''))[0]} found, {count} recorded "
+                                "(records removed or added)")
+        for user, kind in set(walked) - set(heads):
+            problems.append(f"{kind}s of {user} without a head (records added, or the head removed)")
+        spent: dict[tuple[str, int], list] = {}
+        for user, segment, cost in self._exec(con, "SELECT user_name, segment, cost FROM charges").fetchall():
+            c = Cost.from_json(cost)
+            acc = spent.setdefault((user, segment), [0, Fraction(0), Fraction(0)])
+            acc[0] += 1
+            acc[1] += c.epsilon
+            acc[2] += c.delta
+        for user, segment, sums, queries in self._exec(con, "SELECT user_name, segment, sums, queries FROM totals").fetchall():
+            if user == GLOBAL:
+                continue
+            totals = {k: parse_fraction(v) for k, v in json.loads(sums).items()}
+            got = spent.pop((user, segment), [0, Fraction(0), Fraction(0)])
+            if [queries, totals.get("epsilon", Fraction(0)), totals.get("delta", Fraction(0))] != got:
+                problems.append(f"the totals of {user} (segment {segment}) disagree with the charges")
+        for user, segment in spent:
+            problems.append(f"charges of {user} (segment {segment}) without totals")
+        return problems
+
+    def backup(self, target: Path) -> None:
+        """A consistent copy while serving (SQLite's online backup), with its identity file."""
+        target = Path(target)
+        dest = sqlite3.connect(target)
+        try:
+            self._con().backup(dest)
+        finally:
+            dest.close()
+        identity = identity_file(target)
+        if not identity.exists():
+            write_identity(identity, self.identity)
 
     # Analysts' credentials (SCRAM verifiers; the server never stores a password) ----------
     def set_user(self, user: str, verifier: str, role: str) -> None:
@@ -264,7 +487,9 @@ class PostgresLedger(Ledger):
     placeholder = "%s"
     serial = "BIGSERIAL PRIMARY KEY"
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, identity: Path | None = None, *, create: bool = True):
+        """Open the ledger at `url`; with an identity file (open_ledger gives the policy's), it is
+        checked as a SQLite ledger is; without one, only its schema is."""
         try:
             import psycopg
         except ImportError:
@@ -274,14 +499,34 @@ class PostgresLedger(Ledger):
         self.path = Path(url)
         self._errors = (psycopg.Error,)
         self._local = threading.local()
+        self.identity_path = identity
         try:
-            with self._write([]) as con:
-                con.execute("SELECT pg_advisory_xact_lock(0)")  # one schema creator at a time
-                for stmt in _SCHEMA:
-                    con.execute(stmt.format(serial=self.serial))
+            ident = self._read_identity()
+            self._open(ident, create)
         except psycopg.Error as e:
             raise OperationalError(f"cannot open the PostgreSQL ledger: {e}",
                                    hint="check [ledger] url; nothing was charged or released") from None
+
+    def _read_identity(self) -> Identity | None:
+        return UNCHECKED if self.identity_path is None else super()._read_identity()
+
+    @property
+    def where(self) -> str:
+        return "at [ledger] url"
+
+    def _schema_lock(self, con) -> None:
+        con.execute("SELECT pg_advisory_xact_lock(0)")  # one schema creator at a time
+
+    def _tables(self, con) -> set[str]:
+        return {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables "
+                                          "WHERE table_schema = current_schema()").fetchall()}
+
+    def _backup_before_migrating(self, con, version: int) -> None:
+        for table in ("totals", "grants", "charges", "users"):
+            con.execute(f"CREATE TABLE IF NOT EXISTS {table}_v{version}_backup AS SELECT * FROM {table}")
+
+    def backup(self, target: Path) -> None:
+        raise OperationalError("dpsql ledger backup copies SQLite ledgers", hint="back a PostgreSQL ledger up with pg_dump")
 
     def _con(self):
         con = getattr(self._local, "con", None)
@@ -303,10 +548,12 @@ def _lock_key(user: str) -> int:
     return zlib.crc32(user.encode()) + 1
 
 
-def open_ledger(path: Path | None, url: str | None) -> Ledger:
+def open_ledger(path: Path | None, url: str | None, *, create: bool = True) -> Ledger:
+    """The policy's ledger, checked against its identity file (for a PostgreSQL ledger, kept
+    where the policy's SQLite ledger would be)."""
     if url:
-        return PostgresLedger(url)
-    return Ledger(path)
+        return PostgresLedger(url, identity_file(path) if path is not None else None, create=create)
+    return Ledger(path, create=create)
 
 
 def _refusal(who: str, user: str, f: Filter, totals: Totals, cost: Cost) -> BudgetExceeded:
@@ -334,6 +581,10 @@ def _refusal(who: str, user: str, f: Filter, totals: Totals, cost: Cost) -> Budg
                                                f"{show(_round_down(left['epsilon']))} (or less); {cache}")
     return BudgetExceeded(f"{whose} is exhausted: {costs}; {state}",
                           hint=f"an administrator can grant more (dpsql budget grant); {cache}")
+
+
+def _date(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(at))
 
 
 def _round_down(x: Fraction) -> Fraction:
