@@ -196,3 +196,41 @@ def test_postgres_ledger_identity_and_verify(pg_ledger_url, tmp_path):
             pg.execute(f"DROP TABLE {table}")
     with pytest.raises(LedgerError, match="no tables"):
         PostgresLedger(pg_ledger_url, identity_file(marker))
+
+
+V1_POSTGRES = [  # the shipped format 1, as the previous code created it on PostgreSQL
+    "CREATE TABLE totals (user_name TEXT NOT NULL, segment INTEGER NOT NULL, sums TEXT NOT NULL, "
+    "queries INTEGER NOT NULL, PRIMARY KEY (user_name, segment))",
+    "CREATE TABLE grants (user_name TEXT NOT NULL, seq INTEGER NOT NULL, epsilon TEXT NOT NULL, delta TEXT NOT NULL, "
+    "at DOUBLE PRECISION NOT NULL, PRIMARY KEY (user_name, seq))",
+    "CREATE TABLE charges (id BIGSERIAL PRIMARY KEY, user_name TEXT NOT NULL, segment INTEGER NOT NULL, "
+    "at DOUBLE PRECISION NOT NULL, sql TEXT NOT NULL, cost TEXT NOT NULL, detail TEXT NOT NULL, released TEXT)",
+    "CREATE TABLE users (user_name TEXT PRIMARY KEY, verifier TEXT NOT NULL, role TEXT NOT NULL, "
+    "created DOUBLE PRECISION NOT NULL)",
+    "CREATE TABLE cache (user_name TEXT NOT NULL, key TEXT NOT NULL, answer TEXT NOT NULL, "
+    "at DOUBLE PRECISION NOT NULL, PRIMARY KEY (user_name, key))",
+]
+
+
+def test_the_shipped_format_migrates_forward_on_postgres(pg_ledger_url, tmp_path):
+    import psycopg
+
+    old = sqlite3.connect(FIXTURE)
+    with psycopg.connect(pg_ledger_url, autocommit=True) as pg:
+        for ddl in V1_POSTGRES:
+            pg.execute(ddl)
+        for table in ("totals", "grants", "charges", "users", "cache"):
+            rows = old.execute(f"SELECT * FROM {table}").fetchall()
+            if rows:
+                marks = ", ".join(["%s"] * len(rows[0]))
+                pg.cursor().executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
+        pg.execute("SELECT setval('charges_id_seq', (SELECT max(id) FROM charges))")
+    old.close()
+    marker = identity_file(tmp_path / "policy.ledger.sqlite")
+    led = PostgresLedger(pg_ledger_url, marker)
+    assert marker.exists() and led.verify() == [] and len(led.history("alice")) == 3
+    _spend(led, "alice", 1)
+    assert led.verify() == []
+    with psycopg.connect(pg_ledger_url) as pg:
+        assert pg.execute("SELECT count(*) FROM charges_v1_backup").fetchone()[0] == 4
+    led.close()
