@@ -327,11 +327,20 @@ def plan(policy: str, user: str, ledger: str | None, epsilon: float, delta: floa
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None)
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None)
 @click.option("--require-tls", is_flag=True, help="Refuse connections that do not use TLS.")
-@click.option("--max-connections", default=200, show_default=True, type=int)
+@click.option("--max-connections", default=200, show_default=True, type=int, help="Authenticated sessions at once.")
+@click.option("--max-pending", default=64, show_default=True, type=int,
+              help="Connections still logging in at once (a cap of their own, so they never take analysts' slots).")
+@click.option("--login-timeout", default=10.0, show_default=True, type=float, help="Seconds from connect to logged in.")
+@click.option("--login-delay", default=0.25, show_default=True, type=float,
+              help="Backoff after a failed login, per user name and per address, doubling up to 32x.")
+@click.option("--login-lockout-after", default=10, show_default=True, type=int,
+              help="Failed logins in a row that lock the name and the address out for 5 minutes.")
 def serve(policy: str, ledger: str | None, host: str, port: int, tls_cert: str | None, tls_key: str | None,
-          require_tls: bool, max_connections: int) -> None:
+          require_tls: bool, max_connections: int, max_pending: int, login_timeout: float, login_delay: float,
+          login_lockout_after: int) -> None:
     """Serve the PostgreSQL wire protocol: psql, JDBC, ODBC and every Postgres driver connect unchanged."""
     from .server.app import Limits, Server, run, tls_context
+    from .server.throttle import LoginThrottle
 
     try:
         pol = load_policy(policy, ledger_path=ledger)
@@ -340,7 +349,9 @@ def serve(policy: str, ledger: str | None, host: str, port: int, tls_cert: str |
         if require_tls and tls_cert is None:
             raise invalid_parameter("--require-tls needs --tls-cert and --tls-key")
         server = Server(pol, host, port, tls_context(tls_cert, tls_key) if tls_cert else None, require_tls,
-                        Limits(max_connections=max_connections))
+                        Limits(max_connections=max_connections, max_pending=max_pending, login_timeout=login_timeout))
+        server.throttle = LoginThrottle(base_delay=login_delay, max_delay=32 * login_delay,
+                                        lockout_after=login_lockout_after)
         for name in sorted(pol.users):
             if server.ledger.user_credentials(name) is None:
                 password = secrets.token_urlsafe(12)

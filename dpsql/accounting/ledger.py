@@ -51,6 +51,9 @@ _SCHEMA = [
         user_name TEXT NOT NULL, key TEXT NOT NULL, answer TEXT NOT NULL, at DOUBLE PRECISION NOT NULL,
         PRIMARY KEY (user_name, key))""",
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS events (
+        at DOUBLE PRECISION NOT NULL, kind TEXT NOT NULL, user_name TEXT NOT NULL, address TEXT NOT NULL,
+        detail TEXT NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS heads (
         user_name TEXT NOT NULL, kind TEXT NOT NULL, count INTEGER NOT NULL, last TEXT NOT NULL, tag TEXT NOT NULL,
         PRIMARY KEY (user_name, kind))""",
@@ -60,7 +63,7 @@ _SCHEMA = [
 # Version 1 (shipped before the meta table): no identity, no chain.
 _V1_TO_V2 = ["ALTER TABLE charges ADD COLUMN chain TEXT", "ALTER TABLE grants ADD COLUMN chain TEXT",
              "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-             _SCHEMA[-1]]
+             _SCHEMA[-2], _SCHEMA[-1]]
 
 
 # A PostgreSQL ledger opened without an identity file (tools, benchmarks): no identity check,
@@ -393,6 +396,19 @@ class Ledger:
             self._write_one("INSERT INTO cache (user_name, key, answer, at) VALUES (?, ?, ?, ?) "
                         "ON CONFLICT (user_name, key) DO UPDATE SET answer = excluded.answer, at = excluded.at",
                             (user, key, json.dumps(answer, default=str), time.time()))
+
+    def record_event(self, kind: str, user: str, address: str, detail: str = "") -> None:
+        """The audit log of what is not a charge (failed and refused logins): best effort, a
+        ledger that cannot write it still refuses the login it records."""
+        with contextlib.suppress(*self._errors):
+            self._write_one("INSERT INTO events (at, kind, user_name, address, detail) VALUES (?, ?, ?, ?, ?)",
+                            (time.time(), kind, user, address, detail))
+
+    def events(self, user: str | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT at, kind, user_name, address, detail FROM events"
+        rows = self._exec(self._con(), sql + (" WHERE user_name = ? ORDER BY at" if user else " ORDER BY at"),
+                          (user,) if user else ()).fetchall()
+        return [{"at": r[0], "kind": r[1], "user": r[2], "address": r[3], "detail": r[4]} for r in rows]
 
     # Verification and backup ----------------------------------------------------------------
     def verify(self) -> list[str]:

@@ -28,15 +28,17 @@ from . import codec
 from .catalog import Catalog, is_catalog_query
 from .params import infer_parameter_types
 from .scram import ScramError, ScramServer, Verifier
+from .throttle import LoginThrottle
 
 log = logging.getLogger("dpsql.server")
 
 
 @dataclass
 class Limits:
-    max_connections: int = 200
+    max_connections: int = 200  # authenticated sessions
+    max_pending: int = 64  # connections still starting up or authenticating, counted apart
     max_message: int = 16 * 1024 * 1024
-    login_timeout: float = 30.0
+    login_timeout: float = 10.0  # from connect to authenticated
     drain_timeout: float = 30.0
 
 
@@ -76,7 +78,9 @@ class Server:
         self.engine = open_engine(policy)
         self.catalog = Catalog(policy, self.engine.schema())
         self.executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dpsql")
-        self.connections: dict[int, "Connection"] = {}
+        self.connections: dict[int, "Connection"] = {}  # authenticated
+        self.pending: set[int] = set()  # not yet authenticated: a cap of their own
+        self.throttle = LoginThrottle()
         self.secret = secrets.token_bytes(32)
         self._server: asyncio.base_events.Server | None = None
         self._closing = False
@@ -189,12 +193,17 @@ class Connection:
     async def run(self) -> None:
         server = self.server
         try:
-            if len(server.connections) >= server.limits.max_connections or server._closing:
-                self.send(codec.error_response("53300", "sorry, too many clients already", severity="FATAL"))
+            if len(server.pending) >= server.limits.max_pending or server._closing:
+                # Half-open sockets fill this cap, never the authenticated analysts' one.
+                self.send(codec.error_response("53300", "sorry, too many connections are logging in; try again shortly",
+                                               severity="FATAL"))
                 await self.writer.drain()
                 return
-            server.connections[self.pid] = self
-            ok = await asyncio.wait_for(self.startup(), server.limits.login_timeout)
+            server.pending.add(self.pid)
+            try:
+                ok = await asyncio.wait_for(self.startup(), server.limits.login_timeout)
+            finally:
+                server.pending.discard(self.pid)
             if not ok:
                 return
             await self.loop()
@@ -246,6 +255,11 @@ class Connection:
         self.user = params.get("user", "")
         if not await self.authenticate():
             return False
+        if len(self.server.connections) >= self.server.limits.max_connections:
+            self.send(codec.error_response("53300", "sorry, too many clients already", severity="FATAL"))
+            await self.writer.drain()
+            return False
+        self.server.connections[self.pid] = self
         try:
             self.session = Session(self.server.policy, self.user, engine=self.server.engine)
         except Error as e:
@@ -279,6 +293,37 @@ class Connection:
         return params
 
     async def authenticate(self) -> bool:
+        """SCRAM-SHA-256, throttled: after failures from this name or address each attempt waits
+        (0.25 s doubling up to 8 s), and ten in a row lock both out for five minutes. Unknown
+        users and wrong passwords fail alike, in text and in timing (a mock verifier)."""
+        loop = asyncio.get_running_loop()
+        address = self._address()
+        wait = self.server.throttle.admit(self.user, address, loop.time())
+        if wait is None:
+            await self._log_event("login locked out")
+            self.send(codec.error_response("28000", f'too many failed logins for user "{self.user}" or from this '
+                                           "address; try again in a few minutes", severity="FATAL"))
+            await self.writer.drain()
+            return False
+        if wait:
+            await asyncio.sleep(wait)
+        ok = await self._scram()
+        if ok:
+            self.server.throttle.succeeded(self.user, address)
+        else:
+            self.server.throttle.failed(self.user, address, loop.time())
+            await self._log_event("login failed")
+        return ok
+
+    def _address(self) -> str:
+        peer = self.writer.get_extra_info("peername")
+        return str(peer[0]) if isinstance(peer, tuple) and peer else "local"
+
+    async def _log_event(self, kind: str) -> None:
+        log.warning("%s: user %r from %s", kind, self.user, self._address())
+        await self.run_blocking(self.server.ledger.record_event, kind, self.user, self._address())
+
+    async def _scram(self) -> bool:
         creds = await self.run_blocking(self.server.ledger.user_credentials, self.user)
         verifier = Verifier.mock(self.user, self.server.secret)
         if creds is not None:
