@@ -18,9 +18,9 @@ from pathlib import Path
 import duckdb
 
 import dpsql
+from dpsql.sql.classify import classify
 
 from .timing import median_ms
-from dpsql.sql.classify import classify
 
 QUERIES = {
     "grouped COUNT": "SELECT g, COUNT(*) FROM t GROUP BY g",

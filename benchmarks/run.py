@@ -34,7 +34,15 @@ import dpsql
 from dpsql.accounting.filters import FILTERS, make_filter, simulate
 from dpsql.sql.classify import classify
 
-from .data import KEYS, MAX_GROUPS, MAX_ROWS, REGIONS, VALUE_BOUNDS, generate, policy_text
+from .data import (
+    KEYS,
+    MAX_GROUPS,
+    MAX_ROWS,
+    REGIONS,
+    VALUE_BOUNDS,
+    generate,
+    policy_text,
+)
 from .serving import serve, throughput
 from .timing import interleaved_ms, median_ms
 from .workload import QUERIES, SCALE, THROUGHPUT

@@ -5,12 +5,38 @@ the PostgreSQL wire protocol. Every answer is noised, and its cost charged first
 """
 
 from .dbapi import (
-    BINARY, DATETIME, NUMBER, ROWID, STRING, Binary, Connection, Cursor, Date, DateFromTicks, Time,
-    TimeFromTicks, Timestamp, TimestampFromTicks, apilevel, connect, paramstyle, threadsafety,
+    BINARY,
+    DATETIME,
+    NUMBER,
+    ROWID,
+    STRING,
+    Binary,
+    Connection,
+    Cursor,
+    Date,
+    DateFromTicks,
+    Time,
+    TimeFromTicks,
+    Timestamp,
+    TimestampFromTicks,
+    apilevel,
+    connect,
+    paramstyle,
+    threadsafety,
 )
 from .errors import (
-    BudgetExceeded, DatabaseError, DataError, Error, IntegrityError, InterfaceError, InternalError,
-    NotSupportedError, OperationalError, PolicyError, ProgrammingError, Warning,
+    BudgetExceeded,
+    DatabaseError,
+    DataError,
+    Error,
+    IntegrityError,
+    InterfaceError,
+    InternalError,
+    NotSupportedError,
+    OperationalError,
+    PolicyError,
+    ProgrammingError,
+    Warning,
 )
 
 __version__ = "0.1.0"

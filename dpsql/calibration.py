@@ -17,7 +17,14 @@ from .accounting.cost import Cost, Part
 from .accounting.filters import amplified_epsilon
 from .accounting.planner import Planned, plan
 from .errors import ProgrammingError, invalid_parameter
-from .mechanisms import MAX_SCALE, Noise, gaussian_sigma, laplace_scale, rho_for, selection_threshold
+from .mechanisms import (
+    MAX_SCALE,
+    Noise,
+    gaussian_sigma,
+    laplace_scale,
+    rho_for,
+    selection_threshold,
+)
 from .sql.analyze import Estimate, Measure, Plan
 
 

@@ -7,20 +7,20 @@ import math
 import secrets
 import sys
 import time
-from pathlib import Path
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import click
 
+from . import __version__
 from .accounting.cost import Cost, Part, show
 from .accounting.filters import FILTERS, make_filter, simulate
+from .accounting.integrity import identity_file
+from .accounting.ledger import open_ledger
 from .config import default_reserve, exact, load_policy
 from .errors import Error, invalid_parameter
 from .mechanisms import rho_for
-from .accounting.integrity import identity_file
-from .accounting.ledger import open_ledger
-from . import __version__
 from .planning import plan_report
 from .server.scram import make_verifier
 from .session import Result, Session, budget_summary, explain_lines

@@ -7,12 +7,18 @@ from dataclasses import replace
 from fractions import Fraction
 from typing import Any, Sequence
 
-from .accounting.ledger import segment_filter
 from .accounting.filters import Totals
-from .calibration import calibrate, calibrate_planned, needs_delta, planned_mechanisms, pld_multiplier
+from .accounting.ledger import segment_filter
+from .calibration import (
+    calibrate,
+    calibrate_planned,
+    needs_delta,
+    planned_mechanisms,
+    pld_multiplier,
+)
 from .errors import invalid_parameter, unsupported
-from .session import Session
 from .prepare import plan_query
+from .session import Session
 from .sql.analyze import Plan, PublicQuery
 from .sql.classify import Query, classify
 

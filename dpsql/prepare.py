@@ -14,8 +14,17 @@ from typing import Mapping
 
 from sqlglot import exp
 
-from .calibration import (Calibration, batch_cost, calibrate, calibrate_planned, epsilon_for_target, measure_weights,
-                          needs_delta, planned_mechanisms, pld_multiplier)
+from .calibration import (
+    Calibration,
+    batch_cost,
+    calibrate,
+    calibrate_planned,
+    epsilon_for_target,
+    measure_weights,
+    needs_delta,
+    planned_mechanisms,
+    pld_multiplier,
+)
 from .config import Policy, exact
 from .errors import invalid_parameter
 from .sql.analyze import Plan, PublicQuery, analyze

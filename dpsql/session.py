@@ -11,10 +11,10 @@ import contextlib
 import datetime
 import decimal
 import hashlib
-import secrets
 import json
 import logging
 import math
+import secrets
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -23,22 +23,59 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from sqlglot import exp
 
-from .accounting.cost import Cost, show
 from . import guard
+from .accounting.cost import show
 from .accounting.ledger import Charge, Ledger, open_ledger
-from .calibration import Calibration, batch_cost, calibrate_planned, planned_mechanisms, pld_multiplier
+from .calibration import (
+    Calibration,
+    batch_cost,
+    calibrate_planned,
+    planned_mechanisms,
+    pld_multiplier,
+)
 from .config import MECHANISMS, Policy, TablePolicy
 from .engines import Engine, open_engine
-from .errors import Error, InternalError, OperationalError, ProgrammingError, forbidden, invalid_parameter, unsupported
+from .errors import (
+    Error,
+    InternalError,
+    OperationalError,
+    ProgrammingError,
+    forbidden,
+    invalid_parameter,
+    unsupported,
+)
 from .postprocess import PostProcessor
+from .prepare import (
+    CLIENT_SETTINGS,
+    Settings,
+    plan_query,
+    positive,
+    prepare,
+    probability,
+)
 from .release import release
-from .prepare import CLIENT_SETTINGS, Settings, plan_query, positive, prepare, probability
-from .sql.analyze import COUNT_BITS, Measure, Plan, PublicQuery, squares_measure, sum_measure, touches_private
-from .sql.scope import output_name
-from .sql.classify import (Explain, Query, SetCommand, ShowCommand, TransactionCommand, classify, classify_one,
-                           split_statements)
+from .sql.analyze import (
+    COUNT_BITS,
+    Measure,
+    Plan,
+    PublicQuery,
+    squares_measure,
+    sum_measure,
+    touches_private,
+)
+from .sql.classify import (
+    Explain,
+    Query,
+    SetCommand,
+    ShowCommand,
+    TransactionCommand,
+    classify,
+    classify_one,
+    split_statements,
+)
 from .sql.options import QueryOptions
 from .sql.rewrite import Weighting, rewrite, weighted_value_sql
+from .sql.scope import output_name
 
 log = logging.getLogger("dpsql")
 

@@ -14,8 +14,12 @@ from scipy import stats
 
 from dpsql.audit import markdown, run_audit
 from dpsql.audit.cases import HOSPITAL, Case
-from dpsql.audit.stats import (audit, clopper_pearson_lower, clopper_pearson_upper,
-                               epsilon_lower_bound)
+from dpsql.audit.stats import (
+    audit,
+    clopper_pearson_lower,
+    clopper_pearson_upper,
+    epsilon_lower_bound,
+)
 
 
 @pytest.fixture

@@ -23,12 +23,12 @@ def test_pgjdbc_metadata_and_prepared_statement(serve, tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert {l.split()[1] for l in lines if l.startswith("table ")} == {"people", "events", "places", "rows"}
-    assert [l for l in lines if l.startswith("column ")] == ["column pid int4", "column age float8",
+    assert {line.split()[1] for line in lines if line.startswith("table ")} == {"people", "events", "places", "rows"}
+    assert [line for line in lines if line.startswith("column ")] == ["column pid int4", "column age float8",
                                                              "column sex text", "column city text"]
-    assert int(next(l for l in lines if l.startswith("types ")).split()[1]) > 10
+    assert int(next(line for line in lines if line.startswith("types ")).split()[1]) > 10
     assert "schema public" in lines
-    assert len([l for l in lines if l.startswith("count ")]) == 6
+    assert len([line for line in lines if line.startswith("count ")]) == 6
     assert "queries 6" in lines  # six executions with six parameters: six charges
 
 

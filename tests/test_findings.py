@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import gc
 import math
-import secrets
 import os
+import secrets
 import stat
 import subprocess
 import sys

@@ -9,7 +9,6 @@ from fractions import Fraction
 import pytest
 
 from dpsql.accounting.cost import Cost
-from dpsql.accounting.ledger import Charge
 from dpsql.engines.base import ResultSet
 from dpsql.guard import ReleaseRefused, check
 from dpsql.mechanisms import Noise

@@ -76,7 +76,10 @@ def test_laplace_interval_half_width_is_exact():
     for b in (0.5, 2.0, 37.5):
         noise = Noise("laplace", b)
         q = math.exp(-1 / b)
-        tail = lambda j: 2 * q ** (j + 1) / (1 + q)  # P(|Z| > j) = P(|Z| >= j + 1)
+
+        def tail(j: float, q: float = q) -> float:
+            return 2 * q ** (j + 1) / (1 + q)  # P(|Z| > j) = P(|Z| >= j + 1)
+
         h = noise.half_width(0.95)
         assert tail(h) <= 0.05 + 1e-12
         assert h == 0 or tail(h - 1) > 0.05

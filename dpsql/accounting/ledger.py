@@ -29,8 +29,17 @@ from ..config import BudgetPolicy
 from ..errors import BudgetExceeded, OperationalError
 from .cost import Cost, fraction_text, parse_fraction, show
 from .filters import Filter, Totals, make_filter
-from .integrity import (SCHEMA_VERSION, Identity, charge_record, grant_record, head_tag, identity_file, read_identity,
-                        tag, write_identity)
+from .integrity import (
+    SCHEMA_VERSION,
+    Identity,
+    charge_record,
+    grant_record,
+    head_tag,
+    identity_file,
+    read_identity,
+    tag,
+    write_identity,
+)
 
 GLOBAL = "*global*"
 

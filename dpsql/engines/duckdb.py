@@ -18,7 +18,16 @@ from sqlglot import exp
 
 from ..config import Policy, check_against_schema
 from ..errors import OperationalError, PolicyError
-from .base import ENGINE_FAILURE_HINT, ResultSet, coin_parts, files_version, is_coin, is_keyed_hash, quote, width_bucket_case
+from .base import (
+    ENGINE_FAILURE_HINT,
+    ResultSet,
+    coin_parts,
+    files_version,
+    is_coin,
+    is_keyed_hash,
+    quote,
+    width_bucket_case,
+)
 from .scratch import ScratchDir
 
 

@@ -19,7 +19,16 @@ from sqlglot import exp
 
 from ..config import Policy, check_against_schema
 from ..errors import OperationalError, PolicyError
-from .base import ENGINE_FAILURE_HINT, ResultSet, canonical_type, coin_parts, files_version, is_coin, is_keyed_hash, width_bucket_case
+from .base import (
+    ENGINE_FAILURE_HINT,
+    ResultSet,
+    canonical_type,
+    coin_parts,
+    files_version,
+    is_coin,
+    is_keyed_hash,
+    width_bucket_case,
+)
 
 # Settings dpsql's guarantees rest on: a policy's conf may not change them.
 _FIXED = {

@@ -18,13 +18,27 @@ from sqlglot import exp
 
 from ..config import Policy
 from ..errors import ProgrammingError, forbidden, invalid_parameter, unsupported
-from .allowlist import (DP_AGGREGATES, SPREAD_AGGREGATES, check_node, check_tree, contains_aggregate, is_aggregate,
-                        order_statistic)
+from .allowlist import (
+    DP_AGGREGATES,
+    SPREAD_AGGREGATES,
+    check_node,
+    check_tree,
+    contains_aggregate,
+    is_aggregate,
+    order_statistic,
+)
 from .bounds import Interval, interval
-from .options import QueryOptions
 from .domains import Image, column_values, image, literal_domain
+from .options import QueryOptions
+from .scope import (
+    Relation,
+    Resolver,
+    Source,
+    check_unit_joins,
+    column_bounds,
+    output_name,
+)
 from .total import clamp
-from .scope import Relation, Resolver, Source, check_unit_joins, column_bounds, output_name
 
 FIXED_POINT_DIGITS = 24  # binary digits kept of the largest per-row magnitude
 COUNT_BITS = 10  # fractional binary digits of counts when a unit's groups are scaled down

@@ -22,7 +22,15 @@ from ..config import ColumnPolicy, TablePolicy
 from ..errors import ProgrammingError, unsupported
 from .allowlist import contains_aggregate, is_aggregate
 from .bounds import Interval, interval
-from .scope import Relation, Resolver, Scope, Source, check_unit_joins, column_bounds, output_name
+from .scope import (
+    Relation,
+    Resolver,
+    Scope,
+    Source,
+    check_unit_joins,
+    column_bounds,
+    output_name,
+)
 from .total import clamp, total, try_casts, try_wrap
 
 MAX_COUNT_KEYS = 1000  # a per-unit count's domain 0..R is declared up to this size

@@ -24,8 +24,8 @@ C / max(||n||_2, C): its shares' L2 norm is at most C (and C * R for a sum).
 from __future__ import annotations
 
 import datetime
-from fractions import Fraction
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Mapping
 
 import sqlglot
@@ -34,7 +34,7 @@ from sqlglot import exp
 from .analyze import COUNT_BITS, GroupKey, Measure, Plan
 from .derived import Derived
 from .scope import Relation, Source
-from .total import clamp, try_casts, try_wrap, total
+from .total import clamp, total, try_casts, try_wrap
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,13 @@ from typing import Any, Callable, Mapping
 from sqlglot import exp
 
 from ..config import Policy, TablePolicy
-from ..errors import ProgrammingError, forbidden, undefined_column, undefined_table, unsupported
+from ..errors import (
+    ProgrammingError,
+    forbidden,
+    undefined_column,
+    undefined_table,
+    unsupported,
+)
 from .allowlist import check_tree, contains_aggregate
 from .bounds import UNBOUNDED, Interval
 
