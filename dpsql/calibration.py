@@ -17,6 +17,7 @@ from .accounting.cost import Cost, Part
 from .accounting.filters import amplified_epsilon
 from .accounting.planner import Planned, plan
 from .errors import ProgrammingError, invalid_parameter
+from .families import family
 from .mechanisms import (
     MAX_SCALE,
     Noise,
@@ -163,7 +164,7 @@ def epsilon_for_target(plan: Plan, target: float, delta: Fraction, mechanism: st
     """The smallest epsilon (3 significant digits, rounded up) at which every COUNT and SUM of
     the plan is within ±target of its pre-noise value at the confidence level. Pure: it only
     calibrates, so choosing it reveals nothing and costs nothing."""
-    targeted = sorted({m for e in plan.estimates if e.func in ("count", "sum") for m in measures_of(e)})
+    targeted = sorted({m for e in plan.estimates if family(e).targetable for m in measures_of(e)})
     if not targeted:
         raise invalid_parameter("dpsql.target_error applies to COUNT and SUM",
                                 hint="SET dpsql.target_error = 0 to turn it off, and set dpsql.epsilon instead")

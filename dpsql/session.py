@@ -44,6 +44,7 @@ from .errors import (
     invalid_parameter,
     unsupported,
 )
+from .families import family
 from .postprocess import PostProcessor
 from .prepare import (
     CLIENT_SETTINGS,
@@ -195,7 +196,7 @@ class Session:
             return public_names(plan.tree, names), types
         names, types = self.engine.describe(self.engine.prepare(rewrite(plan, plan.literal_domain_size())))
         key_types = types[:len(plan.keys)]
-        est_types = ["BIGINT" if e.func in ("count", "distinct") else "DOUBLE" for e in plan.estimates]
+        est_types = [family(e).result_type for e in plan.estimates]
         return self._post.describe(plan.post, key_types, est_types)
 
     # Settings ------------------------------------------------------------------------------

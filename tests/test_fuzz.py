@@ -54,7 +54,7 @@ def queries(draw) -> str:
         source = "(SELECT pid, SUM(amount) AS age, COUNT(*) AS sex2 FROM events GROUP BY pid) t"
         table = "people"
     e = draw(expressions(table, alias))
-    agg = draw(st.sampled_from([f"COUNT(*)", f"COUNT({e})", f"SUM({e})", f"AVG({e})", f"MIN({e})", f"MAX({e})",
+    agg = draw(st.sampled_from(["COUNT(*)", f"COUNT({e})", f"SUM({e})", f"AVG({e})", f"MIN({e})", f"MAX({e})",
                                 f"STDDEV({e})", f"MEDIAN({e})", "COUNT(DISTINCT t.pid)", f"VAR_POP({e})",
                                 f"SUM({e}) / COUNT(*)"]))
     group = draw(st.sampled_from(["", "GROUP BY 1", "GROUP BY 1, 2"]))

@@ -18,6 +18,7 @@ from sqlglot import exp
 
 from ..config import Policy
 from ..errors import ProgrammingError, forbidden, invalid_parameter, unsupported
+from ..families import family
 from .allowlist import (
     DP_AGGREGATES,
     SPREAD_AGGREGATES,
@@ -605,7 +606,7 @@ class _Analysis:
         plain = {(m.value.sql(), m.lower, m.upper): i for i, m in enumerate(self.measures)
                  if m.kind == "sum" and m.centre == 0 and m.value is not None}
         for i, est in enumerate(self.estimates):
-            if est.func == "avg":
+            if family(est).centred_sum:
                 m = self.measures[est.total]
                 shared = plain.get((m.value.sql(), m.lower, m.upper))
                 if shared is not None and shared != est.total:

@@ -1,0 +1,300 @@
+"""Aggregate families: how each aggregate the analyst wrote is estimated from noisy measures,
+with its interval and its result type. All the dispatch on an estimate's kind is here.
+
+A family's `estimate` runs after the noise (post-processing: it reads only noisy measures and
+the policy's bounds). Families:
+- COUNT (COUNT(*), COUNT(x), COUNT(DISTINCT unit)): a noisy count, rounded, clamped at 0;
+- SUM: a noisy fixed-point sum;
+- AVG: a centred noisy sum over a noisy count, clamped to the bounds;
+- VARIANCE (VAR/STDDEV, POP/SAMP): count, centred sum and centred sum of squares;
+- QUANTILE (PERCENTILE_CONT, MEDIAN, MIN, MAX): a noisy histogram, made monotone;
+- DISTINCT (COUNT(DISTINCT column) over declared keys): keys whose noisy count clears the noise.
+Under TABLESAMPLE (rate q) COUNT, SUM and AVG are Horvitz-Thompson estimates whose intervals add
+the sampling error (the others are refused at analysis).
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+from typing import TYPE_CHECKING
+
+from .mechanisms import Noise
+
+if TYPE_CHECKING:
+    from .sql.analyze import Estimate, Plan
+
+Values = tuple[list, list[tuple[float, float]]]
+
+
+def _z(alpha: float) -> float:
+    """Two-sided normal quantile: P(|N(0,1)| > z) = alpha."""
+    return NormalDist().inv_cdf(1 - alpha / 2)
+
+
+class Family:
+    """One aggregate family: its estimate and interval from noisy measures, its result type."""
+
+    result_type = "DOUBLE"
+    targetable = False  # dpsql.target_error sizes epsilon for its COUNT and SUM estimates
+    centred_sum = False  # its sum is centred in the bounds (an AVG), so a plain SUM of the same column can serve
+
+    def estimate(self, plan: Plan, est: Estimate, noisy: list, noises: list[Noise], confidence: float) -> Values:
+        if plan.sample_rate:
+            return _sampled(plan, est, noisy, noises, plan.sample_rate, 1 - confidence)
+        return self.exact(plan, est, noisy, noises, confidence)
+
+    def exact(self, plan: Plan, est: Estimate, noisy: list, noises: list[Noise], confidence: float) -> Values:
+        raise NotImplementedError
+
+
+class _Count(Family):
+    result_type = "BIGINT"
+    targetable = True
+
+    def exact(self, plan, est, noisy, noises, confidence):
+        scale = plan.measures[est.count].unit_scale
+        col, h = [c * scale for c in noisy[est.count]], noises[est.count].half_width(confidence) * scale
+        vals = [max(0, round(c)) for c in col]
+        # Counts are whole numbers: widen the interval outward to integers (still valid).
+        return vals, [(float(max(0, math.floor(c - h))), float(max(0, math.ceil(c + h)))) for c in col]
+
+
+class _Sum(Family):
+    targetable = True
+
+    def exact(self, plan, est, noisy, noises, confidence):
+        unit = plan.measures[est.total].unit_scale
+        h = noises[est.total].half_width(confidence) * unit
+        vals = [s * unit for s in noisy[est.total]]
+        return vals, [(v - h, v + h) for v in vals]
+
+
+class _Average(Family):
+    centred_sum = True
+
+    def exact(self, plan, est, noisy, noises, confidence):
+        # The interval holds at `confidence`: its two parts at (1 + confidence) / 2 each.
+        unit = plan.measures[est.total].unit_scale
+        count_scale = plan.measures[est.count].unit_scale
+        counts, sums = [c * count_scale for c in noisy[est.count]], noisy[est.total]
+        hc = noises[est.count].half_width((1 + confidence) / 2) * count_scale
+        hs = noises[est.total].half_width((1 + confidence) / 2) * unit
+        vals, cis = [], []
+        for c, s in zip(counts, sums):
+            s = s * unit
+            vals.append(min(est.upper, max(est.lower, est.centre + s / max(c, 1))))
+            cis.append(_ratio_interval(est, c, hc, s, hs))
+        return vals, cis
+
+
+class _Variance(Family):
+    """Variance = E[(v-c)^2] - E[v-c]^2 from the noisy count, centred sum and centred sum of
+    squares, clamped to what is possible ([0, half^2]); the interval takes each part at
+    1 - alpha/3 and the extremes over them (union bound). `sample`: VAR_SAMP/STDDEV_SAMP's
+    n/(n-1); `root`: STDDEV."""
+
+    def __init__(self, sample: bool, root: bool):
+        self.sample, self.root = sample, root
+
+    def exact(self, plan, est, noisy, noises, confidence):
+        cm, tm, qm = (plan.measures[i] for i in (est.count, est.total, est.squares))
+        q_centre = qm.centre
+        conf = 1 - (1 - confidence) / 3
+        hc = noises[est.count].half_width(conf) * cm.unit_scale
+        hs = noises[est.total].half_width(conf) * tm.unit_scale
+        hq = noises[est.squares].half_width(conf) * qm.unit_scale
+        half = (est.upper - est.lower) / 2
+        top = half * half
+        sample, root = self.sample, self.root
+        vals, cis = [], []
+        for c, s, sq in zip(noisy[est.count], noisy[est.total], noisy[est.squares]):
+            n = c * cm.unit_scale
+            s1 = s * tm.unit_scale
+            s2 = sq * qm.unit_scale + q_centre * n  # undo the squares' own centring
+            vals.append(_finish(_variance(n, s1, s2, top, sample), root))
+            lo_n, hi_n = n - hc, n + hc
+            if lo_n <= (1 if sample else 0):
+                cis.append((0.0, _finish(top * (2 if sample else 1), root)))
+                continue
+            means = [sv / nv for sv in (s1 - hs, s1 + hs) for nv in (lo_n, hi_n)]
+            mean_sq_hi = max(m * m for m in means)
+            mean_sq_lo = 0.0 if min(means) <= 0 <= max(means) else min(m * m for m in means)
+            e2 = [(s2v) / nv for s2v in (s2 - hq - q_centre * hc, s2 + hq + q_centre * hc) for nv in (lo_n, hi_n)]
+            lo_v = max(0.0, min(e2) - mean_sq_hi)
+            hi_v = min(top, max(e2) - mean_sq_lo)
+            if sample:
+                lo_v, hi_v = lo_v * lo_n / (lo_n - 1), min(top * 2, hi_v * hi_n / (hi_n - 1) if hi_n > 1 else top * 2)
+            cis.append((_finish(lo_v, root), _finish(max(lo_v, hi_v), root)))
+        return vals, cis
+
+
+class _Distinct(Family):
+    """Declared keys whose noisy row count clears the noise level (one count's half-width).
+    Interval: with every key's noise within h' (the half-width at 1 - alpha / K, a union
+    bound), a key whose noisy count reaches h' is present and a present key's noisy count
+    exceeds -h'; so [#(count >= h'), #(count > -h')] holds at the confidence level."""
+
+    result_type = "BIGINT"
+
+    def exact(self, plan, est, noisy, noises, confidence):
+        m = plan.measures[est.count]
+        scale = m.unit_scale
+        h = noises[est.count].half_width(confidence) * scale
+        h_all = noises[est.count].half_width(1 - (1 - confidence) / m.bins) * scale
+        vals, cis = [], []
+        for g in range(len(noisy[est.count][0]) if noisy[est.count] else 0):
+            counts = [b[g] * scale for b in noisy[est.count]]
+            vals.append(sum(c >= h for c in counts))
+            cis.append((float(sum(c >= h_all for c in counts)), float(sum(c > -h_all for c in counts))))
+        return vals, cis
+
+
+class _Quantile(Family):
+    """A quantile per group from its noisy histogram. The noisy cumulative counts at the bin
+    edges are made non-decreasing by isotonic regression (pool adjacent violators): unlike
+    clamping each bin at 0, this adds no mass to empty bins, which would pull every quantile
+    toward the middle of the range. The quantile is where the fitted cumulative count reaches
+    p times the total (linear within a bin). MIN and MAX (`extreme` -1 and 1) are the points
+    where it first clears one bin's noise level from either end, so that noise in empty bins
+    is not taken for data; a group whose noisy total is within the noise of a total (z *
+    sqrt(bins) standard deviations) gets NULL, as an empty group would.
+    The interval is the range of points whose rank is within z * sqrt(bins) noise standard
+    deviations: a normal approximation of a cumulative count's noise, so approximate, unlike
+    the other intervals."""
+
+    def __init__(self, extreme: int = 0):
+        self.extreme = extreme
+
+    def exact(self, plan, est, noisy, noises, confidence):
+        m = plan.measures[est.count]
+        noise = noises[est.count]
+        scale = m.unit_scale
+        bins = noisy[est.count]
+        width = (est.upper - est.lower) / m.bins
+        floor = noise.half_width(confidence) * scale
+        spread = _z(1 - confidence) * noise.std * scale * math.sqrt(m.bins)
+        vals, cis = [], []
+        for g in range(len(bins[0]) if bins else 0):
+            edges = cumulative([b[g] * scale for b in bins])
+            n = edges[-1]
+            if n <= spread:  # indistinguishable from an empty group
+                vals.append(None)
+                cis.append((est.lower, est.upper))
+                continue
+            if self.extreme < 0:
+                target = min(floor, n / 2)
+            elif self.extreme > 0:
+                target = max(n - floor, n / 2)
+            else:
+                target = est.quantile * n
+            vals.append(_point(edges, target, est.lower, width))
+            cis.append((_point(edges, target - spread, est.lower, width),
+                        _point(edges, target + spread, est.lower, width)))
+        return vals, cis
+
+
+FAMILIES: dict[str, Family] = {
+    "count": _Count(), "sum": _Sum(), "avg": _Average(), "distinct": _Distinct(),
+    "var_pop": _Variance(sample=False, root=False), "var_samp": _Variance(sample=True, root=False),
+    "stddev_pop": _Variance(sample=False, root=True), "stddev_samp": _Variance(sample=True, root=True),
+    "quantile": _Quantile(), "min": _Quantile(extreme=-1), "max": _Quantile(extreme=1),
+}
+
+
+def family(est: Estimate) -> Family:
+    """The family of an estimate (Estimate.func names it when analysis builds the estimate)."""
+    return FAMILIES[est.func]
+
+
+def _ratio_interval(est: Estimate, c: float, hc: float, s: float, hs: float) -> tuple[float, float]:
+    if c - hc <= 0:
+        return (est.lower, est.upper)
+    corners = [est.centre + sv / cv for sv in (s - hs, s + hs) for cv in (c - hc, c + hc)]
+    return (max(est.lower, min(corners)), min(est.upper, max(corners)))
+
+
+def _sampled(plan: Plan, est: Estimate, noisy: list, noises: list[Noise], q: float, alpha: float) -> Values:
+    """COUNT, SUM and AVG on a Poisson sample of units at rate q: Horvitz-Thompson estimates
+    (divided by q) whose intervals add the sampling error. Each unit's share in a group obeys
+    |s_u| <= B c_u and c_u <= max_rows, so the variance sum_u s_u^2 (1-q)/q is at most
+    max_rows B^2 C (1-q)/q, with C the noisy count's upper end. Noise and sampling each get half
+    of the miss probability."""
+    m_rows = plan.rows_per_group
+    cm = plan.measures[est.count]
+    counts = [c * cm.unit_scale / q for c in noisy[est.count]]
+    is_count = isinstance(family(est), _Count)
+    if family(est).centred_sum:
+        # AVG is a ratio of two HT estimates: noise (alpha/4) and sampling (alpha/4) for each part.
+        hc_noise = noises[est.count].half_width(1 - alpha / 4) * cm.unit_scale / q
+        tm = plan.measures[est.total]
+        hs_noise = noises[est.total].half_width(1 - alpha / 4) * tm.unit_scale / q
+        spread = max(abs(est.lower - est.centre), abs(est.upper - est.centre))
+        z = _z(alpha / 4)
+        vals, cis = [], []
+        for c, s in zip(counts, noisy[est.total]):
+            s = s * tm.unit_scale / q
+            c_up = max(0.0, c + hc_noise)
+            samp = z * math.sqrt(m_rows * c_up * (1 - q) / q)
+            vals.append(min(est.upper, max(est.lower, est.centre + s / max(c, 1))))
+            cis.append(_ratio_interval(est, c, hc_noise + samp, s, hs_noise + spread * samp))
+        return vals, cis
+    # COUNT or SUM: the value's noise at alpha/2, its sampling error at alpha/2 (whose count
+    # bound itself takes alpha/4 of the noise).
+    z = _z(alpha / 2)
+    hc_noise = noises[est.count].half_width(1 - alpha / 4) * cm.unit_scale / q
+    if is_count:
+        bound, values, h_noise = 1.0, counts, noises[est.count].half_width(1 - alpha / 2) * cm.unit_scale / q
+    else:
+        tm = plan.measures[est.total]
+        bound = max(abs(est.lower), abs(est.upper))
+        values = [s * tm.unit_scale / q for s in noisy[est.total]]
+        h_noise = noises[est.total].half_width(1 - alpha / 2) * tm.unit_scale / q
+    vals, cis = [], []
+    for c, v in zip(counts, values):
+        c_up = max(0.0, c + hc_noise)
+        h = h_noise + z * bound * math.sqrt(m_rows * c_up * (1 - q) / q)
+        vals.append(max(0, round(v)) if is_count else v)
+        lo, hi = v - h, v + h
+        cis.append((max(0.0, lo), max(0.0, hi)) if is_count else (lo, hi))
+    return vals, cis
+
+
+def _variance(n: float, s1: float, s2: float, top: float, sample: bool) -> float:
+    if n <= (1 if sample else 0):
+        return 0.0
+    var = min(top, max(0.0, s2 / n - (s1 / n) ** 2))
+    return var * n / (n - 1) if sample else var
+
+
+def _finish(var: float, root: bool) -> float:
+    return math.sqrt(var) if root else var
+
+
+def cumulative(bins: list[float]) -> list[float]:
+    """Cumulative counts at the edges 0..B of noisy bins: 0 at the first edge, the noisy total
+    at the last, non-decreasing in between (isotonic least squares, clipped to [0, total])."""
+    total = sum(bins)
+    inner, running = [], 0.0
+    for b in bins[:-1]:
+        running += b
+        inner.append(running)
+    blocks: list[list[float]] = []  # [sum, size] of pooled runs
+    for v in inner:
+        blocks.append([v, 1])
+        while len(blocks) > 1 and blocks[-2][0] * blocks[-1][1] > blocks[-1][0] * blocks[-2][1]:
+            s, c = blocks.pop()
+            blocks[-1][0] += s
+            blocks[-1][1] += c
+    fitted = [min(max(s / c, 0.0), max(total, 0.0)) for s, c in blocks for _ in range(int(c))]
+    return [0.0] + fitted + [total]
+
+
+def _point(edges: list[float], target: float, lower: float, width: float) -> float:
+    """Where the cumulative counts `edges` (bins of `width` from `lower`) first reach target."""
+    target = min(max(target, 0.0), edges[-1])
+    for k in range(len(edges) - 1):
+        a, b = edges[k], edges[k + 1]
+        if b >= target and b > a:
+            return lower + width * (k + min(1.0, max(0.0, (target - a) / (b - a))))
+    return lower + width * (len(edges) - 1)
