@@ -175,7 +175,7 @@ def budget_show(policy: str, ledger: str | None, user: str | None, as_json: bool
     """Spent and remaining budget of USER (or of every analyst in the policy)."""
     try:
         pol = load_policy(policy, ledger_path=ledger)
-        led = open_ledger(pol.ledger_path, pol.ledger_url)
+        led = open_ledger(pol.ledger_path, pol.ledger_url, identity=pol.ledger_identity)
         rows = [budget_summary(pol, led, name) for name in ([user] if user else list(pol.users))]
     except Error as e:
         _fail(e)
@@ -204,7 +204,7 @@ def budget_grant(policy: str, ledger: str | None, user: str, epsilon: float, del
         d = exact(delta) if delta is not None else (Fraction(0) if u.filter == "basic" else u.delta)
         if u.filter != "basic" and d <= 0:
             raise invalid_parameter(f"the {u.filter} filter needs --delta > 0 for a grant")
-        led = open_ledger(pol.ledger_path, pol.ledger_url)
+        led = open_ledger(pol.ledger_path, pol.ledger_url, identity=pol.ledger_identity)
         led.grant(u.name, eps, d)
         b = budget_summary(pol, led, u.name)
     except Error as e:
@@ -222,7 +222,7 @@ def budget_history(policy: str, ledger: str | None, user: str, as_json: bool) ->
     """Every charged release of USER: time, SQL, cost, noise scales, whether an answer left."""
     try:
         pol = load_policy(policy, ledger_path=ledger)
-        rows = open_ledger(pol.ledger_path, pol.ledger_url).history(pol.user(user).name)
+        rows = open_ledger(pol.ledger_path, pol.ledger_url, identity=pol.ledger_identity).history(pol.user(user).name)
     except Error as e:
         _fail(e)
         return
@@ -386,7 +386,7 @@ def users_add(policy: str, ledger: str | None, name: str, password_stdin: bool, 
         password = sys.stdin.readline().rstrip("\n") if password_stdin else secrets.token_urlsafe(12)
         if not password:
             raise invalid_parameter("the password is empty")
-        open_ledger(pol.ledger_path, pol.ledger_url).set_user(name, make_verifier(password), role)
+        open_ledger(pol.ledger_path, pol.ledger_url, identity=pol.ledger_identity).set_user(name, make_verifier(password), role)
     except Error as e:
         _fail(e)
         return
@@ -400,7 +400,7 @@ def users_list(policy: str, ledger: str | None) -> None:
     """Analysts with a login."""
     try:
         pol = load_policy(policy, ledger_path=ledger)
-        rows = open_ledger(pol.ledger_path, pol.ledger_url).list_users()
+        rows = open_ledger(pol.ledger_path, pol.ledger_url, identity=pol.ledger_identity).list_users()
     except Error as e:
         _fail(e)
         return
@@ -417,7 +417,7 @@ def users_remove(policy: str, ledger: str | None, name: str) -> None:
     """Remove NAME's login (the budget and audit log stay)."""
     try:
         pol = load_policy(policy, ledger_path=ledger)
-        removed = open_ledger(pol.ledger_path, pol.ledger_url).remove_user(name)
+        removed = open_ledger(pol.ledger_path, pol.ledger_url, identity=pol.ledger_identity).remove_user(name)
     except Error as e:
         _fail(e)
         return
@@ -438,11 +438,11 @@ def ledger_init(policy: str, ledger: str | None) -> None:
     """Create the policy's ledger and record its identity (refused if one exists)."""
     try:
         pol = load_policy(policy, ledger_path=ledger)
-        marker = identity_file(pol.ledger_path)
+        marker = pol.ledger_identity
         if marker.exists() or (pol.ledger_url is None and pol.ledger_path.exists()):
             raise invalid_parameter(f"a ledger already exists for this policy ({marker if marker.exists() else pol.ledger_path})",
                                     hint="dpsql ledger verify checks it; remove it only to forget every budget spent")
-        led = open_ledger(pol.ledger_path, pol.ledger_url)
+        led = open_ledger(pol.ledger_path, pol.ledger_url, identity=pol.ledger_identity)
     except Error as e:
         _fail(e)
         return
@@ -457,7 +457,7 @@ def ledger_verify(policy: str, ledger: str | None) -> None:
     """Check every record's chain and the totals: exit 1 if anything was edited or removed."""
     try:
         pol = load_policy(policy, ledger_path=ledger)
-        led = open_ledger(pol.ledger_path, pol.ledger_url, create=False)
+        led = open_ledger(pol.ledger_path, pol.ledger_url, identity=pol.ledger_identity, create=False)
         problems = led.verify()
     except Error as e:
         _fail(e)
@@ -479,7 +479,7 @@ def ledger_backup(policy: str, ledger: str | None, target: str) -> None:
         pol = load_policy(policy, ledger_path=ledger)
         if Path(target).exists():
             raise invalid_parameter(f"{target} exists", hint="name a new file")
-        open_ledger(pol.ledger_path, pol.ledger_url, create=False).backup(Path(target))
+        open_ledger(pol.ledger_path, pol.ledger_url, identity=pol.ledger_identity, create=False).backup(Path(target))
     except Error as e:
         _fail(e)
         return

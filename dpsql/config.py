@@ -179,6 +179,9 @@ class Policy:
     ledger_path: Path
     ledger_url: str | None = None
     limits: QueryLimits = QueryLimits()
+    # The ledger's identity file (its id and HMAC key): beside a SQLite ledger; for a shared
+    # PostgreSQL ledger beside the policy, so every proxy serving this policy reads the same one.
+    ledger_identity: Path | None = None
 
     def table(self, name: str) -> TablePolicy | None:
         return self.tables.get(name.lower())
@@ -298,7 +301,7 @@ def parse_policy(doc: Mapping[str, Any], path: Path, *, ledger_path: str | Path 
 
     ledger_section = _section(top, "ledger")
     lr = _Reader(path, "[ledger]", ledger_section)
-    lr.unknown_keys({"path", "url"})
+    lr.unknown_keys({"path", "url", "identity"})
     url = ledger_section.get("url")
     if url is not None and not (isinstance(url, str) and url.startswith(("postgresql://", "postgres://"))):
         raise lr.fail(f"url = {url!r} is not a PostgreSQL URL", 'write url = "postgresql://user@host/dbname"')
@@ -308,9 +311,15 @@ def parse_policy(doc: Mapping[str, Any], path: Path, *, ledger_path: str | Path 
         ledger = (base / ledger_section["path"]).resolve()
     else:
         ledger = base / f"{path.stem}.ledger.sqlite"
+    if "identity" in ledger_section:
+        identity = (base / str(ledger_section["identity"])).resolve()
+    elif url is not None:
+        identity = base / f"{path.stem}.ledger.id"
+    else:
+        identity = Path(f"{ledger}.id")
     limits = _parse_limits(_Reader(path, "[limits]", _section(top, "limits")))
     return Policy(path=path, engine=engine, privacy=privacy, tables=tables, users=users, ledger_path=ledger,
-                  ledger_url=url, limits=limits)
+                  ledger_url=url, limits=limits, ledger_identity=identity)
 
 
 def _parse_limits(r: _Reader) -> QueryLimits:

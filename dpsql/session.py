@@ -102,7 +102,7 @@ class Session:
         self.policy = policy
         self.user = policy.user(user)
         self.engine = engine or open_engine(policy)
-        self.ledger = ledger or open_ledger(policy.ledger_path, policy.ledger_url)
+        self.ledger = ledger or open_ledger(policy.ledger_path, policy.ledger_url, identity=policy.ledger_identity)
         self.budget_policy = self.user.budget
         self.global_budget = policy.privacy.global_budget
         self.settings = self._defaults()

@@ -159,6 +159,7 @@ class Ledger:
         forward (after a backup) as needed."""
         with self._write([]) as con:
             self._schema_lock(con)
+            ident = self._read_identity()  # again, under the lock: another process may just have created it
             version = self._version(con)
             if version == 0:
                 if ident is not None and ident is not UNCHECKED:
@@ -573,12 +574,12 @@ def _lock_key(user: str) -> int:
     return zlib.crc32(user.encode()) + 1
 
 
-def open_ledger(path: Path | None, url: str | None, *, create: bool = True) -> Ledger:
-    """The policy's ledger, checked against its identity file (for a PostgreSQL ledger, kept
-    where the policy's SQLite ledger would be)."""
+def open_ledger(path: Path | None, url: str | None, *, identity: Path | None = None, create: bool = True) -> Ledger:
+    """The policy's ledger, checked against its identity file (Policy.ledger_identity; by
+    default beside a SQLite ledger)."""
     if url:
-        return PostgresLedger(url, identity_file(path) if path is not None else None, create=create)
-    return Ledger(path, create=create)
+        return PostgresLedger(url, identity or (identity_file(path) if path is not None else None), create=create)
+    return Ledger(path, identity, create=create)
 
 
 def _refusal(who: str, user: str, f: Filter, totals: Totals, cost: Cost) -> BudgetExceeded:

@@ -86,7 +86,7 @@ class Server:
         self._closing = False
         from ..accounting.ledger import open_ledger
 
-        self.ledger = open_ledger(policy.ledger_path, policy.ledger_url)
+        self.ledger = open_ledger(policy.ledger_path, policy.ledger_url, identity=policy.ledger_identity)
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._accept, self.host, self.port, limit=2**16)
