@@ -176,3 +176,15 @@ def test_connection_limit(small_policy, tmp_path):
         b.close()
     finally:
         s.stop()
+
+
+def test_leading_comments_do_not_hide_what_a_statement_is(serve):
+    """dbt prefixes every statement with /* {"app": "dbt", ...} */, psql scripts with -- lines."""
+    dbt = '/* {"app": "dbt", "dbt_version": "1.9.0", "node_id": "model.x"} */\n'
+    with psycopg.connect(serve.dsn(), autocommit=True) as conn:
+        rows = conn.execute(dbt + "select nspname from pg_catalog.pg_namespace").fetchall()
+        assert ("public",) in rows
+        assert conn.execute("-- tables\nSELECT table_name FROM information_schema.tables").fetchall()
+        conn.execute(dbt + "BEGIN")
+        assert conn.execute(dbt + "SELECT COUNT(*) FROM people").fetchone()[0] >= 0
+        conn.execute(dbt + "COMMIT")

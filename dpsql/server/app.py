@@ -23,7 +23,7 @@ from ..config import Policy
 from ..engines import open_engine
 from ..errors import Error
 from ..session import Result, Session
-from ..sql.classify import split_statements
+from ..sql.classify import first_word, split_statements
 from . import codec
 from .catalog import Catalog, is_catalog_query
 from .params import infer_parameter_types
@@ -427,7 +427,7 @@ class Connection:
         """One statement, on a worker thread: catalog queries and transaction control here,
         everything else through the analyst's Session."""
         session = self.session
-        word = sql.strip().split(None, 1)[0].upper().rstrip(";") if sql.strip() else ""
+        word = first_word(sql)
         if self.status == "E" and word not in ("ROLLBACK", "ABORT", "COMMIT", "END"):
             raise Error("current transaction is aborted, commands ignored until end of transaction block",
                         sqlstate="25P02")
@@ -472,7 +472,7 @@ class Connection:
         return fields
 
     def _describe_uncached(self, sql: str, params: list[Any] | None) -> list[codec.Field] | None:
-        word = sql.strip().split(None, 1)[0].upper() if sql.strip() else ""
+        word = first_word(sql)
         if word in ("BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE", "DISCARD",
                     "DEALLOCATE", "SET", "RESET"):
             return None

@@ -21,6 +21,7 @@ from sqlglot import exp
 from .. import __version__
 from ..config import Policy
 from ..errors import Error, ProgrammingError
+from ..sql.classify import first_word
 from . import codec as c
 
 PUBLIC, PG_CATALOG, INFORMATION_SCHEMA = 2200, 11, 13000
@@ -227,8 +228,8 @@ _CATALOG_MARKERS = re.compile(r"\b(pg_catalog|information_schema|pg_[a-z_]+|curr
 def is_catalog_query(sql: str) -> bool:
     """A statement the catalog answers: it reads pg_catalog/information_schema tables or calls
     catalog/session functions (decided on the parsed statement; a regex only pre-filters)."""
-    head = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
-    if head not in ("SELECT", "WITH", "(") or not _CATALOG_MARKERS.search(sql):
+    head = first_word(sql)
+    if not (head in ("SELECT", "WITH") or head.startswith("(")) or not _CATALOG_MARKERS.search(sql):
         return False
     try:
         tree = sqlglot.parse_one(_pre(sql), read="postgres")

@@ -86,6 +86,26 @@ def split_statements(sql: str, limits: QueryLimits = DEFAULT_LIMITS) -> list[str
     return [p.strip() for p in parts if _strip_comments(p).strip()]
 
 
+_LEADING = re.compile(r"\s*(?:--[^\n]*(?:\n|$)|/\*.*?\*/)", re.S)
+
+
+def without_leading_comments(text: str) -> str:
+    """The statement from its first keyword on: tools prefix comments (dbt's /* {"app": ...} */,
+    psql's -- lines), which must not hide what the statement is."""
+    pos = 0
+    while True:
+        m = _LEADING.match(text, pos)
+        if m is None or m.end() == pos:
+            return text[pos:].lstrip()
+        pos = m.end()
+
+
+def first_word(text: str) -> str:
+    """The statement's leading keyword, upper-case, after any leading comments."""
+    body = without_leading_comments(text)
+    return body.split(None, 1)[0].upper().rstrip(";") if body else ""
+
+
 def _strip_comments(text: str) -> str:
     text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
     return re.sub(r"--[^\n]*", " ", text)
