@@ -70,9 +70,12 @@ class PostProcessor:
         return Output(names, types, [tuple(_finite(v) for v in r) for r in rows], ci)
 
     def describe(self, post: exp.Select, key_types: list[str], estimate_types: list[str]) -> tuple[list[str], list[str]]:
-        """Output names and types, from an empty noisy table: nothing private is involved."""
-        cols = [(f"k{i}", t, []) for i, t in enumerate(key_types)] + [(f"a{i}", t, []) for i, t in enumerate(estimate_types)]
-        _, types, _ = self._run_sql(post, cols, 0)
+        """Output names and types, from a noisy table of one NULL row: nothing private is
+        involved, and whatever fails for every value (a bad ORDER BY position, 'abc' + a count)
+        fails here, before any charge."""
+        cols = [(f"k{i}", t, [None]) for i, t in enumerate(key_types)]
+        cols += [(f"a{i}", t, [None]) for i, t in enumerate(estimate_types)]
+        _, types, _ = self._run_sql(post, cols, 1)
         return [i.alias for i in post.expressions], types
 
     def _run_sql(self, post: exp.Select, cols, n_rows: int):

@@ -350,10 +350,24 @@ class Session:
         tree = rewrite(plan, plan.literal_domain_size(), salt, self._weighting(plan))
         sql = self.engine.prepare(tree)
         if salt is None:
+            self._check_post(plan, sql)
             self._sql[id(plan)] = (plan, sql)
             if len(self._sql) > 2 * PLAN_CACHE_SIZE:
                 self._sql.clear()
         return sql
+
+    def _check_post(self, plan: Plan, sql: str) -> None:
+        """Bind the outer part of the query (HAVING, ORDER BY, LIMIT, expressions over the
+        aggregates) against the result's types before the charge: a mistake there, such as
+        ORDER BY 10 over one column, is refused free instead of failing after the charge."""
+        key_types = self.engine.describe(sql)[1][:len(plan.keys)]
+        try:
+            self._post.describe(plan.post, key_types, [family(e).result_type for e in plan.estimates])
+        except OperationalError as e:
+            detail = e.message.replace("post-processing of the noisy result failed: ", "").splitlines()[0]
+            raise ProgrammingError(f"the query's outer part (ORDER BY, HAVING, LIMIT or arithmetic on the aggregates) "
+                                   f"cannot be computed: {detail}", sqlstate="42601",
+                                   hint="fix it and send the query again; nothing was charged") from None
 
     def _weighting(self, plan: Plan) -> Weighting | None:
         """The engine's weighted copy of a weightable plan's table (built or brought up to date

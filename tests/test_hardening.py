@@ -142,3 +142,14 @@ def test_stays_charged_only_when_charged(hospital):
         hospital.execute("SELECT 'pg_class'::regclass::oid")
     assert "stays charged" not in str(err.value) and "nothing was charged" in str(err.value)
     assert hospital.connection.session.budget()["queries"] == 0
+
+
+@pytest.mark.parametrize("sql", ["SELECT COUNT(*) FROM patients ORDER BY 10",
+                                 "SELECT sex, COUNT(*) + 'abc' FROM patients GROUP BY sex",
+                                 "SELECT sex, COUNT(*) FROM patients GROUP BY sex HAVING COUNT(*) > 'x'"])
+def test_a_broken_outer_query_is_refused_before_the_charge(hospital, sql):
+    """Found by the fuzzer: ORDER BY 10 over one column failed in post-processing, after the charge."""
+    with pytest.raises(dpsql.ProgrammingError) as err:
+        hospital.execute(sql)
+    assert "nothing was charged" in str(err.value) and "noisy" not in str(err.value)
+    assert hospital.connection.session.budget()["queries"] == 0

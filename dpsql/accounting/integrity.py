@@ -53,11 +53,20 @@ def read_identity(path: Path) -> Identity | None:
 
 
 def write_identity(path: Path, ident: Identity) -> None:
-    """Written once, owner-only: the key must not be readable by others."""
+    """Written once, owner-only (the key must not be readable by others), and atomically: a
+    temporary file linked into place, so a reader never sees it half written and an existing
+    identity is never replaced (FileExistsError)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, stat.S_IRUSR | stat.S_IWUSR)
-    with os.fdopen(fd, "w") as f:
-        json.dump({"ledger_id": ident.ledger_id, "key": ident.key.hex(), "created": ident.created}, f)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, stat.S_IRUSR | stat.S_IWUSR)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump({"ledger_id": ident.ledger_id, "key": ident.key.hex(), "created": ident.created}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def tag(key: bytes, previous: str, record: list[Any]) -> str:
