@@ -180,7 +180,13 @@ def test_postgres_ledger_identity_and_verify(pg_ledger_url, tmp_path):
     marker = tmp_path / "policy.ledger.sqlite"
     led = PostgresLedger(pg_ledger_url, identity_file(marker))
     _spend(led, "alice", 3)
+    led.grant("alice", Fraction(1), Fraction(0))
     assert led.verify() == []
+    copy = tmp_path / "pg-backup.sqlite"  # a snapshot into a SQLite ledger with the same identity
+    led.backup(copy)
+    restored = Ledger(copy)
+    assert restored.verify() == [] and len(restored.history("alice")) == 3
+    restored.close()
     con = led._con()
     con.execute("UPDATE charges SET sql = 'SELECT 42' WHERE id = 2")
     assert led.verify()

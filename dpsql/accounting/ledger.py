@@ -552,7 +552,28 @@ class PostgresLedger(Ledger):
             con.execute(f"CREATE TABLE IF NOT EXISTS {table}_v{version}_backup AS SELECT * FROM {table}")
 
     def backup(self, target: Path) -> None:
-        raise OperationalError("dpsql ledger backup copies SQLite ledgers", hint="back a PostgreSQL ledger up with pg_dump")
+        """A consistent snapshot (one REPEATABLE READ transaction, so serving goes on) copied
+        into a SQLite ledger file with the same identity: `dpsql ledger verify --ledger` checks it."""
+        target = Path(target)
+        dest = sqlite3.connect(target)
+        try:
+            for stmt in _SCHEMA:
+                dest.execute(stmt.format(serial=Ledger.serial))
+            con = self._con()
+            with con.transaction():
+                con.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                for table in ("meta", "totals", "grants", "charges", "users", "cache", "events", "heads"):
+                    cur = con.execute(f"SELECT * FROM {table}")
+                    names = [d[0] for d in cur.description]
+                    rows = cur.fetchall()
+                    if rows:
+                        dest.executemany(f"INSERT INTO {table} ({', '.join(names)}) VALUES "
+                                         f"({', '.join('?' for _ in names)})", rows)
+            dest.commit()
+        finally:
+            dest.close()
+        if self.identity is not UNCHECKED and not identity_file(target).exists():
+            write_identity(identity_file(target), self.identity)
 
     def _con(self):
         con = getattr(self._local, "con", None)
