@@ -18,11 +18,9 @@ import psycopg
 
 import dpsql
 
-from .serving import serve, throughput
+from .serving import sample_policy, serve, throughput
 from .timing import median_ms
 
-ROOT = Path(__file__).resolve().parent.parent
-SAMPLE = ROOT / "sample_data"
 QUERY = "SELECT sex, COUNT(*), AVG(age) FROM patients WHERE age > 30 GROUP BY sex"
 
 
@@ -33,9 +31,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
-        policy = Path(d) / "hospital.toml"
-        text = (SAMPLE / "dpsql.toml").read_text().replace('source = "', f'source = "{SAMPLE}/')
-        policy.write_text(text.replace("epsilon = 10.0", "epsilon = 1e12").replace("epsilon = 5.0", "epsilon = 1e12"))
+        policy = sample_policy(Path(d))
         with serve(policy, Path(d) / "ledger.sqlite") as dsn:
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute("SET dpsql.cache = off")

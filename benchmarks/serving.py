@@ -16,6 +16,15 @@ import psycopg
 PASSWORD = "bench-password"
 
 
+def sample_policy(directory: Path) -> Path:
+    """A copy of the sample hospital's policy with budgets no benchmark exhausts."""
+    sample = Path(__file__).resolve().parent.parent / "sample_data"
+    policy = Path(directory) / "hospital.toml"
+    text = (sample / "dpsql.toml").read_text().replace('source = "', f'source = "{sample}/')
+    policy.write_text(text.replace("epsilon = 10.0", "epsilon = 1e12").replace("epsilon = 5.0", "epsilon = 1e12"))
+    return policy
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

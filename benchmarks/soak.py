@@ -28,10 +28,8 @@ from pathlib import Path
 
 import psycopg
 
-from .serving import PASSWORD, free_port
+from .serving import PASSWORD, free_port, sample_policy
 
-ROOT = Path(__file__).resolve().parent.parent
-SAMPLE = ROOT / "sample_data"
 QUERIES = ["SELECT sex, COUNT(*), AVG(age) FROM patients GROUP BY sex",
            "SELECT diagnosis, COUNT(*) FROM visits WHERE cost > 500 GROUP BY diagnosis",
            "SELECT COUNT(*), SUM(income) FROM patients WHERE age > 40",
@@ -132,9 +130,7 @@ def main() -> None:
     from dpsql.accounting.ledger import Ledger
 
     with tempfile.TemporaryDirectory() as d:
-        policy = Path(d) / "hospital.toml"
-        text = (SAMPLE / "dpsql.toml").read_text().replace('source = "', f'source = "{SAMPLE}/')
-        policy.write_text(text.replace("epsilon = 10.0", "epsilon = 1e12").replace("epsilon = 5.0", "epsilon = 1e12"))
+        policy = sample_policy(Path(d))
         ledger = Path(d) / "ledger.sqlite"
         for user in ("alice", "bob"):
             subprocess.run([sys.executable, "-m", "dpsql.cli", "users", "add", "-p", str(policy), "--ledger",

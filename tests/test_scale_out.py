@@ -27,10 +27,14 @@ def two_proxies(small_policy: Path, tmp_path: Path, ledger_server):
     url = ledger_server.create_database("ledger")
     policy = write_policy(small_policy.parent, epsilon=1.0, query_epsilon=0.1,  # 10 queries for alice
                           extra=f'\n[ledger]\nurl = "{url}"\n')
-    proxies = [Serve(policy, tmp_path / f"unused-{i}.sqlite") for i in range(2)]
-    yield proxies
-    for p in proxies:
-        print(p.stop()[-4000:])
+    proxies: list[Serve] = []
+    try:  # a proxy that fails to start must not leave the other running
+        for i in range(2):
+            proxies.append(Serve(policy, tmp_path / f"unused-{i}.sqlite"))
+        yield proxies
+    finally:
+        for p in proxies:
+            print(p.stop()[-4000:])
 
 
 def test_64_clients_on_two_proxies_get_exactly_10_answers(two_proxies):
