@@ -26,7 +26,8 @@ from .mechanisms import (
     rho_for,
     selection_threshold,
 )
-from .sql.analyze import Estimate, Measure, Plan
+from .sql.analyze import Estimate, Plan
+from .sql.measures import Histogram, Measure
 
 
 @dataclass(frozen=True)
@@ -109,9 +110,9 @@ def calibrate(plan: Plan, epsilon: Fraction, delta: Fraction, mechanism: str,
     if mechanism == "laplace":
         for m, w in zip(plan.measures, weights):
             eps = epsilon * w / whole
-            l1 = plan.measure_l1(m, domain_size)
+            l1 = plan.bounding.l1(m, domain_size)
             noise = Noise("laplace", laplace_scale(l1, eps))
-            measures.append(MeasureNoise(noise, l1, plan.measure_l2_squared(m, domain_size), eps, None))
+            measures.append(MeasureNoise(noise, l1, plan.bounding.l2_squared(m, domain_size), eps, None))
             parts.append(Part("laplace", eps, rho=eps * eps / 2, noise_multiplier=noise.scale / l1 if l1 else None))
     else:
         gauss_eps = epsilon * sum(weights) / whole
@@ -124,9 +125,9 @@ def calibrate(plan: Plan, epsilon: Fraction, delta: Fraction, mechanism: str,
                                     hint="raise dpsql.epsilon or dpsql.delta, or SET dpsql.mechanism = 'laplace'")
         for m, w in zip(plan.measures, weights):
             rho = rho_total * w / sum(weights)
-            l2_squared = plan.measure_l2_squared(m, domain_size)
+            l2_squared = plan.bounding.l2_squared(m, domain_size)
             noise = Noise("gaussian", gaussian_sigma(l2_squared, rho))
-            measures.append(MeasureNoise(noise, plan.measure_l1(m, domain_size), l2_squared, None, rho))
+            measures.append(MeasureNoise(noise, plan.bounding.l1(m, domain_size), l2_squared, None, rho))
         # Gaussian measures compose into one Gaussian mechanism of the summed rho.
         parts.append(Part("gaussian", gauss_eps, gauss_delta, rho=rho_total,
                           noise_multiplier=1 / math.sqrt(2 * float(rho_total))))
@@ -213,11 +214,7 @@ def planned_sensitivity(plan: Plan, m: Measure, mechanism: str, domain_size: int
     """The sensitivity a PLD-planned measure's noise is scaled to, per planned mechanism: its
     L2 (Gaussian: one mechanism); for Laplace its L1 over all groups under a total bound (one
     mechanism: the whole vector), else one group's bound (one mechanism per group)."""
-    if mechanism == "gaussian":
-        return math.isqrt(plan.measure_l2_squared(m, domain_size) - 1) + 1 if m.row_bound else 0
-    if plan.total_bound:
-        return plan.measure_l1(m, domain_size) or 0
-    return m.group_bound(plan.rows_per_group)
+    return plan.bounding.planned(m, mechanism, domain_size)
 
 
 def planned_mechanisms(plan: Plan, mechanism: str, domain_size: int | None, weight: float = 1.0) -> list[Planned]:
@@ -225,16 +222,15 @@ def planned_mechanisms(plan: Plan, mechanism: str, domain_size: int | None, weig
     group moves each of its G independent coordinates by at most max_rows * R: G one-dimensional
     mechanisms of that sensitivity dominate it; under a total bound the whole vector is one
     mechanism of its L1. A Gaussian measure is one mechanism at its L2."""
-    groups = plan.groups_per_unit(domain_size)
     if plan.sample_rate is not None:
         raise invalid_parameter("TABLESAMPLE queries cannot be PLD-planned", hint="run the sampled query on its own")
     if plan.needs_selection:
         raise invalid_parameter("partition selection cannot be PLD-planned",
                                 hint="declare the group keys in the policy, or run this query on its own")
-    if any(m.kind == "histogram" for m in plan.measures):
+    if any(isinstance(m, Histogram) for m in plan.measures):
         raise invalid_parameter("quantiles cannot be PLD-planned yet",
                                 hint="SET dpsql.planner = 'filter' for this query, or send it outside the batch")
-    per_measure = groups if mechanism == "laplace" and not plan.total_bound else 1
+    per_measure = plan.bounding.planned_copies(mechanism, domain_size)
     return [Planned(mechanism, weight) for m in plan.measures if m.row_bound for _ in range(per_measure)]
 
 
@@ -247,8 +243,8 @@ def calibrate_planned(plan: Plan, mechanism: str, multiplier: float, domain_size
     for m in plan.measures:
         sensitivity = planned_sensitivity(plan, m, mechanism, domain_size)
         scale = math.nextafter(multiplier / weight * sensitivity, math.inf) if sensitivity else 0.0
-        measures.append(MeasureNoise(Noise(mechanism, scale), plan.measure_l1(m, domain_size),
-                                     plan.measure_l2_squared(m, domain_size), None, None))
+        measures.append(MeasureNoise(Noise(mechanism, scale), plan.bounding.l1(m, domain_size),
+                                     plan.bounding.l2_squared(m, domain_size), None, None))
     _check_scales(plan, measures)
     return Calibration(measures, None, Cost(Fraction(0)), plan.groups_per_unit(domain_size), weight)
 

@@ -220,7 +220,7 @@ def _sampled(plan: Plan, est: Estimate, noisy: list, noises: list[Noise], q: flo
     |s_u| <= B c_u and c_u <= max_rows, so the variance sum_u s_u^2 (1-q)/q is at most
     max_rows B^2 C (1-q)/q, with C the noisy count's upper end. Noise and sampling each get half
     of the miss probability."""
-    m_rows = plan.rows_per_group
+    m_rows = plan.max_rows
     cm = plan.measures[est.count]
     counts = [c * cm.unit_scale / q for c in noisy[est.count]]
     is_count = isinstance(family(est), _Count)

@@ -112,8 +112,8 @@ def _scales(plan: Plan, cal: Calibration, cost: Cost) -> None:
             raise ReleaseRefused(f"noise scale {scale!r} for {m.describe()}")
         if not sensitive:
             continue
-        l1 = plan.measure_l1(m, plan.literal_domain_size())
-        l2_squared = plan.measure_l2_squared(m, plan.literal_domain_size())
+        l1 = plan.bounding.l1(m, plan.literal_domain_size())
+        l2_squared = plan.bounding.l2_squared(m, plan.literal_domain_size())
         if (mn.l1 is not None and l1 is not None and mn.l1 < l1) or mn.l2_squared < l2_squared:
             raise ReleaseRefused(f"{m.describe()} calibrated below the plan's sensitivity")
         if mn.epsilon is not None:

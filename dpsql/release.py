@@ -19,6 +19,7 @@ from .engines.base import ResultSet
 from .families import family
 from .mechanisms import add_noise
 from .sql.analyze import Plan
+from .sql.measures import Histogram
 
 
 @dataclass
@@ -57,14 +58,14 @@ def release(plan: Plan, cal: Calibration, rs: ResultSet, confidence: float, char
     at = n_keys + 1
     for m, mn in zip(plan.measures, cal.measures):
         cols = [add_noise(col, mn.noise) for col in columns[at:at + m.width]]
-        noisy.append(cols if m.kind == "histogram" else cols[0])
+        noisy.append(cols if isinstance(m, Histogram) else cols[0])
         at += m.width
     keep = list(range(len(units)))
     if cal.selection is not None:
         noisy_units = add_noise(units, cal.selection.noise)
         keep = [i for i, u in enumerate(noisy_units) if u >= cal.selection.threshold]
     key_cols = [[col[i] for i in keep] for col in key_cols]
-    noisy = [[[c[i] for i in keep] for c in col] if m.kind == "histogram" else [col[i] for i in keep]
+    noisy = [[[c[i] for i in keep] for c in col] if isinstance(m, Histogram) else [col[i] for i in keep]
              for m, col in zip(plan.measures, noisy)]
 
     noises = [mn.noise for mn in cal.measures]

@@ -55,15 +55,8 @@ from .prepare import (
     probability,
 )
 from .release import release
-from .sql.analyze import (
-    COUNT_BITS,
-    Measure,
-    Plan,
-    PublicQuery,
-    squares_measure,
-    sum_measure,
-    touches_private,
-)
+from .sql.analyze import Plan, PublicQuery, touches_private
+from .sql.bounding import WeightedCopy, copy_column
 from .sql.classify import (
     Explain,
     Query,
@@ -74,8 +67,9 @@ from .sql.classify import (
     classify_one,
     split_statements,
 )
+from .sql.measures import COUNT_BITS, Count, Measure, squares_measure, sum_measure
 from .sql.options import QueryOptions
-from .sql.rewrite import Weighting, rewrite, weighted_value_sql
+from .sql.rewrite import rewrite
 from .sql.scope import output_name
 
 log = logging.getLogger("dpsql")
@@ -369,7 +363,7 @@ class Session:
                                    f"cannot be computed: {detail}", sqlstate="42601",
                                    hint="fix it and send the query again; nothing was charged") from None
 
-    def _weighting(self, plan: Plan) -> Weighting | None:
+    def _weighting(self, plan: Plan) -> WeightedCopy | None:
         """The engine's weighted copy of a weightable plan's table (built or brought up to date
         here), and the measures the copy stores ready-weighted; None where it does not apply."""
         weighted_copy = getattr(self.engine, "weighted_copy", None)
@@ -380,11 +374,11 @@ class Session:
         if stored is None:  # pure in the policy: once per table and limit
             measures = _precomputed(source.table)
             stored = self._stored[(source.table.name, plan.total_rows)] = (
-                {name: weighted_value_sql(m, plan, plan.unit.name) for name, m in measures.items()},
-                {_spec(m): name for name, m in measures.items()})
+                {name: copy_column(m, plan.total_rows, plan.unit.name).sql(dialect="duckdb") for name, m in measures.items()},
+                {m.spec(): name for name, m in measures.items()})
         table = weighted_copy(source.table.name, plan.unit.name, plan.total_rows, COUNT_BITS, stored[0])
-        return Weighting(table, {j: stored[1][_spec(m)] for j, m in enumerate(plan.measures)
-                                 if m.value is not None and _spec(m) in stored[1]})
+        return WeightedCopy(plan.bounding, table, {j: stored[1][m.spec()] for j, m in enumerate(plan.measures)
+                                                   if m.value is not None and m.spec() in stored[1]})
 
     def execute_script(self, text: str) -> list[Result]:
         """A string of several statements, as the wire's simple query sends them. When every
@@ -495,7 +489,7 @@ class Session:
         return {
             "public": False,
             "sql": self._bounded_sql(plan, None),
-            "max_groups_per_unit": cal.groups_per_unit, "max_rows_per_group": plan.rows_per_group,
+            "max_groups_per_unit": cal.groups_per_unit, "max_rows_per_group": plan.max_rows,
             "max_rows_per_unit": plan.total_rows if plan.total_bound else None,
             "mechanisms": mechanisms,
             "selection": None if cal.selection is None else {
@@ -551,16 +545,8 @@ def _precomputed(table: TablePolicy) -> dict[str, Measure]:
             out[f"__dpsql_ws_{col.name}_0"] = sum_measure(column, lo, hi, 0.0, own_norm=True)
             out[f"__dpsql_ws_{col.name}_c"] = sum_measure(column, lo, hi, (lo + hi) / 2)
             out[f"__dpsql_ws_{col.name}_q"] = squares_measure(column, lo, hi)
-            out[f"__dpsql_wn_{col.name}"] = Measure("count", column, bits=COUNT_BITS)
+            out[f"__dpsql_wn_{col.name}"] = Count(column, bits=COUNT_BITS)
     return out
-
-
-def _spec(m: Measure) -> tuple:
-    """What makes two measures' per-row values equal (whatever table alias the columns have)."""
-    value = m.value.transform(lambda n: exp.column(n.name) if isinstance(n, exp.Column) else n).sql()
-    if m.kind == "count":
-        return ("count", value)
-    return (m.kind, value, m.lower, m.upper, m.centre, m.bits, m.own_norm)
 
 
 def budget_summary(policy: Policy, ledger: Ledger, user: str) -> dict[str, Any]:

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from dpsql.config import load_policy
 from dpsql.session import Session
 from dpsql.sql.classify import classify
-from dpsql.sql.rewrite import Weighting, rewrite
+from dpsql.sql.bounding import L2Clip, TotalCap, WeightedCopy
+from dpsql.sql.rewrite import rewrite
 
 from .backends import READER, duckdb_to_postgres, move_policy
 from .conftest import make_db, write_policy
@@ -127,7 +128,7 @@ def _check_neighbours(with_target: Session, without: Session, mechanism: str) ->
             cols = range(at, at + plan.measures[j].width)  # a histogram has one column per bin
             at += plan.measures[j].width
             diffs = [abs(int(a.get(g, zero)[c] or 0) - int(b.get(g, zero)[c] or 0)) for g in groups for c in cols]
-            assert mn.l1 is not None or plan.l2_clip, q  # L1 unbounded only under L2 clipping
+            assert mn.l1 is not None or isinstance(plan.bounding, L2Clip), q  # L1 unbounded only under L2 clipping
             assert mn.l1 is None or sum(diffs) <= mn.l1, (q, plan.measures[j].describe(), diffs, mn.l1)
             assert math.sqrt(sum(x * x for x in diffs)) <= math.sqrt(mn.l2_squared) + 1e-9, q
     return weighted
@@ -206,7 +207,7 @@ def test_a_heavy_unit_is_truncated(tmp_path):
     for mechanism, rows in (("laplace", 6), ("gaussian", 3)):
         s.execute(f"SET dpsql.mechanism = '{mechanism}'")
         plan, cal = s._prepare(classify("SELECT kind, COUNT(*), SUM(amount) FROM events GROUP BY kind").tree)
-        assert plan.total_bound == (mechanism == "laplace")
+        assert isinstance(plan.bounding, TotalCap) == (mechanism == "laplace")
         got = _by_group(s.engine.execute(s.engine.prepare(rewrite(plan, plan.literal_domain_size()))), 1)
         assert got[("a",)][1] == rows * 2 ** plan.measures[0].bits  # fixed-point count
         # Its SUM: at most its row limit times the bound (50, all its values here), short of it by
@@ -232,7 +233,7 @@ def test_gaussian_total_bound_clips_in_l2(tmp_path):
     for mechanism, rows in expected.items():
         s.execute(f"SET dpsql.mechanism = '{mechanism}'")
         plan, cal = s._prepare(classify("SELECT kind, COUNT(*), SUM(amount) FROM events GROUP BY kind").tree)
-        assert plan.l2_clip == (mechanism == "gaussian") and plan.total_bound
+        assert isinstance(plan.bounding, L2Clip) == (mechanism == "gaussian") and isinstance(plan.bounding, TotalCap)
         got = _by_group(s.engine.execute(s._bounded_sql(plan, None)), 1)
         scale = 2 ** plan.measures[0].bits
         for kind, n in rows.items():
@@ -259,7 +260,7 @@ def test_weighted_copy_sums_equal_the_computed_ones(sample_conn):
         assert weighting is not None and weighting.values
         own = {f"m{j}" for j, m in enumerate(plan.measures) if m.own_norm}
         domain = plan.literal_domain_size()
-        computed = s.engine.execute(s.engine.prepare(rewrite(plan, domain, None, Weighting(weighting.table))))
+        computed = s.engine.execute(s.engine.prepare(rewrite(plan, domain, None, WeightedCopy(plan.bounding, weighting.table))))
         per_unit = s.engine.execute(s.engine.prepare(rewrite(plan, domain)))
         keys = len(plan.keys)
         for i, name in enumerate(stored.names):

@@ -10,7 +10,6 @@ so COUNT(x), SUM(x) and AVG(x) in one query share their noisy counts and sums.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
@@ -28,8 +27,10 @@ from .allowlist import (
     is_aggregate,
     order_statistic,
 )
+from .bounding import Bounding, L2Clip, TotalCap, choose
 from .bounds import Interval, interval
 from .domains import Image, column_values, image, literal_domain
+from .measures import COUNT_BITS, Count, Histogram, Measure, Sum, Units, squares_measure, sum_measure
 from .options import QueryOptions
 from .scope import (
     Relation,
@@ -39,89 +40,9 @@ from .scope import (
     column_bounds,
     output_name,
 )
-from .total import clamp
 
-FIXED_POINT_DIGITS = 24  # binary digits kept of the largest per-row magnitude
-COUNT_BITS = 10  # fractional binary digits of counts when a unit's groups are scaled down
 QUANTILE_BINS = 64  # equal-width bins of a quantile's histogram over the column's bounds
 MAX_DISTINCT_KEYS = 256  # declared keys a COUNT(DISTINCT column) may count
-
-
-@dataclass(frozen=True)
-class Measure:
-    """One noisy vector, in fixed-point integer units of 2**-bits. count: rows whose `value` is
-    not NULL (every row if None), at most max_rows per unit and group. sum: round((clamp(value)
-    - centre) * 2**bits) summed. histogram: the count split over `bins` equal-width bins of
-    [lower, upper], one vector per bin; a unit's rows in a group still add at most max_rows in
-    all, so its L1 (and L2) over the bins is that of a count."""
-
-    kind: str
-    value: exp.Expression | None
-    lower: float = 0.0
-    upper: float = 0.0
-    centre: float = 0.0
-    bits: int = 0
-    bins: int = 0
-    categories: tuple[Any, ...] | None = None  # a histogram over these values instead of ranges
-    # A SUM's own total: under a total bound, clipped by the L1 norm of the unit's own sums
-    # (C * row_bound / max(that norm, C * row_bound)) rather than by its rows. Never an AVG's
-    # or a variance's sum, whose ratio to a count must see the same rows.
-    own_norm: bool = False
-
-    @property
-    def width(self) -> int:
-        """Columns of this measure in the bounded query's result."""
-        return self.bins if self.kind == "histogram" else 1
-
-    @property
-    def row_bound(self) -> int:
-        """Largest |per-row integer| this measure adds (fixed-point units)."""
-        if self.kind in ("count", "units", "histogram"):
-            return 2**self.bits
-        spread = max(abs(self.lower - self.centre), abs(self.upper - self.centre))
-        return 0 if spread == 0 else math.floor(spread * 2.0 ** self.bits) + 1
-
-    def group_bound(self, max_rows: int) -> int:
-        """Largest |integer| one unit adds to one group: max_rows rows, or 1 for a unit count."""
-        return self.row_bound if self.kind == "units" else max_rows * self.row_bound
-
-    @property
-    def unit_scale(self) -> float:
-        return 2.0 ** -self.bits
-
-    def signature(self) -> tuple:
-        return (self.kind, self.value.sql() if self.value is not None else None, self.lower, self.upper, self.centre,
-                self.bits, self.bins, self.categories, self.own_norm)
-
-    def describe(self) -> str:
-        inner = "*" if self.value is None else self.value.sql(dialect="postgres")
-        if self.kind == "units":
-            return "COUNT(DISTINCT unit)"
-        if self.kind == "count":
-            return f"COUNT({inner})"
-        if self.kind == "histogram" and self.categories is not None:
-            return f"COUNT(*) PER VALUE OF {inner} ({self.bins} declared keys)"
-        if self.kind == "histogram":
-            return f"HISTOGRAM({inner}, {self.bins} bins over [{self.lower:g}, {self.upper:g}])"
-        return f"SUM(clamp({inner}, {self.lower:g}, {self.upper:g}) - {self.centre:g})"
-
-
-
-def sum_measure(value: exp.Expression, lower: float, upper: float, centre: float, own_norm: bool = False) -> Measure:
-    """A sum of clamp(value) - centre, with FIXED_POINT_DIGITS binary digits of its largest
-    per-row magnitude kept."""
-    spread = max(abs(lower - centre), abs(upper - centre))
-    bits = FIXED_POINT_DIGITS - math.ceil(math.log2(spread)) if spread > 0 else 0
-    return Measure("sum", value, lower, upper, centre, bits, own_norm=own_norm)
-
-
-def squares_measure(value: exp.Expression, lower: float, upper: float) -> Measure:
-    """A variance's sum of (clamp(value) - c)^2, c the centre of [lower, upper], itself centred
-    at half the square's range."""
-    centre, half = (lower + upper) / 2, (upper - lower) / 2
-    deviation = exp.Paren(this=exp.Sub(this=clamp(value, lower, upper), expression=exp.Literal.number(centre)))
-    square = exp.Mul(this=deviation, expression=deviation.copy())
-    return sum_measure(square, 0.0, half * half, half * half / 2)
 
 
 @dataclass(frozen=True)
@@ -169,17 +90,9 @@ class Plan:
     output_names: list[str]
     max_groups: int
     max_rows: int
-    scale_groups: bool = False
+    bounding: Bounding
     sample_rate: float | None = None  # privacy units are Poisson-sampled at this rate
     item_estimates: list[set[int]] = field(default_factory=list)  # per select item, the estimates it uses
-    # Bound each unit's rows in the whole query (max_contributions, or max_groups * max_rows),
-    # spread over groups as they fall, instead of per group: the same L1 sensitivity when a
-    # unit may reach max_groups groups, and far less data cut away.
-    total_bound: bool = False
-    # Under total_bound with Gaussian noise, clip each unit's vector of per-group rows in L2
-    # rather than L1 (scale by C / max(||n||_2, C), not C / max(sum n, C)): the same L2
-    # sensitivity, C rows, and a unit spread over several groups keeps more of them.
-    l2_clip: bool = False
     max_contributions: int | None = None
 
     @property
@@ -190,32 +103,22 @@ class Plan:
     def needs_selection(self) -> bool:
         return bool(self.keys) and not self.declared
 
-    @property
-    def select_groups(self) -> bool:
-        """Keep at most max_groups groups per unit by selection (a window): partition selection
-        needs a bound on the number of groups a unit touches, not only on its total weight."""
-        return self.needs_selection and self.unit is not None
-
     def literal_domain_size(self) -> int | None:
         """Size of the cross product of literal key domains (None if a domain is a table's)."""
         return _literal_domain_size(self.keys)
 
     def groups_per_unit(self, domain_size: int | None) -> int:
-        """L0 bound: a unit touches at most max_groups groups, and no more than exist."""
-        if not self.keys:
-            return 1
-        if domain_size is not None:
-            return max(1, min(self.max_groups, domain_size))
-        return self.max_groups
+        return self.bounding.groups(domain_size)
 
     @property
-    def rows_per_group(self) -> int:
-        return self.max_rows
+    def total_bound(self) -> bool:
+        """Each unit's rows are bounded in the whole query, not per group (bounding.TotalCap)."""
+        return isinstance(self.bounding, TotalCap)
 
     @property
     def total_rows(self) -> int:
-        """A unit's rows in the whole query under total_bound."""
-        return self.max_contributions or self.max_groups * self.max_rows
+        """A unit's rows in the whole query under a total bound."""
+        return self.bounding.limit if isinstance(self.bounding, TotalCap) else self.max_groups * self.max_rows
 
     def weightable(self) -> bool:
         """Whether total bounding can use per-row weights computed once per table: one private
@@ -228,36 +131,14 @@ class Plan:
         # A filter would keep few rows of a heavy unit that the table-wide weight still scales
         # down (valid, but biased): filtered queries bound per query instead.
         unfiltered = all(c.sql() == unit_check for c in rel.where)
-        return (self.total_bound and unfiltered and not (self.l2_clip and self.keys) and len(rel.sources) == 1 and not rel.joins
+        l2_keyed = isinstance(self.bounding, L2Clip) and bool(self.keys)
+        return (self.total_bound and unfiltered and not l2_keyed and len(rel.sources) == 1 and not rel.joins
                 and rel.sources[0].derived is None
                 and rel.sources[0].private and isinstance(self.unit, exp.Column)
-                and all(m.kind in ("count", "sum", "histogram") for m in self.measures)
-                and all(m.bits == COUNT_BITS for m in self.measures if m.kind == "histogram")
+                and not any(isinstance(m, Units) for m in self.measures)
+                and all(m.bits == COUNT_BITS for m in self.measures if isinstance(m, Histogram))
                 # Whole-row counts: floored once per group, which keeps a unit's L1 only with one group.
-                and (not self.keys or all(m.bits == COUNT_BITS for m in self.measures if m.kind == "count")))
-
-    def total_bound_helps(self, domain_size: int | None) -> bool:
-        """Whether bounding a unit's rows in all costs no more noise than bounding per group:
-        declared by the policy (max_contributions), or a unit may reach max_groups groups."""
-        return (self.unit is not None and self.row_id_source is None and not self.select_groups
-                and self.sample_rate is None
-                and (self.max_contributions is not None or self.groups_per_unit(domain_size) == self.max_groups))
-
-    def measure_l1(self, m: Measure, domain_size: int | None) -> int | None:
-        """L1 sensitivity of one measure's vector over all groups, in its integer units (None:
-        not bounded by the plan, as under L2 clipping over a domain of unknown size)."""
-        if self.total_bound and m.kind != "units":
-            if self.l2_clip and self.keys and not m.own_norm:  # ||x||_1 <= ceil(sqrt(G)) ||x||_2 over G groups
-                if domain_size is None:
-                    return None
-                return self.total_rows * m.row_bound * (math.isqrt(max(domain_size, 1) - 1) + 1)
-            return self.total_rows * m.row_bound
-        return self.groups_per_unit(domain_size) * m.group_bound(self.rows_per_group)
-
-    def measure_l2_squared(self, m: Measure, domain_size: int | None) -> int:
-        if self.total_bound and m.kind != "units":
-            return (self.total_rows * m.row_bound) ** 2
-        return self.groups_per_unit(domain_size) * m.group_bound(self.rows_per_group) ** 2
+                and (not self.keys or all(m.bits == COUNT_BITS for m in self.measures if isinstance(m, Count))))
 
 
 def _literal_domain_size(keys: list[GroupKey]) -> int | None:
@@ -362,14 +243,14 @@ class _Analysis:
         keys = self._group_keys()
         self.keys = keys
         domain = _literal_domain_size(keys)
-        # With declared keys, a unit in more than max_groups groups has each group's share
-        # scaled by max_groups / (its groups): counts then need fractional bits.
-        scale_groups = (unit is not None and bool(keys) and all(k.declared for k in keys)
-                        and (domain is None or domain > max_groups))
+        bounding = choose(unit=unit is not None, row_ids=row_id_source is not None, keyed=bool(keys),
+                          declared=all(k.declared for k in keys), domain_size=domain, max_groups=max_groups,
+                          max_rows=max_rows, max_contributions=self.max_contributions, mechanism=self.mechanism,
+                          sampled=any(s.sample is not None for s in self.rel.sources), unit_in_hash=unit_in_hash)
         # Counts are fixed point when a unit's shares are scaled over many groups; otherwise a
-        # share scaled under total_bound is floored to whole rows (exact unless a unit exceeds
+        # share scaled under a total bound is floored to whole rows (exact unless a unit exceeds
         # its limit, and then at most one row short per group).
-        self.count_bits = COUNT_BITS if scale_groups else 0
+        self.count_bits = COUNT_BITS if bounding.scale_groups else 0
         rates = {s.sample for s in self.rel.sources if s.sample is not None}
         if len(rates) > 1:
             raise unsupported("several TABLESAMPLE rates in one query", hint="sample one private table")
@@ -382,16 +263,10 @@ class _Analysis:
             raise forbidden("a query over private tables must compute at least one aggregate",
                             hint="add COUNT(*) to see the groups; group keys alone would reveal which exist")
         self._share_sums()
-        plan = Plan(relation=rel, unit=unit, unit_in_hash=unit_in_hash, row_id_source=row_id_source, keys=keys,
+        return Plan(relation=rel, unit=unit, unit_in_hash=unit_in_hash, row_id_source=row_id_source, keys=keys,
                     measures=self.measures, estimates=self.estimates, post=post, output_names=names,
-                    max_groups=max_groups, max_rows=max_rows, scale_groups=scale_groups,
-                    sample_rate=self.sample_rate, item_estimates=self._items,
-                    max_contributions=self.max_contributions)
-        # Under Gaussian noise a total bound of C rows costs C in L2 against sqrt(max_groups) *
-        # max_rows per group: taken only when the policy declares max_contributions.
-        total_bound = plan.total_bound_helps(domain) and (
-            self.mechanism == "laplace" or plan.max_contributions is not None)
-        return replace(plan, total_bound=total_bound, l2_clip=total_bound and self.mechanism == "gaussian")
+                    max_groups=max_groups, max_rows=max_rows, bounding=bounding, sample_rate=self.sample_rate,
+                    item_estimates=self._items, max_contributions=self.max_contributions)
 
     # The privacy unit ----------------------------------------------------------------------
     def _unit(self) -> tuple[exp.Expression | None, bool, str | None, int, int]:
@@ -513,7 +388,7 @@ class _Analysis:
         if isinstance(node.this, exp.Distinct) or node.args.get("distinct"):
             if isinstance(node, exp.Count) and self._is_unit(node.this):
                 return self._add_estimate(Estimate("count", text, count=self._measure(
-                    Measure("units", None, bits=self.count_bits))))
+                    Units(None, bits=self.count_bits))))
             if isinstance(node, exp.Count):
                 return self._add_estimate(self._distinct(node, text))
             raise unsupported(f"{text}: DISTINCT inside an aggregate is only supported in COUNT",
@@ -521,10 +396,10 @@ class _Analysis:
         arg = node.this
         if isinstance(node, exp.Count):
             if arg is None or isinstance(arg, exp.Star):
-                est = Estimate("count", text, count=self._measure(Measure("count", None, bits=self.count_bits)))
+                est = Estimate("count", text, count=self._measure(Count(None, bits=self.count_bits)))
             else:
                 value = self.scope.resolve(arg, self.resolver)
-                est = Estimate("count", text, count=self._measure(Measure("count", value, bits=self.count_bits)))
+                est = Estimate("count", text, count=self._measure(Count(value, bits=self.count_bits)))
         else:
             if contains_aggregate(arg):
                 raise ProgrammingError("aggregate function calls cannot be nested", sqlstate="42803")
@@ -540,10 +415,10 @@ class _Analysis:
                 est = self._spread(node, text, value, lo, hi)
             elif isinstance(node, exp.Sum):
                 # A sampled SUM's interval needs a count to bound the sampling variance.
-                count = self._measure(Measure("count", value, bits=self.count_bits)) if self.sample_rate else None
+                count = self._measure(Count(value, bits=self.count_bits)) if self.sample_rate else None
                 est = Estimate("sum", text, count=count, total=total, lower=lo, upper=hi)
             else:
-                count = self._measure(Measure("count", value, bits=self.count_bits))
+                count = self._measure(Count(value, bits=self.count_bits))
                 est = Estimate("avg", text, count=count, total=total, lower=lo, upper=hi, centre=centre)
         return self._add_estimate(est)
 
@@ -564,7 +439,7 @@ class _Analysis:
         if bounds.hi <= bounds.lo:
             raise ProgrammingError(f"{text}: {arg.sql(dialect='postgres')} has a single possible value {bounds.lo:g}",
                                    sqlstate="42P22", hint="a quantile needs bounds with lower < upper")
-        hist = self._measure(Measure("histogram", value, bounds.lo, bounds.hi, bits=self.count_bits,
+        hist = self._measure(Histogram(value, bounds.lo, bounds.hi, bits=self.count_bits,
                                      bins=QUANTILE_BINS))
         func = {0.0: "min", 1.0: "max"}.get(fraction, "quantile") if name in ("MIN", "MAX") else "quantile"
         return Estimate(func, text, count=hist, lower=bounds.lo, upper=bounds.hi, quantile=fraction)
@@ -596,7 +471,7 @@ class _Analysis:
         if len(keys) > MAX_DISTINCT_KEYS:
             raise unsupported(f"{text}: {len(keys)} declared keys; COUNT(DISTINCT ...) supports up to {MAX_DISTINCT_KEYS}",
                               hint="group by the column and count the groups with COUNT(*) instead")
-        hist = self._measure(Measure("histogram", value, 0.0, float(len(keys)), bits=self.count_bits,
+        hist = self._measure(Histogram(value, 0.0, float(len(keys)), bits=self.count_bits,
                                      bins=len(keys), categories=tuple(keys)))
         return Estimate("distinct", text, count=hist, lower=0.0, upper=float(len(keys)))
 
@@ -604,7 +479,7 @@ class _Analysis:
         """AVG(x) alone uses a sum centred in x's range (half the sensitivity); next to SUM(x) it
         uses SUM's plain sum instead, so the query pays for one noisy sum, not two."""
         plain = {(m.value.sql(), m.lower, m.upper): i for i, m in enumerate(self.measures)
-                 if m.kind == "sum" and m.centre == 0 and m.value is not None}
+                 if isinstance(m, Sum) and m.centre == 0 and m.value is not None}
         for i, est in enumerate(self.estimates):
             if family(est).centred_sum:
                 m = self.measures[est.total]
@@ -644,7 +519,7 @@ class _Analysis:
         if self.sample_rate:
             raise unsupported(f"{text}: variance under TABLESAMPLE is not supported yet")
         centre = (lo + hi) / 2
-        count = self._measure(Measure("count", value, bits=self.count_bits))
+        count = self._measure(Count(value, bits=self.count_bits))
         total = self._measure(sum_measure(value, lo, hi, centre))
         squares = self._measure(squares_measure(value, lo, hi))
         func = {exp.VariancePop: "var_pop", exp.Variance: "var_samp", exp.StddevPop: "stddev_pop",

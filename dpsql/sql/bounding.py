@@ -1,0 +1,313 @@
+"""Contribution bounding strategies: each one writes the SQL stages that bound what one privacy
+unit adds to a measure and, next to them, the sensitivity those stages guarantee. Calibration
+reads only the sensitivity, the rewrite only the stages, so the two cannot drift apart.
+
+The stages read `filtered` (one row per private row: unit, keys k0.., per-row integers v0..,
+see rewrite.py) and end in `per_group` (keys, units, m0..): a measure's total per group.
+
+- PerGroupCap: a unit adds at most max_rows rows to a group (its sum scaled by max_rows / n
+  when it has n > max_rows, truncated toward zero) in at most G groups; with declared keys, a
+  unit in more than G groups has each share scaled by G / (its groups). L1 = G * max_rows * R,
+  L2^2 = G * (max_rows * R)^2 for a per-row bound R (measures.py).
+- PartitionSelection: the same, keeping at most G groups per unit by a hash of its keys (the
+  L0 bound partition selection needs, calibration.py).
+- RowUnits: every row is its own unit (G = max_rows = 1): one aggregation, no per-unit stage.
+- TotalCap: a unit adds at most C rows to the whole query: its shares are scaled by
+  C / max(its rows, C), and a SUM's own total by C R / max(||own sums||_1, C R). L1 = C * R.
+- L2Clip: under Gaussian noise, a unit's vector of rows per group is scaled by
+  C / max(||n||_2, C): L2 = C * R, L1 = C * R * ceil(sqrt(D)) over D groups.
+- WeightedCopy: TotalCap computed once per table: each row carries its unit's weight
+  floor(C 2^b / max(N, C)) (N its rows in the table), so bounding is one weighted scan; a unit's
+  n <= N rows add at most n C / max(N, C) <= C. Same sensitivity as the TotalCap it serves.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from sqlglot import exp
+
+from . import build as b
+from .measures import COUNT_BITS, Histogram, Measure, weighted
+
+Stage = tuple[str, exp.Select]
+
+
+@dataclass(frozen=True)
+class PerGroupCap:
+    max_groups: int
+    max_rows: int
+    keyed: bool  # the query has GROUP BY keys
+    scale_groups: bool = False
+
+    def groups(self, domain_size: int | None) -> int:
+        """L0 bound: a unit touches at most max_groups groups, and no more than exist."""
+        if not self.keyed:
+            return 1
+        if domain_size is not None:
+            return max(1, min(self.max_groups, domain_size))
+        return self.max_groups
+
+    # Sensitivity ------------------------------------------------------------------------
+    def l1(self, m: Measure, domain_size: int | None) -> int | None:
+        """L1 sensitivity of the measure's vector over all groups, in its integer units (None:
+        not bounded, as under L2 clipping over a domain of unknown size)."""
+        return self.groups(domain_size) * m.group_bound(self.max_rows)
+
+    def l2_squared(self, m: Measure, domain_size: int | None) -> int:
+        return self.groups(domain_size) * m.group_bound(self.max_rows) ** 2
+
+    def planned(self, m: Measure, mechanism: str, domain_size: int | None) -> int:
+        """The sensitivity a PLD-planned measure's noise is scaled to: its L2 (Gaussian, one
+        mechanism), or one group's bound (Laplace, one mechanism per group: G of them)."""
+        if mechanism == "gaussian":
+            return math.isqrt(self.l2_squared(m, domain_size) - 1) + 1 if m.row_bound else 0
+        return m.group_bound(self.max_rows)
+
+    def planned_copies(self, mechanism: str, domain_size: int | None) -> int:
+        return self.groups(domain_size) if mechanism == "laplace" else 1
+
+    # SQL --------------------------------------------------------------------------------
+    def stages(self, measures: Sequence[Measure], keys: list[str], domain_size: int | None) -> list[Stage]:
+        stages = [("per_unit", self._per_unit(measures, keys, domain_size))]
+        joins = []
+        if self._joins_unit_groups:
+            stages.append(("unit_groups", self._unit_groups(measures)))
+            joins = [b.join(b.table("unit_groups"), using=["unit"])]
+        aggs = [b.named(b.count(), "units")]
+        for j, m in enumerate(measures):
+            if not isinstance(m, Histogram):
+                aggs.append(b.named(b.total(self._share(m, j, domain_size)), f"m{j}"))
+        return stages + [("per_group", b.select([b.col(k) for k in keys] + aggs, b.table("per_unit"), joins=joins,
+                                                group=list(keys)))]
+
+    @property
+    def _joins_unit_groups(self) -> bool:
+        return self.scale_groups
+
+    def _per_unit(self, measures: Sequence[Measure], keys: list[str], domain_size: int | None) -> exp.Select:
+        partials = [b.named(b.count(), "n")] + [p for j, m in enumerate(measures) for p in m.partials(j)]
+        group = ["unit"] + keys
+        return b.select([b.col(c) for c in group] + partials, b.table("filtered"), group=group)
+
+    def _unit_groups(self, measures: Sequence[Measure]) -> exp.Select:
+        return b.select([b.col("unit"), b.named(b.count(), "groups")], b.table("per_unit"), group=["unit"])
+
+    def _scaled(self, share: exp.Expression, domain_size: int | None, column: exp.Column | None = None) -> exp.Expression:
+        """A unit's share in one group times G / max(its groups, G), truncated toward zero, so a
+        scaled share never exceeds the unscaled bound."""
+        if not self.scale_groups:
+            return share
+        g = self.groups(domain_size)
+        return b.idiv(b.mul(share, g), b.func("GREATEST", column or b.col("groups"), g))
+
+    def _share(self, m: Measure, j: int, domain_size: int | None) -> exp.Expression:
+        return self._scaled(m.capped(j, self.max_rows), domain_size)
+
+    def histogram_stages(self, j: int, m: Histogram, keys: list[str], domain_size: int | None) -> list[Stage]:
+        """Histogram j in long form, one row per group and non-empty bin: a unit's c rows in a
+        bin count as a share of its n rows in the group (c * max_rows / n when n > max_rows), so
+        its bins add up to a count's bound."""
+        cell = [b.col(k) for k in keys] + [b.col(f"v{j}")]
+        not_null = exp.Not(this=exp.Is(this=b.col(f"v{j}"), expression=exp.Null()))
+        cells = b.select([b.col("unit")] + cell + [b.named(b.count(), "c")], b.table("filtered"), where=[not_null],
+                         group=["unit"] + keys + [f"v{j}"])
+        on = [exp.EQ(this=b.col("unit", "c"), expression=b.col("unit", "p"))]
+        on += [exp.NullSafeEQ(this=b.col(k, "c"), expression=b.col(k, "p")) for k in keys]
+        joins = [b.join(b.table("per_unit", "p"), b.conjunction(on))]
+        if self._joins_unit_groups:
+            joins.append(b.join(b.table("unit_groups", "ug"), exp.EQ(this=b.col("unit", "ug"), expression=b.col("unit", "c"))))
+        c_cols = [b.col(k, "c") for k in keys] + [b.col(f"v{j}", "c")]
+        share = self._cell_share(m, j, domain_size)
+        bins = b.select(c_cols + [b.named(b.total(share), "s")], b.table(f"cells{j}", "c"), joins=joins,
+                        group=[c.copy() for c in c_cols])
+        return [(f"cells{j}", cells), (f"bins{j}", bins)]
+
+    def _cell_share(self, m: Histogram, j: int, domain_size: int | None) -> exp.Expression:
+        n, c, unit = b.col(f"n{j}", "p"), b.col("c", "c"), m.row_bound
+        capped = b.case((exp.GT(this=n, expression=b.node(self.max_rows)), b.idiv(b.mul(c, self.max_rows * unit), n.copy())),
+                        default=b.mul(c.copy(), unit) if m.bits else c.copy())
+        return self._scaled(capped, domain_size, b.col("groups", "ug"))
+
+
+@dataclass(frozen=True)
+class PartitionSelection(PerGroupCap):
+    """Keys without a declared domain: each unit keeps at most G of its groups, chosen by a
+    keyed hash of the unit (if it is a column of the rows) and the keys."""
+
+    unit_in_hash: bool = True
+
+    def _per_unit(self, measures, keys, domain_size):
+        q = super()._per_unit(measures, keys, domain_size)
+        hashed = b.anonymous("DPSQL_HASH", *(["unit"] if self.unit_in_hash else []), *keys)
+        rank = exp.Window(this=exp.RowNumber(), partition_by=[b.col("unit")],
+                          order=exp.Order(expressions=[exp.Ordered(this=hashed, nulls_first=False)]), over="OVER")
+        q.set("qualify", exp.Qualify(this=exp.LTE(this=rank, expression=b.node(self.groups(domain_size)))))
+        return q
+
+
+@dataclass(frozen=True)
+class RowUnits(PerGroupCap):
+    """Every row is its own unit: a group's totals are plain aggregates of the rows."""
+
+    def stages(self, measures, keys, domain_size):
+        aggs = [b.named(b.count(), "units")]
+        aggs += [b.named(m.per_row(j), f"m{j}") for j, m in enumerate(measures) if m.per_row(j) is not None]
+        return [("per_group", b.select([b.col(k) for k in keys] + aggs, b.table("filtered"), group=list(keys)))]
+
+    def histogram_stages(self, j, m, keys, domain_size):
+        not_null = exp.Not(this=exp.Is(this=b.col(f"v{j}"), expression=exp.Null()))
+        cell = keys + [f"v{j}"]
+        return [(f"bins{j}", b.select([b.col(k) for k in cell] + [b.named(b.mul(b.count(), m.row_bound), "s")],
+                                      b.table("filtered"), where=[not_null], group=cell))]
+
+
+@dataclass(frozen=True)
+class TotalCap(PerGroupCap):
+    """At most `limit` rows of a unit in the whole query, spread over groups as they fall: the
+    L1 of max_groups * max_rows per group when a unit may reach max_groups groups, and far
+    less data cut away. A unit count is still bounded per group (one per unit and group)."""
+
+    limit: int = 0
+
+    def l1(self, m, domain_size):
+        return super().l1(m, domain_size) if not m.weighted_rows else self.limit * m.row_bound
+
+    def l2_squared(self, m, domain_size):
+        return super().l2_squared(m, domain_size) if not m.weighted_rows else (self.limit * m.row_bound) ** 2
+
+    def planned(self, m, mechanism, domain_size):
+        if mechanism == "gaussian":
+            return super().planned(m, mechanism, domain_size)
+        return self.l1(m, domain_size) or 0  # the whole vector is one mechanism
+
+    def planned_copies(self, mechanism, domain_size):
+        return 1
+
+    @property
+    def _joins_unit_groups(self) -> bool:
+        return True
+
+    def _unit_groups(self, measures):
+        items = [b.col("unit"), b.named(b.count(), "groups"), self._unit_scale()]
+        for j, m in enumerate(measures):
+            if m.own_norm:
+                items.append(b.named(own_weight(b.total(exp.Abs(this=b.col(f"s{j}"))), self.limit * m.row_bound), f"w{j}"))
+        return b.select(items, b.table("per_unit"), group=["unit"])
+
+    def _unit_scale(self) -> exp.Expression:
+        return b.named(b.total("n"), "unit_rows")
+
+    def _share(self, m, j, domain_size):
+        if not m.weighted_rows:
+            return super()._share(m, j, domain_size)
+        if m.own_norm:
+            return weighted(b.col(f"s{j}"), b.col(f"w{j}"))
+        return self._total_share(m.raw(j))
+
+    def _total_share(self, value: exp.Expression, ug: str | None = None) -> exp.Expression:
+        """A unit's share scaled by C / max(its rows, C), truncated toward zero."""
+        return b.idiv(b.mul(value, self.limit), b.func("GREATEST", b.col("unit_rows", ug), self.limit))
+
+    def _cell_share(self, m, j, domain_size):
+        return self._total_share(b.mul(b.col("c", "c"), m.row_bound), "ug")
+
+
+@dataclass(frozen=True)
+class L2Clip(TotalCap):
+    """A unit's rows per group n scaled by the fixed-point weight floor(2^b C / max(||n||_2, C)).
+    The norm is a double SQRT made an upper bound by a relative margin of 2^-40 (far above its
+    rounding error); every engine rounds the same IEEE operations alike."""
+
+    def l1(self, m, domain_size):
+        if self.keyed and not m.own_norm and m.weighted_rows:  # ||x||_1 <= ceil(sqrt(D)) ||x||_2 over D groups
+            if domain_size is None:
+                return None
+            return self.limit * m.row_bound * (math.isqrt(max(domain_size, 1) - 1) + 1)
+        return super().l1(m, domain_size)
+
+    def _unit_scale(self):
+        norm = b.mul(exp.Sqrt(this=b.cast(b.total(b.mul("n", "n")), "DOUBLE")),
+                     b.binary(exp.Add, 1, exp.Pow(this=b.node(2), expression=b.node(-40))))
+        weight = b.div(self.limit * 2**COUNT_BITS, b.func("GREATEST", norm, self.limit))
+        return b.named(b.cast(exp.Floor(this=weight), "BIGINT"), "unit_weight")
+
+    def _total_share(self, value, ug=None):
+        return weighted(value, b.col("unit_weight", ug))
+
+
+@dataclass(frozen=True)
+class WeightedCopy:
+    """A TotalCap read from the engine's weighted copy of the one private table: `table` holds
+    its rows with weight column __dpsql_w, and `values` maps a measure's index to the column
+    holding its ready-weighted per-row values (copy_column). Engine state, chosen at rewrite."""
+
+    bound: TotalCap
+    table: str
+    values: Mapping[int, str] = field(default_factory=dict)
+
+    def l1(self, m: Measure, domain_size: int | None) -> int | None:
+        return self.bound.l1(m, domain_size)
+
+    def l2_squared(self, m: Measure, domain_size: int | None) -> int:
+        return self.bound.l2_squared(m, domain_size)
+
+    def stages(self, measures: Sequence[Measure], keys: list[str], domain_size: int | None) -> list[Stage]:
+        aggs = [b.named(b.node(0), "units")]  # unit counts serve partition selection only, excluded here
+        for j, m in enumerate(measures):
+            total = m.weighted(j, j in self.values)
+            if total is not None:
+                aggs.append(b.named(total, f"m{j}"))
+        return [("per_group", b.select([b.col(k) for k in keys] + aggs, b.table("filtered"), group=list(keys)))]
+
+    def histogram_stages(self, j: int, m: Histogram, keys: list[str], domain_size: int | None) -> list[Stage]:
+        not_null = exp.Not(this=exp.Is(this=b.col(f"v{j}"), expression=exp.Null()))
+        cell = keys + [f"v{j}"]
+        return [(f"bins{j}", b.select([b.col(k) for k in cell] + [b.named(b.total("w"), "s")], b.table("filtered"),
+                                      where=[not_null], group=cell))]
+
+
+def own_weight(norm: exp.Expression, bound: int) -> exp.Expression:
+    """A SUM's weight floor(2^b K / max(norm, K)), K = C * row_bound its L1 sensitivity, `norm`
+    the L1 norm of the unit's own sums: a unit's shares add at most K in all however many rows
+    it has, and a unit whose values are small keeps all of them. At most 2^b: a BIGINT."""
+    return b.cast(b.idiv(bound << COUNT_BITS, b.func("GREATEST", norm, bound)), "BIGINT")
+
+
+def copy_column(m: Measure, limit: int, unit: str, weight: str = "__dpsql_w") -> exp.Expression:
+    """A count or sum measure's weighted per-row value, for the engine's weighted copy of a
+    table whose unit column is `unit`: the row's weight where its value is not NULL, or its
+    value times the weight (for a SUM's own total, the weight from its unit's sum of |value|,
+    a bound for any grouping and filter), as the bounded query would apply them."""
+    w: exp.Expression = b.col(weight)
+    if m.own_norm:
+        norm = exp.Window(this=b.total(exp.Abs(this=exp.Paren(this=m.row_value()))),
+                          partition_by=[b.quoted(unit)], over="OVER")
+        w = own_weight(norm, limit * m.row_bound)
+    return m.weighted_row(m.row_value(), w)
+
+
+Bounding = PerGroupCap | WeightedCopy
+
+
+def choose(*, unit: bool, row_ids: bool, keyed: bool, declared: bool, domain_size: int | None, max_groups: int,
+           max_rows: int, max_contributions: int | None, mechanism: str, sampled: bool,
+           unit_in_hash: bool) -> PerGroupCap:
+    """The strategy for a query: a total bound where it costs no more noise than a per-group
+    one (declared by the policy as max_contributions, or a unit may reach max_groups groups;
+    under Gaussian noise only when declared, since C rows cost C in L2 against sqrt(max_groups)
+    * max_rows per group), else per-group caps, with partition selection for undeclared keys."""
+    if not unit:
+        return RowUnits(max_groups, max_rows, keyed)
+    if keyed and not declared:
+        return PartitionSelection(max_groups, max_rows, keyed, unit_in_hash=unit_in_hash)
+    # With declared keys, a unit in more than max_groups groups has each share scaled down.
+    scale = keyed and (domain_size is None or domain_size > max_groups)
+    per_group = PerGroupCap(max_groups, max_rows, keyed, scale)
+    helps = max_contributions is not None or per_group.groups(domain_size) == max_groups
+    if row_ids or sampled or not helps or (mechanism != "laplace" and max_contributions is None):
+        return per_group
+    kind = L2Clip if mechanism == "gaussian" else TotalCap
+    return kind(max_groups, max_rows, keyed, scale, limit=max_contributions or max_groups * max_rows)

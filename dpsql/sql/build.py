@@ -1,0 +1,146 @@
+"""Builders for the bounded query's sqlglot trees, so that no stage is written as text and
+parsed again. Nodes are the ones sqlglot's DuckDB reader produces for the same SQL (engines
+transpile and lower them: engines/)."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from sqlglot import exp
+
+Node = exp.Expression
+Operand = Node | int | float | str
+
+
+def node(x: Operand) -> Node:
+    """An expression; a Python number is a literal, a string a column name."""
+    if isinstance(x, exp.Expression):
+        return x
+    if isinstance(x, str):
+        return col(x)
+    if isinstance(x, float) and x < 0 or isinstance(x, int) and x < 0:
+        return exp.Neg(this=exp.Literal.number(-x))
+    return exp.Literal.number(x)
+
+
+def col(name: str, table: str | None = None) -> exp.Column:
+    """A column of the bounded query's own (unquoted, lower-case) names: unit, k0, m0, t.k0."""
+    return exp.Column(this=exp.to_identifier(name), table=exp.to_identifier(table) if table else None)
+
+
+def quoted(name: str, table: str | None = None) -> exp.Column:
+    """A column of a policy table, quoted as it is spelled there."""
+    return exp.Column(this=exp.Identifier(this=name, quoted=True), table=exp.to_identifier(table) if table else None)
+
+
+def table(name: str, alias: str | None = None, quote: bool = False) -> exp.Table:
+    t = exp.Table(this=exp.Identifier(this=name, quoted=quote))
+    if alias:
+        t.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
+    return t
+
+
+def subquery(query: Node, alias: str, columns: Iterable[str] = ()) -> exp.Subquery | exp.Values:
+    names = [exp.to_identifier(c) for c in columns]
+    table_alias = exp.TableAlias(this=exp.to_identifier(alias), columns=names or None)
+    if isinstance(query, exp.Values):
+        query.set("alias", table_alias)
+        return query
+    return exp.Subquery(this=query, alias=table_alias)
+
+
+def _wrap(x: Operand) -> Node:
+    n = node(x)
+    return exp.Paren(this=n) if isinstance(n, exp.Binary) and not isinstance(n, exp.Dot) else n
+
+
+def binary(kind: type[exp.Binary], a: Operand, b: Operand) -> Node:
+    return kind(this=_wrap(a), expression=_wrap(b))
+
+
+def mul(a: Operand, b: Operand) -> Node:
+    return binary(exp.Mul, a, b)
+
+
+def idiv(a: Operand, b: Operand) -> Node:
+    """a // b, truncated toward zero on integers (PostgreSQL's DIV, Spark's DIV)."""
+    return binary(exp.IntDiv, a, b)
+
+
+def func(name: str, *args: Operand) -> Node:
+    """A function as DuckDB's reader builds it (GREATEST and LEAST skip NULLs, as there)."""
+    return exp.func(name, *[node(a) for a in args], dialect="duckdb")
+
+
+def anonymous(name: str, *args: Operand) -> Node:
+    """dpsql's own functions (DPSQL_HASH, DPSQL_COIN), lowered by each engine."""
+    return exp.Anonymous(this=name, expressions=[node(a) for a in args])
+
+
+def cast(x: Operand, type_name: str) -> Node:
+    return exp.Cast(this=node(x), to=exp.DataType.build(type_name))
+
+
+def count(x: Operand | None = None) -> Node:
+    return exp.Count(this=exp.Star() if x is None else node(x), big_int=True)
+
+
+def div(a: Operand, b: Operand) -> Node:
+    """a / b in DuckDB's sense: a double quotient."""
+    return exp.Div(this=_wrap(a), expression=_wrap(b), typed=False, safe=False)
+
+
+def total(x: Operand) -> Node:
+    return exp.Sum(this=node(x))
+
+
+def case(*whens: tuple[Node, Operand], default: Operand | None = None) -> Node:
+    return exp.Case(ifs=[exp.If(this=c, true=node(t)) for c, t in whens],
+                    default=None if default is None else node(default))
+
+
+def conjunction(conditions: list[Node]) -> Node:
+    out = conditions[0]
+    for c in conditions[1:]:
+        out = exp.And(this=out, expression=c)
+    return out
+
+
+def named(x: Operand, name: str) -> Node:
+    return exp.Alias(this=node(x), alias=exp.to_identifier(name))
+
+
+def select(items: list[Node], source: Node, *, where: list[Node] | None = None, group: list[Operand] | None = None,
+           joins: list[exp.Join] | None = None, qualify: Node | None = None, distinct: bool = False) -> exp.Select:
+    """One SELECT built in place (sqlglot's chained builders copy the tree at every step)."""
+    q = exp.Select(expressions=items, from_=exp.From(this=source))
+    if distinct:
+        q.set("distinct", exp.Distinct())
+    if joins:
+        q.set("joins", joins)
+    if where:
+        q.set("where", exp.Where(this=conjunction(where)))
+    if group:
+        q.set("group", exp.Group(expressions=[node(g) for g in group]))
+    if qualify is not None:
+        q.set("qualify", exp.Qualify(this=qualify))
+    return q
+
+
+def join(target: Node, on: Node | None = None, *, kind: str | None = None, using: list[str] | None = None) -> exp.Join:
+    j = exp.Join(this=target)
+    if on is not None:
+        j.set("on", on)
+    if using:
+        j.set("using", [exp.to_identifier(u) for u in using])
+    if kind in ("LEFT",):
+        j.set("side", kind)
+    elif kind:
+        j.set("kind", kind)
+    return j
+
+
+def with_ctes(ctes: list[tuple[str, exp.Select]], final: exp.Select) -> exp.Select:
+    final.set("with_", exp.With(expressions=[exp.CTE(this=q, alias=exp.TableAlias(this=exp.to_identifier(name)))
+                                             for name, q in ctes]))
+    return final
