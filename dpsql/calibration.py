@@ -15,9 +15,7 @@ from typing import Sequence
 
 from .accounting.cost import Cost, Part
 from .accounting.filters import amplified_epsilon
-from .accounting.planner import Planned, plan
 from .errors import ProgrammingError, invalid_parameter
-from .families import family
 from .mechanisms import (
     MAX_SCALE,
     Noise,
@@ -27,7 +25,6 @@ from .mechanisms import (
     selection_threshold,
 )
 from .sql.analyze import Estimate, Plan
-from .sql.measures import Histogram, Measure
 
 
 @dataclass(frozen=True)
@@ -134,14 +131,14 @@ def calibrate(plan: Plan, epsilon: Fraction, delta: Fraction, mechanism: str,
     cost = Cost.of(parts)
     if plan.sample_rate is not None:
         cost = sampled_cost(cost, Fraction(repr(plan.sample_rate)))
-    _check_scales(plan, measures)
+    check_scales(plan, measures)
     return Calibration(measures, selection, cost, groups)
 
 
 MAX_VALUE = float(2**53)  # largest |value| a measure may take: beyond it doubles lose integers
 
 
-def _check_scales(plan: Plan, measures: Sequence[MeasureNoise]) -> None:
+def check_scales(plan: Plan, measures: Sequence[MeasureNoise]) -> None:
     """Refuse, before anything is charged, noise that could not be drawn or would drown the
     answer: a non-finite scale, or one beyond what 64-bit integer sampling holds."""
     for m, mn in zip(plan.measures, measures):
@@ -157,39 +154,6 @@ def _check_scales(plan: Plan, measures: Sequence[MeasureNoise]) -> None:
                 f"{m.describe()}: the noise this needs (scale {scale * m.unit_scale:.3g}) is too large to be useful",
                 sqlstate="22003", hint="declare tighter bounds for the value, or clamp it in the query with "
                                        "LEAST(GREATEST(x, low), high); nothing was charged")
-
-
-def epsilon_for_target(plan: Plan, target: float, delta: Fraction, mechanism: str, domain_size: int | None,
-                       weights: Sequence[Fraction] | None, confidence: float,
-                       ceiling: Fraction = Fraction(100)) -> Fraction:
-    """The smallest epsilon (3 significant digits, rounded up) at which every COUNT and SUM of
-    the plan is within ±target of its pre-noise value at the confidence level. Pure: it only
-    calibrates, so choosing it reveals nothing and costs nothing."""
-    targeted = sorted({m for e in plan.estimates if family(e).targetable for m in measures_of(e)})
-    if not targeted:
-        raise invalid_parameter("dpsql.target_error applies to COUNT and SUM",
-                                hint="SET dpsql.target_error = 0 to turn it off, and set dpsql.epsilon instead")
-
-    def meets(eps: Fraction) -> bool:
-        cal = calibrate(plan, eps, delta, mechanism, domain_size, weights)
-        return all(cal.measures[m].noise.half_width(confidence) * plan.measures[m].unit_scale <= target
-                   for m in targeted)
-
-    if not meets(ceiling):
-        raise invalid_parameter(f"no epsilon up to {ceiling} gives a {confidence:.0%} error within ±{target:g}",
-                                hint="raise dpsql.target_error, or group by fewer keys")
-    lo, hi = 1e-9, float(ceiling)
-    for _ in range(80):
-        mid = math.sqrt(lo * hi)
-        if meets(Fraction(mid)):
-            hi = mid
-        else:
-            lo = mid
-    digits = 2 - math.floor(math.log10(hi))
-    eps = Fraction(math.ceil(hi * 10**digits)) / 10**digits if digits >= 0 else Fraction(math.ceil(hi / 10**-digits) * 10**-digits)
-    while not meets(eps):  # rounding up keeps it met; guard float edge cases all the same
-        eps += Fraction(1, 10**max(digits, 0))
-    return eps
 
 
 def sampled_cost(cost: Cost, rate: Fraction) -> Cost:
@@ -208,58 +172,3 @@ def _needs_delta(plan: Plan):
             hint=f"declare the keys in the policy (columns.{undeclared[0]} = {{ keys = [...] }}), "
                  "or SET dpsql.delta = 1e-8")
     return invalid_parameter("Gaussian noise needs delta > 0", hint="SET dpsql.delta = 1e-8, or SET dpsql.mechanism = 'laplace'")
-
-
-def planned_sensitivity(plan: Plan, m: Measure, mechanism: str, domain_size: int | None) -> int:
-    """The sensitivity a PLD-planned measure's noise is scaled to, per planned mechanism: its
-    L2 (Gaussian: one mechanism); for Laplace its L1 over all groups under a total bound (one
-    mechanism: the whole vector), else one group's bound (one mechanism per group)."""
-    return plan.bounding.planned(m, mechanism, domain_size)
-
-
-def planned_mechanisms(plan: Plan, mechanism: str, domain_size: int | None, weight: float = 1.0) -> list[Planned]:
-    """A plan's measures as PLD-planned mechanisms. A Laplace measure over G groups bounded per
-    group moves each of its G independent coordinates by at most max_rows * R: G one-dimensional
-    mechanisms of that sensitivity dominate it; under a total bound the whole vector is one
-    mechanism of its L1. A Gaussian measure is one mechanism at its L2."""
-    if plan.sample_rate is not None:
-        raise invalid_parameter("TABLESAMPLE queries cannot be PLD-planned", hint="run the sampled query on its own")
-    if plan.needs_selection:
-        raise invalid_parameter("partition selection cannot be PLD-planned",
-                                hint="declare the group keys in the policy, or run this query on its own")
-    if any(isinstance(m, Histogram) for m in plan.measures):
-        raise invalid_parameter("quantiles cannot be PLD-planned yet",
-                                hint="SET dpsql.planner = 'filter' for this query, or send it outside the batch")
-    per_measure = plan.bounding.planned_copies(mechanism, domain_size)
-    return [Planned(mechanism, weight) for m in plan.measures if m.row_bound for _ in range(per_measure)]
-
-
-def calibrate_planned(plan: Plan, mechanism: str, multiplier: float, domain_size: int | None,
-                      weight: float = 1.0) -> Calibration:
-    """Noise for a plan's measures at a common PLD-planned multiplier (scale: multiplier / weight
-    times planned_sensitivity, rounded up); the cost is charged by the caller, once for the
-    whole batch."""
-    measures = []
-    for m in plan.measures:
-        sensitivity = planned_sensitivity(plan, m, mechanism, domain_size)
-        scale = math.nextafter(multiplier / weight * sensitivity, math.inf) if sensitivity else 0.0
-        measures.append(MeasureNoise(Noise(mechanism, scale), plan.bounding.l1(m, domain_size),
-                                     plan.bounding.l2_squared(m, domain_size), None, None))
-    _check_scales(plan, measures)
-    return Calibration(measures, None, Cost(Fraction(0)), plan.groups_per_unit(domain_size), weight)
-
-
-def batch_cost(epsilon: Fraction, delta: Fraction, multiplier: float, n_mechanisms: int) -> Cost:
-    """A PLD-planned batch is one (ε, δ) release."""
-    return Cost.of([Part("approx", epsilon, delta, noise_multiplier=multiplier, count=n_mechanisms)])
-
-
-def pld_multiplier(mechanisms: list[Planned], epsilon: Fraction, delta: Fraction) -> float:
-    """PLD-plan at a float target no larger than the exact ε that will be charged."""
-    target = float(epsilon)
-    if Fraction(target) > epsilon:
-        target = math.nextafter(target, 0.0)
-    try:
-        return plan(mechanisms, target, float(delta))
-    except ValueError as e:
-        raise invalid_parameter(str(e)) from None

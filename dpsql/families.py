@@ -19,12 +19,17 @@ import math
 from statistics import NormalDist
 from typing import TYPE_CHECKING
 
+from sqlglot import exp
+
 from .mechanisms import Noise
+from .sql.measures import Count, Histogram, Measure, Units, squares_measure, sum_measure
 
 if TYPE_CHECKING:
     from .sql.analyze import Estimate, Plan
 
 Values = tuple[list, list[tuple[float, float]]]
+Roles = dict[str, Measure]  # the measures an estimate reads: count, total, squares
+QUANTILE_BINS = 64  # equal-width bins of a quantile's histogram over the column's bounds
 
 
 def _z(alpha: float) -> float:
@@ -33,11 +38,21 @@ def _z(alpha: float) -> float:
 
 
 class Family:
-    """One aggregate family: its estimate and interval from noisy measures, its result type."""
+    """One aggregate family: the measures it needs, its estimate and interval from their noisy
+    values, its result type."""
 
     result_type = "DOUBLE"
     targetable = False  # dpsql.target_error sizes epsilon for its COUNT and SUM estimates
     centred_sum = False  # its sum is centred in the bounds (an AVG), so a plain SUM of the same column can serve
+
+    def measures(self, value: exp.Expression | None, lower: float, upper: float, bits: int, sampled: bool,
+                 categories: tuple | None) -> Roles:
+        """The measures an aggregate of `value` (bounded to [lower, upper]) is estimated from;
+        `bits`: a count's fractional bits, `sampled`: under TABLESAMPLE."""
+        raise NotImplementedError
+
+    def centre(self, lower: float, upper: float) -> float:
+        return 0.0
 
     def estimate(self, plan: Plan, est: Estimate, noisy: list, noises: list[Noise], confidence: float) -> Values:
         if plan.sample_rate:
@@ -52,6 +67,9 @@ class _Count(Family):
     result_type = "BIGINT"
     targetable = True
 
+    def measures(self, value, lower, upper, bits, sampled, categories):
+        return {"count": Count(value, bits=bits)}
+
     def exact(self, plan, est, noisy, noises, confidence):
         scale = plan.measures[est.count].unit_scale
         col, h = [c * scale for c in noisy[est.count]], noises[est.count].half_width(confidence) * scale
@@ -60,8 +78,20 @@ class _Count(Family):
         return vals, [(float(max(0, math.floor(c - h))), float(max(0, math.ceil(c + h)))) for c in col]
 
 
+class _UnitCount(_Count):
+    """COUNT(DISTINCT unit): one per unit and group."""
+
+    def measures(self, value, lower, upper, bits, sampled, categories):
+        return {"count": Units(None, bits=bits)}
+
+
 class _Sum(Family):
     targetable = True
+
+    def measures(self, value, lower, upper, bits, sampled, categories):
+        # A sampled SUM's interval needs a count to bound the sampling variance.
+        total = {"total": sum_measure(value, lower, upper, 0.0, own_norm=True)}
+        return {**total, "count": Count(value, bits=bits)} if sampled else total
 
     def exact(self, plan, est, noisy, noises, confidence):
         unit = plan.measures[est.total].unit_scale
@@ -71,7 +101,15 @@ class _Sum(Family):
 
 
 class _Average(Family):
+    """A sum centred in the bounds (half the sensitivity of a plain one) over a count."""
+
     centred_sum = True
+
+    def measures(self, value, lower, upper, bits, sampled, categories):
+        return {"total": sum_measure(value, lower, upper, self.centre(lower, upper)), "count": Count(value, bits=bits)}
+
+    def centre(self, lower, upper):
+        return (lower + upper) / 2
 
     def exact(self, plan, est, noisy, noises, confidence):
         # The interval holds at `confidence`: its two parts at (1 + confidence) / 2 each.
@@ -96,6 +134,14 @@ class _Variance(Family):
 
     def __init__(self, sample: bool, root: bool):
         self.sample, self.root = sample, root
+
+    def measures(self, value, lower, upper, bits, sampled, categories):
+        centre = self.centre(lower, upper)
+        return {"total": sum_measure(value, lower, upper, centre), "count": Count(value, bits=bits),
+                "squares": squares_measure(value, lower, upper)}
+
+    def centre(self, lower, upper):
+        return (lower + upper) / 2
 
     def exact(self, plan, est, noisy, noises, confidence):
         cm, tm, qm = (plan.measures[i] for i in (est.count, est.total, est.squares))
@@ -137,6 +183,10 @@ class _Distinct(Family):
 
     result_type = "BIGINT"
 
+    def measures(self, value, lower, upper, bits, sampled, categories):
+        return {"count": Histogram(value, 0.0, float(len(categories)), bits=bits, bins=len(categories),
+                                   categories=categories)}
+
     def exact(self, plan, est, noisy, noises, confidence):
         m = plan.measures[est.count]
         scale = m.unit_scale
@@ -165,6 +215,9 @@ class _Quantile(Family):
 
     def __init__(self, extreme: int = 0):
         self.extreme = extreme
+
+    def measures(self, value, lower, upper, bits, sampled, categories):
+        return {"count": Histogram(value, lower, upper, bits=bits, bins=QUANTILE_BINS)}
 
     def exact(self, plan, est, noisy, noises, confidence):
         m = plan.measures[est.count]
@@ -195,11 +248,15 @@ class _Quantile(Family):
 
 
 FAMILIES: dict[str, Family] = {
-    "count": _Count(), "sum": _Sum(), "avg": _Average(), "distinct": _Distinct(),
+    "count": _Count(), "units": _UnitCount(), "sum": _Sum(), "avg": _Average(), "distinct": _Distinct(),
     "var_pop": _Variance(sample=False, root=False), "var_samp": _Variance(sample=True, root=False),
     "stddev_pop": _Variance(sample=False, root=True), "stddev_samp": _Variance(sample=True, root=True),
     "quantile": _Quantile(), "min": _Quantile(extreme=-1), "max": _Quantile(extreme=1),
 }
+
+
+SPREAD_FUNCTIONS = {exp.VariancePop: "var_pop", exp.Variance: "var_samp", exp.StddevPop: "stddev_pop",
+                    exp.Stddev: "stddev_samp", exp.StddevSamp: "stddev_samp"}
 
 
 def family(est: Estimate) -> Family:

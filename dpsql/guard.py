@@ -26,7 +26,7 @@ from typing import Any, Callable
 from .accounting.cost import Cost
 from .accounting.filters import amplified_epsilon
 from .accounting.ledger import Charge
-from .calibration import Calibration, planned_sensitivity
+from .calibration import Calibration
 from .config import Policy
 from .engines.base import ResultSet
 from .errors import InternalError
@@ -125,7 +125,7 @@ def _scales(plan: Plan, cal: Calibration, cost: Cost) -> None:
                 raise ReleaseRefused(f"{m.describe()}: Gaussian sigma below what its rho allows")
             gauss_rho += mn.rho
         else:  # PLD-planned: the charged multiplier times the sensitivity it was planned at
-            need = planned_sensitivity(plan, m, mn.noise.kind, plan.literal_domain_size())
+            need = plan.bounding.planned(m, mn.noise.kind, plan.literal_domain_size())
             if not planned or Fraction(scale) < Fraction(min(planned)) / Fraction(cal.planned_weight) * need:
                 raise ReleaseRefused(f"{m.describe()}: noise scale below the planned multiplier")
     if cal.selection is not None:

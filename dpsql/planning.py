@@ -11,16 +11,18 @@ from .accounting.filters import Totals
 from .accounting.ledger import segment_filter
 from .calibration import (
     calibrate,
-    calibrate_planned,
     needs_delta,
-    planned_mechanisms,
-    pld_multiplier,
 )
 from .errors import invalid_parameter, unsupported
 from .prepare import plan_query
 from .session import Session
 from .sql.analyze import Plan, PublicQuery
 from .sql.classify import Query, classify
+from .targets import (
+    calibrate_planned,
+    planned_mechanisms,
+    pld_multiplier,
+)
 
 
 def _plans(session: Session, sqls: Sequence[str]) -> list[Plan]:

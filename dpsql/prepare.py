@@ -16,19 +16,21 @@ from sqlglot import exp
 
 from .calibration import (
     Calibration,
-    batch_cost,
     calibrate,
-    calibrate_planned,
-    epsilon_for_target,
     measure_weights,
     needs_delta,
-    planned_mechanisms,
-    pld_multiplier,
 )
 from .config import Policy, exact
 from .errors import invalid_parameter
 from .sql.analyze import Plan, PublicQuery, analyze
 from .sql.options import QueryOptions
+from .targets import (
+    batch_cost,
+    calibrate_planned,
+    epsilon_for_target,
+    planned_mechanisms,
+    pld_multiplier,
+)
 
 # Ordinary PostgreSQL client settings: accepted and remembered, never passed to the engine.
 CLIENT_SETTINGS = {

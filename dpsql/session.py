@@ -28,10 +28,6 @@ from .accounting.cost import show
 from .accounting.ledger import Charge, Ledger, open_ledger
 from .calibration import (
     Calibration,
-    batch_cost,
-    calibrate_planned,
-    planned_mechanisms,
-    pld_multiplier,
 )
 from .config import MECHANISMS, Policy, TablePolicy
 from .engines import Engine, open_engine
@@ -71,6 +67,12 @@ from .sql.measures import COUNT_BITS, Count, Measure, squares_measure, sum_measu
 from .sql.options import QueryOptions
 from .sql.rewrite import rewrite
 from .sql.scope import output_name
+from .targets import (
+    batch_cost,
+    calibrate_planned,
+    planned_mechanisms,
+    pld_multiplier,
+)
 
 log = logging.getLogger("dpsql")
 

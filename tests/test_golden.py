@@ -1,51 +1,116 @@
-"""Golden fixtures of the bounded query, in the style of sqlglot's optimizer fixtures: each
-block of tests/fixtures/bounded.sql is a query (with its mechanism) and the bounded SQL dpsql
-rewrites it to, one CTE per stage. A change to bounding shows up here as a readable diff.
+"""Golden fixtures of the bounded query, in the style of sqlglot's optimizer fixtures: a query
+(with its mechanism) and the SQL dpsql builds for it.
 
-    DPSQL_UPDATE_GOLDEN=1 pytest tests/test_golden.py    # rewrite the fixture after a deliberate change
+- tests/fixtures/bounded.sql: the whole bounded query, one CTE per stage;
+- tests/fixtures/bounding/<strategy>.sql: only the stages each bounding strategy writes
+  (sql/bounding.py), for every case that uses it, so a change to one strategy shows up as a
+  readable diff in its own file.
+
+    DPSQL_UPDATE_GOLDEN=1 pytest tests/test_golden.py    # rewrite the fixtures after a deliberate change
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
+import pytest
 import sqlglot
 
+from dpsql.config import load_policy
+from dpsql.session import Session
+from dpsql.sql.bounding import WeightedCopy
 from dpsql.sql.classify import classify
+from dpsql.sql.measures import Histogram
 from dpsql.sql.rewrite import rewrite
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "bounded.sql"
+from .conftest import make_db, write_policy
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+STRATEGIES = ["row_units", "per_group_cap", "partition_selection", "total_cap", "l2_clip", "weighted_copy"]
+# (policy variant, mechanism, query). "capped": events declare max_contributions = 6;
+# "weighted": the plan is rendered over a weighted copy named weights.
 CASES = [
-    ("laplace", "SELECT COUNT(*) FROM people"),
-    ("laplace", "SELECT sex, COUNT(*), AVG(age) FROM people GROUP BY sex"),
-    ("laplace", "SELECT kind, COUNT(*), SUM(amount) FROM events GROUP BY kind"),
-    ("gaussian", "SELECT kind, COUNT(*), SUM(amount) FROM events GROUP BY kind"),
-    ("laplace", "SELECT kind, COUNT(*) FROM events WHERE amount > 10 GROUP BY kind"),
-    ("laplace", "SELECT p.sex, SUM(e.amount) FROM people p JOIN events e ON p.pid = e.pid GROUP BY p.sex"),
-    ("laplace", "SELECT city, COUNT(*) FROM people GROUP BY city"),
-    ("laplace", "SELECT kind, STDDEV(amount), MEDIAN(amount) FROM events GROUP BY kind"),
-    ("laplace", "SELECT COUNT(DISTINCT pid) FROM events TABLESAMPLE BERNOULLI (20)"),
-    ("laplace", "SELECT AVG(t) FROM (SELECT pid, SUM(amount) AS t FROM events GROUP BY pid) s"),
-    ("laplace", "SELECT CASE WHEN amount < 10 THEN 'low' ELSE 'high' END AS b, COUNT(*) FROM events GROUP BY b"),
-    ("laplace", "SELECT g, SUM(v) FROM rows GROUP BY g"),
+    ("", "laplace", "SELECT COUNT(*) FROM people"),
+    ("", "laplace", "SELECT sex, COUNT(*), AVG(age) FROM people GROUP BY sex"),
+    ("", "laplace", "SELECT kind, COUNT(*), SUM(amount) FROM events GROUP BY kind"),
+    ("", "gaussian", "SELECT kind, COUNT(*), SUM(amount) FROM events GROUP BY kind"),
+    ("", "laplace", "SELECT kind, COUNT(*) FROM events WHERE amount > 10 GROUP BY kind"),
+    ("", "laplace", "SELECT p.sex, SUM(e.amount) FROM people p JOIN events e ON p.pid = e.pid GROUP BY p.sex"),
+    ("", "laplace", "SELECT city, COUNT(*) FROM people GROUP BY city"),
+    ("", "laplace", "SELECT city, MEDIAN(age) FROM people GROUP BY city"),
+    ("", "laplace", "SELECT kind, STDDEV(amount), MEDIAN(amount) FROM events GROUP BY kind"),
+    ("", "gaussian", "SELECT kind, COUNT(DISTINCT pid), MEDIAN(amount) FROM events GROUP BY kind"),
+    ("", "laplace", "SELECT COUNT(DISTINCT pid) FROM events TABLESAMPLE BERNOULLI (20)"),
+    ("", "laplace", "SELECT AVG(t) FROM (SELECT pid, SUM(amount) AS t FROM events GROUP BY pid) s"),
+    ("", "laplace", "SELECT CASE WHEN amount < 10 THEN 'low' ELSE 'high' END AS b, COUNT(*) FROM events GROUP BY b"),
+    ("", "laplace", "SELECT g, SUM(v) FROM rows GROUP BY g"),
+    ("", "laplace", "SELECT g, MEDIAN(v) FROM rows GROUP BY g"),
+    ("", "laplace", "SELECT r.g, COUNT(*) FROM rows r JOIN places p ON TRUE GROUP BY r.g"),
+    ("capped", "gaussian", "SELECT kind, COUNT(*), SUM(amount), MEDIAN(amount) FROM events GROUP BY kind"),
+    ("capped", "gaussian", "SELECT COUNT(*), AVG(amount) FROM events"),
+    ("weighted", "laplace", "SELECT kind, COUNT(*), SUM(amount), MEDIAN(amount) FROM events GROUP BY kind"),
+    ("weighted", "laplace", "SELECT COUNT(*), AVG(age) FROM people"),
 ]
 
 
-def _render(session) -> str:
-    blocks = []
-    for mechanism, sql in CASES:
+def _pretty(tree) -> str:
+    return sqlglot.transpile(tree.sql(dialect="duckdb"), read="duckdb", write="duckdb", pretty=True)[0]
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z0-9])", "_", name).lower().replace("l_2", "l2")
+
+
+@pytest.fixture
+def sessions(tmp_path):
+    make_db(tmp_path / "db.duckdb", [], [])
+    plain = write_policy(tmp_path)
+    capped_dir = tmp_path / "capped"
+    capped_dir.mkdir()
+    capped = capped_dir / "policy.toml"
+    capped.write_text(plain.read_text().replace('database = "db.duckdb"', f'database = "{tmp_path / "db.duckdb"}"')
+                      .replace("max_rows = 3\n", "max_rows = 3\nmax_contributions = 6\n"))
+    out = {"": Session(load_policy(plain), "alice"), "capped": Session(load_policy(capped), "alice")}
+    out["weighted"] = out[""]
+    for s in set(out.values()):
+        s.execute("SET dpsql.delta = 1e-8")
+    yield out
+    for s in set(out.values()):
+        s.close()
+
+
+def _render(sessions) -> dict[str, str]:
+    whole, stages = [], {name: [] for name in STRATEGIES}
+    for variant, mechanism, sql in CASES:
+        session = sessions[variant]
         session.execute(f"SET dpsql.mechanism = '{mechanism}'")
         plan, _ = session._prepare(classify(sql).tree)
-        bounded = rewrite(plan, plan.literal_domain_size(), "salt" if plan.sample_rate else None)
-        pretty = sqlglot.transpile(bounded.sql(dialect="duckdb"), read="duckdb", write="duckdb", pretty=True)[0]
-        blocks.append(f"# mechanism: {mechanism}\n{sql};\n{pretty};\n")
-    return "\n".join(blocks)
+        bounding = WeightedCopy(plan.bounding, "weights") if variant == "weighted" else plan.bounding
+        domain = plan.literal_domain_size()
+        bounded = rewrite(plan, domain, "salt" if plan.sample_rate else None,
+                          bounding if variant == "weighted" else None)
+        head = f"# mechanism: {mechanism}{', ' + variant if variant else ''}\n{sql};\n"
+        whole.append(f"{head}{_pretty(bounded)};\n")
+        keys = [f"k{i}" for i in range(len(plan.keys))]
+        written = bounding.stages(plan.measures, keys, domain)
+        for j, m in enumerate(plan.measures):
+            if isinstance(m, Histogram):
+                written += bounding.histogram_stages(j, m, keys, domain)
+        body = "".join(f"-- {name}\n{_pretty(q)};\n" for name, q in written)
+        stages[_snake(type(bounding).__name__)].append(f"{head}{body}")
+    out = {"bounded.sql": "\n".join(whole)}
+    out.update({f"bounding/{name}.sql": "\n".join(blocks) for name, blocks in stages.items()})
+    return out
 
 
-def test_bounded_sql_matches_the_golden_fixture(session):
-    session.execute("SET dpsql.delta = 1e-8")
-    got = _render(session)
+def test_bounded_sql_matches_the_golden_fixtures(sessions):
+    got = _render(sessions)
+    assert all(got[f"bounding/{name}.sql"] for name in STRATEGIES), "every strategy has a case"
     if os.environ.get("DPSQL_UPDATE_GOLDEN"):
-        FIXTURE.write_text(got)
-    assert got == FIXTURE.read_text()
+        for name, text in got.items():
+            (FIXTURES / name).parent.mkdir(exist_ok=True)
+            (FIXTURES / name).write_text(text)
+    for name, text in got.items():
+        assert text == (FIXTURES / name).read_text(), name

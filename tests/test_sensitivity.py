@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from dpsql.config import load_policy
 from dpsql.session import Session
-from dpsql.sql.classify import classify
 from dpsql.sql.bounding import L2Clip, TotalCap, WeightedCopy
+from dpsql.sql.classify import classify
 from dpsql.sql.rewrite import rewrite
 
 from .backends import READER, duckdb_to_postgres, move_policy

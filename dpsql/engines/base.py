@@ -10,6 +10,8 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence
 import sqlglot
 from sqlglot import exp
 
+from ..sql.build import dtype
+
 
 @dataclass(frozen=True)
 class ResultSet:
@@ -85,7 +87,7 @@ def coin_parts(node: exp.Expression) -> tuple[exp.Expression, exp.Expression]:
     """DPSQL_COIN(unit, salt): the text SHA-256 is taken of, salt || ':' || unit, and the salt."""
     unit, salt = node.expressions
     text = exp.DPipe(this=exp.DPipe(this=salt.copy(), expression=exp.Literal.string(":")),
-                     expression=exp.Cast(this=unit.copy(), to=exp.DataType.build("VARCHAR")))
+                     expression=exp.Cast(this=unit.copy(), to=dtype("VARCHAR")))
     return text, salt
 
 
@@ -99,7 +101,7 @@ def width_bucket_case(node: exp.WidthBucket) -> exp.Expression:
     return exp.Case(ifs=[exp.If(this=exp.LT(this=x.copy(), expression=lo.copy()), true=exp.Literal.number(0)),
                          exp.If(this=exp.GTE(this=x.copy(), expression=hi.copy()),
                                 true=exp.Add(this=n.copy(), expression=exp.Literal.number(1)))],
-                    default=exp.Cast(this=inside, to=exp.DataType.build("BIGINT")))
+                    default=exp.Cast(this=inside, to=dtype("BIGINT")))
 
 
 def quote(name: str) -> str:

@@ -18,6 +18,7 @@ from sqlglot import exp
 
 from ..config import Policy, check_against_schema
 from ..errors import OperationalError, PolicyError
+from ..sql.build import dtype
 from .base import (
     ENGINE_FAILURE_HINT,
     ResultSet,
@@ -113,8 +114,8 @@ class DuckDBEngine:
             "SELECT table_name, column_name, data_type FROM information_schema.columns "
             "WHERE table_catalog = current_database() AND table_schema = 'main' ORDER BY table_name, ordinal_position"
         ).fetchall()
-        for table, column, dtype in rows:
-            schema.setdefault(table.lower(), {})[column.lower()] = dtype
+        for table, column, type_name in rows:
+            schema.setdefault(table.lower(), {})[column.lower()] = type_name
         return schema
 
     def _lock_down(self) -> None:
@@ -232,7 +233,7 @@ def _lower(node: exp.Expression) -> exp.Expression:
         text, _ = coin_parts(node)
         digits = exp.Substring(this=exp.Anonymous(this="sha256", expressions=[text]), start=exp.Literal.number(1),
                                length=exp.Literal.number(15))
-        return exp.Cast(this=exp.DPipe(this=exp.Literal.string("0x"), expression=digits), to=exp.DataType.build("BIGINT"))
+        return exp.Cast(this=exp.DPipe(this=exp.Literal.string("0x"), expression=digits), to=dtype("BIGINT"))
     if is_keyed_hash(node):
         return exp.Anonymous(this="hash", expressions=node.expressions)
     if isinstance(node, exp.WidthBucket):

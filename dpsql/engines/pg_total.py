@@ -22,6 +22,7 @@ from typing import Mapping
 from sqlglot import exp
 
 from ..errors import unsupported
+from ..sql.build import dtype
 from .base import coin_parts, is_coin, is_keyed_hash, width_bucket_case
 
 _INTEGERS = {"TINYINT": 2**7, "SMALLINT": 2**15, "INTEGER": 2**31, "INT": 2**31, "BIGINT": 2**63}
@@ -178,7 +179,7 @@ class _Lowering:
         t = self.type_of(node)
         if not (self.numeric_kind(t) or isinstance(node, exp.Null)):
             raise _refuse(node, "arithmetic on a value that is not known to be a number")
-        return exp.Cast(this=self.total(node), to=exp.DataType.build("NUMERIC"))
+        return exp.Cast(this=self.total(node), to=dtype("NUMERIC"))
 
     def arithmetic(self, node: exp.Expression) -> exp.Expression:
         """In NUMERIC: exact, and out of reach of overflow for values a table can hold."""
@@ -260,7 +261,7 @@ def _semantics(node: exp.Expression) -> exp.Expression:
         return _extract(node)
     if isinstance(node, (exp.DateTrunc, exp.TimestampTrunc)):
         # PostgreSQL's date_trunc of a date is a timestamp with time zone; the others' is not
-        return exp.Cast(this=node.copy(), to=exp.DataType.build("TIMESTAMP"))
+        return exp.Cast(this=node.copy(), to=dtype("TIMESTAMP"))
     return node
 
 
@@ -280,7 +281,7 @@ def _plain_casts(node: exp.Expression) -> exp.Expression:
 def _guard(value: exp.Expression, limit: float, to: exp.DataType) -> exp.Expression:
     """CAST(value) where |value| < limit, else NULL (NaN fails the comparison, so it is NULL);
     into a float, a NUMERIC too small for it (which PostgreSQL refuses as out of range) is 0."""
-    numeric = exp.Abs(this=exp.Cast(this=value.copy(), to=exp.DataType.build("NUMERIC")))
+    numeric = exp.Abs(this=exp.Cast(this=value.copy(), to=dtype("NUMERIC")))
     ok = exp.LT(this=numeric, expression=exp.Literal.number(repr(float(limit))))
     ifs = [exp.If(this=exp.Not(this=ok), true=exp.Null())]
     if to.this in (exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT):
@@ -294,9 +295,9 @@ def keyed_hash(args: list[exp.Expression]) -> exp.Expression:
     result shifted onto [0, 2^64)), so per-unit choices come from the unit's own values, never
     from random()."""
     row = exp.Cast(this=exp.Anonymous(this="ROW", expressions=[a.copy() for a in args]),
-                   to=exp.DataType.build("TEXT"))
+                   to=dtype("TEXT"))
     hashed = exp.Anonymous(this="hashtextextended", expressions=[row, exp.Literal.number(0)])
-    return exp.Paren(this=exp.Add(this=exp.Cast(this=hashed, to=exp.DataType.build("NUMERIC")),
+    return exp.Paren(this=exp.Add(this=exp.Cast(this=hashed, to=dtype("NUMERIC")),
                                   expression=exp.Literal.number(2**63)))
 
 
@@ -309,8 +310,8 @@ def coin(node: exp.Expression) -> exp.Expression:
             text, exp.Literal.string("UTF8")])]), exp.Literal.string("hex")])
     digits = exp.Substring(this=digest, start=exp.Literal.number(1), length=exp.Literal.number(15))
     bits = exp.Cast(this=exp.DPipe(this=exp.Literal.string("x"), expression=digits),
-                    to=exp.DataType.build("BIT(60)", dialect="postgres"))
-    return exp.Cast(this=bits, to=exp.DataType.build("BIGINT"))
+                    to=dtype("BIT(60)", dialect="postgres"))
+    return exp.Cast(this=bits, to=dtype("BIGINT"))
 
 
 def _refuse(node: exp.Expression, why: str):

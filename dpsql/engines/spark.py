@@ -19,6 +19,7 @@ from sqlglot import exp
 
 from ..config import Policy, check_against_schema
 from ..errors import OperationalError, PolicyError
+from ..sql.build import dtype
 from .base import (
     ENGINE_FAILURE_HINT,
     ResultSet,
@@ -198,11 +199,11 @@ def _lower(node: exp.Expression) -> Any:
         digits = exp.Substring(this=exp.Anonymous(this="sha2", expressions=[text, exp.Literal.number(256)]),
                                start=exp.Literal.number(1), length=exp.Literal.number(15))
         return exp.Cast(this=exp.Anonymous(this="conv", expressions=[digits, exp.Literal.number(16), exp.Literal.number(10)]),
-                        to=exp.DataType.build("BIGINT"))
+                        to=dtype("BIGINT"))
     if is_keyed_hash(node):
         # xxhash64's signed 64-bit result shifted onto [0, 2^64), as DPSQL_HASH promises
         hashed = exp.Anonymous(this="xxhash64", expressions=[a.copy() for a in node.expressions])
-        return exp.Paren(this=exp.Add(this=exp.Cast(this=hashed, to=exp.DataType.build("DECIMAL(20, 0)")),
+        return exp.Paren(this=exp.Add(this=exp.Cast(this=hashed, to=dtype("DECIMAL(20, 0)")),
                                       expression=exp.Literal.number(2**63)))
     if isinstance(node, exp.WidthBucket):
         return width_bucket_case(node).transform(_lower, copy=False)
@@ -215,5 +216,5 @@ def _lower(node: exp.Expression) -> Any:
             return exp.Extract(this=exp.Var(this=_EXTRACT[name]), expression=node.expression.transform(_lower, copy=True))
     if isinstance(node, (exp.DateTrunc, exp.TimestampTrunc)):
         # Spark's date_trunc gives a TIMESTAMP in the session's zone; the others' has no zone
-        return exp.Cast(this=node.copy(), to=exp.DataType.build("TIMESTAMP_NTZ", dialect="spark"))
+        return exp.Cast(this=node.copy(), to=dtype("TIMESTAMP_NTZ", dialect="spark"))
     return node

@@ -17,21 +17,21 @@ from sqlglot import exp
 
 from ..config import Policy
 from ..errors import ProgrammingError, forbidden, invalid_parameter, unsupported
-from ..families import family
+from ..families import FAMILIES, QUANTILE_BINS, SPREAD_FUNCTIONS, family  # noqa: F401 (QUANTILE_BINS: re-exported)
 from .allowlist import (
     DP_AGGREGATES,
     SPREAD_AGGREGATES,
     check_node,
     check_tree,
     contains_aggregate,
-    is_aggregate,
     order_statistic,
 )
 from .bounding import Bounding, L2Clip, TotalCap, choose
 from .bounds import Interval, interval
 from .domains import Image, column_values, image, literal_domain
-from .measures import COUNT_BITS, Count, Histogram, Measure, Sum, Units, squares_measure, sum_measure
+from .measures import COUNT_BITS, Count, Histogram, Measure, Sum, Units
 from .options import QueryOptions
+from .outer import OuterQuery
 from .scope import (
     Relation,
     Resolver,
@@ -41,7 +41,6 @@ from .scope import (
     output_name,
 )
 
-QUANTILE_BINS = 64  # equal-width bins of a quantile's histogram over the column's bounds
 MAX_DISTINCT_KEYS = 256  # declared keys a COUNT(DISTINCT column) may count
 
 
@@ -49,7 +48,7 @@ MAX_DISTINCT_KEYS = 256  # declared keys a COUNT(DISTINCT column) may count
 class Estimate:
     """One aggregate the analyst wrote, as a function of measures."""
 
-    func: str  # count | sum | avg | var_pop | var_samp | stddev_pop | stddev_samp | quantile | min | max | distinct
+    func: str  # its family's name in families.FAMILIES: count, units, sum, avg, var_pop, ..., quantile, min, max, distinct
     text: str
     count: int | None = None
     total: int | None = None
@@ -213,8 +212,6 @@ class _Analysis:
         self.measures: list[Measure] = []
         self.estimates: list[Estimate] = []
         self._estimate_index: dict[str, int] = {}
-        self._items: list[set[int]] = []
-        self._current: set[int] | None = None
         self.max_contributions: int | None = None
 
     def run(self) -> Plan:
@@ -258,7 +255,8 @@ class _Analysis:
         if not keys and not any(contains_aggregate(e) for e in tree.expressions):
             raise forbidden("selecting rows of a private table is not allowed",
                             hint="ask for an aggregate instead, e.g. SELECT COUNT(*), AVG(age) FROM patients")
-        post, names = self._post()
+        outer = OuterQuery(self.tree, self.scope, self.resolver, self.keys, self._estimate)
+        post, names = outer.post, outer.names
         if not self.estimates:
             raise forbidden("a query over private tables must compute at least one aggregate",
                             hint="add COUNT(*) to see the groups; group keys alone would reveal which exist")
@@ -266,7 +264,7 @@ class _Analysis:
         return Plan(relation=rel, unit=unit, unit_in_hash=unit_in_hash, row_id_source=row_id_source, keys=keys,
                     measures=self.measures, estimates=self.estimates, post=post, output_names=names,
                     max_groups=max_groups, max_rows=max_rows, bounding=bounding, sample_rate=self.sample_rate,
-                    item_estimates=self._items, max_contributions=self.max_contributions)
+                    item_estimates=outer.items, max_contributions=self.max_contributions)
 
     # The privacy unit ----------------------------------------------------------------------
     def _unit(self) -> tuple[exp.Expression | None, bool, str | None, int, int]:
@@ -381,49 +379,47 @@ class _Analysis:
         text = node.sql(dialect="postgres")
         stat = order_statistic(node)
         if stat is not None:
-            return self._add_estimate(self._quantile(node, text, *stat))
+            return self._quantile(node, text, *stat)
         if isinstance(node, exp.WithinGroup):
             check_node(node.this)
             raise unsupported(f"{text} is not supported", hint="PERCENTILE_CONT(p) WITHIN GROUP (ORDER BY x) is")
         if isinstance(node.this, exp.Distinct) or node.args.get("distinct"):
             if isinstance(node, exp.Count) and self._is_unit(node.this):
-                return self._add_estimate(Estimate("count", text, count=self._measure(
-                    Units(None, bits=self.count_bits))))
+                return self._add("units", text)
             if isinstance(node, exp.Count):
-                return self._add_estimate(self._distinct(node, text))
+                return self._distinct(node, text)
             raise unsupported(f"{text}: DISTINCT inside an aggregate is only supported in COUNT",
                               hint="COUNT(DISTINCT unit_column) counts people; COUNT(DISTINCT column) counts declared keys present")
         arg = node.this
         if isinstance(node, exp.Count):
-            if arg is None or isinstance(arg, exp.Star):
-                est = Estimate("count", text, count=self._measure(Count(None, bits=self.count_bits)))
-            else:
-                value = self.scope.resolve(arg, self.resolver)
-                est = Estimate("count", text, count=self._measure(Count(value, bits=self.count_bits)))
-        else:
-            if contains_aggregate(arg):
-                raise ProgrammingError("aggregate function calls cannot be nested", sqlstate="42803")
-            value = self.scope.resolve(arg, self.resolver)
-            bounds = interval(value, self._bounds)
-            if not bounds.finite:
-                raise self._unbounded(node, arg, value)
-            lo, hi = bounds.lo, bounds.hi
-            is_sum = isinstance(node, exp.Sum)
-            centre = 0.0 if is_sum else (lo + hi) / 2
-            total = self._measure(sum_measure(value, lo, hi, centre, own_norm=is_sum))
-            if isinstance(node, SPREAD_AGGREGATES):
-                est = self._spread(node, text, value, lo, hi)
-            elif isinstance(node, exp.Sum):
-                # A sampled SUM's interval needs a count to bound the sampling variance.
-                count = self._measure(Count(value, bits=self.count_bits)) if self.sample_rate else None
-                est = Estimate("sum", text, count=count, total=total, lower=lo, upper=hi)
-            else:
-                count = self._measure(Count(value, bits=self.count_bits))
-                est = Estimate("avg", text, count=count, total=total, lower=lo, upper=hi, centre=centre)
-        return self._add_estimate(est)
+            value = None if arg is None or isinstance(arg, exp.Star) else self.scope.resolve(arg, self.resolver)
+            return self._add("count", text, value)
+        if contains_aggregate(arg):
+            raise ProgrammingError("aggregate function calls cannot be nested", sqlstate="42803")
+        value = self.scope.resolve(arg, self.resolver)
+        bounds = interval(value, self._bounds)
+        if not bounds.finite:
+            raise self._unbounded(node, arg, value)
+        if isinstance(node, SPREAD_AGGREGATES) and self.sample_rate:
+            raise unsupported(f"{text}: variance under TABLESAMPLE is not supported yet")
+        func = SPREAD_FUNCTIONS.get(type(node), "sum" if isinstance(node, exp.Sum) else "avg")
+        return self._add(func, text, value, bounds.lo, bounds.hi)
+
+    def _add(self, func: str, text: str, value: exp.Expression | None = None, lower: float = 0.0,
+             upper: float = 0.0, quantile: float | None = None, categories: tuple | None = None) -> int:
+        """An estimate of the family `func`, over the measures the family asks for."""
+        fam = FAMILIES[func]
+        roles = fam.measures(value, lower, upper, self.count_bits, self.sample_rate is not None, categories)
+        est = Estimate(func, text, lower=lower, upper=upper, centre=fam.centre(lower, upper), quantile=quantile,
+                       **{role: self._measure(m) for role, m in roles.items()})
+        key = repr((est.func, est.count, est.total, est.squares, est.quantile))
+        if key not in self._estimate_index:
+            self._estimate_index[key] = len(self.estimates)
+            self.estimates.append(est)
+        return self._estimate_index[key]
 
     def _quantile(self, node: exp.Expression, text: str, arg: exp.Expression, p: exp.Expression | float,
-                  name: str) -> Estimate:
+                  name: str) -> int:
         """A quantile from a noisy histogram of the clamped value: the bins' counts are
         computed (and bounded per unit) in the engine; the quantile is post-processing."""
         if self.sample_rate:
@@ -439,12 +435,10 @@ class _Analysis:
         if bounds.hi <= bounds.lo:
             raise ProgrammingError(f"{text}: {arg.sql(dialect='postgres')} has a single possible value {bounds.lo:g}",
                                    sqlstate="42P22", hint="a quantile needs bounds with lower < upper")
-        hist = self._measure(Histogram(value, bounds.lo, bounds.hi, bits=self.count_bits,
-                                     bins=QUANTILE_BINS))
         func = {0.0: "min", 1.0: "max"}.get(fraction, "quantile") if name in ("MIN", "MAX") else "quantile"
-        return Estimate(func, text, count=hist, lower=bounds.lo, upper=bounds.hi, quantile=fraction)
+        return self._add(func, text, value, bounds.lo, bounds.hi, quantile=fraction)
 
-    def _distinct(self, node: exp.Count, text: str) -> Estimate:
+    def _distinct(self, node: exp.Count, text: str) -> int:
         """COUNT(DISTINCT col) over a column with declared keys: a noisy row count per key (a
         histogram whose bins are the keys, bounded like any count), then the number of keys
         whose noisy count clears the noise level (post-processing). Keys seen in fewer rows
@@ -471,9 +465,7 @@ class _Analysis:
         if len(keys) > MAX_DISTINCT_KEYS:
             raise unsupported(f"{text}: {len(keys)} declared keys; COUNT(DISTINCT ...) supports up to {MAX_DISTINCT_KEYS}",
                               hint="group by the column and count the groups with COUNT(*) instead")
-        hist = self._measure(Histogram(value, 0.0, float(len(keys)), bits=self.count_bits,
-                                     bins=len(keys), categories=tuple(keys)))
-        return Estimate("distinct", text, count=hist, lower=0.0, upper=float(len(keys)))
+        return self._add("distinct", text, value, 0.0, float(len(keys)), categories=tuple(keys))
 
     def _share_sums(self) -> None:
         """AVG(x) alone uses a sum centred in x's range (half the sensitivity); next to SUM(x) it
@@ -494,13 +486,6 @@ class _Analysis:
         self.estimates = [replace(e, count=new.get(e.count), total=new.get(e.total), squares=new.get(e.squares))
                           for e in self.estimates]
 
-    def _add_estimate(self, est: Estimate) -> int:
-        key = repr((est.func, est.count, est.total, est.squares, est.quantile))
-        if key not in self._estimate_index:
-            self._estimate_index[key] = len(self.estimates)
-            self.estimates.append(est)
-        return self._estimate_index[key]
-
     def _is_unit(self, node: exp.Expression) -> bool:
         """COUNT(DISTINCT x) where x is the privacy unit column of a joined private table."""
         args = node.expressions if isinstance(node, exp.Distinct) else [node]
@@ -512,19 +497,6 @@ class _Analysis:
             return False
         source = self._source(inner.table)
         return source.private and not source.table.row_unit and inner.name == source.table.privacy_unit
-
-    def _spread(self, node: exp.Expression, text: str, value: exp.Expression, lo: float, hi: float) -> Estimate:
-        """VAR/STDDEV from three noisy measures over the clamped value v, centred at c:
-        count, sum of (v - c), sum of (v - c)^2 (itself centred at half the square's range)."""
-        if self.sample_rate:
-            raise unsupported(f"{text}: variance under TABLESAMPLE is not supported yet")
-        centre = (lo + hi) / 2
-        count = self._measure(Count(value, bits=self.count_bits))
-        total = self._measure(sum_measure(value, lo, hi, centre))
-        squares = self._measure(squares_measure(value, lo, hi))
-        func = {exp.VariancePop: "var_pop", exp.Variance: "var_samp", exp.StddevPop: "stddev_pop",
-                exp.Stddev: "stddev_samp", exp.StddevSamp: "stddev_samp"}[type(node)]
-        return Estimate(func, text, count=count, total=total, squares=squares, lower=lo, upper=hi, centre=centre)
 
     def _unbounded(self, node: exp.Expression, arg: exp.Expression, value: exp.Expression,
                    quantile: str | None = None) -> ProgrammingError:
@@ -545,86 +517,6 @@ class _Analysis:
         return ProgrammingError(f"{text}: cannot derive bounds for {arg.sql(dialect='postgres')}",
                                 sqlstate="42P22",
                                 hint="wrap it in LEAST(GREATEST(expression, low), high), and avoid dividing by a value that may be 0")
-
-    # Post-processing ---------------------------------------------------------------------
-    def _post(self) -> tuple[exp.Select, list[str]]:
-        key_sql = {k.expr.sql(): i for i, k in enumerate(self.keys)}
-        names: list[str] = []
-        items: list[exp.Expression] = []
-        for item in self.tree.expressions:
-            if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
-                raise forbidden("SELECT * over a private table would return raw rows",
-                                hint="list the aggregates you want, e.g. SELECT COUNT(*) ...")
-            name = output_name(item)
-            inner = item.unalias() if isinstance(item, exp.Alias) else item
-            names.append(name)
-            self._current = set()
-            items.append(exp.alias_(self._bind(inner, key_sql, set()), name, quoted=True))
-            self._items.append(self._current)
-            self._current = None
-        aliases = set(names)
-        post = exp.select(*items).from_("noisy")
-        having = self.tree.args.get("having")
-        if having is not None:
-            post = post.where(self._bind(having.this, key_sql, aliases))
-        order = self.tree.args.get("order")
-        if order is not None:
-            ordered = []
-            for o in order.expressions:
-                target = o.this
-                if isinstance(target, exp.Literal) and not target.is_string:
-                    ordered.append(o.copy())
-                    continue
-                new = o.copy()
-                new.set("this", self._bind(target, key_sql, aliases))
-                ordered.append(new)
-            post = post.order_by(*ordered)
-        for key in ("limit", "offset"):
-            clause = self.tree.args.get(key)
-            if clause is not None:
-                value = clause.expression if key == "limit" else clause.expression
-                if not (isinstance(value, exp.Literal) and not value.is_string):
-                    raise unsupported(f"{key.upper()} must be a number")
-                post.set(key, clause.copy())
-        return post, names
-
-    def _bind(self, node: exp.Expression, key_sql: dict[str, int], aliases: set[str]) -> exp.Expression:
-        """Replace aggregates by noisy columns a<i> and group-key expressions by k<j>."""
-        if is_aggregate(node):
-            if not isinstance(node, (exp.Filter,) + DP_AGGREGATES) and order_statistic(node) is None:
-                check_tree(node)
-            index = self._estimate(node)
-            if self._current is not None:
-                self._current.add(index)
-            return exp.column(f"a{index}")
-        if isinstance(node, exp.Window):
-            check_tree(node)
-        if not contains_aggregate(node) and not isinstance(node, (exp.Literal, exp.Boolean, exp.Null)):
-            if isinstance(node, exp.Column) and not node.table and node.name.lower() in aliases:
-                try:
-                    self.scope.lookup(node)
-                except ProgrammingError:
-                    return exp.column(node.name, quoted=True)
-            if node.find(exp.Column) is not None:
-                resolved = self.scope.resolve(node, self.resolver)
-                if resolved.sql() in key_sql:
-                    return exp.column(f"k{key_sql[resolved.sql()]}")
-                if isinstance(resolved, exp.Paren) and resolved.this.sql() in key_sql:
-                    return exp.column(f"k{key_sql[resolved.this.sql()]}")
-                if isinstance(node, exp.Column):
-                    raise ProgrammingError(
-                        f'column "{node.sql(dialect="postgres")}" must appear in the GROUP BY clause or be used in an aggregate function',
-                        sqlstate="42803")
-        if isinstance(node, (exp.Subquery, exp.Select)):
-            raise unsupported("subqueries over aggregates are not supported")
-        check_node(node)
-        new = node.copy()
-        for k, v in list(new.args.items()):
-            if isinstance(v, exp.Expression):
-                new.set(k, self._bind(node.args[k], key_sql, aliases))
-            elif isinstance(v, list):
-                new.set(k, [self._bind(x, key_sql, aliases) if isinstance(x, exp.Expression) else x for x in node.args[k]])
-        return new
 
 
 def _fraction(p: exp.Expression, text: str) -> float:

@@ -4,6 +4,7 @@ transpile and lower them: engines/)."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Iterable
 
 from sqlglot import exp
@@ -77,8 +78,18 @@ def anonymous(name: str, *args: Operand) -> Node:
     return exp.Anonymous(this=name, expressions=[node(a) for a in args])
 
 
+@lru_cache(maxsize=256)
+def _data_type(type_name: str, dialect: str | None) -> exp.DataType:
+    return exp.DataType.build(type_name, dialect=dialect)
+
+
+def dtype(type_name: str, dialect: str | None = None) -> exp.DataType:
+    """A type node, parsed once per name (DataType.build parses its string every time)."""
+    return _data_type(type_name, dialect).copy()
+
+
 def cast(x: Operand, type_name: str) -> Node:
-    return exp.Cast(this=node(x), to=exp.DataType.build(type_name))
+    return exp.Cast(this=node(x), to=dtype(type_name))
 
 
 def count(x: Operand | None = None) -> Node:

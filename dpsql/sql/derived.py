@@ -22,6 +22,7 @@ from ..config import ColumnPolicy, TablePolicy
 from ..errors import ProgrammingError, unsupported
 from .allowlist import contains_aggregate, is_aggregate
 from .bounds import Interval, interval
+from .build import dtype
 from .scope import (
     Relation,
     Resolver,
@@ -193,7 +194,7 @@ class _Builder:
                                    sqlstate="42P22",
                                    hint=f"declare bounds for {column} in the policy, or clamp it: "
                                         f"LEAST(GREATEST({column}, low), high)")
-        double = exp.DataType.build("DOUBLE")
+        double = dtype("DOUBLE")
         as_double = (exp.TryCast(this=value.copy(), to=double) if isinstance(value, exp.Column)
                      else try_wrap(exp.Cast(this=try_casts(value), to=double)))
         clamped = clamp(as_double, b.lo, b.hi)

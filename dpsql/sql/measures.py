@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from sqlglot import exp
 
 from . import build as b
+from .build import dtype
 from .total import clamp, total, try_casts, try_wrap
 
 FIXED_POINT_DIGITS = 24  # binary digits kept of the largest per-row magnitude
@@ -31,7 +32,7 @@ def literal(value: Any) -> exp.Expression:
     if isinstance(value, (int, float)):
         return b.node(value)
     if isinstance(value, datetime.date):
-        return exp.Cast(this=exp.Literal.string(value.isoformat()), to=exp.DataType.build("DATE"))
+        return exp.Cast(this=exp.Literal.string(value.isoformat()), to=dtype("DATE"))
     return exp.Literal.string(str(value))
 
 
@@ -242,7 +243,7 @@ def weighted(value: exp.Expression, weight: exp.Expression) -> exp.Expression:
 
 
 def _as_double(value: exp.Expression) -> exp.Expression:
-    double = exp.DataType.build("DOUBLE")
+    double = dtype("DOUBLE")
     if isinstance(value, exp.Column):
         return exp.TryCast(this=value.copy(), to=double)
     return try_wrap(exp.Cast(this=try_casts(value), to=double))

@@ -20,6 +20,7 @@ from sqlglot import exp
 from . import build as b
 from .analyze import GroupKey, Plan
 from .bounding import Stage, WeightedCopy
+from .build import dtype
 from .derived import Derived
 from .measures import Histogram, Measure, literal
 from .scope import Relation, Source
@@ -198,6 +199,6 @@ def _values(values, type_name: str | None) -> exp.Values:
     for v in values:
         lit = literal(v)
         if type_name and not isinstance(lit, exp.Cast):
-            lit = exp.TryCast(this=lit, to=exp.DataType.build(type_name, dialect="duckdb"))
+            lit = exp.TryCast(this=lit, to=dtype(type_name, dialect="duckdb"))
         rows.append(exp.Tuple(expressions=[lit]))
     return exp.Values(expressions=rows)

@@ -1,0 +1,112 @@
+"""The outer query: what the analyst's SELECT computes from the released aggregates.
+
+Each aggregate becomes a column a<i> of the noisy table (its estimate, registered by analysis
+through `estimate`) and each group-key expression a column k<j>; select items, HAVING, ORDER BY
+and LIMIT are rebuilt over those columns only. postprocess.py runs the result over released
+values, so nothing here needs a privacy argument beyond that: a reference to anything else
+fails to bind there.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from sqlglot import exp
+
+from ..errors import ProgrammingError, forbidden, unsupported
+from .allowlist import DP_AGGREGATES, check_node, check_tree, contains_aggregate, is_aggregate, order_statistic
+from .scope import Resolver, Scope, output_name
+
+
+class OuterQuery:
+    """`post`: the outer SELECT over the table noisy; `names`: its output names; `items`: per
+    select item, the estimates it uses (for per-item epsilon weights)."""
+
+    def __init__(self, tree: exp.Select, scope: Scope, resolver: Resolver, keys: list, estimate: Callable[[exp.Expression], int]):
+        self.tree, self.scope, self.resolver, self.keys = tree, scope, resolver, keys
+        self._estimate = estimate
+        self.items: list[set[int]] = []
+        self._current: set[int] | None = None
+        self.post, self.names = self._post()
+
+    def _post(self) -> tuple[exp.Select, list[str]]:
+        """The outer SELECT over the noisy table: select items, HAVING, ORDER BY, LIMIT."""
+        key_sql = {k.expr.sql(): i for i, k in enumerate(self.keys)}
+        names: list[str] = []
+        items: list[exp.Expression] = []
+        for item in self.tree.expressions:
+            if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
+                raise forbidden("SELECT * over a private table would return raw rows",
+                                hint="list the aggregates you want, e.g. SELECT COUNT(*) ...")
+            name = output_name(item)
+            inner = item.unalias() if isinstance(item, exp.Alias) else item
+            names.append(name)
+            self._current = set()
+            items.append(exp.alias_(self._bind(inner, key_sql, set()), name, quoted=True))
+            self.items.append(self._current)
+            self._current = None
+        aliases = set(names)
+        post = exp.select(*items).from_("noisy")
+        having = self.tree.args.get("having")
+        if having is not None:
+            post = post.where(self._bind(having.this, key_sql, aliases))
+        order = self.tree.args.get("order")
+        if order is not None:
+            ordered = []
+            for o in order.expressions:
+                target = o.this
+                if isinstance(target, exp.Literal) and not target.is_string:
+                    ordered.append(o.copy())
+                    continue
+                new = o.copy()
+                new.set("this", self._bind(target, key_sql, aliases))
+                ordered.append(new)
+            post = post.order_by(*ordered)
+        for key in ("limit", "offset"):
+            clause = self.tree.args.get(key)
+            if clause is not None:
+                value = clause.expression if key == "limit" else clause.expression
+                if not (isinstance(value, exp.Literal) and not value.is_string):
+                    raise unsupported(f"{key.upper()} must be a number")
+                post.set(key, clause.copy())
+        return post, names
+
+    def _bind(self, node: exp.Expression, key_sql: dict[str, int], aliases: set[str]) -> exp.Expression:
+        """Replace aggregates by noisy columns a<i> and group-key expressions by k<j>."""
+        if is_aggregate(node):
+            if not isinstance(node, (exp.Filter,) + DP_AGGREGATES) and order_statistic(node) is None:
+                check_tree(node)
+            index = self._estimate(node)
+            if self._current is not None:
+                self._current.add(index)
+            return exp.column(f"a{index}")
+        if isinstance(node, exp.Window):
+            check_tree(node)
+        if not contains_aggregate(node) and not isinstance(node, (exp.Literal, exp.Boolean, exp.Null)):
+            if isinstance(node, exp.Column) and not node.table and node.name.lower() in aliases:
+                try:
+                    self.scope.lookup(node)
+                except ProgrammingError:
+                    return exp.column(node.name, quoted=True)
+            if node.find(exp.Column) is not None:
+                resolved = self.scope.resolve(node, self.resolver)
+                if resolved.sql() in key_sql:
+                    return exp.column(f"k{key_sql[resolved.sql()]}")
+                if isinstance(resolved, exp.Paren) and resolved.this.sql() in key_sql:
+                    return exp.column(f"k{key_sql[resolved.this.sql()]}")
+                if isinstance(node, exp.Column):
+                    raise ProgrammingError(
+                        f'column "{node.sql(dialect="postgres")}" must appear in the GROUP BY clause or be used in an aggregate function',
+                        sqlstate="42803")
+        if isinstance(node, (exp.Subquery, exp.Select)):
+            raise unsupported("subqueries over aggregates are not supported")
+        check_node(node)
+        new = node.copy()
+        for k, v in list(new.args.items()):
+            if isinstance(v, exp.Expression):
+                new.set(k, self._bind(node.args[k], key_sql, aliases))
+            elif isinstance(v, list):
+                new.set(k, [self._bind(x, key_sql, aliases) if isinstance(x, exp.Expression) else x for x in node.args[k]])
+        return new
+
+
