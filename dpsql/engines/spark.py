@@ -38,13 +38,14 @@ _FIXED = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
 }
-# DuckDB's EXTRACT fields (the tree's spelling) in Spark's terms: DuckDB's dayofweek is 0-6
-# from Sunday, Spark's DOW 1-7 from Sunday.
 # Defaults a policy's conf may change.
 _DEFAULTS = {"spark.ui.showConsoleProgress": "false"}
 _LIVE = [0]  # engines open in this process: the last to close stops the shared SparkContext
 _LIVE_LOCK = threading.Lock()
+# EXTRACT fields in Spark's terms, under both spellings a tree may carry (PostgreSQL's, as the
+# analyst wrote them, and DuckDB's): dow / dayofweek is 0-6 from Sunday there, Spark's DOW 1-7.
 _EXTRACT = {"DAYOFYEAR": "DOY", "ISODOW": "DOW_ISO"}
+_DAY_OF_WEEK = ("DAYOFWEEK", "DOW", "WEEKDAY")
 
 
 class SparkEngine:
@@ -209,7 +210,7 @@ def _lower(node: exp.Expression) -> Any:
         return width_bucket_case(node).transform(_lower, copy=False)
     if isinstance(node, exp.Extract):
         name = node.this.name.upper()
-        if name == "DAYOFWEEK":
+        if name in _DAY_OF_WEEK:
             shifted = exp.Extract(this=exp.Var(this="DOW"), expression=node.expression.transform(_lower, copy=True))
             return exp.Paren(this=exp.Sub(this=shifted, expression=exp.Literal.number(1)))
         if name in _EXTRACT:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Iterable
 
+import sqlglot
 from sqlglot import exp
 
 Node = exp.Expression
@@ -22,6 +23,19 @@ def node(x: Operand) -> Node:
     if isinstance(x, float) and x < 0 or isinstance(x, int) and x < 0:
         return exp.Neg(this=exp.Literal.number(-x))
     return exp.Literal.number(x)
+
+
+def neutral(expression: exp.Expression) -> exp.Expression:
+    """An analyst's row expression (read as PostgreSQL) in the engine-neutral reading, DuckDB's,
+    which every engine's lowering and sqlglot's transpilation start from: the two readings
+    differ in places (EXTRACT(dow) is DAYOFWEEK, an integer `/` a double division, INITCAP's
+    word boundaries), and the bounded query must mean the same on every engine."""
+    return _neutral(expression.sql(dialect="duckdb")).copy()
+
+
+@lru_cache(maxsize=4096)
+def _neutral(text: str) -> exp.Expression:
+    return sqlglot.parse_one(text, read="duckdb")
 
 
 def col(name: str, table: str | None = None) -> exp.Column:

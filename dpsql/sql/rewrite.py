@@ -98,12 +98,12 @@ def _filtered(plan: Plan, salt: str | None, weighting: WeightedCopy | None,
     items: list[exp.Expression] = []
     if plan.unit is not None and weighting is None:  # a weighted copy's rows all have a unit
         items.append(b.named(plan.unit.copy(), "unit"))
-    items += [b.named(total(k.expr), f"k{i}") for i, k in enumerate(plan.keys)]
+    items += [b.named(b.neutral(total(k.expr)), f"k{i}") for i, k in enumerate(plan.keys)]
     for j, m in enumerate(plan.measures):
         if j in stored:
             items.append(b.named(b.quoted(stored[j], alias), f"v{j}"))
         elif m.value is not None:
-            items.append(b.named(m.row_value(), f"v{j}"))
+            items.append(b.named(b.neutral(m.row_value()), f"v{j}"))
     if not items:
         items.append(b.named(1, "one"))
     # The weighted copy holds the rows whose unit is not NULL, the only condition it admits.
@@ -130,7 +130,7 @@ def _filtered(plan: Plan, salt: str | None, weighting: WeightedCopy | None,
 def _conditions(nodes: list[exp.Expression], rel: Relation) -> list[exp.Expression]:
     """Conjuncts, each made total on its own (a failing one must not hide the others)."""
     types = {(s.alias, c): t for s in rel.sources for c, t in s.columns.items()}
-    return [total(c, types) for n in nodes for c in _conjuncts(n)]
+    return [b.neutral(total(c, types)) for n in nodes for c in _conjuncts(n)]
 
 
 def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
@@ -167,13 +167,14 @@ def _from(rel: Relation, row_id_source: str | None = None,
 def _derived(d: Derived) -> exp.Select:
     """A per-unit subquery: bounded aggregates per unit, then its outputs over them (made
     total there: the engine cannot TRY an aggregate, but it can TRY arithmetic over one)."""
-    aggs = [b.named(d.unit.copy(), "unit")] + [b.named(a.copy(), f"a{i}") for i, a in enumerate(d.aggregates)]
+    aggs = [b.named(d.unit.copy(), "unit")] + [b.named(b.neutral(a), f"a{i}") for i, a in enumerate(d.aggregates)]
     where = _conditions(d.relation.where, d.relation) + [exp.Not(this=exp.Is(this=d.unit.copy(), expression=exp.Null()))]
     source, joins = _from(d.relation)
     inner = b.select(aggs, source, joins=joins, where=where, group=[d.unit.copy()])
     items = [exp.Alias(this=b.col("unit", "agg"), alias=exp.Identifier(this=d.unit_name, quoted=True))]
-    items += [exp.Alias(this=total(e), alias=exp.Identifier(this=name, quoted=True)) for name, e in d.items]
-    return b.select(items, b.subquery(inner, "agg"), where=[total(d.having)] if d.having is not None else None)
+    items += [exp.Alias(this=b.neutral(total(e)), alias=exp.Identifier(this=name, quoted=True)) for name, e in d.items]
+    having = [b.neutral(total(d.having))] if d.having is not None else None
+    return b.select(items, b.subquery(inner, "agg"), where=having)
 
 
 def _domain(key: GroupKey, i: int) -> exp.Expression:
@@ -186,7 +187,7 @@ def _domain(key: GroupKey, i: int) -> exp.Expression:
         return b.select([k], b.subquery(_values(key.domain, key.type_name), f"d{i}", [f"k{i}"]), where=[not_null],
                         distinct=True)
     if key.image is not None:
-        f = total(key.image.expr)
+        f = b.neutral(total(key.image.expr))
         return b.select([b.named(f, f"k{i}")], b.subquery(_values(key.image.values, key.image.type_name), "d", ["c"]),
                         where=[exp.Not(this=exp.Is(this=f.copy(), expression=exp.Null()))], distinct=True)
     table, column = key.domain_table
