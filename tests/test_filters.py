@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from fractions import Fraction
@@ -57,7 +58,7 @@ def test_rdp_and_gdp():
     assert rdp.rdp_order == 29
     assert simulate(rdp, Cost.pure(Fraction(1, 100))) == 354  # discrete Laplace: randomized response's RDP
     gdp = make_filter("gdp", Fraction(1), Fraction(1, 10**6))
-    assert simulate(gdp, Cost.pure(Fraction(1, 100))) == 0  # Laplace is not Gaussian-DP
+    assert simulate(gdp, Cost.pure(Fraction(1, 100))) == 356  # Laplace through its mu(epsilon)-GDP
     rho = Fraction(1, 2 * 100**2)  # sigma = 100, sensitivity 1
     gauss = Cost.of([Part("gaussian", Fraction(1, 100), Fraction(1, 10**8), rho=rho, noise_multiplier=100.0)])
     n = simulate(gdp, gauss)
@@ -121,3 +122,49 @@ def test_global_filter_bounds_all_analysts_together(small_policy, tmp_path):
         b.execute("SELECT COUNT(*) FROM events")
     assert "global budget shared by all analysts" in str(info.value)
     assert b.connection.session.budget()["queries"] == 1  # bob's own budget was not charged either
+
+
+@pytest.mark.parametrize("eps", ["0.000001", "0.001", "0.01", "0.1", "0.5", "1", "2", "5", "20"])
+def test_gdp_mu_of_a_pure_release_is_an_upper_bound(eps):
+    """mu(eps) = -2 Phi^-1(1 / (1 + e^eps)) (Dong, Roth, Su), rounded up by at most 1e-9."""
+    from scipy.special import erfinv, ndtri
+
+    from dpsql.accounting.filters import gdp_mu
+
+    e = float(eps)
+    # mu = 2 sqrt(2) erfinv(tanh(eps / 2)): the same, without losing digits near 1/2 for small eps
+    exact = 2 * math.sqrt(2) * erfinv(math.tanh(e / 2)) if e < 1 else -2 * ndtri(1 / (1 + math.exp(e)))
+    got = float(gdp_mu(Fraction(eps)))
+    assert exact * (1 - 1e-10) <= got <= exact * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("query_eps, budget_eps", [("0.01", 1.0), ("0.1", 1.0), ("0.05", 2.0)])
+def test_gdp_admits_laplace_within_the_exact_composition(query_eps, budget_eps):
+    """However many Laplace releases the GDP filter admits, their composition is within the
+    budget: k releases of eps0-DP are dominated by k randomized responses at eps0 (Kairouz, Oh,
+    Viswanath), whose delta at the budget's epsilon is computed exactly here."""
+    from .test_findings import _rr_delta
+
+    gdp = make_filter("gdp", Fraction(budget_eps), Fraction(1, 10**6))
+    k = simulate(gdp, Cost.pure(Fraction(query_eps)))
+    assert k > 0
+    assert _rr_delta(k, float(query_eps), budget_eps) <= 1e-6
+
+
+def test_gdp_filter_answers_laplace_and_refuses_partition_selection_with_the_reason(small_policy, tmp_path):
+    import dpsql
+
+    policy = small_policy.parent / "gdp.toml"
+    policy.write_text(small_policy.read_text().replace('filter = "basic"', 'filter = "gdp"')
+                      .replace("epsilon = 1000.0", "epsilon = 1.0").replace("query_epsilon = 1.0", "query_epsilon = 0.1"))
+    conn = dpsql.connect(policy, user="alice", ledger=tmp_path / "g.sqlite")
+    cur = conn.cursor()
+    cur.execute("SET dpsql.epsilon = 0.05")
+    cur.execute("SELECT sex, COUNT(*) FROM people GROUP BY sex")  # Laplace over declared keys: admitted
+    assert cur.fetchall() and cur.dp["cost"]["epsilon"] == 0.05
+    before = conn.session.budget()
+    with pytest.raises(dpsql.Error) as e:
+        cur.execute("SELECT city, COUNT(*) FROM people GROUP BY city")  # partition selection: delta > 0
+    assert "Gaussian DP (gdp) filter" in str(e.value) and "declare the group keys" in e.value.hint
+    assert conn.session.budget() == before
+    conn.close()

@@ -612,6 +612,12 @@ def _refusal(who: str, user: str, f: Filter, totals: Totals, cost: Cost) -> Budg
     costs = f"this query costs epsilon={show(cost.epsilon)}, delta={show(cost.delta)}"
     cache = "identical repeats of earlier queries are answered from the cache at no cost"
     without_delta = Cost.of([dataclasses.replace(p, delta=Fraction(0)) for p in cost.parts])
+    if f.name == "gdp" and any(p.kind != "gaussian" and p.delta > 0 for p in cost.parts):
+        return BudgetExceeded(f"{whose} is a Gaussian DP (gdp) filter, which admits Gaussian and pure epsilon-DP "
+                              "(Laplace) releases, but this release has delta > 0 of another kind (partition selection "
+                              f"of undeclared group keys, or a PLD-planned batch) and no GDP guarantee: {costs}; {state}",
+                              hint="declare the group keys in the policy (then no partition selection is needed), or "
+                                   "send the queries one by one; nothing was charged")
     if cost.delta > 0 and f.admits_cost(totals, without_delta):
         if f.delta_left(Totals()) == 0 and f.delta_left(totals) == 0:
             setting = "delta" if f.name == "basic" or f.delta == 0 else "delta_reserve"
