@@ -110,6 +110,9 @@ class BudgetPolicy:
     delta: Fraction
     delta_reserve: Fraction | None = Fraction(0)  # None: the filter's default share (default_reserve)
     rdp_order: Fraction | None = None
+    window: int | None = None  # seconds: the filter starts afresh every window (budget windows)
+    lifetime_epsilon: Fraction | None = None  # a cap over all windows together, which never refreshes
+    lifetime_delta: Fraction = Fraction(0)
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,9 @@ class PrivacyPolicy:
     delta: Fraction = Fraction(0)
     delta_reserve: Fraction | None = None  # as declared; None: each budget's default share
     rdp_order: Fraction | None = None
+    window: int | None = None
+    lifetime_epsilon: Fraction | None = None
+    lifetime_delta: Fraction = Fraction(0)
     global_budget: BudgetPolicy | None = None
     query_epsilon: Fraction = Fraction(1, 10)
     query_delta: Fraction | None = None
@@ -141,10 +147,14 @@ class UserPolicy:
     filter: str
     delta_reserve: Fraction = Fraction(0)
     rdp_order: Fraction | None = None
+    window: int | None = None
+    lifetime_epsilon: Fraction | None = None
+    lifetime_delta: Fraction = Fraction(0)
 
     @property
     def budget(self) -> BudgetPolicy:
-        return BudgetPolicy(self.filter, self.epsilon, self.delta, self.delta_reserve, self.rdp_order)
+        return BudgetPolicy(self.filter, self.epsilon, self.delta, self.delta_reserve, self.rdp_order,
+                            self.window, self.lifetime_epsilon, self.lifetime_delta)
 
 
 ENGINES = ("duckdb", "postgres", "spark")
@@ -294,10 +304,12 @@ def parse_policy(doc: Mapping[str, Any], path: Path, *, ledger_path: str | Path 
         r = _Reader(path, f"[users.{name}]", raw if isinstance(raw, dict) else {})
         if not isinstance(raw, dict):
             raise r.fail("is not a table", f"write it as a [users.{name}] section")
-        r.unknown_keys({"epsilon", "delta", "filter", "delta_reserve", "rdp_order"})
+        r.unknown_keys({"epsilon", "delta", "filter", "delta_reserve", "rdp_order"} | WINDOW_KEYS)
         b = _parse_budget(r, BudgetPolicy(privacy.filter, privacy.epsilon, privacy.delta, privacy.delta_reserve,
-                                          privacy.rdp_order))
-        users[name] = UserPolicy(name, b.epsilon, b.delta, b.filter, b.delta_reserve, b.rdp_order)
+                                          privacy.rdp_order, privacy.window, privacy.lifetime_epsilon,
+                                          privacy.lifetime_delta))
+        users[name] = UserPolicy(name, b.epsilon, b.delta, b.filter, b.delta_reserve, b.rdp_order, b.window,
+                                 b.lifetime_epsilon, b.lifetime_delta)
 
     ledger_section = _section(top, "ledger")
     lr = _Reader(path, "[ledger]", ledger_section)
@@ -423,12 +435,41 @@ def _parse_budget(r: _Reader, default: BudgetPolicy) -> BudgetPolicy:
         raise r.fail("the advanced filter needs delta below 1/e", "use a small delta such as 1e-6")
     if kind == "rdp" and order is not None and order <= 1:
         raise r.fail("rdp_order must be above 1", "for example rdp_order = 8")
-    return BudgetPolicy(kind, epsilon, delta, reserve, order)
+    window = _window(r, default.window)
+    lifetime_epsilon = r.number("lifetime_epsilon", default.lifetime_epsilon, positive=True)
+    lifetime_delta = r.number("lifetime_delta", default.lifetime_delta, minimum=0, maximum=1)
+    if lifetime_epsilon is not None and window is None:
+        raise r.fail("lifetime_epsilon caps a budget that refreshes, but no window is set",
+                     'set window = "30d" (or remove lifetime_epsilon: without a window, epsilon is the lifetime budget)')
+    if lifetime_epsilon is not None and (lifetime_epsilon < epsilon or lifetime_delta < delta):
+        raise r.fail("lifetime_epsilon and lifetime_delta must be at least one window's epsilon and delta",
+                     f"for example lifetime_epsilon = {float(epsilon * 12):g}")
+    return BudgetPolicy(kind, epsilon, delta, reserve, order, window, lifetime_epsilon,
+                        lifetime_delta if lifetime_epsilon is not None else Fraction(0))
+
+
+WINDOW_KEYS = {"window", "lifetime_epsilon", "lifetime_delta"}
+_WINDOW_WORDS = {"hourly": 3600, "daily": 86400, "weekly": 7 * 86400, "monthly": 30 * 86400}
+_WINDOW_UNITS = {"h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _window(r: _Reader, default: int | None) -> int | None:
+    """window = "30d" (h, d or w; or hourly, daily, weekly, monthly = 30 days): in seconds."""
+    raw = r.data.get("window")
+    if raw is None:
+        return default
+    text = str(raw).strip().lower()
+    if text in _WINDOW_WORDS:
+        return _WINDOW_WORDS[text]
+    m = re.fullmatch(r"(\d+)\s*([hdw])", text)
+    if not isinstance(raw, str) or m is None or int(m.group(1)) == 0:
+        raise r.fail(f"window = {raw!r} is not a duration", 'write window = "30d" (h, d or w), or "daily", "weekly", "monthly"')
+    return int(m.group(1)) * _WINDOW_UNITS[m.group(2)]
 
 
 def _parse_privacy(r: _Reader) -> PrivacyPolicy:
     r.unknown_keys({"filter", "epsilon", "delta", "query_epsilon", "query_delta", "mechanism", "confidence",
-                    "delta_reserve", "rdp_order", "global"})
+                    "delta_reserve", "rdp_order", "global"} | WINDOW_KEYS)
     budget = _parse_budget(r, BudgetPolicy("basic", Fraction(1), Fraction(0), None))
     query_epsilon = r.number("query_epsilon", min(Fraction(1, 10), budget.epsilon), positive=True)
     query_delta = r.number("query_delta", None, minimum=0, maximum=1)
@@ -441,17 +482,20 @@ def _parse_privacy(r: _Reader) -> PrivacyPolicy:
         gr = _Reader(r.path, "[privacy.global]", g if isinstance(g, dict) else {})
         if not isinstance(g, dict):
             raise gr.fail("is not a table", "write it as a [privacy.global] section")
-        gr.unknown_keys({"filter", "epsilon", "delta", "delta_reserve", "rdp_order"})
+        gr.unknown_keys({"filter", "epsilon", "delta", "delta_reserve", "rdp_order"} | WINDOW_KEYS)
         if "epsilon" not in g:
             raise gr.fail("missing epsilon", "the global budget bounds all analysts together: set epsilon")
         global_budget = _parse_budget(gr, BudgetPolicy(budget.filter, budget.epsilon, budget.delta,
-                                                       None, budget.rdp_order))
+                                                       None, budget.rdp_order, budget.window))
     return PrivacyPolicy(
         filter=budget.filter,
         epsilon=budget.epsilon,
         delta=budget.delta,
         delta_reserve=r.number("delta_reserve", None, minimum=0),
         rdp_order=budget.rdp_order,
+        window=budget.window,
+        lifetime_epsilon=budget.lifetime_epsilon,
+        lifetime_delta=budget.lifetime_delta,
         global_budget=global_budget,
         query_epsilon=query_epsilon,
         query_delta=query_delta,

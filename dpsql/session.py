@@ -25,7 +25,7 @@ from sqlglot import exp
 
 from . import guard
 from .accounting.cost import show
-from .accounting.ledger import Charge, Ledger, open_ledger
+from .accounting.ledger import Charge, Ledger, open_ledger, window_of
 from .calibration import (
     Calibration,
 )
@@ -263,11 +263,14 @@ class Session:
     def budget_result(self) -> Result:
         b = self.budget()
         names = ["user", "filter", "epsilon_total", "epsilon_spent", "epsilon_remaining",
-                 "delta_total", "delta_spent", "delta_remaining", "queries"]
+                 "delta_total", "delta_spent", "delta_remaining", "queries", "window_refreshes",
+                 "lifetime_epsilon_remaining"]
+        life = b.get("lifetime")
         row = (b["user"], b["filter"], float(b["epsilon"]["total"]), float(b["epsilon"]["spent"]),
                float(b["epsilon"]["remaining"]), float(b["delta"]["total"]), float(b["delta"]["spent"]),
-               float(b["delta"]["remaining"]), b["queries"])
-        types = ["VARCHAR", "VARCHAR"] + ["DOUBLE"] * 6 + ["BIGINT"]
+               float(b["delta"]["remaining"]), b["queries"], b["window"]["refreshes"] if b.get("window") else None,
+               float(life["epsilon"]["remaining"]) if life else None)
+        types = ["VARCHAR", "VARCHAR"] + ["DOUBLE"] * 6 + ["BIGINT", "VARCHAR", "DOUBLE"]
         return Result(names, types, [row], "SHOW")
 
     # Queries -------------------------------------------------------------------------------
@@ -556,10 +559,25 @@ def budget_summary(policy: Policy, ledger: Ledger, user: str) -> dict[str, Any]:
     u = policy.user(user)
     f, totals = ledger.state(u.name, u.budget)
     left = f.remaining(totals)
-    return {"user": u.name, "filter": f.name,
-            "epsilon": {"total": f.epsilon, "spent": totals.epsilon, "remaining": left["epsilon"]},
-            "delta": {"total": f.delta, "spent": totals.delta, "remaining": left["delta"]},
-            "queries": totals.queries, "detail": f.describe(totals)}
+    out: dict[str, Any] = {"user": u.name, "filter": f.name,
+                           "epsilon": {"total": f.epsilon, "spent": totals.epsilon, "remaining": left["epsilon"]},
+                           "delta": {"total": f.delta, "spent": totals.delta, "remaining": left["delta"]},
+                           "queries": totals.queries, "detail": f.describe(totals)}
+    window = window_of(u.budget, ledger.now())
+    if window is not None:
+        out["window"] = {"seconds": u.budget.window, "refreshes": _utc(window[2])}
+        out["detail"] += f"; this window refreshes at {_utc(window[2])}"
+    life = ledger.lifetime(u.name, u.budget)
+    if life is not None:
+        lf, lt = life
+        out["lifetime"] = {"epsilon": {"total": lf.epsilon, "spent": lt.epsilon, "remaining": lf.remaining(lt)["epsilon"]},
+                           "delta": {"total": lf.delta, "spent": lt.delta}}
+        out["detail"] += f"; lifetime cap: {lf.describe(lt)} (never refreshes)"
+    return out
+
+
+def _utc(at: float) -> str:
+    return datetime.datetime.fromtimestamp(at, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def explain_lines(info: dict[str, Any]) -> list[str]:

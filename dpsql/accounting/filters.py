@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, localcontext
 from fractions import Fraction
 from functools import lru_cache
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from .cost import Cost, Part, show
 from .zcdp import rho_from_epsilon
@@ -368,13 +368,17 @@ def make_filter(kind: str, epsilon: Fraction, delta: Fraction, *, reserve: Fract
     return cls(epsilon, delta, reserve, rdp_order)
 
 
-def simulate(f: Filter, cost: Cost, limit: int = 10_000_000) -> int:
-    """How many releases of this cost the filter admits, in a row (exact: doubling + bisection
-    over the closed-form totals of n identical releases)."""
-    inc = f.usage(cost)
+def simulate(f: Filter, cost: Cost | Sequence[Cost], limit: int = 10_000_000) -> int:
+    """How many releases the filter admits in a row: of one cost, or of several in turn (a
+    mixed workload). Exact: doubling + bisection over the closed-form totals of n releases."""
+    cycle = [cost] if isinstance(cost, Cost) else list(cost)
+    incs = [f.usage(c) for c in cycle]
+    keys = incs[0].keys()
+    whole = {k: sum((i[k] for i in incs), ZERO) for k in keys}
 
     def totals(n: int) -> Totals:
-        return Totals({k: v * n for k, v in inc.items()}, n)
+        rounds, rest = divmod(n, len(cycle))
+        return Totals({k: whole[k] * rounds + sum((i[k] for i in incs[:rest]), ZERO) for k in keys}, n)
 
     if not f.admits(totals(1)):
         return 0

@@ -42,6 +42,9 @@ from .integrity import (
 )
 
 GLOBAL = "*global*"
+WINDOW_EPOCH = 1577836800  # 2020-01-01 00:00 UTC: windows are counted from here, in the ledger's clock
+WINDOW_STRIDE = 1000  # segment = window * WINDOW_STRIDE + the window's grant segment
+LIFETIME = -1  # the segment of a windowed budget's lifetime cap: every charge, never refreshed
 
 _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS totals (
@@ -102,6 +105,24 @@ def segment_filter(budget: BudgetPolicy, grants: list[tuple[Fraction, Fraction]]
     eps, delta = grants[-1]
     reserve = budget.delta_reserve * delta / budget.delta if budget.delta else Fraction(0)
     return len(grants), make_filter(budget.filter, eps, delta, reserve=reserve, rdp_order=budget.rdp_order)
+
+
+def window_of(budget: BudgetPolicy, now: float) -> tuple[int, float, float] | None:
+    """A windowed budget's current window at `now`: its number, start and end (epoch seconds)."""
+    if budget.window is None:
+        return None
+    index = (int(now) - WINDOW_EPOCH) // budget.window
+    start = WINDOW_EPOCH + index * budget.window
+    return index, float(start), float(start + budget.window)
+
+
+def lifetime_filter(budget: BudgetPolicy) -> Filter | None:
+    """A windowed budget's lifetime cap: a filter of the same kind over every charge ever."""
+    if budget.lifetime_epsilon is None:
+        return None
+    reserve = budget.delta_reserve * budget.lifetime_delta / budget.delta if budget.delta and budget.delta_reserve else Fraction(0)
+    return make_filter(budget.filter, budget.lifetime_epsilon, budget.lifetime_delta, reserve=reserve,
+                       rdp_order=budget.rdp_order)
 
 
 @dataclass(frozen=True)
@@ -303,9 +324,22 @@ class Ledger:
     _errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
 
     # Reads -------------------------------------------------------------------------------
-    def _grants(self, con, user: str) -> list[tuple[Fraction, Fraction]]:
-        rows = self._exec(con, "SELECT epsilon, delta FROM grants WHERE user_name = ? ORDER BY seq", (user,)).fetchall()
+    def _grants(self, con, user: str, since: float | None = None) -> list[tuple[Fraction, Fraction]]:
+        """The user's grants (in a windowed budget: those of the current window, from `since`)."""
+        rows = self._exec(con, "SELECT epsilon, delta FROM grants WHERE user_name = ? AND at >= ? ORDER BY seq",
+                          (user, since if since is not None else float("-inf"))).fetchall()
         return [(parse_fraction(e), parse_fraction(d)) for e, d in rows]
+
+    def now(self, con=None) -> float:
+        """The ledger's own clock (epoch seconds): windows are computed from it, so proxies
+        sharing a ledger agree on them whatever their own clocks say."""
+        return time.time()
+
+    def _segment(self, con, who: str, budget: BudgetPolicy, now: float) -> tuple[int, Filter]:
+        """The segment and filter in force for `who` at `now`: the window's, after its grants."""
+        window = window_of(budget, now)
+        segment, f = segment_filter(budget, self._grants(con, who, window[1] if window else None))
+        return (window[0] * WINDOW_STRIDE + segment if window else segment), f
 
     def _totals(self, con, user: str, segment: int) -> Totals:
         row = self._exec(con, "SELECT sums, queries FROM totals WHERE user_name = ? AND segment = ?",
@@ -321,11 +355,16 @@ class Ledger:
                    (user, segment, sums, totals.queries))
 
     def state(self, user: str, budget: BudgetPolicy) -> tuple[Filter, Totals]:
-        """The analyst's current filter and its totals."""
+        """The analyst's current filter and its totals (in a windowed budget: this window's)."""
         con = self._con()
-        segment, f = segment_filter(budget, self._grants(con, user))
+        segment, f = self._segment(con, user, budget, self.now(con))
         totals = self._totals(con, user, segment)
         return f, totals
+
+    def lifetime(self, user: str, budget: BudgetPolicy) -> tuple[Filter, Totals] | None:
+        """A windowed budget's lifetime cap and what every window together has spent of it."""
+        f = lifetime_filter(budget)
+        return None if f is None else (f, self._totals(self._con(), user, LIFETIME))
 
     def spent(self, user: str, budget: BudgetPolicy) -> Totals:
         return self.state(user, budget)[1]
@@ -339,14 +378,20 @@ class Ledger:
         try:
             with self._write(users) as con:
                 checks = [(user, budget)] + ([(GLOBAL, global_budget)] if global_budget is not None else [])
+                now = self.now(con)  # inside the transaction: every proxy sees one window
                 results = []
                 for who, b in checks:
-                    segment, f = segment_filter(b, self._grants(con, who))
-                    totals = self._totals(con, who, segment)
-                    after = totals.plus(f.usage(cost))
-                    if not f.admits(after):
-                        raise _refusal(who, user, f, totals, cost)
-                    results.append((who, segment, f, after))
+                    segment, f = self._segment(con, who, b, now)
+                    window = window_of(b, now)
+                    filters = [(segment, f, window[2] if window else None)]
+                    if lifetime_filter(b) is not None:
+                        filters.append((LIFETIME, lifetime_filter(b), None))
+                    for seg, flt, refresh in filters:
+                        totals = self._totals(con, who, seg)
+                        after = totals.plus(flt.usage(cost))
+                        if not flt.admits(after):
+                            raise _refusal(who, user, flt, totals, cost, refresh, lifetime=seg == LIFETIME)
+                        results.append((who, seg, flt, after))
                 at, cost_text, detail_text = time.time(), cost.to_json(), json.dumps(detail, default=str)
                 cur = self._exec(con, "INSERT INTO charges (user_name, segment, at, sql, cost, detail) "
                                       "VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
@@ -364,8 +409,13 @@ class Ledger:
             raise OperationalError(f"the ledger could not record the charge: {e}",
                                    hint="nothing was charged and nothing was released; try again") from None
 
-    def grant(self, user: str, epsilon: Fraction, delta: Fraction) -> None:
+    def grant(self, user: str, epsilon: Fraction, delta: Fraction, budget: BudgetPolicy | None = None) -> None:
+        """More budget for `user` (in a windowed budget: for the current window only)."""
         with self._write([user]) as con:
+            window = window_of(budget, self.now(con)) if budget is not None else None
+            if window and len(self._grants(con, user, window[1])) >= WINDOW_STRIDE - 1:
+                raise OperationalError(f"{user} has {WINDOW_STRIDE - 1} grants in this window already",
+                                       sqlstate="54000", hint="grant a larger amount at once")
             seq = len(self._grants(con, user)) + 1
             eps, dlt, at = fraction_text(epsilon), fraction_text(delta), time.time()
             chain = self._append(con, user, "grant", grant_record(user, seq, eps, dlt, at))
@@ -456,11 +506,18 @@ class Ledger:
             acc[0] += 1
             acc[1] += c.epsilon
             acc[2] += c.delta
+        lifetime: dict[str, list] = {}
+        for (user, _), (n, eps, dlt) in spent.items():
+            acc = lifetime.setdefault(user, [0, Fraction(0), Fraction(0)])
+            acc[0], acc[1], acc[2] = acc[0] + n, acc[1] + eps, acc[2] + dlt
         for user, segment, sums, queries in self._exec(con, "SELECT user_name, segment, sums, queries FROM totals").fetchall():
             if user == GLOBAL:
                 continue
             totals = {k: parse_fraction(v) for k, v in json.loads(sums).items()}
-            got = spent.pop((user, segment), [0, Fraction(0), Fraction(0)])
+            if segment == LIFETIME:  # a lifetime cap counts every charge of its user
+                got = lifetime.get(user, [0, Fraction(0), Fraction(0)])
+            else:
+                got = spent.pop((user, segment), [0, Fraction(0), Fraction(0)])
             if [queries, totals.get("epsilon", Fraction(0)), totals.get("delta", Fraction(0))] != got:
                 problems.append(f"the totals of {user} (segment {segment}) disagree with the charges")
         for user, segment in spent:
@@ -536,6 +593,11 @@ class PostgresLedger(Ledger):
     def _read_identity(self) -> Identity | None:
         return UNCHECKED if self.identity_path is None else super()._read_identity()
 
+    def now(self, con=None) -> float:
+        """The database server's clock, one for every proxy sharing this ledger."""
+        row = self._exec(con or self._con(), "SELECT EXTRACT(EPOCH FROM clock_timestamp())").fetchone()
+        return float(row[0])
+
     @property
     def where(self) -> str:
         return "at [ledger] url"
@@ -603,10 +665,16 @@ def open_ledger(path: Path | None, url: str | None, *, identity: Path | None = N
     return Ledger(path, identity, create=create)
 
 
-def _refusal(who: str, user: str, f: Filter, totals: Totals, cost: Cost) -> BudgetExceeded:
+def _refusal(who: str, user: str, f: Filter, totals: Totals, cost: Cost, refresh: float | None = None,
+             lifetime: bool = False) -> BudgetExceeded:
     """Why the filter halts, said as it is: "exhausted" only when nothing is left; a query that
-    needs a delta the budget does not provide, or more epsilon than is left, is told so."""
+    needs a delta the budget does not provide, or more epsilon than is left, is told so; a
+    windowed budget says when it refreshes, a lifetime cap that it never does."""
     whose = "the global budget shared by all analysts" if who == GLOBAL else f'the privacy budget of analyst "{user}"'
+    if lifetime:
+        whose = f"the lifetime cap of {whose} (over all budget windows; it never refreshes)"
+    elif refresh is not None:
+        whose = f"{whose} for this window (it refreshes at {_date(refresh)})"
     left = f.remaining(totals)
     state = f.describe(totals)
     costs = f"this query costs epsilon={show(cost.epsilon)}, delta={show(cost.delta)}"
