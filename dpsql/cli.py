@@ -161,6 +161,60 @@ def explain(policy: str, user: str, ledger: str | None, epsilon: float | None, d
     click.echo(json.dumps(info, indent=2, default=str) if as_json else "\n".join(explain_lines(info)))
 
 
+@main.command("release")
+@_policy
+@_user
+@_ledger
+@click.argument("table")
+@click.argument("columns", nargs=-1, required=True)
+@click.option("--epsilon", type=float, required=True, help="What the release is charged (the size takes a tenth).")
+@click.option("--epsilon-size", type=float, default=None, help="The part of epsilon for the noisy number of rows.")
+@click.option("--method", type=click.Choice(["auto", "krr", "oue"]), default="auto",
+              help="k-ary randomized response, optimized unary encoding, or whichever has the smaller variance.")
+@click.option("--no-null-category", is_flag=True,
+              help="A value outside the declared keys becomes a random declared one instead of its own category.")
+@click.option("--out", type=click.Path(dir_okay=False), required=True, help="The released rows (.parquet or .csv).")
+@click.option("--register", "name", default=None,
+              help="Add the rows (as NAME) and their estimates (NAME_estimates) to the policy as public tables.")
+@click.option("--confidence", type=float, default=0.95, help="Of the estimates' intervals.")
+def release_command(policy: str, user: str, ledger: str | None, table: str, columns: tuple[str, ...], epsilon: float,
+                    epsilon_size: float | None, method: str, no_null_category: bool, out: str, name: str | None,
+                    confidence: float) -> None:
+    """Release one randomized row per person of TABLE over COLUMNS (declared keys), charged to
+    USER's budget, with debiased frequency estimates beside it."""
+    from . import local_files
+
+    try:
+        path = Path(out).resolve()
+        local_files.check_target(path)  # before the charge
+        local_files.check_target(local_files.estimates_path(path))
+        if name:
+            local_files.check_register(Path(policy), [name, f"{name}_estimates"])
+        session = _session(policy, user, ledger, None, None)
+        click.echo(f"randomizing {table} ({', '.join(columns)}) at epsilon={epsilon:g}...", err=True)
+        rel = session.randomized_response(table, columns, epsilon, method, epsilon_size, not no_null_category)
+        schema = session.engine.schema().get(rel.spec.table, {})
+        types = ([schema.get(c, "VARCHAR") for c in rel.spec.columns] if rel.spec.method == "krr"
+                 else ["BOOLEAN"] * rel.spec.k)
+        local_files.write_table(path, rel.column_names(), types, rel.records())
+        est = rel.estimates(confidence)
+        names = list(rel.spec.columns) + ["estimate", "ci_low", "ci_high", "observed"]
+        est_types = [schema.get(c, "VARCHAR") for c in rel.spec.columns] + ["DOUBLE"] * 3 + ["BIGINT"]
+        local_files.write_table(local_files.estimates_path(path), names, est_types, [[e[n] for n in names] for e in est])
+        if name:
+            local_files.register(Path(policy), {name: path, f"{name}_estimates": local_files.estimates_path(path)})
+    except Error as e:
+        _fail(e)
+        return
+    p, q = rel.spec.p_q
+    click.echo(f"released {len(rel.rows)} rows to {path} ({rel.spec.method}, epsilon {float(rel.spec.epsilon_rr):g} for "
+               f"the rows and {float(rel.spec.epsilon_size):g} for their number; p={p:.6g}, q={q:.6g}); remaining "
+               f"epsilon={rel.remaining['epsilon']:g}")
+    click.echo(f"estimates: {local_files.estimates_path(path)}")
+    if name:
+        click.echo(f"registered as public tables {name} and {name}_estimates in {policy}; restart dpsql serve to serve them")
+
+
 @main.group()
 def budget() -> None:
     """Inspect, grant and simulate privacy budgets."""

@@ -77,6 +77,12 @@ class Connection:
             raise InterfaceError("the connection is closed")
         return self._session
 
+    def randomized_response(self, table: str, columns: list[str], epsilon: float, method: str = "auto",
+                            epsilon_size: float | None = None, null_category: bool = True):
+        """One randomized row per person of `table` over `columns`, charged at epsilon
+        (Session.randomized_response); `.estimates()` gives the debiased counts."""
+        return self.session.randomized_response(table, columns, epsilon, method, epsilon_size, null_category)
+
     def cursor(self) -> "Cursor":
         return Cursor(self)
 

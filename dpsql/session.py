@@ -23,8 +23,8 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from sqlglot import exp
 
-from . import guard
-from .accounting.cost import show
+from . import guard, local
+from .accounting.cost import Cost, show
 from .accounting.ledger import Charge, Ledger, open_ledger, window_of
 from .calibration import (
     Calibration,
@@ -385,6 +385,57 @@ class Session:
         return WeightedCopy(plan.bounding, table, {j: stored[1][m.spec()] for j, m in enumerate(plan.measures)
                                                    if m.value is not None and m.spec() in stored[1]})
 
+    def randomized_response(self, table: str, columns: Sequence[str], epsilon: float | Fraction,
+                            method: str = "auto", epsilon_size: float | Fraction | None = None,
+                            null_category: bool = True) -> LocalRelease:
+        """One randomized row per person of `table` over `columns` (declared keys), charged at
+        epsilon before any row is drawn (dpsql/local.py). The rows may then be published."""
+        with self._lock:
+            t = self.policy.table(table)
+            if t is None or t.public:
+                raise ProgrammingError(f"{table} is not a private table of the policy", sqlstate="42P01",
+                                       hint="name a private table; public tables need no randomizing")
+            keys = []
+            for c in columns:
+                col = t.columns.get(c.lower())
+                if col is None or col.keys is None:
+                    raise unsupported(f"{table}.{c} has no declared keys, so its values cannot be randomized over them",
+                                      hint=f"declare them: columns.{c} = {{ keys = [...] }}")
+                keys.append(col.keys)
+            size = None if epsilon_size is None else positive(_text(epsilon_size), "epsilon_size")
+            spec = local.spec(t.name, [c.lower() for c in columns], keys, positive(_text(epsilon), "epsilon"), method,
+                              size, null_category)
+            per_person = self._person_values(t, spec)
+            detail = {"randomized_response": {"table": t.name, "columns": list(spec.columns), "method": spec.method,
+                                              "epsilon_rr": float(spec.epsilon_rr),
+                                              "epsilon_size": float(spec.epsilon_size)}}
+            text = f"RANDOMIZED RESPONSE {t.name} ({', '.join(spec.columns)}) [{spec.method}]"
+            charge = self.ledger.charge(self.user.name, self.budget_policy, Cost.pure(spec.epsilon), text, detail,
+                                        self.global_budget)
+            rows = local.randomize([local.person_category(r, spec) for r in per_person], spec)
+            self.ledger.record_release(charge.id, {"rows": len(rows)})
+            left = charge.filter.remaining(charge.totals)
+            return LocalRelease(spec, rows, charge.id, {k: float(v) for k, v in left.items()})
+
+    def _person_values(self, table: TablePolicy, spec: local.LocalSpec) -> list[list]:
+        """Each person's (tuple of the columns, rows) counts, read from the engine."""
+        cols = [exp.column(c, quoted=True) for c in spec.columns]
+        if table.row_unit:
+            query = exp.select(*cols).from_(exp.to_table(table.name, quoted=True))
+        else:
+            unit = exp.column(table.privacy_unit, quoted=True)
+            query = (exp.select(unit, *cols, exp.Count(this=exp.Star())).from_(exp.to_table(table.name, quoted=True))
+                     .where(exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null()))).group_by(unit.copy(), *cols))
+        with _charge_told("nothing was charged"):
+            rs = self.engine.execute(self.engine.prepare(query))
+        rows = list(zip(*rs.columns)) if rs.row_count else []
+        if table.row_unit:
+            return [[(r, 1)] for r in rows]
+        people: dict[Any, list] = {}
+        for r in rows:
+            people.setdefault(r[0], []).append((tuple(r[1:-1]), r[-1]))
+        return list(people.values())
+
     def execute_script(self, text: str) -> list[Result]:
         """A string of several statements, as the wire's simple query sends them. When every
         statement is a DP query, they form one PLD-planned batch at the session's (ε, δ);
@@ -554,6 +605,32 @@ def _precomputed(table: TablePolicy) -> dict[str, Measure]:
     return out
 
 
+@dataclass(frozen=True)
+class LocalRelease:
+    """A randomized-response release: its spec, its rows (category indexes, or OUE bit tuples),
+    the charge's receipt and what is left of the budget."""
+
+    spec: local.LocalSpec
+    rows: list
+    receipt: int
+    remaining: dict[str, float]
+
+    def estimates(self, confidence: float = 0.95) -> list[dict[str, Any]]:
+        return local.estimates(self.rows, self.spec, confidence)
+
+    def records(self) -> list[tuple]:
+        """The rows as the released table holds them: the category's values (k-RR), or one
+        boolean per category (OUE)."""
+        if self.spec.method == "krr":
+            return [self.spec.categories[i] for i in self.rows]
+        return [tuple(r) for r in self.rows]
+
+    def column_names(self) -> list[str]:
+        if self.spec.method == "krr":
+            return list(self.spec.columns)
+        return ["=".join(str(v) for v in c) if c[0] is not None else "null" for c in self.spec.categories]
+
+
 def budget_summary(policy: Policy, ledger: Ledger, user: str) -> dict[str, Any]:
     """An analyst's budget in force: totals, spending and what is left, as exact rationals."""
     u = policy.user(user)
@@ -574,6 +651,10 @@ def budget_summary(policy: Policy, ledger: Ledger, user: str) -> dict[str, Any]:
                            "delta": {"total": lf.delta, "spent": lt.delta}}
         out["detail"] += f"; lifetime cap: {lf.describe(lt)} (never refreshes)"
     return out
+
+
+def _text(x: float | Fraction) -> str | Fraction:
+    return x if isinstance(x, Fraction) else str(x)
 
 
 def _utc(at: float) -> str:
