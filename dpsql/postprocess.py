@@ -78,6 +78,33 @@ class PostProcessor:
         _, types, _ = self._run_sql(post, cols, 1)
         return [i.alias for i in post.expressions], types
 
+    def run_released(self, outer: exp.Select, alias: str, names: list[str], types: list[str],
+                     rows: list[tuple]) -> tuple[list[str], list[str], list[tuple]]:
+        """An outer query over a DP query's released rows, held as the table `alias` (names made
+        unique as DuckDB needs): post-processing, so its messages may be shown."""
+        con = self._scratch()
+        unique: list[str] = []
+        for n in names:
+            name, k = n, 1
+            while name.lower() in {u.lower() for u in unique}:
+                name, k = f"{n}_{k}", k + 1
+            unique.append(name)
+        table = '"' + alias.replace('"', '""') + '"'
+        defs = ", ".join('"' + n.replace('"', '""') + f'" {t}' for n, t in zip(unique, types))
+        try:
+            con.execute(f"CREATE OR REPLACE TEMP TABLE {table} ({defs})")
+            if rows:
+                con.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' for _ in unique)})", [list(r) for r in rows])
+            cur = con.execute(outer.sql(dialect="duckdb"))
+            out = cur.fetchall()
+            return [d[0] for d in cur.description], [str(d[1]) for d in cur.description], [
+                tuple(_finite(v) for v in r) for r in out]
+        except duckdb.Error as e:
+            raise OperationalError(f"the outer query over the released rows failed: {e}", sqlstate="22000",
+                                   hint="it runs over the inner query's released columns only") from None
+        finally:
+            con.execute(f"DROP TABLE IF EXISTS {table}")
+
     def _run_sql(self, post: exp.Select, cols, n_rows: int):
         con = self._scratch()
         defs = ", ".join(f"{name} {t}" for name, t, _ in cols)

@@ -51,7 +51,7 @@ from .prepare import (
     probability,
 )
 from .release import release
-from .sql.analyze import Plan, PublicQuery, touches_private
+from .sql.analyze import Plan, PublicQuery, check_rows_query, touches_private
 from .sql.bounding import WeightedCopy, copy_column
 from .sql.classify import (
     Explain,
@@ -66,7 +66,8 @@ from .sql.classify import (
 from .sql.measures import COUNT_BITS, Count, Measure, squares_measure, sum_measure
 from .sql.options import QueryOptions
 from .sql.rewrite import rewrite
-from .sql.scope import output_name
+from .sql.scope import Resolver, output_name
+from .sql.wrappers import released_subquery, schema_probe
 from .targets import (
     batch_cost,
     calibrate_planned,
@@ -186,7 +187,29 @@ class Session:
         if isinstance(stmt, Explain):
             return ["QUERY PLAN"], ["VARCHAR"]
         tree = bind_parameters(stmt.tree, params if params is not None else _null_parameters(stmt.tree))
-        plan = plan_query(tree, self.policy, self.engine.schema(), self.settings.mechanism, stmt.options)
+        return self._describe_tree(tree, stmt.options)
+
+    def _describe_tree(self, tree: exp.Query, options: QueryOptions) -> tuple[list[str], list[str]]:
+        """Names and types of a query's answer from binding alone: nothing runs, nothing is
+        charged. A schema probe is described as the query it probes; a released subquery's outer
+        query over its inner one's columns; a query that would read private rows (which is
+        refused when run) by binding it on the engine, which reads the schema only."""
+        probed = schema_probe(tree)
+        if probed is not None and touches_private(probed, self.policy):
+            return self._describe_tree(probed, options)
+        wrapped = released_subquery(tree, self.policy)
+        if wrapped is not None and touches_private(wrapped[0], self.policy):
+            names, types = self._describe_tree(wrapped[0], options)
+            outer = _over_released(tree, wrapped[1])
+            outer_names, outer_types, _ = self._post.run_released(outer, wrapped[1], names, types, [])
+            return public_names(outer, outer_names), outer_types
+        if isinstance(tree, exp.Select) and _reads_rows(tree):
+            check_rows_query(tree, Resolver(self.policy, self.engine.schema()))
+            empty = tree.copy()
+            empty.set("limit", exp.Limit(expression=exp.Literal.number(0)))
+            names, types = self.engine.describe(self.engine.prepare(empty))
+            return public_names(tree, names), types
+        plan = plan_query(tree, self.policy, self.engine.schema(), self.settings.mechanism, options)
         if isinstance(plan, PublicQuery):
             names, types = self.engine.describe(self.engine.prepare(plan.tree))
             return public_names(plan.tree, names), types
@@ -300,6 +323,13 @@ class Session:
         return prepare(tree, self.policy, self.engine.schema(), self.settings, options)
 
     def _query(self, stmt: Query, tree: exp.Query, text: str | None = None) -> Result:
+        if touches_private(tree, self.policy):
+            if schema_probe(tree) is not None:  # a tool asking for the columns: answered free, no rows
+                names, types = self._describe_tree(tree, stmt.options)
+                return Result(names, types, [], "SELECT 0")
+            wrapped = released_subquery(tree, self.policy)
+            if wrapped is not None:
+                return self._outer_query(stmt, tree, *wrapped)
         plan, cal = self._prepare(tree, stmt.options, text)
         self._deadline.check()
         if isinstance(plan, PublicQuery):
@@ -384,6 +414,22 @@ class Session:
         table = weighted_copy(source.table.name, plan.unit.name, plan.total_rows, COUNT_BITS, stored[0])
         return WeightedCopy(plan.bounding, table, {j: stored[1][m.spec()] for j, m in enumerate(plan.measures)
                                                    if m.value is not None and m.spec() in stored[1]})
+
+    def _outer_query(self, stmt: Query, tree: exp.Select, inner: exp.Select, alias: str) -> Result:
+        """A DP query used as a derived table: the inner query answered and charged as usual,
+        then the outer query run over its released rows (post-processing, free)."""
+        outer = _over_released(tree, alias)
+        for node in outer.walk():
+            if isinstance(node, exp.Table) and node.name != alias:
+                raise unsupported(f"the outer query may read only the inner query's rows, not {node.name}",
+                                  hint="join inside the inner (DP) query instead")
+            if isinstance(node, (exp.Subquery, exp.Select)) and node is not outer:
+                raise unsupported("subqueries in the outer query over a DP query are not supported")
+        inner_result = self._query(Query(inner.sql(dialect="postgres"), inner, stmt.options), inner)
+        names, types, rows = self._post.run_released(outer, alias, inner_result.names, inner_result.types,
+                                                     inner_result.rows)
+        dp = {k: v for k, v in (inner_result.dp or {}).items() if k != "ci"}
+        return Result(public_names(outer, names), types, rows, f"SELECT {len(rows)}", dp)
 
     def randomized_response(self, table: str, columns: Sequence[str], epsilon: float | Fraction,
                             method: str = "auto", epsilon_size: float | Fraction | None = None,
@@ -651,6 +697,18 @@ def budget_summary(policy: Policy, ledger: Ledger, user: str) -> dict[str, Any]:
                            "delta": {"total": lf.delta, "spent": lt.delta}}
         out["detail"] += f"; lifetime cap: {lf.describe(lt)} (never refreshes)"
     return out
+
+
+def _over_released(tree: exp.Select, alias: str) -> exp.Select:
+    """The outer query reading the released rows as the table `alias`."""
+    outer = tree.copy()
+    outer.set("from_", exp.From(this=exp.Table(this=exp.Identifier(this=alias, quoted=True))))
+    return outer
+
+
+def _reads_rows(tree: exp.Select) -> bool:
+    """A SELECT with no aggregate and no GROUP BY: it would return rows as they are."""
+    return tree.args.get("group") is None and not any(e.find(exp.AggFunc) for e in tree.expressions)
 
 
 def _text(x: float | Fraction) -> str | Fraction:

@@ -57,6 +57,10 @@ ANSWERED = [
     ("SELECT diagnosis, STDDEV(cost) FROM visits GROUP BY diagnosis", ["diagnosis", "stddev"], D),
     ("SELECT AVG(cost) AS mean, STDDEV_POP(cost) AS sd, AVG(cost) + 2 * STDDEV_POP(cost) AS upper_band FROM visits",
      ["mean", "sd", "upper_band"], 1),
+    # BI tools' wrappers: the outer query is post-processing of the inner one's released rows
+    ("SELECT AVG(x) FROM (SELECT diagnosis, COUNT(*) AS x FROM visits GROUP BY diagnosis) t", ["avg"], 1),
+    ("SELECT * FROM (SELECT region, COUNT(*) AS n FROM patients GROUP BY region) AS virtual_table LIMIT 1000",
+     ["region", "n"], R),
     # Time series
     ("SELECT date_trunc('month', visit_date) AS month, COUNT(*) FROM visits GROUP BY 1 ORDER BY 1",
      ["month", "count"], M),
@@ -127,8 +131,8 @@ REFUSED = [
     ("SELECT CORR(age, income) FROM patients", "AVG(x * y)"),
     ("SELECT STRING_AGG(diagnosis, ',') FROM visits", "listing values would reveal them"),
     ("SELECT age, RANK() OVER (ORDER BY income) FROM patients", "window functions"),
-    ("SELECT AVG(x) FROM (SELECT diagnosis, COUNT(*) AS x FROM visits GROUP BY diagnosis) t",
-     "group the subquery by the privacy unit only"),
+    ("SELECT AVG(x) FROM (SELECT diagnosis, COUNT(*) AS x FROM visits GROUP BY diagnosis GROUP BY 1) t",
+     "syntax"),
     ("SELECT COUNT(DISTINCT insurance) FROM patients", "not declared"),
     ("DELETE FROM patients", "not allowed"),
     ("SELECT COUNT(*) FROM read_parquet('/etc/passwd')", "table functions"),

@@ -166,7 +166,7 @@ def analyze(tree: exp.Query, policy: Policy, schema: Mapping[str, Mapping[str, s
                           hint="send each SELECT on its own")
     resolver = Resolver(policy, schema)
     if not touches_private(tree, policy):
-        _check_public(tree, resolver)
+        check_rows_query(tree, resolver)
         return PublicQuery(tree)
     return _Analysis(tree, policy, resolver, options or QueryOptions(), mechanism).run()
 
@@ -189,8 +189,9 @@ _PUBLIC_STRUCTURE = (exp.Select, exp.Subquery, exp.From, exp.Join, exp.TableAlia
                      exp.Having, exp.Order, exp.Limit, exp.Offset, exp.With, exp.CTE)
 
 
-def _check_public(tree: exp.Select, resolver: Resolver) -> None:
-    """Public data may be read row by row, but only through allowlisted nodes and declared tables."""
+def check_rows_query(tree: exp.Select, resolver: Resolver) -> None:
+    """A query that reads rows (of public tables; of private ones only to learn its columns,
+    sql/wrappers.py) goes through allowlisted nodes and declared tables only."""
     cte_names = {c.alias.lower() for c in tree.find_all(exp.CTE)}
     for node in tree.walk():
         if isinstance(node, exp.Table):

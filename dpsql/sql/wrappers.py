@@ -1,0 +1,110 @@
+"""SQL that tools wrap around the analyst's question (pure: shapes of the tree only).
+
+- Schema probes: `... WHERE 1=0`, `WHERE false`, `LIMIT 0` (Tableau, jupysql, JDBC drivers,
+  Superset's dataset editor) ask for the columns of a query and no rows. They are answered from
+  binding alone, free.
+- Released subqueries: `SELECT ... FROM (<a DP aggregate query>) AS virtual_table WHERE ...
+  ORDER BY ... LIMIT n` (Superset's SQL Lab and virtual datasets, Metabase's nested questions,
+  Tableau's custom SQL). The inner query is answered and charged as usual; the outer query is
+  post-processing of its released rows, free.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from ..config import Policy
+
+
+def schema_probe(tree: exp.Expression) -> exp.Select | None:
+    """The query without its probe (a constant-false WHERE, or LIMIT 0), or None."""
+    if not isinstance(tree, exp.Select):
+        return None
+    limit = tree.args.get("limit")
+    where = tree.args.get("where")
+    if limit is not None and _number(limit.expression) == 0:
+        stripped = tree.copy()
+        stripped.set("limit", None)
+        return stripped
+    if where is not None and _constant(where.this) is False:
+        stripped = tree.copy()
+        stripped.set("where", None)
+        return stripped
+    return None
+
+
+def released_subquery(tree: exp.Expression, policy: Policy) -> tuple[exp.Select, str] | None:
+    """(the inner aggregate query, its alias) when `tree` reads nothing but one subquery that
+    aggregates private rows without grouping by a privacy unit (a per-unit subquery, grouped
+    by the unit, is analysis' own business: sql/derived.py)."""
+    if not isinstance(tree, exp.Select) or tree.args.get("joins") or tree.args.get("with_"):
+        return None
+    source = tree.args.get("from_")
+    inner = source.this if source is not None else None
+    if not isinstance(inner, exp.Subquery) or not isinstance(inner.this, exp.Select):
+        return None
+    query = inner.this
+    if not (query.args.get("group") is not None or any(_aggregates(e) for e in query.expressions)):
+        return None
+    if _grouped_by_unit(query, policy):
+        return None
+    return query, inner.alias_or_name or "subquery"
+
+
+def _aggregates(node: exp.Expression) -> bool:
+    return node.find(exp.AggFunc) is not None
+
+
+def _grouped_by_unit(query: exp.Select, policy: Policy) -> bool:
+    group = query.args.get("group")
+    if group is None or len(group.expressions) != 1:
+        return False
+    g = group.expressions[0]
+    if isinstance(g, exp.Literal) and not g.is_string and 1 <= int(g.this) <= len(query.expressions):
+        g = query.expressions[int(g.this) - 1]
+        g = g.unalias() if isinstance(g, exp.Alias) else g
+    if not isinstance(g, exp.Column):
+        return False
+    units = {t.privacy_unit for t in (policy.table(tb.name) for tb in query.find_all(exp.Table))
+             if t is not None and not t.public and t.privacy_unit}
+    return g.name.lower() in {u.lower() for u in units}
+
+
+def _number(node: exp.Expression | None) -> float | None:
+    if isinstance(node, exp.Literal) and not node.is_string:
+        try:
+            return float(node.this)
+        except ValueError:
+            return None
+    if isinstance(node, exp.Neg):
+        inner = _number(node.this)
+        return None if inner is None else -inner
+    if isinstance(node, exp.Paren):
+        return _number(node.this)
+    return None
+
+
+def _constant(node: exp.Expression) -> bool | None:
+    """The value of a condition made of literals only (1 = 0, FALSE, NOT TRUE, 1 <> 1 AND x),
+    or None when it depends on anything else."""
+    if isinstance(node, exp.Paren):
+        return _constant(node.this)
+    if isinstance(node, exp.Boolean):
+        return bool(node.this)
+    if isinstance(node, exp.Not):
+        inner = _constant(node.this)
+        return None if inner is None else not inner
+    if isinstance(node, exp.And):
+        a, b = _constant(node.this), _constant(node.expression)
+        return False if False in (a, b) else (True if a is True and b is True else None)
+    if isinstance(node, exp.Or):
+        a, b = _constant(node.this), _constant(node.expression)
+        return True if True in (a, b) else (False if a is False and b is False else None)
+    compare = {exp.EQ: lambda x, y: x == y, exp.NEQ: lambda x, y: x != y, exp.GT: lambda x, y: x > y,
+               exp.GTE: lambda x, y: x >= y, exp.LT: lambda x, y: x < y, exp.LTE: lambda x, y: x <= y}
+    op = compare.get(type(node))
+    if op is not None:
+        a, b = _number(node.this), _number(node.expression)
+        if a is not None and b is not None:
+            return op(a, b)
+    return None
