@@ -31,6 +31,9 @@ class Output:
 def _columns(noisy: NoisyTable) -> list[tuple[str, str, list[Any]]]:
     cols = [(f"k{i}", t, c) for i, (t, c) in enumerate(zip(noisy.key_types, noisy.keys))]
     cols += [(f"a{i}", t, c) for i, (t, c) in enumerate(zip(noisy.estimate_types, noisy.estimates))]
+    # each estimate's interval, for DP_INTERVAL_LOW / DP_INTERVAL_HIGH (sql/outer.py)
+    cols += [(f"a{i}_{end}", "DOUBLE", [ci[k] for ci in cis]) for i, cis in enumerate(noisy.intervals)
+             for k, end in ((0, "lo"), (1, "hi"))]
     return cols
 
 
@@ -75,6 +78,7 @@ class PostProcessor:
         fails here, before any charge."""
         cols = [(f"k{i}", t, [None]) for i, t in enumerate(key_types)]
         cols += [(f"a{i}", t, [None]) for i, t in enumerate(estimate_types)]
+        cols += [(f"a{i}_{end}", "DOUBLE", [None]) for i in range(len(estimate_types)) for end in ("lo", "hi")]
         _, types, _ = self._run_sql(post, cols, 1)
         return [i.alias for i in post.expressions], types
 
@@ -138,8 +142,8 @@ def _finite_interval(ci: tuple[float, float] | None) -> tuple[float, float] | No
 
 def _intervals(node: exp.Expression, order: list[int], noisy: NoisyTable, by_name) -> list | None:
     used = {c.name for c in node.find_all(exp.Column) if c.name.startswith("a")}
-    if not used or any(c not in by_name for c in used):
-        return None
+    if not used or any(c not in by_name or not c[1:].isdigit() for c in used):
+        return None  # no estimate, or an interval's end (DP_INTERVAL_*), which has no interval itself
     if isinstance(node, exp.Column):
         i = int(node.name[1:])
         return [_finite_interval(noisy.intervals[i][r]) for r in order]
@@ -147,7 +151,7 @@ def _intervals(node: exp.Expression, order: list[int], noisy: NoisyTable, by_nam
     for r in order:
         def lookup(col: exp.Column, r=r) -> Interval:
             name = col.name
-            if name.startswith("a") and name in by_name:
+            if name.startswith("a") and name[1:].isdigit() and name in by_name:
                 lo, hi = noisy.intervals[int(name[1:])][r]
                 return Interval(lo, hi)
             if name.startswith("k") and name in by_name:

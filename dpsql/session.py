@@ -25,6 +25,7 @@ from sqlglot import exp
 
 from . import guard, local
 from .accounting.cost import Cost, show
+from .accounting.filters import Filter, Totals, simulate
 from .accounting.ledger import Charge, Ledger, open_ledger, window_of
 from .calibration import (
     Calibration,
@@ -194,6 +195,11 @@ class Session:
         charged. A schema probe is described as the query it probes; a released subquery's outer
         query over its inner one's columns; a query that would read private rows (which is
         refused when run) by binding it on the engine, which reads the schema only."""
+        if _reads_budget(tree):
+            r = self.budget_result()
+            outer = _over_released(tree, BUDGET_RELATION)
+            names, types, _ = self._post.run_released(outer, BUDGET_RELATION, r.names, r.types, [])
+            return public_names(outer, names), types
         probed = schema_probe(tree)
         if probed is not None and touches_private(probed, self.policy):
             return self._describe_tree(probed, options)
@@ -323,6 +329,12 @@ class Session:
         return prepare(tree, self.policy, self.engine.schema(), self.settings, options)
 
     def _query(self, stmt: Query, tree: exp.Query, text: str | None = None) -> Result:
+        if _reads_budget(tree):
+            r = self.budget_result()
+            outer = _over_released(tree, BUDGET_RELATION)
+            _check_outer(outer, BUDGET_RELATION)
+            names, types, rows = self._post.run_released(outer, BUDGET_RELATION, r.names, r.types, r.rows)
+            return Result(public_names(outer, names), types, rows, f"SELECT {len(rows)}")
         if touches_private(tree, self.policy):
             if schema_probe(tree) is not None:  # a tool asking for the columns: answered free, no rows
                 names, types = self._describe_tree(tree, stmt.options)
@@ -419,12 +431,7 @@ class Session:
         """A DP query used as a derived table: the inner query answered and charged as usual,
         then the outer query run over its released rows (post-processing, free)."""
         outer = _over_released(tree, alias)
-        for node in outer.walk():
-            if isinstance(node, exp.Table) and node.name != alias:
-                raise unsupported(f"the outer query may read only the inner query's rows, not {node.name}",
-                                  hint="join inside the inner (DP) query instead")
-            if isinstance(node, (exp.Subquery, exp.Select)) and node is not outer:
-                raise unsupported("subqueries in the outer query over a DP query are not supported")
+        _check_outer(outer, alias)
         inner_result = self._query(Query(inner.sql(dialect="postgres"), inner, stmt.options), inner)
         names, types, rows = self._post.run_released(outer, alias, inner_result.names, inner_result.types,
                                                      inner_result.rows)
@@ -601,14 +608,23 @@ class Session:
             "target_error": None if options and options.epsilon is not None else s.target_error,
             "cost": cal.cost.as_dict(),
             "admitted": f.admits(after),
+            "admits_more": self._admits_more(f, totals, cal.cost),
             "filter": f.name,
             "remaining_after": {k: float(v) for k, v in f.remaining(after).items()},
         }
 
+    def _admits_more(self, f: Filter, totals: Totals, cost: Cost) -> int:
+        """How many more queries of this cost the budget admits now (this window's filter, and
+        the lifetime cap if there is one): an estimate for dashboards, charged nothing."""
+        n = simulate(f, cost, limit=10**6, start=totals)
+        life = self.ledger.lifetime(self.user.name, self.budget_policy)
+        return n if life is None else min(n, simulate(life[0], cost, limit=10**6, start=life[1]))
+
     def _explain(self, tree: exp.Query, options: QueryOptions | None = None) -> Result:
         info = self.explain_plan(tree, options)
-        return Result(["QUERY PLAN"], ["VARCHAR"], [(line,) for line in explain_lines(info)], "EXPLAIN",
-                      None if info["public"] else {"cost": info["cost"], "remaining": info["remaining_after"]})
+        dp = None if info["public"] else {"cost": info["cost"], "remaining": info["remaining_after"], "explain": True,
+                                          "admits_more": info["admits_more"]}
+        return Result(["QUERY PLAN"], ["VARCHAR"], [(line,) for line in explain_lines(info)], "EXPLAIN", dp)
 
     def close(self) -> None:
         self.ledger.close()
@@ -706,6 +722,28 @@ def _over_released(tree: exp.Select, alias: str) -> exp.Select:
     return outer
 
 
+BUDGET_RELATION = "dpsql_budget"  # SELECT ... FROM dpsql_budget: SHOW dpsql.budget as a relation, free
+
+
+def _reads_budget(tree: exp.Query) -> bool:
+    if not isinstance(tree, exp.Select) or tree.args.get("joins") or tree.args.get("with_"):
+        return False
+    source = tree.args.get("from_")
+    t = source.this if source is not None else None
+    return (isinstance(t, exp.Table) and isinstance(t.this, exp.Identifier) and t.name.lower() == BUDGET_RELATION
+            and t.db.lower() in ("", "public", "dpsql"))
+
+
+def _check_outer(outer: exp.Select, alias: str) -> None:
+    """An outer query reads the one relation of released (or budget) rows, nothing else."""
+    for node in outer.walk():
+        if isinstance(node, exp.Table) and node.name != alias:
+            raise unsupported(f"the outer query may read only the inner query's rows, not {node.name}",
+                              hint="join inside the inner (DP) query instead")
+        if isinstance(node, (exp.Subquery, exp.Select)) and node is not outer:
+            raise unsupported("subqueries in the outer query over a DP query are not supported")
+
+
 def _reads_rows(tree: exp.Select) -> bool:
     """A SELECT with no aggregate and no GROUP BY: it would return rows as they are."""
     return tree.args.get("group") is None and not any(e.find(exp.AggFunc) for e in tree.expressions)
@@ -724,8 +762,9 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
         return ["public query (no private tables): runs as written, free", info["sql"]]
     pct = f"{info['confidence'] * 100:g}%"
     lines = [f"cost: epsilon={info['cost']['epsilon']:g} delta={info['cost']['delta']:g}"
-             f" ({'admitted' if info['admitted'] else 'REFUSED: over budget'})",
+             f" ({'admitted' if info['admitted'] else 'REFUSED: over budget'}; EXPLAIN itself charges nothing)",
              f"remaining after: epsilon={info['remaining_after']['epsilon']:g} delta={info['remaining_after']['delta']:g}",
+             f"the budget admits {info['admits_more']} more queries like this one",
              *([f"epsilon chosen as the smallest giving COUNT and SUM a {pct} error within ±{info['target_error']:g} "
                 "(dpsql.target_error)"] if info.get("target_error") else []),
              (f"contribution bounds: {info['max_rows_per_unit']} row(s) per unit in all, in any groups "

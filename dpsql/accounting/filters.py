@@ -368,17 +368,20 @@ def make_filter(kind: str, epsilon: Fraction, delta: Fraction, *, reserve: Fract
     return cls(epsilon, delta, reserve, rdp_order)
 
 
-def simulate(f: Filter, cost: Cost | Sequence[Cost], limit: int = 10_000_000) -> int:
-    """How many releases the filter admits in a row: of one cost, or of several in turn (a
-    mixed workload). Exact: doubling + bisection over the closed-form totals of n releases."""
+def simulate(f: Filter, cost: Cost | Sequence[Cost], limit: int = 10_000_000, start: Totals | None = None) -> int:
+    """How many releases the filter admits in a row (after `start`, what is spent already): of
+    one cost, or of several in turn (a mixed workload). Exact: doubling + bisection over the
+    closed-form totals of n releases."""
     cycle = [cost] if isinstance(cost, Cost) else list(cost)
     incs = [f.usage(c) for c in cycle]
-    keys = incs[0].keys()
-    whole = {k: sum((i[k] for i in incs), ZERO) for k in keys}
+    keys = set(incs[0]) | set(start.sums if start is not None else ())
+    whole = {k: sum((i.get(k, ZERO) for i in incs), ZERO) for k in keys}
+    base = start or Totals()
 
     def totals(n: int) -> Totals:
         rounds, rest = divmod(n, len(cycle))
-        return Totals({k: whole[k] * rounds + sum((i[k] for i in incs[:rest]), ZERO) for k in keys}, n)
+        return Totals({k: base.get(k) + whole[k] * rounds + sum((i.get(k, ZERO) for i in incs[:rest]), ZERO)
+                       for k in keys}, base.queries + n)
 
     if not f.admits(totals(1)):
         return 0

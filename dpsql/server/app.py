@@ -416,7 +416,12 @@ class Connection:
         if result.names:
             fields = [codec.Field(n, codec.oid_of(t)) for n, t in zip(result.names, result.types)]
         notices = []
-        if result.dp and "remaining" in result.dp and result.dp.get("cost") is not None:
+        if result.dp and result.dp.get("explain"):
+            cost, left = result.dp["cost"], result.dp["remaining"]
+            notices.append(f"dpsql: EXPLAIN only, nothing was charged; running the query would cost "
+                           f"epsilon={cost['epsilon']:g} delta={cost['delta']:g} and leave epsilon={left['epsilon']:g} "
+                           f"delta={left['delta']:g}; the budget admits {result.dp['admits_more']} more like it")
+        elif result.dp and "remaining" in result.dp and result.dp.get("cost") is not None:
             cost, left = result.dp["cost"], result.dp["remaining"]
             origin = "answered from the cache, free" if result.dp.get("cached") else \
                 f"cost epsilon={cost['epsilon']:g} delta={cost['delta']:g}"

@@ -17,6 +17,8 @@ from ..errors import ProgrammingError, forbidden, unsupported
 from .allowlist import DP_AGGREGATES, check_node, check_tree, contains_aggregate, is_aggregate, order_statistic
 from .scope import Resolver, Scope, output_name
 
+INTERVAL_FUNCTIONS = {"DP_INTERVAL_LOW": "lo", "DP_INTERVAL_HIGH": "hi"}
+
 
 class OuterQuery:
     """`post`: the outer SELECT over the table noisy; `names`: its output names; `items`: per
@@ -27,6 +29,7 @@ class OuterQuery:
         self._estimate = estimate
         self.items: list[set[int]] = []
         self._current: set[int] | None = None
+        self._aggregate_aliases: dict[str, int] = {}  # output name -> its estimate, for DP_INTERVAL_*
         self.post, self.names = self._post()
 
     def _post(self) -> tuple[exp.Select, list[str]]:
@@ -42,7 +45,10 @@ class OuterQuery:
             inner = item.unalias() if isinstance(item, exp.Alias) else item
             names.append(name)
             self._current = set()
-            items.append(exp.alias_(self._bind(inner, key_sql, set()), name, quoted=True))
+            bound = self._bind(inner, key_sql, set())
+            if isinstance(bound, exp.Column) and bound.name[1:].isdigit() and bound.name.startswith("a"):
+                self._aggregate_aliases.setdefault(name.lower(), int(bound.name[1:]))
+            items.append(exp.alias_(bound, name, quoted=True))
             self.items.append(self._current)
             self._current = None
         aliases = set(names)
@@ -72,7 +78,10 @@ class OuterQuery:
         return post, names
 
     def _bind(self, node: exp.Expression, key_sql: dict[str, int], aliases: set[str]) -> exp.Expression:
-        """Replace aggregates by noisy columns a<i> and group-key expressions by k<j>."""
+        """Replace aggregates by noisy columns a<i>, group-key expressions by k<j>, and
+        DP_INTERVAL_LOW/HIGH(aggregate or its alias) by its interval's ends a<i>_lo, a<i>_hi."""
+        if isinstance(node, exp.Anonymous) and node.name.upper() in INTERVAL_FUNCTIONS:
+            return self._interval(node, key_sql, aliases)
         if is_aggregate(node):
             if not isinstance(node, (exp.Filter,) + DP_AGGREGATES) and order_statistic(node) is None:
                 check_tree(node)
@@ -82,7 +91,7 @@ class OuterQuery:
             return exp.column(f"a{index}")
         if isinstance(node, exp.Window):
             check_tree(node)
-        if not contains_aggregate(node) and not isinstance(node, (exp.Literal, exp.Boolean, exp.Null)):
+        if not contains_aggregate(node) and not _has_interval(node) and not isinstance(node, (exp.Literal, exp.Boolean, exp.Null)):
             if isinstance(node, exp.Column) and not node.table and node.name.lower() in aliases:
                 try:
                     self.scope.lookup(node)
@@ -110,3 +119,25 @@ class OuterQuery:
         return new
 
 
+
+    def _interval(self, node: exp.Anonymous, key_sql: dict[str, int], aliases: set[str]) -> exp.Expression:
+        """An end of the interval of one aggregate at the session's confidence (post-processing
+        of its noisy value and the noise's public scale, as Snowflake's DP_INTERVAL_* are)."""
+        name = node.name.upper()
+        args = node.expressions
+        usage = f"{name}(aggregate) or {name}(alias of an aggregate in the select list before it)"
+        if len(args) != 1:
+            raise unsupported(f"{name} takes one argument", hint=usage)
+        arg = args[0]
+        if isinstance(arg, exp.Column) and not arg.table and arg.name.lower() in self._aggregate_aliases:
+            index = self._aggregate_aliases[arg.name.lower()]
+        elif is_aggregate(arg):
+            bound = self._bind(arg, key_sql, aliases)
+            index = int(bound.name[1:])
+        else:
+            raise unsupported(f"{name}({arg.sql(dialect='postgres')}): the argument is not an aggregate", hint=usage)
+        return exp.column(f"a{index}_{INTERVAL_FUNCTIONS[name]}")
+
+
+def _has_interval(node: exp.Expression) -> bool:
+    return any(isinstance(n, exp.Anonymous) and n.name.upper() in INTERVAL_FUNCTIONS for n in node.walk())
