@@ -52,7 +52,8 @@ def test_per_unit_subqueries_join_and_filter(hospital):
 
 
 @pytest.mark.parametrize("sql,fragment", [
-    ("SELECT AVG(x) FROM (SELECT diagnosis, COUNT(*) AS x FROM visits GROUP BY diagnosis) s",
+    ("SELECT p.sex, AVG(s.x) FROM patients p JOIN (SELECT diagnosis, COUNT(*) AS x FROM visits GROUP BY diagnosis) s "
+     "ON p.region = s.diagnosis GROUP BY p.sex",
      "group the subquery by the privacy unit only: GROUP BY patient_id"),
     ("SELECT AVG(x) FROM (SELECT patient_id, STDDEV(cost) AS x FROM visits GROUP BY patient_id) s",
      "COUNT, COUNT(DISTINCT x), SUM, AVG, MIN and MAX"),
