@@ -70,3 +70,35 @@ def test_the_catalog_cannot_reach_data(catalog):
                 "SELECT * FROM pg_catalog.pg_class WHERE relname IN (SELECT name FROM people)"]:
         with pytest.raises(Error):
             catalog.answer(sql, [], None, "dp")
+
+
+@pytest.mark.parametrize("sql, expected", [
+    ("SELECT * FROM unnest(current_schemas(true))", [("pg_catalog",), ("public",)]),  # pgcli's completions
+    ("SELECT routine_name FROM information_schema.routines", []),  # harlequin's
+    ("SELECT pg_table_size('people'::regclass), pg_total_relation_size('people'), pg_indexes_size('people')",
+     [(None, None, None)]),
+    ("SELECT pg_size_pretty(pg_table_size('people'))", [(None,)]),
+    ("SELECT roleid FROM pg_catalog.pg_auth_members", []),
+])
+def test_what_pgcli_harlequin_and_psql_ask(catalog, sql, expected):
+    assert is_catalog_query(sql)
+    assert catalog.answer(sql, [], None, "dp")[2] == expected
+
+
+def test_sqlalchemy_table_comment_reaches_pg_description(catalog):
+    """get_table_comment joins pg_description on classoid = CAST('pg_catalog.pg_class' AS REGCLASS)."""
+    sql = ("SELECT pg_catalog.pg_description.description FROM pg_catalog.pg_class JOIN pg_catalog.pg_namespace ON "
+           "pg_catalog.pg_namespace.oid = pg_catalog.pg_class.relnamespace LEFT OUTER JOIN pg_catalog.pg_description "
+           "ON pg_catalog.pg_description.objoid = pg_catalog.pg_class.oid AND pg_catalog.pg_description.objsubid = 0 "
+           "AND pg_catalog.pg_description.classoid = CAST('pg_catalog.pg_class' AS REGCLASS) "
+           "WHERE pg_catalog.pg_class.relname = 'people' AND pg_catalog.pg_namespace.nspname = 'public'")
+    rows = catalog.answer(sql, [], None, "dp")[2]
+    assert rows and "privacy unit id" in rows[0][0]
+
+
+def test_unsupported_catalog_queries_do_not_show_the_engine_text(catalog):
+    from dpsql.errors import Error
+
+    with pytest.raises(Error) as e:
+        catalog.answer("SELECT pg_catalog.pg_no_such_function(1) FROM pg_catalog.pg_class", [], None, "dp")
+    assert "Catalog Error" not in str(e.value) and "does not exist" not in str(e.value)

@@ -117,6 +117,9 @@ def test_psql_meta_commands_and_a_query(serve):
     assert "age" in described and "double precision" in described and "city" in described
     answer = psql("SELECT sex, COUNT(*) FROM people GROUP BY sex")
     assert "(2 rows)" in answer
+    sized = psql("\\dt+")  # table sizes are unknown (NULL), never the engine's error text
+    assert "people" in sized and "Size" in sized
+    assert "dpsql" in psql("\\du")  # roles, and their (empty) memberships
 
 
 def test_hostile_startup_and_half_messages_do_not_hurt_others(serve):

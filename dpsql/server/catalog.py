@@ -10,6 +10,7 @@ functions become macros, and result column types are PostgreSQL's own.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from typing import Any, Mapping
@@ -23,6 +24,8 @@ from ..config import Policy
 from ..errors import Error, ProgrammingError
 from ..sql.classify import first_word
 from . import codec as c
+
+log = logging.getLogger(__name__)
 
 PUBLIC, PG_CATALOG, INFORMATION_SCHEMA = 2200, 11, 13000
 FIRST_TABLE_OID = 16385
@@ -60,7 +63,8 @@ TABLES: dict[str, list[tuple[str, int]]] = {
                     ("datcollversion", c.TEXT), ("datacl", c.ACLITEM_ARRAY), ("dattablespace", c.OID)],
     "pg_roles": [("oid", c.OID), ("rolname", c.NAME), ("rolsuper", c.BOOL), ("rolinherit", c.BOOL),
                  ("rolcreaterole", c.BOOL), ("rolcreatedb", c.BOOL), ("rolcanlogin", c.BOOL), ("rolreplication", c.BOOL),
-                 ("rolconnlimit", c.INT4), ("rolbypassrls", c.BOOL), ("rolconfig", c.TEXT_ARRAY)],
+                 ("rolconnlimit", c.INT4), ("rolbypassrls", c.BOOL), ("rolconfig", c.TEXT_ARRAY),
+                 ("rolpassword", c.TEXT), ("rolvaliduntil", c.TIMESTAMPTZ)],
     "pg_user": [("usename", c.NAME), ("usesysid", c.OID), ("usecreatedb", c.BOOL), ("usesuper", c.BOOL),
                 ("userepl", c.BOOL), ("usebypassrls", c.BOOL), ("useconfig", c.TEXT_ARRAY)],
     "pg_am": [("oid", c.OID), ("amname", c.NAME), ("amhandler", c.REGPROC), ("amtype", c.CHAR)],
@@ -119,6 +123,13 @@ TABLES: dict[str, list[tuple[str, int]]] = {
                   ("hasindexes", c.BOOL), ("hasrules", c.BOOL), ("hastriggers", c.BOOL), ("rowsecurity", c.BOOL)],
     # information_schema (stored as is_<name>)
     "is_schemata": [("catalog_name", c.NAME), ("schema_name", c.NAME), ("schema_owner", c.NAME)],
+    # Empty: dpsql has no role memberships and no user-defined routines.
+    "pg_auth_members": [("oid", c.OID), ("roleid", c.OID), ("member", c.OID), ("grantor", c.OID), ("admin_option", c.BOOL)],
+    "is_routines": [("specific_catalog", c.NAME), ("specific_schema", c.NAME), ("specific_name", c.NAME),
+                    ("routine_catalog", c.NAME), ("routine_schema", c.NAME), ("routine_name", c.NAME),
+                    ("routine_type", c.TEXT), ("data_type", c.TEXT), ("type_udt_name", c.NAME),
+                    ("routine_body", c.TEXT), ("routine_definition", c.TEXT), ("external_language", c.TEXT),
+                    ("is_deterministic", c.TEXT), ("security_type", c.TEXT)],
     "is_tables": [("table_catalog", c.NAME), ("table_schema", c.NAME), ("table_name", c.NAME), ("table_type", c.TEXT),
                   ("is_insertable_into", c.TEXT), ("is_typed", c.TEXT)],
     "is_columns": [("table_catalog", c.NAME), ("table_schema", c.NAME), ("table_name", c.NAME), ("column_name", c.NAME),
@@ -196,6 +207,10 @@ CREATE MACRO pgc_current_schemas(b) AS CASE WHEN b THEN ['pg_catalog', 'public']
 CREATE MACRO pgc_pg_is_in_recovery() AS false;
 CREATE MACRO pgc_pg_relation_size(o) AS NULL::BIGINT, (o, f) AS NULL::BIGINT;
 CREATE MACRO pgc_pg_total_relation_size(o) AS NULL::BIGINT;
+CREATE MACRO pgc_pg_table_size(o) AS NULL::BIGINT;
+CREATE MACRO pgc_pg_indexes_size(o) AS NULL::BIGINT;
+CREATE MACRO pgc_pg_database_size(o) AS NULL::BIGINT;
+CREATE MACRO pgc_pg_size_pretty(n) AS CASE WHEN n IS NULL THEN NULL::VARCHAR ELSE n::VARCHAR || ' bytes' END;
 CREATE MACRO pgc_pg_get_function_result(o) AS NULL::VARCHAR;
 CREATE MACRO pgc_pg_get_function_arguments(o) AS NULL::VARCHAR;
 CREATE MACRO pgc_txid_current() AS 1::BIGINT;
@@ -221,7 +236,8 @@ _SESSION_FUNCTIONS = {"version", "current_database", "current_schema", "current_
                       "pg_backend_pid", "current_setting", "set_config", "inet_server_port", "inet_server_addr",
                       "pg_postmaster_start_time", "current_role"}
 _CATALOG_MARKERS = re.compile(r"\b(pg_catalog|information_schema|pg_[a-z_]+|current_schema|current_database|"
-                              r"current_user|session_user|current_setting|set_config|version|current_role|"
+                              r"current_user|session_user|current_setting|set_config|version|current_role|current_schemas|"
+                              r"regclass|regtype|regnamespace|regrole|"
                               r"format_type|obj_description|col_description|has_\w+_privilege)\b", re.I)
 
 
@@ -245,6 +261,8 @@ def is_catalog_query(sql: str) -> bool:
         name = _func_name(f)
         if name in _SESSION_FUNCTIONS or name in _REWRITTEN_FUNCTIONS or name in FUNCTION_TYPES and name.startswith(("pg_", "has_")):
             return True
+    if any(isinstance(n, exp.Cast) and _cast_target(n) in _REG_CASTS for n in tree.walk()):
+        return True
     return any(isinstance(n, (exp.CurrentUser, exp.CurrentSchema)) for n in tree.walk())
 
 
@@ -280,8 +298,8 @@ class Catalog:
                                       (INFORMATION_SCHEMA, "information_schema", OWNER, None)])
         self._insert("pg_database", [(DATABASE_OID, self.database, OWNER, 6, "c", False, True, -1, "C.UTF-8", "C.UTF-8",
                                       None, None, None, 1663)])
-        self._insert("pg_roles", [(OWNER, "dpsql", False, True, False, False, True, False, -1, False, None)]
-                     + [(20000 + i, u, False, True, False, False, True, False, -1, False, None)
+        self._insert("pg_roles", [(OWNER, "dpsql", False, True, False, False, True, False, -1, False, None, "********", None)]
+                     + [(20000 + i, u, False, True, False, False, True, False, -1, False, None, "********", None)
                         for i, u in enumerate(sorted(self.policy.users))])
         self._insert("pg_user", [(u, 20000 + i, False, False, False, False, None) for i, u in enumerate(sorted(self.policy.users))])
         self._insert("pg_am", [(2, "heap", "heap_tableam_handler", "t"), (403, "btree", "bthandler", "i")])
@@ -362,8 +380,12 @@ class Catalog:
             result_names = [d[0] for d in cur.description]
             duck = [str(d[1]) for d in cur.description]
         except duckdb.Error as e:
-            raise Error(f"catalog query not supported: {str(e).splitlines()[0]}", sqlstate="0A000",
-                        hint="dpsql answers catalog queries from an emulation of PostgreSQL's catalog") from None
+            # The emulation holds no data, but an engine's text is never a client's business.
+            log.info("catalog query not supported (%s): %s", type(e).__name__, str(e).splitlines()[0])
+            raise Error("catalog query not supported: it uses a catalog table, column or function dpsql does not "
+                        "emulate", sqlstate="0A000",
+                        hint="dpsql answers catalog queries from an emulation of PostgreSQL's catalog "
+                             "(tables, columns, types, comments); please report the client and the query") from None
         finally:
             cur.close()
         n = len(duck)
@@ -549,11 +571,22 @@ _REG_CASTS = {"regclass": ("pg_class", "relname", "oid"), "regtype": ("pg_type",
               "regnamespace": ("pg_namespace", "nspname", "oid")}
 
 
+# PostgreSQL's own OIDs of the catalog tables clients name in regclass casts (pg_description's
+# classoid is 1259 for a table's comment: SQLAlchemy joins on 'pg_catalog.pg_class'::regclass).
+_CATALOG_OIDS = {"pg_class": 1259, "pg_type": 1247, "pg_attribute": 1249, "pg_proc": 1255, "pg_namespace": 2615,
+                 "pg_description": 2609, "pg_constraint": 2606, "pg_index": 2610, "pg_database": 1262,
+                 "pg_authid": 1260, "pg_am": 2601, "pg_attrdef": 2604, "pg_inherits": 2611, "pg_trigger": 2620}
+
+
+def _cast_target(node: exp.Cast) -> str:
+    to = node.to
+    return (to.sql(dialect="postgres").lower().replace("pg_catalog.", "").strip('"')
+            if isinstance(to, exp.DataType) else str(to).lower())
+
+
 def _cast(node: exp.Cast) -> exp.Expression:
     """::regclass / ::regtype / ::regproc / ::oid / ::name / ::"char" onto plain values."""
-    to = node.to
-    target = (to.sql(dialect="postgres").lower().replace("pg_catalog.", "").strip('"')
-              if isinstance(to, exp.DataType) else str(to).lower())
+    target = _cast_target(node)
     inner = node.this
     if target in _REG_CASTS:
         table, name_col, oid_col = _REG_CASTS[target]
@@ -561,6 +594,8 @@ def _cast(node: exp.Cast) -> exp.Expression:
             text = inner.name.split(".")[-1].strip('"')
             if text.isdigit():
                 return exp.Literal.number(int(text))
+            if target == "regclass" and text.lower() in _CATALOG_OIDS:
+                return exp.Literal.number(_CATALOG_OIDS[text.lower()])
             return exp.Anonymous(this=f"pgc_{target}_oid", expressions=[exp.Literal.string(text)])
         return exp.Anonymous(this=f"pgc_{target}_name", expressions=[inner])
     if target == "regproc":
