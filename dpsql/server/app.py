@@ -24,7 +24,7 @@ from ..engines import open_engine
 from ..errors import Error
 from ..session import Result, Session
 from ..sql.classify import first_word, split_statements
-from . import codec
+from . import codec, copyout
 from .catalog import Catalog, is_catalog_query
 from .params import infer_parameter_types
 from .scram import ScramError, ScramServer, Verifier
@@ -50,6 +50,7 @@ class Answer:
     rows: list[tuple]
     tag: str
     notices: list[str] = field(default_factory=list)
+    copy: copyout.Copy | None = None  # sent as COPY TO STDOUT data, not as rows
 
 
 @dataclass
@@ -456,6 +457,12 @@ class Connection:
             return Answer(None, [], "DISCARD ALL")
         if word == "DEALLOCATE":
             return Answer(None, [], "DEALLOCATE")
+        if word == "COPY":
+            copy = copyout.parse(sql)
+            inner = self.run_statement(copy.query, params)
+            if inner.fields is None:
+                raise Error("COPY needs a query that returns rows", sqlstate="42601")
+            return Answer(inner.fields, inner.rows, f"COPY {len(inner.rows)}", inner.notices, copy)
         if is_catalog_query(sql):
             names, oids, rows = self.server.catalog.answer(sql, params or [], session, self.user)
             return Answer([codec.Field(n, o) for n, o in zip(names, oids)], rows, f"SELECT {len(rows)}")
@@ -479,7 +486,7 @@ class Connection:
     def _describe_uncached(self, sql: str, params: list[Any] | None) -> list[codec.Field] | None:
         word = first_word(sql)
         if word in ("BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE", "DISCARD",
-                    "DEALLOCATE", "SET", "RESET"):
+                    "DEALLOCATE", "SET", "RESET", "COPY"):
             return None
         if is_catalog_query(sql):
             names, oids, _ = self.server.catalog.answer(sql, params or [], self.session, self.user)
@@ -501,6 +508,13 @@ class Connection:
     def _send_answer(self, a: Answer, formats: list[int], start: int, limit: int, describe: bool) -> int:
         for n in a.notices:
             self.send(codec.notice(n))
+        if a.copy is not None:
+            self.send(copyout.response(a.copy, len(a.fields or [])))
+            for payload in copyout.encode(a.copy, [f.name for f in a.fields], [f.oid for f in a.fields], a.rows):
+                self.send(copyout.data(payload))
+            self.send(codec.message(b"c"))
+            self.send(codec.command_complete(a.tag))
+            return len(a.rows)
         if a.fields is None:
             self.send(codec.command_complete(a.tag))
             return 0
