@@ -48,3 +48,23 @@ def test_psql_copy_and_psycopg_copy(serve, tmp_path):
         assert [r[0] for r in binary] == ["a", "b", "c"] and isinstance(binary[0][1], int)
         assert [(k, str(n)) for k, n in binary] == text  # the second answer is the first, from the cache
         assert pg.execute("SELECT queries FROM dpsql_budget").fetchone() == (2,)  # the \\copy and the first COPY
+
+
+def test_declare_fetch_close_charges_once(serve):
+    with psycopg.connect(serve.dsn(), autocommit=True) as pg:
+        pg.execute("BEGIN")
+        pg.execute("DECLARE c1 NO SCROLL CURSOR WITH HOLD FOR SELECT kind, COUNT(*) FROM events GROUP BY kind")
+        first = pg.execute("FETCH 2 IN c1").fetchall()
+        rest = pg.execute("FETCH FORWARD ALL FROM c1").fetchall()
+        assert len(first) == 2 and len(rest) == 1 and pg.execute("FETCH NEXT FROM c1").fetchall() == []
+        pg.execute("CLOSE c1")
+        pg.execute("COMMIT")
+        with pytest.raises(psycopg.errors.InvalidCursorName):
+            pg.execute("FETCH 1 FROM c1")
+        assert pg.execute("SELECT queries FROM dpsql_budget").fetchone() == (1,)
+        # psqlODBC sends the cursor's statements in one simple query, then fetches through Describe/Execute
+        pg.execute("BEGIN;DECLARE \"SQL_CUR1\" CURSOR FOR SELECT sex, COUNT(*) FROM people GROUP BY sex")
+        with pg.cursor() as cur:
+            cur.execute('FETCH 100 IN "SQL_CUR1"', prepare=True)
+            assert [d.name for d in cur.description] == ["sex", "count"] and len(cur.fetchall()) == 2
+        pg.execute('CLOSE "SQL_CUR1";COMMIT')

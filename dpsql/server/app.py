@@ -26,6 +26,7 @@ from ..session import Result, Session
 from ..sql.classify import first_word, split_statements
 from . import codec, copyout
 from .catalog import Catalog, is_catalog_query
+from .cursors import Cursors
 from .params import infer_parameter_types
 from .scram import ScramError, ScramServer, Verifier
 from .throttle import LoginThrottle
@@ -51,6 +52,11 @@ class Answer:
     tag: str
     notices: list[str] = field(default_factory=list)
     copy: copyout.Copy | None = None  # sent as COPY TO STDOUT data, not as rows
+
+
+# Statements the connection answers itself (transactions, cursors, COPY), never batched.
+_WIRE_STATEMENTS = {"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE", "DISCARD",
+                    "DEALLOCATE", "DECLARE", "FETCH", "MOVE", "CLOSE", "COPY"}
 
 
 @dataclass
@@ -148,6 +154,7 @@ class Connection:
         # Result shapes and parameter types depend on the SQL text only (schema and policy are
         # fixed while serving), so repeated statements skip re-analysis on Parse and Describe.
         self._shapes: dict[str, list[codec.Field] | None] = {}
+        self.cursors = Cursors()
         self._param_types: dict[str, list[int]] = {}
 
     # I/O ---------------------------------------------------------------------------------
@@ -457,6 +464,19 @@ class Connection:
             return Answer(None, [], "DISCARD ALL")
         if word == "DEALLOCATE":
             return Answer(None, [], "DEALLOCATE")
+        if word == "DECLARE":
+            name, query = Cursors.declared(sql)
+            inner = self.run_statement(query, params)
+            if inner.fields is None:
+                raise Error("DECLARE CURSOR needs a query that returns rows", sqlstate="42601")
+            self.cursors.add(name, inner.fields, inner.rows)
+            return Answer(None, [], "DECLARE CURSOR", inner.notices)
+        if word in ("FETCH", "MOVE"):
+            fields, rows, tag = self.cursors.fetch(sql)
+            return Answer(fields if word == "FETCH" else None, rows, tag)
+        if word == "CLOSE":
+            self.cursors.close(sql)
+            return Answer(None, [], "CLOSE CURSOR")
         if word == "COPY":
             copy = copyout.parse(sql)
             inner = self.run_statement(copy.query, params)
@@ -470,11 +490,14 @@ class Connection:
 
     def run_script(self, text: str) -> list[Answer]:
         statements = split_statements(text, self.server.policy.limits)
-        if len(statements) > 1 and not any(is_catalog_query(s) for s in statements):
+        wire = any(first_word(s) in _WIRE_STATEMENTS for s in statements)
+        if len(statements) > 1 and not wire and not any(is_catalog_query(s) for s in statements):
             return [self._answer_session(r) for r in self.session.execute_script(text)]
         return [self.run_statement(s) for s in statements]
 
     def describe_statement(self, sql: str, params: list[Any] | None) -> list[codec.Field] | None:
+        if first_word(sql) == "FETCH":  # its shape is the cursor's, which a new DECLARE may change
+            return self.cursors.fields_of(sql)
         if sql in self._shapes:
             return self._shapes[sql]
         fields = self._describe_uncached(sql, params)
@@ -486,8 +509,10 @@ class Connection:
     def _describe_uncached(self, sql: str, params: list[Any] | None) -> list[codec.Field] | None:
         word = first_word(sql)
         if word in ("BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE", "DISCARD",
-                    "DEALLOCATE", "SET", "RESET", "COPY"):
+                    "DEALLOCATE", "SET", "RESET", "COPY", "DECLARE", "CLOSE", "MOVE"):
             return None
+        if word == "FETCH":
+            return self.cursors.fields_of(sql)
         if is_catalog_query(sql):
             names, oids, _ = self.server.catalog.answer(sql, params or [], self.session, self.user)
             return [codec.Field(n, o) for n, o in zip(names, oids)]
