@@ -60,6 +60,7 @@ from .sql.classify import (
     SetCommand,
     ShowCommand,
     TransactionCommand,
+    ViewCommand,
     classify,
     classify_one,
     split_statements,
@@ -106,6 +107,7 @@ class Session:
         self.settings = self._defaults()
         self._post = PostProcessor()
         self._lock = threading.Lock()
+        self._views: dict[str, exp.Query] = {}  # session-local views: name -> definition
         self._plans: OrderedDict[str, tuple[Plan | PublicQuery, Calibration | None]] = OrderedDict()
         self._statements: OrderedDict[str, Query] = OrderedDict()
         self._sql: dict[int, tuple[Plan, str]] = {}  # id(plan) -> (plan, its bounded SQL without salt)
@@ -157,12 +159,51 @@ class Session:
             return self._show(stmt.name)
         if isinstance(stmt, TransactionCommand):
             return Result(status=stmt.verb)
+        if isinstance(stmt, ViewCommand):
+            return self._view(stmt)
         if isinstance(stmt, Explain):
-            return self._explain(bind_parameters(stmt.query.tree, params), stmt.query.options)
+            return self._explain(self._with_views(bind_parameters(stmt.query.tree, params)), stmt.query.options)
         tree = bind_parameters(stmt.tree, params)
-        # Without parameters the statement's text is the query: it keys the plan cache (no SQL
-        # generation from the tree on every execution).
-        return self._query(stmt, tree, sql if tree is stmt.tree else None)
+        expanded = self._with_views(tree)
+        # Without parameters (or views) the statement's text is the query: it keys the plan
+        # cache (no SQL generation from the tree on every execution).
+        return self._query(stmt, expanded, sql if expanded is stmt.tree else None)
+
+    def _view(self, cmd: ViewCommand) -> Result:
+        """Session-local views: definitions only, run (and charged) when a query reads them."""
+        if cmd.query is None:
+            if cmd.name not in self._views and not cmd.if_exists:
+                raise ProgrammingError(f'view "{cmd.name}" does not exist', sqlstate="42P01")
+            self._views.pop(cmd.name, None)
+            return Result(status="DROP VIEW")
+        if self.policy.table(cmd.name) is not None:
+            raise ProgrammingError(f'"{cmd.name}" is a table of the policy', sqlstate="42P07",
+                                   hint="give the view another name")
+        if cmd.name in self._views and not cmd.replace:
+            raise ProgrammingError(f'relation "{cmd.name}" already exists', sqlstate="42P07",
+                                   hint="CREATE OR REPLACE TEMPORARY VIEW, or DROP VIEW first")
+        self._views[cmd.name] = self._with_views(cmd.query.tree)  # views it reads are expanded now
+        return Result(status="CREATE VIEW")
+
+    def _with_views(self, tree: exp.Query) -> exp.Query:
+        """The query with the session's views it reads put in front as CTEs (a CTE of its own
+        with the same name still wins), or the query itself when it reads none."""
+        if not self._views:
+            return tree
+        own = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+        used = [t.name.lower() for t in tree.find_all(exp.Table)
+                if t.name.lower() in self._views and t.name.lower() not in own and t.db.lower() in ("", "pg_temp", "public")]
+        if not used:
+            return tree
+        out = tree.copy()
+        for t in out.find_all(exp.Table):
+            if t.name.lower() in used and t.db:
+                t.set("db", None)
+        ctes = [exp.CTE(this=self._views[name].copy(), alias=exp.TableAlias(this=exp.to_identifier(name)))
+                for name in dict.fromkeys(used)]
+        existing = out.args.get("with_")
+        out.set("with_", exp.With(expressions=ctes + (list(existing.expressions) if existing else [])))
+        return out
 
     def describe(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None
                  ) -> tuple[list[str], list[str]] | None:
@@ -187,8 +228,10 @@ class Session:
             return ([stmt.name.split(".", 1)[-1] if stmt.name.startswith("dpsql.") else stmt.name], ["VARCHAR"])
         if isinstance(stmt, Explain):
             return ["QUERY PLAN"], ["VARCHAR"]
+        if isinstance(stmt, ViewCommand):
+            return None
         tree = bind_parameters(stmt.tree, params if params is not None else _null_parameters(stmt.tree))
-        return self._describe_tree(tree, stmt.options)
+        return self._describe_tree(self._with_views(tree), stmt.options)
 
     def _describe_tree(self, tree: exp.Query, options: QueryOptions) -> tuple[list[str], list[str]]:
         """Names and types of a query's answer from binding alone: nothing runs, nothing is
@@ -719,6 +762,7 @@ def _over_released(tree: exp.Select, alias: str) -> exp.Select:
     """The outer query reading the released rows as the table `alias`."""
     outer = tree.copy()
     outer.set("from_", exp.From(this=exp.Table(this=exp.Identifier(this=alias, quoted=True))))
+    outer.set("with_", None)
     return outer
 
 

@@ -91,3 +91,29 @@ def test_wrappers_and_probes_over_the_wire(serve):
             cur.execute("SELECT sex, n + 1 AS m FROM (SELECT sex, COUNT(*) AS n FROM people GROUP BY sex) t "
                         "WHERE sex = %s", ("F",), prepare=True)
             assert [d.name for d in cur.description] == ["sex", "m"] and len(cur.fetchall()) == 1
+
+
+def test_session_views_are_definitions_run_and_charged_when_read(conn):
+    cur = conn.cursor()
+    cur.execute("SET dpsql.cache = off")
+    cur.execute("CREATE TEMPORARY VIEW adults AS SELECT * FROM people WHERE age >= 18")
+    assert _spent(cur) == 0  # a definition only
+    cur.execute("SELECT * FROM adults WHERE 1=0")  # ibis, Tableau: the view's columns, free
+    assert [d[0] for d in cur.description] == ["pid", "age", "sex", "city"] and _spent(cur) == 0
+    cur.execute("SELECT sex, COUNT(*) FROM adults GROUP BY sex")
+    assert len(cur.fetchall()) == 2 and _spent(cur) == 1.0
+    cur.execute("CREATE TEMP VIEW by_sex AS SELECT sex, COUNT(*) AS n FROM adults GROUP BY sex")
+    cur.execute("SELECT SUM(n) FROM by_sex")  # a view of a DP query: post-processing over its release
+    assert len(cur.fetchall()) == 1 and _spent(cur) == 2.0
+    with pytest.raises(dpsql.Error, match="selecting rows"):
+        cur.execute("SELECT * FROM adults")  # still no raw rows through a view
+    with pytest.raises(dpsql.Error, match="views live in your session"):
+        cur.execute("CREATE VIEW v AS SELECT COUNT(*) FROM people")
+    with pytest.raises(dpsql.Error, match="table of the policy"):
+        cur.execute("CREATE TEMP VIEW people AS SELECT 1")
+    cur.execute("DROP VIEW by_sex")
+    with pytest.raises(dpsql.Error, match="does not exist"):
+        cur.execute("SELECT SUM(n) FROM by_sex")
+    cur.execute("CREATE OR REPLACE TEMP VIEW adults AS SELECT * FROM people WHERE age >= 1000")
+    cur.execute("SELECT COUNT(*) FROM adults")  # the new definition (cached plans follow it)
+    assert _spent(cur) == 3.0

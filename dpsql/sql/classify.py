@@ -56,7 +56,18 @@ class Query:
     options: QueryOptions = QueryOptions()
 
 
-Statement = SetCommand | ShowCommand | TransactionCommand | Explain | Query
+@dataclass(frozen=True)
+class ViewCommand:
+    """CREATE TEMPORARY VIEW name AS query (a session-local definition, never materialised),
+    or DROP VIEW name (query None)."""
+
+    name: str
+    query: Query | None
+    replace: bool = False
+    if_exists: bool = False
+
+
+Statement = SetCommand | ShowCommand | TransactionCommand | Explain | Query | ViewCommand
 
 _TRANSACTION_WORDS = {"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE"}
 _ALLOWED_HINT = ("dpsql answers aggregate SELECT queries (COUNT, SUM, AVG ...) over the declared tables, "
@@ -170,9 +181,38 @@ def classify_one(text: str, limits: QueryLimits = DEFAULT_LIMITS) -> Statement:
     if first in ("SELECT", "WITH", "("):
         plain, options = extract(text, READ_DIALECT)
         return Query(text, _parse(plain, limits), options)
+    if first in ("CREATE", "DROP") and re.match(r"^(CREATE|DROP)\s+(OR\s+REPLACE\s+)?(TEMP\s+|TEMPORARY\s+)?VIEW\b", body, re.I):
+        return _view(body, limits)
     if first:
         raise forbidden(f"{first or 'this'} statements are not allowed", hint=_ALLOWED_HINT)
     raise syntax_error("cannot read the statement", hint=_ALLOWED_HINT)
+
+
+_CREATE_VIEW = re.compile(r"^CREATE\s+(?P<replace>OR\s+REPLACE\s+)?(?P<temp>TEMP\s+|TEMPORARY\s+)?VIEW\s+"
+                          r"(?:(?:pg_temp|public)\.)?(?P<name>\"[^\"]+\"|\w+)\s+AS\s+(?P<query>.+)$", re.I | re.S)
+_DROP_VIEW = re.compile(r"^DROP\s+VIEW\s+(?P<exists>IF\s+EXISTS\s+)?(?:(?:pg_temp|public)\.)?(?P<name>\"[^\"]+\"|\w+)"
+                        r"\s*(?:CASCADE|RESTRICT)?$", re.I | re.S)
+
+
+def _view(body: str, limits: QueryLimits) -> ViewCommand:
+    m = _DROP_VIEW.match(body)
+    if m:
+        return ViewCommand(_identifier(m.group("name")), None, if_exists=bool(m.group("exists")))
+    m = _CREATE_VIEW.match(body)
+    if m is None:
+        raise syntax_error("cannot read this CREATE VIEW", hint="CREATE TEMPORARY VIEW name AS SELECT ...")
+    if not m.group("temp"):
+        raise forbidden("dpsql keeps no views in the database; views live in your session",
+                        hint="CREATE TEMPORARY VIEW name AS SELECT ...: stored as a definition and run, "
+                             "and charged, only when a query reads it")
+    inner = classify_one(m.group("query"), limits)
+    if not isinstance(inner, Query):
+        raise unsupported("a view is defined by a SELECT query")
+    return ViewCommand(_identifier(m.group("name")), inner, replace=bool(m.group("replace")))
+
+
+def _identifier(raw: str) -> str:
+    return raw[1:-1] if raw.startswith('"') else raw.lower()
 
 
 def _without_first_word(text: str, word: str) -> str:

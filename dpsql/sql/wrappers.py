@@ -37,18 +37,37 @@ def released_subquery(tree: exp.Expression, policy: Policy) -> tuple[exp.Select,
     """(the inner aggregate query, its alias) when `tree` reads nothing but one subquery that
     aggregates private rows without grouping by a privacy unit (a per-unit subquery, grouped
     by the unit, is analysis' own business: sql/derived.py)."""
-    if not isinstance(tree, exp.Select) or tree.args.get("joins") or tree.args.get("with_"):
+    if not isinstance(tree, exp.Select) or tree.args.get("joins"):
         return None
     source = tree.args.get("from_")
     inner = source.this if source is not None else None
-    if not isinstance(inner, exp.Subquery) or not isinstance(inner.this, exp.Select):
+    query, alias = _derived(tree, inner)
+    if query is None:
         return None
-    query = inner.this
     if not (query.args.get("group") is not None or any(_aggregates(e) for e in query.expressions)):
         return None
     if _grouped_by_unit(query, policy):
         return None
-    return query, inner.alias_or_name or "subquery"
+    return query, alias
+
+
+def _derived(tree: exp.Select, source: exp.Expression | None) -> tuple[exp.Select | None, str]:
+    """The query a FROM item stands for: a subquery, or a CTE (a session view) of the query's
+    own WITH, which then carries the WITH's other CTEs it may read."""
+    with_ = tree.args.get("with_")
+    if isinstance(source, exp.Subquery) and isinstance(source.this, exp.Select) and with_ is None:
+        return source.this, source.alias_or_name or "subquery"
+    if isinstance(source, exp.Table) and with_ is not None and not source.db:
+        ctes = {c.alias_or_name.lower(): c for c in with_.expressions}
+        cte = ctes.get(source.name.lower())
+        if cte is not None and isinstance(cte.this, exp.Select):
+            query = cte.this.copy()
+            others = [c.copy() for name, c in ctes.items() if name != source.name.lower()]
+            if others:
+                own = query.args.get("with_")
+                query.set("with_", exp.With(expressions=others + (list(own.expressions) if own else [])))
+            return query, source.alias_or_name
+    return None, ""
 
 
 def _aggregates(node: exp.Expression) -> bool:
