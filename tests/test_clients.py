@@ -93,3 +93,20 @@ def test_tls_verify_full(small_policy, tmp_path):
 
 def test_ssl_module_available():
     assert ssl.OPENSSL_VERSION
+
+
+def test_pgcli_completion_loaders(serve):
+    """pgcli's own completion loaders (the queries it runs on connect) against dpsql serve."""
+    from pgcli.pgexecute import PGExecute
+
+    ex = PGExecute("dpsql", "alice", PASSWORD, "127.0.0.1", serve.port, "")
+    try:
+        assert list(ex.search_path()) == ["pg_catalog", "public"]
+        assert "public" in list(ex.schemata())
+        assert {t for _, t in ex.tables()} >= {"people", "events", "places"}
+        assert ("public", "people", "age", "float8", False, None) in list(ex.table_columns())
+        assert list(ex.databases()) == ["dpsql"]
+        for loader in (ex.views, ex.view_columns, ex.foreignkeys, ex.functions, ex.datatypes):
+            assert list(loader()) == []  # answered, and empty: dpsql has none of these
+    finally:
+        ex.conn.close()

@@ -84,7 +84,12 @@ TABLES: dict[str, list[tuple[str, int]]] = {
     "pg_description": [("objoid", c.OID), ("classoid", c.OID), ("objsubid", c.INT4), ("description", c.TEXT)],
     "pg_inherits": [("inhrelid", c.OID), ("inhparent", c.OID), ("inhseqno", c.INT4), ("inhdetachpending", c.BOOL)],
     "pg_tablespace": [("oid", c.OID), ("spcname", c.NAME), ("spcowner", c.OID)],
-    "pg_proc": [("oid", c.OID), ("proname", c.NAME), ("pronamespace", c.OID), ("prorettype", c.OID), ("prokind", c.CHAR)],
+    # Empty: dpsql exposes no functions of its own. pgcli's completion loader reads these columns.
+    "pg_proc": [("oid", c.OID), ("proname", c.NAME), ("pronamespace", c.OID), ("prorettype", c.OID), ("prokind", c.CHAR),
+                ("proargnames", c.TEXT_ARRAY), ("proallargtypes", c.OID_ARRAY), ("proargtypes", c.OID_ARRAY),
+                ("proargmodes", c.CHAR_ARRAY), ("proretset", c.BOOL), ("proargdefaults", c.TEXT), ("prosrc", c.TEXT),
+                ("prolang", c.OID), ("proisagg", c.BOOL), ("proiswindow", c.BOOL)],
+    "pg_language": [("oid", c.OID), ("lanname", c.NAME)],
     "pg_settings": [("name", c.TEXT), ("setting", c.TEXT), ("unit", c.TEXT), ("category", c.TEXT),
                     ("short_desc", c.TEXT), ("context", c.TEXT), ("vartype", c.TEXT), ("source", c.TEXT)],
     "pg_stats": [("schemaname", c.NAME), ("tablename", c.NAME), ("attname", c.NAME), ("inherited", c.BOOL),
@@ -270,6 +275,8 @@ def _pre(sql: str) -> str:
     """Textual PostgreSQL-isms sqlglot does not parse: OPERATOR(pg_catalog.x), COLLATE."""
     sql = re.sub(r"OPERATOR\s*\(\s*pg_catalog\s*\.\s*([~!=<>*+\-]+)\s*\)", r"\1", sql, flags=re.I)
     sql = re.sub(r"\s+COLLATE\s+(pg_catalog\.)?\"?(default|C|POSIX)\"?", "", sql, flags=re.I)
+    # arrays of reg* types (pgcli): the catalog's function tables are empty, text arrays will do
+    sql = re.sub(r"::\s*(?:pg_catalog\.)?(?:regtype|regclass|regproc|oid)\s*\[\]", "::text[]", sql, flags=re.I)
     return sql
 
 
