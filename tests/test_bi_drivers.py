@@ -49,3 +49,22 @@ def test_psqlodbc_through_pyodbc(serve):
         assert [r[0] for r in rows] == ["F", "M"]
     finally:
         conn.close()
+
+
+def test_psqlodbc_use_declare_fetch(serve):
+    """Power BI and Excel's psqlODBC setting UseDeclareFetch: the driver wraps each query in a
+    cursor (BEGIN; DECLARE ... CURSOR; FETCH n ...) and the query is charged once."""
+    pyodbc = pytest.importorskip("pyodbc")
+    if "PostgreSQL Unicode" not in pyodbc.drivers():
+        pytest.skip("psqlODBC is installed by tests/setup.sh")
+    conn = pyodbc.connect(f"Driver={{PostgreSQL Unicode}};Server=127.0.0.1;Port={serve.port};Database=dpsql;"
+                          f"Uid=alice;Pwd={PASSWORD};SSLMode=disable;UseDeclareFetch=1;Fetch=2")
+    try:
+        cur = conn.cursor()
+        cur.execute("SELECT kind, COUNT(*) AS n FROM events GROUP BY kind ORDER BY kind")
+        assert [r[0] for r in cur.fetchall()] == ["a", "b", "c"]  # three rows through fetches of two
+        cur.execute("SELECT queries FROM dpsql_budget")
+        assert cur.fetchall()[0][0] == 1
+        conn.commit()
+    finally:
+        conn.close()
