@@ -72,13 +72,20 @@ def test_zcdp_budget_is_the_optimal_conversion():
     assert epsilon_from_rho(float(f.rho) * 1.001, 1e-6) > 1.0
 
 
+def _connect_with_filter(small_policy, tmp_path, kind: str):
+    """A connection whose budget is (1, delta) under the filter `kind`, 0.1 per query."""
+    import dpsql
+
+    policy = small_policy.parent / f"{kind}.toml"
+    policy.write_text(small_policy.read_text().replace('filter = "basic"', f'filter = "{kind}"')
+                      .replace("epsilon = 1000.0", "epsilon = 1.0").replace("query_epsilon = 1.0", "query_epsilon = 0.1"))
+    return dpsql.connect(policy, user="alice", ledger=tmp_path / f"{kind}.sqlite")
+
+
 def test_a_halting_filter_refuses_with_its_numbers(small_policy, tmp_path):
     import dpsql
 
-    policy = small_policy.parent / "zcdp.toml"
-    policy.write_text(small_policy.read_text().replace('filter = "basic"', 'filter = "zcdp"')
-                      .replace("epsilon = 1000.0", "epsilon = 1.0").replace("query_epsilon = 1.0", "query_epsilon = 0.1"))
-    conn = dpsql.connect(policy, user="alice", ledger=tmp_path / "z.sqlite")
+    conn = _connect_with_filter(small_policy, tmp_path, "zcdp")
     cur = conn.cursor()
     cur.execute("SET dpsql.cache = off")
     answered = 0
@@ -154,10 +161,7 @@ def test_gdp_admits_laplace_within_the_exact_composition(query_eps, budget_eps):
 def test_gdp_filter_answers_laplace_and_refuses_partition_selection_with_the_reason(small_policy, tmp_path):
     import dpsql
 
-    policy = small_policy.parent / "gdp.toml"
-    policy.write_text(small_policy.read_text().replace('filter = "basic"', 'filter = "gdp"')
-                      .replace("epsilon = 1000.0", "epsilon = 1.0").replace("query_epsilon = 1.0", "query_epsilon = 0.1"))
-    conn = dpsql.connect(policy, user="alice", ledger=tmp_path / "g.sqlite")
+    conn = _connect_with_filter(small_policy, tmp_path, "gdp")
     cur = conn.cursor()
     cur.execute("SET dpsql.epsilon = 0.05")
     cur.execute("SELECT sex, COUNT(*) FROM people GROUP BY sex")  # Laplace over declared keys: admitted
