@@ -59,6 +59,12 @@ _WIRE_STATEMENTS = {"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAV
                     "DEALLOCATE", "DECLARE", "FETCH", "MOVE", "CLOSE", "COPY"}
 
 
+def _session_setting(text: str) -> bool:
+    """SET, RESET or SHOW of one setting other than the budget (which reads the ledger)."""
+    return (first_word(text) in ("SET", "RESET", "SHOW") and ";" not in text
+            and "budget" not in text.lower() and len(text) < 1000)
+
+
 @dataclass
 class Prepared:
     sql: str
@@ -526,7 +532,10 @@ class Connection:
         if not split_statements(text, self.server.policy.limits):
             self.send(codec.message(b"I"))
             return
-        answers = await self.run_blocking(self.run_script, text)
+        if _session_setting(text):  # no engine and no ledger: answered on the loop, no thread hop
+            answers = self.run_script(text)
+        else:
+            answers = await self.run_blocking(self.run_script, text)
         for a in answers:
             self._send_answer(a, [], 0, 0, describe=True)
 

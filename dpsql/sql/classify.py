@@ -83,6 +83,9 @@ def split_statements(sql: str, limits: QueryLimits = DEFAULT_LIMITS) -> list[str
     Every statement text enters here first: its size and token count are checked before it is
     parsed."""
     limits.text(sql)
+    if ";" not in sql and "--" not in sql and "/*" not in sql and len(sql) <= limits.max_tokens:
+        body = sql.strip()  # one statement, and no more tokens than characters: nothing to split or count
+        return [body] if body else []
     try:
         tokens = sqlglot.tokenize(sql, read=READ_DIALECT)
     except (TokenError, ValueError) as e:
