@@ -51,7 +51,7 @@ from .prepare import (
     prepare,
     probability,
 )
-from .release import release
+from .release import NoisyTable, release
 from .sql.analyze import Plan, PublicQuery, check_rows_query, touches_private
 from .sql.bounding import WeightedCopy, copy_column
 from .sql.classify import (
@@ -67,7 +67,7 @@ from .sql.classify import (
 )
 from .sql.measures import COUNT_BITS, Count, Measure, squares_measure, sum_measure
 from .sql.options import QueryOptions
-from .sql.rewrite import rewrite
+from .sql.rewrite import declared_domain, rewrite
 from .sql.scope import Resolver, output_name
 from .sql.wrappers import released_subquery, schema_probe
 from .targets import (
@@ -256,6 +256,9 @@ class Session:
             check_rows_query(tree, Resolver(self.policy, self.engine.schema()))
             empty = tree.copy()
             empty.set("limit", exp.Limit(expression=exp.Literal.number(0)))
+            for t in empty.find_all(exp.Table):  # the engine's own names: "public".x is x there
+                if t.db.lower() == "public":
+                    t.set("db", None)
             names, types = self.engine.describe(self.engine.prepare(empty))
             return public_names(tree, names), types
         plan = plan_query(tree, self.policy, self.engine.schema(), self.settings.mechanism, options)
@@ -385,6 +388,9 @@ class Session:
             wrapped = released_subquery(tree, self.policy)
             if wrapped is not None:
                 return self._outer_query(stmt, tree, *wrapped)
+            domain = self._declared_keys(tree, stmt.options)
+            if domain is not None:
+                return domain
         plan, cal = self._prepare(tree, stmt.options, text)
         self._deadline.check()
         if isinstance(plan, PublicQuery):
@@ -469,6 +475,35 @@ class Session:
         table = weighted_copy(source.table.name, plan.unit.name, plan.total_rows, COUNT_BITS, stored[0])
         return WeightedCopy(plan.bounding, table, {j: stored[1][m.spec()] for j, m in enumerate(plan.measures)
                                                    if m.value is not None and m.spec() in stored[1]})
+
+    def _declared_keys(self, tree: exp.Query, options: QueryOptions) -> Result | None:
+        """GROUP BY (or SELECT DISTINCT) over keys with declared domains and no aggregate, as
+        BI tools ask for a filter's values: the declared domain, which is public, free. None
+        when the query is not of that shape or a key has no declared domain."""
+        if not isinstance(tree, exp.Select) or any(isinstance(n, exp.AggFunc) for n in tree.walk()):
+            return None
+        probe = tree.copy()
+        if probe.args.get("distinct") is not None and probe.args.get("group") is None:
+            probe.set("distinct", None)
+            probe.set("group", exp.Group(expressions=[(e.unalias() if isinstance(e, exp.Alias) else e).copy()
+                                                      for e in probe.expressions]))
+        if probe.args.get("group") is None or probe.args.get("distinct") is not None:
+            return None
+        probe.set("expressions", [*probe.expressions, exp.alias_(exp.Count(this=exp.Star()), "__dpsql_n")])
+        try:
+            plan = plan_query(probe, self.policy, self.engine.schema(), self.settings.mechanism, options)
+        except Error:
+            return None
+        if not isinstance(plan, Plan) or not plan.keys or not plan.declared:
+            return None
+        with _charge_told("nothing was charged"):
+            rs = self.engine.execute(self.engine.prepare(declared_domain(plan)))
+        post = plan.post.copy()
+        post.set("expressions", post.expressions[:-1])  # the probe's COUNT(*)
+        rows = sorted(zip(*rs.columns), key=lambda r: tuple((v is None, str(type(v)), v if v is not None else 0) for v in r))
+        noisy = NoisyTable([list(c) for c in zip(*rows)] if rows else [[] for _ in rs.columns], list(rs.types), [], [], [])
+        out = self._post.run(post, noisy)
+        return Result(out.names, out.types, out.rows, f"SELECT {len(out.rows)}")
 
     def _outer_query(self, stmt: Query, tree: exp.Select, inner: exp.Select, alias: str) -> Result:
         """A DP query used as a derived table: the inner query answered and charged as usual,

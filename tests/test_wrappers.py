@@ -117,3 +117,20 @@ def test_session_views_are_definitions_run_and_charged_when_read(conn):
     cur.execute("CREATE OR REPLACE TEMP VIEW adults AS SELECT * FROM people WHERE age >= 1000")
     cur.execute("SELECT COUNT(*) FROM adults")  # the new definition (cached plans follow it)
     assert _spent(cur) == 3.0
+
+
+def test_keys_alone_over_declared_domains_are_the_domain_free(conn):
+    """A filter's values (Tableau's GROUP BY without aggregates, Superset's SELECT DISTINCT):
+    over declared keys, the declared domain, whatever the data (so a WHERE matching no row
+    still lists every key), free; over undeclared keys, refused."""
+    cur = conn.cursor()
+    cur.execute("SELECT DISTINCT sex FROM people ORDER BY sex")
+    assert cur.fetchall() == [("F",), ("M",)]
+    cur.execute("SELECT kind AS k, place FROM events WHERE amount > 1e9 GROUP BY 1, place ORDER BY k, place LIMIT 4")
+    assert cur.fetchall() == [("a", "east"), ("a", "north"), ("a", "south"), ("b", "east")]
+    assert _spent(cur) == 0
+    with pytest.raises(dpsql.Error, match="DISTINCT"):
+        cur.execute("SELECT DISTINCT city FROM people")
+    with pytest.raises(dpsql.Error, match="at least one aggregate"):
+        cur.execute("SELECT city FROM people GROUP BY city")
+    assert _spent(cur) == 0

@@ -186,6 +186,9 @@ def classify_one(text: str, limits: QueryLimits = DEFAULT_LIMITS) -> Statement:
         return Query(text, _parse(plain, limits), options)
     if first in ("CREATE", "DROP") and re.match(r"^(CREATE|DROP)\s+(OR\s+REPLACE\s+)?(TEMP\s+|TEMPORARY\s+)?VIEW\b", body, re.I):
         return _view(body, limits)
+    if first == "CREATE" and re.match(r"^CREATE\s+(?:LOCAL\s+|GLOBAL\s+)?(?:TEMP|TEMPORARY)\s+TABLE\b", body, re.I):
+        raise forbidden("temporary tables are not supported: dpsql stores nothing",
+                        hint="CREATE TEMPORARY VIEW name AS SELECT ... keeps a query in your session instead")
     if first:
         raise forbidden(f"{first or 'this'} statements are not allowed", hint=_ALLOWED_HINT)
     raise syntax_error("cannot read the statement", hint=_ALLOWED_HINT)
@@ -240,6 +243,23 @@ def _parse(text: str, limits: QueryLimits) -> exp.Query:
     if not isinstance(tree, exp.Query):
         raise forbidden("only SELECT queries are allowed", hint=_ALLOWED_HINT)
     limits.tree(tree)
+    return _normalized(tree)
+
+
+def _normalized(tree: exp.Query) -> exp.Query:
+    """PostgreSQL spellings BI tools emit, in the one form the rest of dpsql reads: DATE(x) is
+    CAST(x AS DATE) (Looker), FETCH NEXT n ROWS ONLY is LIMIT n (Looker, Power BI)."""
+    def visit(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Date) and node.args.get("this") is not None and not node.args.get("zone") \
+                and not node.args.get("expressions"):
+            return exp.Cast(this=node.this, to=exp.DataType.build("DATE"))
+        if isinstance(node, exp.Fetch) and isinstance(node.args.get("count"), exp.Literal) \
+                and not (node.args.get("limit_options") and node.args["limit_options"].args.get("with_ties")):
+            return exp.Limit(expression=node.args["count"])
+        return node
+
+    if any(isinstance(n, (exp.Date, exp.Fetch)) for n in tree.walk()):
+        return tree.transform(visit, copy=True)
     return tree
 
 

@@ -92,11 +92,11 @@ class OuterQuery:
         if isinstance(node, exp.Window):
             check_tree(node)
         if not contains_aggregate(node) and not _has_interval(node) and not isinstance(node, (exp.Literal, exp.Boolean, exp.Null)):
-            if isinstance(node, exp.Column) and not node.table and node.name.lower() in aliases:
+            if isinstance(node, exp.Column) and not node.table and node.name.lower() in {a.lower() for a in aliases}:
                 try:
                     self.scope.lookup(node)
                 except ProgrammingError:
-                    return exp.column(node.name, quoted=True)
+                    return exp.column(next(a for a in aliases if a.lower() == node.name.lower()), quoted=True)
             if node.find(exp.Column) is not None:
                 resolved = self.scope.resolve(node, self.resolver)
                 if resolved.sql() in key_sql:

@@ -68,6 +68,17 @@ def rewrite(plan: Plan, domain_size: int | None = None, salt: str | None = None,
     return b.with_ctes(ctes, _final(plan, keys))
 
 
+def declared_domain(plan: Plan) -> exp.Select:
+    """The cross product of the plan's declared key domains: the groups a GROUP BY over declared
+    keys releases whatever the data (policy values, or public tables'), so a query asking for
+    the keys alone is answered from it, free."""
+    ctes: list[Stage] = [(f"domain{i}", b.select([exp.Star()], b.subquery(_domain(k, i), f"dd{i}")))
+                         for i, k in enumerate(plan.keys)]
+    domains = [b.table(f"domain{i}") for i in range(len(plan.keys))]
+    cross = b.select([exp.Star()], domains[0], joins=[b.join(d, kind="CROSS") for d in domains[1:]])
+    return b.with_ctes(ctes, b.select([b.col(f"k{i}", "d") for i in range(len(plan.keys))], b.subquery(cross, "d")))
+
+
 def _final(plan: Plan, keys: list[str]) -> exp.Select:
     values = [b.named(b.func("COALESCE", b.col("units", "g"), 0), "units")]
     values += [b.named(b.func("COALESCE", b.col(c, "g"), 0), c) for j, m in enumerate(plan.measures)
