@@ -1,8 +1,9 @@
 """Turn the bounded query's exact per-group values into released, noisy estimates.
 
-Order of operations matters for privacy: noise is drawn for every group, partition selection
-keeps groups whose noisy unit count clears the threshold, and rows are sorted by their (public)
-key values so that the engine's internal row order, which may depend on data, never shows.
+Order of operations matters for privacy: partition selection keeps groups whose noisy unit
+count clears the threshold, rows are sorted by their (public, or selected) key values so that
+the engine's internal row order, which may depend on data, never shows, and every kept group's
+measures are noised.
 Everything after the noise (estimates, clamping counts at 0, intervals) is post-processing.
 """
 
@@ -50,23 +51,21 @@ def release(plan: Plan, cal: Calibration, rs: ResultSet, confidence: float, char
     guard.check(plan, cal, rs, charge, policy)
     n_keys = len(plan.keys)
     rows = list(zip(*rs.columns)) if rs.columns and rs.row_count else []
+    if cal.selection is not None:
+        # Partition selection first: a group is kept when its noisy unit count clears the
+        # threshold. Measures' noise is independent of it, so drawing it for the kept groups
+        # only is the same release, without the noise of the many groups that are dropped.
+        noisy_units = add_noise([r[n_keys] for r in rows], cal.selection.noise)
+        rows = [r for r, u in zip(rows, noisy_units) if u >= cal.selection.threshold]
     rows.sort(key=lambda r: _sort_key(r[:n_keys]))
     columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in rs.names]
     key_cols = columns[:n_keys]
-    units = columns[n_keys]
     noisy: list = []
     at = n_keys + 1
     for m, mn in zip(plan.measures, cal.measures):
         cols = [add_noise(col, mn.noise) for col in columns[at:at + m.width]]
         noisy.append(cols if isinstance(m, Histogram) else cols[0])
         at += m.width
-    keep = list(range(len(units)))
-    if cal.selection is not None:
-        noisy_units = add_noise(units, cal.selection.noise)
-        keep = [i for i, u in enumerate(noisy_units) if u >= cal.selection.threshold]
-    key_cols = [[col[i] for i in keep] for col in key_cols]
-    noisy = [[[c[i] for i in keep] for c in col] if isinstance(m, Histogram) else [col[i] for i in keep]
-             for m, col in zip(plan.measures, noisy)]
 
     noises = [mn.noise for mn in cal.measures]
     values, intervals, types = [], [], []

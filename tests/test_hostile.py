@@ -12,7 +12,7 @@ HOSTILE = [
     ("SELECT * FROM people", "42501", "rows of a private table"),
     ("SELECT age FROM people", "42501", "rows of a private table"),
     ("SELECT pid, age FROM people WHERE pid = 7", "42501", "rows of a private table"),
-    ("SELECT sex FROM people GROUP BY sex", "42501", "at least one aggregate"),
+    ("SELECT city FROM people GROUP BY city", "42501", "at least one aggregate"),  # undeclared keys
     ("SELECT * FROM read_csv('/etc/passwd')", "42501", "table functions"),
     ("SELECT COUNT(*) FROM read_csv('/etc/passwd')", "42501", "table functions"),
     ("SELECT COUNT(*) FROM read_parquet('/tmp/x.parquet')", "42501", "table functions"),
@@ -48,7 +48,7 @@ HOSTILE = [
     ("SELECT COUNT(*) FROM people p, events e", "42501", "joined on their privacy unit"),
     ("SELECT COUNT(*) FROM people p RIGHT JOIN events e ON p.pid = e.pid", "0A000", "RIGHT JOIN"),
     ("SELECT COUNT(*) FROM (SELECT * FROM people LIMIT 5) s", "0A000", "LIMIT in a subquery"),
-    ("SELECT DISTINCT sex FROM people", "0A000", "DISTINCT"),
+    ("SELECT DISTINCT city FROM people", "0A000", "DISTINCT"),  # declared keys alone are the public domain
     ("SELECT COUNT(DISTINCT city) FROM people", "0A000", "the values of city are not declared"),
     ("SELECT city, COUNT(*) FROM people GROUP BY ROLLUP (city)", "0A000", "ROLLUP"),
     ("SELECT COUNT(*) FROM people UNION SELECT COUNT(*) FROM events", "0A000", "UNION"),
