@@ -182,7 +182,12 @@ class Session:
         if cmd.name in self._views and not cmd.replace:
             raise ProgrammingError(f'relation "{cmd.name}" already exists', sqlstate="42P07",
                                    hint="CREATE OR REPLACE TEMPORARY VIEW, or DROP VIEW first")
-        self._views[cmd.name] = self._with_views(cmd.query.tree)  # views it reads are expanded now
+        definition = self._with_views(cmd.query.tree)  # views it reads are expanded now
+        own = {c.alias_or_name.lower() for c in definition.find_all(exp.CTE)}
+        if any(t.name.lower() == cmd.name and t.name.lower() not in own for t in definition.find_all(exp.Table)):
+            raise ProgrammingError(f'view "{cmd.name}" would read itself', sqlstate="42P17",
+                                   hint="define it over tables or other views")
+        self._views[cmd.name] = definition
         return Result(status="CREATE VIEW")
 
     def _with_views(self, tree: exp.Query) -> exp.Query:

@@ -111,6 +111,8 @@ def test_session_views_are_definitions_run_and_charged_when_read(conn):
         cur.execute("CREATE VIEW v AS SELECT COUNT(*) FROM people")
     with pytest.raises(dpsql.Error, match="table of the policy"):
         cur.execute("CREATE TEMP VIEW people AS SELECT 1")
+    with pytest.raises(dpsql.Error, match="would read itself"):
+        cur.execute("CREATE TEMP VIEW loop AS SELECT * FROM loop")
     cur.execute("DROP VIEW by_sex")
     with pytest.raises(dpsql.Error, match="does not exist"):
         cur.execute("SELECT SUM(n) FROM by_sex")
