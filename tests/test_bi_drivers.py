@@ -37,7 +37,7 @@ def test_psqlodbc_through_pyodbc(serve):
     if "PostgreSQL Unicode" not in pyodbc.drivers():
         pytest.skip("psqlODBC is installed by tests/setup.sh")
     conn = pyodbc.connect(f"Driver={{PostgreSQL Unicode}};Server=127.0.0.1;Port={serve.port};Database=dpsql;"
-                          f"Uid=alice;Pwd={PASSWORD};SSLMode=disable", autocommit=True)
+                          f"Uid=alice;Pwd={PASSWORD};SSLMode=disable;CommLog=0;Debug=0", autocommit=True)
     try:
         cur = conn.cursor()
         tables = {r.table_name for r in cur.tables(schema="public", tableType="TABLE")}
@@ -58,7 +58,7 @@ def test_psqlodbc_use_declare_fetch(serve):
     if "PostgreSQL Unicode" not in pyodbc.drivers():
         pytest.skip("psqlODBC is installed by tests/setup.sh")
     conn = pyodbc.connect(f"Driver={{PostgreSQL Unicode}};Server=127.0.0.1;Port={serve.port};Database=dpsql;"
-                          f"Uid=alice;Pwd={PASSWORD};SSLMode=disable;UseDeclareFetch=1;Fetch=2")
+                          f"Uid=alice;Pwd={PASSWORD};SSLMode=disable;UseDeclareFetch=1;Fetch=2;CommLog=0;Debug=0")
     try:
         cur = conn.cursor()
         cur.execute("SELECT kind, COUNT(*) AS n FROM events GROUP BY kind ORDER BY kind")
