@@ -34,7 +34,7 @@ import secrets
 from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import cached_property
+from functools import cached_property, lru_cache
 from statistics import NormalDist
 from typing import Any, Sequence
 
@@ -145,22 +145,15 @@ def _one(category: int, s: LocalSpec) -> Any:
     return tuple(keep(True) if b == category else flip(False) for b in range(s.k))
 
 
-_cache: dict = {}
-
-
+@lru_cache(maxsize=64)
 def _krr(k: int, p: float):
-    key = ("krr", k, p)
-    if key not in _cache:
-        _cache[key] = dp.m.make_randomized_response(list(range(k)), p)
-    return _cache[key]
+    return dp.m.make_randomized_response(list(range(k)), p)
 
 
+@lru_cache(maxsize=64)
 def _oue(q: float):
     """The true bit reported 1 with probability 1/2, a false one with probability q."""
-    key = ("oue", q)
-    if key not in _cache:
-        _cache[key] = (dp.m.make_randomized_response_bool(0.5), dp.m.make_randomized_response_bool(1 - q))
-    return _cache[key]
+    return dp.m.make_randomized_response_bool(0.5), dp.m.make_randomized_response_bool(1 - q)
 
 
 def observed(rows: Sequence[Any], s: LocalSpec) -> list[int]:

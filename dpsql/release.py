@@ -40,7 +40,8 @@ class NoisyTable:
         return len(self.estimates[0]) if self.estimates else 0
 
 
-def _sort_key(row: tuple) -> tuple:
+def key_order(row: tuple) -> tuple:
+    """Released rows' order: by their key values (None last, types apart), never the engine's."""
     return tuple((v is None, str(type(v)), v if v is not None else 0) for v in row)
 
 
@@ -57,7 +58,7 @@ def release(plan: Plan, cal: Calibration, rs: ResultSet, confidence: float, char
         # only is the same release, without the noise of the many groups that are dropped.
         noisy_units = add_noise([r[n_keys] for r in rows], cal.selection.noise)
         rows = [r for r, u in zip(rows, noisy_units) if u >= cal.selection.threshold]
-    rows.sort(key=lambda r: _sort_key(r[:n_keys]))
+    rows.sort(key=lambda r: key_order(r[:n_keys]))
     columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in rs.names]
     key_cols = columns[:n_keys]
     noisy: list = []

@@ -51,7 +51,8 @@ from .prepare import (
     prepare,
     probability,
 )
-from .release import NoisyTable, release
+from .release import NoisyTable, key_order, release
+from .sql import build as b
 from .sql.analyze import Plan, PublicQuery, check_rows_query, touches_private
 from .sql.bounding import WeightedCopy, copy_column
 from .sql.classify import (
@@ -245,18 +246,16 @@ class Session:
         refused when run) by binding it on the engine, which reads the schema only."""
         if _reads_budget(tree):
             r = self.budget_result()
-            outer = _over_released(tree, BUDGET_RELATION)
-            names, types, _ = self._post.run_released(outer, BUDGET_RELATION, r.names, r.types, [])
-            return public_names(outer, names), types
+            described = self._over_rows(tree, BUDGET_RELATION, r.names, r.types, [])
+            return described.names, described.types
         probed = schema_probe(tree)
         if probed is not None and touches_private(probed, self.policy):
             return self._describe_tree(probed, options)
         wrapped = released_subquery(tree, self.policy)
         if wrapped is not None and touches_private(wrapped[0], self.policy):
             names, types = self._describe_tree(wrapped[0], options)
-            outer = _over_released(tree, wrapped[1])
-            outer_names, outer_types, _ = self._post.run_released(outer, wrapped[1], names, types, [])
-            return public_names(outer, outer_names), outer_types
+            described = self._over_rows(tree, wrapped[1], names, types, [])
+            return described.names, described.types
         if isinstance(tree, exp.Select) and _reads_rows(tree):
             check_rows_query(tree, Resolver(self.policy, self.engine.schema()))
             empty = tree.copy()
@@ -382,10 +381,7 @@ class Session:
     def _query(self, stmt: Query, tree: exp.Query, text: str | None = None) -> Result:
         if _reads_budget(tree):
             r = self.budget_result()
-            outer = _over_released(tree, BUDGET_RELATION)
-            _check_outer(outer, BUDGET_RELATION)
-            names, types, rows = self._post.run_released(outer, BUDGET_RELATION, r.names, r.types, r.rows)
-            return Result(public_names(outer, names), types, rows, f"SELECT {len(rows)}")
+            return self._over_rows(tree, BUDGET_RELATION, r.names, r.types, r.rows)
         if touches_private(tree, self.policy):
             if schema_probe(tree) is not None:  # a tool asking for the columns: answered free, no rows
                 names, types = self._describe_tree(tree, stmt.options)
@@ -505,7 +501,7 @@ class Session:
             rs = self.engine.execute(self.engine.prepare(declared_domain(plan)))
         post = plan.post.copy()
         post.set("expressions", post.expressions[:-1])  # the probe's COUNT(*)
-        rows = sorted(zip(*rs.columns), key=lambda r: tuple((v is None, str(type(v)), v if v is not None else 0) for v in r))
+        rows = sorted(zip(*rs.columns), key=key_order)
         noisy = NoisyTable([list(c) for c in zip(*rows)] if rows else [[] for _ in rs.columns], list(rs.types), [], [], [])
         out = self._post.run(post, noisy)
         return Result(out.names, out.types, out.rows, f"SELECT {len(out.rows)}")
@@ -513,13 +509,18 @@ class Session:
     def _outer_query(self, stmt: Query, tree: exp.Select, inner: exp.Select, alias: str) -> Result:
         """A DP query used as a derived table: the inner query answered and charged as usual,
         then the outer query run over its released rows (post-processing, free)."""
-        outer = _over_released(tree, alias)
-        _check_outer(outer, alias)
+        _outer(tree, alias)  # refused before the inner query is charged
         inner_result = self._query(Query(inner.sql(dialect="postgres"), inner, stmt.options), inner)
-        names, types, rows = self._post.run_released(outer, alias, inner_result.names, inner_result.types,
-                                                     inner_result.rows)
-        dp = {k: v for k, v in (inner_result.dp or {}).items() if k != "ci"}
-        return Result(public_names(outer, names), types, rows, f"SELECT {len(rows)}", dp)
+        result = self._over_rows(tree, alias, inner_result.names, inner_result.types, inner_result.rows)
+        result.dp = {k: v for k, v in (inner_result.dp or {}).items() if k != "ci"}
+        return result
+
+    def _over_rows(self, tree: exp.Select, alias: str, names: list[str], types: list[str], rows: list) -> Result:
+        """`tree` run over rows already released (or the budget's) held as the relation `alias`:
+        post-processing in the locked-down post-processing DuckDB, free."""
+        outer = _outer(tree, alias)
+        out_names, out_types, out_rows = self._post.run_released(outer, alias, names, types, rows)
+        return Result(public_names(outer, out_names), out_types, out_rows, f"SELECT {len(out_rows)}")
 
     def randomized_response(self, table: str, columns: Sequence[str], epsilon: float | Fraction,
                             method: str = "auto", epsilon_size: float | Fraction | None = None,
@@ -561,7 +562,7 @@ class Session:
         else:
             unit = exp.column(table.privacy_unit, quoted=True)
             query = (exp.select(unit, *cols, exp.Count(this=exp.Star())).from_(exp.to_table(table.name, quoted=True))
-                     .where(exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null()))).group_by(unit.copy(), *cols))
+                     .where(b.not_null(unit.copy())).group_by(unit.copy(), *cols))
         with _charge_told("nothing was charged"):
             rs = self.engine.execute(self.engine.prepare(query))
         rows = list(zip(*rs.columns)) if rs.row_count else []
@@ -798,14 +799,6 @@ def budget_summary(policy: Policy, ledger: Ledger, user: str) -> dict[str, Any]:
     return out
 
 
-def _over_released(tree: exp.Select, alias: str) -> exp.Select:
-    """The outer query reading the released rows as the table `alias`."""
-    outer = tree.copy()
-    outer.set("from_", exp.From(this=exp.Table(this=exp.Identifier(this=alias, quoted=True))))
-    outer.set("with_", None)
-    return outer
-
-
 BUDGET_RELATION = "dpsql_budget"  # SELECT ... FROM dpsql_budget: SHOW dpsql.budget as a relation, free
 
 
@@ -818,14 +811,19 @@ def _reads_budget(tree: exp.Query) -> bool:
             and t.db.lower() in ("", "public", "dpsql"))
 
 
-def _check_outer(outer: exp.Select, alias: str) -> None:
-    """An outer query reads the one relation of released (or budget) rows, nothing else."""
+def _outer(tree: exp.Select, alias: str) -> exp.Select:
+    """The outer query reading the released rows as the table `alias`, and nothing else: other
+    tables and subqueries are refused."""
+    outer = tree.copy()
+    outer.set("from_", exp.From(this=exp.Table(this=exp.Identifier(this=alias, quoted=True))))
+    outer.set("with_", None)
     for node in outer.walk():
         if isinstance(node, exp.Table) and node.name != alias:
             raise unsupported(f"the outer query may read only the inner query's rows, not {node.name}",
                               hint="join inside the inner (DP) query instead")
         if isinstance(node, (exp.Subquery, exp.Select)) and node is not outer:
             raise unsupported("subqueries in the outer query over a DP query are not supported")
+    return outer
 
 
 def _reads_rows(tree: exp.Select) -> bool:

@@ -335,11 +335,14 @@ class Ledger:
         sharing a ledger agree on them whatever their own clocks say."""
         return time.time()
 
-    def _segment(self, con, who: str, budget: BudgetPolicy, now: float) -> tuple[int, Filter]:
-        """The segment and filter in force for `who` at `now`: the window's, after its grants."""
+    def _segment(self, con, who: str, budget: BudgetPolicy, now: float) -> tuple[int, Filter, float | None]:
+        """The segment and filter in force for `who` at `now` (the window's, after its grants),
+        and when that window ends (None: the budget does not refresh)."""
         window = window_of(budget, now)
         segment, f = segment_filter(budget, self._grants(con, who, window[1] if window else None))
-        return (window[0] * WINDOW_STRIDE + segment if window else segment), f
+        if window is None:
+            return segment, f, None
+        return window[0] * WINDOW_STRIDE + segment, f, window[2]
 
     def _totals(self, con, user: str, segment: int) -> Totals:
         row = self._exec(con, "SELECT sums, queries FROM totals WHERE user_name = ? AND segment = ?",
@@ -357,7 +360,7 @@ class Ledger:
     def state(self, user: str, budget: BudgetPolicy) -> tuple[Filter, Totals]:
         """The analyst's current filter and its totals (in a windowed budget: this window's)."""
         con = self._con()
-        segment, f = self._segment(con, user, budget, self.now(con))
+        segment, f, _ = self._segment(con, user, budget, self.now(con))
         totals = self._totals(con, user, segment)
         return f, totals
 
@@ -381,11 +384,11 @@ class Ledger:
                 now = self.now(con)  # inside the transaction: every proxy sees one window
                 results = []
                 for who, b in checks:
-                    segment, f = self._segment(con, who, b, now)
-                    window = window_of(b, now)
-                    filters = [(segment, f, window[2] if window else None)]
-                    if lifetime_filter(b) is not None:
-                        filters.append((LIFETIME, lifetime_filter(b), None))
+                    segment, f, refreshes = self._segment(con, who, b, now)
+                    filters = [(segment, f, refreshes)]
+                    life = lifetime_filter(b)
+                    if life is not None:
+                        filters.append((LIFETIME, life, None))
                     for seg, flt, refresh in filters:
                         totals = self._totals(con, who, seg)
                         after = totals.plus(flt.usage(cost))

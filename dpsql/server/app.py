@@ -514,11 +514,8 @@ class Connection:
 
     def _describe_uncached(self, sql: str, params: list[Any] | None) -> list[codec.Field] | None:
         word = first_word(sql)
-        if word in ("BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE", "DISCARD",
-                    "DEALLOCATE", "SET", "RESET", "COPY", "DECLARE", "CLOSE", "MOVE"):
+        if word in _WIRE_STATEMENTS or word in ("SET", "RESET"):  # FETCH: describe_statement
             return None
-        if word == "FETCH":
-            return self.cursors.fields_of(sql)
         if is_catalog_query(sql):
             names, oids, _ = self.server.catalog.answer(sql, params or [], self.session, self.user)
             return [codec.Field(n, o) for n, o in zip(names, oids)]

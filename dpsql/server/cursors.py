@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import Error, ProgrammingError
+from ..sql.classify import identifier
 
 _DECLARE = re.compile(r"^\s*DECLARE\s+(?P<name>\"[^\"]+\"|\w+)\s+(?:BINARY\s+|INSENSITIVE\s+|ASENSITIVE\s+|NO\s+SCROLL\s+|"
                       r"SCROLL\s+)*CURSOR\s+(?:(?:WITH|WITHOUT)\s+HOLD\s+)?FOR\s+(?P<query>.*?)\s*;?\s*$", re.I | re.S)
@@ -35,7 +36,7 @@ class Cursors:
         if m is None:
             raise ProgrammingError("syntax error in DECLARE", sqlstate="42601",
                                    hint="DECLARE name CURSOR FOR SELECT ...")
-        return _name(m.group("name")), m.group("query")
+        return identifier(m.group("name")), m.group("query")
 
     def add(self, name: str, fields: list, rows: list[tuple]) -> None:
         if name in self.open:
@@ -47,7 +48,7 @@ class Cursors:
         m = _FETCH.match(sql)
         if m is None:
             raise ProgrammingError("FETCH supports NEXT, FORWARD n, FORWARD ALL, ALL and a count", sqlstate="0A000")
-        cursor = self.get(_name(m.group("name")))
+        cursor = self.get(identifier(m.group("name")))
         how = (m.group("how") or "NEXT").upper().split()
         count = len(cursor.rows) if "ALL" in how else (1 if how[-1] in ("NEXT", "FORWARD") else int(how[-1]))
         rows = cursor.rows[cursor.position:cursor.position + count]
@@ -59,13 +60,13 @@ class Cursors:
         m = _FETCH.match(sql)
         if m is None or m.group("verb").upper() != "FETCH":
             return None
-        return self.get(_name(m.group("name"))).fields
+        return self.get(identifier(m.group("name"))).fields
 
     def close(self, sql: str) -> None:
         m = _CLOSE.match(sql)
         if m is None:
             raise ProgrammingError("syntax error in CLOSE", sqlstate="42601")
-        name = _name(m.group("name"))
+        name = identifier(m.group("name"))
         if name.upper() == "ALL":
             self.open.clear()
             return
@@ -77,7 +78,3 @@ class Cursors:
             return self.open[name]
         except KeyError:
             raise Error(f'cursor "{name}" does not exist', sqlstate="34000") from None
-
-
-def _name(raw: str) -> str:
-    return raw[1:-1] if raw.startswith('"') else raw.lower()

@@ -18,6 +18,7 @@ from sqlglot import exp
 from ..config import Policy
 from ..errors import ProgrammingError, forbidden, invalid_parameter, unsupported
 from ..families import FAMILIES, QUANTILE_BINS, SPREAD_FUNCTIONS, family  # noqa: F401 (QUANTILE_BINS: re-exported)
+from . import build as b
 from .allowlist import (
     DP_AGGREGATES,
     SPREAD_AGGREGATES,
@@ -126,7 +127,7 @@ class Plan:
         drop heavy units), or, without GROUP BY, a count floored once from the weighted sum.
         Not under L2 clipping with GROUP BY: a unit's L2 norm depends on the query's groups."""
         rel = self.relation
-        unit_check = exp.Not(this=exp.Is(this=self.unit, expression=exp.Null())).sql() if self.unit is not None else None
+        unit_check = b.not_null(self.unit).sql() if self.unit is not None else None
         # A filter would keep few rows of a heavy unit that the table-wide weight still scales
         # down (valid, but biased): filtered queries bound per query instead.
         unfiltered = all(c.sql() == unit_check for c in rel.where)
@@ -288,7 +289,7 @@ class _Analysis:
             raise unsupported("a table with privacy_unit = \"row\" cannot be joined with another private table")
         check_unit_joins(self.rel)
         unit = driver.column(driver.table.privacy_unit)
-        self.rel.where.append(exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null())))
+        self.rel.where.append(b.not_null(unit.copy()))
         limits = [s.table.max_contributions for s in private]
         self.max_contributions = None if None in limits else max(limits)
         return (unit, True, None, max(s.table.max_groups for s in private), max(s.table.max_rows for s in private))

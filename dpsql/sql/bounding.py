@@ -111,7 +111,7 @@ class PerGroupCap:
         bin count as a share of its n rows in the group (c * max_rows / n when n > max_rows), so
         its bins add up to a count's bound."""
         cell = [b.col(k) for k in keys] + [b.col(f"v{j}")]
-        not_null = exp.Not(this=exp.Is(this=b.col(f"v{j}"), expression=exp.Null()))
+        not_null = b.not_null(b.col(f"v{j}"))
         cells = b.select([b.col("unit")] + cell + [b.named(b.count(), "c")], b.table("filtered"), where=[not_null],
                          group=["unit"] + keys + [f"v{j}"])
         on = [exp.EQ(this=b.col("unit", "c"), expression=b.col("unit", "p"))]
@@ -158,7 +158,7 @@ class RowUnits(PerGroupCap):
         return [("per_group", b.select([b.col(k) for k in keys] + aggs, b.table("filtered"), group=list(keys)))]
 
     def histogram_stages(self, j, m, keys, domain_size):
-        not_null = exp.Not(this=exp.Is(this=b.col(f"v{j}"), expression=exp.Null()))
+        not_null = b.not_null(b.col(f"v{j}"))
         cell = keys + [f"v{j}"]
         return [(f"bins{j}", b.select([b.col(k) for k in cell] + [b.named(b.mul(b.count(), m.row_bound), "s")],
                                       b.table("filtered"), where=[not_null], group=cell))]
@@ -263,7 +263,7 @@ class WeightedCopy:
         return [("per_group", b.select([b.col(k) for k in keys] + aggs, b.table("filtered"), group=list(keys)))]
 
     def histogram_stages(self, j: int, m: Histogram, keys: list[str], domain_size: int | None) -> list[Stage]:
-        not_null = exp.Not(this=exp.Is(this=b.col(f"v{j}"), expression=exp.Null()))
+        not_null = b.not_null(b.col(f"v{j}"))
         cell = keys + [f"v{j}"]
         return [(f"bins{j}", b.select([b.col(k) for k in cell] + [b.named(b.total("w"), "s")], b.table("filtered"),
                                       where=[not_null], group=cell))]
@@ -281,12 +281,13 @@ def copy_column(m: Measure, limit: int, unit: str, weight: str = "__dpsql_w") ->
     table whose unit column is `unit`: the row's weight where its value is not NULL, or its
     value times the weight (for a SUM's own total, the weight from its unit's sum of |value|,
     a bound for any grouping and filter), as the bounded query would apply them."""
+    value = m.row_value()
     w: exp.Expression = b.col(weight)
     if m.own_norm:
-        norm = exp.Window(this=b.total(exp.Abs(this=exp.Paren(this=m.row_value()))),
+        norm = exp.Window(this=b.total(exp.Abs(this=exp.Paren(this=value.copy()))),
                           partition_by=[b.quoted(unit)], over="OVER")
         w = own_weight(norm, limit * m.row_bound)
-    return m.weighted_row(m.row_value(), w)
+    return m.weighted_row(value, w)
 
 
 Bounding = PerGroupCap | WeightedCopy

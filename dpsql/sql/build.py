@@ -124,6 +124,11 @@ def case(*whens: tuple[Node, Operand], default: Operand | None = None) -> Node:
                     default=None if default is None else node(default))
 
 
+def not_null(x: Operand) -> Node:
+    """x IS NOT NULL, as DuckDB's reader builds it (NOT x IS NULL)."""
+    return exp.Not(this=exp.Is(this=node(x), expression=exp.Null()))
+
+
 def conjunction(conditions: list[Node]) -> Node:
     out = conditions[0]
     for c in conditions[1:]:

@@ -203,7 +203,7 @@ _DROP_VIEW = re.compile(r"^DROP\s+VIEW\s+(?P<exists>IF\s+EXISTS\s+)?(?:(?:pg_tem
 def _view(body: str, limits: QueryLimits) -> ViewCommand:
     m = _DROP_VIEW.match(body)
     if m:
-        return ViewCommand(_identifier(m.group("name")), None, if_exists=bool(m.group("exists")))
+        return ViewCommand(identifier(m.group("name")), None, if_exists=bool(m.group("exists")))
     m = _CREATE_VIEW.match(body)
     if m is None:
         raise syntax_error("cannot read this CREATE VIEW", hint="CREATE TEMPORARY VIEW name AS SELECT ...")
@@ -214,11 +214,12 @@ def _view(body: str, limits: QueryLimits) -> ViewCommand:
     inner = classify_one(m.group("query"), limits)
     if not isinstance(inner, Query):
         raise unsupported("a view is defined by a SELECT query")
-    return ViewCommand(_identifier(m.group("name")), inner, replace=bool(m.group("replace")))
+    return ViewCommand(identifier(m.group("name")), inner, replace=bool(m.group("replace")))
 
 
-def _identifier(raw: str) -> str:
-    return raw[1:-1] if raw.startswith('"') else raw.lower()
+def identifier(raw: str) -> str:
+    """A name as PostgreSQL reads it: "Quoted" as written, otherwise folded to lower case."""
+    return raw[1:-1].replace('""', '"') if raw.startswith('"') else raw.lower()
 
 
 def _without_first_word(text: str, word: str) -> str:

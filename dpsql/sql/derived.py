@@ -30,6 +30,7 @@ from .scope import (
     Source,
     check_unit_joins,
     column_bounds,
+    grouped_item,
     output_name,
 )
 from .total import clamp, total, try_casts, try_wrap
@@ -120,10 +121,7 @@ def _group_unit(query: exp.Select, group, scope: Scope, resolver: Resolver, rel:
     hint = f"group the subquery by the privacy unit only: GROUP BY {unit_name}"
     if group is None or len(group.expressions) != 1:
         raise unsupported("an aggregating subquery must group by the privacy unit, and by nothing else", hint=hint)
-    g = group.expressions[0]
-    if isinstance(g, exp.Literal) and not g.is_string and 1 <= int(g.this) <= len(query.expressions):
-        g = query.expressions[int(g.this) - 1]
-        g = g.unalias() if isinstance(g, exp.Alias) else g
+    g = grouped_item(query, group.expressions[0])
     resolved = scope.resolve(g, resolver)
     sources = {s.alias: s for s in rel.sources}
     if isinstance(resolved, exp.Column) and resolved.table in sources:

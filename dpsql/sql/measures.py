@@ -112,7 +112,7 @@ class Measure:
 
     def weighted_row(self, value: exp.Expression, weight: exp.Expression) -> exp.Expression:
         """A row's weighted value (a weighted copy's column): its weight where it has a value."""
-        return b.case((exp.Not(this=exp.Is(this=exp.Paren(this=value), expression=exp.Null())), weight))
+        return b.case((b.not_null(exp.Paren(this=value)), weight))
 
     def weighted(self, j: int, stored: bool) -> exp.Expression | None:
         """The group's total from weighted rows (column w; v{j} holds the weighted value when
@@ -123,7 +123,7 @@ class Measure:
         elif self.value is None:
             weighted_total = b.total("w")
         else:
-            weighted_total = b.total(b.case((exp.Not(this=exp.Is(this=b.col(f"v{j}"), expression=exp.Null())), "w")))
+            weighted_total = b.total(b.case((b.not_null(b.col(f"v{j}")), "w")))
         return weighted_total if self.bits >= COUNT_BITS else b.idiv(weighted_total, 2 ** (COUNT_BITS - self.bits))
 
 

@@ -49,8 +49,7 @@ def rewrite(plan: Plan, domain_size: int | None = None, salt: str | None = None,
     bounding = plan.bounding if weighting is None else weighting
     keys = [f"k{i}" for i in range(len(plan.keys))]
     declared = [(i, k) for i, k in enumerate(plan.keys) if k.declared]
-    ctes: list[Stage] = [(f"domain{i}", b.select([exp.Star()], b.subquery(_domain(k, i), f"dd{i}")))
-                         for i, k in declared]
+    ctes = _domain_ctes(declared)
     ctes.append(("filtered", _filtered(plan, salt, weighting, declared)))
     ctes += bounding.stages(plan.measures, keys, domain_size)
     histograms = [(j, m) for j, m in enumerate(plan.measures) if isinstance(m, Histogram)]
@@ -72,11 +71,20 @@ def declared_domain(plan: Plan) -> exp.Select:
     """The cross product of the plan's declared key domains: the groups a GROUP BY over declared
     keys releases whatever the data (policy values, or public tables'), so a query asking for
     the keys alone is answered from it, free."""
-    ctes: list[Stage] = [(f"domain{i}", b.select([exp.Star()], b.subquery(_domain(k, i), f"dd{i}")))
-                         for i, k in enumerate(plan.keys)]
-    domains = [b.table(f"domain{i}") for i in range(len(plan.keys))]
-    cross = b.select([exp.Star()], domains[0], joins=[b.join(d, kind="CROSS") for d in domains[1:]])
-    return b.with_ctes(ctes, b.select([b.col(f"k{i}", "d") for i in range(len(plan.keys))], b.subquery(cross, "d")))
+    n = len(plan.keys)
+    return b.with_ctes(_domain_ctes(list(enumerate(plan.keys))),
+                       b.select([b.col(f"k{i}", "d") for i in range(n)], b.subquery(_domains_crossed(n), "d")))
+
+
+def _domain_ctes(keys: list[tuple[int, GroupKey]]) -> list[Stage]:
+    """Each declared domain once, as a CTE domain<i>: it filters the rows and supplies empty groups."""
+    return [(f"domain{i}", b.select([exp.Star()], b.subquery(_domain(k, i), f"dd{i}"))) for i, k in keys]
+
+
+def _domains_crossed(n: int) -> exp.Select:
+    """Every combination of the n keys' domains (the CTEs domain0..)."""
+    domains = [b.table(f"domain{i}") for i in range(n)]
+    return b.select([exp.Star()], domains[0], joins=[b.join(d, kind="CROSS") for d in domains[1:]])
 
 
 def _final(plan: Plan, keys: list[str]) -> exp.Select:
@@ -84,10 +92,8 @@ def _final(plan: Plan, keys: list[str]) -> exp.Select:
     values += [b.named(b.func("COALESCE", b.col(c, "g"), 0), c) for j, m in enumerate(plan.measures)
                for c in columns(j, m)]
     if keys and plan.declared:
-        domains = [b.table(f"domain{i}") for i in range(len(keys))]
-        cross = b.select([exp.Star()], domains[0], joins=[b.join(d, kind="CROSS") for d in domains[1:]])
         on = b.conjunction([exp.EQ(this=b.col(k, "d"), expression=b.col(k, "g")) for k in keys])
-        return b.select([b.col(k, "d") for k in keys] + values, b.subquery(cross, "d"),
+        return b.select([b.col(k, "d") for k in keys] + values, b.subquery(_domains_crossed(len(keys)), "d"),
                         joins=[b.join(b.table("per_group", "g"), on, kind="LEFT")])
     return b.select([b.col(k, "g") for k in keys] + values, b.table("per_group", "g"))
 
@@ -179,7 +185,7 @@ def _derived(d: Derived) -> exp.Select:
     """A per-unit subquery: bounded aggregates per unit, then its outputs over them (made
     total there: the engine cannot TRY an aggregate, but it can TRY arithmetic over one)."""
     aggs = [b.named(d.unit.copy(), "unit")] + [b.named(b.neutral(a), f"a{i}") for i, a in enumerate(d.aggregates)]
-    where = _conditions(d.relation.where, d.relation) + [exp.Not(this=exp.Is(this=d.unit.copy(), expression=exp.Null()))]
+    where = _conditions(d.relation.where, d.relation) + [b.not_null(d.unit.copy())]
     source, joins = _from(d.relation)
     inner = b.select(aggs, source, joins=joins, where=where, group=[d.unit.copy()])
     items = [exp.Alias(this=b.col("unit", "agg"), alias=exp.Identifier(this=d.unit_name, quoted=True))]
@@ -193,17 +199,17 @@ def _domain(key: GroupKey, i: int) -> exp.Expression:
     column's type and deduplicated there (' 1', '01' and 1 are one INTEGER key), so no group
     can be released twice."""
     k = b.col(f"k{i}")
-    not_null = exp.Not(this=exp.Is(this=k.copy(), expression=exp.Null()))
+    not_null = b.not_null(k.copy())
     if key.domain is not None:
         return b.select([k], b.subquery(_values(key.domain, key.type_name), f"d{i}", [f"k{i}"]), where=[not_null],
                         distinct=True)
     if key.image is not None:
         f = b.neutral(total(key.image.expr))
         return b.select([b.named(f, f"k{i}")], b.subquery(_values(key.image.values, key.image.type_name), "d", ["c"]),
-                        where=[exp.Not(this=exp.Is(this=f.copy(), expression=exp.Null()))], distinct=True)
+                        where=[b.not_null(f.copy())], distinct=True)
     table, column = key.domain_table
     return b.select([b.named(b.quoted(column), f"k{i}")], b.table(table, quote=True),
-                    where=[exp.Not(this=exp.Is(this=b.quoted(column), expression=exp.Null()))], distinct=True)
+                    where=[b.not_null(b.quoted(column))], distinct=True)
 
 
 def _values(values, type_name: str | None) -> exp.Values:

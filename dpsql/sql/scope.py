@@ -363,6 +363,15 @@ def _sample_rate(node: exp.Table, table: TablePolicy) -> float | None:
     return float(percent.this) / 100
 
 
+def grouped_item(query: exp.Select, g: exp.Expression) -> exp.Expression:
+    """A GROUP BY item as the expression it groups by: GROUP BY 2 is the second select item
+    (unaliased); anything else, including an out-of-range position, is itself."""
+    if isinstance(g, exp.Literal) and not g.is_string and 1 <= int(g.this) <= len(query.expressions):
+        item = query.expressions[int(g.this) - 1]
+        return item.unalias() if isinstance(item, exp.Alias) else item
+    return g
+
+
 def output_name(item: exp.Expression) -> str:
     """The column name PostgreSQL gives a select item."""
     if isinstance(item, exp.Alias):

@@ -14,6 +14,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from ..config import Policy
+from .scope import grouped_item
 
 
 def schema_probe(tree: exp.Expression) -> exp.Select | None:
@@ -78,10 +79,7 @@ def _grouped_by_unit(query: exp.Select, policy: Policy) -> bool:
     group = query.args.get("group")
     if group is None or len(group.expressions) != 1:
         return False
-    g = group.expressions[0]
-    if isinstance(g, exp.Literal) and not g.is_string and 1 <= int(g.this) <= len(query.expressions):
-        g = query.expressions[int(g.this) - 1]
-        g = g.unalias() if isinstance(g, exp.Alias) else g
+    g = grouped_item(query, group.expressions[0])
     if not isinstance(g, exp.Column):
         return False
     units = {t.privacy_unit for t in (policy.table(tb.name) for tb in query.find_all(exp.Table))
