@@ -3,7 +3,9 @@
 The query's ε (and δ) is split across its measures, equally unless the analyst weights the
 select items, plus a share for partition selection when group keys have no declared domain.
 Laplace measures get their share of ε each; Gaussian measures split, in the same proportions,
-the ρ that the Gaussian part's (ε, δ) allows under the optimal conversion.
+the ρ that the Gaussian part's (ε, δ) allows under the optimal conversion. Where the charge is
+an (ε, δ) pair (`exact_curve`) and the Gaussian part is one integer coordinate per unit, its σ
+comes from the discrete Gaussian's exact curve instead (`accounting/gaussian_curve.py`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Sequence
 
 from .accounting.cost import Cost, Part
 from .accounting.filters import amplified_epsilon
+from .accounting.gaussian_curve import sigma_for
 from .errors import ProgrammingError, invalid_parameter
 from .mechanisms import (
     MAX_SCALE,
@@ -81,9 +84,12 @@ def measures_of(est: Estimate) -> list[int]:
 
 
 def calibrate(plan: Plan, epsilon: Fraction, delta: Fraction, mechanism: str,
-              domain_size: int | None = None, weights: Sequence[Fraction] | None = None) -> Calibration:
+              domain_size: int | None = None, weights: Sequence[Fraction] | None = None,
+              exact_curve: bool = False) -> Calibration:
     """Split (epsilon, delta) over the plan's measures in proportion to `weights` (equal by
-    default), with one equal share for partition selection when it is needed."""
+    default), with one equal share for partition selection when it is needed. `exact_curve`:
+    the filters charged compose (ε, δ) pairs, so a Gaussian part that fits the discrete
+    Gaussian's one-coordinate curve is calibrated by it."""
     if epsilon <= 0:
         raise invalid_parameter("epsilon must be positive", hint="SET dpsql.epsilon = 0.1")
     groups = plan.groups_per_unit(domain_size)
@@ -125,6 +131,8 @@ def calibrate(plan: Plan, epsilon: Fraction, delta: Fraction, mechanism: str,
             l2_squared = plan.bounding.l2_squared(m, domain_size)
             noise = Noise("gaussian", gaussian_sigma(l2_squared, rho))
             measures.append(MeasureNoise(noise, plan.bounding.l1(m, domain_size), l2_squared, None, rho))
+        if exact_curve:
+            measures, rho_total = _by_curve(measures, gauss_eps, gauss_delta, rho_total)
         # Gaussian measures compose into one Gaussian mechanism of the summed rho.
         parts.append(Part("gaussian", gauss_eps, gauss_delta, rho=rho_total,
                           noise_multiplier=1 / math.sqrt(2 * float(rho_total))))
@@ -133,6 +141,22 @@ def calibrate(plan: Plan, epsilon: Fraction, delta: Fraction, mechanism: str,
         cost = sampled_cost(cost, Fraction(repr(plan.sample_rate)))
     check_scales(plan, measures)
     return Calibration(measures, selection, cost, groups)
+
+
+def _by_curve(measures: list[MeasureNoise], epsilon: Fraction, delta: Fraction, rho: Fraction
+              ) -> tuple[list[MeasureNoise], Fraction]:
+    """The Gaussian part recalibrated by the discrete Gaussian's exact (ε, δ) curve when it is
+    one measure whose unit moves one coordinate (L2² = L1², so the release is one-dimensional
+    for any neighbour), else unchanged. The part's ρ is then the true Δ²/2σ² (larger than the
+    conversion's), which the (ε, δ) filters never read but the audit log keeps honest."""
+    if len(measures) != 1 or measures[0].l1 is None or measures[0].l1 ** 2 != measures[0].l2_squared:
+        return measures, rho
+    (m,) = measures
+    sigma = sigma_for(epsilon, delta, m.l1, m.noise.scale)
+    if sigma >= m.noise.scale:
+        return measures, rho
+    true_rho = Fraction(m.l2_squared) / (2 * Fraction(sigma) ** 2)
+    return [MeasureNoise(Noise("gaussian", sigma), m.l1, m.l2_squared, None, true_rho)], true_rho
 
 
 MAX_VALUE = float(2**53)  # largest |value| a measure may take: beyond it doubles lose integers

@@ -13,7 +13,8 @@ released. It checks that
 - every noise scale is finite, and at least sensitivity/epsilon (Laplace) or has
   sensitivity^2 / (2 sigma^2) <= rho (Gaussian) for its share, the shares summing to at most
   the charged cost; a PLD-planned measure's scale is at least the charged multiplier times its
-  sensitivity.
+  sensitivity; a Gaussian part's (ε, δ) follows from its ρ by the zCDP conversion, or from
+  its one measure's σ by the discrete Gaussian's exact curve.
 A refusal releases nothing; the charge stays (it was recorded, and the failure may depend on data).
 """
 
@@ -25,11 +26,13 @@ from typing import Any, Callable
 
 from .accounting.cost import Cost
 from .accounting.filters import amplified_epsilon
+from .accounting.gaussian_curve import discrete_gaussian_delta
 from .accounting.ledger import Charge
 from .calibration import Calibration
 from .config import Policy
 from .engines.base import ResultSet
 from .errors import InternalError
+from .mechanisms import rho_for
 from .sql.analyze import Plan
 
 
@@ -139,4 +142,18 @@ def _scales(plan: Plan, cal: Calibration, cost: Cost) -> None:
             raise ReleaseRefused("the sampled shares exceed the amplified charge")
     elif laplace_eps > charged_eps or gauss_rho > charged_rho:
         raise ReleaseRefused("the noise shares exceed the charged cost")
+    _gaussian_pairs(cal, cost)
+
+
+def _gaussian_pairs(cal: Calibration, cost: Cost) -> None:
+    """A Gaussian part's charged (ε, δ) must follow from its noise: through zCDP (its ρ within
+    what the optimal conversion allows at (ε, δ)), or, for one one-coordinate measure, by the
+    discrete Gaussian's exact curve at that measure's σ."""
+    gaussian = [mn for mn in cal.measures if mn.noise.kind == "gaussian" and mn.rho is not None]
+    for p in cost.parts:
+        if p.kind != "gaussian" or p.rho is None or p.rho <= rho_for(p.epsilon, p.delta):
+            continue
+        if len(gaussian) != 1 or gaussian[0].l1 is None or gaussian[0].l1 ** 2 != gaussian[0].l2_squared or \
+                discrete_gaussian_delta(float(p.epsilon), gaussian[0].noise.scale, gaussian[0].l1) > float(p.delta):
+            raise ReleaseRefused("a Gaussian part charged less (epsilon, delta) than its noise allows")
 

@@ -56,6 +56,7 @@ class Settings:
     cache: bool = True
     planner: str = "filter"
     target_error: float | None = None  # pick the smallest epsilon meeting this 95% error on COUNT/SUM
+    exact_curve: bool = False  # every filter charged composes (ε, δ) pairs: Gaussian σ by its exact curve
     client: dict[str, str] = field(default_factory=lambda: dict(CLIENT_SETTINGS))
 
 
@@ -90,8 +91,9 @@ def prepare(tree: exp.Query, policy: Policy, schema: Mapping[str, Mapping[str, s
     delta = delta if needs_delta(plan, s.mechanism) else Fraction(0)
     weights = measure_weights(plan, options.weights)
     if s.target_error is not None and options.epsilon is None:
-        epsilon = epsilon_for_target(plan, s.target_error, delta, s.mechanism, domain, weights, s.confidence)
-    return plan, calibrate(plan, epsilon, delta, s.mechanism, domain, weights)
+        epsilon = epsilon_for_target(plan, s.target_error, delta, s.mechanism, domain, weights, s.confidence,
+                                     exact_curve=s.exact_curve)
+    return plan, calibrate(plan, epsilon, delta, s.mechanism, domain, weights, s.exact_curve)
 
 
 def positive(value: str | Fraction, name: str) -> Fraction:

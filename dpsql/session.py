@@ -25,7 +25,7 @@ from sqlglot import exp
 
 from . import guard, local
 from .accounting.cost import Cost, show
-from .accounting.filters import Filter, Totals, simulate
+from .accounting.filters import PAIR_FILTERS, Filter, Totals, simulate
 from .accounting.ledger import Charge, Ledger, open_ledger, window_of
 from .calibration import (
     Calibration,
@@ -118,8 +118,10 @@ class Session:
 
     def _defaults(self) -> Settings:
         p = self.policy.privacy
+        pairs = self.budget_policy.filter in PAIR_FILTERS and (
+            self.global_budget is None or self.global_budget.filter in PAIR_FILTERS)
         return Settings(epsilon=p.query_epsilon, delta=p.default_query_delta, mechanism=p.mechanism,
-                        confidence=p.confidence)
+                        confidence=p.confidence, exact_curve=pairs)
 
     # Entry point ---------------------------------------------------------------------------
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> Result:

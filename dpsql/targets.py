@@ -20,7 +20,7 @@ from .sql.measures import Histogram
 
 def epsilon_for_target(plan: Plan, target: float, delta: Fraction, mechanism: str, domain_size: int | None,
                        weights: Sequence[Fraction] | None, confidence: float,
-                       ceiling: Fraction = Fraction(100)) -> Fraction:
+                       ceiling: Fraction = Fraction(100), exact_curve: bool = False) -> Fraction:
     """The smallest epsilon (3 significant digits, rounded up) at which every COUNT and SUM of
     the plan is within ±target of its pre-noise value at the confidence level. Pure: it only
     calibrates, so choosing it reveals nothing and costs nothing."""
@@ -30,7 +30,7 @@ def epsilon_for_target(plan: Plan, target: float, delta: Fraction, mechanism: st
                                 hint="SET dpsql.target_error = 0 to turn it off, and set dpsql.epsilon instead")
 
     def meets(eps: Fraction) -> bool:
-        cal = calibrate(plan, eps, delta, mechanism, domain_size, weights)
+        cal = calibrate(plan, eps, delta, mechanism, domain_size, weights, exact_curve)
         return all(cal.measures[m].noise.half_width(confidence) * plan.measures[m].unit_scale <= target
                    for m in targeted)
 

@@ -128,3 +128,19 @@ def test_every_measure_kind_passes_on_the_sample(hospital):
     cur.execute_batch(["SELECT COUNT(*) FROM patients", "SELECT diagnosis, SUM(cost) FROM visits GROUP BY diagnosis"],
                       epsilon=1, delta=1e-8, weights=[2, 1])
     assert Fraction(cur.connection.session.budget()["queries"]) == 9  # the batch is one charge
+
+
+def test_a_gaussian_pair_its_noise_does_not_cover_is_refused(session):
+    """Under basic composition a Gaussian COUNT is calibrated by the exact curve; shrinking its σ
+    (and raising its ρ to match, so the ρ check alone would pass) must still be refused: the
+    charged (ε, δ) no longer follows from the noise by either route."""
+    plan, cal, rs, charge = _parts(session, "SELECT COUNT(*) FROM people", "gaussian")
+    check(plan, cal, rs, charge, session.policy)
+    (mn,) = cal.measures
+    sigma = mn.noise.scale * 0.9
+    rho = Fraction(mn.l2_squared) / (2 * Fraction(sigma) ** 2)
+    shrunk = dataclasses.replace(cal, measures=[dataclasses.replace(mn, noise=Noise("gaussian", sigma), rho=rho)])
+    parts = tuple(dataclasses.replace(p, rho=rho) if p.kind == "gaussian" else p for p in cal.cost.parts)
+    cost = Cost.of(parts)
+    with pytest.raises(ReleaseRefused, match="charged less"):
+        check(plan, dataclasses.replace(shrunk, cost=cost), rs, dataclasses.replace(charge, cost=cost), session.policy)

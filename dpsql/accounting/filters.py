@@ -20,6 +20,9 @@ from .cost import Cost, Part, show
 from .zcdp import rho_from_epsilon
 
 FILTERS = ("basic", "advanced", "whitehouse", "zcdp", "rdp", "gdp")
+# Filters that compose each release as its (ε, δ) pair: for them a Gaussian release is best
+# calibrated by its exact (ε, δ) curve; the others add up ρ or μ, which that would raise.
+PAIR_FILTERS = frozenset({"basic", "advanced", "whitehouse"})
 ZERO = Fraction(0)
 
 
