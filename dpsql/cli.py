@@ -404,14 +404,19 @@ def plan(policy: str, user: str, ledger: str | None, epsilon: float, delta: floa
               help="Backoff after a failed login, per user name and per address, doubling up to 32x.")
 @click.option("--login-lockout-after", default=10, show_default=True, type=int,
               help="Failed logins in a row that lock the name and the address out for 5 minutes.")
+@click.option("--http", "http", default=None, metavar="HOST:PORT",
+              help="Also serve the web console (budgets, history, EXPLAIN, audit log) here, e.g. 127.0.0.1:8080; "
+                   "over HTTPS with --tls-cert/--tls-key.")
 def serve(policy: str, ledger: str | None, host: str, port: int, tls_cert: str | None, tls_key: str | None,
           require_tls: bool, max_connections: int, max_pending: int, login_timeout: float, login_delay: float,
-          login_lockout_after: int) -> None:
+          login_lockout_after: int, http: str | None) -> None:
     """Serve the PostgreSQL wire protocol: psql, JDBC, ODBC and every Postgres driver connect unchanged."""
     from .server.app import Limits, Server, run, tls_context
     from .server.throttle import LoginThrottle
 
+    console = None
     try:
+        http_address = _address(http) if http is not None else None
         pol = load_policy(policy, ledger_path=ledger)
         if (tls_cert is None) != (tls_key is None):
             raise invalid_parameter("--tls-cert and --tls-key go together")
@@ -427,13 +432,29 @@ def serve(policy: str, ledger: str | None, host: str, port: int, tls_cert: str |
                 server.ledger.set_user(name, make_verifier(password), "analyst")
                 click.echo(f"created login for analyst {name}: password {password} "
                            f"(shown once; change it with: dpsql users add {name} --password-stdin)")
+        if http_address is not None:
+            from .console import ConsoleService
+
+            console = ConsoleService(server, *http_address, certfile=tls_cert, keyfile=tls_key)
+            server.services.append(console)
     except Error as e:
         _fail(e)
         return
     click.echo(f"dpsql {__version__} serving {pol.path} on {host}:{port} "
                f"({len(pol.tables)} tables, {len(pol.users)} analysts{', TLS' if tls_cert else ''})")
     click.echo(f"connect with: psql \"host={host} port={port} dbname=dpsql user={next(iter(sorted(pol.users)), 'NAME')}\"")
+    if console is not None:
+        click.echo(f"privacy console: {console.url} (the same logins)")
     run(server)
+
+
+def _address(text: str) -> tuple[str, int]:
+    """HOST:PORT (an IPv6 host in brackets: [::1]:8080)."""
+    host, _, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise invalid_parameter(f"--http {text!r} is not HOST:PORT", hint="for example --http 127.0.0.1:8080")
+    return host, int(port)
 
 
 @main.group()

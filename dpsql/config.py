@@ -150,6 +150,7 @@ class UserPolicy:
     window: int | None = None
     lifetime_epsilon: Fraction | None = None
     lifetime_delta: Fraction = Fraction(0)
+    officer: bool = False  # a privacy officer: the web console shows them every analyst's budget and the audit log
 
     @property
     def budget(self) -> BudgetPolicy:
@@ -304,12 +305,16 @@ def parse_policy(doc: Mapping[str, Any], path: Path, *, ledger_path: str | Path 
         r = _Reader(path, f"[users.{name}]", raw if isinstance(raw, dict) else {})
         if not isinstance(raw, dict):
             raise r.fail("is not a table", f"write it as a [users.{name}] section")
-        r.unknown_keys({"epsilon", "delta", "filter", "delta_reserve", "rdp_order"} | WINDOW_KEYS)
+        r.unknown_keys({"epsilon", "delta", "filter", "delta_reserve", "rdp_order", "officer"} | WINDOW_KEYS)
         b = _parse_budget(r, BudgetPolicy(privacy.filter, privacy.epsilon, privacy.delta, privacy.delta_reserve,
                                           privacy.rdp_order, privacy.window, privacy.lifetime_epsilon,
                                           privacy.lifetime_delta))
+        officer = raw.get("officer", False)
+        if not isinstance(officer, bool):
+            raise r.fail(f"officer = {officer!r} must be true or false",
+                         "write officer = true for a privacy officer, who sees every analyst in the web console")
         users[name] = UserPolicy(name, b.epsilon, b.delta, b.filter, b.delta_reserve, b.rdp_order, b.window,
-                                 b.lifetime_epsilon, b.lifetime_delta)
+                                 b.lifetime_epsilon, b.lifetime_delta, officer)
 
     ledger_section = _section(top, "ledger")
     lr = _Reader(path, "[ledger]", ledger_section)

@@ -30,7 +30,7 @@ from .accounting.ledger import Charge, Ledger, open_ledger, window_of
 from .calibration import (
     Calibration,
 )
-from .config import MECHANISMS, Policy, TablePolicy
+from .config import MECHANISMS, BudgetPolicy, Policy, TablePolicy, UserPolicy
 from .engines import Engine, open_engine
 from .errors import (
     Error,
@@ -117,11 +117,7 @@ class Session:
         self._stored: dict[tuple[str, int], tuple[dict[str, str], dict[tuple, str]]] = {}
 
     def _defaults(self) -> Settings:
-        p = self.policy.privacy
-        pairs = self.budget_policy.filter in PAIR_FILTERS and (
-            self.global_budget is None or self.global_budget.filter in PAIR_FILTERS)
-        return Settings(epsilon=p.query_epsilon, delta=p.default_query_delta, mechanism=p.mechanism,
-                        confidence=p.confidence, exact_curve=pairs)
+        return default_settings(self.policy, self.user)
 
     # Entry point ---------------------------------------------------------------------------
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> Result:
@@ -702,9 +698,7 @@ class Session:
     def _admits_more(self, f: Filter, totals: Totals, cost: Cost) -> int:
         """How many more queries of this cost the budget admits now (this window's filter, and
         the lifetime cap if there is one): an estimate for dashboards, charged nothing."""
-        n = simulate(f, cost, limit=10**6, start=totals)
-        life = self.ledger.lifetime(self.user.name, self.budget_policy)
-        return n if life is None else min(n, simulate(life[0], cost, limit=10**6, start=life[1]))
+        return admits_more(self.ledger, self.user.name, self.budget_policy, f, totals, cost)
 
     def _explain(self, tree: exp.Query, options: QueryOptions | None = None) -> Result:
         info = self.explain_plan(tree, options)
@@ -777,6 +771,23 @@ class LocalRelease:
         if self.spec.method == "krr":
             return list(self.spec.columns)
         return ["=".join(str(v) for v in c) if c[0] is not None else "null" for c in self.spec.categories]
+
+
+def default_settings(policy: Policy, user: UserPolicy) -> Settings:
+    """A new session's settings for `user`: the policy's defaults (what SET ... TO DEFAULT restores)."""
+    p = policy.privacy
+    pairs = user.budget.filter in PAIR_FILTERS and (
+        p.global_budget is None or p.global_budget.filter in PAIR_FILTERS)
+    return Settings(epsilon=p.query_epsilon, delta=p.default_query_delta, mechanism=p.mechanism,
+                    confidence=p.confidence, exact_curve=pairs)
+
+
+def admits_more(ledger: Ledger, who: str, budget: BudgetPolicy, f: Filter, totals: Totals, cost: Cost) -> int:
+    """How many more releases of this cost the filter `f` (at `totals`) admits, and the budget's
+    lifetime cap if it has one: an estimate for dashboards, charged nothing."""
+    n = simulate(f, cost, limit=10**6, start=totals)
+    life = ledger.lifetime(who, budget)
+    return n if life is None else min(n, simulate(life[0], cost, limit=10**6, start=life[1]))
 
 
 def budget_summary(policy: Policy, ledger: Ledger, user: str) -> dict[str, Any]:

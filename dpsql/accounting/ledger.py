@@ -441,12 +441,31 @@ class Ledger:
             raise OperationalError(f"the ledger could not record the release: {e}",
                                    hint="nothing was released; the query's cost stays charged") from None
 
-    def history(self, user: str) -> list[dict[str, Any]]:
-        con = self._con()
-        rows = self._exec(con, "SELECT id, at, sql, cost, detail, released FROM charges WHERE user_name = ? ORDER BY id",
-                          (user,)).fetchall()
+    def history(self, user: str | None = None) -> list[dict[str, Any]]:
+        """The charges of `user` (None: of every analyst, as an auditor reads them), oldest first."""
+        sql = "SELECT id, at, sql, cost, detail, released, user_name FROM charges"
+        rows = self._exec(self._con(), sql + (" WHERE user_name = ? ORDER BY id" if user is not None else " ORDER BY id"),
+                          (user,) if user is not None else ()).fetchall()
         return [{"id": r[0], "at": r[1], "sql": r[2], "cost": Cost.from_json(r[3]), "detail": json.loads(r[4]),
-                 "released": None if r[5] is None else json.loads(r[5])} for r in rows]
+                 "released": None if r[5] is None else json.loads(r[5]), "user": r[6]} for r in rows]
+
+    def grants(self, user: str) -> list[dict[str, Any]]:
+        """The grants to `user` (GLOBAL: to the global budget), oldest first, with their times:
+        a budget's history over time needs them beside the charges."""
+        rows = self._exec(self._con(), "SELECT seq, epsilon, delta, at FROM grants WHERE user_name = ? ORDER BY seq",
+                          (user,)).fetchall()
+        return [{"seq": r[0], "epsilon": parse_fraction(r[1]), "delta": parse_fraction(r[2]), "at": r[3]} for r in rows]
+
+    def cached_answers(self, user: str, receipts: set[int]) -> dict[int, Any]:
+        """The user's cached answers that carry one of these receipts (charge ids), by receipt:
+        the released answer's column names and intervals, which the charge record does not keep."""
+        found: dict[int, Any] = {}
+        for (text,) in self._exec(self._con(), "SELECT answer FROM cache WHERE user_name = ?", (user,)).fetchall():
+            answer = json.loads(text)
+            receipt = (answer.get("dp") or {}).get("receipt")
+            if receipt in receipts:
+                found[receipt] = answer
+        return found
 
     def cache_get(self, user: str, key: str) -> Any | None:
         con = self._con()

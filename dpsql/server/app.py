@@ -16,7 +16,7 @@ import ssl
 import struct
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from .. import __version__
 from ..config import Policy
@@ -65,6 +65,15 @@ def _session_setting(text: str) -> bool:
             and "budget" not in text.lower() and len(text) < 1000)
 
 
+class Service(Protocol):
+    """Something served beside the wire protocol on the same event loop (the web console):
+    started once the wire listens, stopped first on shutdown."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 @dataclass
 class Prepared:
     sql: str
@@ -95,6 +104,7 @@ class Server:
         self.pending: set[int] = set()  # not yet authenticated: a cap of their own
         self.throttle = LoginThrottle()
         self.secret = secrets.token_bytes(32)
+        self.services: list[Service] = []
         self._server: asyncio.base_events.Server | None = None
         self._closing = False
         from ..accounting.ledger import open_ledger
@@ -112,6 +122,8 @@ class Server:
 
     async def serve_forever(self) -> None:
         await self.start()
+        for service in self.services:
+            await service.start()
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -125,6 +137,8 @@ class Server:
     async def shutdown(self) -> None:
         """Stop accepting, let running statements finish (up to drain_timeout), close."""
         self._closing = True
+        for service in self.services:
+            await service.stop()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -662,4 +676,4 @@ def run(server: Server) -> None:
     asyncio.run(server.serve_forever())
 
 
-__all__ = ["Server", "Limits", "run", "tls_context"]
+__all__ = ["Server", "Service", "Limits", "run", "tls_context"]

@@ -20,9 +20,13 @@ def _hmac(key: bytes, msg: bytes) -> bytes:
     return hmac.new(key, msg, hashlib.sha256).digest()
 
 
+def _salted(password: str, salt: bytes, iterations: int) -> bytes:
+    return hashlib.pbkdf2_hmac("sha256", password.encode("utf-8"), salt, iterations)
+
+
 def make_verifier(password: str, salt: bytes | None = None, iterations: int = ITERATIONS) -> str:
     salt = salt or secrets.token_bytes(16)
-    salted = hashlib.pbkdf2_hmac("sha256", password.encode("utf-8"), salt, iterations)
+    salted = _salted(password, salt, iterations)
     stored = hashlib.sha256(_hmac(salted, b"Client Key")).digest()
     server = _hmac(salted, b"Server Key")
     b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
@@ -97,3 +101,23 @@ class ScramServer:
         if not hmac.compare_digest(hashlib.sha256(client_key).digest(), self.verifier.stored_key):
             raise ScramError("authentication failed")
         return "v=" + base64.b64encode(_hmac(self.verifier.server_key, auth_message)).decode()
+
+
+def password_matches(verifier: Verifier, password: str) -> bool:
+    """Check a password typed into a form (the web console) against a stored verifier by playing
+    the client's side of one SCRAM exchange with it: the proof is checked by ScramServer exactly
+    as a wire login's is, and the server still never holds the password. A mock verifier never
+    matches, at the cost of a real one."""
+    scram = ScramServer(verifier)
+    client_first_bare = "n=,r=" + base64.b64encode(secrets.token_bytes(18)).decode()
+    server_first = scram.first("n,," + client_first_bare)
+    without_proof = f"c=biws,r={scram.nonce}"
+    auth_message = f"{client_first_bare},{server_first},{without_proof}".encode()
+    client_key = _hmac(_salted(password, verifier.salt, verifier.iterations), b"Client Key")
+    signature = _hmac(hashlib.sha256(client_key).digest(), auth_message)
+    proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, signature))).decode()
+    try:
+        scram.final(f"{without_proof},p={proof}")
+    except ScramError:
+        return False
+    return True
