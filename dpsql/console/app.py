@@ -33,8 +33,9 @@ SECURITY_HEADERS = [
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"same-origin"),
     (b"x-frame-options", b"DENY"),
-    (b"cache-control", b"no-store"),
+    (b"cache-control", b"no-store"),  # pages hold budgets and released values
 ]
+STATIC_CACHE = b"public, max-age=3600"  # the stylesheet and icon
 
 
 class SecurityHeaders:
@@ -48,11 +49,14 @@ class SecurityHeaders:
             await self.app(scope, receive, send)
             return
 
+        static = scope["path"].startswith("/static/")
+
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 names = {k.lower() for k, _ in message.get("headers", [])}
                 message["headers"] = list(message.get("headers", [])) + [
-                    (k, v) for k, v in SECURITY_HEADERS if k not in names]
+                    (k, STATIC_CACHE if static and k == b"cache-control" else v)
+                    for k, v in SECURITY_HEADERS if k not in names]
             await send(message)
 
         await self.app(scope, receive, with_headers)

@@ -50,8 +50,14 @@ def nice_ceiling(x: float) -> float:
     return 10 * power
 
 
+def nice_step(span: float, parts: int = 4) -> float:
+    """A round tick step (1, 2, 2.5 or 5 times a power of ten) giving about `parts` ticks over span."""
+    return nice_ceiling(span / parts) if span > 0 else 1.0
+
+
 def _time_label(at: float, span: float) -> str:
-    return time.strftime("%H:%M" if span < 2 * 86400 else "%Y-%m-%d", time.gmtime(at))
+    fmt = "%H:%M:%S" if span < 2 * 3600 else "%H:%M" if span < 2 * 86400 else "%Y-%m-%d"
+    return time.strftime(fmt, time.gmtime(at))
 
 
 def time_chart(series: Sequence[Series], *, chart_id: str, title: str, unit: str = "epsilon",
@@ -63,7 +69,7 @@ def time_chart(series: Sequence[Series], *, chart_id: str, title: str, unit: str
         return Markup(f'<p class="empty">{escape(title)}: nothing to chart yet.</p>')
     t0, t1 = min(p[0] for p in points), max(p[0] for p in points)
     if t1 - t0 < 60:
-        t0, t1 = t0 - 1800, t1 + 1800
+        t0, t1 = t1 - 60, t1
     ymax = nice_ceiling(max(p[1] for p in points))
     plot_w, plot_h = width - LEFT - RIGHT, height - TOP - BOTTOM
 
@@ -124,12 +130,12 @@ def error_bars(labels: Sequence[str], values: Sequence[float | None], intervals:
     hi = max(max(iv[1], v) for _, v, iv in rows)
     if lo > 0 and lo < (hi - lo):
         lo = 0.0
+    step = nice_step(hi - lo)
+    lo, hi = math.floor(lo / step) * step, math.ceil(hi / step) * step
     if hi == lo:
-        lo, hi = lo - 1, hi + 1
-    pad = (hi - lo) * 0.05
-    lo, hi = lo - pad, hi + pad
+        hi = lo + step
     label_w, row_h, top = 150, 22, 8
-    plot_w = width - label_w - RIGHT
+    plot_w = width - label_w - 40
     height = top + row_h * len(rows) + 28
 
     def x(v: float) -> float:
@@ -149,8 +155,9 @@ def error_bars(labels: Sequence[str], values: Sequence[float | None], intervals:
                      f'<circle class="dot value" cx="{x(v):.1f}" cy="{cy:.1f}" r="4">'
                      f'<title>{escape(label)}: {number(v)} [{number(a)}, {number(b)}]</title></circle>')
     axis_y = top + row_h * len(rows) + 16
-    for i in range(5):
-        v = lo + (hi - lo) * i / 4
+    ticks = int(round((hi - lo) / step))
+    for i in range(ticks + 1):
+        v = lo + step * i
         parts.append(f'<text class="tick" x="{x(v):.1f}" y="{axis_y}" text-anchor="middle">{number(v)}</text>')
     parts.append("</svg>")
     return Markup("".join(parts))

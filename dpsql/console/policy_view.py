@@ -36,7 +36,7 @@ def _column(c: ColumnPolicy) -> ColumnView:
         f"[{c.dates[0]}, {c.dates[1]}]" if c.dates else "")
     domain = ""
     if c.keys is not None:
-        shown = ", ".join(repr(k) if isinstance(k, str) else str(k) for k in c.keys[:KEYS_SHOWN])
+        shown = ", ".join(_key(k) for k in c.keys[:KEYS_SHOWN])
         more = len(c.keys) - KEYS_SHOWN
         domain = f"{len(c.keys)} keys: {shown}" + (f", and {more} more" if more > 0 else "")
     elif c.keys_from is not None:
@@ -44,6 +44,13 @@ def _column(c: ColumnPolicy) -> ColumnView:
     if c.type:
         domain = f"{domain}; read as {c.type}" if domain else f"read as {c.type}"
     return ColumnView(c.name, bounds, domain)
+
+
+def _key(k: Any) -> str:
+    """A key as the policy file writes it."""
+    if isinstance(k, bool):
+        return "true" if k else "false"
+    return repr(k) if isinstance(k, str) else str(k)
 
 
 def _table(t: TablePolicy) -> TableView:

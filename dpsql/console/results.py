@@ -25,7 +25,7 @@ class Table:
     columns: list[Column]
     rows: list[list[str]]  # per cell: the value, and for a noisy column its interval after it
     total: int  # rows in the answer (the page shows at most MAX_ROWS)
-    bars: list[Markup]
+    bars: list[tuple[str, Markup]]  # per noisy column: its name and its error-bar chart
 
 
 def table(names: Sequence[str], rows: Sequence[Sequence[Any]], ci: dict[str, Any] | None, chart_prefix: str,
@@ -55,7 +55,7 @@ def table(names: Sequence[str], rows: Sequence[Sequence[Any]], ci: dict[str, Any
         chart = error_bars(labels, values, intervals, chart_id=f"{chart_prefix}-{j}",
                            title=f"{col.name}: released values with their intervals")
         if chart:
-            bars.append(chart)
+            bars.append((col.name, chart))
     return Table(columns, out, len(rows), bars)
 
 

@@ -18,20 +18,20 @@ from ..accounting.ledger import segment_filter, window_of
 from ..config import BudgetPolicy
 
 MAX_POINTS = 400  # points drawn; every charge is still replayed
+LEAD = 60.0  # seconds at least of the untouched budget before the first event
 
 
 @dataclass(frozen=True)
 class Point:
-    """The budget just after one event: epsilon in the filter's terms (spent = total - remaining)."""
+    """The budget just after one event, as SHOW dpsql.budget states it: the filter's epsilon,
+    what it has left (the largest epsilon of one more Laplace release it admits) and the
+    epsilons charged in this segment (under filters other than basic they may add up to more
+    than the total: those filters admit more than the sum)."""
 
     at: float
     total: float
     remaining: float
-    charged: Fraction  # the sum of charged epsilons in this segment (basic composition's count)
-
-    @property
-    def spent(self) -> float:
-        return max(0.0, self.total - self.remaining)
+    spent: float
 
 
 def replay(budget: BudgetPolicy, charges: Sequence[tuple[float, Cost]], grants: Sequence[dict[str, Any]],
@@ -40,11 +40,13 @@ def replay(budget: BudgetPolicy, charges: Sequence[tuple[float, Cost]], grants: 
     ending at `now`; thinned to MAX_POINTS, keeping the last."""
     events = sorted([(at, 1, cost) for at, cost in charges] + [(g["at"], 0, (g["epsilon"], g["delta"])) for g in grants],
                     key=lambda e: (e[0], e[1]))
-    start = events[0][0] if events else now
-    window = window_of(budget, start)
+    first = events[0][0] if events else now
+    window = window_of(budget, first)
     granted: list[tuple[Fraction, Fraction]] = []
     segment, f = segment_filter(budget, granted)
     totals = Totals()
+    lead = max(LEAD, (now - first) * 0.05)  # the untouched budget, drawn a little before the first event
+    start = first - lead if window is None else max(first - lead, window[1])
     states: list[tuple[float, Filter, Totals]] = [(start, f, totals)]
     for at, kind, item in events:
         current = window_of(budget, at)
@@ -71,4 +73,4 @@ def replay(budget: BudgetPolicy, charges: Sequence[tuple[float, Cost]], grants: 
     kept = states[::step]
     if kept[-1] is not states[-1]:
         kept.append(states[-1])
-    return [Point(at, float(flt.epsilon), float(flt.remaining(t)["epsilon"]), t.epsilon) for at, flt, t in kept]
+    return [Point(at, float(flt.epsilon), float(flt.remaining(t)["epsilon"]), float(t.epsilon)) for at, flt, t in kept]
