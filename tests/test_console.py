@@ -9,8 +9,8 @@ import csv
 import html
 import io
 import json
+import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -23,8 +23,7 @@ from starlette.testclient import TestClient
 
 from dpsql.accounting.cost import Cost
 from dpsql.config import BudgetPolicy, load_policy
-from dpsql.console import create_app
-from dpsql.console import timeline
+from dpsql.console import create_app, timeline
 from dpsql.console.audit import Record, csv_text
 from dpsql.errors import PolicyError
 from dpsql.server.app import Server
@@ -322,7 +321,10 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 def live(tmp_path_factory):
     """A real `dpsql serve --http` on free loopback ports, with logins for alice, bob and carol."""
     if not Path(CHROMIUM).exists():
-        pytest.skip("no system Chromium (tests/setup.sh installs Debian's chromium)")
+        missing = "no system Chromium: tests/setup.sh installs Debian's chromium"
+        if os.environ.get("CI"):
+            pytest.fail(missing)
+        pytest.skip(missing)
     directory = tmp_path_factory.mktemp("live")
     make_db(directory / "db.duckdb", default_people(), default_events())
     policy = write_policy(directory, epsilon=10.0, extra=OFFICER)
@@ -448,8 +450,17 @@ def test_browser_analyst_budget_explain_run_history(browser, live, tmp_path):
         entry = tab.page.locator("article.entry", has_text=sql).first
         assert "cost epsilon=0.75" in entry.inner_text()
         tab.shot(tmp_path / "history.png")
+        for epsilon, other in (("1.5", "SELECT place, AVG(amount) AS mean FROM events GROUP BY place"),
+                               ("0.5", "SELECT COUNT(*) AS people FROM people WHERE age >= 50")):
+            tab.goto("/explain")
+            tab.page.fill("#sql", other)
+            tab.page.fill("input[name=epsilon]", epsilon)
+            tab.page.click("text=Run…")
+            tab.page.click("#confirm-run")
+            assert f"Charged epsilon={epsilon}" in tab.page.inner_text("#run-cost")
         tab.goto("/budget")
-        tab.shot(tmp_path / "budget-after.png")
+        assert "7.25" in tab.page.inner_text(".facts")  # 10 - 0.75 - 1.5 - 0.5
+        tab.shot(tmp_path / "budget-after.png")  # docs/console.png is one of these
         assert tab.errors == []
     finally:
         tab.close()
@@ -495,5 +506,3 @@ def test_screenshot_for_the_readme_is_a_real_one():
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20000
     assert "docs/console.png" in (ROOT / "README.md").read_text()
 
-
-_ = shutil  # shutil copies a run's screenshot into docs/ by hand (see the README)

@@ -63,13 +63,14 @@ def _time_label(at: float, span: float) -> str:
 def time_chart(series: Sequence[Series], *, chart_id: str, title: str, unit: str = "epsilon",
                width: int = WIDTH, height: int = HEIGHT) -> Markup:
     """A step chart of several series over time, with axes, ticks, a legend and a text
-    description for screen readers."""
+    description for screen readers. Each series' first value is drawn from the left edge: it
+    is the state before anything happened."""
     points = [p for s in series for p in s.points]
     if not points:
         return Markup(f'<p class="empty">{escape(title)}: nothing to chart yet.</p>')
     t0, t1 = min(p[0] for p in points), max(p[0] for p in points)
-    if t1 - t0 < 60:
-        t0, t1 = t1 - 60, t1
+    if t1 - t0 < 10:
+        t0, t1 = t1 - 10, t1
     ymax = nice_ceiling(max(p[1] for p in points))
     plot_w, plot_h = width - LEFT - RIGHT, height - TOP - BOTTOM
 
@@ -98,7 +99,7 @@ def time_chart(series: Sequence[Series], *, chart_id: str, title: str, unit: str
     for s in series:
         if not s.points:
             continue
-        d = [f"M{x(s.points[0][0]):.1f},{y(s.points[0][1]):.1f}"]
+        d = [f"M{LEFT},{y(s.points[0][1]):.1f}H{x(s.points[0][0]):.1f}"]  # the first value held before it
         for (_, prev), (t, v) in zip(s.points, s.points[1:]):
             d.append(f"H{x(t):.1f}V{y(v):.1f}" if prev != v else f"H{x(t):.1f}")
         parts.append(f'<path class="series {escape(s.css)}" d="{"".join(d)}"/>')

@@ -18,7 +18,7 @@ from ..accounting.ledger import segment_filter, window_of
 from ..config import BudgetPolicy
 
 MAX_POINTS = 400  # points drawn; every charge is still replayed
-LEAD = 60.0  # seconds at least of the untouched budget before the first event
+LEAD = 5.0  # seconds at least of the untouched budget drawn before the first event
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def replay(budget: BudgetPolicy, charges: Sequence[tuple[float, Cost]], grants: 
     granted: list[tuple[Fraction, Fraction]] = []
     segment, f = segment_filter(budget, granted)
     totals = Totals()
-    lead = max(LEAD, (now - first) * 0.05)  # the untouched budget, drawn a little before the first event
+    lead = max(LEAD, (now - first) * 0.1)  # the untouched budget, drawn a little before the first event
     start = first - lead if window is None else max(first - lead, window[1])
     states: list[tuple[float, Filter, Totals]] = [(start, f, totals)]
     for at, kind, item in events:
