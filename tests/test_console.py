@@ -299,6 +299,54 @@ def test_serve_http_address_and_port_in_use_are_start_up_errors(console_policy):
     assert busy.exit_code == 1 and "cannot serve the console" in busy.output
 
 
+def test_console_over_https_with_the_wires_certificate(console_policy, tmp_path):
+    import ssl
+    import urllib.request
+
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert_file, key_file = tmp_path / "server.pem", tmp_path / "server.key"
+    cert.cert_chain_pems[0].write_to_path(cert_file)
+    cert.private_key_pem.write_to_path(key_file)
+    port = free_port()
+    serve = Serve(console_policy, tmp_path / "tls.sqlite", "--tls-cert", str(cert_file), "--tls-key", str(key_file),
+                  "--http", f"127.0.0.1:{port}")
+    try:
+        context = ssl.create_default_context()
+        ca.configure_trust(context)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                page = urllib.request.urlopen(f"https://127.0.0.1:{port}/login", context=context, timeout=5)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        assert page.status == 200 and "; secure" in page.headers["set-cookie"].lower()
+    finally:
+        serve.stop()
+
+
+def test_budget_page_says_when_a_window_refreshes(tmp_path):
+    make_db(tmp_path / "db.duckdb", default_people(), default_events())
+    path = write_policy(tmp_path, epsilon=10.0)
+    path.write_text(path.read_text().replace('mechanism = "laplace"', 'mechanism = "laplace"\nwindow = "7d"'))
+    server = Server(load_policy(path), port=0)
+    server.ledger.set_user("alice", make_verifier(PASSWORD), "analyst")
+    try:
+        with TestClient(create_app(server), follow_redirects=False) as c:
+            _login(c)
+            assert "window refreshes" in c.get("/budget").text
+            for login in c.app.state.console.logins.drain():
+                login.session.ledger.close()
+    finally:
+        server.executor.shutdown(wait=True)
+        server.engine.close()
+        server.ledger.close()
+
+
 # The budget over time --------------------------------------------------------------------------
 
 def test_replay_follows_charges_and_grants_to_the_ledgers_state():
@@ -312,6 +360,12 @@ def test_replay_follows_charges_and_grants_to_the_ledgers_state():
     after_grant = timeline.replay(zcdp, charges, [{"at": 300.0, "epsilon": Fraction(2), "delta": Fraction(1, 10**6)}],
                                   400.0)
     assert after_grant[-1].total == 2.0 and after_grant[-1].spent == 0.0  # a new segment, as the ledger opens
+    week = 7 * 86400
+    windowed = BudgetPolicy("basic", Fraction(1), Fraction(0), window=week)
+    start = 1577836800 + 10 * week  # a window's start (windows count from 2020-01-01)
+    points = timeline.replay(windowed, [(start + 100.0, Cost.pure(Fraction(1, 2)))], [], start + week + 100.0)
+    assert points[-2].at == start + week and points[-1].remaining == 1.0  # the next window starts afresh
+    assert min(p.remaining for p in points) == 0.5
     fresh = timeline.replay(zcdp, [], [], 400.0)[-1]
     assert fresh.spent == 0 and 0 < fresh.remaining < fresh.total  # zCDP: one release may take only part of it
 
