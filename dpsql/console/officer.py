@@ -138,8 +138,9 @@ async def audit_csv(request: Request, login: Login) -> Response:
         s = audit.Search.read(request.query_params)
     except Error as e:
         return Response(e.message, status_code=400, media_type="text/plain")
-    records = await blocking(request, audit.search, console(request).server.ledger, s)
-    return Response(audit.csv_text(records), media_type="text/csv; charset=utf-8",
+    ledger = console(request).server.ledger
+    text = await blocking(request, lambda: audit.csv_text(audit.search(ledger, s)))
+    return Response(text, media_type="text/csv; charset=utf-8",
                     headers={"Content-Disposition": 'attachment; filename="dpsql-audit.csv"'})
 
 
