@@ -62,6 +62,7 @@ from .sql.classify import (
     ShowCommand,
     TransactionCommand,
     ViewCommand,
+    array_comparisons,
     classify,
     classify_one,
     split_statements,
@@ -192,6 +193,18 @@ class Session:
                                    hint="define it over tables or other views")
         self._views[cmd.name] = definition
         return Result(status="CREATE VIEW")
+
+    def view_columns(self) -> list[tuple[str, dict[str, str]]]:
+        """Each temporary view's columns and engine types, described from its definition (the
+        catalog lists them; nothing runs, nothing is charged)."""
+        out = []
+        for name, definition in self._views.items():
+            try:
+                names, types = self._describe_tree(definition, QueryOptions())
+            except Error:
+                continue  # a view that no longer binds is listed by nothing
+            out.append((name, dict(zip(names, types))))
+        return out
 
     def _with_views(self, tree: exp.Query) -> exp.Query:
         """The query with the session's views it reads put in front as CTEs (a CTE of its own
@@ -724,7 +737,7 @@ def _charge_told(status: str) -> Iterator[None]:
     try:
         yield
     except OperationalError as e:
-        if e.sqlstate != "XX000":
+        if e.sqlstate not in ("XX000", "42883"):
             raise
         raise OperationalError(e.message, sqlstate=e.sqlstate, hint=f"{e.hint}; {status}" if e.hint else status) from None
 
@@ -905,7 +918,7 @@ def bind_parameters(tree: exp.Query, params: Sequence[Any] | Mapping[str, Any] |
             value = _param(params, position)
             position += 1
         node.replace(to_literal(value))
-    return tree
+    return array_comparisons(tree)
 
 
 def _null_parameters(tree: exp.Query) -> dict[str, None] | list[None]:

@@ -615,6 +615,8 @@ class Connection:
                                     + b"".join(codec.int32(o) for o in stmt.param_oids)))
             fields = await self.run_blocking(self.describe_statement, stmt.sql, None)
             formats: list[int] = []
+        elif name not in self.portals and name in self.cursors.open:
+            fields, formats = self.cursors.open[name].fields, []  # a DECLAREd cursor is a portal too (psycopg 3)
         else:
             portal = self.portals.get(name)
             if portal is None:
