@@ -103,6 +103,7 @@ class Session:
         self.policy = policy
         self.user = policy.user(user)
         self.engine = engine or open_engine(policy)
+        self._owns = (engine is None, ledger is None)  # what close() may close: not a server's shared ones
         self.ledger = ledger or open_ledger(policy.ledger_path, policy.ledger_url, identity=policy.ledger_identity)
         self.budget_policy = self.user.budget
         self.global_budget = policy.privacy.global_budget
@@ -726,8 +727,11 @@ class Session:
         return Result(["QUERY PLAN"], ["VARCHAR"], [(line,) for line in explain_lines(info)], "EXPLAIN", dp)
 
     def close(self) -> None:
-        self.ledger.close()
-        self.engine.close()
+        owns_engine, owns_ledger = self._owns
+        if owns_ledger:
+            self.ledger.close()
+        if owns_engine:
+            self.engine.close()
 
 
 @contextlib.contextmanager

@@ -100,6 +100,7 @@ class Server:
         from ..accounting.ledger import open_ledger
 
         self.ledger = open_ledger(policy.ledger_path, policy.ledger_url, identity=policy.ledger_identity)
+        self.ledger.group_commit()  # every connection's charges share transactions: one fsync a batch
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._accept, self.host, self.port, limit=2**16)
@@ -229,7 +230,7 @@ class Connection:
         finally:
             server.connections.pop(self.pid, None)
             if self.session is not None:
-                self.session.ledger.close()
+                self.session.close()  # the server's engine and ledger stay open for the others
             self.close()
 
     async def startup(self) -> bool:
@@ -275,7 +276,7 @@ class Connection:
             return False
         self.server.connections[self.pid] = self
         try:
-            self.session = Session(self.server.policy, self.user, engine=self.server.engine)
+            self.session = Session(self.server.policy, self.user, engine=self.server.engine, ledger=self.server.ledger)
         except Error as e:
             self.send(codec.error_response(e.sqlstate, e.message, e.hint, severity="FATAL"))
             await self.writer.drain()
