@@ -352,11 +352,11 @@ class Session:
             return Result(["name", "setting"], ["VARCHAR", "VARCHAR"], rows, "SHOW")
         raise _unknown_setting(name)
 
-    def budget(self) -> dict[str, Any]:
-        return budget_summary(self.policy, self.ledger, self.user.name)
+    def budget(self, detail: bool = True) -> dict[str, Any]:
+        return budget_summary(self.policy, self.ledger, self.user.name, detail)
 
     def budget_result(self) -> Result:
-        b = self.budget()
+        b = self.budget(detail=False)
         names = ["user", "filter", "epsilon_total", "epsilon_spent", "epsilon_remaining",
                  "delta_total", "delta_spent", "delta_remaining", "queries", "window_refreshes",
                  "lifetime_epsilon_remaining"]
@@ -796,25 +796,26 @@ class LocalRelease:
         return ["=".join(str(v) for v in c) if c[0] is not None else "null" for c in self.spec.categories]
 
 
-def budget_summary(policy: Policy, ledger: Ledger, user: str) -> dict[str, Any]:
-    """An analyst's budget in force: totals, spending and what is left, as exact rationals."""
+def budget_summary(policy: Policy, ledger: Ledger, user: str, detail: bool = True) -> dict[str, Any]:
+    """An analyst's budget in force: totals, spending and what is left, as exact rationals, and
+    (`detail`) the filter's own account of it in words, which SHOW dpsql.budget does not need."""
     u = policy.user(user)
     f, totals = ledger.state(u.name, u.budget)
     left = f.remaining(totals)
     out: dict[str, Any] = {"user": u.name, "filter": f.name,
                            "epsilon": {"total": f.epsilon, "spent": totals.epsilon, "remaining": left["epsilon"]},
                            "delta": {"total": f.delta, "spent": totals.delta, "remaining": left["delta"]},
-                           "queries": totals.queries, "detail": f.describe(totals)}
-    window = window_of(u.budget, ledger.now())
+                           "queries": totals.queries, "detail": f.describe(totals) if detail else ""}
+    window = window_of(u.budget, ledger.now()) if u.budget.window is not None else None
     if window is not None:
         out["window"] = {"seconds": u.budget.window, "refreshes": _utc(window[2])}
-        out["detail"] += f"; this window refreshes at {_utc(window[2])}"
+        out["detail"] += f"; this window refreshes at {_utc(window[2])}" if detail else ""
     life = ledger.lifetime(u.name, u.budget)
     if life is not None:
         lf, lt = life
         out["lifetime"] = {"epsilon": {"total": lf.epsilon, "spent": lt.epsilon, "remaining": lf.remaining(lt)["epsilon"]},
                            "delta": {"total": lf.delta, "spent": lt.delta}}
-        out["detail"] += f"; lifetime cap: {lf.describe(lt)} (never refreshes)"
+        out["detail"] += f"; lifetime cap: {lf.describe(lt)} (never refreshes)" if detail else ""
     return out
 
 
