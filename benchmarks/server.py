@@ -1,11 +1,14 @@
-"""`dpsql serve` latency and throughput, beside the embedded DB-API, in one run.
+"""`dpsql serve` latency and throughput, beside the embedded DB-API and beside PostgreSQL 15
+running the plain query on the same rows, in one run.
 
-    python -m benchmarks.server [--n 200] [--clients 50] [--seconds 10]
+    python -m benchmarks.server [--n 200] [--clients 32] [--seconds 10] [--no-postgres]
 
 Serves the sample hospital (a copy of its policy with a large budget, fresh ledger), then:
 median round-trip of SHOW dpsql.budget and of a small DP query over psycopg 3 (cache off, so each
 query is planned, charged and noised), the same DP query through dpsql.connect, and queries per
-second with N concurrent psycopg clients.
+second with N concurrent psycopg clients; then the grouped COUNT at 1, 8 and N clients on
+dpsql serve (DP, cache off, charged) and on a throwaway PostgreSQL 15 holding the same 20,000
+patients (plain), with throughput ratios and median/p99 latencies.
 """
 
 from __future__ import annotations
@@ -18,16 +21,38 @@ import psycopg
 
 import dpsql
 
-from .serving import sample_policy, serve, throughput
+from .serving import load, sample_policy, serve, throughput
 from .timing import median_ms
 
 QUERY = "SELECT sex, COUNT(*), AVG(age) FROM patients WHERE age > 30 GROUP BY sex"
+GROUPED = "SELECT sex, COUNT(*) FROM patients GROUP BY sex"
+SAMPLE = Path(__file__).resolve().parent.parent / "sample_data"
+
+
+def postgres_with_patients(server) -> str:
+    """A database on the throwaway server holding the sample's patients table."""
+    import duckdb
+
+    url = server.create_database("bench_server")
+    rel = duckdb.sql(f"SELECT * FROM read_parquet('{SAMPLE / 'patients.parquet'}')")
+    types = {"VARCHAR": "text", "BIGINT": "bigint", "INTEGER": "integer", "DOUBLE": "double precision",
+             "BOOLEAN": "boolean", "DATE": "date"}
+    columns = ", ".join(f'"{n}" {types.get(str(t), "text")}' for n, t in zip(rel.columns, rel.types))
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute(f"CREATE TABLE patients ({columns})")
+        with c.cursor().copy(f"COPY patients ({', '.join(rel.columns)}) FROM STDIN") as copy:
+            for row in rel.fetchall():
+                copy.write_row(row)
+        c.execute("ANALYZE patients")
+    return url
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=200)
-    ap.add_argument("--clients", type=int, default=50)
+    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--no-postgres", dest="postgres", action="store_false",
+                    help="skip the side-by-side run against PostgreSQL 15")
     ap.add_argument("--seconds", type=float, default=10)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
@@ -50,6 +75,28 @@ def main() -> None:
             for clients in sorted({1, 8, args.clients}):
                 qps = throughput(dsn, QUERY, clients, args.seconds, setup=("SET dpsql.cache = off",))
                 print(f"{clients:>3} concurrent clients: {qps:.1f} DP queries/s")
+            if args.postgres:
+                against_postgres(dsn, args)
+
+
+def against_postgres(dsn: str, args) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.pgserver import PgServer
+
+    server = PgServer().start()
+    try:
+        pg = postgres_with_patients(server)
+        print(f"\n{GROUPED}: dpsql serve (DP, cache off) vs PostgreSQL 15 (plain), same harness and rows")
+        print("clients | dpsql q/s | PostgreSQL q/s | dpsql/PostgreSQL | dpsql p50 / p99 ms | PostgreSQL p50 / p99 ms")
+        for clients in sorted({1, 8, args.clients}):
+            d = load(dsn, GROUPED, clients, args.seconds, setup=("SET dpsql.cache = off",))
+            p = load(pg, GROUPED, clients, args.seconds)
+            print(f"{clients:>7} | {d[0]:9.1f} | {p[0]:14.1f} | {d[0] / p[0]:16.2f} | {d[1]:7.2f} / {d[2]:7.2f} | "
+                  f"{p[1]:7.2f} / {p[2]:7.2f}")
+    finally:
+        server.stop()
 
 
 if __name__ == "__main__":

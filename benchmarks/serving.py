@@ -55,7 +55,14 @@ def serve(policy: Path, ledger: Path, user: str = "alice") -> Iterator[str]:
 
 def throughput(dsn: str, query: str, clients: int, seconds: float, setup: tuple[str, ...] = ()) -> float:
     """Queries per second completed by `clients` concurrent psycopg connections."""
-    done = [0] * clients
+    return load(dsn, query, clients, seconds, setup)[0]
+
+
+def load(dsn: str, query: str, clients: int, seconds: float, setup: tuple[str, ...] = ()
+         ) -> tuple[float, float, float]:
+    """(queries per second, median ms, 99th percentile ms) of `clients` concurrent psycopg
+    connections each sending `query` back to back for `seconds` (then they stop)."""
+    latencies: list[list[float]] = [[] for _ in range(clients)]
     ready = threading.Barrier(clients + 1)
     stop = [float("inf")]
 
@@ -65,8 +72,9 @@ def throughput(dsn: str, query: str, clients: int, seconds: float, setup: tuple[
                 c.execute(statement)
             ready.wait()
             while time.monotonic() < stop[0]:
+                t0 = time.perf_counter()
                 c.execute(query).fetchall()
-                done[i] += 1
+                latencies[i].append((time.perf_counter() - t0) * 1000)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
     for t in threads:
@@ -76,4 +84,8 @@ def throughput(dsn: str, query: str, clients: int, seconds: float, setup: tuple[
     stop[0] = start + seconds
     for t in threads:
         t.join()
-    return sum(done) / (time.monotonic() - start)
+    elapsed = time.monotonic() - start
+    every = sorted(x for xs in latencies for x in xs)
+    if not every:
+        return 0.0, float("nan"), float("nan")
+    return len(every) / elapsed, every[len(every) // 2], every[min(len(every) - 1, int(len(every) * 0.99))]

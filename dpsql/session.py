@@ -62,6 +62,7 @@ from .sql.classify import (
     ShowCommand,
     TransactionCommand,
     ViewCommand,
+    array_comparisons,
     classify,
     classify_one,
     split_statements,
@@ -102,6 +103,7 @@ class Session:
         self.policy = policy
         self.user = policy.user(user)
         self.engine = engine or open_engine(policy)
+        self._owns = (engine is None, ledger is None)  # what close() may close: not a server's shared ones
         self.ledger = ledger or open_ledger(policy.ledger_path, policy.ledger_url, identity=policy.ledger_identity)
         self.budget_policy = self.user.budget
         self.global_budget = policy.privacy.global_budget
@@ -188,6 +190,18 @@ class Session:
                                    hint="define it over tables or other views")
         self._views[cmd.name] = definition
         return Result(status="CREATE VIEW")
+
+    def view_columns(self) -> list[tuple[str, dict[str, str]]]:
+        """Each temporary view's columns and engine types, described from its definition (the
+        catalog lists them; nothing runs, nothing is charged)."""
+        out = []
+        for name, definition in self._views.items():
+            try:
+                names, types = self._describe_tree(definition, QueryOptions())
+            except Error:
+                continue  # a view that no longer binds is listed by nothing
+            out.append((name, dict(zip(names, types))))
+        return out
 
     def _with_views(self, tree: exp.Query) -> exp.Query:
         """The query with the session's views it reads put in front as CTEs (a CTE of its own
@@ -334,11 +348,11 @@ class Session:
             return Result(["name", "setting"], ["VARCHAR", "VARCHAR"], rows, "SHOW")
         raise _unknown_setting(name)
 
-    def budget(self) -> dict[str, Any]:
-        return budget_summary(self.policy, self.ledger, self.user.name)
+    def budget(self, detail: bool = True) -> dict[str, Any]:
+        return budget_summary(self.policy, self.ledger, self.user.name, detail)
 
     def budget_result(self) -> Result:
-        b = self.budget()
+        b = self.budget(detail=False)
         names = ["user", "filter", "epsilon_total", "epsilon_spent", "epsilon_remaining",
                  "delta_total", "delta_spent", "delta_remaining", "queries", "window_refreshes",
                  "lifetime_epsilon_remaining"]
@@ -707,8 +721,11 @@ class Session:
         return Result(["QUERY PLAN"], ["VARCHAR"], [(line,) for line in explain_lines(info)], "EXPLAIN", dp)
 
     def close(self) -> None:
-        self.ledger.close()
-        self.engine.close()
+        owns_engine, owns_ledger = self._owns
+        if owns_ledger:
+            self.ledger.close()
+        if owns_engine:
+            self.engine.close()
 
 
 @contextlib.contextmanager
@@ -718,7 +735,7 @@ def _charge_told(status: str) -> Iterator[None]:
     try:
         yield
     except OperationalError as e:
-        if e.sqlstate != "XX000":
+        if e.sqlstate not in ("XX000", "42883"):
             raise
         raise OperationalError(e.message, sqlstate=e.sqlstate, hint=f"{e.hint}; {status}" if e.hint else status) from None
 
@@ -790,25 +807,26 @@ def admits_more(ledger: Ledger, who: str, budget: BudgetPolicy, f: Filter, total
     return n if life is None else min(n, simulate(life[0], cost, limit=10**6, start=life[1]))
 
 
-def budget_summary(policy: Policy, ledger: Ledger, user: str) -> dict[str, Any]:
-    """An analyst's budget in force: totals, spending and what is left, as exact rationals."""
+def budget_summary(policy: Policy, ledger: Ledger, user: str, detail: bool = True) -> dict[str, Any]:
+    """An analyst's budget in force: totals, spending and what is left, as exact rationals, and
+    (`detail`) the filter's own account of it in words, which SHOW dpsql.budget does not need."""
     u = policy.user(user)
     f, totals = ledger.state(u.name, u.budget)
     left = f.remaining(totals)
     out: dict[str, Any] = {"user": u.name, "filter": f.name,
                            "epsilon": {"total": f.epsilon, "spent": totals.epsilon, "remaining": left["epsilon"]},
                            "delta": {"total": f.delta, "spent": totals.delta, "remaining": left["delta"]},
-                           "queries": totals.queries, "detail": f.describe(totals)}
-    window = window_of(u.budget, ledger.now())
+                           "queries": totals.queries, "detail": f.describe(totals) if detail else ""}
+    window = window_of(u.budget, ledger.now()) if u.budget.window is not None else None
     if window is not None:
         out["window"] = {"seconds": u.budget.window, "refreshes": _utc(window[2])}
-        out["detail"] += f"; this window refreshes at {_utc(window[2])}"
+        out["detail"] += f"; this window refreshes at {_utc(window[2])}" if detail else ""
     life = ledger.lifetime(u.name, u.budget)
     if life is not None:
         lf, lt = life
         out["lifetime"] = {"epsilon": {"total": lf.epsilon, "spent": lt.epsilon, "remaining": lf.remaining(lt)["epsilon"]},
                            "delta": {"total": lf.delta, "spent": lt.delta}}
-        out["detail"] += f"; lifetime cap: {lf.describe(lt)} (never refreshes)"
+        out["detail"] += f"; lifetime cap: {lf.describe(lt)} (never refreshes)" if detail else ""
     return out
 
 
@@ -916,7 +934,7 @@ def bind_parameters(tree: exp.Query, params: Sequence[Any] | Mapping[str, Any] |
             value = _param(params, position)
             position += 1
         node.replace(to_literal(value))
-    return tree
+    return array_comparisons(tree)
 
 
 def _null_parameters(tree: exp.Query) -> dict[str, None] | list[None]:

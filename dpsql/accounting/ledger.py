@@ -23,12 +23,13 @@ import zlib
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 from ..config import BudgetPolicy
 from ..errors import BudgetExceeded, OperationalError
 from .cost import Cost, fraction_text, parse_fraction, show
 from .filters import Filter, Totals, make_filter
+from .group_commit import GroupCommit
 from .integrity import (
     SCHEMA_VERSION,
     Identity,
@@ -42,6 +43,7 @@ from .integrity import (
 )
 
 GLOBAL = "*global*"
+T = TypeVar("T")
 WINDOW_EPOCH = 1577836800  # 2020-01-01 00:00 UTC: windows are counted from here, in the ledger's clock
 WINDOW_STRIDE = 1000  # segment = window * WINDOW_STRIDE + the window's grant segment
 LIFETIME = -1  # the segment of a windowed budget's lifetime cap: every charge, never refreshed
@@ -141,6 +143,7 @@ class Ledger:
 
     placeholder = "?"
     serial = "INTEGER PRIMARY KEY AUTOINCREMENT"
+    _writer: GroupCommit | None = None
 
     def __init__(self, path: str | Path, identity: Path | None = None, *, create: bool = True):
         """Open the SQLite ledger at `path`, checked against its identity file (default: beside
@@ -302,6 +305,20 @@ class Ledger:
     def _exec(self, con, sql: str, params: tuple = ()):
         return con.execute(self._sql(sql), params)
 
+    def group_commit(self) -> None:
+        """From now on, writes from every thread share transactions (one fsync per batch): a
+        server's sessions all charge through this one ledger object."""
+        if self._writer is None:
+            self._writer = GroupCommit(self._write, GLOBAL, self._close_connection)
+
+    def _transact(self, users: list[str], work: Callable[[Any], T]) -> T:
+        """`work(con)` in a write transaction holding `users`' locks, committed before this returns
+        (with group commit, together with other threads' work)."""
+        if self._writer is not None:
+            return self._writer.submit(users, work)
+        with self._write(users) as con:
+            return work(con)
+
     @contextlib.contextmanager
     def _write(self, users: list[str]) -> Iterator[Any]:
         """A write transaction holding the locks of `users` (SQLite: the database write lock)."""
@@ -378,34 +395,37 @@ class Ledger:
         """Check every applicable filter and record the charge in one transaction; refuse
         (charging nothing) when a filter would HALT."""
         users = ([GLOBAL] if global_budget is not None else []) + [user]
-        try:
-            with self._write(users) as con:
-                checks = [(user, budget)] + ([(GLOBAL, global_budget)] if global_budget is not None else [])
-                now = self.now(con)  # inside the transaction: every proxy sees one window
-                results = []
-                for who, b in checks:
-                    segment, f, refreshes = self._segment(con, who, b, now)
-                    filters = [(segment, f, refreshes)]
-                    life = lifetime_filter(b)
-                    if life is not None:
-                        filters.append((LIFETIME, life, None))
-                    for seg, flt, refresh in filters:
-                        totals = self._totals(con, who, seg)
-                        after = totals.plus(flt.usage(cost))
-                        if not flt.admits(after):
-                            raise _refusal(who, user, flt, totals, cost, refresh, lifetime=seg == LIFETIME)
-                        results.append((who, seg, flt, after))
-                at, cost_text, detail_text = time.time(), cost.to_json(), json.dumps(detail, default=str)
-                cur = self._exec(con, "INSERT INTO charges (user_name, segment, at, sql, cost, detail) "
-                                      "VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
-                                 (user, results[0][1], at, sql, cost_text, detail_text))
-                charge_id = cur.fetchone()[0]
-                chain = self._append(con, user, "charge",
-                                     charge_record(charge_id, user, results[0][1], at, sql, cost_text, detail_text))
-                self._exec(con, "UPDATE charges SET chain = ? WHERE id = ?", (chain, charge_id))
-                for who, segment, _, after in results:
-                    self._put_totals(con, who, segment, after)
+
+        def work(con) -> Charge:
+            checks = [(user, budget)] + ([(GLOBAL, global_budget)] if global_budget is not None else [])
+            now = self.now(con)  # inside the transaction: every proxy sees one window
+            results = []
+            for who, b in checks:
+                segment, f, refreshes = self._segment(con, who, b, now)
+                filters = [(segment, f, refreshes)]
+                life = lifetime_filter(b)
+                if life is not None:
+                    filters.append((LIFETIME, life, None))
+                for seg, flt, refresh in filters:
+                    totals = self._totals(con, who, seg)
+                    after = totals.plus(flt.usage(cost))
+                    if not flt.admits(after):
+                        raise _refusal(who, user, flt, totals, cost, refresh, lifetime=seg == LIFETIME)
+                    results.append((who, seg, flt, after))
+            at, cost_text, detail_text = time.time(), cost.to_json(), json.dumps(detail, default=str)
+            cur = self._exec(con, "INSERT INTO charges (user_name, segment, at, sql, cost, detail) "
+                                  "VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+                             (user, results[0][1], at, sql, cost_text, detail_text))
+            charge_id = cur.fetchone()[0]
+            chain = self._append(con, user, "charge",
+                                 charge_record(charge_id, user, results[0][1], at, sql, cost_text, detail_text))
+            self._exec(con, "UPDATE charges SET chain = ? WHERE id = ?", (chain, charge_id))
+            for who, segment, _, after in results:
+                self._put_totals(con, who, segment, after)
             return Charge(charge_id, results[0][3], results[0][2], cost)
+
+        try:
+            return self._transact(users, work)
         except BudgetExceeded:
             raise
         except self._errors as e:
@@ -435,8 +455,13 @@ class Ledger:
 
     def record_release(self, charge_id: int, released: Any) -> None:
         """Recorded before the answer leaves: a ledger that cannot record it refuses the answer."""
+        text = json.dumps(released, default=str)
         try:
-            self._write_one("UPDATE charges SET released = ? WHERE id = ?", (json.dumps(released, default=str), charge_id))
+            if self._writer is None:
+                self._write_one("UPDATE charges SET released = ? WHERE id = ?", (text, charge_id))
+            else:
+                self._writer.submit([], lambda con: self._exec(con, "UPDATE charges SET released = ? WHERE id = ?",
+                                                               (text, charge_id)))
         except self._errors as e:
             raise OperationalError(f"the ledger could not record the release: {e}",
                                    hint="nothing was released; the query's cost stays charged") from None
@@ -580,6 +605,13 @@ class Ledger:
         return [tuple(r) for r in self._exec(con, "SELECT user_name, role, created FROM users ORDER BY user_name").fetchall()]
 
     def close(self) -> None:
+        """This thread's connection closed, and the writer thread stopped (with its own)."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+        self._close_connection()
+
+    def _close_connection(self) -> None:
         con = getattr(self._local, "con", None)
         if con is not None:
             con.close()

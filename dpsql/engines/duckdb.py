@@ -36,6 +36,14 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def bind_failure() -> OperationalError:
+    """A query the engine cannot bind (AVG over text, an unknown function): binding reads the
+    schema only, never rows, so this much can be said; the engine's own words are still withheld."""
+    return OperationalError("the query does not type-check: a function or operator is applied to a value of a type "
+                            "it does not take, or a function is unknown", sqlstate="42883",
+                            hint="check the columns' types (\\d table in psql) and the functions' arguments")
+
+
 class DuckDBEngine:
     dialect = "duckdb"
 
@@ -154,6 +162,8 @@ class DuckDBEngine:
             yield cur
         except duckdb.InterruptException:
             raise OperationalError("canceling statement due to user request", sqlstate="57014") from None
+        except duckdb.BinderException:
+            raise bind_failure() from None
         except duckdb.Error:
             raise failure from None
         finally:
@@ -207,6 +217,8 @@ class DuckDBEngine:
         try:
             rel = self._cursor().sql(sql)
             return list(rel.columns), [str(t) for t in rel.types]
+        except duckdb.BinderException:
+            raise bind_failure() from None
         except duckdb.Error:
             raise OperationalError("the query could not be described", sqlstate="XX000") from None
 

@@ -28,6 +28,20 @@ from . import codec as c
 log = logging.getLogger(__name__)
 
 PUBLIC, PG_CATALOG, INFORMATION_SCHEMA = 2200, 11, 13000
+PG_TEMP, PG_TEMP_NAME = 16000, "pg_temp_3"  # where a session's temporary views are listed
+FIRST_VIEW_OID = 40000
+FIRST_FUNCTION_OID = 50000
+# The functions a query may use (sql/allowlist.py), listed in pg_proc and
+# information_schema.routines so SQL editors complete them: (name, return type, aggregate).
+_FUNCTIONS = [(name, c.FLOAT8, True) for name in ("avg", "stddev", "stddev_pop", "stddev_samp", "variance", "var_pop",
+                                                  "var_samp", "median", "percentile_cont", "percentile_disc")] + [
+    ("count", c.INT8, True), ("sum", c.NUMERIC, True), ("min", c.NUMERIC, True), ("max", c.NUMERIC, True)] + [
+    (name, c.FLOAT8, False) for name in ("abs", "round", "floor", "ceil", "sign", "sqrt", "ln", "log", "exp", "power",
+                                         "least", "greatest")] + [
+    (name, c.TEXT, False) for name in ("coalesce", "nullif", "lower", "upper", "substring", "trim", "concat", "left",
+                                       "right", "initcap")] + [
+    ("length", c.INT4, False), ("strpos", c.INT4, False), ("width_bucket", c.INT4, False),
+    ("extract", c.NUMERIC, False), ("date_trunc", c.TIMESTAMP, False), ("current_date", c.DATE, False)]
 FIRST_TABLE_OID = 16385
 OWNER = 10
 DATABASE_OID = 16384
@@ -210,6 +224,7 @@ CREATE MACRO pgc_has_database_privilege(a) AS true, (a, b) AS true, (a, b, d) AS
 CREATE MACRO pgc_has_column_privilege(a, b) AS true, (a, b, d) AS true, (a, b, d, e) AS true;
 CREATE MACRO pgc_current_schemas(b) AS CASE WHEN b THEN ['pg_catalog', 'public'] ELSE ['public'] END;
 CREATE MACRO pgc_pg_is_in_recovery() AS false;
+CREATE MACRO pgc_pg_my_temp_schema() AS 16000;
 CREATE MACRO pgc_pg_relation_size(o) AS NULL::BIGINT, (o, f) AS NULL::BIGINT;
 CREATE MACRO pgc_pg_total_relation_size(o) AS NULL::BIGINT;
 CREATE MACRO pgc_pg_table_size(o) AS NULL::BIGINT;
@@ -302,7 +317,8 @@ class Catalog:
         con.execute("CREATE TABLE pgc.type_display (oid BIGINT, display VARCHAR)")
         con.executemany("INSERT INTO pgc.type_display VALUES (?, ?)", [[o, n] for o, n in c.TYPE_NAMES.items()])
         self._insert("pg_namespace", [(PG_CATALOG, "pg_catalog", OWNER, None), (PUBLIC, "public", OWNER, None),
-                                      (INFORMATION_SCHEMA, "information_schema", OWNER, None)])
+                                      (INFORMATION_SCHEMA, "information_schema", OWNER, None),
+                                      (PG_TEMP, PG_TEMP_NAME, OWNER, None)])
         self._insert("pg_database", [(DATABASE_OID, self.database, OWNER, 6, "c", False, True, -1, "C.UTF-8", "C.UTF-8",
                                       None, None, None, 1663)])
         self._insert("pg_roles", [(OWNER, "dpsql", False, True, False, False, True, False, -1, False, None, "********", None)]
@@ -319,37 +335,21 @@ class Catalog:
         for oid, name, elem in _ARRAYS:
             types.append((oid, name, PG_CATALOG, OWNER, -1, False, "b", "A", False, True, ",", 0, elem, 0, "array_in",
                           "array_out", "array_recv", "array_send", 0, -1, 0, 0, False, "i", "x", None))
-        classes, attributes, descriptions, tables_is, columns_is, stat_tables, pg_tables = [], [], [], [], [], [], []
+        rows: dict[str, list[tuple]] = {"pg_type": types}
         for i, (name, table) in enumerate(sorted(self.policy.tables.items())):
-            oid = FIRST_TABLE_OID + i
-            cols = self.schema.get(name, {})
-            rowtype = 30000 + i
-            types.append((rowtype, name, PUBLIC, OWNER, -1, False, "c", "C", False, True, ",", oid, 0, 0, "record_in",
-                          "record_out", "record_recv", "record_send", 0, -1, 0, 0, False, "d", "x", None))
-            classes.append((oid, name, PUBLIC, rowtype, 0, OWNER, 2, oid, 0, 0, -1.0, 0, 0, False, False, "p", "r",
-                            len(cols), 0, False, False, False, False, False, True, "d", False, 0, None, None, None))
-            descriptions.append((oid, 1259, 0, _table_comment(table)))
-            tables_is.append((self.database, "public", name, "BASE TABLE", "NO", "NO"))
-            stat_tables.append((oid, "public", name, None, None, None, None, None, None))
-            pg_tables.append(("public", name, "dpsql", None, False, False, False, False))
-            for num, (col, dtype) in enumerate(cols.items(), start=1):
-                typ = c.oid_of(dtype)
-                attributes.append((oid, col, typ, -1, c.TYPE_LENGTH.get(typ, -1), num, 0, -1, -1,
-                                   c.TYPE_LENGTH.get(typ, -1) in (1, 2, 4, 8), "i", "p", "", False, False, False,
-                                   "", "", False, True, 0, 0, None, None, None))
-                comment = _column_comment(table, col)
-                if comment:
-                    descriptions.append((oid, 1259, num, comment))
-                columns_is.append((self.database, "public", name, col, num, None, "YES", c.TYPE_NAMES.get(typ, "text"),
-                                   None, None, None, next((t[1] for t in BASE_TYPES if t[0] == typ), "text")))
-        self._insert("pg_type", types)
-        self._insert("pg_class", classes)
-        self._insert("pg_attribute", attributes)
-        self._insert("pg_description", descriptions)
-        self._insert("pg_stat_user_tables", stat_tables)
-        self._insert("pg_tables", pg_tables)
-        self._insert("is_tables", tables_is)
-        self._insert("is_columns", columns_is)
+            comments = {col: _column_comment(table, col) for col in self.schema.get(name, {})}
+            for kind, part in self._relation(FIRST_TABLE_OID + i, 30000 + i, name, self.schema.get(name, {}),
+                                             _table_comment(table), comments).items():
+                rows.setdefault(kind, []).extend(part)
+        for kind, part in rows.items():
+            self._insert(kind, part)
+        procs = [(FIRST_FUNCTION_OID + i, name, PG_CATALOG, ret, "a" if agg else "f", None, None, None, None, False,
+                  None, name, 12, agg, False) for i, (name, ret, agg) in enumerate(_FUNCTIONS)]
+        self._insert("pg_proc", procs)
+        self._insert("is_routines", [(self.database, "pg_catalog", f"{p[1]}_{p[0]}", self.database, "pg_catalog", p[1],
+                                      "FUNCTION", c.TYPE_NAMES.get(p[3], "text"),
+                                      next((t[1] for t in BASE_TYPES if t[0] == p[3]), "text"), "EXTERNAL", None, "C",
+                                      "YES", "INVOKER") for p in procs])
         self._insert("is_schemata", [(self.database, "public", "dpsql"), (self.database, "pg_catalog", "dpsql"),
                                      (self.database, "information_schema", "dpsql")])
         self._insert("pg_settings", [(k, v, None, "dpsql", "", "user", "string", "default")
@@ -360,6 +360,37 @@ class Catalog:
         for stmt in _MACROS.strip().split(";\n"):
             if stmt.strip():
                 con.execute(stmt)
+
+    def _relation(self, oid: int, rowtype: int, name: str, cols: Mapping[str, str], comment: str | None,
+                  column_comments: Mapping[str, str | None], view: bool = False) -> dict[str, list[tuple]]:
+        """A relation's rows in every catalog table that lists relations: a declared table in
+        public, or a session's temporary view in its pg_temp schema."""
+        space, space_name = (PG_TEMP, PG_TEMP_NAME) if view else (PUBLIC, "public")
+        out: dict[str, list[tuple]] = {
+            "pg_type": [(rowtype, name, space, OWNER, -1, False, "c", "C", False, True, ",", oid, 0, 0, "record_in",
+                         "record_out", "record_recv", "record_send", 0, -1, 0, 0, False, "d", "x", None)],
+            "pg_class": [(oid, name, space, rowtype, 0, OWNER, 0 if view else 2, 0 if view else oid, 0, 0, -1.0, 0, 0,
+                          False, False, "t" if view else "p", "v" if view else "r", len(cols), 0, False, False, False,
+                          False, False, True, "n" if view else "d", False, 0, None, None, None)],
+            "pg_attribute": [], "pg_description": [], "is_columns": [],
+            "is_tables": [(self.database, space_name, name, "VIEW" if view else "BASE TABLE", "NO", "NO")],
+        }
+        if comment:
+            out["pg_description"].append((oid, 1259, 0, comment))
+        if not view:
+            out["pg_stat_user_tables"] = [(oid, "public", name, None, None, None, None, None, None)]
+            out["pg_tables"] = [("public", name, "dpsql", None, False, False, False, False)]
+        for num, (col, dtype) in enumerate(cols.items(), start=1):
+            typ = c.oid_of(dtype)
+            out["pg_attribute"].append((oid, col, typ, -1, c.TYPE_LENGTH.get(typ, -1), num, 0, -1, -1,
+                                        c.TYPE_LENGTH.get(typ, -1) in (1, 2, 4, 8), "i", "p", "", False, False, False,
+                                        "", "", False, True, 0, 0, None, None, None))
+            if column_comments.get(col):
+                out["pg_description"].append((oid, 1259, num, column_comments[col]))
+            out["is_columns"].append((self.database, space_name, name, col, num, None, "YES",
+                                      c.TYPE_NAMES.get(typ, "text"), None, None, None,
+                                      next((t[1] for t in BASE_TYPES if t[0] == typ), "text")))
+        return out
 
     def _insert(self, table: str, rows: list[tuple]) -> None:
         if rows:
@@ -376,12 +407,17 @@ class Catalog:
                                    sqlstate="42601") from None
         names = _output_names(tree)
         types = _output_types(tree)
-        tree = _bind(tree, params)
-        tree = self._rewrite(tree, session, user)
+        tree = _reg_comparisons(_bind(tree, params))
+        views = self._view_rows(session)
+        tree = self._rewrite(tree, session, user, set(views))
         text = tree.sql(dialect="duckdb")
         with self._lock:
             cur = self._con.cursor()
         try:
+            for kind, part in views.items():  # this cursor's own copies, with the session's views added
+                cur.execute(f"CREATE TEMP TABLE session_{kind} AS SELECT * FROM pgc.{kind}")
+                marks = ", ".join("?" for _ in TABLES[kind])
+                cur.executemany(f"INSERT INTO session_{kind} VALUES ({marks})", [list(r) for r in part])
             cur.execute(text)
             rows = cur.fetchall()
             result_names = [d[0] for d in cur.description]
@@ -400,8 +436,28 @@ class Catalog:
         oids = [t if t is not None else c.oid_of(d) for t, d in zip((types + [None] * n)[:n], duck)]
         return names, oids, [tuple(r) for r in rows]
 
-    def _rewrite(self, tree: exp.Expression, session, user: str) -> exp.Expression:
+    def _view_rows(self, session) -> dict[str, list[tuple]]:
+        """The catalog rows of the session's temporary views (ibis looks up the columns of the
+        view it just created), by catalog table; empty without views."""
+        views = session.view_columns() if session is not None and hasattr(session, "view_columns") else []
+        rows: dict[str, list[tuple]] = {}
+        for i, (name, cols) in enumerate(views):
+            for kind, part in self._relation(FIRST_VIEW_OID + 2 * i, FIRST_VIEW_OID + 2 * i + 1, name, cols,
+                                             "dpsql: a temporary view of this session (run and charged when read)",
+                                             {}, view=True).items():
+                rows.setdefault(kind, []).extend(part)
+        return rows
+
+    def _rewrite(self, tree: exp.Expression, session, user: str, local: set[str] = frozenset()) -> exp.Expression:
+        """`local`: catalog tables this query reads from the cursor's own copies (with views)."""
         cte_names = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+
+        def point(node: exp.Table, name: str) -> exp.Table:
+            new = _table(node, name)
+            if name in local:
+                new.set("this", exp.to_identifier(f"session_{name}"))
+                new.set("db", None)
+            return new
 
         def visit(node: exp.Expression) -> exp.Expression:
             if isinstance(node, exp.Table) and not isinstance(node.this, exp.Identifier) and node.db.lower() == "pg_catalog":
@@ -411,9 +467,9 @@ class Catalog:
             if isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier):
                 name, db = node.name.lower(), node.db.lower()
                 if db == "information_schema" and f"is_{name}" in TABLES:
-                    return _table(node, f"is_{name}")
+                    return point(node, f"is_{name}")
                 if db in ("pg_catalog", "") and name in TABLES and name not in cte_names:
-                    return _table(node, name)
+                    return point(node, name)
                 if db == "pg_catalog" or db == "information_schema":
                     raise Error(f'relation "{db}.{name}" is not available in dpsql\'s catalog', sqlstate="42P01")
                 return node
@@ -589,6 +645,28 @@ def _cast_target(node: exp.Cast) -> str:
     to = node.to
     return (to.sql(dialect="postgres").lower().replace("pg_catalog.", "").strip('"')
             if isinstance(to, exp.DataType) else str(to).lower())
+
+
+def _reg_comparisons(tree: exp.Expression) -> exp.Expression:
+    """`x::regtype != 'trigger'::regtype` (pgcli) compares OIDs, while a lone `x::regtype` shows
+    a name: a comparison of two reg* casts keeps the column's OID, and a name the catalog does
+    not know compares as an OID no row has."""
+    def reg(node: exp.Expression) -> str | None:
+        return _cast_target(node) if isinstance(node, exp.Cast) and _cast_target(node) in _REG_CASTS else None
+
+    def visit(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, (exp.EQ, exp.NEQ)) and reg(node.this) and reg(node.this) == reg(node.expression):
+            sides = []
+            for side in (node.this, node.expression):
+                inner = side.this
+                sides.append(exp.Coalesce(this=_cast(side), expressions=[exp.Literal.number(-1)])
+                             if isinstance(inner, exp.Literal) and inner.is_string else inner)
+            return type(node)(this=sides[0], expression=sides[1])
+        return node
+
+    if any(isinstance(n, (exp.EQ, exp.NEQ)) for n in tree.walk()):
+        return tree.transform(visit, copy=True)
+    return tree
 
 
 def _cast(node: exp.Cast) -> exp.Expression:

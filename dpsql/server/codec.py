@@ -48,11 +48,16 @@ TYPE_NAMES = {BOOL: "boolean", BYTEA: "bytea", CHAR: '"char"', NAME: "name", INT
               INTERVAL: "interval", NUMERIC: "numeric", UUID: "uuid", JSON: "json"}
 
 
+def array_of(oid: int) -> int:
+    """The array type of a type (text[] where PostgreSQL's array type is not emulated)."""
+    return _ARRAY_OF.get(oid, TEXT_ARRAY)
+
+
 def oid_of(duckdb_type: str) -> int:
     """The PostgreSQL type OID for a DuckDB type name (lists become arrays)."""
     t = duckdb_type.upper().strip()
     if t.endswith("[]"):
-        return _ARRAY_OF.get(oid_of(t[:-2]), TEXT_ARRAY)
+        return array_of(oid_of(t[:-2]))
     base = t.split("(")[0]
     return _DUCKDB_TO_OID.get(t, _DUCKDB_TO_OID.get(base, TEXT))
 

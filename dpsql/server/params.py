@@ -1,5 +1,6 @@
 """Types of untyped parameters ($n sent with type 0), inferred as PostgreSQL would from context:
-compared with a column -> that column's type; LIMIT/OFFSET -> bigint; a cast -> its type."""
+compared with a column -> that column's type; LIMIT/OFFSET -> bigint; a cast -> its type;
+`x = ANY($n)` -> an array of x's type (how node's pg and postgres.js pass lists)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Mapping
 import sqlglot
 from sqlglot import exp
 
+from ..sql.classify import spaced_parameters
 from . import codec
 
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.ILike, exp.Between, exp.In,
@@ -20,7 +22,7 @@ _CASTS = {"int": codec.INT4, "integer": codec.INT4, "bigint": codec.INT8, "small
 
 def infer_parameter_types(sql: str, schema: Mapping[str, Mapping[str, str]]) -> list[int]:
     try:
-        tree = sqlglot.parse_one(sql, read="postgres")
+        tree = sqlglot.parse_one(spaced_parameters(sql), read="postgres")
     except (sqlglot.errors.ParseError, sqlglot.errors.TokenError):
         return []
     if tree is None:
@@ -46,6 +48,8 @@ def _infer(node: exp.Expression, columns: Mapping[str, str]) -> int:
         return _CASTS.get(parent.to.sql(dialect="postgres").lower(), codec.TEXT)
     if isinstance(parent, (exp.Limit, exp.Offset)):
         return codec.INT8
+    if isinstance(parent, exp.Any):
+        return codec.array_of(_infer(parent, columns))
     if isinstance(parent, _COMPARISONS):
         for col in parent.find_all(exp.Column):
             dtype = columns.get(col.name.lower())

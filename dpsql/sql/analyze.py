@@ -168,8 +168,26 @@ def analyze(tree: exp.Query, policy: Policy, schema: Mapping[str, Mapping[str, s
     resolver = Resolver(policy, schema)
     if not touches_private(tree, policy):
         check_rows_query(tree, resolver)
-        return PublicQuery(tree)
+        return PublicQuery(_unqualified(tree))
     return _Analysis(tree, policy, resolver, options or QueryOptions(), mechanism).run()
+
+
+def _unqualified(tree: exp.Query) -> exp.Query:
+    """The public query with PostgreSQL's schema qualifier ("public"."wards", Metabase's
+    "public"."wards"."name") dropped: the engine keeps the declared tables in its own default
+    schema."""
+    def qualified(node: exp.Expression) -> bool:
+        return isinstance(node, (exp.Table, exp.Column)) and node.text("db").lower() == "public"
+
+    if not any(qualified(n) for n in tree.walk()):
+        return tree
+
+    def visit(node: exp.Expression) -> exp.Expression:
+        if qualified(node):
+            node.set("db", None)
+        return node
+
+    return tree.transform(visit, copy=True)
 
 
 def touches_private(tree: exp.Expression, policy: Policy) -> bool:

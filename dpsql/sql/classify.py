@@ -78,11 +78,66 @@ _RESET_RE = re.compile(r"^RESET\s+([A-Za-z_][\w.]*|ALL)\s*$", re.I)
 _SHOW_RE = re.compile(r"^SHOW\s+([A-Za-z_][\w.]*|ALL)\s*$", re.I)
 
 
+_DOLLAR_TAG = re.compile(r"\$(?:[A-Za-z_\x80-\uffff][\w\x80-\uffff]*)?\$")
+
+
+def spaced_parameters(sql: str) -> str:
+    """`$n` placeholders preceded by a space. sqlglot's tokenizer reads `$1,$2` or `$1+$2` as
+    the start of a dollar-quoted string and fails (postgres.js writes `IN ($1,$2)`); a space
+    changes nothing else. Quotes, comments and dollar-quoted strings are skipped."""
+    if "$" not in sql:
+        return sql
+    out, i, n = [], 0, len(sql)
+    while i < n:
+        c = sql[i]
+        if c in "'\"":
+            escapes = c == "'" and i > 0 and sql[i - 1] in "eE"  # E'...' strings take backslash escapes
+            end = i + 1
+            while end < n:
+                if sql[end] == c:
+                    if end + 1 < n and sql[end + 1] == c:
+                        end += 2
+                        continue
+                    break
+                end += 2 if escapes and sql[end] == "\\" else 1
+            out.append(sql[i:end + 1])
+            i = end + 1
+        elif sql.startswith("--", i):
+            end = sql.find("\n", i)
+            end = n if end < 0 else end
+            out.append(sql[i:end])
+            i = end
+        elif sql.startswith("/*", i):
+            end = sql.find("*/", i + 2)
+            end = n if end < 0 else end + 2
+            out.append(sql[i:end])
+            i = end
+        elif c == "$" and i + 1 < n and sql[i + 1].isdigit():
+            before = sql[i - 1] if i else " "
+            if not (before.isspace() or before.isalnum() or before in "_$"):  # x$1 is an identifier
+                out.append(" ")
+            end = i + 1
+            while end < n and sql[end].isdigit():
+                end += 1
+            out.append(sql[i:end])
+            i = end
+        elif c == "$" and (m := _DOLLAR_TAG.match(sql, i)) and not (i and (sql[i - 1].isalnum() or sql[i - 1] == "_")):
+            close = sql.find(m.group(0), m.end())
+            end = n if close < 0 else close + len(m.group(0))
+            out.append(sql[i:end])
+            i = end
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
 def split_statements(sql: str, limits: QueryLimits = DEFAULT_LIMITS) -> list[str]:
     """Split on top-level semicolons using sqlglot's tokenizer (quotes and comments respected).
     Every statement text enters here first: its size and token count are checked before it is
     parsed."""
     limits.text(sql)
+    sql = spaced_parameters(sql)
     if ";" not in sql and "--" not in sql and "/*" not in sql and len(sql) <= limits.max_tokens:
         body = sql.strip()  # one statement, and no more tokens than characters: nothing to split or count
         return [body] if body else []
@@ -155,6 +210,8 @@ def classify_one(text: str, limits: QueryLimits = DEFAULT_LIMITS) -> Statement:
     if m:
         return SetCommand("timezone", _unquote(m.group(1)))
     first = body.split(None, 1)[0].upper().rstrip("(") if body else ""
+    if body.startswith("("):
+        first = "("
     if first == "SET":
         m = _SET_RE.match(body)
         if not m:
@@ -194,9 +251,12 @@ def classify_one(text: str, limits: QueryLimits = DEFAULT_LIMITS) -> Statement:
     raise syntax_error("cannot read the statement", hint=_ALLOWED_HINT)
 
 
+# A view's name may be qualified by the database and schema (dbt writes "db"."schema"."name"):
+# dpsql serves one database, and session views live in no schema of it.
+_QUALIFIERS = r"(?:(?:\"[^\"]+\"|\w+)\s*\.\s*){0,2}"
 _CREATE_VIEW = re.compile(r"^CREATE\s+(?P<replace>OR\s+REPLACE\s+)?(?P<temp>TEMP\s+|TEMPORARY\s+)?VIEW\s+"
-                          r"(?:(?:pg_temp|public)\.)?(?P<name>\"[^\"]+\"|\w+)\s+AS\s+(?P<query>.+)$", re.I | re.S)
-_DROP_VIEW = re.compile(r"^DROP\s+VIEW\s+(?P<exists>IF\s+EXISTS\s+)?(?:(?:pg_temp|public)\.)?(?P<name>\"[^\"]+\"|\w+)"
+                          + _QUALIFIERS + r"(?P<name>\"[^\"]+\"|\w+)\s+AS\s+(?P<query>.+)$", re.I | re.S)
+_DROP_VIEW = re.compile(r"^DROP\s+VIEW\s+(?P<exists>IF\s+EXISTS\s+)?" + _QUALIFIERS + r"(?P<name>\"[^\"]+\"|\w+)"
                         r"\s*(?:CASCADE|RESTRICT)?$", re.I | re.S)
 
 
@@ -241,6 +301,8 @@ def _parse(text: str, limits: QueryLimits) -> exp.Query:
         raise syntax_error(f"syntax error: {detail}", hint="check the query near the position given") from None
     except TokenError as e:
         raise syntax_error(f"syntax error: {e}") from None
+    while isinstance(tree, exp.Subquery) and not any(v for k, v in tree.args.items() if k != "this"):
+        tree = tree.this  # (SELECT ...) as a whole statement, or a view's body in parentheses
     if not isinstance(tree, exp.Query):
         raise forbidden("only SELECT queries are allowed", hint=_ALLOWED_HINT)
     limits.tree(tree)
@@ -249,7 +311,9 @@ def _parse(text: str, limits: QueryLimits) -> exp.Query:
 
 def _normalized(tree: exp.Query) -> exp.Query:
     """PostgreSQL spellings BI tools emit, in the one form the rest of dpsql reads: DATE(x) is
-    CAST(x AS DATE) (Looker), FETCH NEXT n ROWS ONLY is LIMIT n (Looker, Power BI)."""
+    CAST(x AS DATE) (Looker), FETCH NEXT n ROWS ONLY is LIMIT n (Looker, Power BI), a table's
+    database qualifier (dbt's "dpsql"."public"."patients") is dropped, since dpsql serves one
+    database, and `x = ANY(array)` is `x IN (...)` (`array_comparisons`)."""
     def visit(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Date) and node.args.get("this") is not None and not node.args.get("zone") \
                 and not node.args.get("expressions"):
@@ -257,11 +321,95 @@ def _normalized(tree: exp.Query) -> exp.Query:
         if isinstance(node, exp.Fetch) and isinstance(node.args.get("count"), exp.Literal) \
                 and not (node.args.get("limit_options") and node.args["limit_options"].args.get("with_ties")):
             return exp.Limit(expression=node.args["count"])
+        if isinstance(node, exp.Table) and node.args.get("catalog") is not None and node.args.get("db") is not None:
+            node.set("catalog", None)
         return node
 
-    if any(isinstance(n, (exp.Date, exp.Fetch)) for n in tree.walk()):
-        return tree.transform(visit, copy=True)
-    return tree
+    if any(isinstance(n, (exp.Date, exp.Fetch)) or (isinstance(n, exp.Table) and n.args.get("catalog") is not None)
+           for n in tree.walk()):
+        tree = tree.transform(visit, copy=True)
+    return array_comparisons(tree)
+
+
+def array_comparisons(tree: exp.Expression) -> exp.Expression:
+    """`x = ANY(<array>)` as `x IN (...)` and `x <> ALL(<array>)` as `x NOT IN (...)`, for an
+    array dpsql can read: ARRAY[...], a '{a,b}' literal (cast or not: drivers send list
+    parameters as text) or NULL. Drivers pass lists this way (node's pg, postgres.js, psycopg);
+    the rest of dpsql reads IN lists. Other arrays stay as they are, and are refused later."""
+    if not any(isinstance(n, exp.Any) or (isinstance(n, exp.Anonymous) and n.name.lower() == "all")
+               for n in tree.walk()):
+        return tree
+
+    def visit(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.EQ) and isinstance(node.expression, exp.Any):
+            items = _array_items(node.expression.this)
+            if items is not None:
+                return exp.In(this=node.this, expressions=items) if items else exp.false()
+        if isinstance(node, exp.NEQ) and isinstance(node.expression, exp.Anonymous) \
+                and node.expression.name.lower() == "all" and len(node.expression.expressions) == 1:
+            items = _array_items(node.expression.expressions[0])
+            if items is not None:
+                return exp.Not(this=exp.In(this=node.this, expressions=items)) if items else exp.true()
+        return node
+
+    return tree.transform(visit, copy=True)
+
+
+def _array_items(node: exp.Expression) -> list[exp.Expression] | None:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Array):
+        return list(node.expressions)
+    if isinstance(node, exp.Null):
+        return [exp.Null()]
+    numeric = False
+    if isinstance(node, exp.Cast) and node.to.this == exp.DataType.Type.ARRAY:
+        element = node.to.expressions[0] if node.to.expressions else None
+        numeric = element is not None and element.is_type(*exp.DataType.NUMERIC_TYPES)
+        node = node.this
+    if isinstance(node, exp.Literal) and node.is_string and node.this.startswith("{") and node.this.endswith("}"):
+        values = _array_text(node.this)
+        if values is None:
+            return None
+        return [exp.Null() if v is None else exp.Literal.number(v) if numeric else exp.Literal.string(v)
+                for v in values]
+    return None
+
+
+def _array_text(text: str) -> list[str | None] | None:
+    """The elements of a one-dimensional PostgreSQL array literal ('{a,"b c",NULL}')."""
+    body, out, i = text[1:-1], [], 0
+    if not body.strip():
+        return []
+    while i <= len(body):
+        while i < len(body) and body[i].isspace():
+            i += 1
+        if i < len(body) and body[i] == '"':
+            value, i = [], i + 1
+            while i < len(body) and body[i] != '"':
+                if body[i] == "\\" and i + 1 < len(body):
+                    i += 1
+                value.append(body[i])
+                i += 1
+            if i >= len(body):
+                return None
+            item: str | None = "".join(value)
+            i += 1
+        else:
+            end = body.find(",", i)
+            end = len(body) if end < 0 else end
+            raw = body[i:end].strip()
+            if raw.startswith("{"):
+                return None  # nested arrays
+            item = None if raw.upper() == "NULL" else raw
+            i = end
+        out.append(item)
+        while i < len(body) and body[i].isspace():
+            i += 1
+        if i < len(body) and body[i] != ",":
+            return None
+        i += 1
+    return out
 
 
 def _unquote(value: str) -> str:

@@ -1,0 +1,1 @@
+select sex, count(*) as n from {{ source('clinic', 'people') }} group by sex
