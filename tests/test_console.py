@@ -62,7 +62,7 @@ def client(server):
     with TestClient(app, follow_redirects=False) as c:
         yield c
     for login in app.state.console.logins.drain():
-        login.session.ledger.close()
+        login.session.close()
 
 
 def _token(client: TestClient, path: str = "/login") -> str:
@@ -340,7 +340,7 @@ def test_budget_page_says_when_a_window_refreshes(tmp_path):
             _login(c)
             assert "window refreshes" in c.get("/budget").text
             for login in c.app.state.console.logins.drain():
-                login.session.ledger.close()
+                login.session.close()
     finally:
         server.executor.shutdown(wait=True)
         server.engine.close()
@@ -596,3 +596,15 @@ def test_screenshot_for_the_readme_is_a_real_one():
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20000
     assert "docs/console.png" in (ROOT / "README.md").read_text()
 
+
+
+def test_a_loopback_console_answers_only_to_loopback_host_names(server):
+    """DNS rebinding: a page on another site that resolves its own name to 127.0.0.1 sends its
+    own Host header, which a console bound to loopback refuses."""
+    from dpsql.console.app import LOOPBACK_NAMES
+
+    with TestClient(create_app(server, hosts=LOOPBACK_NAMES), base_url="http://127.0.0.1:8080",
+                    follow_redirects=False) as c:
+        assert c.get("/login").status_code == 200
+        assert c.get("/login", headers={"host": "localhost:8080"}).status_code == 200
+        assert c.get("/login", headers={"host": "attacker.example"}).status_code == 400

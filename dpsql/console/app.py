@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 from starlette.middleware.sessions import SessionMiddleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Mount, Route
@@ -98,9 +99,14 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
     return Response("internal error", status_code=500, media_type="text/plain")
 
 
-def create_app(server: Server, *, secure: bool = False) -> Starlette:
+LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
+
+
+def create_app(server: Server, *, secure: bool = False, hosts: list[str] | None = None) -> Starlette:
     """The console for `server` (its policy, engine, ledger, worker threads and login throttle).
-    `secure`: it is served over TLS, so its cookie is sent over TLS only."""
+    `secure`: it is served over TLS, so its cookie is sent over TLS only. `hosts`: the Host
+    names it answers to (a console on loopback answers only to loopback names, so a web page
+    elsewhere cannot reach it through DNS rebinding); None answers to any."""
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.filters["number"] = charts.number
     templates.env.filters["utc"] = _utc
@@ -109,6 +115,7 @@ def create_app(server: Server, *, secure: bool = False) -> Starlette:
     app = Starlette(
         routes=ROUTES,
         middleware=[Middleware(SecurityHeaders),
+                    *([Middleware(TrustedHostMiddleware, allowed_hosts=hosts)] if hosts else []),
                     Middleware(RequestBodyLimitMiddleware, max_body_size=max_body),
                     Middleware(SessionMiddleware, secret_key=key, session_cookie=COOKIE, max_age=int(LIFETIME),
                                same_site="lax", https_only=secure)],

@@ -53,7 +53,7 @@ async def log_in(request: Request, user: str, password: str) -> Login | Refused:
         return Refused(401, f'password authentication failed for user "{user}"')
     server.throttle.succeeded(user, where)
     try:
-        session = await blocking(request, lambda: Session(server.policy, user, engine=server.engine))
+        session = await blocking(request, lambda: Session(server.policy, user, engine=server.engine, ledger=server.ledger))
     except Error as e:
         return Refused(403, e.message, e.hint)
     try:

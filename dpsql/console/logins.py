@@ -90,5 +90,5 @@ class Logins:
 
 
 def close(login: Login) -> None:
-    """End a login's Session: its ledger connection; the engine is the server's and stays open."""
-    login.session.ledger.close()
+    """End a login's Session (the server's engine and ledger, which it shares, stay open)."""
+    login.session.close()

@@ -15,7 +15,7 @@ import uvicorn
 
 from ..errors import OperationalError
 from ..server.app import Server
-from .app import create_app
+from .app import LOOPBACK_NAMES, create_app
 from .logins import close
 from .web import log
 
@@ -42,7 +42,8 @@ class ConsoleService:
             raise OperationalError(f"cannot serve the console on {host}:{port}: {e.strerror}",
                                    hint="choose another --http address or port") from None
         self.host, self.port = host, self.socket.getsockname()[1]
-        self.app = create_app(server, secure=certfile is not None)
+        loopback = host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+        self.app = create_app(server, secure=certfile is not None, hosts=LOOPBACK_NAMES if loopback else None)
         config = uvicorn.Config(self.app, host=host, port=self.port, log_level="warning", lifespan="off",
                                 ssl_certfile=certfile, ssl_keyfile=keyfile, server_header=False,
                                 proxy_headers=False, timeout_graceful_shutdown=SHUTDOWN_SECONDS)
