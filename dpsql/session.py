@@ -422,7 +422,10 @@ class Session:
         self._deadline.check()
         charge = self.ledger.charge(self.user.name, self.budget_policy, cal.cost, stmt.sql, detail, self.global_budget)
         result = self._answer(plan, sql, cal, charge, detail)
-        self.ledger.record_release(charge.id, result.rows)
+        # what left, as it left: the audit log and the console's history show it with its intervals
+        self.ledger.record_release(charge.id, {"names": result.names, "rows": result.rows,
+                                               "ci": (result.dp or {}).get("ci"),
+                                               "confidence": (result.dp or {}).get("confidence")})
         if s.cache:
             self.ledger.cache_put(self.user.name, key, _to_cache(result))
         return result

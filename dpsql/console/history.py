@@ -1,6 +1,7 @@
 """An analyst's history: every charged release (the ledger's charges: SQL, cost, noise, the
-released values, with intervals where the answer cache still holds the answer that carries
-the charge's receipt) and the console's answers served from the cache, free."""
+released values with the names and intervals recorded with them; for records that hold rows
+only, the names and intervals of the cached answer carrying the charge's receipt) and the
+console's answers served from the cache, free."""
 
 from __future__ import annotations
 
@@ -56,6 +57,10 @@ def _charge(h: dict[str, Any], answer: dict[str, Any] | None, describe: Callable
     entry.noise = noise
     if released is None:
         entry.status = "charged; no answer was released (the query failed after its charge)"
+    elif isinstance(released, dict) and "names" in released:  # one query: its rows, names and intervals
+        entry.status = "released"
+        entry.answers.append(results.table(released["names"], released["rows"], released.get("ci"), f"h{h['id']}",
+                                           ROWS_SHOWN))
     elif isinstance(released, dict):
         entry.status = f"released {released.get('rows', 0)} randomized rows (randomized response)"
     elif isinstance(detail, dict) and "batch" in detail:
