@@ -9,7 +9,6 @@ import csv
 import html
 import io
 import json
-import os
 import re
 import socket
 import subprocess
@@ -30,6 +29,7 @@ from dpsql.server.app import Server
 from dpsql.server.scram import Verifier, make_verifier, password_matches
 from dpsql.server.throttle import LoginThrottle
 
+from .browser import launch
 from .conftest import ROOT, default_events, default_people, make_db, write_policy
 from .server_fixture import PASSWORD, Serve, free_port
 
@@ -384,11 +384,6 @@ def test_the_budget_chart_ends_at_the_budget_show_reports(client, server):
 
 # In a real browser -----------------------------------------------------------------------------
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     """A real `dpsql serve --http` on free loopback ports, with logins for alice, bob and carol."""
@@ -437,15 +432,10 @@ def test_wire_and_console_served_by_one_process_on_one_ledger(live):
 
 @pytest.fixture(scope="module")
 def browser(live):
-    if not Path(CHROMIUM).exists():
-        missing = "no system Chromium: tests/setup.sh installs Debian's chromium"
-        if os.environ.get("CI"):
-            pytest.fail(missing)
-        pytest.skip(missing)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        b = launch(p)
         yield b
         b.close()
 

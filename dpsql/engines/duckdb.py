@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Iterator, Mapping
 
@@ -30,6 +32,9 @@ from .base import (
     width_bucket_case,
 )
 from .scratch import ScratchDir
+
+PREPARED_PER_CURSOR = 128  # query texts remembered per worker thread's cursor (prepared from the second run)
+_PREPARED = itertools.count()
 
 
 def _literal(text: str) -> str:
@@ -176,12 +181,42 @@ class DuckDBEngine:
             sqlstate="XX000",
             hint=ENGINE_FAILURE_HINT)
         with self._tracked(failure) as cur:
-            cur.execute(sql)
+            self._run(cur, sql)
             names = [d[0] for d in cur.description]
             types = [str(d[1]) for d in cur.description]
             rows = cur.fetchall()
         columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in names]
         return ResultSet(names, types, columns)
+
+    def _run(self, cur: duckdb.DuckDBPyConnection, sql: str) -> None:
+        """Run `sql` on this thread's cursor; from its second run on, through a prepared
+        statement of that cursor: a dashboard's repeated query then skips DuckDB's parsing,
+        binding and planning, about 40 % of a small query. A new data version starts afresh."""
+        prepared: OrderedDict[str, str | None] = self._local.__dict__.setdefault("prepared", OrderedDict())
+        version = self.data_version()
+        if self._local.__dict__.get("version") != version:
+            for name in filter(None, prepared.values()):
+                cur.execute(f"DEALLOCATE {name}")
+            prepared.clear()
+            self._local.version = version
+        name = prepared.get(sql)
+        if name is None:
+            if sql not in prepared:  # first sighting: run it as it is
+                cur.execute(sql)
+                prepared[sql] = None
+                self._evict(cur, prepared)
+                return
+            name = prepared[sql] = f"dpsql_p{next(_PREPARED)}"
+            cur.execute(f"PREPARE {name} AS {sql}")
+        prepared.move_to_end(sql)
+        cur.execute(f"EXECUTE {name}")
+
+    @staticmethod
+    def _evict(cur: duckdb.DuckDBPyConnection, prepared: OrderedDict[str, str | None]) -> None:
+        while len(prepared) > PREPARED_PER_CURSOR:
+            _, name = prepared.popitem(last=False)
+            if name is not None:
+                cur.execute(f"DEALLOCATE {name}")
 
     def weighted_copy(self, table: str, unit: str, limit: int, bits: int, sums: Mapping[str, str] | None = None) -> str:
         """A copy of `table` whose rows carry __dpsql_w = floor(limit * 2^bits / max(n, limit)),
