@@ -432,8 +432,11 @@ class Ledger:
             raise OperationalError(f"the ledger could not record the charge: {e}",
                                    hint="nothing was charged and nothing was released; try again") from None
 
-    def grant(self, user: str, epsilon: Fraction, delta: Fraction, budget: BudgetPolicy | None = None) -> None:
-        """More budget for `user` (in a windowed budget: for the current window only)."""
+    def grant(self, user: str, epsilon: Fraction, delta: Fraction, budget: BudgetPolicy | None = None,
+              event: tuple[str, str, str] | None = None) -> None:
+        """More budget for `user` (in a windowed budget: for the current window only); `event`
+        (kind, address, detail: who granted it and why) is written in the same transaction, so
+        a grant never stands without its reason."""
         with self._write([user]) as con:
             window = window_of(budget, self.now(con)) if budget is not None else None
             if window and len(self._grants(con, user, window[1])) >= WINDOW_STRIDE - 1:
@@ -444,6 +447,9 @@ class Ledger:
             chain = self._append(con, user, "grant", grant_record(user, seq, eps, dlt, at))
             self._exec(con, "INSERT INTO grants (user_name, seq, epsilon, delta, at, chain) VALUES (?, ?, ?, ?, ?, ?)",
                        (user, seq, eps, dlt, at, chain))
+            if event is not None:  # at the grant's own time: the audit log pairs them by it
+                self._exec(con, "INSERT INTO events (at, kind, user_name, address, detail) VALUES (?, ?, ?, ?, ?)",
+                           (at, event[0], user, event[1], event[2]))
 
     # Audit log and cache ----------------------------------------------------------------
     def release_recorded(self, user: str, charge_id: int) -> bool:

@@ -63,9 +63,8 @@ def grant(policy: Policy, ledger: Ledger, officer: str, analyst: str, epsilon: s
         raise invalid_parameter(f"the {u.filter} filter needs a delta > 0 for a grant")
     if not reason:
         raise invalid_parameter("say why: a grant needs a reason, which goes into the audit log")
-    ledger.grant(u.name, eps, d, u.budget)
-    ledger.record_event(GRANT_EVENT, u.name, where, json.dumps(
-        {"officer": officer, "epsilon": show(eps), "delta": show(d), "reason": reason}))
+    ledger.grant(u.name, eps, d, u.budget, event=(GRANT_EVENT, where, json.dumps(
+        {"officer": officer, "epsilon": show(eps), "delta": show(d), "reason": reason})))
     return budget_summary(policy, ledger, u.name)["detail"]
 
 
