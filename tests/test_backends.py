@@ -228,3 +228,27 @@ def test_spark_connect_gives_the_same_values(spark_connect_url, sessions, polici
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["rows"] == [repr(_rows(sessions["duckdb"], sql)) for sql in queries]
     assert got["answer_rows"] == 3 and got["charged"] == 1
+
+
+def test_repeated_and_evicted_query_texts_keep_their_own_results(tmp_path):
+    """Prepared statements per cursor (engines/duckdb.py): a text's second run goes through its
+    prepared statement; more texts than the cursor remembers evict the oldest, and no eviction
+    may replace the result of the query that caused it."""
+    from dpsql.config import load_policy
+    from dpsql.engines import duckdb as engine_module
+    from dpsql.engines.duckdb import DuckDBEngine
+
+    from .conftest import default_events, default_people, make_db, write_policy
+
+    make_db(tmp_path / "db.duckdb", default_people(), default_events())
+    engine = DuckDBEngine(load_policy(write_policy(tmp_path)))
+    try:
+        texts = [f"SELECT {i} AS a, {i} + 1 AS b, COUNT(*) AS c FROM people" for i in
+                 range(engine_module.PREPARED_PER_CURSOR + 20)]
+        for _ in range(2):  # each text prepared on its second run, the oldest prepared ones then evicted
+            for sql in texts[:10] * 2 + texts[10:]:
+                rs = engine.execute(sql)
+                i = texts.index(sql)
+                assert rs.names == ["a", "b", "c"] and rs.columns == [[i], [i + 1], [200]]
+    finally:
+        engine.close()

@@ -201,10 +201,10 @@ class DuckDBEngine:
             self._local.version = version
         name = prepared.get(sql)
         if name is None:
-            if sql not in prepared:  # first sighting: run it as it is
-                cur.execute(sql)
+            if sql not in prepared:  # first sighting: run it as it is (evicting first: the cursor holds one result)
                 prepared[sql] = None
                 self._evict(cur, prepared)
+                cur.execute(sql)
                 return
             name = prepared[sql] = f"dpsql_p{next(_PREPARED)}"
             cur.execute(f"PREPARE {name} AS {sql}")
