@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import secrets
 import sys
@@ -404,12 +405,15 @@ def plan(policy: str, user: str, ledger: str | None, epsilon: float, delta: floa
               help="Backoff after a failed login, per user name and per address, doubling up to 32x.")
 @click.option("--login-lockout-after", default=10, show_default=True, type=int,
               help="Failed logins in a row that lock the name and the address out for 5 minutes.")
+@click.option("--log-statements", is_flag=True,
+              help="Log every statement's text and outcome (command tag or SQLSTATE) to standard error: what "
+                   "tools send, never the values answered.")
 @click.option("--http", "http", default=None, metavar="HOST:PORT",
               help="Also serve the web console (budgets, history, EXPLAIN, audit log) here, e.g. 127.0.0.1:8080; "
                    "over HTTPS with --tls-cert/--tls-key.")
 def serve(policy: str, ledger: str | None, host: str, port: int, tls_cert: str | None, tls_key: str | None,
           require_tls: bool, max_connections: int, max_pending: int, login_timeout: float, login_delay: float,
-          login_lockout_after: int, http: str | None) -> None:
+          login_lockout_after: int, log_statements: bool, http: str | None) -> None:
     """Serve the PostgreSQL wire protocol: psql, JDBC, ODBC and every Postgres driver connect unchanged."""
     from .server.app import Limits, Server, run, tls_context
     from .server.throttle import LoginThrottle
@@ -426,6 +430,12 @@ def serve(policy: str, ledger: str | None, host: str, port: int, tls_cert: str |
                         Limits(max_connections=max_connections, max_pending=max_pending, login_timeout=login_timeout))
         server.throttle = LoginThrottle(base_delay=login_delay, max_delay=32 * login_delay,
                                         lockout_after=login_lockout_after)
+        if log_statements:
+            server.log_statements = True
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("%(asctime)s statement %(message)s"))
+            logging.getLogger("dpsql.statements").addHandler(handler)
+            logging.getLogger("dpsql.statements").setLevel(logging.INFO)
         for name in sorted(pol.users):
             if server.ledger.user_credentials(name) is None:
                 password = secrets.token_urlsafe(12)

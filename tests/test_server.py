@@ -191,3 +191,22 @@ def test_leading_comments_do_not_hide_what_a_statement_is(serve):
         conn.execute(dbt + "BEGIN")
         assert conn.execute(dbt + "SELECT COUNT(*) FROM people").fetchone()[0] >= 0
         conn.execute(dbt + "COMMIT")
+
+
+def test_log_statements_shows_each_statement_and_its_outcome_never_values(small_policy, tmp_path):
+    """`dpsql serve --log-statements`: what tools send, with the command tag or SQLSTATE."""
+    import psycopg
+
+    from .server_fixture import Serve
+
+    serve = Serve(small_policy, tmp_path / "ledger.sqlite", "--log-statements")
+    try:
+        with psycopg.connect(serve.dsn(), autocommit=True) as c:
+            value = c.execute("SELECT COUNT(*) AS n FROM people").fetchone()[0]
+            with pytest.raises(psycopg.Error):
+                c.execute("SELECT * FROM people")
+    finally:
+        out = serve.stop()
+    assert "statement alice" in out and "SELECT 1: SELECT COUNT(*) AS n FROM people" in out
+    assert "42501: SELECT * FROM people" in out
+    assert str(value) not in out.split("SELECT COUNT(*) AS n FROM people")[1].split("\n")[0]

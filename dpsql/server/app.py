@@ -32,6 +32,7 @@ from .scram import ScramError, ScramServer, Verifier
 from .throttle import LoginThrottle
 
 log = logging.getLogger("dpsql.server")
+statements = logging.getLogger("dpsql.statements")  # every statement and its outcome (serve --log-statements)
 
 
 @dataclass
@@ -113,6 +114,7 @@ class Server:
         self.ledger = open_ledger(policy.ledger_path, policy.ledger_url, identity=policy.ledger_identity)
         self.ledger.group_commit()  # every connection's charges share transactions: one fsync a batch
         self.local_ledger = policy.ledger_url is None
+        self.log_statements = False  # operators' view of what tools send: text and outcome, never values
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._accept, self.host, self.port, limit=2**16)
@@ -460,6 +462,20 @@ class Connection:
         return Answer(fields, result.rows, result.status, notices)
 
     def run_statement(self, sql: str, params: list[Any] | None = None) -> Answer:
+        """One statement, logged with its outcome (command tag or SQLSTATE) when the operator
+        asked for it."""
+        if not self.server.log_statements:
+            return self._run_statement(sql, params)
+        text = " ".join(sql.split())[:4000]
+        try:
+            answer = self._run_statement(sql, params)
+        except Error as e:
+            statements.info("%s [%s] %s: %s", self.user, self.pid, e.sqlstate, text)
+            raise
+        statements.info("%s [%s] %s: %s", self.user, self.pid, answer.tag, text)
+        return answer
+
+    def _run_statement(self, sql: str, params: list[Any] | None = None) -> Answer:
         """One statement, on a worker thread: catalog queries and transaction control here,
         everything else through the analyst's Session."""
         session = self.session
