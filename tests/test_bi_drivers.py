@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import getpass
+import glob
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -11,6 +14,15 @@ import pytest
 from .server_fixture import PASSWORD
 
 JDBC_JAR = Path("/usr/share/java/postgresql.jar")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_driver_logs_left():
+    """psqlODBC writes /tmp/psqlodbc_<program>_<user><pid>.log when it disconnects, whatever
+    CommLog says; the tests leave nothing behind."""
+    yield
+    for log in glob.glob(f"/tmp/psqlodbc_*_{getpass.getuser()}{os.getpid()}.log"):
+        os.unlink(log)
 
 
 @pytest.mark.skipif(not JDBC_JAR.exists() or shutil.which("javac") is None,
