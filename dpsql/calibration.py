@@ -149,14 +149,22 @@ def _by_curve(measures: list[MeasureNoise], epsilon: Fraction, delta: Fraction, 
     one measure whose unit moves one coordinate (L2² = L1², so the release is one-dimensional
     for any neighbour), else unchanged. The part's ρ is then the true Δ²/2σ² (larger than the
     conversion's), which the (ε, δ) filters never read but the audit log keeps honest."""
-    if len(measures) != 1 or measures[0].l1 is None or measures[0].l1 ** 2 != measures[0].l2_squared:
+    m = one_coordinate(measures)
+    if m is None:
         return measures, rho
-    (m,) = measures
     sigma = sigma_for(epsilon, delta, m.l1, m.noise.scale)
     if sigma >= m.noise.scale:
         return measures, rho
     true_rho = Fraction(m.l2_squared) / (2 * Fraction(sigma) ** 2)
     return [MeasureNoise(Noise("gaussian", sigma), m.l1, m.l2_squared, None, true_rho)], true_rho
+
+
+def one_coordinate(measures: Sequence[MeasureNoise]) -> MeasureNoise | None:
+    """The Gaussian part's only measure when a unit moves one integer coordinate of it (L2² =
+    L1²): where the discrete Gaussian's one-coordinate curve applies; None otherwise."""
+    if len(measures) == 1 and measures[0].l1 is not None and measures[0].l1 ** 2 == measures[0].l2_squared:
+        return measures[0]
+    return None
 
 
 MAX_VALUE = float(2**53)  # largest |value| a measure may take: beyond it doubles lose integers

@@ -28,7 +28,7 @@ from .accounting.cost import Cost
 from .accounting.filters import amplified_epsilon
 from .accounting.gaussian_curve import discrete_gaussian_delta
 from .accounting.ledger import Charge
-from .calibration import Calibration
+from .calibration import Calibration, one_coordinate
 from .config import Policy
 from .engines.base import ResultSet
 from .errors import InternalError
@@ -149,11 +149,10 @@ def _gaussian_pairs(cal: Calibration, cost: Cost) -> None:
     """A Gaussian part's charged (ε, δ) must follow from its noise: through zCDP (its ρ within
     what the optimal conversion allows at (ε, δ)), or, for one one-coordinate measure, by the
     discrete Gaussian's exact curve at that measure's σ."""
-    gaussian = [mn for mn in cal.measures if mn.noise.kind == "gaussian" and mn.rho is not None]
+    m = one_coordinate([mn for mn in cal.measures if mn.noise.kind == "gaussian" and mn.rho is not None])
     for p in cost.parts:
         if p.kind != "gaussian" or p.rho is None or p.rho <= rho_for(p.epsilon, p.delta):
             continue
-        if len(gaussian) != 1 or gaussian[0].l1 is None or gaussian[0].l1 ** 2 != gaussian[0].l2_squared or \
-                discrete_gaussian_delta(float(p.epsilon), gaussian[0].noise.scale, gaussian[0].l1) > float(p.delta):
+        if m is None or discrete_gaussian_delta(float(p.epsilon), m.noise.scale, m.l1) > float(p.delta):
             raise ReleaseRefused("a Gaussian part charged less (epsilon, delta) than its noise allows")
 

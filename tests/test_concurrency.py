@@ -32,15 +32,15 @@ def race_policy(request, small_policy, tmp_path) -> Path:
     return write_policy(small_policy.parent, epsilon=1.0, query_epsilon=0.1, extra=extra)
 
 
-def test_64_threads_get_exactly_10_answers(race_policy):
-    policy = load_policy(race_policy)
-    engine = DuckDBEngine(policy)
+def race(open_session, threads: int = 64, tries: int = 3) -> tuple[int, int]:
+    """`threads` analysts, each with the session `open_session()` gives, send `tries` COUNT
+    queries at once; (answered, refused). Any other error fails the test."""
     answered, refused, errors = [], [], []
-    start = threading.Barrier(64, timeout=120)
+    start = threading.Barrier(threads, timeout=120)
 
     def analyst() -> None:
         try:
-            session = Session(policy, "alice", engine=engine)  # 64 first opens of one new ledger at once
+            session = open_session()
         except Exception as e:
             errors.append(e)
             start.abort()
@@ -48,7 +48,7 @@ def test_64_threads_get_exactly_10_answers(race_policy):
         session.execute("SET dpsql.cache = off")
         start.wait()
         try:
-            for _ in range(3):
+            for _ in range(tries):
                 try:
                     session.execute("SELECT COUNT(*) FROM people")
                     answered.append(1)
@@ -57,16 +57,22 @@ def test_64_threads_get_exactly_10_answers(race_policy):
         except Exception as e:  # pragma: no cover - reported below
             errors.append(e)
         finally:
-            session.ledger.close()
+            session.close()  # its own ledger connection; a shared engine or ledger stays open
 
-    threads = [threading.Thread(target=analyst) for _ in range(64)]
-    for t in threads:
+    workers = [threading.Thread(target=analyst) for _ in range(threads)]
+    for t in workers:
         t.start()
-    for t in threads:
+    for t in workers:
         t.join(120)
     assert not errors, errors[:3]
-    assert len(answered) == 10
-    assert len(refused) == 64 * 3 - 10
+    return len(answered), len(refused)
+
+
+def test_64_threads_get_exactly_10_answers(race_policy):
+    policy = load_policy(race_policy)
+    engine = DuckDBEngine(policy)
+    # 64 first opens of one new ledger at once
+    assert race(lambda: Session(policy, "alice", engine=engine)) == (10, 64 * 3 - 10)
     check = Session(policy, "alice", engine=engine)
     assert check.budget()["queries"] == 10 and check.budget()["epsilon"]["spent"] == 1
     engine.close()

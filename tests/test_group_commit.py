@@ -9,13 +9,12 @@ from fractions import Fraction
 
 import pytest
 
-import dpsql
 from dpsql.accounting.group_commit import GroupCommit
 from dpsql.config import load_policy
 from dpsql.engines.duckdb import DuckDBEngine
 from dpsql.session import Session
 
-from .test_concurrency import race_policy  # noqa: F401 - the SQLite and PostgreSQL ledgers
+from .test_concurrency import race, race_policy  # noqa: F401 - the SQLite and PostgreSQL ledgers
 
 
 def test_one_shared_ledger_with_group_commit_never_overspends(race_policy):  # noqa: F811
@@ -26,30 +25,7 @@ def test_one_shared_ledger_with_group_commit_never_overspends(race_policy):  # n
     first = Session(policy, "alice", engine=engine)
     ledger = first.ledger
     ledger.group_commit()
-    answered, refused, errors = [], [], []
-    start = threading.Barrier(64, timeout=120)
-
-    def analyst() -> None:
-        session = Session(policy, "alice", engine=engine, ledger=ledger)
-        session.execute("SET dpsql.cache = off")
-        start.wait()
-        try:
-            for _ in range(3):
-                try:
-                    session.execute("SELECT COUNT(*) FROM people")
-                    answered.append(1)
-                except dpsql.BudgetExceeded:
-                    refused.append(1)
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=analyst) for _ in range(64)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors, errors[:3]
-    assert (len(answered), len(refused)) == (10, 64 * 3 - 10)
+    assert race(lambda: Session(policy, "alice", engine=engine, ledger=ledger)) == (10, 64 * 3 - 10)
     budget = first.budget()
     assert budget["queries"] == 10 and budget["epsilon"]["spent"] == 1
     history = ledger.history("alice")

@@ -439,7 +439,7 @@ class Catalog:
     def _view_rows(self, session) -> dict[str, list[tuple]]:
         """The catalog rows of the session's temporary views (ibis looks up the columns of the
         view it just created), by catalog table; empty without views."""
-        views = session.view_columns() if session is not None and hasattr(session, "view_columns") else []
+        views = session.view_columns() if session is not None else []
         rows: dict[str, list[tuple]] = {}
         for i, (name, cols) in enumerate(views):
             for kind, part in self._relation(FIRST_VIEW_OID + 2 * i, FIRST_VIEW_OID + 2 * i + 1, name, cols,
