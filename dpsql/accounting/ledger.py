@@ -462,12 +462,15 @@ class Ledger:
     def record_release(self, charge_id: int, released: Any) -> None:
         """Recorded before the answer leaves: a ledger that cannot record it refuses the answer."""
         text = json.dumps(released, default=str)
+
+        def update(con) -> None:
+            self._exec(con, "UPDATE charges SET released = ? WHERE id = ?", (text, charge_id))
+
         try:
             if self._writer is None:
-                self._write_one("UPDATE charges SET released = ? WHERE id = ?", (text, charge_id))
+                update(self._con())  # one statement: no transaction of its own needed
             else:
-                self._writer.submit([], lambda con: self._exec(con, "UPDATE charges SET released = ? WHERE id = ?",
-                                                               (text, charge_id)))
+                self._writer.submit([], update)  # joins the batch being committed
         except self._errors as e:
             raise OperationalError(f"the ledger could not record the release: {e}",
                                    hint="nothing was released; the query's cost stays charged") from None
