@@ -54,7 +54,7 @@ from .prepare import (
 from .release import NoisyTable, key_order, release
 from .sql import build as b
 from .sql.analyze import Plan, PublicQuery, check_rows_query, touches_private
-from .sql.bounding import WeightedCopy, copy_column
+from .sql.bounding import SplitCopy, WeightedCopy, copy_column
 from .sql.classify import (
     Explain,
     Query,
@@ -117,6 +117,7 @@ class Session:
         self._deadline = policy.limits.deadline()  # the planning time budget of the statement under way
         # per table: what its weighted copy stores (column -> SQL) and which measure each serves
         self._stored: dict[tuple[str, int], tuple[dict[str, str], dict[tuple, str]]] = {}
+        self._unique: dict[tuple[str, str, str], bool] = {}  # (public table, column, data version) -> a unique key
 
     def _defaults(self) -> Settings:
         return default_settings(self.policy, self.user)
@@ -475,11 +476,15 @@ class Session:
                                    f"cannot be computed: {detail}", sqlstate="42601",
                                    hint="fix it and send the query again; nothing was charged") from None
 
-    def _weighting(self, plan: Plan) -> WeightedCopy | None:
-        """The engine's weighted copy of a weightable plan's table (built or brought up to date
-        here), and the measures the copy stores ready-weighted; None where it does not apply."""
+    def _weighting(self, plan: Plan) -> WeightedCopy | SplitCopy | None:
+        """The engine's weighted copy of the plan's private table (built or brought up to date
+        here) as the plan can use it: whole for a weightable plan, split by weight for a
+        filtered one or one joined on unique keys of public tables; None where neither applies."""
         weighted_copy = getattr(self.engine, "weighted_copy", None)
-        if not plan.weightable() or weighted_copy is None:
+        split = None if plan.weightable() else plan.split_keys()
+        if weighted_copy is None or (split is None and not plan.weightable()):
+            return None
+        if split is not None and not all(self._unique_key(t, c) for t, c in split):
             return None
         source = plan.relation.sources[0]
         stored = self._stored.get((source.table.name, plan.total_rows))
@@ -489,8 +494,24 @@ class Session:
                 {name: copy_column(m, plan.total_rows, plan.unit.name).sql(dialect="duckdb") for name, m in measures.items()},
                 {m.spec(): name for name, m in measures.items()})
         table = weighted_copy(source.table.name, plan.unit.name, plan.total_rows, COUNT_BITS, stored[0])
+        if split is not None:
+            return SplitCopy(plan.bounding, table, 2**COUNT_BITS)
         return WeightedCopy(plan.bounding, table, {j: stored[1][m.spec()] for j, m in enumerate(plan.measures)
                                                    if m.value is not None and m.spec() in stored[1]})
+
+    def _unique_key(self, table: str, column: str) -> bool:
+        """Whether a public table's column holds each non-NULL value once (public data: asking
+        costs nothing), per data version."""
+        version = self.engine.data_version()
+        known = self._unique.get((table, column, version))
+        if known is None:
+            tree = b.select([b.named(exp.EQ(this=b.count(b.quoted(column)),
+                                            expression=exp.Count(this=exp.Distinct(expressions=[b.quoted(column)]))),
+                                     "u")], b.table(table, quote=True))
+            with _charge_told("nothing was charged"):
+                rs = self.engine.execute(self.engine.prepare(tree))
+            known = self._unique[(table, column, version)] = bool(rs.columns[0][0])
+        return known
 
     def _declared_keys(self, tree: exp.Query, options: QueryOptions) -> Result | None:
         """GROUP BY (or SELECT DISTINCT) over keys with declared domains and no aggregate, as

@@ -20,7 +20,7 @@ import sqlglot
 
 from dpsql.config import load_policy
 from dpsql.session import Session
-from dpsql.sql.bounding import WeightedCopy
+from dpsql.sql.bounding import SplitCopy, WeightedCopy
 from dpsql.sql.classify import classify
 from dpsql.sql.measures import Histogram
 from dpsql.sql.rewrite import rewrite
@@ -28,9 +28,10 @@ from dpsql.sql.rewrite import rewrite
 from .conftest import make_db, write_policy
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-STRATEGIES = ["row_units", "per_group_cap", "partition_selection", "total_cap", "l2_clip", "weighted_copy"]
+STRATEGIES = ["row_units", "per_group_cap", "partition_selection", "total_cap", "l2_clip", "weighted_copy", "split_copy"]
 # (policy variant, mechanism, query). "capped": events declare max_contributions = 6;
-# "weighted": the plan is rendered over a weighted copy named weights.
+# "weighted": the plan is rendered over a weighted copy named weights; "split": the capped
+# policy's plan over that copy split by weight.
 CASES = [
     ("", "laplace", "SELECT COUNT(*) FROM people"),
     ("", "laplace", "SELECT sex, COUNT(*), AVG(age) FROM people GROUP BY sex"),
@@ -52,6 +53,9 @@ CASES = [
     ("capped", "gaussian", "SELECT COUNT(*), AVG(amount) FROM events"),
     ("weighted", "laplace", "SELECT kind, COUNT(*), SUM(amount), MEDIAN(amount) FROM events GROUP BY kind"),
     ("weighted", "laplace", "SELECT COUNT(*), AVG(age) FROM people"),
+    ("split", "laplace", "SELECT kind, COUNT(*), SUM(amount), MEDIAN(amount) FROM events WHERE amount > 10 GROUP BY kind"),
+    ("split", "gaussian", "SELECT pl.region, COUNT(*), AVG(e.amount) FROM events e JOIN places pl ON e.place = pl.name "
+              "GROUP BY pl.region"),
 ]
 
 
@@ -74,6 +78,7 @@ def sessions(tmp_path):
                       .replace("max_rows = 3\n", "max_rows = 3\nmax_contributions = 6\n"))
     out = {"": Session(load_policy(plain), "alice"), "capped": Session(load_policy(capped), "alice")}
     out["weighted"] = out[""]
+    out["split"] = out["capped"]
     for s in set(out.values()):
         s.execute("SET dpsql.delta = 1e-8")
     yield out
@@ -87,10 +92,10 @@ def _render(sessions) -> dict[str, str]:
         session = sessions[variant]
         session.execute(f"SET dpsql.mechanism = '{mechanism}'")
         plan, _ = session._prepare(classify(sql).tree)
-        bounding = WeightedCopy(plan.bounding, "weights") if variant == "weighted" else plan.bounding
+        copies = {"weighted": WeightedCopy(plan.bounding, "weights"), "split": SplitCopy(plan.bounding, "weights")}
+        bounding = copies.get(variant, plan.bounding)
         domain = plan.literal_domain_size()
-        bounded = rewrite(plan, domain, "salt" if plan.sample_rate else None,
-                          bounding if variant == "weighted" else None)
+        bounded = rewrite(plan, domain, "salt" if plan.sample_rate else None, copies.get(variant))
         head = f"# mechanism: {mechanism}{', ' + variant if variant else ''}\n{sql};\n"
         whole.append(f"{head}{_pretty(bounded)};\n")
         keys = [f"k{i}" for i in range(len(plan.keys))]

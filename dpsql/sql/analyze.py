@@ -39,6 +39,7 @@ from .scope import (
     Source,
     check_unit_joins,
     column_bounds,
+    conjuncts,
     output_name,
 )
 
@@ -139,6 +140,40 @@ class Plan:
                 and all(m.bits == COUNT_BITS for m in self.measures if isinstance(m, Histogram))
                 # Whole-row counts: floored once per group, which keeps a unit's L1 only with one group.
                 and (not self.keys or all(m.bits == COUNT_BITS for m in self.measures if isinstance(m, Count))))
+
+    def split_keys(self) -> list[tuple[str, str]] | None:
+        """Whether a total bound may read the weighted copy split by weight (bounding.SplitCopy)
+        under any filter: one private base table, first in FROM, joined only to public tables.
+        A unit within the limit in the whole table keeps at most its N <= C rows in the query
+        only if no join repeats a row, so each join must match a column of its table to an
+        expression over the tables before it: the (table, column) pairs returned must be unique
+        keys of those public tables, which the caller checks on the data. None: not applicable."""
+        rel = self.relation
+        first = rel.sources[0]
+        if not (self.total_bound and first.private and first.derived is None and isinstance(self.unit, exp.Column)
+                and self.sample_rate is None and self.row_id_source is None and len(rel.private_sources) == 1
+                and not any(isinstance(m, Units) for m in self.measures)):
+            return None
+        keys = []
+        for step in rel.joins:
+            column = _matched_column(step.on, step.source.alias)
+            if step.source.private or step.source.derived is not None or column is None:
+                return None
+            keys.append((step.source.table.name, column))
+        return keys
+
+
+def _matched_column(on: exp.Expression, alias: str) -> str | None:
+    """A column of the joined table `alias` that its ON condition equates to an expression over
+    the other tables (a unique key there makes the join match at most one row), or None."""
+    for term in conjuncts(on):
+        if not isinstance(term, exp.EQ):
+            continue
+        for mine, other in ((term.this, term.expression), (term.expression, term.this)):
+            if (isinstance(mine, exp.Column) and mine.table == alias
+                    and all(c.table != alias for c in other.find_all(exp.Column))):
+                return mine.name
+    return None
 
 
 def _literal_domain_size(keys: list[GroupKey]) -> int | None:

@@ -19,6 +19,11 @@ see rewrite.py) and end in `per_group` (keys, units, m0..): a measure's total pe
 - WeightedCopy: TotalCap computed once per table: each row carries its unit's weight
   floor(C 2^b / max(N, C)) (N its rows in the table), so bounding is one weighted scan; a unit's
   n <= N rows add at most n C / max(N, C) <= C. Same sensitivity as the TotalCap it serves.
+- SplitCopy: a filtered or joined query under a total bound. A unit with N <= C rows in the
+  whole table keeps every row under any filter, so its rows (weight 2^b in the copy) are summed
+  as they are; only the units above C (the copy's tail) are bounded per query, by the query's
+  own TotalCap or L2Clip. Each unit falls in one part whatever the others hold, so the
+  sensitivity is the bound's, and the totals equal the per-query bounding's.
 """
 
 from __future__ import annotations
@@ -269,6 +274,47 @@ class WeightedCopy:
                                       where=[not_null], group=cell))]
 
 
+@dataclass(frozen=True)
+class SplitCopy:
+    """A total bound over the weighted copy `table` split by weight: CTE `light` holds the
+    query's rows of units within the limit (weight `full`, summed as they are), CTE `filtered`
+    the rest, which the query's own bound scales per unit as it would without the copy."""
+
+    bound: TotalCap
+    table: str
+    full: int = 2**COUNT_BITS
+
+    def l1(self, m: Measure, domain_size: int | None) -> int | None:
+        return self.bound.l1(m, domain_size)
+
+    def l2_squared(self, m: Measure, domain_size: int | None) -> int:
+        return self.bound.l2_squared(m, domain_size)
+
+    def stages(self, measures: Sequence[Measure], keys: list[str], domain_size: int | None) -> list[Stage]:
+        aggs = [b.named(b.node(0), "units")]  # unit counts serve partition selection only, excluded here
+        aggs += [b.named(m.rows_total(j), f"m{j}") for j, m in enumerate(measures) if not isinstance(m, Histogram)]
+        light = b.select([b.col(k) for k in keys] + aggs, b.table("light"), group=list(keys))
+        heavy = self.bound.stages(measures, keys, domain_size)
+        names = ["units"] + [f"m{j}" for j, m in enumerate(measures) if not isinstance(m, Histogram)]
+        return [*heavy[:-1], ("heavy_group", heavy[-1][1]), ("light_group", light),
+                ("per_group", _summed("light_group", "heavy_group", keys, names))]
+
+    def histogram_stages(self, j: int, m: Histogram, keys: list[str], domain_size: int | None) -> list[Stage]:
+        cell = keys + [f"v{j}"]
+        light = b.select([b.col(k) for k in cell] + [b.named(b.mul(b.count(), m.row_bound), "s")], b.table("light"),
+                         where=[b.not_null(b.col(f"v{j}"))], group=cell)
+        heavy = self.bound.histogram_stages(j, m, keys, domain_size)
+        return [*heavy[:-1], (f"heavy_bins{j}", heavy[-1][1]), (f"light_bins{j}", light),
+                (f"bins{j}", _summed(f"light_bins{j}", f"heavy_bins{j}", cell, ["s"]))]
+
+
+def _summed(first: str, second: str, keys: list[str], values: list[str]) -> exp.Select:
+    """Two partial results with the same columns (keys, then values) added up per key."""
+    both = exp.union(b.select([exp.Star()], b.table(first)), b.select([exp.Star()], b.table(second)), distinct=False)
+    return b.select([b.col(k) for k in keys] + [b.named(b.total(v), v) for v in values], b.subquery(both, "parts"),
+                    group=list(keys))
+
+
 def own_weight(norm: exp.Expression, bound: int) -> exp.Expression:
     """A SUM's weight floor(2^b K / max(norm, K)), K = C * row_bound its L1 sensitivity, `norm`
     the L1 norm of the unit's own sums: a unit's shares add at most K in all however many rows
@@ -290,7 +336,7 @@ def copy_column(m: Measure, limit: int, unit: str, weight: str = "__dpsql_w") ->
     return m.weighted_row(value, w)
 
 
-Bounding = PerGroupCap | WeightedCopy
+Bounding = PerGroupCap | WeightedCopy | SplitCopy
 
 
 def choose(*, unit: bool, row_ids: bool, keyed: bool, declared: bool, domain_size: int | None, max_groups: int,

@@ -110,6 +110,12 @@ class Measure:
         """The group's total when every row is its own unit (no per-unit stage)."""
         return b.count(None if self.value is None else f"v{j}")
 
+    def rows_total(self, j: int) -> exp.Expression:
+        """The group's total over rows of units within every limit (bounding.SplitCopy): each
+        row adds its value, as `raw` would for a unit of those rows."""
+        c = b.count(None if self.value is None else f"v{j}")
+        return b.mul(c, self.row_bound) if self.bits else c
+
     def weighted_row(self, value: exp.Expression, weight: exp.Expression) -> exp.Expression:
         """A row's weighted value (a weighted copy's column): its weight where it has a value."""
         return b.case((b.not_null(exp.Paren(this=value)), weight))
@@ -160,6 +166,9 @@ class Units(Measure):
     def per_row(self, j: int) -> exp.Expression:
         return b.count()  # every row is its own unit there
 
+    def rows_total(self, j: int) -> exp.Expression:
+        raise ValueError("a unit count needs its units, not rows")
+
     def weighted(self, j: int, stored: bool) -> None:
         raise ValueError("a unit count is not a weighted sum of rows")
 
@@ -196,6 +205,9 @@ class Sum(Measure):
                       default=f"s{j}")
 
     def per_row(self, j: int) -> exp.Expression:
+        return b.total(f"v{j}")
+
+    def rows_total(self, j: int) -> exp.Expression:
         return b.total(f"v{j}")
 
     def weighted_row(self, value: exp.Expression, weight: exp.Expression) -> exp.Expression:

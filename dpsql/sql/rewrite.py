@@ -19,11 +19,11 @@ from sqlglot import exp
 
 from . import build as b
 from .analyze import GroupKey, Plan
-from .bounding import Stage, WeightedCopy
+from .bounding import SplitCopy, Stage, WeightedCopy
 from .build import dtype
 from .derived import Derived
 from .measures import Histogram, Measure, literal
-from .scope import Relation, Source
+from .scope import Relation, Source, conjuncts
 from .total import total
 
 COIN_BITS = 60  # DPSQL_COIN(unit, salt) is uniform on [0, 2^60)
@@ -37,19 +37,23 @@ def columns(j: int, m: Measure) -> list[str]:
 
 
 def rewrite(plan: Plan, domain_size: int | None = None, salt: str | None = None,
-            weighting: WeightedCopy | None = None) -> exp.Select:
+            weighting: WeightedCopy | SplitCopy | None = None) -> exp.Select:
     """The bounded query. Output columns: k0.., units, m0.. (one m per measure column).
-    `weighting` (only for a plan.weightable() plan) reads the rows from the engine's weighted
-    copy. With TABLESAMPLE, a unit is kept iff DPSQL_COIN(unit, salt) < floor(rate * 2^60):
+    `weighting` reads the rows from the engine's weighted copy: whole (WeightedCopy, only for a
+    plan.weightable() plan) or split by weight (SplitCopy, for a plan.split_keys() plan). With TABLESAMPLE, a unit is kept iff DPSQL_COIN(unit, salt) < floor(rate * 2^60):
     the first 60 bits of SHA-256(salt || ':' || unit), a keyed pseudorandom function, so each
     unit's coin is independent of every other's. The salt is 128 secret bits, new for every
     execution."""
-    if weighting is not None and not plan.weightable():
+    if isinstance(weighting, WeightedCopy) and not plan.weightable():
         raise ValueError("a weighted copy serves only a weightable plan")
+    if isinstance(weighting, SplitCopy) and plan.split_keys() is None:
+        raise ValueError("a split weighted copy serves only a plan with split keys")
     bounding = plan.bounding if weighting is None else weighting
     keys = [f"k{i}" for i in range(len(plan.keys))]
     declared = [(i, k) for i, k in enumerate(plan.keys) if k.declared]
     ctes = _domain_ctes(declared)
+    if isinstance(weighting, SplitCopy):
+        ctes.append(("light", _filtered(plan, salt, weighting, declared, light=True)))
     ctes.append(("filtered", _filtered(plan, salt, weighting, declared)))
     ctes += bounding.stages(plan.measures, keys, domain_size)
     histograms = [(j, m) for j, m in enumerate(plan.measures) if isinstance(m, Histogram)]
@@ -106,14 +110,16 @@ def _pivot(j: int, m: Histogram, keys: list[str]) -> exp.Select:
     return b.select([b.col(k) for k in keys] + pivot, b.table(f"bins{j}"), group=list(keys) or None)
 
 
-def _filtered(plan: Plan, salt: str | None, weighting: WeightedCopy | None,
-              declared: list[tuple[int, GroupKey]]) -> exp.Select:
+def _filtered(plan: Plan, salt: str | None, weighting: WeightedCopy | SplitCopy | None,
+              declared: list[tuple[int, GroupKey]], light: bool = False) -> exp.Select:
     """One row per private row: unit, keys and per-row values, every expression total (a
-    failing row yields NULL, never an error that would depend on its value)."""
-    stored = weighting.values if weighting is not None else {}
+    failing row yields NULL, never an error that would depend on its value). From a split copy,
+    the rows of units within the limit (`light`) or the others."""
+    whole = weighting if isinstance(weighting, WeightedCopy) else None
+    stored = whole.values if whole is not None else {}
     alias = plan.relation.sources[0].alias
     items: list[exp.Expression] = []
-    if plan.unit is not None and weighting is None:  # a weighted copy's rows all have a unit
+    if plan.unit is not None and whole is None and not light:  # a weighted copy's rows all have a unit
         items.append(b.named(plan.unit.copy(), "unit"))
     items += [b.named(b.neutral(total(k.expr)), f"k{i}") for i, k in enumerate(plan.keys)]
     for j, m in enumerate(plan.measures):
@@ -124,20 +130,23 @@ def _filtered(plan: Plan, salt: str | None, weighting: WeightedCopy | None,
     if not items:
         items.append(b.named(1, "one"))
     # The weighted copy holds the rows whose unit is not NULL, the only condition it admits.
-    where = _conditions(plan.relation.where, plan.relation) if weighting is None else []
+    where = _conditions(plan.relation.where, plan.relation) if whole is None else []
+    if isinstance(weighting, SplitCopy):
+        weight, full = b.col("__dpsql_w", alias), b.node(weighting.full)
+        where.append(exp.EQ(this=weight, expression=full) if light else exp.LT(this=weight, expression=full))
     if plan.sample_rate is not None:
         threshold = int(Fraction(repr(plan.sample_rate)) * 2**COIN_BITS)
         secret = exp.Literal.string(salt or "")
         if salt is None:
             secret.add_comments(["a secret salt, new for each execution"])
         where.append(exp.LT(this=b.anonymous("DPSQL_COIN", plan.unit.copy(), secret), expression=b.node(threshold)))
-    if weighting is not None:
+    if whole is not None:
         items.append(b.named(b.col("__dpsql_w", alias), "w"))
     source, joins = _from(plan.relation, plan.row_id_source, weighting and weighting.table)
     filtered = b.select(items, source, joins=joins, where=where)
     # Weighted rows add to their own group only, and groups outside a declared domain are never
     # released (the final join starts from the domain): no membership filter is needed then.
-    if declared and weighting is None:
+    if declared and whole is None and not light:
         members = [exp.In(this=b.col(f"k{i}"), query=exp.Subquery(this=b.select([b.col(f"k{i}")], b.table(f"domain{i}"))))
                    for i, _ in declared]
         filtered = b.select([exp.Star()], b.subquery(filtered, "f"), where=members)
@@ -147,15 +156,7 @@ def _filtered(plan: Plan, salt: str | None, weighting: WeightedCopy | None,
 def _conditions(nodes: list[exp.Expression], rel: Relation) -> list[exp.Expression]:
     """Conjuncts, each made total on its own (a failing one must not hide the others)."""
     types = {(s.alias, c): t for s in rel.sources for c, t in s.columns.items()}
-    return [b.neutral(total(c, types)) for n in nodes for c in _conjuncts(n)]
-
-
-def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
-    if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
-    if isinstance(node, exp.Paren) and isinstance(node.this, exp.And):
-        return _conjuncts(node.this)
-    return [node]
+    return [b.neutral(total(c, types)) for n in nodes for c in conjuncts(n)]
 
 
 def _from(rel: Relation, row_id_source: str | None = None,

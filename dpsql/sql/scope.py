@@ -323,7 +323,7 @@ def check_unit_joins(rel: Relation) -> None:
         return a
 
     for cond in list(rel.where) + [j.on for j in rel.joins]:
-        for conj in _conjuncts(cond):
+        for conj in conjuncts(cond):
             if isinstance(conj, exp.EQ) and all(isinstance(x, exp.Column) for x in (conj.this, conj.expression)):
                 a, b = conj.this, conj.expression
                 if (a.table, a.name) in unit_cols and (b.table, b.name) in unit_cols:
@@ -334,11 +334,12 @@ def check_unit_joins(rel: Relation) -> None:
                         hint=f"add the join condition ON a.{unit} = b.{unit}")
 
 
-def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
+def conjuncts(e: exp.Expression) -> list[exp.Expression]:
+    """The terms of a conjunction (parentheses dropped)."""
     if isinstance(e, exp.And):
-        return _conjuncts(e.this) + _conjuncts(e.expression)
+        return conjuncts(e.this) + conjuncts(e.expression)
     if isinstance(e, exp.Paren):
-        return _conjuncts(e.this)
+        return conjuncts(e.this)
     return [e]
 
 
