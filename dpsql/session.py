@@ -478,8 +478,9 @@ class Session:
 
     def _weighting(self, plan: Plan) -> WeightedCopy | SplitCopy | None:
         """The engine's weighted copy of the plan's private table (built or brought up to date
-        here) as the plan can use it: whole for a weightable plan, split by weight for a
-        filtered one or one joined on unique keys of public tables; None where neither applies."""
+        here) as the plan can use it: whole for a weightable plan, else split by its units' rows
+        (filtered, per-group caps, joins on unique keys of public tables); None where neither
+        applies."""
         weighted_copy = getattr(self.engine, "weighted_copy", None)
         split = None if plan.weightable() else plan.split_keys()
         if weighted_copy is None or (split is None and not plan.weightable()):
@@ -495,7 +496,8 @@ class Session:
                 {m.spec(): name for name, m in measures.items()})
         table = weighted_copy(source.table.name, plan.unit.name, plan.total_rows, COUNT_BITS, stored[0])
         if split is not None:
-            return SplitCopy(plan.bounding, table, 2**COUNT_BITS)
+            return SplitCopy(plan.bounding, table, plan.bounding.light_rows(plan.literal_domain_size()),
+                             distinct_units=plan.needs_selection)
         return WeightedCopy(plan.bounding, table, {j: stored[1][m.spec()] for j, m in enumerate(plan.measures)
                                                    if m.value is not None and m.spec() in stored[1]})
 

@@ -56,6 +56,8 @@ CASES = [
     ("split", "laplace", "SELECT kind, COUNT(*), SUM(amount), MEDIAN(amount) FROM events WHERE amount > 10 GROUP BY kind"),
     ("split", "gaussian", "SELECT pl.region, COUNT(*), AVG(e.amount) FROM events e JOIN places pl ON e.place = pl.name "
               "GROUP BY pl.region"),
+    ("split", "laplace", "SELECT city, COUNT(*), AVG(age) FROM people WHERE sex = 'F' GROUP BY city"),
+    ("split", "laplace", "SELECT CAST(amount AS INTEGER) % 7 AS r, COUNT(*) FROM events GROUP BY r"),
 ]
 
 
@@ -92,9 +94,10 @@ def _render(sessions) -> dict[str, str]:
         session = sessions[variant]
         session.execute(f"SET dpsql.mechanism = '{mechanism}'")
         plan, _ = session._prepare(classify(sql).tree)
-        copies = {"weighted": WeightedCopy(plan.bounding, "weights"), "split": SplitCopy(plan.bounding, "weights")}
-        bounding = copies.get(variant, plan.bounding)
         domain = plan.literal_domain_size()
+        copies = {"weighted": WeightedCopy(plan.bounding, "weights"),
+                  "split": SplitCopy(plan.bounding, "weights", plan.bounding.light_rows(domain), plan.needs_selection)}
+        bounding = copies.get(variant, plan.bounding)
         bounded = rewrite(plan, domain, "salt" if plan.sample_rate else None, copies.get(variant))
         head = f"# mechanism: {mechanism}{', ' + variant if variant else ''}\n{sql};\n"
         whole.append(f"{head}{_pretty(bounded)};\n")

@@ -16,7 +16,7 @@ import pytest
 from scipy import stats
 
 from dpsql.calibration import calibrate
-from dpsql.mechanisms import Noise, sample, selection_threshold
+from dpsql.mechanisms import PARALLEL_DRAWS, Noise, sample, selection_threshold
 from dpsql.sql.classify import classify
 from dpsql.sql.rewrite import rewrite
 
@@ -69,6 +69,21 @@ def test_gaussian_sampler_has_calibrated_scale(sigma):
     draws = sample(Noise("gaussian", sigma), 20_000)
     assert ks_p(draws, discrete_gaussian_cdf(sigma)) > ALPHA
     assert ks_p(draws, discrete_gaussian_cdf(sigma * 1.15)) < ALPHA
+
+
+def test_long_vectors_drawn_in_parts_keep_the_distribution():
+    """A vector long enough to be drawn in parallel parts: each half has the calibrated
+    distribution (and not a 15 % wrong one), and the halves are uncorrelated (|r| below 5.5
+    standard errors: p < 4e-8), so no part repeats or mirrors another."""
+    n = 2 * PARALLEL_DRAWS + 3
+    draws = sample(Noise("laplace", 3.0), n)
+    assert len(draws) == n
+    half = n // 2
+    first, second = np.asarray(draws[:half], dtype=float), np.asarray(draws[half:2 * half], dtype=float)
+    for part in (first, second):
+        assert ks_p(part, discrete_laplace_cdf(3.0)) > ALPHA
+        assert ks_p(part, discrete_laplace_cdf(3.0 * 1.15)) < ALPHA
+    assert abs(np.corrcoef(first, second)[0, 1]) < 5.5 / math.sqrt(half)
 
 
 def test_laplace_interval_half_width_is_exact():

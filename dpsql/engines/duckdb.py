@@ -219,13 +219,15 @@ class DuckDBEngine:
                 cur.execute(f"DEALLOCATE {name}")
 
     def weighted_copy(self, table: str, unit: str, limit: int, bits: int, sums: Mapping[str, str] | None = None) -> str:
-        """A copy of `table` whose rows carry __dpsql_w = floor(limit * 2^bits / max(n, limit)),
-        n being the rows of the row's unit in the whole table: built once per data version, so
-        per-unit contribution bounding costs one weighted scan per query instead of a per-unit
-        aggregation. `sums` (column name -> expression over the row and __dpsql_w) are stored
-        too: a SUM over the copy then reads one integer column, with no per-row conversion. Rows
-        are stored by weight, so the weights (almost all full) compress into long runs and sum
-        about as fast as a COUNT(*). Its name is not a policy table, so analysts cannot name it."""
+        """A copy of `table` whose rows carry __dpsql_n, the rows of the row's unit in the
+        whole table, and __dpsql_w = floor(limit * 2^bits / max(__dpsql_n, limit)): built once
+        per data version, so per-unit contribution bounding costs one weighted scan per query
+        instead of a per-unit aggregation (or, split by __dpsql_n, one aggregation over the few
+        units with many rows). `sums` (column name -> expression over the row and __dpsql_w)
+        are stored too: a SUM over the copy then reads one integer column, with no per-row
+        conversion. Rows are stored by __dpsql_n, so the weights (almost all full) compress into
+        long runs and sum about as fast as a COUNT(*), and the units with many rows are the
+        copy's tail. Its name is not a policy table, so analysts cannot name it."""
         sums = dict(sorted((sums or {}).items()))
         digest = hashlib.sha256(repr(sums).encode()).hexdigest()[:8] if sums else "plain"
         name = f"__dpsql_w_{table}_{limit}_{bits}_{digest}"
@@ -238,9 +240,9 @@ class DuckDBEngine:
                 with self._tracked(failure) as cur:  # a CancelRequest interrupts the build too
                     cur.execute(
                         f"CREATE OR REPLACE TABLE scratch.main.{quote(name)} AS SELECT *{extra} FROM (SELECT *, "
-                        f"CAST({limit << bits} AS BIGINT) // GREATEST(COUNT(*) OVER (PARTITION BY {quote(unit)}), {limit}) "
-                        f"AS __dpsql_w FROM main.{quote(table)} WHERE {quote(unit)} IS NOT NULL) AS weighted "
-                        "ORDER BY __dpsql_w DESC")
+                        f"CAST({limit << bits} AS BIGINT) // GREATEST(__dpsql_n, {limit}) AS __dpsql_w FROM (SELECT *, "
+                        f"COUNT(*) OVER (PARTITION BY {quote(unit)}) AS __dpsql_n FROM main.{quote(table)} "
+                        f"WHERE {quote(unit)} IS NOT NULL) AS counted) AS weighted ORDER BY __dpsql_n")
                     cur.execute("CHECKPOINT scratch")
                 if self._scratch is not None:
                     self._scratch.protect()

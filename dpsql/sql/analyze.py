@@ -142,15 +142,16 @@ class Plan:
                 and (not self.keys or all(m.bits == COUNT_BITS for m in self.measures if isinstance(m, Count))))
 
     def split_keys(self) -> list[tuple[str, str]] | None:
-        """Whether a total bound may read the weighted copy split by weight (bounding.SplitCopy)
-        under any filter: one private base table, first in FROM, joined only to public tables.
-        A unit within the limit in the whole table keeps at most its N <= C rows in the query
-        only if no join repeats a row, so each join must match a column of its table to an
-        expression over the tables before it: the (table, column) pairs returned must be unique
-        keys of those public tables, which the caller checks on the data. None: not applicable."""
+        """Whether the bounding may read the weighted copy split by its units' rows
+        (bounding.SplitCopy) under any filter: one private base table, first in FROM, joined
+        only to public tables. A unit with N rows in the whole table keeps at most N in the
+        query only if no join repeats a row, so each join must match a column of its table to
+        an expression over the tables before it: the (table, column) pairs returned must be
+        unique keys of those public tables, which the caller checks on the data. None: not
+        applicable."""
         rel = self.relation
         first = rel.sources[0]
-        if not (self.total_bound and first.private and first.derived is None and isinstance(self.unit, exp.Column)
+        if not (first.private and first.derived is None and isinstance(self.unit, exp.Column)
                 and self.sample_rate is None and self.row_id_source is None and len(rel.private_sources) == 1
                 and not any(isinstance(m, Units) for m in self.measures)):
             return None

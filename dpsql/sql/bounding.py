@@ -19,11 +19,13 @@ see rewrite.py) and end in `per_group` (keys, units, m0..): a measure's total pe
 - WeightedCopy: TotalCap computed once per table: each row carries its unit's weight
   floor(C 2^b / max(N, C)) (N its rows in the table), so bounding is one weighted scan; a unit's
   n <= N rows add at most n C / max(N, C) <= C. Same sensitivity as the TotalCap it serves.
-- SplitCopy: a filtered or joined query under a total bound. A unit with N <= C rows in the
-  whole table keeps every row under any filter, so its rows (weight 2^b in the copy) are summed
-  as they are; only the units above C (the copy's tail) are bounded per query, by the query's
-  own TotalCap or L2Clip. Each unit falls in one part whatever the others hold, so the
-  sensitivity is the bound's, and the totals equal the per-query bounding's.
+- SplitCopy: any query over one private table (filtered, or joined to public tables on unique
+  keys) whose strategy has a per-unit stage. A unit with few enough rows N in the whole table
+  (N <= C under a total bound, N <= min(G, max_rows) under per-group caps) is within every
+  limit whatever the query keeps of it, so its rows are summed as they are; only the other
+  units (the copy's tail, as it is ordered by N) go through the strategy's per-unit stages.
+  Each unit falls in one part whatever the others hold, so the sensitivity is the strategy's,
+  and the totals equal the strategy's own.
 """
 
 from __future__ import annotations
@@ -63,6 +65,12 @@ class PerGroupCap:
 
     def l2_squared(self, m: Measure, domain_size: int | None) -> int:
         return self.groups(domain_size) * m.group_bound(self.max_rows) ** 2
+
+    def light_rows(self, domain_size: int | None) -> int:
+        """A unit with at most this many rows in the whole table is within every limit of this
+        strategy whatever a query keeps of it (SplitCopy): it reaches at most that many groups
+        and rows per group."""
+        return min(self.groups(domain_size), self.max_rows)
 
     def planned(self, m: Measure, mechanism: str, domain_size: int | None) -> int:
         """The sensitivity a PLD-planned measure's noise is scaled to: its L2 (Gaussian, one
@@ -191,6 +199,9 @@ class TotalCap(PerGroupCap):
     def planned_copies(self, mechanism, domain_size):
         return 1
 
+    def light_rows(self, domain_size):
+        return self.limit  # under L2Clip too: a unit's L2 norm is at most its rows
+
     @property
     def _joins_unit_groups(self) -> bool:
         return True
@@ -276,13 +287,16 @@ class WeightedCopy:
 
 @dataclass(frozen=True)
 class SplitCopy:
-    """A total bound over the weighted copy `table` split by weight: CTE `light` holds the
-    query's rows of units within the limit (weight `full`, summed as they are), CTE `filtered`
-    the rest, which the query's own bound scales per unit as it would without the copy."""
+    """A strategy over the weighted copy `table` split by its units' rows in the whole table
+    (column __dpsql_n): CTE `light` holds the query's rows of units with at most `light_rows`,
+    summed as they are, CTE `filtered` the rest, which `bound` bounds per unit as it would
+    without the copy. `distinct_units`: the light part counts its distinct units per group
+    (partition selection's count); else those counts are 0 (no release reads them)."""
 
-    bound: TotalCap
+    bound: PerGroupCap
     table: str
-    full: int = 2**COUNT_BITS
+    light_rows: int
+    distinct_units: bool = False
 
     def l1(self, m: Measure, domain_size: int | None) -> int | None:
         return self.bound.l1(m, domain_size)
@@ -291,7 +305,10 @@ class SplitCopy:
         return self.bound.l2_squared(m, domain_size)
 
     def stages(self, measures: Sequence[Measure], keys: list[str], domain_size: int | None) -> list[Stage]:
-        aggs = [b.named(b.node(0), "units")]  # unit counts serve partition selection only, excluded here
+        units = b.node(0)
+        if self.distinct_units:  # a unit of one row is one unit in its group
+            units = b.count() if self.light_rows == 1 else exp.Count(this=exp.Distinct(expressions=[b.col("unit")]))
+        aggs = [b.named(units, "units")]
         aggs += [b.named(m.rows_total(j), f"m{j}") for j, m in enumerate(measures) if not isinstance(m, Histogram)]
         light = b.select([b.col(k) for k in keys] + aggs, b.table("light"), group=list(keys))
         heavy = self.bound.stages(measures, keys, domain_size)

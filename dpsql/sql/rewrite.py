@@ -40,7 +40,8 @@ def rewrite(plan: Plan, domain_size: int | None = None, salt: str | None = None,
             weighting: WeightedCopy | SplitCopy | None = None) -> exp.Select:
     """The bounded query. Output columns: k0.., units, m0.. (one m per measure column).
     `weighting` reads the rows from the engine's weighted copy: whole (WeightedCopy, only for a
-    plan.weightable() plan) or split by weight (SplitCopy, for a plan.split_keys() plan). With TABLESAMPLE, a unit is kept iff DPSQL_COIN(unit, salt) < floor(rate * 2^60):
+    plan.weightable() plan) or split by its units' rows (SplitCopy, for a plan.split_keys() plan).
+    With TABLESAMPLE, a unit is kept iff DPSQL_COIN(unit, salt) < floor(rate * 2^60):
     the first 60 bits of SHA-256(salt || ':' || unit), a keyed pseudorandom function, so each
     unit's coin is independent of every other's. The salt is 128 secret bits, new for every
     execution."""
@@ -119,7 +120,7 @@ def _filtered(plan: Plan, salt: str | None, weighting: WeightedCopy | SplitCopy 
     stored = whole.values if whole is not None else {}
     alias = plan.relation.sources[0].alias
     items: list[exp.Expression] = []
-    if plan.unit is not None and whole is None and not light:  # a weighted copy's rows all have a unit
+    if plan.unit is not None and whole is None and (not light or weighting.light_rows > 1 and weighting.distinct_units):
         items.append(b.named(plan.unit.copy(), "unit"))
     items += [b.named(b.neutral(total(k.expr)), f"k{i}") for i, k in enumerate(plan.keys)]
     for j, m in enumerate(plan.measures):
@@ -132,8 +133,8 @@ def _filtered(plan: Plan, salt: str | None, weighting: WeightedCopy | SplitCopy 
     # The weighted copy holds the rows whose unit is not NULL, the only condition it admits.
     where = _conditions(plan.relation.where, plan.relation) if whole is None else []
     if isinstance(weighting, SplitCopy):
-        weight, full = b.col("__dpsql_w", alias), b.node(weighting.full)
-        where.append(exp.EQ(this=weight, expression=full) if light else exp.LT(this=weight, expression=full))
+        rows, most = b.col("__dpsql_n", alias), b.node(weighting.light_rows)
+        where.append(exp.LTE(this=rows, expression=most) if light else exp.GT(this=rows, expression=most))
     if plan.sample_rate is not None:
         threshold = int(Fraction(repr(plan.sample_rate)) * 2**COIN_BITS)
         secret = exp.Literal.string(salt or "")
