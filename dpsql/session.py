@@ -54,7 +54,7 @@ from .prepare import (
 from .release import NoisyTable, key_order, release
 from .sql import build as b
 from .sql.analyze import Plan, PublicQuery, check_rows_query, touches_private
-from .sql.bounding import SplitCopy, WeightedCopy, copy_column
+from .sql.bounding import SplitCopy, WeightedCopy, copy_column, unit_norm
 from .sql.classify import (
     Explain,
     Query,
@@ -116,7 +116,7 @@ class Session:
         self._sql: dict[int, tuple[Plan, str]] = {}  # id(plan) -> (plan, its bounded SQL without salt)
         self._deadline = policy.limits.deadline()  # the planning time budget of the statement under way
         # per table: what its weighted copy stores (column -> SQL) and which measure each serves
-        self._stored: dict[tuple[str, int], tuple[dict[str, str], dict[tuple, str]]] = {}
+        self._stored: dict[tuple[str, int], tuple[dict[str, str], dict[tuple, str], dict[str, str]]] = {}
         self._unique: dict[tuple[str, str, str], bool] = {}  # (public table, column, data version) -> a unique key
 
     def _defaults(self) -> Settings:
@@ -491,10 +491,13 @@ class Session:
         stored = self._stored.get((source.table.name, plan.total_rows))
         if stored is None:  # pure in the policy: once per table and limit
             measures = _precomputed(source.table)
+            norms = {name: f"{name}_norm" for name, m in measures.items() if m.own_norm}
             stored = self._stored[(source.table.name, plan.total_rows)] = (
-                {name: copy_column(m, plan.total_rows, plan.unit.name).sql(dialect="duckdb") for name, m in measures.items()},
-                {m.spec(): name for name, m in measures.items()})
-        table = weighted_copy(source.table.name, plan.unit.name, plan.total_rows, COUNT_BITS, stored[0])
+                {name: copy_column(m, plan.total_rows, norms.get(name)).sql(dialect="duckdb")
+                 for name, m in measures.items()},
+                {m.spec(): name for name, m in measures.items()},
+                {norms[name]: unit_norm(m).sql(dialect="duckdb") for name, m in measures.items() if name in norms})
+        table = weighted_copy(source.table.name, plan.unit.name, plan.total_rows, COUNT_BITS, stored[0], stored[2])
         if split is not None:
             return SplitCopy(plan.bounding, table, plan.bounding.light_rows(plan.literal_domain_size()),
                              distinct_units=plan.needs_selection)

@@ -50,9 +50,10 @@ class Engine(Protocol):
     def data_version(self) -> str:
         """Changes whenever the underlying data may have changed (keys the answer cache)."""
 
-    # Optional: weighted_copy(table, unit, limit, bits, sums) -> a relation name holding the
-    # table's rows with __dpsql_w = floor(limit * 2^bits / max(rows of the unit, limit)) and the
-    # columns `sums` names (column -> SQL over the row and __dpsql_w), kept per data version.
+    # Optional: weighted_copy(table, unit, limit, bits, sums, per_unit) -> a relation name
+    # holding the table's rows with __dpsql_n (rows of the unit), __dpsql_w = floor(limit *
+    # 2^bits / max(__dpsql_n, limit)) and the columns `sums` names (column -> SQL over the row,
+    # __dpsql_w and per_unit's aggregates over the unit's rows), kept per data version.
     # Engines without it bound contributions with a per-unit aggregation instead.
 
     def close(self) -> None: ...

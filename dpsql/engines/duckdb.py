@@ -218,31 +218,42 @@ class DuckDBEngine:
             if name is not None:
                 cur.execute(f"DEALLOCATE {name}")
 
-    def weighted_copy(self, table: str, unit: str, limit: int, bits: int, sums: Mapping[str, str] | None = None) -> str:
+    def weighted_copy(self, table: str, unit: str, limit: int, bits: int, sums: Mapping[str, str] | None = None,
+                      per_unit: Mapping[str, str] | None = None) -> str:
         """A copy of `table` whose rows carry __dpsql_n, the rows of the row's unit in the
         whole table, and __dpsql_w = floor(limit * 2^bits / max(__dpsql_n, limit)): built once
         per data version, so per-unit contribution bounding costs one weighted scan per query
         instead of a per-unit aggregation (or, split by __dpsql_n, one aggregation over the few
-        units with many rows). `sums` (column name -> expression over the row and __dpsql_w)
-        are stored too: a SUM over the copy then reads one integer column, with no per-row
-        conversion. Rows are stored by __dpsql_n, so the weights (almost all full) compress into
-        long runs and sum about as fast as a COUNT(*), and the units with many rows are the
-        copy's tail. Its name is not a policy table, so analysts cannot name it."""
+        units with many rows). `sums` (column name -> expression over the row, __dpsql_w and
+        the `per_unit` aggregates, which are computed over each unit's rows) are stored too: a
+        SUM over the copy then reads one integer column, with no per-row conversion. The unit
+        totals are one hash aggregation joined back to the rows (window functions partition
+        and sort the whole table, several times slower with several of them). Rows are stored
+        by __dpsql_n, so the weights (almost all full) compress into long runs and sum about as
+        fast as a COUNT(*), and the units with many rows are the copy's tail. Its name is not a
+        policy table, so analysts cannot name it."""
         sums = dict(sorted((sums or {}).items()))
-        digest = hashlib.sha256(repr(sums).encode()).hexdigest()[:8] if sums else "plain"
+        per_unit = dict(sorted((per_unit or {}).items()))
+        digest = hashlib.sha256(repr((sums, per_unit)).encode()).hexdigest()[:8] if sums else "plain"
         name = f"__dpsql_w_{table}_{limit}_{bits}_{digest}"
         version = self.data_version()
         with self._copies_lock:
             if self._copies.get(name) != version:
                 failure = OperationalError("could not prepare the table's contribution weights", sqlstate="XX000",
                                            hint="the engine's message is withheld; check the engine's memory_limit")
+                u = quote(unit)
+                totals = "".join(f", {expr} AS {quote(col)}" for col, expr in per_unit.items())
+                carried = "".join(f", u.{quote(col)}" for col in per_unit)
                 extra = "".join(f", {expr} AS {quote(col)}" for col, expr in sums.items())
+                dropped = f" EXCLUDE ({', '.join(quote(c) for c in per_unit)})" if per_unit else ""
                 with self._tracked(failure) as cur:  # a CancelRequest interrupts the build too
                     cur.execute(
-                        f"CREATE OR REPLACE TABLE scratch.main.{quote(name)} AS SELECT *{extra} FROM (SELECT *, "
-                        f"CAST({limit << bits} AS BIGINT) // GREATEST(__dpsql_n, {limit}) AS __dpsql_w FROM (SELECT *, "
-                        f"COUNT(*) OVER (PARTITION BY {quote(unit)}) AS __dpsql_n FROM main.{quote(table)} "
-                        f"WHERE {quote(unit)} IS NOT NULL) AS counted) AS weighted ORDER BY __dpsql_n")
+                        f"CREATE OR REPLACE TABLE scratch.main.{quote(name)} AS SELECT *{dropped}{extra} FROM ("
+                        f"SELECT t.*, u.__dpsql_n{carried}, "
+                        f"CAST({limit << bits} AS BIGINT) // GREATEST(u.__dpsql_n, {limit}) AS __dpsql_w "
+                        f"FROM main.{quote(table)} AS t JOIN (SELECT {u}, COUNT(*) AS __dpsql_n{totals} "
+                        f"FROM main.{quote(table)} WHERE {u} IS NOT NULL GROUP BY {u}) AS u ON t.{u} = u.{u}"
+                        ") AS weighted ORDER BY __dpsql_n")
                     cur.execute("CHECKPOINT scratch")
                 if self._scratch is not None:
                     self._scratch.protect()

@@ -339,18 +339,21 @@ def own_weight(norm: exp.Expression, bound: int) -> exp.Expression:
     return b.cast(b.idiv(bound << COUNT_BITS, b.func("GREATEST", norm, bound)), "BIGINT")
 
 
-def copy_column(m: Measure, limit: int, unit: str, weight: str = "__dpsql_w") -> exp.Expression:
-    """A count or sum measure's weighted per-row value, for the engine's weighted copy of a
-    table whose unit column is `unit`: the row's weight where its value is not NULL, or its
-    value times the weight (for a SUM's own total, the weight from its unit's sum of |value|,
-    a bound for any grouping and filter), as the bounded query would apply them."""
+def copy_column(m: Measure, limit: int, norm: str | None = None, weight: str = "__dpsql_w") -> exp.Expression:
+    """A count or sum measure's weighted per-row value, for the engine's weighted copy: the
+    row's weight where its value is not NULL, or its value times the weight (for a SUM's own
+    total, the weight from its unit's sum of |value| in column `norm` (unit_norm), a bound for
+    any grouping and filter), as the bounded query would apply them."""
     value = m.row_value()
     w: exp.Expression = b.col(weight)
     if m.own_norm:
-        norm = exp.Window(this=b.total(exp.Abs(this=exp.Paren(this=value.copy()))),
-                          partition_by=[b.quoted(unit)], over="OVER")
-        w = own_weight(norm, limit * m.row_bound)
+        w = own_weight(b.col(norm), limit * m.row_bound)
     return m.weighted_row(value, w)
+
+
+def unit_norm(m: Measure) -> exp.Expression:
+    """A unit's sum of |per-row value| over the whole table, an aggregate (a SUM's own norm)."""
+    return b.total(exp.Abs(this=exp.Paren(this=m.row_value())))
 
 
 Bounding = PerGroupCap | WeightedCopy | SplitCopy
