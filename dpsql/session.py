@@ -485,6 +485,10 @@ class Session:
         split = None if plan.weightable() else plan.split_keys()
         if weighted_copy is None or (split is None and not plan.weightable()):
             return None
+        with self._deadline.paused():
+            return self._copy_for(plan, weighted_copy, split)
+
+    def _copy_for(self, plan: Plan, weighted_copy, split: list[tuple[str, str]] | None) -> WeightedCopy | SplitCopy | None:
         if split is not None and not all(self._unique_key(t, c) for t, c in split):
             return None
         source = plan.relation.sources[0]

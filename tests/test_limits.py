@@ -67,6 +67,25 @@ def test_planning_time_budget(small_policy):
     conn.close()
 
 
+def test_building_a_weighted_copy_is_not_planning(small_policy):
+    """The first query over a large table builds its weighted copy inside planning: engine work
+    whose time depends on the data, so it does not count against planning_seconds (else the
+    first query over 10M rows was refused)."""
+    write_policy(small_policy.parent, extra="\n[limits]\nplanning_seconds = 0.2\n")
+    conn = dpsql.connect(small_policy, user="alice")
+    build = conn.session.engine.weighted_copy
+
+    def slow_build(*args, **kwargs):
+        time.sleep(0.5)
+        return build(*args, **kwargs)
+
+    conn.session.engine.weighted_copy = slow_build
+    cur = conn.cursor()
+    cur.execute("SELECT kind, COUNT(*) FROM events GROUP BY kind")
+    assert len(cur.fetchall()) == 3 and conn.session.budget()["queries"] == 1
+    conn.close()
+
+
 def test_wire_workers_are_not_held(serve):
     """Hostile statements over the wire are refused in milliseconds while another analyst's
     queries keep being answered."""

@@ -9,8 +9,10 @@ value and the policy key that raises it. The limits depend on the policy only.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
+from typing import Iterator
 
 from sqlglot import exp
 
@@ -63,6 +65,16 @@ class Deadline:
     def __init__(self, seconds: float):
         self.seconds = seconds
         self.end = time.monotonic() + seconds
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Engine work inside planning (building a table's weighted copy): not the statement's
+        planning, and its time depends on the data, so it is not counted."""
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.end += time.monotonic() - start
 
     def check(self) -> None:
         if time.monotonic() > self.end:
