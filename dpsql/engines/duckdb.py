@@ -229,8 +229,8 @@ class DuckDBEngine:
         SUM over the copy then reads one integer column, with no per-row conversion. The unit
         totals are one hash aggregation joined back to the rows (window functions partition
         and sort the whole table, several times slower with several of them). Rows are stored
-        by __dpsql_n, so the weights (almost all full) compress into long runs and sum about as
-        fast as a COUNT(*), and the units with many rows are the copy's tail. Its name is not a
+        in three runs by __dpsql_n, so the weights (almost all full) compress into long runs and
+        sum about as fast as a COUNT(*), and the units with many rows are the copy's tail. Its name is not a
         policy table, so analysts cannot name it."""
         sums = dict(sorted((sums or {}).items()))
         per_unit = dict(sorted((per_unit or {}).items()))
@@ -242,18 +242,28 @@ class DuckDBEngine:
                 failure = OperationalError("could not prepare the table's contribution weights", sqlstate="XX000",
                                            hint="the engine's message is withheld; check the engine's memory_limit")
                 u = quote(unit)
+                units = f"scratch.main.{quote(name + '_units')}"
                 totals = "".join(f", {expr} AS {quote(col)}" for col, expr in per_unit.items())
                 carried = "".join(f", u.{quote(col)}" for col in per_unit)
                 extra = "".join(f", {expr} AS {quote(col)}" for col, expr in sums.items())
                 dropped = f" EXCLUDE ({', '.join(quote(c) for c in per_unit)})" if per_unit else ""
+
+                def rows(where: str) -> str:
+                    return (f"SELECT *{dropped}{extra} FROM (SELECT t.*, u.__dpsql_n{carried}, "
+                            f"CAST({limit << bits} AS BIGINT) // GREATEST(u.__dpsql_n, {limit}) AS __dpsql_w "
+                            f"FROM main.{quote(table)} AS t JOIN {units} AS u ON t.{u} = u.{u} WHERE {where}) AS weighted")
+
                 with self._tracked(failure) as cur:  # a CancelRequest interrupts the build too
-                    cur.execute(
-                        f"CREATE OR REPLACE TABLE scratch.main.{quote(name)} AS SELECT *{dropped}{extra} FROM ("
-                        f"SELECT t.*, u.__dpsql_n{carried}, "
-                        f"CAST({limit << bits} AS BIGINT) // GREATEST(u.__dpsql_n, {limit}) AS __dpsql_w "
-                        f"FROM main.{quote(table)} AS t JOIN (SELECT {u}, COUNT(*) AS __dpsql_n{totals} "
-                        f"FROM main.{quote(table)} WHERE {u} IS NOT NULL GROUP BY {u}) AS u ON t.{u} = u.{u}"
-                        ") AS weighted ORDER BY __dpsql_n")
+                    cur.execute(f"CREATE OR REPLACE TABLE {units} AS SELECT {u}, COUNT(*) AS __dpsql_n{totals} "
+                                f"FROM main.{quote(table)} WHERE {u} IS NOT NULL GROUP BY {u}")
+                    # Three appends instead of a sort (which held the whole table in memory):
+                    # units of one row, then those within the limit, then the others, so a
+                    # split's tail (__dpsql_n > L) skips the row groups before it.
+                    cur.execute(f"CREATE OR REPLACE TABLE scratch.main.{quote(name)} AS {rows('u.__dpsql_n = 1')}")
+                    cur.execute(f"INSERT INTO scratch.main.{quote(name)} "
+                                f"{rows(f'u.__dpsql_n > 1 AND u.__dpsql_n <= {limit}')}")
+                    cur.execute(f"INSERT INTO scratch.main.{quote(name)} {rows(f'u.__dpsql_n > {limit}')}")
+                    cur.execute(f"DROP TABLE {units}")
                     cur.execute("CHECKPOINT scratch")
                 if self._scratch is not None:
                     self._scratch.protect()
