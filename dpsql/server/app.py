@@ -60,6 +60,10 @@ _WIRE_STATEMENTS = {"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAV
                     "DEALLOCATE", "DECLARE", "FETCH", "MOVE", "CLOSE", "COPY"}
 
 
+# Extended-query messages whose answers wait for the client's Sync or Flush, as PostgreSQL's do.
+_BUFFERED = {b"P", b"B", b"D", b"E", b"C"}
+
+
 def _session_setting(text: str, local_ledger: bool) -> bool:
     """SET, RESET or SHOW of one setting; SHOW dpsql.budget too when the ledger is a local SQLite
     file (a WAL read of a few rows, ~0.1 ms, that never waits for writers), not across a network."""
@@ -181,9 +185,14 @@ class Connection:
         self._shapes: dict[str, list[codec.Field] | None] = {}
         self.cursors = Cursors()
         self._param_types: dict[str, list[int]] = {}
+        self._out: list[bytes] = []  # messages queued for the next flush
+        self._queued = 0
+        self._batching = False  # set in the query loop, where Sync and Flush flush
 
     # I/O ---------------------------------------------------------------------------------
     async def _read_exact(self, n: int) -> bytes:
+        if not self._batching:  # start-up and authentication: every answer before the next read
+            self._write()
         return await self.reader.readexactly(n)
 
     async def read_message(self) -> tuple[bytes, bytes]:
@@ -194,10 +203,26 @@ class Connection:
         return kind, await self._read_exact(length - 4)
 
     def send(self, data: bytes) -> None:
-        self.writer.write(data)
+        """Queue a message: written in one piece at the next flush (Sync, Flush, the end of a
+        simple query, as PostgreSQL does), or once 64 kB are queued."""
+        self._out.append(data)
+        self._queued += len(data)
+        if self._queued >= 65536:
+            self._write()
+
+    def _write(self) -> None:
+        if self._out:
+            self.writer.write(b"".join(self._out))
+            self._out.clear()
+            self._queued = 0
+
+    async def flush(self) -> None:
+        self._write()
+        await self.writer.drain()
 
     def close(self) -> None:
         try:
+            self._write()
             self.writer.close()
         except Exception:  # noqa: BLE001 - closing a broken transport
             pass
@@ -230,7 +255,7 @@ class Connection:
                 # Half-open sockets fill this cap, never the authenticated analysts' one.
                 self.send(codec.error_response("53300", "sorry, too many connections are logging in; try again shortly",
                                                severity="FATAL"))
-                await self.writer.drain()
+                await self.flush()
                 return
             server.pending.add(self.pid)
             try:
@@ -263,7 +288,7 @@ class Connection:
                     self.send(b"N")
                     continue
                 self.send(b"S")
-                await self.writer.drain()
+                await self.flush()
                 await self.writer.start_tls(self.server.tls)
                 self.tls = True
                 continue
@@ -277,27 +302,27 @@ class Connection:
                 return False
             if code != codec.PROTOCOL_3:
                 self.send(codec.error_response("0A000", "unsupported frontend protocol", severity="FATAL"))
-                await self.writer.drain()
+                await self.flush()
                 return False
             params = self._startup_params(body[4:])
             break
         if self.server.require_tls and not self.tls:
             self.send(codec.error_response("28000", "this server requires TLS (sslmode=require)", severity="FATAL"))
-            await self.writer.drain()
+            await self.flush()
             return False
         self.user = params.get("user", "")
         if not await self.authenticate():
             return False
         if len(self.server.connections) >= self.server.limits.max_connections:
             self.send(codec.error_response("53300", "sorry, too many clients already", severity="FATAL"))
-            await self.writer.drain()
+            await self.flush()
             return False
         self.server.connections[self.pid] = self
         try:
             self.session = Session(self.server.policy, self.user, engine=self.server.engine, ledger=self.server.ledger)
         except Error as e:
             self.send(codec.error_response(e.sqlstate, e.message, e.hint, severity="FATAL"))
-            await self.writer.drain()
+            await self.flush()
             return False
         self.send(codec.message(b"R", codec.int32(0)))
         app = params.get("application_name", "")
@@ -312,7 +337,7 @@ class Connection:
             self.send(codec.parameter_status(name, value))
         self.send(codec.message(b"K", codec.int32(self.pid) + codec.int32(self.key)))
         self.send(codec.ready("I"))
-        await self.writer.drain()
+        await self.flush()
         return True
 
     @staticmethod
@@ -336,7 +361,7 @@ class Connection:
             await self._log_event("login locked out")
             self.send(codec.error_response("28000", f'too many failed logins for user "{self.user}" or from this '
                                            "address; try again in a few minutes", severity="FATAL"))
-            await self.writer.drain()
+            await self.flush()
             return False
         if wait:
             await asyncio.sleep(wait)
@@ -366,7 +391,7 @@ class Connection:
                 creds = None
         scram = ScramServer(verifier)
         self.send(codec.message(b"R", codec.int32(10) + codec.cstr("SCRAM-SHA-256") + b"\0"))
-        await self.writer.drain()
+        await self.flush()
         failed = codec.error_response("28P01", f'password authentication failed for user "{self.user}"',
                                       severity="FATAL")
         try:
@@ -380,7 +405,7 @@ class Connection:
             n = r.int32()
             first = r.bytes(n).decode("utf-8")
             self.send(codec.message(b"R", codec.int32(11) + scram.first(first).encode()))
-            await self.writer.drain()
+            await self.flush()
             kind, body = await self.read_message()
             if kind != b"p":
                 raise ScramError("expected a SASL response")
@@ -389,7 +414,7 @@ class Connection:
                 raise ScramError("unknown user")
         except ScramError:
             self.send(failed)
-            await self.writer.drain()
+            await self.flush()
             return False
         self.send(codec.message(b"R", codec.int32(12) + final.encode()))
         return True
@@ -397,6 +422,7 @@ class Connection:
     # Messages ----------------------------------------------------------------------------
     async def loop(self) -> None:
         skipping = False
+        self._batching = True
         while True:
             kind, body = await self.read_message()
             if kind == b"X":
@@ -404,10 +430,10 @@ class Connection:
             if kind == b"S":
                 skipping = False
                 self.send(codec.ready(self.status))
-                await self.writer.drain()
+                await self.flush()
                 continue
             if kind == b"H":
-                await self.writer.drain()
+                await self.flush()
                 continue
             if skipping:
                 continue
@@ -431,7 +457,7 @@ class Connection:
                     raise codec.ProtocolError(f"unexpected message type {kind!r}")
             except codec.ProtocolError as e:  # PostgreSQL's answer to a malformed message: FATAL, then close
                 self.send(codec.error_response("08P01", f"protocol violation: {e}", severity="FATAL"))
-                await self.writer.drain()
+                await self.flush()
                 raise
             except Error as e:
                 self.send(codec.error_response(e.sqlstate, e.message, e.hint))
@@ -441,7 +467,8 @@ class Connection:
                     self.send(codec.ready(self.status))
                 else:
                     skipping = True
-            await self.writer.drain()
+            if kind not in _BUFFERED:
+                await self.flush()
 
     # Statement routing ---------------------------------------------------------------------
     def _answer_session(self, result: Result) -> Answer:
@@ -646,7 +673,7 @@ class Connection:
                 raise Error(f'prepared statement "{name}" does not exist', sqlstate="26000")
             self.send(codec.message(b"t", codec.int16(len(stmt.param_oids))
                                     + b"".join(codec.int32(o) for o in stmt.param_oids)))
-            fields = await self.run_blocking(self.describe_statement, stmt.sql, None)
+            fields = await self._shape(stmt.sql, None)
             formats: list[int] = []
         elif name not in self.portals and name in self.cursors.open:
             fields, formats = self.cursors.open[name].fields, []  # a DECLAREd cursor is a portal too (psycopg 3)
@@ -654,7 +681,7 @@ class Connection:
             portal = self.portals.get(name)
             if portal is None:
                 raise Error(f'portal "{name}" does not exist', sqlstate="34000")
-            fields = await self.run_blocking(self.describe_statement, portal.stmt.sql, portal.params)
+            fields = await self._shape(portal.stmt.sql, portal.params)
             formats = portal.result_formats
         if fields is None:
             self.send(codec.message(b"n"))
@@ -671,8 +698,18 @@ class Connection:
             if not split_statements(portal.stmt.sql, self.server.policy.limits):
                 self.send(codec.message(b"I"))
                 return
-            portal.answer = await self.run_blocking(self.run_statement, portal.stmt.sql, portal.params or None)
+            if not portal.params and _session_setting(portal.stmt.sql, self.server.local_ledger):
+                portal.answer = self.run_statement(portal.stmt.sql)  # as in a simple query: on the loop
+            else:
+                portal.answer = await self.run_blocking(self.run_statement, portal.stmt.sql, portal.params or None)
         portal.pos = self._send_answer(portal.answer, portal.result_formats, portal.pos, limit, describe=False)
+
+    async def _shape(self, sql: str, params: list[Any] | None) -> list[codec.Field] | None:
+        """A statement's result shape: a known one on the loop (psycopg 3 describes every
+        statement it sends, SET and SHOW included), a new one on a worker thread."""
+        if sql in self._shapes and first_word(sql) != "FETCH":
+            return self._shapes[sql]
+        return await self.run_blocking(self.describe_statement, sql, params)
 
     def close_object(self, r: codec.Reader) -> None:
         what, name = chr(r.byte()), r.cstring()
