@@ -86,6 +86,18 @@ def test_long_vectors_drawn_in_parts_keep_the_distribution():
     assert abs(np.corrcoef(first, second)[0, 1]) < 5.5 / math.sqrt(half)
 
 
+def test_small_requests_served_from_the_pool_keep_the_distribution():
+    """Queries drawing one or a few values at a scale seen before are served from a pool of
+    iid draws: 20,000 single draws have the calibrated distribution (and not a 15 % wrong
+    one), and consecutive draws are uncorrelated (|r| below 5.5 standard errors)."""
+    draws = np.asarray([sample(Noise("laplace", 2.5), 1)[0] for _ in range(20_000)], dtype=float)
+    assert ks_p(draws, discrete_laplace_cdf(2.5)) > ALPHA
+    assert ks_p(draws, discrete_laplace_cdf(2.5 * 1.15)) < ALPHA
+    assert abs(np.corrcoef(draws[:-1], draws[1:])[0, 1]) < 5.5 / math.sqrt(len(draws))
+    pairs = [sample(Noise("gaussian", 3.0), 2) for _ in range(5_000)]
+    assert ks_p([x for p in pairs for x in p], discrete_gaussian_cdf(3.0)) > ALPHA
+
+
 def test_laplace_interval_half_width_is_exact():
     """P(|Z| > half_width) <= alpha, and half_width is the smallest such integer."""
     for b in (0.5, 2.0, 37.5):
