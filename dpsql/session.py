@@ -482,8 +482,9 @@ class Session:
         (filtered, per-group caps, joins on unique keys of public tables); None where neither
         applies."""
         weighted_copy = getattr(self.engine, "weighted_copy", None)
-        split = None if plan.weightable() else plan.split_keys()
-        if weighted_copy is None or (split is None and not plan.weightable()):
+        whole = plan.weightable()
+        split = None if whole else plan.split_keys()
+        if weighted_copy is None or (split is None and not whole):
             return None
         with self._deadline.paused():
             return self._copy_for(plan, weighted_copy, split)

@@ -230,8 +230,8 @@ class DuckDBEngine:
         totals are one hash aggregation joined back to the rows (window functions partition
         and sort the whole table, several times slower with several of them). Rows are stored
         in three runs by __dpsql_n, so the weights (almost all full) compress into long runs and
-        sum about as fast as a COUNT(*), and the units with many rows are the copy's tail. Its name is not a
-        policy table, so analysts cannot name it."""
+        sum about as fast as a COUNT(*), and the units with many rows are the copy's tail. Its
+        name is not a policy table, so analysts cannot name it."""
         sums = dict(sorted((sums or {}).items()))
         per_unit = dict(sorted((per_unit or {}).items()))
         digest = hashlib.sha256(repr((sums, per_unit)).encode()).hexdigest()[:8] if sums else "plain"

@@ -298,6 +298,12 @@ class SplitCopy:
     light_rows: int
     distinct_units: bool = False
 
+    @property
+    def light_unit(self) -> bool:
+        """The light part needs each row's unit: to count distinct units where a unit may
+        have several rows (with one row each, a row is a unit)."""
+        return self.distinct_units and self.light_rows > 1
+
     def l1(self, m: Measure, domain_size: int | None) -> int | None:
         return self.bound.l1(m, domain_size)
 
@@ -306,13 +312,13 @@ class SplitCopy:
 
     def stages(self, measures: Sequence[Measure], keys: list[str], domain_size: int | None) -> list[Stage]:
         units = b.node(0)
-        if self.distinct_units:  # a unit of one row is one unit in its group
-            units = b.count() if self.light_rows == 1 else exp.Count(this=exp.Distinct(expressions=[b.col("unit")]))
+        if self.distinct_units:
+            units = exp.Count(this=exp.Distinct(expressions=[b.col("unit")])) if self.light_unit else b.count()
         aggs = [b.named(units, "units")]
         aggs += [b.named(m.rows_total(j), f"m{j}") for j, m in enumerate(measures) if not isinstance(m, Histogram)]
         light = b.select([b.col(k) for k in keys] + aggs, b.table("light"), group=list(keys))
         heavy = self.bound.stages(measures, keys, domain_size)
-        names = ["units"] + [f"m{j}" for j, m in enumerate(measures) if not isinstance(m, Histogram)]
+        names = [a.alias for a in aggs]
         return [*heavy[:-1], ("heavy_group", heavy[-1][1]), ("light_group", light),
                 ("per_group", _summed("light_group", "heavy_group", keys, names))]
 

@@ -113,7 +113,7 @@ class Measure:
     def rows_total(self, j: int) -> exp.Expression:
         """The group's total over rows of units within every limit (bounding.SplitCopy): each
         row adds its value, as `raw` would for a unit of those rows."""
-        c = b.count(None if self.value is None else f"v{j}")
+        c = self.per_row(j)
         return b.mul(c, self.row_bound) if self.bits else c
 
     def weighted_row(self, value: exp.Expression, weight: exp.Expression) -> exp.Expression:
@@ -208,7 +208,7 @@ class Sum(Measure):
         return b.total(f"v{j}")
 
     def rows_total(self, j: int) -> exp.Expression:
-        return b.total(f"v{j}")
+        return self.per_row(j)  # rows' values in fixed point already
 
     def weighted_row(self, value: exp.Expression, weight: exp.Expression) -> exp.Expression:
         return weighted(exp.Paren(this=value), exp.Paren(this=weight))

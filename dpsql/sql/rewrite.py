@@ -124,7 +124,7 @@ def _filtered(plan: Plan, salt: str | None, weighting: WeightedCopy | SplitCopy 
     stored = whole.values if whole is not None else {}
     alias = plan.relation.sources[0].alias
     items: list[exp.Expression] = []
-    if plan.unit is not None and whole is None and (not light or weighting.light_rows > 1 and weighting.distinct_units):
+    if plan.unit is not None and whole is None and (not light or weighting.light_unit):
         items.append(b.named(plan.unit.copy(), "unit"))
     items += [b.named(b.neutral(total(k.expr)), f"k{i}") for i, k in enumerate(plan.keys)]
     for j, m in enumerate(plan.measures):
