@@ -37,7 +37,8 @@ def _columns(noisy: NoisyTable) -> list[tuple[str, str, list[Any]]]:
     return cols
 
 
-def _is_trivial(post: exp.Select) -> bool:
+def is_trivial(post: exp.Select) -> bool:
+    """Whether the outer part only picks result columns (no SQL needs to run over them)."""
     if any(post.args.get(k) is not None for k in ("where", "order", "limit", "offset")):
         return False
     return all(isinstance(i, exp.Alias) and isinstance(i.this, exp.Column) for i in post.expressions)
@@ -60,7 +61,7 @@ class PostProcessor:
         cols = _columns(noisy)
         by_name = {name: (t, c) for name, t, c in cols}
         names = [i.alias for i in post.expressions]
-        if _is_trivial(post):
+        if is_trivial(post):
             picked = [by_name[i.this.name] for i in post.expressions]
             rows = list(zip(*[c for _, c in picked])) if noisy.n_rows else []
             order = list(range(noisy.n_rows))

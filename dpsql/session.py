@@ -42,7 +42,7 @@ from .errors import (
     unsupported,
 )
 from .families import family
-from .postprocess import PostProcessor
+from .postprocess import PostProcessor, is_trivial
 from .prepare import (
     CLIENT_SETTINGS,
     Settings,
@@ -282,7 +282,7 @@ class Session:
         if isinstance(plan, PublicQuery):
             names, types = self.engine.describe(self.engine.prepare(plan.tree))
             return public_names(plan.tree, names), types
-        names, types = self.engine.describe(self.engine.prepare(rewrite(plan, plan.literal_domain_size())))
+        names, types = self.engine.describe(self.engine.prepare(rewrite(plan, plan.literal_domain_size()), owned=True))
         key_types = types[:len(plan.keys)]
         est_types = [family(e).result_type for e in plan.estimates]
         return self._post.describe(plan.post, key_types, est_types)
@@ -455,7 +455,7 @@ class Session:
         if salt is None and cached is not None and cached[0] is plan:
             return cached[1]  # a plan is cached per data version, so its weighted copy is current
         tree = rewrite(plan, plan.literal_domain_size(), salt, self._weighting(plan))
-        sql = self.engine.prepare(tree)
+        sql = self.engine.prepare(tree, owned=True)
         if salt is None:
             self._check_post(plan, sql)
             self._sql[id(plan)] = (plan, sql)
@@ -466,8 +466,12 @@ class Session:
     def _check_post(self, plan: Plan, sql: str) -> None:
         """Bind the outer part of the query (HAVING, ORDER BY, LIMIT, expressions over the
         aggregates) against the result's types before the charge: a mistake there, such as
-        ORDER BY 10 over one column, is refused free instead of failing after the charge."""
+        ORDER BY 10 over one column, is refused free instead of failing after the charge.
+        Describing the bounded query also has the engine bind it, so that a type error there
+        is refused free too; an outer part that only picks columns cannot fail, and is not run."""
         key_types = self.engine.describe(sql)[1][:len(plan.keys)]
+        if is_trivial(plan.post):
+            return
         try:
             self._post.describe(plan.post, key_types, [family(e).result_type for e in plan.estimates])
         except OperationalError as e:
@@ -519,7 +523,7 @@ class Session:
                                             expression=exp.Count(this=exp.Distinct(expressions=[b.quoted(column)]))),
                                      "u")], b.table(table, quote=True))
             with _charge_told("nothing was charged"):
-                rs = self.engine.execute(self.engine.prepare(tree))
+                rs = self.engine.execute(self.engine.prepare(tree, owned=True))
             known = self._unique[(table, column, version)] = bool(rs.columns[0][0])
         return known
 
@@ -544,7 +548,7 @@ class Session:
         if not isinstance(plan, Plan) or not plan.keys or not plan.declared:
             return None
         with _charge_told("nothing was charged"):
-            rs = self.engine.execute(self.engine.prepare(declared_domain(plan)))
+            rs = self.engine.execute(self.engine.prepare(declared_domain(plan), owned=True))
         post = plan.post.copy()
         post.set("expressions", post.expressions[:-1])  # the probe's COUNT(*)
         rows = sorted(zip(*rs.columns), key=key_order)

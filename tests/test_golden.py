@@ -122,3 +122,43 @@ def test_bounded_sql_matches_the_golden_fixtures(sessions):
             (FIXTURES / name).write_text(text)
     for name, text in got.items():
         assert text == (FIXTURES / name).read_text(), name
+
+
+def _nodes(value) -> list:
+    """Every sqlglot node reachable from a plan's fields (dataclasses, lists, dicts, trees)."""
+    import dataclasses
+
+    from sqlglot import exp
+    out, seen, todo = [], set(), [value]
+    while todo:
+        v = todo.pop()
+        if id(v) in seen or v is None or isinstance(v, (str, int, float, bool)):
+            continue
+        seen.add(id(v))
+        if isinstance(v, exp.Expression):
+            out.extend(v.walk())
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+            todo.extend(getattr(v, f.name) for f in dataclasses.fields(v))
+        elif isinstance(v, (list, tuple, set, frozenset)):
+            todo.extend(v)
+        elif isinstance(v, dict):
+            todo.extend(v.values())
+    return out
+
+
+def test_bounded_tree_is_owned_by_its_caller(sessions):
+    """Engines lower and generate rewrite()'s tree in place (prepare(owned=True)): that is safe
+    only if no node of it is also the plan's (cached and reused) or appears twice in it."""
+    for variant, mechanism, sql in CASES:
+        session = sessions[variant]
+        session.execute(f"SET dpsql.mechanism = '{mechanism}'")
+        plan, _ = session._prepare(classify(sql).tree)
+        domain = plan.literal_domain_size()
+        copies = {"weighted": WeightedCopy(plan.bounding, "weights"),
+                  "split": SplitCopy(plan.bounding, "weights", plan.bounding.light_rows(domain), plan.needs_selection)}
+        tree = rewrite(plan, domain, "salt" if plan.sample_rate else None, copies.get(variant))
+        ids = [id(n) for n in tree.walk()]
+        assert len(ids) == len(set(ids)), f"a node appears twice in the bounded tree of {sql}"
+        assert not set(ids) & {id(n) for n in _nodes(plan)}, f"the bounded tree of {sql} shares nodes with its plan"
+        assert session.engine.prepare(tree, owned=True) == session.engine.prepare(rewrite(
+            plan, domain, "salt" if plan.sample_rate else None, copies.get(variant))), sql

@@ -33,10 +33,12 @@ class Engine(Protocol):
         """table -> column -> type name in DuckDB's spelling (canonical_type), so analysis and
         the wire codec read one vocabulary whatever the backend; the policy's tables only."""
 
-    def prepare(self, tree: exp.Expression) -> str:
+    def prepare(self, tree: exp.Expression, *, owned: bool = False) -> str:
         """The neutral tree (rewrite's, or a public query's) as this engine's SQL, with dpsql's
         TRY and DPSQL_HASH lowered; raises a refusal when the engine cannot run it safely, and
-        is called before anything is charged."""
+        is called before anything is charged. `owned`: the caller hands the tree over (a tree
+        rewrite() has just built), so it is lowered and generated in place instead of copied
+        first (a copy of a bounded query's tree costs about as much as generating its SQL)."""
 
     def execute(self, sql: str) -> ResultSet:
         """Run a query built by dpsql (never the analyst's text)."""

@@ -145,10 +145,10 @@ class DuckDBEngine:
     def schema(self) -> Mapping[str, Mapping[str, str]]:
         return self._schema
 
-    def prepare(self, tree: exp.Expression) -> str:
+    def prepare(self, tree: exp.Expression, *, owned: bool = False) -> str:
         """DuckDB has TRY itself; DPSQL_HASH is its hash(), and width_bucket, which it lacks,
         becomes a CASE."""
-        return tree.transform(_lower, copy=True).sql(dialect="duckdb", copy=False)  # the transform copied it
+        return tree.transform(_lower, copy=not owned).sql(dialect="duckdb", copy=False)  # copied unless owned
 
     def _cursor(self) -> duckdb.DuckDBPyConnection:
         cur = getattr(self._local, "cursor", None)

@@ -39,10 +39,11 @@ _STRUCTURE = (exp.Paren, exp.And, exp.Or, exp.Not, exp.EQ, exp.NEQ, exp.GT, exp.
 
 
 def lower_for_postgres(tree: exp.Expression, schema: Mapping[str, Mapping[str, str]],
-                       public: frozenset[str] = frozenset()) -> exp.Expression:
+                       public: frozenset[str] = frozenset(), copy: bool = True) -> exp.Expression:
     """The neutral tree with TRY, TRY_CAST, DPSQL_HASH, width_bucket and EXTRACT fields in
-    PostgreSQL's terms. `public` names the tables whose rows are not private."""
-    return tree.transform(_Lowering(schema, public).visit, copy=True)
+    PostgreSQL's terms. `public` names the tables whose rows are not private; `copy=False`
+    lowers the tree in place."""
+    return tree.transform(_Lowering(schema, public).visit, copy=copy)
 
 
 _EXTRACT_FIELDS = {"DAYOFWEEK": "DOW", "DAYOFYEAR": "DOY", "WEEKDAY": "DOW"}

@@ -110,10 +110,10 @@ class PostgresEngine:
     def schema(self) -> Mapping[str, Mapping[str, str]]:
         return self._schema
 
-    def prepare(self, tree: exp.Expression) -> str:
+    def prepare(self, tree: exp.Expression, *, owned: bool = False) -> str:
         """Lower TRY and the keyed hash, transpile, and have PostgreSQL plan it (EXPLAIN reads
         no rows), so that a type error refuses the query before it is charged."""
-        sql = lower_for_postgres(tree, self._schema, self._public).sql(dialect="postgres")
+        sql = lower_for_postgres(tree, self._schema, self._public, copy=not owned).sql(dialect="postgres", copy=False)
         if sql not in self._checked:
             con = self._connection()
             try:

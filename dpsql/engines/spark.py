@@ -128,9 +128,9 @@ class SparkEngine:
     def schema(self) -> Mapping[str, Mapping[str, str]]:
         return self._schema
 
-    def prepare(self, tree: exp.Expression) -> str:
+    def prepare(self, tree: exp.Expression, *, owned: bool = False) -> str:
         """With ANSI mode off every expression is total, so TRY is the expression itself."""
-        return tree.transform(_lower, copy=True).sql(dialect="spark")
+        return tree.transform(_lower, copy=not owned).sql(dialect="spark", copy=False)  # copied unless owned
 
     def execute(self, sql: str) -> ResultSet:
         tag = f"dpsql-{next(self._tags)}"

@@ -13,6 +13,7 @@ final      declared key domains joined in, so empty groups appear with zeros.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fractions import Fraction
 
 from sqlglot import exp
@@ -53,9 +54,10 @@ def rewrite(plan: Plan, domain_size: int | None = None, salt: str | None = None,
     keys = [f"k{i}" for i in range(len(plan.keys))]
     declared = [(i, k) for i, k in enumerate(plan.keys) if k.declared]
     ctes = _domain_ctes(declared)
+    rows = _rows(plan, salt, weighting)
     if isinstance(weighting, SplitCopy):
-        ctes.append(("light", _filtered(plan, salt, weighting, declared, light=True)))
-    ctes.append(("filtered", _filtered(plan, salt, weighting, declared)))
+        ctes.append(("light", _filtered(plan, rows, weighting, declared, light=True)))
+    ctes.append(("filtered", _filtered(plan, rows, weighting, declared)))
     ctes += bounding.stages(plan.measures, keys, domain_size)
     histograms = [(j, m) for j, m in enumerate(plan.measures) if isinstance(m, Histogram)]
     if histograms:
@@ -115,40 +117,63 @@ def _pivot(j: int, m: Histogram, keys: list[str]) -> exp.Select:
     return b.select([b.col(k) for k in keys] + pivot, b.table(f"bins{j}"), group=list(keys) or None)
 
 
-def _filtered(plan: Plan, salt: str | None, weighting: WeightedCopy | SplitCopy | None,
-              declared: list[tuple[int, GroupKey]], light: bool = False) -> exp.Select:
-    """One row per private row: unit, keys and per-row values, every expression total (a
-    failing row yields NULL, never an error that would depend on its value). From a split copy,
-    the rows of units within the limit (`light`) or the others."""
+@dataclass(frozen=True)
+class _Rows:
+    """The filtered rows' own expressions: keys and per-row values (`items`), the conditions,
+    the sampling coin and the FROM clause. Built once per bounded query (neutral() takes each
+    through SQL text), the light part of a split gets copies."""
+    items: list[exp.Expression]
+    where: list[exp.Expression]
+    coin: exp.Expression | None
+    source: exp.Expression
+    joins: list[exp.Join]
+
+
+def _rows(plan: Plan, salt: str | None, weighting: WeightedCopy | SplitCopy | None) -> _Rows:
     whole = weighting if isinstance(weighting, WeightedCopy) else None
     stored = whole.values if whole is not None else {}
     alias = plan.relation.sources[0].alias
-    items: list[exp.Expression] = []
-    if plan.unit is not None and whole is None and (not light or weighting.light_unit):
-        items.append(b.named(plan.unit.copy(), "unit"))
-    items += [b.named(b.neutral(total(k.expr)), f"k{i}") for i, k in enumerate(plan.keys)]
+    items = [b.named(b.neutral(total(k.expr)), f"k{i}") for i, k in enumerate(plan.keys)]
     for j, m in enumerate(plan.measures):
         if j in stored:
             items.append(b.named(b.quoted(stored[j], alias), f"v{j}"))
         elif m.value is not None:
             items.append(b.named(b.neutral(m.row_value()), f"v{j}"))
-    if not items:
-        items.append(b.named(1, "one"))
+    if whole is not None:
+        items.append(b.named(b.col("__dpsql_w", alias), "w"))
     # The weighted copy holds the rows whose unit is not NULL, the only condition it admits.
     where = _conditions(plan.relation.where, plan.relation) if whole is None else []
-    if isinstance(weighting, SplitCopy):
-        rows, most = b.col("__dpsql_n", alias), b.node(weighting.light_rows)
-        where.append(exp.LTE(this=rows, expression=most) if light else exp.GT(this=rows, expression=most))
+    coin = None
     if plan.sample_rate is not None:
         threshold = int(Fraction(repr(plan.sample_rate)) * 2**COIN_BITS)
         secret = exp.Literal.string(salt or "")
         if salt is None:
             secret.add_comments(["a secret salt, new for each execution"])
-        where.append(exp.LT(this=b.anonymous("DPSQL_COIN", plan.unit.copy(), secret), expression=b.node(threshold)))
-    if whole is not None:
-        items.append(b.named(b.col("__dpsql_w", alias), "w"))
+        coin = exp.LT(this=b.anonymous("DPSQL_COIN", plan.unit.copy(), secret), expression=b.node(threshold))
     source, joins = _from(plan.relation, plan.row_id_source, weighting and weighting.table)
-    filtered = b.select(items, source, joins=joins, where=where)
+    return _Rows(items, where, coin, source, joins)
+
+
+def _filtered(plan: Plan, rows: _Rows, weighting: WeightedCopy | SplitCopy | None,
+              declared: list[tuple[int, GroupKey]], light: bool = False) -> exp.Select:
+    """One row per private row: unit, keys and per-row values, every expression total (a
+    failing row yields NULL, never an error that would depend on its value). From a split copy,
+    the rows of units within the limit (`light`, built from copies of `rows`) or the others."""
+    whole = weighting if isinstance(weighting, WeightedCopy) else None
+    own = (lambda n: n.copy()) if light else (lambda n: n)
+    items: list[exp.Expression] = []
+    if plan.unit is not None and whole is None and (not light or weighting.light_unit):
+        items.append(b.named(plan.unit.copy(), "unit"))
+    items += [own(i) for i in rows.items]
+    if not items:
+        items.append(b.named(1, "one"))
+    where = [own(c) for c in rows.where]
+    if isinstance(weighting, SplitCopy):
+        n, most = b.col("__dpsql_n", plan.relation.sources[0].alias), b.node(weighting.light_rows)
+        where.append(exp.LTE(this=n, expression=most) if light else exp.GT(this=n, expression=most))
+    if rows.coin is not None:
+        where.append(own(rows.coin))
+    filtered = b.select(items, own(rows.source), joins=[own(j) for j in rows.joins], where=where)
     # Weighted rows add to their own group only, and groups outside a declared domain are never
     # released (the final join starts from the domain): no membership filter is needed then.
     if declared and whole is None and not light:

@@ -1,0 +1,178 @@
+"""What a new query text costs in Python: parsing, planning, calibration, building the bounded
+query, noise and post-processing, apart from the engine's and the ledger's own time.
+
+    python -m benchmarks.new_query [--rows 100000] [--texts 40]
+
+Every execution sends a text dpsql has not seen (a literal changes), so nothing is served from
+the plan cache or the answer cache. Time inside the engine (DuckDB parsing, binding, running and
+fetching, the post-processor's scratch DuckDB) and inside the ledger (its SQLite writes and
+fsyncs) is measured by wrapping those calls; Python is the rest of the wall time. The same
+query text sent again (a plan-cache hit) is shown for comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import duckdb
+
+import dpsql
+from dpsql.accounting.ledger import Ledger
+from dpsql.engines.duckdb import DuckDBEngine
+from dpsql.postprocess import PostProcessor
+
+SHAPES = {
+    "grouped COUNT, WHERE": "SELECT g, COUNT(*) FROM t WHERE v > {i} GROUP BY g",
+    "COUNT+SUM+AVG, WHERE": "SELECT g, COUNT(*), SUM(v), AVG(v) FROM t WHERE v < {big} GROUP BY g",
+    "ungrouped COUNT, WHERE": "SELECT COUNT(*) FROM t WHERE v > {i}",
+    "HAVING, ORDER BY, LIMIT": ("SELECT g, SUM(v) AS s FROM t WHERE v <> {i} GROUP BY g "
+                                "HAVING SUM(v) > 0 ORDER BY s DESC LIMIT 5"),
+    "public JOIN": ("SELECT r.region, COUNT(*) FROM t JOIN regions r ON t.g = r.g "
+                    "WHERE t.v > {i} GROUP BY r.region"),
+    "undeclared keys": "SELECT h, COUNT(*) FROM t WHERE v > {i} GROUP BY h",
+}
+
+
+def build(directory: Path, rows: int) -> Path:
+    con = duckdb.connect(str(directory / "bench.duckdb"))
+    con.execute(f"""
+        CREATE TABLE t AS
+        SELECT i AS id, (hash(i, 1) % {max(rows // 8, 1)})::BIGINT AS uid,
+               'g' || (hash(i, 2) % 10)::VARCHAR AS g, (hash(i, 4) % 200)::INTEGER AS h,
+               round(exp((hash(i, 3) % 1000) / 1000.0 * 7), 2) AS v
+        FROM range({rows}) r(i)""")
+    con.execute("CREATE TABLE regions AS SELECT 'g' || i AS g, 'r' || (i % 3) AS region FROM range(10) r(i)")
+    con.close()
+    policy = directory / "policy.toml"
+    keys = ", ".join(f'"g{i}"' for i in range(10))
+    policy.write_text(f"""
+[engine]
+database = "bench.duckdb"
+[privacy]
+epsilon = 1e9
+query_epsilon = 1.0
+delta = 1e-6
+[tables.t]
+privacy_unit = "uid"
+max_groups = 3
+max_rows = 5
+columns.v = {{ lower = 0, upper = 1000 }}
+columns.g = {{ keys = [{keys}] }}
+[tables.regions]
+public = true
+[users.bench]
+""")
+    return policy
+
+
+class Clock:
+    """Seconds spent inside wrapped calls, by kind (nested calls count once, in the outer)."""
+
+    def __init__(self) -> None:
+        self.spent: Counter[str] = Counter()
+        self._depth = 0
+
+    def wrap(self, kind: str, fn: Callable) -> Callable:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if self._depth:
+                return fn(*args, **kwargs)
+            self._depth += 1
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.spent[kind] += time.perf_counter() - t
+                self._depth -= 1
+        return timed
+
+
+class _TimedConnection:
+    """The post-processor's scratch DuckDB, its calls timed as engine time."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, clock: Clock) -> None:
+        self._con, self._clock = con, clock
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._con, name)
+        if name in ("execute", "executemany"):
+            def call(*args: Any) -> Any:
+                self._clock.wrap("engine", attr)(*args)
+                return self
+            return call
+        if name.startswith("fetch"):
+            return self._clock.wrap("engine", attr)
+        return attr
+
+
+@contextmanager
+def instrumented(clock: Clock) -> Iterator[None]:
+    patches = [(DuckDBEngine, "execute", "engine"), (DuckDBEngine, "describe", "engine"),
+               (DuckDBEngine, "weighted_copy", "engine"), (Ledger, "charge", "ledger"),
+               (Ledger, "record_release", "ledger")]
+    saved = [(cls, name, getattr(cls, name)) for cls, name, _ in patches]
+    scratch = PostProcessor._scratch
+    for cls, name, kind in patches:
+        setattr(cls, name, clock.wrap(kind, getattr(cls, name)))
+    PostProcessor._scratch = lambda self: _TimedConnection(scratch(self), clock)
+    try:
+        yield
+    finally:
+        for cls, name, fn in saved:
+            setattr(cls, name, fn)
+        PostProcessor._scratch = scratch
+
+
+def measure(cur: Any, clock: Clock, texts: list[str]) -> dict[str, float]:
+    """Median total, engine, ledger and Python milliseconds over `texts`."""
+    parts: dict[str, list[float]] = {"total": [], "engine": [], "ledger": [], "python": []}
+    for text in texts:
+        clock.spent.clear()
+        t = time.perf_counter()
+        cur.execute(text)
+        cur.fetchall()
+        total = time.perf_counter() - t
+        engine, ledger = clock.spent["engine"], clock.spent["ledger"]
+        for k, v in (("total", total), ("engine", engine), ("ledger", ledger), ("python", total - engine - ledger)):
+            parts[k].append(v * 1000)
+    return {k: statistics.median(v) for k, v in parts.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=100_000)
+    ap.add_argument("--texts", type=int, default=40, help="new query texts per shape")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        directory = Path(d)
+        policy = build(directory, args.rows)
+        conn = dpsql.connect(policy, user="bench", ledger=directory / "ledger.sqlite")
+        cur = conn.cursor()
+        cur.execute("SET dpsql.cache = off")
+        clock = Clock()
+        print(f"{args.rows:,} rows, median of {args.texts} new texts per shape, ms "
+              f"(python = total - engine - ledger)")
+        print(f"{'shape':<26} {'total':>7} {'engine':>7} {'ledger':>7} {'python':>7}   {'repeat':>7} {'python':>7}")
+        worst = 0.0
+        with instrumented(clock):
+            for name, shape in SHAPES.items():
+                for k in range(3):  # weighted copies and the engine's caches warm, not measured
+                    cur.execute(shape.format(i=100_000 + k, big=200_000 + k))
+                    cur.fetchall()
+                new = measure(cur, clock, [shape.format(i=k, big=100_000 + k) for k in range(args.texts)])
+                same = measure(cur, clock, [shape.format(i=0, big=100_000)] * args.texts)
+                worst = max(worst, new["python"])
+                print(f"{name:<26} {new['total']:7.2f} {new['engine']:7.2f} {new['ledger']:7.2f} {new['python']:7.2f}"
+                      f"   {same['total']:7.2f} {same['python']:7.2f}", flush=True)
+        conn.close()
+        print(f"worst python per new text: {worst:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
