@@ -52,10 +52,11 @@ class OuterQuery:
             self.items.append(self._current)
             self._current = None
         aliases = set(names)
-        post = exp.select(*items).from_("noisy")
+        # Built in place: sqlglot's chained builders copy the tree (and parse strings) per step.
+        post = exp.Select(expressions=items, from_=exp.From(this=exp.Table(this=exp.to_identifier("noisy"))))
         having = self.tree.args.get("having")
         if having is not None:
-            post = post.where(self._bind(having.this, key_sql, aliases))
+            post.set("where", exp.Where(this=self._bind(having.this, key_sql, aliases)))
         order = self.tree.args.get("order")
         if order is not None:
             ordered = []
@@ -67,7 +68,7 @@ class OuterQuery:
                 new = o.copy()
                 new.set("this", self._bind(target, key_sql, aliases))
                 ordered.append(new)
-            post = post.order_by(*ordered)
+            post.set("order", exp.Order(expressions=ordered))
         for key in ("limit", "offset"):
             clause = self.tree.args.get(key)
             if clause is not None:
@@ -110,13 +111,15 @@ class OuterQuery:
         if isinstance(node, (exp.Subquery, exp.Select)):
             raise unsupported("subqueries over aggregates are not supported")
         check_node(node)
-        new = node.copy()
-        for k, v in list(new.args.items()):
+        # A new node over bound children (a deep copy would copy each subtree once per level).
+        args = {}
+        for k, v in node.args.items():
             if isinstance(v, exp.Expression):
-                new.set(k, self._bind(node.args[k], key_sql, aliases))
+                v = self._bind(v, key_sql, aliases)
             elif isinstance(v, list):
-                new.set(k, [self._bind(x, key_sql, aliases) if isinstance(x, exp.Expression) else x for x in node.args[k]])
-        return new
+                v = [self._bind(x, key_sql, aliases) if isinstance(x, exp.Expression) else x for x in v]
+            args[k] = v
+        return type(node)(**args)
 
 
 
