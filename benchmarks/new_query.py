@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 import duckdb
 
 import dpsql
+from dpsql import postprocess
 from dpsql.accounting.ledger import Ledger
 from dpsql.engines.duckdb import DuckDBEngine
 from dpsql.postprocess import PostProcessor
@@ -115,9 +116,10 @@ class _TimedConnection:
 
 @contextmanager
 def instrumented(clock: Clock) -> Iterator[None]:
-    patches = [(DuckDBEngine, "execute", "engine"), (DuckDBEngine, "describe", "engine"),
+    patches: list[tuple[Any, str, str]] = [(DuckDBEngine, "execute", "engine"), (DuckDBEngine, "describe", "engine"),
                (DuckDBEngine, "weighted_copy", "engine"), (Ledger, "charge", "ledger"),
                (Ledger, "record_release", "ledger")]
+    patches.append((postprocess, "insert_rows", "engine"))  # the noisy table's rows into the scratch DuckDB
     saved = [(cls, name, getattr(cls, name)) for cls, name, _ in patches]
     scratch = PostProcessor._scratch
     for cls, name, kind in patches:

@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 
 import duckdb
 
+from .duck_rows import insert_rows
 from .errors import OperationalError, ProgrammingError
 
 FORMATS = {".parquet": "PARQUET", ".csv": "CSV"}
@@ -33,8 +34,7 @@ def write_table(path: Path, names: Sequence[str], types: Sequence[str], rows: Se
     try:
         cols = ", ".join(f"{_quote(n)} {t}" for n, t in zip(names, types))
         con.execute(f"CREATE TABLE release ({cols})")
-        if rows:
-            con.executemany(f"INSERT INTO release VALUES ({', '.join('?' for _ in names)})", [list(r) for r in rows])
+        insert_rows(con, "release", rows, len(names))
         target = str(path).replace("'", "''")
         con.execute(f"COPY release TO '{target}' (FORMAT {fmt}{', HEADER' if fmt == 'CSV' else ''})")
     except duckdb.Error as e:

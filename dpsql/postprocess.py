@@ -15,6 +15,7 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
+from .duck_rows import insert_rows
 from .errors import OperationalError
 from .release import NoisyTable
 from .sql.bounds import UNBOUNDED, Interval, interval
@@ -98,8 +99,7 @@ class PostProcessor:
         defs = ", ".join('"' + n.replace('"', '""') + f'" {t}' for n, t in zip(unique, types))
         try:
             con.execute(f"CREATE OR REPLACE TEMP TABLE {table} ({defs})")
-            if rows:
-                con.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' for _ in unique)})", [list(r) for r in rows])
+            insert_rows(con, table, rows, len(unique))
             cur = con.execute(outer.sql(dialect="duckdb"))
             out = cur.fetchall()
             return [d[0] for d in cur.description], [str(d[1]) for d in cur.description], [
@@ -115,9 +115,8 @@ class PostProcessor:
         defs = ", ".join(f"{name} {t}" for name, t, _ in cols)
         con.execute(f"CREATE OR REPLACE TEMP TABLE noisy ({defs}{', ' if defs else ''}__row BIGINT)")
         if n_rows:
-            placeholders = ", ".join("?" for _ in range(len(cols) + 1))
-            data = [list(r) + [i] for i, r in enumerate(zip(*[c for _, _, c in cols]))] if cols else [[i] for i in range(n_rows)]
-            con.executemany(f"INSERT INTO noisy VALUES ({placeholders})", data)
+            data = [(*r, i) for i, r in enumerate(zip(*[c for _, _, c in cols]))] if cols else [(i,) for i in range(n_rows)]
+            insert_rows(con, "noisy", data, len(cols) + 1)
         query = post.copy()
         query.set("expressions", [*query.expressions, exp.column("__row")])
         try:

@@ -32,6 +32,7 @@ import duckdb
 
 from ..accounting.ledger import open_ledger
 from ..config import Policy, load_policy
+from ..duck_rows import insert_rows
 from ..engines import open_engine
 from ..errors import BudgetExceeded
 from ..session import Result, Session
@@ -88,8 +89,7 @@ def write_dataset(world: World, directory: Path, name: str, with_target: bool) -
             con.execute(f"CREATE TABLE {table} ({spec.columns})")
             rows = list(spec.background) + (list(spec.target) if with_target else [])
             if rows:
-                marks = ", ".join("?" * len(rows[0]))
-                con.executemany(f"INSERT INTO {table} VALUES ({marks})", [list(r) for r in rows])
+                insert_rows(con, table, rows, len(rows[0]))
     finally:
         con.close()
     policy = directory / f"{world.name}-{name}.toml"

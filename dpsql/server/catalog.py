@@ -21,6 +21,7 @@ from sqlglot import exp
 
 from .. import __version__
 from ..config import Policy
+from ..duck_rows import insert_rows
 from ..errors import Error, ProgrammingError
 from ..sql.classify import first_word
 from . import codec as c
@@ -393,9 +394,7 @@ class Catalog:
         return out
 
     def _insert(self, table: str, rows: list[tuple]) -> None:
-        if rows:
-            marks = ", ".join("?" for _ in TABLES[table])
-            self._con.executemany(f"INSERT INTO pgc.{table} VALUES ({marks})", [list(r) for r in rows])
+        insert_rows(self._con, f"pgc.{table}", rows, len(TABLES[table]))
 
     # Queries -------------------------------------------------------------------------------
     def answer(self, sql: str, params: list[Any], session, user: str) -> tuple[list[str], list[int], list[tuple]]:
@@ -416,8 +415,7 @@ class Catalog:
         try:
             for kind, part in views.items():  # this cursor's own copies, with the session's views added
                 cur.execute(f"CREATE TEMP TABLE session_{kind} AS SELECT * FROM pgc.{kind}")
-                marks = ", ".join("?" for _ in TABLES[kind])
-                cur.executemany(f"INSERT INTO session_{kind} VALUES ({marks})", [list(r) for r in part])
+                insert_rows(cur, f"session_{kind}", part, len(TABLES[kind]))
             cur.execute(text)
             rows = cur.fetchall()
             result_names = [d[0] for d in cur.description]
