@@ -25,3 +25,15 @@ def test_quick_benchmark_writes_every_table(tmp_path):
     assert {"smartnoise", "qrlew"} <= {s for per_query in results["accuracy"].values() for s in per_query}
     assert all(r < 0.5 for q in results["accuracy"].values() for s, r in q.items() if s == "dpsql")
     assert (tmp_path / "latency_vs_rows.png").stat().st_size > 1000
+
+
+def test_new_query_benchmark_runs_every_shape():
+    from benchmarks.new_query import SHAPES
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.new_query", "--rows", "4000", "--texts", "4", "--rounds", "2"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {line[:26].strip(): line[26:].split() for line in proc.stdout.splitlines()}
+    for name in SHAPES:
+        total, engine, ledger, python, cpu, *_ = map(float, rows[name])
+        assert 0 < engine < total and 0 < ledger < total and python > 0, (name, rows[name])
+    assert "worst python per new text" in proc.stdout
