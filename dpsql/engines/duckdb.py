@@ -20,7 +20,7 @@ from sqlglot import exp
 
 from ..config import Policy, check_against_schema
 from ..errors import OperationalError, PolicyError
-from ..sql.build import dtype
+from ..sql.build import DUCKDB, dtype
 from .base import (
     ENGINE_FAILURE_HINT,
     ResultSet,
@@ -148,7 +148,7 @@ class DuckDBEngine:
     def prepare(self, tree: exp.Expression, *, owned: bool = False) -> str:
         """DuckDB has TRY itself; DPSQL_HASH is its hash(), and width_bucket, which it lacks,
         becomes a CASE."""
-        return tree.transform(_lower, copy=not owned).sql(dialect="duckdb", copy=False)  # copied unless owned
+        return tree.transform(_lower, copy=not owned).sql(dialect=DUCKDB, copy=False)  # copied unless owned
 
     def _cursor(self) -> duckdb.DuckDBPyConnection:
         cur = getattr(self._local, "cursor", None)

@@ -9,8 +9,10 @@ from typing import Iterable
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
 
 Node = exp.Expression
+DUCKDB = Dialect.get_or_raise("duckdb")  # one instance: a dialect's name is looked up and instantiated per use
 Operand = Node | int | float | str
 
 
@@ -30,12 +32,12 @@ def neutral(expression: exp.Expression) -> exp.Expression:
     which every engine's lowering and sqlglot's transpilation start from: the two readings
     differ in places (EXTRACT(dow) is DAYOFWEEK, an integer `/` a double division, INITCAP's
     word boundaries), and the bounded query must mean the same on every engine."""
-    return _neutral(expression.sql(dialect="duckdb")).copy()
+    return _neutral(expression.sql(dialect=DUCKDB)).copy()
 
 
 @lru_cache(maxsize=4096)
 def _neutral(text: str) -> exp.Expression:
-    return sqlglot.parse_one(text, read="duckdb")
+    return sqlglot.parse_one(text, read=DUCKDB)
 
 
 def col(name: str, table: str | None = None) -> exp.Column:
@@ -46,6 +48,18 @@ def col(name: str, table: str | None = None) -> exp.Column:
 def quoted(name: str, table: str | None = None) -> exp.Column:
     """A column of a policy table, quoted as it is spelled there."""
     return exp.Column(this=exp.Identifier(this=name, quoted=True), table=exp.to_identifier(table) if table else None)
+
+
+def qualified(name: str, alias: str) -> exp.Table:
+    """A table by its qualified name as DuckDB spells it (a weighted copy's), parsed once per name."""
+    t = _qualified(name).copy()
+    t.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
+    return t
+
+
+@lru_cache(maxsize=256)
+def _qualified(name: str) -> exp.Table:
+    return exp.to_table(name, dialect=DUCKDB)
 
 
 def table(name: str, alias: str | None = None, quote: bool = False) -> exp.Table:
@@ -84,7 +98,7 @@ def idiv(a: Operand, b: Operand) -> Node:
 
 def func(name: str, *args: Operand) -> Node:
     """A function as DuckDB's reader builds it (GREATEST and LEAST skip NULLs, as there)."""
-    return exp.func(name, *[node(a) for a in args], dialect="duckdb")
+    return exp.func(name, *[node(a) for a in args], dialect=DUCKDB)
 
 
 def anonymous(name: str, *args: Operand) -> Node:

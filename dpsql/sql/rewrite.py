@@ -195,9 +195,7 @@ def _from(rel: Relation, row_id_source: str | None = None,
         if source.derived is not None:
             return b.subquery(_derived(source.derived), source.alias)
         if weights_table is not None and source.private:
-            t = exp.to_table(weights_table, dialect="duckdb")
-            t.set("alias", exp.TableAlias(this=exp.to_identifier(source.alias)))
-            return t
+            return b.qualified(weights_table, source.alias)
         if row_id_source == source.alias:
             rid = exp.Window(this=exp.RowNumber(), over="OVER")
             numbered = b.select([exp.Star(), b.named(rid, "__dpsql_rid")], b.table(source.table.name, quote=True))
