@@ -29,6 +29,8 @@ from dpsql.accounting.ledger import Ledger
 from dpsql.engines.duckdb import DuckDBEngine
 from dpsql.postprocess import PostProcessor
 
+from . import rewrite_overhead
+
 SHAPES = {
     "grouped COUNT, WHERE": "SELECT g, COUNT(*) FROM t WHERE v > {i} GROUP BY g",
     "COUNT+SUM+AVG, WHERE": "SELECT g, COUNT(*), SUM(v), AVG(v) FROM t WHERE v < {big} GROUP BY g",
@@ -42,35 +44,16 @@ SHAPES = {
 
 
 def build(directory: Path, rows: int) -> Path:
+    """rewrite_overhead's table and policy, plus an undeclared key h (200 values), a public
+    table of regions, and a delta for partition selection."""
+    policy = rewrite_overhead.build(directory, rows)
     con = duckdb.connect(str(directory / "bench.duckdb"))
-    con.execute(f"""
-        CREATE TABLE t AS
-        SELECT i AS id, (hash(i, 1) % {max(rows // 8, 1)})::BIGINT AS uid,
-               'g' || (hash(i, 2) % 10)::VARCHAR AS g, (hash(i, 4) % 200)::INTEGER AS h,
-               round(exp((hash(i, 3) % 1000) / 1000.0 * 7), 2) AS v
-        FROM range({rows}) r(i)""")
+    con.execute("ALTER TABLE t ADD COLUMN h INTEGER")
+    con.execute("UPDATE t SET h = hash(id, 4) % 200")
     con.execute("CREATE TABLE regions AS SELECT 'g' || i AS g, 'r' || (i % 3) AS region FROM range(10) r(i)")
     con.close()
-    policy = directory / "policy.toml"
-    keys = ", ".join(f'"g{i}"' for i in range(10))
-    policy.write_text(f"""
-[engine]
-database = "bench.duckdb"
-[privacy]
-epsilon = 1e9
-query_epsilon = 1.0
-delta = 1e-2
-query_delta = 1e-9
-[tables.t]
-privacy_unit = "uid"
-max_groups = 3
-max_rows = 5
-columns.v = {{ lower = 0, upper = 1000 }}
-columns.g = {{ keys = [{keys}] }}
-[tables.regions]
-public = true
-[users.bench]
-""")
+    text = policy.read_text().replace("query_epsilon = 1.0\n", "query_epsilon = 1.0\ndelta = 1e-2\nquery_delta = 1e-9\n")
+    policy.write_text(text + "[tables.regions]\npublic = true\n")
     return policy
 
 

@@ -88,17 +88,27 @@ def sessions(tmp_path):
         s.close()
 
 
+def _case(sessions, variant: str, mechanism: str, sql: str):
+    """A case's session, plan, literal domain size and weighting (None: the plan's own bounding)."""
+    session = sessions[variant]
+    session.execute(f"SET dpsql.mechanism = '{mechanism}'")
+    plan, _ = session._prepare(classify(sql).tree)
+    domain = plan.literal_domain_size()
+    copies = {"weighted": WeightedCopy(plan.bounding, "weights"),
+              "split": SplitCopy(plan.bounding, "weights", plan.bounding.light_rows(domain), plan.needs_selection)}
+    return session, plan, domain, copies.get(variant)
+
+
+def _rewritten(plan, domain, weighting):
+    return rewrite(plan, domain, "salt" if plan.sample_rate else None, weighting)
+
+
 def _render(sessions) -> dict[str, str]:
     whole, stages = [], {name: [] for name in STRATEGIES}
     for variant, mechanism, sql in CASES:
-        session = sessions[variant]
-        session.execute(f"SET dpsql.mechanism = '{mechanism}'")
-        plan, _ = session._prepare(classify(sql).tree)
-        domain = plan.literal_domain_size()
-        copies = {"weighted": WeightedCopy(plan.bounding, "weights"),
-                  "split": SplitCopy(plan.bounding, "weights", plan.bounding.light_rows(domain), plan.needs_selection)}
-        bounding = copies.get(variant, plan.bounding)
-        bounded = rewrite(plan, domain, "salt" if plan.sample_rate else None, copies.get(variant))
+        _, plan, domain, weighting = _case(sessions, variant, mechanism, sql)
+        bounding = weighting or plan.bounding
+        bounded = _rewritten(plan, domain, weighting)
         head = f"# mechanism: {mechanism}{', ' + variant if variant else ''}\n{sql};\n"
         whole.append(f"{head}{_pretty(bounded)};\n")
         keys = [f"k{i}" for i in range(len(plan.keys))]
@@ -150,15 +160,9 @@ def test_bounded_tree_is_owned_by_its_caller(sessions):
     """Engines lower and generate rewrite()'s tree in place (prepare(owned=True)): that is safe
     only if no node of it is also the plan's (cached and reused) or appears twice in it."""
     for variant, mechanism, sql in CASES:
-        session = sessions[variant]
-        session.execute(f"SET dpsql.mechanism = '{mechanism}'")
-        plan, _ = session._prepare(classify(sql).tree)
-        domain = plan.literal_domain_size()
-        copies = {"weighted": WeightedCopy(plan.bounding, "weights"),
-                  "split": SplitCopy(plan.bounding, "weights", plan.bounding.light_rows(domain), plan.needs_selection)}
-        tree = rewrite(plan, domain, "salt" if plan.sample_rate else None, copies.get(variant))
+        session, plan, domain, weighting = _case(sessions, variant, mechanism, sql)
+        tree = _rewritten(plan, domain, weighting)
         ids = [id(n) for n in tree.walk()]
         assert len(ids) == len(set(ids)), f"a node appears twice in the bounded tree of {sql}"
         assert not set(ids) & {id(n) for n in _nodes(plan)}, f"the bounded tree of {sql} shares nodes with its plan"
-        assert session.engine.prepare(tree, owned=True) == session.engine.prepare(rewrite(
-            plan, domain, "salt" if plan.sample_rate else None, copies.get(variant))), sql
+        assert session.engine.prepare(tree, owned=True) == session.engine.prepare(_rewritten(plan, domain, weighting)), sql
