@@ -11,12 +11,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from pathlib import Path
 
 import pytest
 import sqlglot
+from sqlglot import exp
 
 from dpsql.config import load_policy
 from dpsql.session import Session
@@ -136,9 +138,6 @@ def test_bounded_sql_matches_the_golden_fixtures(sessions):
 
 def _nodes(value) -> list:
     """Every sqlglot node reachable from a plan's fields (dataclasses, lists, dicts, trees)."""
-    import dataclasses
-
-    from sqlglot import exp
     out, seen, todo = [], set(), [value]
     while todo:
         v = todo.pop()

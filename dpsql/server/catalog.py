@@ -316,7 +316,7 @@ class Catalog:
             defs = ", ".join(f'"{name}" {_STORAGE.get(oid, "VARCHAR")}' for name, oid in cols)
             con.execute(f"CREATE TABLE pgc.{table} ({defs})")
         con.execute("CREATE TABLE pgc.type_display (oid BIGINT, display VARCHAR)")
-        con.executemany("INSERT INTO pgc.type_display VALUES (?, ?)", [[o, n] for o, n in c.TYPE_NAMES.items()])
+        insert_rows(con, "pgc.type_display", list(c.TYPE_NAMES.items()), 2)
         self._insert("pg_namespace", [(PG_CATALOG, "pg_catalog", OWNER, None), (PUBLIC, "public", OWNER, None),
                                       (INFORMATION_SCHEMA, "information_schema", OWNER, None),
                                       (PG_TEMP, PG_TEMP_NAME, OWNER, None)])
