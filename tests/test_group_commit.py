@@ -42,10 +42,12 @@ class _Connection:
         self.log.append(sql)
 
 
-def _writer(log, fail_commit=False):
+def _writer(log, fail_commit=False, durability=None):
     @contextlib.contextmanager
-    def begin(users):
+    def begin(users, durable):
         log.append(("BEGIN", tuple(users)))
+        if durability is not None:
+            durability.append(durable)
         yield _Connection(log)
         if fail_commit:
             raise OSError("disk full")
@@ -87,3 +89,61 @@ def test_a_batch_that_does_not_commit_fails_every_job():
         t.join(30)
     writer.close()
     assert results == [] and len(errors) == 8
+
+
+def test_a_batch_is_fsynced_when_any_of_its_jobs_must_be():
+    """Release records and cached answers alone commit without an fsync; a charge batched with
+    them makes the whole batch durable."""
+    log, durability = [], []
+    writer = _writer(log, durability=durability)
+    writer.submit([], lambda con: None, durable=False)
+    writer.submit(["alice"], lambda con: None)
+    held, go = threading.Event(), threading.Event()
+    first = threading.Thread(target=writer.submit, args=([], lambda con: (held.set(), go.wait(30))))
+    first.start()
+    held.wait(30)  # the writer is inside a batch: the next two queue up and commit together
+    others = [threading.Thread(target=writer.submit, args=([], lambda con: None), kwargs={"durable": d})
+              for d in (False, True)]
+    for t in others:
+        t.start()
+    while writer._queue.qsize() < 2:
+        threading.Event().wait(0.01)
+    go.set()
+    for t in [first, *others]:
+        t.join(30)
+    writer.close()
+    assert durability == [False, True, True, True]
+
+
+def _synchronous(con) -> str:
+    """How the ledger's open transaction will commit: SQLite's synchronous, PostgreSQL's synchronous_commit."""
+    if hasattr(con, "set_trace_callback"):
+        return {1: "off", 2: "on"}[con.execute("PRAGMA synchronous").fetchone()[0]]
+    return con.execute("SHOW synchronous_commit").fetchone()[0]
+
+
+def test_charges_commit_to_disk_and_release_records_do_not_wait_for_it(race_policy):  # noqa: F811
+    """On both ledgers: a charge's COMMIT is synchronous (fsync'd before the answer can leave);
+    the release record and the cached answer that follow it commit without waiting for the disk,
+    and the next charge is synchronous again (its flush covers them)."""
+    policy = load_policy(race_policy)
+    engine = DuckDBEngine(policy)
+    session = Session(policy, "alice", engine=engine)
+    ledger, seen = session.ledger, []
+    write = ledger._write
+
+    @contextlib.contextmanager
+    def observed(users, durable=True):
+        with write(users, durable) as con:
+            seen.append(_synchronous(con))
+            yield con
+
+    ledger._write = observed
+    ledger.group_commit()
+    session.execute("SELECT COUNT(*) FROM people")
+    session.execute("SELECT COUNT(*) FROM people WHERE age > 40")
+    assert seen == ["on", "off", "off"] * 2  # charge, release record, cached answer
+    assert all(h["released"] is not None for h in ledger.history("alice"))
+    session.close()
+    ledger.close()
+    engine.close()

@@ -7,6 +7,11 @@ returned: a charge is durable before its answer can leave, exactly as with a tra
 its own, and if the COMMIT fails every piece of the batch fails with it (nothing charged,
 nothing released). Work for a batch is applied in arrival order, so running totals are the
 same as if each had its own transaction in that order.
+
+A job may be submitted as not durable (a release record, a cached answer: losing one in a power
+failure costs a repeated query its free answer, never a charge). A batch of such jobs alone
+commits without an fsync; the next durable batch's fsync covers it, since both databases make
+commits durable in order.
 """
 
 from __future__ import annotations
@@ -23,26 +28,29 @@ MAX_BATCH = 256
 class _Job:
     users: list[str]
     work: Callable[[Any], Any]
+    durable: bool
     done: threading.Event = field(default_factory=threading.Event)
     result: Any = None
     error: BaseException | None = None
 
 
 class GroupCommit:
-    """The writer thread. `begin(users)` opens a write transaction holding those analysts' locks
-    (the ledger's own `_write`); `first` names the lock taken before all others (the global
+    """The writer thread. `begin(users, durable)` opens a write transaction holding those analysts'
+    locks, whose COMMIT returns once it is on disk when `durable` (the ledger's own `_write`); `first` names the lock taken before all others (the global
     budget), the rest are taken in sorted order so that no two writers can deadlock."""
 
-    def __init__(self, begin: Callable[[list[str]], ContextManager[Any]], first: str, finish: Callable[[], None]):
+    def __init__(self, begin: Callable[[list[str], bool], ContextManager[Any]], first: str,
+                 finish: Callable[[], None]):
         """`finish` runs on the writer thread when it stops (closing its connection)."""
         self._begin, self._first, self._finish = begin, first, finish
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="dpsql-ledger-writer", daemon=True)
         self._thread.start()
 
-    def submit(self, users: list[str], work: Callable[[Any], Any]) -> Any:
-        """Run `work(con)` in the next batch; return its result once the batch has committed."""
-        job = _Job(users, work)
+    def submit(self, users: list[str], work: Callable[[Any], Any], *, durable: bool = True) -> Any:
+        """Run `work(con)` in the next batch; return its result once the batch has committed (when
+        `durable`, once that commit is on disk)."""
+        job = _Job(users, work, durable)
         self._queue.put(job)
         job.done.wait()
         if job.error is not None:
@@ -83,7 +91,7 @@ class GroupCommit:
 
     def _commit(self, batch: list[_Job]) -> None:
         try:
-            with self._begin(self._locks(batch)) as con:
+            with self._begin(self._locks(batch), any(job.durable for job in batch)) as con:
                 for job in batch:
                     con.execute("SAVEPOINT dpsql_job")
                     try:

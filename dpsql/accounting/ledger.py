@@ -296,7 +296,7 @@ class Ledger:
             con.execute("PRAGMA journal_mode=WAL")
             con.execute("PRAGMA synchronous=FULL")
             con.execute("PRAGMA busy_timeout=60000")
-            self._local.con = con
+            self._local.con, self._local.durable = con, True
         return con
 
     def _sql(self, sql: str) -> str:
@@ -320,9 +320,11 @@ class Ledger:
             return work(con)
 
     @contextlib.contextmanager
-    def _write(self, users: list[str]) -> Iterator[Any]:
-        """A write transaction holding the locks of `users` (SQLite: the database write lock)."""
+    def _write(self, users: list[str], durable: bool = True) -> Iterator[Any]:
+        """A write transaction holding the locks of `users` (SQLite: the database write lock),
+        whose COMMIT returns once it is on disk when `durable`."""
         con = self._con()
+        self._sync(con, durable)
         con.execute("BEGIN IMMEDIATE")
         try:
             yield con
@@ -333,10 +335,19 @@ class Ledger:
         else:
             con.execute("COMMIT")
 
-    def _write_one(self, sql: str, params: tuple = ()) -> Any:
+    def _sync(self, con, durable: bool) -> None:
+        """WAL with synchronous=NORMAL commits without an fsync; the next FULL commit's fsync of
+        the log makes it durable too, since the log is replayed in order."""
+        if getattr(self._local, "durable", True) != durable:
+            con.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+            self._local.durable = durable
+
+    def _write_one(self, sql: str, params: tuple = (), *, durable: bool = True) -> Any:
         """One statement on its own, which both databases apply atomically (an autocommit
         connection): no BEGIN and COMMIT round trips for a write that takes no lock."""
-        return self._exec(self._con(), sql, params)
+        con = self._con()
+        self._sync(con, durable)
+        return self._exec(con, sql, params)
 
     _errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
 
@@ -460,17 +471,16 @@ class Ledger:
         return row is not None
 
     def record_release(self, charge_id: int, released: Any) -> None:
-        """Recorded before the answer leaves: a ledger that cannot record it refuses the answer."""
-        text = json.dumps(released, default=str)
-
-        def update(con) -> None:
-            self._exec(con, "UPDATE charges SET released = ? WHERE id = ?", (text, charge_id))
-
+        """Recorded before the answer leaves: a ledger that cannot record it refuses the answer.
+        Not fsync'd on its own (the next charge's commit is): a record lost in a power failure
+        loses the answer's free repetition (its cached answer has no receipt and is not
+        served), never a charge."""
+        sql, params = "UPDATE charges SET released = ? WHERE id = ?", (json.dumps(released, default=str), charge_id)
         try:
             if self._writer is None:
-                update(self._con())  # one statement: no transaction of its own needed
+                self._write_one(sql, params, durable=False)  # one statement: no transaction of its own needed
             else:
-                self._writer.submit([], update)  # joins the batch being committed
+                self._writer.submit([], lambda con: self._exec(con, sql, params), durable=False)
         except self._errors as e:
             raise OperationalError(f"the ledger could not record the release: {e}",
                                    hint="nothing was released; the query's cost stays charged") from None
@@ -507,11 +517,16 @@ class Ledger:
         return None if row is None else json.loads(row[0])
 
     def cache_put(self, user: str, key: str, answer: Any) -> None:
-        """Best effort: an answer that cannot be cached is still an answer (its release is recorded)."""
+        """Best effort and not fsync'd: an answer that cannot be cached (or whose entry a power
+        failure loses) is still an answer, whose release is recorded."""
+        sql = ("INSERT INTO cache (user_name, key, answer, at) VALUES (?, ?, ?, ?) "
+               "ON CONFLICT (user_name, key) DO UPDATE SET answer = excluded.answer, at = excluded.at")
+        params = (user, key, json.dumps(answer, default=str), time.time())
         with contextlib.suppress(*self._errors):
-            self._write_one("INSERT INTO cache (user_name, key, answer, at) VALUES (?, ?, ?, ?) "
-                        "ON CONFLICT (user_name, key) DO UPDATE SET answer = excluded.answer, at = excluded.at",
-                            (user, key, json.dumps(answer, default=str), time.time()))
+            if self._writer is None:
+                self._write_one(sql, params, durable=False)
+            else:
+                self._writer.submit([], lambda con: self._exec(con, sql, params), durable=False)
 
     def record_event(self, kind: str, user: str, address: str, detail: str = "") -> None:
         """The audit log of what is not a charge (failed and refused logins): best effort, a
@@ -708,12 +723,20 @@ class PostgresLedger(Ledger):
         return con
 
     @contextlib.contextmanager
-    def _write(self, users: list[str]) -> Iterator[Any]:
+    def _write(self, users: list[str], durable: bool = True) -> Iterator[Any]:
         con = self._con()
         with con.transaction():
+            if not durable:  # made durable by the next synchronous commit: the WAL is flushed in order
+                con.execute("SET LOCAL synchronous_commit = off")
             for u in users:  # GLOBAL always first: a fixed order, so no deadlock
                 con.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(u),))
             yield con
+
+    def _write_one(self, sql: str, params: tuple = (), *, durable: bool = True) -> Any:
+        if durable:
+            return self._exec(self._con(), sql, params)
+        with self._write([], durable=False) as con:
+            return self._exec(con, sql, params)
 
 
 def _lock_key(user: str) -> int:

@@ -231,7 +231,7 @@ def _domain(key: GroupKey, i: int) -> exp.Expression:
     not_null = b.not_null(k.copy())
     if key.domain is not None:
         return b.select([k], b.subquery(_values(key.domain, key.type_name), f"d{i}", [f"k{i}"]), where=[not_null],
-                        distinct=True)
+                        distinct=not _distinct_as_cast(key.domain, key.type_name))
     if key.image is not None:
         f = b.neutral(total(key.image.expr))
         return b.select([b.named(f, f"k{i}")], b.subquery(_values(key.image.values, key.image.type_name), "d", ["c"]),
@@ -239,6 +239,32 @@ def _domain(key: GroupKey, i: int) -> exp.Expression:
     table, column = key.domain_table
     return b.select([b.named(b.quoted(column), f"k{i}")], b.table(table, quote=True),
                     where=[b.not_null(b.quoted(column))], distinct=True)
+
+
+# Unbounded text types by name: the dialect reads CHAR(n) and VARCHAR(n) as TEXT too, but on
+# PostgreSQL a cast to those pads or truncates, which can make distinct strings equal.
+_TEXT = {"VARCHAR", "TEXT", "STRING", "CHARACTER VARYING"}
+
+
+def _distinct_as_cast(values, type_name: str | None) -> bool:
+    """Whether declared values stay distinct once cast to the column's type, so the engine need
+    not deduplicate them (a hash aggregation, the most expensive part of a small grouped
+    query): they do when each is already of that type (strings for a VARCHAR, integers for
+    an integer type, booleans for a BOOLEAN: the cast is then the identity or NULL) and no two
+    are equal. Anything else (a string for a DATE, ' 1' and 1 for an INTEGER) is left to the
+    engine's cast and DISTINCT."""
+    if type_name is None:
+        return False
+    kind = dtype(type_name, dialect="duckdb").this
+    if type_name.strip().upper() in _TEXT:
+        native = all(isinstance(v, str) for v in values)
+    elif kind in exp.DataType.INTEGER_TYPES:
+        native = all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+    elif kind == exp.DataType.Type.BOOLEAN:
+        native = all(isinstance(v, bool) for v in values)
+    else:
+        return False
+    return native and len(set(values)) == len(values)
 
 
 def _values(values, type_name: str | None) -> exp.Values:
