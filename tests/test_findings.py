@@ -3,6 +3,7 @@ code before its fix. Pre-noise values are read from the bounded query the sessio
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import os
@@ -11,6 +12,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 from fractions import Fraction
 from pathlib import Path
 
@@ -202,12 +204,57 @@ def test_scratch_removed_at_exit_and_swept_after_a_kill(small_policy, tmp_path):
     assert _scratch_dirs(base) == []
 
 
+def _engine_setting(policy: Path, line: str) -> None:
+    policy.write_text(policy.read_text().replace('database = "db.duckdb"', f'database = "db.duckdb"\n{line}'))
+
+
 def test_scratch_in_memory_leaves_nothing(small_policy, private_tmp):
-    small_policy.write_text(small_policy.read_text().replace('database = "db.duckdb"',
-                                                             'database = "db.duckdb"\nscratch = "memory"'))
+    _engine_setting(small_policy, 'scratch = "memory"')
     conn = dpsql.connect(small_policy, user="alice")
     conn.cursor().execute("SELECT kind, COUNT(*) FROM events GROUP BY kind")
+    (directory,) = _scratch_dirs(private_tmp)  # only for spills, of which there were none
+    assert [p.name for p in directory.rglob("*")] == ["owner.pid"]
+    conn.close()
     assert _scratch_dirs(private_tmp) == []
+
+
+def test_spills_stay_in_the_private_scratch_directory(small_policy, private_tmp, tmp_path, monkeypatch):
+    """Past its memory limit DuckDB writes operator state to disk, by default to .tmp in the
+    working directory (mode 0755, left behind by a crash): rows of private tables. dpsql points
+    it into the engine's private scratch directory, which every way out removes."""
+    monkeypatch.chdir(tmp_path)
+    _engine_setting(small_policy, 'memory_limit = "64MB"')
+    conn = dpsql.connect(small_policy, user="alice")
+    con = conn._session.engine._con
+    (directory,) = _scratch_dirs(private_tmp)
+    seen, stop = set(), threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                seen.update(os.listdir(directory / "spill"))
+            stop.wait(0.002)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:  # a sort of ~200 MB under a 64 MB limit must spill
+        con.execute("SELECT COUNT(*) FROM (SELECT i, md5(i::VARCHAR) AS s FROM range(3000000) t(i) ORDER BY s)")
+    finally:
+        stop.set()
+        watcher.join()
+    assert seen and not (tmp_path / ".tmp").exists()
+    conn.close()
+    assert _scratch_dirs(private_tmp) == []
+
+
+def test_the_engine_caps_its_memory_unless_told_otherwise(small_policy, private_tmp):
+    """DuckDB's default (80 % of RAM) let it cache every block it read: 2.6 GB at 50M rows."""
+    conn = dpsql.connect(small_policy, user="alice")
+    assert conn._session.engine._con.execute("SELECT current_setting('memory_limit')").fetchone()[0] == "953.6 MiB"
+    conn.close()
+    _engine_setting(small_policy, 'memory_limit = "2GB"')
+    conn = dpsql.connect(small_policy, user="alice")
+    assert conn._session.engine._con.execute("SELECT current_setting('memory_limit')").fetchone()[0] == "1.8 GiB"
     conn.close()
 
 

@@ -33,6 +33,11 @@ from .base import (
 )
 from .scratch import ScratchDir
 
+# DuckDB's own default is 80 % of the machine's memory, which it then fills with cached blocks
+# (a weighted copy's build over 50M rows peaked at 2.6 GB). Joins, aggregations and sorts past the
+# limit spill to the engine's private scratch directory, so it caps memory rather than queries:
+# at 1 GB the 50M-row build took as long. Raise it with [engine] memory_limit.
+DEFAULT_MEMORY_LIMIT = "1GB"
 PREPARED_PER_CURSOR = 128  # query texts remembered per worker thread's cursor (prepared from the second run)
 _PREPARED = itertools.count()
 
@@ -60,15 +65,17 @@ class DuckDBEngine:
         }
         if policy.engine.threads:
             config["threads"] = policy.engine.threads
-        if policy.engine.memory_limit:
-            config["memory_limit"] = policy.engine.memory_limit
+        config["memory_limit"] = policy.engine.memory_limit or DEFAULT_MEMORY_LIMIT
+        # A private directory for what the engine writes: the operators' spills (DuckDB's default
+        # is .tmp in the working directory, readable by others and left behind by a crash) and
+        # the weighted copies, on disk by default, stored compressed, so scanning one costs about
+        # what scanning the source does (an in-memory copy was 3x slower); in memory with
+        # [engine] scratch = "memory", for small tables.
+        self._scratch = ScratchDir()
+        config["temp_directory"] = str(self._scratch.file("spill"))
         self._con = duckdb.connect(":memory:", config=config)
         self._files: list[Path] = []
-        # A private scratch database for weighted copies: on disk by default, stored compressed,
-        # so scanning one costs about what scanning the source does (an in-memory copy was 3x
-        # slower); in memory with [engine] scratch = "memory", for small tables.
-        self._scratch = ScratchDir() if policy.engine.scratch == "disk" else None
-        target = ":memory:" if self._scratch is None else str(self._scratch.file("weights.duckdb"))
+        target = ":memory:" if policy.engine.scratch == "memory" else str(self._scratch.file("weights.duckdb"))
         try:
             self._con.execute(f"ATTACH {_literal(target)} AS scratch")
             self._attach_sources()
@@ -265,8 +272,7 @@ class DuckDBEngine:
                     cur.execute(f"INSERT INTO scratch.main.{quote(name)} {rows(f'u.__dpsql_n > {limit}')}")
                     cur.execute(f"DROP TABLE {units}")
                     cur.execute("CHECKPOINT scratch")
-                if self._scratch is not None:
-                    self._scratch.protect()
+                self._scratch.protect()
                 self._copies[name] = version
         return f"scratch.main.{quote(name)}"
 
@@ -294,8 +300,7 @@ class DuckDBEngine:
         for cur in list(getattr(self, "_running", {}).values()):
             cur.interrupt()
         self._con.close()
-        if self._scratch is not None:
-            self._scratch.close()
+        self._scratch.close()
 
 
 def _lower(node: exp.Expression) -> exp.Expression:
