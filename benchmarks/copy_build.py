@@ -5,7 +5,7 @@ counts and ready-weighted sums, once per data version), then answers; later quer
 
 Each size runs in a fresh child process, so its peak RSS (ru_maxrss) is the build's own: plain
 DuckDB's grouped COUNT and SUM first (the floor, same process), then dpsql's first query
-(build + answer), then the same query again. The engine's memory_limit is DuckDB's default.
+(build + answer), then the same query again, with the engine's default memory_limit (1 GB).
 """
 
 from __future__ import annotations
