@@ -30,6 +30,10 @@ ROW_FUNCTIONS = (
     exp.Extract, exp.DateTrunc, exp.TimestampTrunc, exp.CurrentDate, exp.WidthBucket,
 )
 
+# Of those, the ones whose value depends on when the query runs: a result computed once must not
+# be reused for them (the data alone does not determine it).
+CLOCK_FUNCTIONS = (exp.CurrentDate,)
+
 # Aggregates dpsql knows how to make differentially private.
 SPREAD_AGGREGATES = (exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevPop, exp.StddevSamp)
 # Order statistics, answered as DP quantiles from a noisy histogram over the column's bounds.

@@ -1,0 +1,105 @@
+"""A repeated bounded query's exact values, computed once per data version and analyst
+(DuckDBEngine.execute_reused): every release still draws fresh noise and is charged, a change
+of the data is seen at once, and what depends on more than the data is never reused."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import duckdb
+
+from dpsql.config import load_policy
+from dpsql.session import Session
+from dpsql.sql.classify import classify
+
+QUERY = "SELECT g, COUNT(*) FROM t GROUP BY g"
+
+
+def _write(path: Path, rows: int) -> None:
+    con = duckdb.connect()
+    con.execute(f"COPY (SELECT i AS pid, 1 + i % 2 AS g, DATE '2020-01-01' + CAST(i AS INTEGER) AS d FROM range({rows}) r(i)) "
+                f"TO '{path}' (FORMAT PARQUET)")
+    con.close()
+
+
+def _session(tmp_path: Path, user: str = "alice") -> Session:
+    if not (tmp_path / "t.parquet").exists():
+        _write(tmp_path / "t.parquet", 300)
+        (tmp_path / "policy.toml").write_text("""
+[privacy]
+epsilon = 1000.0
+delta = 1e-6
+query_epsilon = 1.0
+[tables.t]
+source = "t.parquet"
+privacy_unit = "pid"
+columns.g = { keys = [1, 2] }
+columns.d = { lower = 2020-01-01, upper = 2021-12-31 }
+[users.alice]
+[users.bob]
+""")
+    return Session(load_policy(tmp_path / "policy.toml"), user, ledger=_ledger(tmp_path))
+
+
+def _ledger(tmp_path: Path):
+    from dpsql.accounting.ledger import open_ledger
+
+    return open_ledger(tmp_path / "ledger.sqlite", None)
+
+
+def _bounded(session: Session, sql: str) -> str:
+    stmt = classify(sql)
+    plan, _ = session._prepare(stmt.tree, stmt.options)
+    return session._bounded_sql(plan, None)
+
+
+def test_each_release_of_a_reused_result_is_noised_afresh_and_charged(tmp_path):
+    s = _session(tmp_path)
+    s.execute("SET dpsql.cache = off")
+    answers = {tuple(s.execute(QUERY).rows) for _ in range(20)}
+    assert len(answers) > 1  # all 20 equal: probability below 1e-10 at epsilon 1
+    assert s.budget()["queries"] == 20
+    assert list(s.engine._reused) == [("alice", _bounded(s, QUERY))]  # computed once, kept
+    s.close()
+
+
+def test_a_change_of_the_data_is_seen_by_the_next_query(tmp_path):
+    s = _session(tmp_path)
+    s.execute("SET dpsql.cache = off")
+    sql = _bounded(s, QUERY)
+    s.execute(QUERY)
+    before = s.engine.execute_reused(sql, "alice")
+    assert [list(c) for c in before.columns] == s.engine.execute(sql).columns
+    stat = os.stat(tmp_path / "t.parquet")
+    _write(tmp_path / "t.parquet", 500)
+    os.utime(tmp_path / "t.parquet", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    s.execute(QUERY)
+    sql = _bounded(s, QUERY)
+    after = s.engine.execute_reused(sql, "alice")
+    assert [list(c) for c in after.columns] == s.engine.execute(sql).columns != [list(c) for c in before.columns]
+    assert len(s.engine._reused) == 1  # the old data's values are gone
+    s.close()
+
+
+def test_results_are_kept_apart_per_analyst(tmp_path):
+    alice = _session(tmp_path)
+    bob = Session(alice.policy, "bob", engine=alice.engine, ledger=alice.ledger)
+    for s in (alice, bob):
+        s.execute("SET dpsql.cache = off")
+        s.execute(QUERY)
+    sql = _bounded(alice, QUERY)
+    assert set(alice.engine._reused) == {("alice", sql), ("bob", sql)}
+    bob.close()
+    alice.close()
+
+
+def test_sampled_and_clock_dependent_queries_are_recomputed(tmp_path):
+    s = _session(tmp_path)
+    s.execute("SET dpsql.cache = off")
+    s.execute("SELECT COUNT(*) FROM t TABLESAMPLE BERNOULLI (50)")
+    s.execute("SELECT COUNT(*) FROM t WHERE d < CURRENT_DATE")
+    assert s.engine._reused == {}
+    s.execute("SELECT COUNT(*) FROM t WHERE d < DATE '2020-06-01'")
+    assert len(s.engine._reused) == 1
+    s.close()
