@@ -87,6 +87,7 @@ def measure(backend: str, policy: Path, db: Path, admin_url: str | None, runs: i
     conn = dpsql.connect(policy, user="alice", ledger=work / f"ledger_{backend}_{policy.stem}.sqlite")
     cur = conn.cursor()
     cur.execute("SET dpsql.cache = off")
+    cur.execute("SET dpsql.reuse = off")  # engine work every time, as the plain query does
     engine = conn.session.engine
     if backend == "duckdb":
         plain_con = duckdb.connect(str(db), read_only=True)

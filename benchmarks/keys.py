@@ -37,6 +37,7 @@ def run(rows: int, keys: list[int], repeat: int) -> list[dict]:
             conn = dpsql.connect(policy, user="a", ledger=work / f"k{k}.sqlite")
             cur = conn.cursor()
             cur.execute("SET dpsql.cache = off")
+            cur.execute("SET dpsql.reuse = off")
             cur.execute("SET dpsql.epsilon = 1")
             plain = duckdb.connect(str(db), read_only=True)
             sql = "SELECT key, COUNT(*) FROM t GROUP BY key"

@@ -72,6 +72,7 @@ def main() -> None:
         conn = dpsql.connect(policy, user="bench", ledger=directory / "ledger.sqlite")
         cur = conn.cursor()
         cur.execute("SET dpsql.cache = off")
+        cur.execute("SET dpsql.reuse = off")
         session = conn.session
         print(f"duckdb {duckdb.__version__}, {args.rows:,} rows, median of {args.repeat} runs, ms")
         print(f"{'query':<24} {'plain':>8} {'bounded':>8} {'dpsql':>8} {'bounded/plain':>14} {'dpsql/plain':>12}")

@@ -118,6 +118,7 @@ def event_epsilon(event: dict, delta: float, count: int = 1) -> float:
 def dpsql_cursor(policy: Path, ledger: Path):
     cur = dpsql.connect(policy, user="alice", ledger=ledger).cursor()
     cur.execute("SET dpsql.cache = off")
+    cur.execute("SET dpsql.reuse = off")  # engine work every time, as plain DuckDB does
     cur.execute(f"SET dpsql.epsilon = {EPSILON}")
     cur.execute(f"SET dpsql.delta = {DELTA}")
     return cur
@@ -187,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
                 dpsql_accuracy(cur, con, queries, accuracy_runs, results, "dpsql")
                 log(f"{rows:,} rows: dpsql serve + psycopg, and throughput with {clients} clients")
                 with serve(policy, tmp / f"served_{rows}.sqlite") as dsn:
-                    setup = ("SET dpsql.cache = off", f"SET dpsql.epsilon = {EPSILON}", f"SET dpsql.delta = {DELTA}")
+                    setup = ("SET dpsql.cache = off", "SET dpsql.reuse = off", f"SET dpsql.epsilon = {EPSILON}", f"SET dpsql.delta = {DELTA}")
                     with psycopg.connect(dsn, autocommit=True) as conn:
                         for s in setup:
                             conn.execute(s)

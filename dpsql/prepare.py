@@ -54,6 +54,7 @@ class Settings:
     mechanism: str
     confidence: float
     cache: bool = True
+    reuse: bool = True  # a repeated query's exact result kept per data version (noise still fresh)
     planner: str = "filter"
     target_error: float | None = None  # pick the smallest epsilon meeting this 95% error on COUNT/SUM
     exact_curve: bool = False  # every filter charged composes (ε, δ) pairs: Gaussian σ by its exact curve

@@ -316,6 +316,8 @@ class Session:
                 s.confidence = c
             elif key == "cache":
                 s.cache = True if value is None else _boolean(value, name)
+            elif key == "reuse":
+                s.reuse = True if value is None else _boolean(value, name)
             elif key == "target_error":
                 off = value is None or value.strip().lower() in ("0", "off", "none", "default")
                 s.target_error = None if off else float(positive(value, name))
@@ -333,7 +335,7 @@ class Session:
             return Result(status="RESET" if value is None else "SET")
         raise forbidden(f'setting "{name}" cannot be changed through dpsql',
                         hint="the engine's settings are fixed; dpsql.epsilon, dpsql.delta, dpsql.mechanism, "
-                             "dpsql.confidence, dpsql.cache, dpsql.planner and dpsql.target_error are yours to set")
+                             "dpsql.confidence, dpsql.cache, dpsql.reuse, dpsql.planner and dpsql.target_error are yours to set")
 
     def _show(self, name: str) -> Result:
         s = self.settings
@@ -341,6 +343,7 @@ class Session:
             return self.budget_result()
         values = {"dpsql.epsilon": show(s.epsilon), "dpsql.delta": show(s.delta), "dpsql.mechanism": s.mechanism,
                   "dpsql.confidence": repr(s.confidence), "dpsql.cache": "on" if s.cache else "off",
+                  "dpsql.reuse": "on" if s.reuse else "off",
                   "dpsql.planner": s.planner,
                   "dpsql.target_error": "off" if s.target_error is None else repr(s.target_error)}
         if name in values:
@@ -454,10 +457,12 @@ class Session:
     def _run_bounded(self, plan: Plan, sql: str) -> ResultSet:
         """The bounded query's exact result. When the data alone determines it (no sampling salt,
         no clock), an engine that can keep it per data version (DuckDB's execute_reused) gives a
-        repeated query's from memory; the noise is drawn afresh either way."""
+        repeated query's from memory (unless SET dpsql.reuse = off: engine work every time, as
+        benchmarks against a plain engine need); the noise is drawn afresh either way."""
         reused = getattr(self.engine, "execute_reused", None)
         entry = self._sql.get(id(plan))
-        if reused is not None and plan.sample_rate is None and entry is not None and entry[0] is plan and entry[2]:
+        if (reused is not None and self.settings.reuse and plan.sample_rate is None and entry is not None
+                and entry[0] is plan and entry[2]):
             return reused(sql, self.user.name)
         return self.engine.execute(sql)
 
@@ -1049,4 +1054,4 @@ def _boolean(value: str, name: str) -> bool:
 def _unknown_setting(name: str) -> ProgrammingError:
     return ProgrammingError(f'unrecognized configuration parameter "{name}"', sqlstate="42704",
                             hint="dpsql settings: dpsql.epsilon, dpsql.delta, dpsql.mechanism, dpsql.confidence, dpsql.target_error, "
-                                 "dpsql.cache; SHOW dpsql.budget shows your remaining budget")
+                                 "dpsql.cache, dpsql.reuse; SHOW dpsql.budget shows your remaining budget")

@@ -103,3 +103,24 @@ def test_sampled_and_clock_dependent_queries_are_recomputed(tmp_path):
     s.execute("SELECT COUNT(*) FROM t WHERE d < DATE '2020-06-01'")
     assert len(s.engine._reused) == 1
     s.close()
+
+
+def test_reuse_can_be_turned_off_for_the_session(tmp_path):
+    """SET dpsql.reuse = off: the engine computes every execution (benchmarks against a plain
+    engine compare like with like); SHOW and RESET as for every dpsql setting."""
+    s = _session(tmp_path)
+    s.execute("SET dpsql.cache = off")
+    s.execute("SET dpsql.reuse = off")
+    assert s.execute("SHOW dpsql.reuse").rows == [("off",)]
+    ran = []
+    execute = s.engine.execute
+    s.engine.execute = lambda sql: ran.append(sql) or execute(sql)
+    for _ in range(3):
+        s.execute(QUERY)
+    assert len(ran) == 3 and s.engine._reused == {}
+    s.execute("RESET dpsql.reuse")
+    assert s.execute("SHOW dpsql.reuse").rows == [("on",)]
+    for _ in range(3):
+        s.execute(QUERY)
+    assert len(ran) == 4  # computed once more, then reused
+    s.close()
