@@ -23,7 +23,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from sqlglot import exp
 
-from . import guard, local
+from . import guard, local, plan_cache
 from .accounting.cost import Cost, show
 from .accounting.filters import PAIR_FILTERS, Filter, Totals, simulate
 from .accounting.ledger import Charge, Ledger, open_ledger, window_of
@@ -83,7 +83,7 @@ from .targets import (
 
 log = logging.getLogger("dpsql")
 
-PLAN_CACHE_SIZE = 256  # query shapes whose plan and calibration a session keeps
+STATEMENT_CACHE_SIZE = 256  # query texts whose parse a session keeps
 
 _READ_ONLY = {"server_version", "server_encoding", "integer_datetimes", "max_identifier_length", "is_superuser",
               "session_authorization"}
@@ -113,14 +113,9 @@ class Session:
         self._post = PostProcessor()
         self._lock = threading.Lock()
         self._views: dict[str, exp.Query] = {}  # session-local views: name -> definition
-        self._plans: OrderedDict[str, tuple[Plan | PublicQuery, Calibration | None]] = OrderedDict()
         self._statements: OrderedDict[str, Query] = OrderedDict()
-        # id(plan) -> (plan, its bounded SQL without salt, whether the data alone determines its result)
-        self._sql: dict[int, tuple[Plan, str, bool]] = {}
+        self._plans = plan_cache.for_engine(self.engine)  # shared with every session over this engine
         self._deadline = policy.limits.deadline()  # the planning time budget of the statement under way
-        # per table: what its weighted copy stores (column -> SQL) and which measure each serves
-        self._stored: dict[tuple[str, int], tuple[dict[str, str], dict[tuple, str], dict[str, str]]] = {}
-        self._unique: dict[tuple[str, str, str], bool] = {}  # (public table, column, data version) -> a unique key
 
     def _defaults(self) -> Settings:
         return default_settings(self.policy, self.user)
@@ -149,7 +144,7 @@ class Session:
         stmt = classify(sql, self.policy.limits)
         if isinstance(stmt, Query):
             self._statements[sql] = stmt
-            if len(self._statements) > PLAN_CACHE_SIZE:
+            if len(self._statements) > STATEMENT_CACHE_SIZE:
                 self._statements.popitem(last=False)
         return stmt
 
@@ -375,22 +370,20 @@ class Session:
     def _prepare(self, tree: exp.Query, options: QueryOptions | None = None, text: str | None = None
                  ) -> tuple[Plan | PublicQuery, Calibration | None]:
         """Plan and calibrate, memoised per query shape (`text`, the statement that parses to
-        `tree`, or the tree's SQL): both are pure functions of the query, the settings, the
-        policy and the schema, so a dashboard's repeated queries skip them (the charge, the
-        engine and the noise are never cached here)."""
+        `tree`, or the tree's SQL) for every session over this engine: both are pure functions
+        of the query, the settings `prepare` reads, the policy and the schema, so a dashboard's
+        repeated queries skip them, in any of its connections (the charge, the engine and the
+        noise are never cached here)."""
         options = options or QueryOptions()
         s = self.settings
         shape = ("text", text) if text is not None else ("tree", tree.sql(dialect="postgres"))
-        key = repr((shape, options, s.epsilon, s.delta, s.mechanism, s.planner, s.target_error,
-                    self.engine.data_version()))
-        hit = self._plans.get(key)
+        key = repr((shape, options, s.epsilon, s.delta, s.mechanism, s.planner, s.target_error, s.confidence,
+                    s.exact_curve, self.engine.data_version()))
+        hit = self._plans.plan(key)
         if hit is not None:
-            self._plans.move_to_end(key)
             return hit
         prepared = self._plan_and_calibrate(tree.copy(), options)
-        self._plans[key] = prepared
-        if len(self._plans) > PLAN_CACHE_SIZE:
-            self._plans.popitem(last=False)
+        self._plans.put_plan(key, prepared)
         return prepared
 
     def _plan_and_calibrate(self, tree: exp.Query, options: QueryOptions
@@ -460,26 +453,23 @@ class Session:
         repeated query's from memory (unless SET dpsql.reuse = off: engine work every time, as
         benchmarks against a plain engine need); the noise is drawn afresh either way."""
         reused = getattr(self.engine, "execute_reused", None)
-        entry = self._sql.get(id(plan))
-        if (reused is not None and self.settings.reuse and plan.sample_rate is None and entry is not None
-                and entry[0] is plan and entry[2]):
+        entry = self._plans.bounded(plan)
+        if reused is not None and self.settings.reuse and plan.sample_rate is None and entry is not None and entry[1]:
             return reused(sql, self.user.name)
         return self.engine.execute(sql)
 
     def _bounded_sql(self, plan: Plan, salt: str | None) -> str:
         """The plan's bounded query in the engine's SQL, memoised per plan (salted ones, new for
         every execution, are not)."""
-        cached = self._sql.get(id(plan))
-        if salt is None and cached is not None and cached[0] is plan:
-            return cached[1]  # a plan is cached per data version, so its weighted copy is current
+        cached = self._plans.bounded(plan)
+        if salt is None and cached is not None:
+            return cached[0]  # a plan is cached per data version, so its weighted copy is current
         tree = rewrite(plan, plan.literal_domain_size(), salt, self._weighting(plan))
         timeless = tree.find(*CLOCK_FUNCTIONS) is None  # then its result is the data's alone
         sql = self.engine.prepare(tree, owned=True)
         if salt is None:
             self._check_post(plan, sql)
-            self._sql[id(plan)] = (plan, sql, timeless)
-            if len(self._sql) > 2 * PLAN_CACHE_SIZE:
-                self._sql.clear()
+            self._plans.put_bounded(plan, sql, timeless)
         return sql
 
     def _check_post(self, plan: Plan, sql: str) -> None:
@@ -516,11 +506,11 @@ class Session:
         if split is not None and not all(self._unique_key(t, c) for t, c in split):
             return None
         source = plan.relation.sources[0]
-        stored = self._stored.get((source.table.name, plan.total_rows))
+        stored = self._plans.stored.get((source.table.name, plan.total_rows))
         if stored is None:  # pure in the policy: once per table and limit
             measures = _precomputed(source.table)
             norms = {name: f"{name}_norm" for name, m in measures.items() if m.own_norm}
-            stored = self._stored[(source.table.name, plan.total_rows)] = (
+            stored = self._plans.stored[(source.table.name, plan.total_rows)] = (
                 {name: copy_column(m, plan.total_rows, norms.get(name)).sql(dialect="duckdb")
                  for name, m in measures.items()},
                 {m.spec(): name for name, m in measures.items()},
@@ -536,14 +526,14 @@ class Session:
         """Whether a public table's column holds each non-NULL value once (public data: asking
         costs nothing), per data version."""
         version = self.engine.data_version()
-        known = self._unique.get((table, column, version))
+        known = self._plans.unique.get((table, column, version))
         if known is None:
             tree = b.select([b.named(exp.EQ(this=b.count(b.quoted(column)),
                                             expression=exp.Count(this=exp.Distinct(expressions=[b.quoted(column)]))),
                                      "u")], b.table(table, quote=True))
             with _charge_told("nothing was charged"):
                 rs = self.engine.execute(self.engine.prepare(tree, owned=True))
-            known = self._unique[(table, column, version)] = bool(rs.columns[0][0])
+            known = self._plans.unique[(table, column, version)] = bool(rs.columns[0][0])
         return known
 
     def _declared_keys(self, tree: exp.Query, options: QueryOptions) -> Result | None:

@@ -124,3 +124,27 @@ def test_reuse_can_be_turned_off_for_the_session(tmp_path):
         s.execute(QUERY)
     assert len(ran) == 4  # computed once more, then reused
     s.close()
+
+
+def test_sessions_over_one_engine_share_plans_but_not_settings(tmp_path):
+    """A plan made by one connection serves the next (a BI tool opens one per chart); one made
+    at other settings (epsilon, mechanism, the filter's exact curve...) is not taken for it."""
+    alice = _session(tmp_path)
+    bob = Session(alice.policy, "bob", engine=alice.engine, ledger=alice.ledger)
+    planned = []
+    plan = alice._plan_and_calibrate
+    for s in (alice, bob):
+        s._plan_and_calibrate = lambda tree, options, plan=plan: planned.append(1) or plan(tree, options)
+        s.execute("SET dpsql.cache = off")
+    alice.execute(QUERY)
+    bob.execute(QUERY)
+    assert len(planned) == 1
+    bob.execute("SET dpsql.epsilon = 0.5")
+    bob.execute(QUERY)
+    bob.settings.exact_curve = not bob.settings.exact_curve
+    bob.execute(QUERY)
+    assert len(planned) == 3
+    _, alice_cal = alice._prepare(classify(QUERY).tree, text=QUERY)
+    assert alice_cal.cost.epsilon == 1  # her own settings' plan, not bob's
+    bob.close()
+    alice.close()

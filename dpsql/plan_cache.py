@@ -1,0 +1,67 @@
+"""Planning results shared by every session over one engine (a server's connections).
+
+A plan and its calibration are pure functions of the query, the settings that shape them, the
+policy, the schema and the data version; a bounded query's SQL is a function of its plan and
+the engine's weighted copies (which follow the data version too). Kept per session, every new
+connection planned its queries afresh: a BI tool that opens a connection per chart paid about
+25 ms of planning per chart. Kept per engine, a plan made once serves every connection with the
+same settings. Plans are frozen and SQL is text, so sharing them across threads is safe; two
+sessions that plan the same query at once both plan it, and either result is the same.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import OrderedDict
+from typing import Any, Hashable
+
+SIZE = 256  # query shapes (with their settings) whose plan and calibration are kept
+
+
+class PlanCache:
+    def __init__(self, size: int = SIZE):
+        self._size = size
+        self._lock = threading.Lock()
+        self._plans: OrderedDict[Hashable, Any] = OrderedDict()
+        self._bounded: dict[int, tuple[Any, str, bool]] = {}  # id(plan) -> (plan, bounded SQL, timeless)
+        # per table and row limit: what its weighted copy stores (column -> SQL), which measure each serves
+        self.stored: dict[tuple[str, int], tuple[dict[str, str], dict[tuple, str], dict[str, str]]] = {}
+        self.unique: dict[tuple[str, str, str], bool] = {}  # (public table, column, data version) -> a unique key
+
+    def plan(self, key: Hashable) -> Any | None:
+        with self._lock:
+            hit = self._plans.get(key)
+            if hit is not None:
+                self._plans.move_to_end(key)
+            return hit
+
+    def put_plan(self, key: Hashable, prepared: Any) -> None:
+        with self._lock:
+            self._plans[key] = prepared
+            while len(self._plans) > self._size:
+                self._plans.popitem(last=False)
+
+    def bounded(self, plan: Any) -> tuple[str, bool] | None:
+        """The plan's bounded SQL (without salt) and whether the data alone determines its result."""
+        entry = self._bounded.get(id(plan))
+        return (entry[1], entry[2]) if entry is not None and entry[0] is plan else None
+
+    def put_bounded(self, plan: Any, sql: str, timeless: bool) -> None:
+        with self._lock:
+            if len(self._bounded) >= 2 * self._size:
+                self._bounded.clear()
+            self._bounded[id(plan)] = (plan, sql, timeless)
+
+
+_caches: "weakref.WeakKeyDictionary[Any, PlanCache]" = weakref.WeakKeyDictionary()
+_caches_lock = threading.Lock()
+
+
+def for_engine(engine: Any) -> PlanCache:
+    """The cache of every session over `engine` (one per engine: its schema and data)."""
+    with _caches_lock:
+        cache = _caches.get(engine)
+        if cache is None:
+            cache = _caches[engine] = PlanCache()
+        return cache
