@@ -35,6 +35,7 @@ def _dec(x: Fraction) -> Decimal:
     return Decimal(x.numerator) / Decimal(x.denominator)
 
 
+@lru_cache(maxsize=1024)
 def expm1_term(eps: Fraction) -> Fraction:
     """Upper bound on eps (e^eps - 1) / 2."""
     with localcontext() as ctx:
@@ -119,7 +120,13 @@ class Totals:
 
 
 def usage(cost: Cost, rdp_order: Fraction | None = None) -> dict[str, Fraction]:
-    """What one release adds to every running total."""
+    """What one release adds to every running total (a dashboard's queries cost the same every
+    time: computed once per cost, in exact arithmetic either way)."""
+    return dict(_usage(cost, rdp_order))
+
+
+@lru_cache(maxsize=1024)
+def _usage(cost: Cost, rdp_order: Fraction | None) -> tuple[tuple[str, Fraction], ...]:
     inc: dict[str, Fraction] = {k: ZERO for k in ("epsilon", "delta", "eps_sq", "eps_expm1", "rho",
                                                    "approx_delta", "mu_sq", "non_gaussian", "rdp")}
     for p in cost.parts:
@@ -145,7 +152,7 @@ def usage(cost: Cost, rdp_order: Fraction | None = None) -> dict[str, Fraction]:
                 inc["rdp"] += laplace_rdp(p.epsilon, rdp_order)
             else:
                 inc["rdp"] += min(p.epsilon, rdp_order * rho)
-    return inc
+    return tuple(inc.items())
 
 
 @dataclass(frozen=True)
