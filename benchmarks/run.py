@@ -320,7 +320,8 @@ def report(r: dict) -> str:
         f"Every query is charged epsilon = {EPSILON:g} (delta {DELTA:g} where needed).",
         "", f"## Latency at {main_size:,} rows (ms; x = ratio to plain DuckDB)", "",
         f"Median of {m['side_by_side_runs']} rounds that run plain DuckDB and dpsql (DB-API) in "
-        f"turn; median of {m['latency_runs']} runs for dpsql serve and for each peer.", "",
+        f"turn; median of {m['latency_runs']} runs for dpsql serve and for each peer. dpsql runs with "
+        f"SET dpsql.reuse = off: its engine computes every query, as plain DuckDB does.", "",
         "| query | DuckDB | dpsql DB-API | dpsql serve + psycopg | SmartNoise | Qrlew |", "|---|---|---|---|---|---|"]
     for q in QUERIES:
         scale = r["scale"].get(q.name, {})
@@ -370,7 +371,7 @@ def report(r: dict) -> str:
             label = next(q.label for q in QUERIES if q.name == name)
             lines.append(f"| {label} | {rows:,} | {floor:.1f} | " + " | ".join(cells) + " |")
     lines += ["", "![latency vs rows](latency_vs_rows.png)", "",
-              f"## Throughput of dpsql serve at {main_size:,} rows (grouped COUNT, cache off, psycopg clients)", "",
+              f"## Throughput of dpsql serve at {main_size:,} rows (grouped COUNT, cache and reuse off: the engine runs every query; psycopg clients)", "",
               "| clients | queries per second |", "|---|---|"]
     for n, qps in r["throughput"].items():
         lines.append(f"| {n} | {qps:.1f} |")
