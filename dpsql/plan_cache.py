@@ -4,8 +4,9 @@ A plan and its calibration are pure functions of the query, the settings that sh
 policy, the schema and the data version; a bounded query's SQL is a function of its plan and
 the engine's weighted copies (which follow the data version too). Kept per session, every new
 connection planned its queries afresh: a BI tool that opens a connection per chart paid about
-25 ms of planning per chart. Kept per engine, a plan made once serves every connection with the
-same settings. Plans are frozen and SQL is text, so sharing them across threads is safe; two
+25 ms of planning per chart. Kept per engine, a plan made once serves every connection of the
+same analyst with the same settings (sessions key plans by analyst, so that timing cannot tell
+one analyst another's queries). Plans are frozen and SQL is text, so sharing them across threads is safe; two
 sessions that plan the same query at once both plan it, and either result is the same.
 """
 

@@ -373,12 +373,13 @@ class Session:
         `tree`, or the tree's SQL) for every session over this engine: both are pure functions
         of the query, the settings `prepare` reads, the policy and the schema, so a dashboard's
         repeated queries skip them, in any of its connections (the charge, the engine and the
-        noise are never cached here)."""
+        noise are never cached here). Kept per analyst, so that no analyst can time whether
+        another has asked the same query."""
         options = options or QueryOptions()
         s = self.settings
         shape = ("text", text) if text is not None else ("tree", tree.sql(dialect="postgres"))
-        key = repr((shape, options, s.epsilon, s.delta, s.mechanism, s.planner, s.target_error, s.confidence,
-                    s.exact_curve, self.engine.data_version()))
+        key = repr((self.user.name, shape, options, s.epsilon, s.delta, s.mechanism, s.planner, s.target_error,
+                    s.confidence, s.exact_curve, self.engine.data_version()))
         hit = self._plans.plan(key)
         if hit is not None:
             return hit

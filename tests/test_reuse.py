@@ -126,25 +126,29 @@ def test_reuse_can_be_turned_off_for_the_session(tmp_path):
     s.close()
 
 
-def test_sessions_over_one_engine_share_plans_but_not_settings(tmp_path):
-    """A plan made by one connection serves the next (a BI tool opens one per chart); one made
-    at other settings (epsilon, mechanism, the filter's exact curve...) is not taken for it."""
-    alice = _session(tmp_path)
-    bob = Session(alice.policy, "bob", engine=alice.engine, ledger=alice.ledger)
+def test_an_analysts_sessions_share_plans_but_not_settings(tmp_path):
+    """A plan made by one connection serves the analyst's next (a BI tool opens one per chart);
+    one made at other settings (epsilon, the filter's exact curve...) is not taken for it, nor
+    is another analyst's (whose timing would tell that the query was asked)."""
+    first = _session(tmp_path)
+    second = Session(first.policy, "alice", engine=first.engine, ledger=first.ledger)
+    bob = Session(first.policy, "bob", engine=first.engine, ledger=first.ledger)
     planned = []
-    plan = alice._plan_and_calibrate
-    for s in (alice, bob):
+    plan = first._plan_and_calibrate
+    for s in (first, second, bob):
         s._plan_and_calibrate = lambda tree, options, plan=plan: planned.append(1) or plan(tree, options)
         s.execute("SET dpsql.cache = off")
-    alice.execute(QUERY)
-    bob.execute(QUERY)
+    first.execute(QUERY)
+    second.execute(QUERY)
     assert len(planned) == 1
-    bob.execute("SET dpsql.epsilon = 0.5")
     bob.execute(QUERY)
-    bob.settings.exact_curve = not bob.settings.exact_curve
-    bob.execute(QUERY)
-    assert len(planned) == 3
-    _, alice_cal = alice._prepare(classify(QUERY).tree, text=QUERY)
-    assert alice_cal.cost.epsilon == 1  # her own settings' plan, not bob's
-    bob.close()
-    alice.close()
+    assert len(planned) == 2
+    second.execute("SET dpsql.epsilon = 0.5")
+    second.execute(QUERY)
+    second.settings.exact_curve = not second.settings.exact_curve
+    second.execute(QUERY)
+    assert len(planned) == 4
+    _, cal = first._prepare(classify(QUERY).tree, text=QUERY)
+    assert cal.cost.epsilon == 1  # the first session's own settings' plan, not the second's
+    for s in (bob, second, first):
+        s.close()
