@@ -152,3 +152,25 @@ def test_an_analysts_sessions_share_plans_but_not_settings(tmp_path):
     assert cal.cost.epsilon == 1  # the first session's own settings' plan, not the second's
     for s in (bob, second, first):
         s.close()
+
+
+def test_kept_results_are_bounded_in_number_and_size(tmp_path, monkeypatch):
+    """Exact aggregates held between queries stay few: the oldest go first, and a result too
+    large for the budget is recomputed every time."""
+    from dpsql.engines import duckdb as engine_module
+
+    monkeypatch.setattr(engine_module, "REUSED_RESULTS", 3)
+    monkeypatch.setattr(engine_module, "REUSED_CELLS", 24)  # a grouped COUNT here is 2 rows x 3 values
+    s = _session(tmp_path)
+    s.execute("SET dpsql.cache = off")
+    queries = [f"SELECT g, COUNT(*) FROM t WHERE pid > {i} GROUP BY g" for i in range(5)]
+    for q in queries:
+        s.execute(q)
+    kept = [sql for _, sql in s.engine._reused]
+    assert kept == [_bounded(s, q) for q in queries[2:]]  # the three newest
+    assert s.engine._reused_cells == sum(r.row_count * len(r.names) for r in s.engine._reused.values()) == 18
+    monkeypatch.setattr(engine_module, "REUSED_CELLS", 20)  # 6 values > 20 // 4: not kept
+    s.execute("SELECT g, COUNT(*) FROM t WHERE pid > 99 GROUP BY g")
+    assert len(s.engine._reused) == 3 and _bounded(s, "SELECT g, COUNT(*) FROM t WHERE pid > 99 GROUP BY g") not in [
+        sql for _, sql in s.engine._reused]
+    s.close()

@@ -38,8 +38,8 @@ from .scratch import ScratchDir
 # limit spill to the engine's private scratch directory, so it caps memory rather than queries:
 # at 1 GB the 50M-row build took as long. Raise it with [engine] memory_limit.
 DEFAULT_MEMORY_LIMIT = "1GB"
-REUSED_RESULTS = 64  # bounded queries' exact results kept per data version (for each analyst)
-REUSED_ROWS = 10_000  # larger results are recomputed
+REUSED_RESULTS = 64  # bounded queries' exact results kept per data version (for every analyst together)
+REUSED_CELLS = 200_000  # and at most this many values in all (about 10 MB); a larger result is recomputed
 PREPARED_PER_CURSOR = 128  # query texts remembered per worker thread's cursor (prepared from the second run)
 _PREPARED = itertools.count()
 
@@ -94,6 +94,7 @@ class DuckDBEngine:
         self._copies_lock = threading.Lock()
         self._reused: OrderedDict[tuple[str, str], ResultSet] = OrderedDict()  # see execute_reused
         self._reused_version: str | None = None
+        self._reused_cells = 0
         self._reused_lock = threading.Lock()
 
     def _attach_sources(self) -> None:
@@ -211,19 +212,22 @@ class DuckDBEngine:
         with self._reused_lock:
             if self._reused_version != version:
                 self._reused.clear()
-                self._reused_version = version
+                self._reused_version, self._reused_cells = version, 0
             hit = self._reused.get(key)
             if hit is not None:
                 self._reused.move_to_end(key)
                 return hit
         rs = self.execute(sql)
-        if rs.row_count <= REUSED_ROWS:
+        cells = rs.row_count * len(rs.names)
+        if cells <= REUSED_CELLS // 4:
             rs = ResultSet(tuple(rs.names), tuple(rs.types), tuple(tuple(c) for c in rs.columns))
             with self._reused_lock:
-                if self._reused_version == version:  # else the data changed meanwhile: not kept
+                if self._reused_version == version and key not in self._reused:  # else the data changed meanwhile
                     self._reused[key] = rs
-                    while len(self._reused) > REUSED_RESULTS:
-                        self._reused.popitem(last=False)
+                    self._reused_cells += cells
+                    while len(self._reused) > REUSED_RESULTS or self._reused_cells > REUSED_CELLS:
+                        _, old = self._reused.popitem(last=False)
+                        self._reused_cells -= old.row_count * len(old.names)
         return rs
 
     def _run(self, cur: duckdb.DuckDBPyConnection, sql: str) -> None:
