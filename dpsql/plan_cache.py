@@ -6,8 +6,9 @@ the engine's weighted copies (which follow the data version too). Kept per sessi
 connection planned its queries afresh: a BI tool that opens a connection per chart paid about
 25 ms of planning per chart. Kept per engine, a plan made once serves every connection of the
 same analyst with the same settings (sessions key plans by analyst, so that timing cannot tell
-one analyst another's queries). Plans are frozen and SQL is text, so sharing them across threads is safe; two
-sessions that plan the same query at once both plan it, and either result is the same.
+one analyst another's queries). Plans are frozen and SQL is text, so sharing them across
+threads is safe; two sessions that plan the same query at once both plan it, and either result
+is the same.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ class PlanCache:
         self._bounded: dict[int, tuple[Any, str, bool]] = {}  # id(plan) -> (plan, bounded SQL, timeless)
         # per table and row limit: what its weighted copy stores (column -> SQL), which measure each serves
         self.stored: dict[tuple[str, int], tuple[dict[str, str], dict[tuple, str], dict[str, str]]] = {}
-        self.unique: dict[tuple[str, str, str], bool] = {}  # (public table, column, data version) -> a unique key
+        # (public table, column) -> (data version, whether it holds each value once): one entry a column
+        self.unique: dict[tuple[str, str], tuple[str, bool]] = {}
 
     def plan(self, key: Hashable) -> Any | None:
         with self._lock:

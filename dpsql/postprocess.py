@@ -115,7 +115,8 @@ class PostProcessor:
         defs = ", ".join(f"{name} {t}" for name, t, _ in cols)
         con.execute(f"CREATE OR REPLACE TEMP TABLE noisy ({defs}{', ' if defs else ''}__row BIGINT)")
         if n_rows:
-            data = [(*r, i) for i, r in enumerate(zip(*[c for _, _, c in cols]))] if cols else [(i,) for i in range(n_rows)]
+            data = ([(*r, i) for i, r in enumerate(zip(*[c for _, _, c in cols]))] if cols
+                    else [(i,) for i in range(n_rows)])
             insert_rows(con, "noisy", data, len(cols) + 1)
         query = post.copy()
         query.set("expressions", [*query.expressions, exp.column("__row")])

@@ -330,7 +330,8 @@ class Session:
             return Result(status="RESET" if value is None else "SET")
         raise forbidden(f'setting "{name}" cannot be changed through dpsql',
                         hint="the engine's settings are fixed; dpsql.epsilon, dpsql.delta, dpsql.mechanism, "
-                             "dpsql.confidence, dpsql.cache, dpsql.reuse, dpsql.planner and dpsql.target_error are yours to set")
+                             "dpsql.confidence, dpsql.cache, dpsql.reuse, dpsql.planner and dpsql.target_error "
+                             "are yours to set")
 
     def _show(self, name: str) -> Result:
         s = self.settings
@@ -527,14 +528,16 @@ class Session:
         """Whether a public table's column holds each non-NULL value once (public data: asking
         costs nothing), per data version."""
         version = self.engine.data_version()
-        known = self._plans.unique.get((table, column, version))
+        seen = self._plans.unique.get((table, column))
+        known = seen[1] if seen is not None and seen[0] == version else None
         if known is None:
             tree = b.select([b.named(exp.EQ(this=b.count(b.quoted(column)),
                                             expression=exp.Count(this=exp.Distinct(expressions=[b.quoted(column)]))),
                                      "u")], b.table(table, quote=True))
             with _charge_told("nothing was charged"):
                 rs = self.engine.execute(self.engine.prepare(tree, owned=True))
-            known = self._plans.unique[(table, column, version)] = bool(rs.columns[0][0])
+            known = bool(rs.columns[0][0])
+            self._plans.unique[(table, column)] = (version, known)
         return known
 
     def _declared_keys(self, tree: exp.Query, options: QueryOptions) -> Result | None:

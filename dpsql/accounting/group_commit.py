@@ -36,8 +36,9 @@ class _Job:
 
 class GroupCommit:
     """The writer thread. `begin(users, durable)` opens a write transaction holding those analysts'
-    locks, whose COMMIT returns once it is on disk when `durable` (the ledger's own `_write`); `first` names the lock taken before all others (the global
-    budget), the rest are taken in sorted order so that no two writers can deadlock."""
+    locks, whose COMMIT returns once it is on disk when `durable` (the ledger's own `_write`);
+    `first` names the lock taken before all others (the global budget), the rest are taken in
+    sorted order so that no two writers can deadlock."""
 
     def __init__(self, begin: Callable[[list[str], bool], ContextManager[Any]], first: str,
                  finish: Callable[[], None]):

@@ -349,6 +349,14 @@ class Ledger:
         self._sync(con, durable)
         return self._exec(con, sql, params)
 
+    def _write_lazily(self, sql: str, params: tuple) -> None:
+        """One statement committed without waiting for the disk (a release record, a cached
+        answer): in the batch under way with group commit, else on its own."""
+        if self._writer is None:
+            self._write_one(sql, params, durable=False)
+        else:
+            self._writer.submit([], lambda con: self._exec(con, sql, params), durable=False)
+
     _errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
 
     # Reads -------------------------------------------------------------------------------
@@ -477,10 +485,7 @@ class Ledger:
         served), never a charge."""
         sql, params = "UPDATE charges SET released = ? WHERE id = ?", (json.dumps(released, default=str), charge_id)
         try:
-            if self._writer is None:
-                self._write_one(sql, params, durable=False)  # one statement: no transaction of its own needed
-            else:
-                self._writer.submit([], lambda con: self._exec(con, sql, params), durable=False)
+            self._write_lazily(sql, params)
         except self._errors as e:
             raise OperationalError(f"the ledger could not record the release: {e}",
                                    hint="nothing was released; the query's cost stays charged") from None
@@ -523,10 +528,7 @@ class Ledger:
                "ON CONFLICT (user_name, key) DO UPDATE SET answer = excluded.answer, at = excluded.at")
         params = (user, key, json.dumps(answer, default=str), time.time())
         with contextlib.suppress(*self._errors):
-            if self._writer is None:
-                self._write_one(sql, params, durable=False)
-            else:
-                self._writer.submit([], lambda con: self._exec(con, sql, params), durable=False)
+            self._write_lazily(sql, params)
 
     def record_event(self, kind: str, user: str, address: str, detail: str = "") -> None:
         """The audit log of what is not a charge (failed and refused logins): best effort, a
