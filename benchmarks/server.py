@@ -1,7 +1,7 @@
 """`dpsql serve` latency and throughput, beside the embedded DB-API and beside PostgreSQL 15
 running the plain query on the same rows, in one run.
 
-    python -m benchmarks.server [--n 200] [--clients 32] [--seconds 10] [--no-postgres]
+    python -m benchmarks.server [--n 200] [--clients 32] [--seconds 10] [--workers 2] [--no-postgres]
 
 Serves the sample hospital (a copy of its policy with a large budget, fresh ledger), then:
 median round-trip of SHOW dpsql.budget and of a small DP query over psycopg 3 (cache off, so each
@@ -11,12 +11,14 @@ dpsql serve (DP, cache off, charged: each execution a new release) and on a thro
 PostgreSQL 15 holding the same 20,000 patients (plain), with throughput ratios and median/p99
 latencies. dpsql runs twice: as it serves by default (a repeated query's exact values computed
 once per data version, the noise drawn afresh) and with SET dpsql.reuse = off (the engine runs
-every execution, as PostgreSQL does).
+every execution, as PostgreSQL does), in one process and as `dpsql serve --workers N` (N
+processes sharing the port and the ledger; by default one per core).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from pathlib import Path
 
@@ -57,6 +59,8 @@ def main() -> None:
     ap.add_argument("--no-postgres", dest="postgres", action="store_false",
                     help="skip the side-by-side run against PostgreSQL 15")
     ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 2,
+                    help="processes of the second dpsql serve compared with PostgreSQL (default: one per core)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         policy = sample_policy(Path(d))
@@ -79,10 +83,11 @@ def main() -> None:
                 qps = throughput(dsn, QUERY, clients, args.seconds, setup=("SET dpsql.cache = off",))
                 print(f"{clients:>3} concurrent clients: {qps:.1f} DP queries/s")
             if args.postgres:
-                against_postgres(dsn, args)
+                with serve(policy, Path(d) / "ledger.sqlite", "alice", "--workers", str(args.workers)) as many:
+                    against_postgres({"dpsql": dsn, f"dpsql --workers {args.workers}": many}, args)
 
 
-def against_postgres(dsn: str, args) -> None:
+def against_postgres(servers: dict[str, str], args) -> None:
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -92,14 +97,16 @@ def against_postgres(dsn: str, args) -> None:
     try:
         pg = postgres_with_patients(server)
         print(f"\n{GROUPED}: dpsql serve (DP, cache off) vs PostgreSQL 15 (plain), same harness and rows")
-        print("clients | dpsql: q/s, p50 / p99 ms | dpsql, reuse off: q/s, p50 / p99 ms | PostgreSQL: q/s, p50 / p99 ms "
-              "| dpsql/PostgreSQL | reuse off/PostgreSQL")
+        variants = [(name, reuse) for name in servers for reuse in ("on", "off")]
+        print(" | ".join(["clients"] + [f"{name}, reuse {reuse}: q/s, p50 / p99 ms" for name, reuse in variants]
+                         + ["PostgreSQL: q/s, p50 / p99 ms"] + [f"{name}, reuse {reuse} / PostgreSQL"
+                                                                 for name, reuse in variants]))
         for clients in sorted({1, 8, args.clients}):
-            d = load(dsn, GROUPED, clients, args.seconds, setup=("SET dpsql.cache = off",))
-            e = load(dsn, GROUPED, clients, args.seconds, setup=("SET dpsql.cache = off", "SET dpsql.reuse = off"))
+            runs = [load(servers[name], GROUPED, clients, args.seconds,
+                         setup=("SET dpsql.cache = off", f"SET dpsql.reuse = {reuse}")) for name, reuse in variants]
             p = load(pg, GROUPED, clients, args.seconds)
-            print(" | ".join([f"{clients:>7}"] + [f"{r[0]:7.1f}, {r[1]:6.2f} / {r[2]:7.2f}" for r in (d, e, p)]
-                             + [f"{d[0] / p[0]:.2f}", f"{e[0] / p[0]:.2f}"]))
+            print(" | ".join([f"{clients:>7}"] + [f"{r[0]:7.1f}, {r[1]:6.2f} / {r[2]:7.2f}" for r in (*runs, p)]
+                             + [f"{r[0] / p[0]:.2f}" for r in runs]))
     finally:
         server.stop()
 

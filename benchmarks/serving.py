@@ -32,13 +32,13 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve(policy: Path, ledger: Path, user: str = "alice") -> Iterator[str]:
-    """Start `dpsql serve` on a free port with one analyst; yield a psycopg DSN."""
+def serve(policy: Path, ledger: Path, user: str = "alice", *extra: str) -> Iterator[str]:
+    """Start `dpsql serve` (with `extra` options) on a free port with one analyst; yield a psycopg DSN."""
     subprocess.run([sys.executable, "-m", "dpsql.cli", "users", "add", "-p", str(policy), "--ledger", str(ledger),
                     user, "--password-stdin"], input=PASSWORD + "\n", text=True, check=True, capture_output=True)
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "dpsql.cli", "serve", "-p", str(policy), "--ledger", str(ledger),
-                               "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               "--port", str(port), *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     dsn = f"host=127.0.0.1 port={port} dbname=dpsql user={user} password={PASSWORD} sslmode=disable"
     try:
         for _ in range(200):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import math
 import secrets
 import sys
@@ -411,60 +410,57 @@ def plan(policy: str, user: str, ledger: str | None, epsilon: float, delta: floa
 @click.option("--http", "http", default=None, metavar="HOST:PORT",
               help="Also serve the web console (budgets, history, EXPLAIN, audit log) here, e.g. 127.0.0.1:8080; "
                    "over HTTPS with --tls-cert/--tls-key.")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="Server processes sharing the port and the ledger, to use more than one core (about one per "
+                   "core). Each has its own engine, memory limit and weighted copies; the connection caps and "
+                   "the failed logins before a lockout are split among them.")
 def serve(policy: str, ledger: str | None, host: str, port: int, tls_cert: str | None, tls_key: str | None,
           require_tls: bool, max_connections: int, max_pending: int, login_timeout: float, login_delay: float,
-          login_lockout_after: int, log_statements: bool, http: str | None) -> None:
+          login_lockout_after: int, log_statements: bool, http: str | None, workers: int) -> None:
     """Serve the PostgreSQL wire protocol: psql, JDBC, ODBC and every Postgres driver connect unchanged."""
-    from .server.app import Limits, Server, run, tls_context
-    from .server.throttle import LoginThrottle
+    from .server.app import run
+    from .server.launch import ServeOptions, build_server, checked, ensure_logins
 
-    console = None
+    options = ServeOptions(policy, ledger, host, port, tls_cert, tls_key, require_tls, max_connections, max_pending,
+                           login_timeout, login_delay, login_lockout_after, log_statements, http)
     try:
-        http_address = _address(http) if http is not None else None
-        pol = load_policy(policy, ledger_path=ledger)
-        if (tls_cert is None) != (tls_key is None):
-            raise invalid_parameter("--tls-cert and --tls-key go together")
-        if require_tls and tls_cert is None:
-            raise invalid_parameter("--require-tls needs --tls-cert and --tls-key")
-        server = Server(pol, host, port, tls_context(tls_cert, tls_key) if tls_cert else None, require_tls,
-                        Limits(max_connections=max_connections, max_pending=max_pending, login_timeout=login_timeout))
-        server.throttle = LoginThrottle(base_delay=login_delay, max_delay=32 * login_delay,
-                                        lockout_after=login_lockout_after)
-        if log_statements:
-            server.log_statements = True
-            handler = logging.StreamHandler()
-            handler.setFormatter(logging.Formatter("%(asctime)s statement %(message)s"))
-            logging.getLogger("dpsql.statements").addHandler(handler)
-            logging.getLogger("dpsql.statements").setLevel(logging.INFO)
-        for name in sorted(pol.users):
-            if server.ledger.user_credentials(name) is None:
-                password = secrets.token_urlsafe(12)
-                server.ledger.set_user(name, make_verifier(password), "analyst")
-                click.echo(f"created login for analyst {name}: password {password} "
-                           f"(shown once; change it with: dpsql users add {name} --password-stdin)")
-        if http_address is not None:
-            from .console import ConsoleService
-
-            console = ConsoleService(server, *http_address, certfile=tls_cert, keyfile=tls_key)
-            server.services.append(console)
+        if workers > 1:
+            pol = checked(options)
+            store = open_ledger(pol.ledger_path, pol.ledger_url, identity=pol.ledger_identity)
+            try:
+                ensure_logins(store, pol, click.echo)
+            finally:
+                store.close()
+        else:
+            server = build_server(options)
+            pol = server.policy
+            ensure_logins(server.ledger, pol, click.echo)
     except Error as e:
         _fail(e)
         return
-    click.echo(f"dpsql {__version__} serving {pol.path} on {host}:{port} "
-               f"({len(pol.tables)} tables, {len(pol.users)} analysts{', TLS' if tls_cert else ''})")
-    click.echo(f"connect with: psql \"host={host} port={port} dbname=dpsql user={next(iter(sorted(pol.users)), 'NAME')}\"")
-    if console is not None:
-        click.echo(f"privacy console: {console.url} (the same logins)")
-    run(server)
 
+    def announce(bound: int, console: str | None) -> None:
+        processes = f", {workers} workers" if workers > 1 else ""
+        click.echo(f"dpsql {__version__} serving {pol.path} on {host}:{bound} "
+                   f"({len(pol.tables)} tables, {len(pol.users)} analysts{', TLS' if tls_cert else ''}{processes})")
+        click.echo(f"connect with: psql \"host={host} port={bound} dbname=dpsql "
+                   f"user={next(iter(sorted(pol.users)), 'NAME')}\"")
+        if console is not None:
+            click.echo(f"privacy console: {console} (the same logins)")
 
-def _address(text: str) -> tuple[str, int]:
-    """HOST:PORT (an IPv6 host in brackets: [::1]:8080)."""
-    host, _, port = text.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not host or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise invalid_parameter(f"--http {text!r} is not HOST:PORT", hint="for example --http 127.0.0.1:8080")
-    return host, int(port)
+    if workers == 1:
+        console = next((s for s in server.services if hasattr(s, "url")), None)
+        announce(port, console.url if console is not None else None)
+        run(server)
+        return
+    from .server.supervisor import Supervisor
+
+    try:
+        status = Supervisor(options, workers, say=lambda text: click.echo(text, err=True)).run(announce)
+    except Error as e:
+        _fail(e)
+        return
+    sys.exit(status)
 
 
 @main.group()

@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
 import secrets
 import signal
+import socket
 import ssl
 import struct
 import threading
@@ -30,6 +32,7 @@ from .cursors import Cursors
 from .params import infer_parameter_types
 from .scram import ScramError, ScramServer, Verifier
 from .throttle import LoginThrottle
+from .worker_link import WorkerLink, new_pid
 
 log = logging.getLogger("dpsql.server")
 statements = logging.getLogger("dpsql.statements")  # every statement and its outcome (serve --log-statements)
@@ -98,8 +101,9 @@ class Portal:
 class Server:
     def __init__(self, policy: Policy, host: str = "127.0.0.1", port: int = 5433,
                  tls: ssl.SSLContext | None = None, require_tls: bool = False, limits: Limits | None = None,
-                 workers: int = 16):
+                 workers: int = 16, link: WorkerLink | None = None, secret: bytes | None = None):
         self.policy = policy
+        self.link = link  # one of `dpsql serve --workers` processes
         self.host, self.port = host, port
         self.tls, self.require_tls = tls, require_tls
         self.limits = limits or Limits()
@@ -109,10 +113,13 @@ class Server:
         self.connections: dict[int, "Connection"] = {}  # authenticated
         self.pending: set[int] = set()  # not yet authenticated: a cap of their own
         self.throttle = LoginThrottle()
-        self.secret = secrets.token_bytes(32)
+        # Shared by every worker: the mock verifiers of unknown users must not differ between them.
+        self.secret = secret or secrets.token_bytes(32)
         self.services: list[Service] = []
         self._server: asyncio.base_events.Server | None = None
+        self._more: list[asyncio.base_events.Server] = []  # a worker's further listening sockets
         self._closing = False
+        self._stop: asyncio.Event | None = None
         from ..accounting.ledger import open_ledger
 
         self.ledger = open_ledger(policy.ledger_path, policy.ledger_url, identity=policy.ledger_identity)
@@ -120,8 +127,16 @@ class Server:
         self.local_ledger = policy.ledger_url is None
         self.log_statements = False  # operators' view of what tools send: text and outcome, never values
 
+    def new_pid(self) -> int:
+        return new_pid() if self.link is None else self.link.new_pid()
+
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, self.host, self.port, limit=2**16)
+        if self.link is None:
+            self._server = await asyncio.start_server(self._accept, self.host, self.port, limit=2**16)
+        else:  # the supervisor's listening sockets, on which every worker accepts
+            socks = [socket.socket(fileno=fd) for fd in self.link.listen_fds]
+            self._server = await asyncio.start_server(self._accept, sock=socks[0], limit=2**16)
+            self._more = [await asyncio.start_server(self._accept, sock=s, limit=2**16) for s in socks[1:]]
         sock = self._server.sockets[0].getsockname()
         self.port = sock[1]
 
@@ -134,33 +149,56 @@ class Server:
         for service in self.services:
             await service.start()
         loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        stop = self._stop = asyncio.Event()
+        # A worker stops on SIGTERM from its supervisor; Ctrl-C goes to the supervisor alone.
+        for sig in (signal.SIGTERM,) if self.link is not None else (signal.SIGTERM, signal.SIGINT):
             try:
                 loop.add_signal_handler(sig, stop.set)
             except (NotImplementedError, RuntimeError):
                 pass
+        if self.link is not None:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            os.set_blocking(self.link.cancel_read, False)
+            loop.add_reader(self.link.cancel_read, self._read_cancels)
+            loop.add_reader(self.link.lifeline, stop.set)  # end of file: the supervisor is gone
+            self.link.say_ready({"pid": os.getpid(), "console": self._console_url()})
         await stop.wait()
+        if self.link is not None:
+            loop.remove_reader(self.link.cancel_read)
+            loop.remove_reader(self.link.lifeline)
         await self.shutdown()
+
+    def _console_url(self) -> str | None:
+        return next((s.url for s in self.services if hasattr(s, "url")), None)
+
+    def _read_cancels(self) -> None:
+        for pid, key in self.link.read_cancels():
+            self.cancel(pid, key)
 
     async def shutdown(self) -> None:
         """Stop accepting, let running statements finish (up to drain_timeout), close."""
         self._closing = True
         for service in self.services:
             await service.stop()
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
+        for listening in ([self._server] if self._server is not None else []) + self._more:
+            listening.close()
+            await listening.wait_closed()
         deadline = asyncio.get_running_loop().time() + self.limits.drain_timeout
         while any(c.busy for c in self.connections.values()) and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.05)
         for c in list(self.connections.values()):
             c.close()
+        self.close()
+
+    def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.engine.close()  # removes its scratch copies of private tables
         self.ledger.close()
 
     def cancel(self, pid: int, key: int) -> None:
+        if self.link is not None and not self.link.owns(pid):
+            self.link.forward_cancel(pid, key)  # another worker serves that connection
+            return
         conn = self.connections.get(pid)
         if conn is not None and secrets.compare_digest(struct.pack("!i", conn.key), struct.pack("!i", key)):
             conn.cancel()
@@ -170,7 +208,7 @@ class Connection:
     def __init__(self, server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         self.server = server
         self.reader, self.writer = reader, writer
-        self.pid = secrets.randbelow(2**31 - 2) + 1
+        self.pid = server.new_pid()
         self.key = secrets.randbelow(2**31 - 1)
         self.session: Session | None = None
         self.user = ""
