@@ -268,3 +268,24 @@ def test_writers_wait_their_turn_on_the_ledger_lock_file(tmp_path):
         os.close(fd)
         ledger.close()
     assert Ledger(tmp_path / "l.sqlite").user_credentials("alice") == ("v", "analyst")
+
+
+def test_failed_logins_before_a_lockout_are_split_among_workers(small_policy, tmp_path, scratch):
+    s = Serve(small_policy, tmp_path / "l.sqlite", "--workers", "2", "--login-delay", "0",
+              "--login-lockout-after", "4")
+    try:
+        messages = []
+        for _ in range(40):  # spread over both workers: fewer than 2 on one has probability < 1e-10
+            with pytest.raises(psycopg.OperationalError) as err:
+                psycopg.connect(s.dsn(password="wrong", connect_timeout="30"))
+            messages.append(str(err.value))
+        with pytest.raises(psycopg.OperationalError) as err:
+            psycopg.connect(s.dsn(connect_timeout="30"))  # the right password, now locked out everywhere
+        assert "too many failed logins" in str(err.value)
+    finally:
+        s.stop()
+    assert sum("password authentication failed" in m for m in messages) == 4  # 2 per worker: 4 in all
+    from dpsql.accounting.ledger import Ledger
+
+    events = Ledger(tmp_path / "l.sqlite").events("alice")
+    assert [e["kind"] for e in events].count("login failed") == 4
