@@ -87,7 +87,7 @@ def _unique_keys(plan: Plan, rs: ResultSet) -> None:
     n = len(plan.keys)
     if not n or not rs.row_count:
         return
-    keys = list(zip(*rs.columns[:n]))
+    keys = rs.columns[0] if n == 1 else list(zip(*rs.columns[:n]))  # one column: no tuples to build
     if len(set(keys)) != len(keys):
         raise ReleaseRefused("a group key tuple appears more than once")
 

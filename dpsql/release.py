@@ -45,6 +45,15 @@ def key_order(row: tuple) -> tuple:
     return tuple((v is None, str(type(v)), v if v is not None else 0) for v in row)
 
 
+def _sort_by_keys(rows: list[tuple], n_keys: int) -> None:
+    """Sort in place by key_order; when each key column holds values of one type only (the usual
+    case), by the values themselves, which is the same order at a fraction of the cost."""
+    if all(len({type(r[i]) for r in rows}) <= 1 for i in range(n_keys)):
+        rows.sort(key=lambda r: r[:n_keys])
+    else:
+        rows.sort(key=lambda r: key_order(r[:n_keys]))
+
+
 def release(plan: Plan, cal: Calibration, rs: ResultSet, confidence: float, charge: Charge,
             policy: Policy) -> NoisyTable:
     """Noise the bounded query's result: only with the receipt of its durable charge, and only
@@ -58,7 +67,7 @@ def release(plan: Plan, cal: Calibration, rs: ResultSet, confidence: float, char
         # only is the same release, without the noise of the many groups that are dropped.
         noisy_units = add_noise([r[n_keys] for r in rows], cal.selection.noise)
         rows = [r for r, u in zip(rows, noisy_units) if u >= cal.selection.threshold]
-    rows.sort(key=lambda r: key_order(r[:n_keys]))
+    _sort_by_keys(rows, n_keys)
     columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in rs.names]
     key_cols = columns[:n_keys]
     noisy: list = []

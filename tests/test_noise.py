@@ -13,6 +13,8 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from dpsql.calibration import calibrate
@@ -74,8 +76,10 @@ def test_gaussian_sampler_has_calibrated_scale(sigma):
 def test_long_vectors_drawn_in_parts_keep_the_distribution():
     """A vector long enough to be drawn in parallel parts: each half has the calibrated
     distribution (and not a 15 % wrong one), and the halves are uncorrelated (|r| below 5.5
-    standard errors: p < 4e-8), so no part repeats or mirrors another."""
-    n = 2 * PARALLEL_DRAWS + 3
+    standard errors: p < 4e-8), so no part repeats or mirrors another. Halves of 20,000 draws at
+    least, for the power to tell the wrong scale apart."""
+    n = 2 * max(PARALLEL_DRAWS, 20_000) + 3
+    assert n // PARALLEL_DRAWS >= 2  # drawn in parts on any machine with two cores or more
     draws = sample(Noise("laplace", 3.0), n)
     assert len(draws) == n
     half = n // 2
@@ -185,3 +189,19 @@ def test_calibration_splits_epsilon_across_measures(session):
     plan2, cal2 = session._prepare(classify("SELECT COUNT(age), AVG(age) FROM people").tree)
     assert len(plan2.measures) == 2  # COUNT(age) is shared with AVG's count
     assert calibrate(plan2, Fraction(1), Fraction(0), "laplace").cost.epsilon == 1
+
+
+@given(st.lists(st.tuples(st.one_of(st.integers(-5, 5), st.none()), st.sampled_from(["a", "b", "B", ""])),
+                max_size=40), st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_released_rows_sort_by_key_values_alone_in_the_one_order(rows, mixed):
+    """The fast path (one type per key column) sorts exactly as key_order does; mixed columns
+    (None among integers, or integers among strings) take key_order itself."""
+    from dpsql.release import _sort_by_keys, key_order
+
+    if mixed and rows:
+        rows = rows + [("x", 1.5)]
+    rows = [r + (i,) for i, r in enumerate(rows)]  # a measure after the keys
+    got = list(rows)
+    _sort_by_keys(got, 2)
+    assert got == sorted(rows, key=lambda r: key_order(r[:2]))
