@@ -289,3 +289,41 @@ def test_failed_logins_before_a_lockout_are_split_among_workers(small_policy, tm
 
     events = Ledger(tmp_path / "l.sqlite").events("alice")
     assert [e["kind"] for e in events].count("login failed") == 4
+
+
+def test_the_console_is_served_beside_the_workers(small_policy, tmp_path, scratch):
+    """Worker 0 serves the console; a query answered by either worker shows in its history."""
+    import html
+    import http.cookiejar
+    import re
+    import urllib.request
+    from urllib.parse import urlencode
+
+    from .server_fixture import PASSWORD, free_port
+
+    port = free_port()
+    s = Serve(small_policy, tmp_path / "l.sqlite", "--workers", "2", "--http", f"127.0.0.1:{port}")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                page = opener.open(base + "/login", timeout=5).read().decode()
+                break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        token = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
+        texts = [f"SELECT COUNT(*) AS n{i} FROM people WHERE age >= {i}" for i in range(8)]
+        for sql in texts:  # each on a new connection, answered by either worker
+            with psycopg.connect(s.dsn("bob"), autocommit=True) as conn:
+                conn.execute("SET dpsql.epsilon = 0.1")
+                assert conn.execute(sql).fetchone()[0] is not None
+        assert opener.open(base + "/login", data=urlencode({"user": "bob", "password": PASSWORD,
+                                                             "csrf": token}).encode()).url.endswith("/budget")
+        history = opener.open(base + "/history").read().decode()
+        assert all(html.escape(sql) in history for sql in texts)
+    finally:
+        out = s.stop()
+    assert f"privacy console: {base}/" in out
