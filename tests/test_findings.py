@@ -407,3 +407,41 @@ def test_rdp_charge_covers_the_discrete_laplace(order, epsilon):
     charged = float(laplace_rdp(Fraction(epsilon), Fraction(order)))
     for shift in (1, 2, 5):
         assert _discrete_laplace_rdp(shift, shift / epsilon, order) <= charged * (1 + 1e-9)
+
+
+def test_units_within_the_row_limit_skip_per_unit_bounding_when_groups_cannot_bind(tmp_path):
+    """A split weighted copy sums the rows of a unit as they are when the unit is within every
+    limit: with n <= max_rows rows, ungrouped (one group) or over a declared domain of at most
+    max_groups groups, the group limit never binds, so units of up to max_rows rows are light
+    (before: up to min(groups, max_rows), 1 for an ungrouped query). The pre-noise values are
+    exactly the per-unit bounding's, computed without the copy."""
+    from dpsql.sql.rewrite import rewrite
+
+    from .conftest import make_db, write_policy
+
+    counts = [1, 2, 3, 3, 4, 7, 2]  # rows per unit; max_groups = 2, max_rows = 3
+    events = [(pid, "abc"[i % 3], float(i * 7 % 20), "north") for pid, n in enumerate(counts, start=1)
+              for i in range(n)]
+    people = [(pid, 30.0, "F", "Oslo") for pid in range(1, len(counts) + 1)]
+    make_db(tmp_path / "db.duckdb", people, events)
+    s = Session(load_policy(write_policy(tmp_path)), "alice")
+    try:
+        for mechanism, text, light in (
+                ("laplace", "SELECT COUNT(*) FROM events", 3),
+                ("gaussian", "SELECT CASE WHEN amount < 10 THEN 'low' ELSE 'high' END AS b, COUNT(*) FROM events "
+                             "GROUP BY b", 3),  # a declared domain of 2 = max_groups
+                ("gaussian", "SELECT kind, COUNT(*) FROM events GROUP BY kind", 2)):  # 3 keys > max_groups
+            s.execute(f"SET dpsql.mechanism = '{mechanism}'")
+            plan, _ = s._prepare(classify(text).tree)
+            sql = s._bounded_sql(plan, None)
+            assert f"__dpsql_n <= {light}" in sql, sql
+            per_unit = s.engine.prepare(rewrite(plan, plan.literal_domain_size(), None, None), owned=True)
+            assert "__dpsql_n" not in per_unit
+            n = len(plan.keys)  # then the unit counts, which only partition selection reads (none here)
+
+            def measures(query: str) -> list[tuple]:
+                return sorted(r[:n] + r[n + 1:] for r in zip(*s.engine.execute(query).columns))
+
+            assert not plan.needs_selection and measures(sql) == measures(per_unit)
+    finally:
+        s.close()

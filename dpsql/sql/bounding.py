@@ -68,9 +68,13 @@ class PerGroupCap:
 
     def light_rows(self, domain_size: int | None) -> int:
         """A unit with at most this many rows in the whole table is within every limit of this
-        strategy whatever a query keeps of it (SplitCopy): it reaches at most that many groups
-        and rows per group."""
-        return min(self.groups(domain_size), self.max_rows)
+        strategy whatever a query keeps of it (SplitCopy): with n rows it has at most n rows in
+        any group, and reaches at most n groups, and never more than the query has (one when
+        ungrouped, D for a declared domain of D), so the group limit binds only when the query
+        may have more groups than max_groups."""
+        if not self.keyed or (domain_size is not None and domain_size <= self.max_groups):
+            return self.max_rows  # every unit is within the group limit
+        return min(self.max_groups, self.max_rows)
 
     def planned(self, m: Measure, mechanism: str, domain_size: int | None) -> int:
         """The sensitivity a PLD-planned measure's noise is scaled to: its L2 (Gaussian, one
