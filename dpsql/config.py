@@ -178,6 +178,8 @@ class EngineConfig:
     remote: str | None = None
     conf: Mapping[str, str] = field(default_factory=dict)  # Spark settings, or PostgreSQL `settings`
     scratch: str = "disk"  # duckdb: where weighted copies live, "disk" (a private temp dir) or "memory"
+    scratch_url: str | None = None  # postgres: a second role that builds weighted tables (pg_weights.py)
+    scratch_schema: str = "dpsql_scratch"  # postgres: where it builds them
 
 
 @dataclass(frozen=True)
@@ -359,7 +361,7 @@ def _section(reader: _Reader, key: str) -> Mapping[str, Any]:
 def _parse_engine(r: _Reader, base: Path) -> EngineConfig:
     kind = r.choice("kind", "duckdb", ENGINES)
     allowed = {"duckdb": {"database", "threads", "memory_limit", "scratch"},
-               "postgres": {"url", "schema", "statement_timeout", "settings"},
+               "postgres": {"url", "schema", "statement_timeout", "settings", "scratch_url", "scratch_schema"},
                "spark": {"master", "remote", "conf", "statement_timeout"}}[kind]
     r.unknown_keys(allowed | {"kind"})
     timeout = float(r.number("statement_timeout", Fraction(300), positive=True))
@@ -379,8 +381,19 @@ def _parse_engine(r: _Reader, base: Path) -> EngineConfig:
         if fixed:
             raise r.fail(f"settings may not set {fixed[0]}", "dpsql fixes it (schema and statement_timeout are "
                                                              "[engine] keys of their own)")
+        scratch_url = r.data.get("scratch_url")
+        if scratch_url is not None and not (isinstance(scratch_url, str)
+                                            and scratch_url.startswith(("postgresql://", "postgres://"))):
+            raise r.fail("scratch_url must be a postgresql:// URL",
+                         'for example scratch_url = "postgresql://dpsql_scratch@db.internal/clinic": a role of its own '
+                         "that may create tables in scratch_schema and read the policy's tables")
+        scratch_schema = r.data.get("scratch_schema", "dpsql_scratch")
+        if not isinstance(scratch_schema, str) or not scratch_schema or scratch_schema == schema:
+            raise r.fail(f"scratch_schema = {scratch_schema!r} must be a schema name other than schema",
+                         'for example scratch_schema = "dpsql_scratch"')
         return EngineConfig(kind=kind, url=url, schema=schema, statement_timeout=timeout,
-                            conf={str(k): str(v) for k, v in settings.items()})
+                            conf={str(k): str(v) for k, v in settings.items()}, scratch_url=scratch_url,
+                            scratch_schema=scratch_schema)
     if kind == "spark":
         master, remote = r.data.get("master"), r.data.get("remote")
         if master is not None and remote is not None:

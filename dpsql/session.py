@@ -517,6 +517,8 @@ class Session:
                  for name, m in measures.items()},
                 {m.spec(): name for name, m in measures.items()},
                 {norms[name]: unit_norm(m).sql(dialect="duckdb") for name, m in measures.items() if name in norms})
+        if not getattr(self.engine, "weights_store_sums", True):
+            stored = ({}, {}, {})  # the engine's copies hold the weights only
         table = weighted_copy(source.table.name, plan.unit.name, plan.total_rows, COUNT_BITS, stored[0], stored[2])
         if split is not None:
             return SplitCopy(plan.bounding, table, plan.bounding.light_rows(plan.literal_domain_size()),

@@ -43,7 +43,8 @@ def lower_for_postgres(tree: exp.Expression, schema: Mapping[str, Mapping[str, s
     """The neutral tree with TRY, TRY_CAST, DPSQL_HASH, width_bucket and EXTRACT fields in
     PostgreSQL's terms. `public` names the tables whose rows are not private; `copy=False`
     lowers the tree in place."""
-    return tree.transform(_Lowering(schema, public).visit, copy=copy)
+    lowering = _Lowering(schema, public)
+    return tree.transform(lowering.visit, copy=copy).transform(lowering.integer_division, copy=False)
 
 
 _EXTRACT_FIELDS = {"DAYOFWEEK": "DOW", "DAYOFYEAR": "DOY", "WEEKDAY": "DOW"}
@@ -131,6 +132,36 @@ class _Lowering:
                 values = first.expressions if isinstance(first, exp.Tuple) else [first]
                 return self.type_of(values[names.index(col.name)])
         return None
+
+    def integer_division(self, node: exp.Expression) -> exp.Expression:
+        """a // b of integers as PostgreSQL's integer `/`, which truncates toward zero as DIV
+        does, but in BIGINT: DIV computes in NUMERIC, several times slower summed over a
+        table's rows. Integers by PostgreSQL's own typing only (the product of two BIGINTs is
+        a BIGINT there already), else DIV stays."""
+        if isinstance(node, exp.IntDiv) and self.integral(node.this) and self.integral(node.expression):
+            return exp.Div(this=node.this, expression=node.expression, typed=True)
+        return node
+
+    def integral(self, node: exp.Expression) -> bool:
+        """Whether PostgreSQL types this row expression as an integer."""
+        if isinstance(node, (exp.Paren, exp.Neg, exp.Abs)):
+            return self.integral(node.this)
+        if isinstance(node, exp.Literal):
+            return not node.is_string and node.this.lstrip("-").isdigit()
+        if isinstance(node, exp.Cast):
+            return isinstance(node.to.this, exp.DataType.Type) and node.to.this.name in _INTEGERS
+        if isinstance(node, exp.Count):
+            return True
+        if isinstance(node, (exp.Add, exp.Sub, exp.Mul)) or isinstance(node, exp.Div) and node.args.get("typed"):
+            return self.integral(node.this) and self.integral(node.expression)
+        if isinstance(node, (exp.Greatest, exp.Least)):
+            return all(self.integral(e) for e in [node.this, *node.expressions])
+        if isinstance(node, exp.Column):
+            if node.table:
+                return (self.column_type(node) or "") in _INTEGERS
+            item = _cte_item(node)
+            return item is not None and self.integral(item)
+        return False
 
     @staticmethod
     def numeric_kind(t: str | None) -> bool:
@@ -248,6 +279,26 @@ def _source(col: exp.Column) -> exp.Expression | None:
                 rel = src.this if src is not None else None
                 if rel is not None and rel.alias_or_name == col.table:
                     return rel
+        node = node.parent
+    return None
+
+
+def _cte_item(col: exp.Column) -> exp.Expression | None:
+    """The expression an unqualified column stands for when its SELECT reads one CTE: that
+    CTE's output of the column's name, as the bounded query's stages read one another."""
+    select = col.find_ancestor(exp.Select)
+    src = (select.args.get("from_") or select.args.get("from")) if select is not None else None
+    if src is None or not isinstance(src.this, exp.Table) or select.args.get("joins") or src.this.args.get("db"):
+        return None
+    node: exp.Expression | None = select
+    while node is not None:
+        with_ = node.args.get("with_") or node.args.get("with")
+        for cte in (with_.expressions if isinstance(with_, exp.With) else []):
+            if cte.alias == src.this.name and isinstance(cte.this, exp.Select):
+                for item in cte.this.expressions:
+                    if item.alias_or_name == col.name:
+                        return item.this if isinstance(item, exp.Alias) else item
+                return None
         node = node.parent
     return None
 

@@ -4,7 +4,8 @@ Every connection is read-only (default_transaction_read_only, and each query run
 transaction that is rolled back), has a fixed search_path and a statement_timeout, and must
 belong to a role that is no superuser and cannot write the policy's tables. PostgreSQL has no
 TRY, so the rewrite's TRY is lowered to forms that cannot raise (pg_total.py), or the query is
-refused before anything is charged.
+refused before anything is charged. With `[engine] scratch_url`, a second role builds weighted
+tables for contribution bounding (pg_weights.py); the reader still only reads.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ..config import Policy, check_against_schema
 from ..errors import OperationalError, PolicyError
 from .base import ENGINE_FAILURE_HINT, ResultSet, canonical_type, quote
 from .pg_total import lower_for_postgres
+from .pg_weights import PgWeights
 
 
 class PostgresEngine:
@@ -36,10 +38,16 @@ class PostgresEngine:
         self._running: dict[int, Any] = {}
         self._checked: dict[str, None] = {}
         self._public = frozenset(name for name, t in policy.tables.items() if t.public)
+        self._weights: PgWeights | None = None
         try:
             con = self._connection()
-            self._check_role(con)
+            reader = self._check_role(con)
             self._schema = self._introspect(con)
+            if self._config.scratch_url is not None:
+                self._weights = PgWeights(psycopg, self._config.scratch_url, self._config.scratch_schema,
+                                          self._config.schema, reader, self._config.statement_timeout,
+                                          self._building, self._config.conf)
+                self.weighted_copy = self._weighted_copy
         except psycopg.Error as e:
             self.close()
             raise PolicyError(f"{policy.path}: cannot open the PostgreSQL engine: {type(e).__name__}: "
@@ -70,10 +78,11 @@ class PostgresEngine:
             self._all.append(con)
         return con
 
-    def _check_role(self, con) -> None:
+    def _check_role(self, con) -> str:
         """Refuse a role that could change data or read around the policy: a superuser, or one
         that may write a policy table. (Reading other tables is refused by analysis already;
-        a role that can read only the policy's tables is the advice in the README.)"""
+        a role that can read only the policy's tables is the advice in the README.) Returns
+        the role's name."""
         with con.cursor() as cur:
             cur.execute("SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user")
             user, superuser = cur.fetchone()
@@ -92,6 +101,7 @@ class PostgresEngine:
                                       hint=f"REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON {table} FROM {user}; "
                                            "dpsql needs SELECT only")
         con.rollback()
+        return user
 
     def _introspect(self, con) -> dict[str, dict[str, str]]:
         schema: dict[str, dict[str, str]] = {}
@@ -110,10 +120,33 @@ class PostgresEngine:
     def schema(self) -> Mapping[str, Mapping[str, str]]:
         return self._schema
 
+    # Weighted tables store no ready-weighted sums (a query weights its own values per row).
+    weights_store_sums = False
+
+    def _weighted_copy(self, table: str, unit: str, limit: int, bits: int, sums: Mapping[str, str] | None = None,
+                       per_unit: Mapping[str, str] | None = None) -> str:
+        """The weighted table of `table` as of the current data version (see pg_weights.py)."""
+        return self._weights.table(table, unit, limit, bits, self.data_version())
+
+    def _building(self, con: Any | None) -> None:
+        ident = threading.get_ident()
+        if con is None:
+            self._running.pop(ident, None)
+        else:
+            self._running[ident] = con
+
+    def _types(self) -> Mapping[str, Mapping[str, str]]:
+        """The schema, with the weighted tables' columns: their source's and the weights."""
+        if self._weights is None:
+            return self._schema
+        extra = {name: {**self._schema[source], "__dpsql_n": "BIGINT", "__dpsql_w": "BIGINT"}
+                 for name, source in self._weights.tables().items()}
+        return {**self._schema, **extra}
+
     def prepare(self, tree: exp.Expression, *, owned: bool = False) -> str:
         """Lower TRY and the keyed hash, transpile, and have PostgreSQL plan it (EXPLAIN reads
         no rows), so that a type error refuses the query before it is charged."""
-        sql = lower_for_postgres(tree, self._schema, self._public, copy=not owned).sql(dialect="postgres", copy=False)
+        sql = lower_for_postgres(tree, self._types(), self._public, copy=not owned).sql(dialect="postgres", copy=False)
         if sql not in self._checked:
             con = self._connection()
             try:
@@ -194,6 +227,8 @@ class PostgresEngine:
         return f"pg:{writes}:{tables}"
 
     def close(self) -> None:
+        if getattr(self, "_weights", None) is not None:
+            self._weights.close()  # drops its weighted tables
         with self._all_lock:
             for con in self._all:
                 try:
