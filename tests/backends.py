@@ -11,6 +11,7 @@ import duckdb
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_data"
 READER = "dpsql_reader"
+SCRATCH = "dpsql_scratch"  # builds PostgreSQL weighted tables ([engine] scratch_url)
 
 
 def _policy_body() -> str:
@@ -50,6 +51,19 @@ def _copy_into_postgres(con: duckdb.DuckDBPyConnection, queries: dict[str, str],
                         copy.write_row(row)
             pg.execute(f'GRANT SELECT ON "{schema}"."{name}" TO {READER}')
             pg.execute(f'ANALYZE "{schema}"."{name}"')
+
+
+def allow_scratch(admin_url: str, schema: str = "public") -> str:
+    """A second role, SCRATCH, that may read the tables of `schema` and create tables in the
+    database (PostgreSQL weighted tables, [engine] scratch_url); its URL."""
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as pg:
+        pg.execute(f"DO $$ BEGIN CREATE ROLE {SCRATCH} LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+        pg.execute(f'GRANT CREATE ON DATABASE "{pg.info.dbname}" TO {SCRATCH}')
+        pg.execute(f'GRANT USAGE ON SCHEMA "{schema}" TO {SCRATCH}')
+        pg.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA "{schema}" TO {SCRATCH}')
+    return admin_url.replace("postgres@", f"{SCRATCH}@")
 
 
 def _pg_type(duckdb_type: str) -> str:
@@ -109,13 +123,16 @@ def duckdb_to_parquet(db_path: Path, directory: Path) -> dict[str, Path]:
     return out
 
 
-def move_policy(policy: Path, backend: str, *, reader_url: str | None = None, schema: str | None = None) -> Path:
+def move_policy(policy: Path, backend: str, *, reader_url: str | None = None, schema: str | None = None,
+                scratch_url: str | None = None) -> Path:
     """A policy over `[engine] database = "db.duckdb"` (tests/conftest.py) moved onto another
     backend holding the same tables: PostgreSQL (schema) or Spark (Parquet files beside it)."""
     text = policy.read_text()
     db = policy.parent / "db.duckdb"
     if backend == "postgres":
         engine = f'[engine]\nkind = "postgres"\nurl = "{reader_url}"\nschema = "{schema}"\n'
+        if scratch_url is not None:
+            engine += f'scratch_url = "{scratch_url}"\n'
     else:
         files = duckdb_to_parquet(db, policy.parent)
         engine = ('[engine]\nkind = "spark"\nmaster = "local[2]"\n'
