@@ -118,7 +118,7 @@ class PgWeights:
 
     def tables(self) -> dict[str, str]:
         """Built weighted tables, by name: the source table each copies."""
-        return {name: table for name, (_, table) in self._built.items()}
+        return {name: table for name, (_, table) in self._built.copy().items()}  # a copy: builds go on
 
     def sweep(self) -> list[str]:
         """Drop the weighted tables of engines that are gone (their lock is free)."""
