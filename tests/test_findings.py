@@ -445,3 +445,31 @@ def test_units_within_the_row_limit_skip_per_unit_bounding_when_groups_cannot_bi
             assert not plan.needs_selection and measures(sql) == measures(per_unit)
     finally:
         s.close()
+
+
+def test_a_weighted_copy_is_built_again_when_its_files_change_meanwhile(tmp_path):
+    """The DuckDB build reads its source four times; a copy counts only if the data version is
+    the same after the build as before, else a unit's __dpsql_n could disagree with its rows.
+    Files that keep changing refuse the query before anything is charged."""
+    import itertools
+
+    from dpsql.errors import OperationalError
+
+    from .conftest import default_events, default_people, make_db, write_policy
+
+    make_db(tmp_path / "db.duckdb", default_people(), default_events())
+    s = Session(load_policy(write_policy(tmp_path)), "alice")
+    try:
+        engine = s.engine
+        seen = iter(["v1", "v2", "v2"])  # before, after the first build, after the second
+        engine.data_version = lambda: next(seen)
+        table = engine.weighted_copy("events", "pid", 6, 10)
+        assert engine._copies[table.split(".")[-1].strip('"')] == "v2"
+        count = itertools.count()
+        engine.data_version = lambda: f"v{next(count)}"  # a file written during every build
+        with pytest.raises(OperationalError) as err:
+            s.execute("SELECT kind, COUNT(*) FROM events GROUP BY kind")
+        assert err.value.sqlstate == "40001" and "nothing was charged" in err.value.hint
+        assert s.ledger.history("alice") == []
+    finally:
+        s.close()

@@ -121,7 +121,8 @@ def test_a_change_of_the_data_rebuilds_the_table(clinic, tmp_path, pg_server):
         assert weighting is not None
         version = s.engine.data_version()
         with psycopg.connect(admin, autocommit=True) as pg:
-            pg.execute("INSERT INTO patients (patient_id, age, sex) SELECT 900000 + g, 40, 'F' FROM generate_series(1, 50) g")
+            pg.execute("INSERT INTO patients (patient_id, age, sex) "
+                       "SELECT 900000 + g, 40, 'F' FROM generate_series(1, 50) g")
         deadline = time.monotonic() + 30
         while s.engine.data_version() == version:  # PostgreSQL's statistics follow a commit within a second or so
             assert time.monotonic() < deadline

@@ -123,7 +123,8 @@ def test_a_cancel_reaches_the_worker_running_the_query(tmp_path, scratch):
     import duckdb
 
     con = duckdb.connect(str(tmp_path / "db.duckdb"))
-    con.execute("CREATE TABLE big AS SELECT range AS uid, range % 7 AS g, (range * 7919) % 1000 AS v FROM range(6000000)")
+    con.execute("CREATE TABLE big AS SELECT range AS uid, range % 7 AS g, (range * 7919) % 1000 AS v "
+                "FROM range(6000000)")
     con.close()
     policy = tmp_path / "big.toml"
     policy.write_text('[engine]\ndatabase = "db.duckdb"\nthreads = 1\n[privacy]\nepsilon = 100\n[tables.big]\n'

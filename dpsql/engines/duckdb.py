@@ -40,6 +40,7 @@ from .scratch import ScratchDir
 DEFAULT_MEMORY_LIMIT = "1GB"
 REUSED_RESULTS = 64  # bounded queries' exact results kept per data version (for every analyst together)
 REUSED_CELLS = 200_000  # and at most this many values in all (about 10 MB); a larger result is recomputed
+BUILD_ATTEMPTS = 3  # weighted-copy builds while the source files keep changing, before giving up
 PREPARED_PER_CURSOR = 128  # query texts remembered per worker thread's cursor (prepared from the second run)
 _PREPARED = itertools.count()
 
@@ -295,19 +296,32 @@ class DuckDBEngine:
                             f"CAST({limit << bits} AS BIGINT) // GREATEST(u.__dpsql_n, {limit}) AS __dpsql_w "
                             f"FROM main.{quote(table)} AS t JOIN {units} AS u ON t.{u} = u.{u} WHERE {where}) AS weighted")
 
-                with self._tracked(failure) as cur:  # a CancelRequest interrupts the build too
-                    cur.execute(f"CREATE OR REPLACE TABLE {units} AS SELECT {u}, COUNT(*) AS __dpsql_n{totals} "
-                                f"FROM main.{quote(table)} WHERE {u} IS NOT NULL GROUP BY {u}")
-                    # Three appends instead of a sort (which held the whole table in memory):
-                    # units of one row, then those within the limit, then the others, so a
-                    # split's tail (__dpsql_n > L) skips the row groups before it.
-                    cur.execute(f"CREATE OR REPLACE TABLE scratch.main.{quote(name)} AS {rows('u.__dpsql_n = 1')}")
-                    cur.execute(f"INSERT INTO scratch.main.{quote(name)} "
-                                f"{rows(f'u.__dpsql_n > 1 AND u.__dpsql_n <= {limit}')}")
-                    cur.execute(f"INSERT INTO scratch.main.{quote(name)} {rows(f'u.__dpsql_n > {limit}')}")
-                    cur.execute(f"DROP TABLE {units}")
-                    cur.execute("CHECKPOINT scratch")
-                self._scratch.protect()
+                # The build reads the source four times: if its files change meanwhile, a unit's
+                # __dpsql_n could disagree with the rows it weights, so the build counts only if
+                # the data version is the same after it as before (else it is built again).
+                for _ in range(BUILD_ATTEMPTS):
+                    with self._tracked(failure) as cur:  # a CancelRequest interrupts the build too
+                        cur.execute(f"CREATE OR REPLACE TABLE {units} AS SELECT {u}, COUNT(*) AS __dpsql_n{totals} "
+                                    f"FROM main.{quote(table)} WHERE {u} IS NOT NULL GROUP BY {u}")
+                        # Three appends instead of a sort (which held the whole table in memory):
+                        # units of one row, then those within the limit, then the others, so a
+                        # split's tail (__dpsql_n > L) skips the row groups before it.
+                        cur.execute(f"CREATE OR REPLACE TABLE scratch.main.{quote(name)} AS {rows('u.__dpsql_n = 1')}")
+                        cur.execute(f"INSERT INTO scratch.main.{quote(name)} "
+                                    f"{rows(f'u.__dpsql_n > 1 AND u.__dpsql_n <= {limit}')}")
+                        cur.execute(f"INSERT INTO scratch.main.{quote(name)} {rows(f'u.__dpsql_n > {limit}')}")
+                        cur.execute(f"DROP TABLE {units}")
+                        cur.execute("CHECKPOINT scratch")
+                    self._scratch.protect()
+                    after = self.data_version()
+                    if after == version:
+                        break
+                    version = after
+                else:
+                    self._copies.pop(name, None)
+                    raise OperationalError("the table's files kept changing while its contribution weights were "
+                                           "prepared", sqlstate="40001",
+                                           hint="nothing was charged; send the query again once the data is written")
                 self._copies[name] = version
         return f"scratch.main.{quote(name)}"
 

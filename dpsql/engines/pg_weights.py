@@ -41,8 +41,9 @@ class PgWeights:
                  statement_timeout: float, register: Callable[[Any | None], None],
                  settings: Mapping[str, str] | None = None):
         """`settings` are the [engine] settings the reader's connections get too (work_mem, for
-        the build's aggregation). `register(con)` marks the connection as the one running on this thread while a table is
-        built (None when done), so that a CancelRequest interrupts a build too."""
+        the build's aggregation). `register(con)` marks the connection as the one running on
+        this thread while a table is built (None when done), so that a CancelRequest
+        interrupts a build too."""
         self._psycopg = psycopg
         self.schema, self._source, self._reader = scratch_schema, source_schema, reader
         self.id = secrets.token_hex(4)
