@@ -3,6 +3,7 @@ of the corpus, answers charged once, and each backend's own lockdown."""
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from decimal import Decimal
@@ -174,10 +175,11 @@ def spark_connect_url():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_NO_DAEMONIZE": "1"}
+    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_NO_DAEMONIZE": "1", "SPARK_LOCAL_IP": "127.0.0.1"}
     proc = subprocess.Popen([str(home / "sbin" / "start-connect-server.sh"), "--master", "local[2]",
                              "--conf", f"spark.connect.grpc.binding.port={port}",
                              "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+                             "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
                              "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.ui.enabled=false"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 120
@@ -250,5 +252,37 @@ def test_repeated_and_evicted_query_texts_keep_their_own_results(tmp_path):
                 rs = engine.execute(sql)
                 i = texts.index(sql)
                 assert rs.names == ["a", "b", "c"] and rs.columns == [[i], [i + 1], [200]]
+    finally:
+        engine.close()
+
+
+def _listening(pid: int) -> list[str]:
+    """The addresses (hex, as /proc/net/tcp* spells them) process `pid` listens on."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    out = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # state LISTEN
+                out.append(fields[1].split(":")[0])
+    return out
+
+
+def test_a_local_spark_listens_on_loopback_only(policies):
+    """The driver's RPC and block manager, and no web UI: nothing on an outside interface."""
+    engine = open_engine(load_policy(policies["spark"]))
+    try:
+        assert engine._spark.conf.get("spark.driver.host") == "127.0.0.1"
+        assert engine._spark.conf.get("spark.ui.enabled") == "false"
+        addresses = _listening(engine._spark.sparkContext._gateway.proc.pid)
+        loopback = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
+        assert addresses and set(addresses) <= loopback, addresses
     finally:
         engine.close()

@@ -11,6 +11,7 @@ only ever sends its own rewritten queries, which name the policy's tables.
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from pathlib import Path
 from typing import Any, Mapping
@@ -38,8 +39,10 @@ _FIXED = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
 }
-# Defaults a policy's conf may change.
-_DEFAULTS = {"spark.ui.showConsoleProgress": "false"}
+# Defaults a policy's conf may change. No web UI (it would listen on every interface and show
+# the queries' plans); a local session's driver listens on loopback only.
+_DEFAULTS = {"spark.ui.showConsoleProgress": "false", "spark.ui.enabled": "false"}
+_LOCAL = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
 _LIVE = [0]  # engines open in this process: the last to close stops the shared SparkContext
 _LIVE_LOCK = threading.Lock()
 # EXTRACT fields in Spark's terms, under both spellings a tree may carry (PostgreSQL's, as the
@@ -64,7 +67,10 @@ class SparkEngine:
                                   hint=f"dpsql needs {key} = {_FIXED[key]}; remove it from conf")
         builder = SparkSession.builder.appName("dpsql")
         builder = builder.remote(cfg.remote) if cfg.remote else builder.master(cfg.master)
-        for key, value in {**_DEFAULTS, **cfg.conf, **_FIXED}.items():
+        local = not cfg.remote and (cfg.master or "").startswith("local")
+        if local:  # the JVM's own choice of address, before it starts (the driver's settings follow)
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        for key, value in {**_DEFAULTS, **(_LOCAL if local else {}), **cfg.conf, **_FIXED}.items():
             builder = builder.config(key, value)
         self._policy = policy
         self._timeout = cfg.statement_timeout

@@ -113,8 +113,11 @@ class Supervisor:
                                 pass_fds=link.fds())
         if wait:
             os.close(ready_w)
-        proc.stdin.write((json.dumps(spec) + "\n").encode())
-        proc.stdin.close()
+        try:
+            proc.stdin.write((json.dumps(spec) + "\n").encode())
+            proc.stdin.close()
+        except BrokenPipeError:  # it died at once: its ready pipe or the watch says so
+            pass
         return _Worker(index, proc, ready_r)
 
     def _await_ready(self) -> str | None | bool:
