@@ -53,6 +53,16 @@ def _state(pid: int) -> str:
         return "zombie"
 
 
+def _started(s: Serve, scratch: Path, seconds: float = 60) -> set[int]:
+    """The two workers' pids once both have opened their engines (the port accepts before that:
+    the supervisor binds it first, and connections wait in its queue)."""
+    deadline = time.monotonic() + seconds
+    while len(_children(s.proc.pid)) < 2 or len(list(scratch.glob("dpsql-engine-*"))) < 2:
+        assert time.monotonic() < deadline and s.proc.poll() is None
+        time.sleep(0.1)
+    return _children(s.proc.pid)
+
+
 @pytest.fixture
 def scratch(tmp_path, monkeypatch) -> Path:
     """The servers' temporary directory, where their engines' private scratch directories live."""
@@ -184,7 +194,7 @@ def test_a_dead_worker_is_replaced_and_a_stop_leaves_nothing(small_policy, tmp_p
     try:
         with psycopg.connect(s.dsn()) as c:
             c.execute("SELECT COUNT(*) FROM people").fetchall()
-        workers = _children(s.proc.pid)
+        workers = _started(s, scratch)
         assert len(workers) == 2 and len(list(scratch.glob("dpsql-engine-*"))) == 2
         victim = min(workers)
         os.kill(victim, signal.SIGKILL)
@@ -211,7 +221,7 @@ def test_a_dead_worker_is_replaced_and_a_stop_leaves_nothing(small_policy, tmp_p
 
 def test_workers_stop_when_the_supervisor_is_killed(small_policy, tmp_path, scratch):
     s = Serve(small_policy, tmp_path / "l.sqlite", "--workers", "2")
-    workers = _children(s.proc.pid)
+    workers = _started(s, scratch)
     assert len(workers) == 2
     s.proc.kill()
     s.proc.wait(10)

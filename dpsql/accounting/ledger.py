@@ -169,6 +169,11 @@ class Ledger:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._open(ident, create)
+        except sqlite3.OperationalError as e:  # busy, unwritable: not a damaged file
+            self.close()
+            raise OperationalError(f"cannot open the ledger at {self.path}: {e}",
+                                   hint="check that the directory is writable and that no other program holds the "
+                                        "ledger locked; nothing was charged") from None
         except sqlite3.DatabaseError as e:
             self.close()
             raise LedgerError(f"the ledger {self.path} is damaged or not a dpsql ledger: {e}",
@@ -299,10 +304,14 @@ class Ledger:
     def _con(self):
         con = getattr(self._local, "con", None)
         if con is None:
-            con = sqlite3.connect(self.path, isolation_level=None, timeout=60.0, check_same_thread=False)
-            con.execute("PRAGMA journal_mode=WAL")
-            con.execute("PRAGMA synchronous=FULL")
-            con.execute("PRAGMA busy_timeout=60000")
+            # In a writers' turn: a connection's first PRAGMA journal_mode=WAL, while another
+            # connection creates the file or recovers its log, can fail at once with
+            # "database is locked" (no busy wait there), as 64 sessions opening one new ledger did.
+            with self._turn():
+                con = sqlite3.connect(self.path, isolation_level=None, timeout=60.0, check_same_thread=False)
+                con.execute("PRAGMA busy_timeout=60000")
+                con.execute("PRAGMA journal_mode=WAL")
+                con.execute("PRAGMA synchronous=FULL")
             self._local.con, self._local.durable = con, True
         return con
 
