@@ -148,17 +148,18 @@ def main(argv: list[str] | None = None) -> None:
         for rows in sizes:
             log(f"{rows:,} rows")
             db = generate(args.work, rows).resolve()
-            work = Path(tempfile.mkdtemp(prefix="dpsql-backends-"))
-            admin = reader = None
-            if server is not None:
-                admin = server.create_database(f"bench_{rows}")
-                log("  copying into PostgreSQL ...")
-                to_postgres(db, admin, work)
-                reader = admin.replace("postgres@", f"{READER}@")
-            results[rows] = []
-            for backend, policy in policies(db, rows, reader, work).items():
-                if backend in wanted:
-                    results[rows] += measure(backend, policy, db, admin, args.runs, work)
+            with tempfile.TemporaryDirectory(prefix="dpsql-backends-") as scratch:  # ledgers, policies, CSV
+                work = Path(scratch)
+                admin = reader = None
+                if server is not None:
+                    admin = server.create_database(f"bench_{rows}")
+                    log("  copying into PostgreSQL ...")
+                    to_postgres(db, admin, work)
+                    reader = admin.replace("postgres@", f"{READER}@")
+                results[rows] = []
+                for backend, policy in policies(db, rows, reader, work).items():
+                    if backend in wanted:
+                        results[rows] += measure(backend, policy, db, admin, args.runs, work)
     finally:
         if server is not None:
             server.stop()
