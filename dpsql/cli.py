@@ -449,8 +449,7 @@ def serve(policy: str, ledger: str | None, host: str, port: int, tls_cert: str |
             click.echo(f"privacy console: {console} (the same logins)")
 
     if workers == 1:
-        console = next((s for s in server.services if hasattr(s, "url")), None)
-        announce(port, console.url if console is not None else None)
+        announce(port, server.console_url())
         run(server)
         return
     from .server.supervisor import Supervisor

@@ -510,15 +510,14 @@ class Session:
         source = plan.relation.sources[0]
         stored = self._plans.stored.get((source.table.name, plan.total_rows))
         if stored is None:  # pure in the policy: once per table and limit
-            measures = _precomputed(source.table)
+            # Nothing ready-weighted where the engine's copies hold the weights only (PostgreSQL).
+            measures = _precomputed(source.table) if getattr(self.engine, "weights_store_sums", True) else {}
             norms = {name: f"{name}_norm" for name, m in measures.items() if m.own_norm}
             stored = self._plans.stored[(source.table.name, plan.total_rows)] = (
                 {name: copy_column(m, plan.total_rows, norms.get(name)).sql(dialect="duckdb")
                  for name, m in measures.items()},
                 {m.spec(): name for name, m in measures.items()},
                 {norms[name]: unit_norm(m).sql(dialect="duckdb") for name, m in measures.items() if name in norms})
-        if not getattr(self.engine, "weights_store_sums", True):
-            stored = ({}, {}, {})  # the engine's copies hold the weights only
         table = weighted_copy(source.table.name, plan.unit.name, plan.total_rows, COUNT_BITS, stored[0], stored[2])
         if split is not None:
             return SplitCopy(plan.bounding, table, plan.bounding.light_rows(plan.literal_domain_size()),

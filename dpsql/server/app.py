@@ -119,7 +119,6 @@ class Server:
         self._server: asyncio.base_events.Server | None = None
         self._more: list[asyncio.base_events.Server] = []  # a worker's further listening sockets
         self._closing = False
-        self._stop: asyncio.Event | None = None
         from ..accounting.ledger import open_ledger
 
         self.ledger = open_ledger(policy.ledger_path, policy.ledger_url, identity=policy.ledger_identity)
@@ -149,7 +148,7 @@ class Server:
         for service in self.services:
             await service.start()
         loop = asyncio.get_running_loop()
-        stop = self._stop = asyncio.Event()
+        stop = asyncio.Event()
         # A worker stops on SIGTERM from its supervisor; Ctrl-C goes to the supervisor alone.
         for sig in (signal.SIGTERM,) if self.link is not None else (signal.SIGTERM, signal.SIGINT):
             try:
@@ -161,14 +160,15 @@ class Server:
             os.set_blocking(self.link.cancel_read, False)
             loop.add_reader(self.link.cancel_read, self._read_cancels)
             loop.add_reader(self.link.lifeline, stop.set)  # end of file: the supervisor is gone
-            self.link.say_ready({"pid": os.getpid(), "console": self._console_url()})
+            self.link.say_ready({"console": self.console_url()})
         await stop.wait()
         if self.link is not None:
             loop.remove_reader(self.link.cancel_read)
             loop.remove_reader(self.link.lifeline)
         await self.shutdown()
 
-    def _console_url(self) -> str | None:
+    def console_url(self) -> str | None:
+        """The web console's address, when one is served beside the wire."""
         return next((s.url for s in self.services if hasattr(s, "url")), None)
 
     def _read_cancels(self) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import OperationalError
+from .app import Limits
 from .launch import ServeOptions
 from .worker_link import WorkerLink
 
@@ -176,7 +177,7 @@ class Supervisor:
         alive = [w.proc for w in self.workers if w.proc.poll() is None]
         for p in alive:
             p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 30.0 + STOP_GRACE
+        deadline = time.monotonic() + Limits().drain_timeout + STOP_GRACE
         for p in alive:
             try:
                 p.wait(max(0.1, deadline - time.monotonic()))

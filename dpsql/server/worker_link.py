@@ -8,6 +8,7 @@ here is file descriptors inherited from the supervisor: nothing is written to di
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -67,11 +68,8 @@ class WorkerLink:
                 *((self.ready,) if self.ready >= 0 else ()))
 
     def to_json(self) -> dict:
-        return {"index": self.index, "count": self.count, "listen_fds": list(self.listen_fds),
-                "cancel_read": self.cancel_read, "cancel_writes": list(self.cancel_writes),
-                "lifeline": self.lifeline, "ready": self.ready}
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, data: dict) -> "WorkerLink":
-        return cls(data["index"], data["count"], tuple(data["listen_fds"]), data["cancel_read"],
-                   tuple(data["cancel_writes"]), data["lifeline"], data["ready"])
+        return cls(**{**data, "listen_fds": tuple(data["listen_fds"]), "cancel_writes": tuple(data["cancel_writes"])})
