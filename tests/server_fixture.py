@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -58,3 +59,19 @@ class Serve:
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "PGPASSWORD": PASSWORD}
+
+
+def assert_cancelled_midway(conn, within: float,
+                            sql: str = "SELECT g, SUM(v), AVG(v), COUNT(*) FROM big WHERE v * v > 7 GROUP BY g") -> None:
+    """A CancelRequest sent 0.3 s into a long query (over tests' `big` table) ends it with
+    QueryCanceled within `within` seconds, and the session goes on."""
+    import psycopg
+    import pytest
+
+    timer = threading.Timer(0.3, conn.cancel)
+    timer.start()
+    started = time.monotonic()
+    with pytest.raises(psycopg.errors.QueryCanceled):
+        conn.execute(sql).fetchall()
+    assert time.monotonic() - started < within
+    assert conn.execute("SHOW dpsql.epsilon").fetchone() == ("0.1",)
