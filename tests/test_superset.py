@@ -86,6 +86,29 @@ def test_superset_sql_lab_datasets_charts_and_a_dashboard(serve, tmp_path):
             process.kill()
 
 
+def _log_in(page, url: str, attempts: int = 3) -> None:
+    """Sign in through the React form. Under load the app can mount again after the fields were
+    filled (its theme and bootstrap data arrive late), which empties them, so the form is filled
+    once the page is idle, checked, and tried again a bounded number of times."""
+    from playwright.sync_api import TimeoutError as PageTimeout
+
+    for _ in range(attempts):
+        page.goto(url + "/login/", wait_until="networkidle", timeout=90_000)
+        user = page.locator('[data-test="username-input"], #username').first
+        password = page.locator('[data-test="password-input"], #password').first
+        user.fill("admin")
+        password.fill("admin-Pass-123")
+        if user.input_value() != "admin" or password.input_value() != "admin-Pass-123":
+            continue
+        page.locator('[data-test="login-button"], button[type="submit"]').first.click()
+        try:
+            page.wait_for_url(lambda u: "/login" not in u, timeout=30_000)
+            return
+        except PageTimeout:
+            continue
+    raise AssertionError(f"could not sign in to Superset: {page.url}\n{page.inner_text('body')[:2000]}")
+
+
 def _dashboard_in_a_browser(url: str, dashboard: int, shot) -> None:
     """Log in through Superset's form, open the dashboard, wait until the bar chart's canvas is
     painted and the table chart has its rows, and keep a screenshot that is not blank. No
@@ -107,11 +130,7 @@ def _dashboard_in_a_browser(url: str, dashboard: int, shot) -> None:
             context.route("**/*", route)
             page = context.new_page()
             page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(url + "/login/")
-            page.locator('[data-test="username-input"], #username').first.fill("admin")
-            page.locator('[data-test="password-input"], #password').first.fill("admin-Pass-123")
-            page.locator('[data-test="login-button"], button[type="submit"]').first.click()
-            page.wait_for_url(lambda u: "/login" not in u, timeout=60_000)
+            _log_in(page, url)
             page.goto(f"{url}/superset/dashboard/{dashboard}/")
             drawn, deadline = {}, time.monotonic() + 90
             while time.monotonic() < deadline:
