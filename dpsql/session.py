@@ -26,7 +26,7 @@ from sqlglot import exp
 from . import guard, local, plan_cache
 from .accounting.cost import Cost, show
 from .accounting.filters import PAIR_FILTERS, Filter, Totals, simulate
-from .accounting.ledger import Charge, Ledger, open_ledger, window_of
+from .accounting.ledger import Charge, Ledger, PendingCharge, open_ledger, window_of
 from .calibration import (
     Calibration,
 )
@@ -422,8 +422,10 @@ class Session:
         detail = _detail(plan, cal)
         sql = self._bounded_sql(plan, None)  # an engine's refusal comes before the charge
         self._deadline.check()
-        charge = self.ledger.charge(self.user.name, self.budget_policy, cal.cost, stmt.sql, detail, self.global_budget)
-        result = self._answer(plan, sql, cal, charge, detail)
+        pending = self.ledger.charging(self.user.name, self.budget_policy, cal.cost, stmt.sql, detail,
+                                       self.global_budget)
+        charge = pending.admitted()  # a refusal raises here, before the engine runs
+        result = self._answer(plan, sql, cal, charge, detail, pending)
         # what left, as it left: the audit log and the console's history show it with its intervals
         self.ledger.record_release(charge.id, {"names": result.names, "rows": result.rows,
                                                "ci": (result.dp or {}).get("ci"),
@@ -432,15 +434,22 @@ class Session:
             self.ledger.cache_put(self.user.name, key, _to_cache(result))
         return result
 
-    def _answer(self, plan: Plan, sql: str, cal: Calibration, charge: Charge, detail: dict[str, Any]) -> Result:
+    def _answer(self, plan: Plan, sql: str, cal: Calibration, charge: Charge, detail: dict[str, Any],
+                pending: PendingCharge | None = None) -> Result:
         """Run the bounded query `sql` (prepared before the charge), have the release guard
         check it against the charge's receipt, noise it and post-process. A sampled plan gets a
-        fresh secret salt here."""
+        fresh secret salt here. With `pending`, the charge is admitted but its commit may still
+        be on its way to the disk: the engine runs meanwhile, and nothing goes further until it
+        is durable (if it cannot be, nothing was charged and nothing is released)."""
         s = self.settings
         if plan.sample_rate is not None:
             sql = self._bounded_sql(plan, secrets.token_hex(16))
-        with _charge_told("the query's cost stays charged, because whether a query fails can depend on the data"):
-            rs = self._run_bounded(plan, sql)
+        try:
+            with _charge_told("the query's cost stays charged, because whether a query fails can depend on the data"):
+                rs = self._run_bounded(plan, sql)
+        finally:
+            if pending is not None:
+                pending.durable()
         out = self._post.run(plan.post, release(plan, cal, rs, s.confidence, charge, self.policy))
         rows = [tuple(_plain(v) for v in r) for r in out.rows]
         left = charge.filter.remaining(charge.totals)

@@ -204,6 +204,31 @@ def test_scratch_removed_at_exit_and_swept_after_a_kill(small_policy, tmp_path):
     assert _scratch_dirs(base) == []
 
 
+def test_engines_opened_by_many_threads_at_once_keep_their_scratch_directories(tmp_path):
+    """A new engine's sweep once removed the directory another thread of the same process had
+    just made, before that thread registered it as its own ("Cannot open file .../weights.duckdb")."""
+    from dpsql.engines.scratch import ScratchDir
+
+    for _ in range(5):  # the window is narrow: several rounds
+        made, lock, start = [], threading.Lock(), threading.Barrier(16)
+
+        def make():
+            start.wait(30)
+            d = ScratchDir(str(tmp_path))
+            with lock:
+                made.append(d)
+
+        threads = [threading.Thread(target=make) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert len(made) == 16 and all(d.path.is_dir() for d in made)
+        for d in made:
+            d.close()
+    assert _scratch_dirs(tmp_path) == []
+
+
 def _engine_setting(policy: Path, line: str) -> None:
     policy.write_text(policy.read_text().replace('database = "db.duckdb"', f'database = "db.duckdb"\n{line}'))
 

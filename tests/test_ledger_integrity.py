@@ -162,15 +162,17 @@ def test_a_full_disk_refuses_the_query_and_releases_nothing(small_policy):
     cur = conn.cursor()
     cur.execute("SET dpsql.cache = off")
     cur.execute("SELECT COUNT(*) FROM people")
-    con = conn.session.ledger._con()
+    ledger = conn.session.ledger
+    con = ledger._con()
     pages = con.execute("PRAGMA page_count").fetchone()[0]
     con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    con.execute(f"PRAGMA max_page_count = {pages}")
+    # on the connection that writes charges: the ledger's writer thread's
+    ledger._transact([], lambda writer: writer.execute(f"PRAGMA max_page_count = {pages}").fetchone())
     with pytest.raises(dpsql.OperationalError) as err:
         for i in range(200):  # until the file must grow
             cur.execute(f"SELECT COUNT(*) FROM people WHERE age > {i} /* {'x' * 2000} */")
     assert "nothing was charged and nothing was released" in str(err.value)
-    con.execute("PRAGMA max_page_count = 1073741823")
+    ledger._transact([], lambda writer: writer.execute("PRAGMA max_page_count = 1073741823").fetchone())
     charged = conn.session.budget()["queries"]
     assert len(conn.session.ledger.history("alice")) == charged and conn.session.ledger.verify() == []
     conn.close()

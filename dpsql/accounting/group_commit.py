@@ -8,6 +8,11 @@ its own, and if the COMMIT fails every piece of the batch fails with it (nothing
 nothing released). Work for a batch is applied in arrival order, so running totals are the
 same as if each had its own transaction in that order.
 
+A submitter may go on working while its job's batch commits (`start`): `Pending.ran` returns
+once the job's work has run in the open transaction (a charge admitted or refused), and
+`Pending.committed` once the batch is on disk. A query's engine runs in between, so the fsync
+costs it nothing; nothing derived from the data leaves before `committed`.
+
 A job may be submitted as not durable (a release record, a cached answer: losing one in a power
 failure costs a repeated query its free answer, never a charge). A batch of such jobs alone
 commits without an fsync; the next durable batch's fsync covers it, since both databases make
@@ -18,8 +23,11 @@ from __future__ import annotations
 
 import queue
 import threading
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager
+
+from ..errors import Error
 
 MAX_BATCH = 256
 
@@ -29,9 +37,42 @@ class _Job:
     users: list[str]
     work: Callable[[Any], Any]
     durable: bool
+    ran: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
     result: Any = None
     error: BaseException | None = None
+
+
+class Pending:
+    """A submitted job, seen from its submitter's thread."""
+
+    def __init__(self, job: _Job):
+        self._job = job
+
+    def ran(self) -> Any:
+        """The work's result once it has run in the open transaction (its error, if it failed or
+        the batch could not begin); the batch may still fail to commit."""
+        self._job.ran.wait()
+        return self._outcome()
+
+    def committed(self) -> Any:
+        """The work's result once its batch has committed (on disk when durable)."""
+        self._job.done.wait()
+        return self._outcome()
+
+    def _outcome(self) -> Any:
+        job = self._job
+        if job is None:
+            raise RuntimeError("this job's error has been raised already")
+        if job.error is None:
+            return job.result
+        # Raised once and forgotten: its traceback holds the caller's frames, which hold this
+        # Pending; kept, that cycle would outlive the caller's session until a collection.
+        error, job.error, self._job = job.error, None, None
+        try:
+            raise error
+        finally:
+            del error, job
 
 
 class GroupCommit:
@@ -51,16 +92,21 @@ class GroupCommit:
     def submit(self, users: list[str], work: Callable[[Any], Any], *, durable: bool = True) -> Any:
         """Run `work(con)` in the next batch; return its result once the batch has committed (when
         `durable`, once that commit is on disk)."""
+        return self.start(users, work, durable=durable).committed()
+
+    def start(self, users: list[str], work: Callable[[Any], Any], *, durable: bool = True) -> Pending:
+        """Queue `work(con)` for the next batch and return at once."""
         job = _Job(users, work, durable)
         self._queue.put(job)
-        job.done.wait()
-        if job.error is not None:
-            raise job.error
-        return job.result
+        return Pending(job)
 
     def close(self) -> None:
-        self._queue.put(None)
+        self.stop()
         self._thread.join()
+
+    def stop(self) -> None:
+        """Finish the queued work, then end the thread; without waiting for it."""
+        self._queue.put(None)
 
     def _run(self) -> None:
         try:
@@ -85,6 +131,7 @@ class GroupCommit:
                     break
                 batch.append(more)
             self._commit(batch)
+            job = more = batch = None  # an idle writer holds no submitter's result or error
 
     def _locks(self, batch: list[_Job]) -> list[str]:
         users = {u for job in batch for u in job.users}
@@ -99,12 +146,24 @@ class GroupCommit:
                         job.result = job.work(con)
                     except BaseException as e:  # this job's refusal or failure: undo it alone
                         con.execute("ROLLBACK TO SAVEPOINT dpsql_job")
-                        job.error, job.result = e, None
+                        job.error, job.result = _detached(e), None
                     con.execute("RELEASE SAVEPOINT dpsql_job")
+                    job.ran.set()
         except BaseException as e:  # the batch did not commit: none of it is durable
             for job in batch:
                 if job.error is None:
-                    job.error, job.result = e, None
+                    job.error, job.result = _detached(e), None
         finally:
             for job in batch:
+                job.ran.set()
                 job.done.set()
+
+
+def _detached(error: BaseException) -> BaseException:
+    """`error` without its traceback through this thread, which holds the writer's frame and so
+    the batch that holds the error: a cycle that would keep every submitter's session (and its
+    engine's private scratch directory) alive until a garbage collection. An unexpected error
+    keeps the writer's side as a note for the log; a dpsql error (a refusal) needs none."""
+    if not isinstance(error, Error):
+        error.add_note("in the ledger's writer thread:\n" + "".join(traceback.format_tb(error.__traceback__)))
+    return error.with_traceback(None)

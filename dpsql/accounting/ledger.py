@@ -24,6 +24,7 @@ import shutil
 import sqlite3
 import threading
 import time
+import weakref
 import zlib
 from dataclasses import dataclass
 from fractions import Fraction
@@ -34,7 +35,7 @@ from ..config import BudgetPolicy
 from ..errors import BudgetExceeded, OperationalError
 from .cost import Cost, fraction_text, parse_fraction, show
 from .filters import Filter, Totals, make_filter
-from .group_commit import GroupCommit
+from .group_commit import GroupCommit, Pending
 from .integrity import (
     SCHEMA_VERSION,
     Identity,
@@ -143,6 +144,51 @@ class Charge:
     cost: Cost
 
 
+def _writer_for(ledger: Ledger) -> GroupCommit:
+    """A writer thread that holds its ledger weakly: a Ledger nobody closed (a Session dropped
+    without close()) is collected as before, and its collection stops the thread."""
+    ref = weakref.ref(ledger)
+
+    def begin(users: list[str], durable: bool):
+        owner = ref()
+        if owner is None:
+            raise OperationalError("the ledger was closed", hint="nothing was charged; open a new connection")
+        return owner._write(users, durable)
+
+    def finish() -> None:
+        owner = ref()
+        if owner is not None:
+            owner._close_connection()
+
+    writer = GroupCommit(begin, GLOBAL, finish)
+    weakref.finalize(ledger, writer.stop)
+    return writer
+
+
+class PendingCharge:
+    """A charge whose transaction is under way (Ledger.charging)."""
+
+    def __init__(self, pending: Pending, errors: tuple[type[BaseException], ...]):
+        self._pending, self._errors = pending, errors
+
+    def admitted(self) -> Charge:
+        """The charge, once the filters have admitted it and it is written (not yet on disk)."""
+        return self._told(self._pending.ran)
+
+    def durable(self) -> Charge:
+        """The charge, once its COMMIT is on disk."""
+        return self._told(self._pending.committed)
+
+    def _told(self, wait: Callable[[], Charge]) -> Charge:
+        try:
+            return wait()
+        except BudgetExceeded:
+            raise
+        except self._errors as e:
+            raise OperationalError(f"the ledger could not record the charge: {e}",
+                                   hint="nothing was charged and nothing was released; try again") from None
+
+
 class Ledger:
     """SQLite ledger; `PostgresLedger` below shares everything but connections and locking."""
 
@@ -157,6 +203,7 @@ class Ledger:
         self.identity_path = identity or identity_file(self.path)
         self._local = threading.local()
         self._turn_lock = threading.Lock()
+        self._writer_lock = threading.Lock()
         self._turn_fd: int | None = None
         ident = self._read_identity()
         if ident is not None and not (self.path.exists() and self.path.stat().st_size > 0):
@@ -323,9 +370,11 @@ class Ledger:
 
     def group_commit(self) -> None:
         """From now on, writes from every thread share transactions (one fsync per batch): a
-        server's sessions all charge through this one ledger object."""
-        if self._writer is None:
-            self._writer = GroupCommit(self._write, GLOBAL, self._close_connection)
+        server's sessions all charge through this one ledger object. A charge always goes
+        through the writer thread (`charging`), so that its fsync overlaps the query's run."""
+        with self._writer_lock:
+            if self._writer is None:
+                self._writer = _writer_for(self)
 
     def _transact(self, users: list[str], work: Callable[[Any], T]) -> T:
         """`work(con)` in a write transaction holding `users`' locks, committed before this returns
@@ -361,6 +410,7 @@ class Ledger:
             if self._turn_fd is None:
                 self._turn_fd = os.open(self.path.with_name(self.path.name + "-writers"),
                                         os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                self._turn_closer = weakref.finalize(self, os.close, self._turn_fd)  # a Ledger nobody closed
             fcntl.flock(self._turn_fd, fcntl.LOCK_EX)
             try:
                 yield
@@ -445,7 +495,15 @@ class Ledger:
     def charge(self, user: str, budget: BudgetPolicy, cost: Cost, sql: str, detail: dict[str, Any],
                global_budget: BudgetPolicy | None = None) -> Charge:
         """Check every applicable filter and record the charge in one transaction; refuse
-        (charging nothing) when a filter would HALT."""
+        (charging nothing) when a filter would HALT. Returns once the charge is durable."""
+        return self.charging(user, budget, cost, sql, detail, global_budget).durable()
+
+    def charging(self, user: str, budget: BudgetPolicy, cost: Cost, sql: str, detail: dict[str, Any],
+                 global_budget: BudgetPolicy | None = None) -> PendingCharge:
+        """`charge`, with its transaction on the ledger's writer thread: the caller learns at
+        `admitted()` whether the filters admit it (a refusal raises there, before any engine
+        work) and may run the query while the COMMIT reaches the disk; `durable()` must return
+        before anything derived from the data leaves."""
         users = ([GLOBAL] if global_budget is not None else []) + [user]
 
         def work(con) -> Charge:
@@ -476,13 +534,8 @@ class Ledger:
                 self._put_totals(con, who, segment, after)
             return Charge(charge_id, results[0][3], results[0][2], cost)
 
-        try:
-            return self._transact(users, work)
-        except BudgetExceeded:
-            raise
-        except self._errors as e:
-            raise OperationalError(f"the ledger could not record the charge: {e}",
-                                   hint="nothing was charged and nothing was released; try again") from None
+        self.group_commit()
+        return PendingCharge(self._writer.start(users, work), self._errors)
 
     def grant(self, user: str, epsilon: Fraction, delta: Fraction, budget: BudgetPolicy | None = None,
               event: tuple[str, str, str] | None = None) -> None:
@@ -669,9 +722,10 @@ class Ledger:
         if writer is not None:
             writer.close()
         self._close_connection()
-        fd, self._turn_fd = getattr(self, "_turn_fd", None), None
-        if fd is not None:
-            os.close(fd)
+        self._turn_fd = None
+        closer = getattr(self, "_turn_closer", None)
+        if closer is not None:
+            closer()
 
     def _close_connection(self) -> None:
         con = getattr(self._local, "con", None)
@@ -698,6 +752,7 @@ class PostgresLedger(Ledger):
         self.path = Path(url)
         self._errors = (psycopg.Error,)
         self._local = threading.local()
+        self._writer_lock = threading.Lock()
         self.identity_path = identity
         try:
             ident = self._read_identity()

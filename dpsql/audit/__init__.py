@@ -144,7 +144,10 @@ class _Analyst:
         return result
 
     def close(self) -> None:
-        self.session.close()  # its ledger and the engine
+        """The session, and the ledger and engine it was given (a session closes only its own)."""
+        self.session.close()
+        self.session.ledger.close()
+        self.engine.close()
 
 
 def run_case(case: Case, runs: int, directory: Path, alpha: float = 0.05,

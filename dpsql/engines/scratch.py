@@ -13,6 +13,7 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 import time
 import weakref
 from pathlib import Path
@@ -22,18 +23,20 @@ OWNER = "owner.pid"
 ORPHAN_AGE = 3600.0  # seconds: a directory without an owner file (older dpsql) is left alone this long
 
 _live: "weakref.WeakSet[ScratchDir]" = weakref.WeakSet()
+_registering = threading.RLock()  # a directory is this process's own before another thread sweeps
 
 
 class ScratchDir:
     """A private directory removed on close, on collection and at exit."""
 
     def __init__(self, base: str | None = None):
-        sweep(base)
-        self.path = Path(tempfile.mkdtemp(prefix=PREFIX, dir=base))  # mode 0700
-        os.chmod(self.path, stat.S_IRWXU)
-        (self.path / OWNER).write_text(str(os.getpid()))
-        self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.path), ignore_errors=True)
-        _live.add(self)
+        with _registering:
+            sweep(base)
+            self.path = Path(tempfile.mkdtemp(prefix=PREFIX, dir=base))  # mode 0700
+            os.chmod(self.path, stat.S_IRWXU)
+            self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.path), ignore_errors=True)
+            _live.add(self)
+            (self.path / OWNER).write_text(str(os.getpid()))
 
     def file(self, name: str) -> Path:
         return self.path / name
@@ -75,13 +78,14 @@ def sweep(base: str | None = None) -> list[Path]:
         candidates = list(root.glob(PREFIX + "*"))
     except OSError:
         return removed
-    for d in candidates:
-        try:
-            if d.is_dir() and not d.is_symlink() and d.stat().st_uid == os.getuid() and not _owner_alive(d):
-                shutil.rmtree(d, ignore_errors=True)
-                removed.append(d)
-        except OSError:
-            continue
+    with _registering:
+        for d in candidates:
+            try:
+                if d.is_dir() and not d.is_symlink() and d.stat().st_uid == os.getuid() and not _owner_alive(d):
+                    shutil.rmtree(d, ignore_errors=True)
+                    removed.append(d)
+            except OSError:
+                continue
     return removed
 
 
