@@ -32,6 +32,8 @@ def test_psycopg_simple_parameters_prepared_binary(serve):
         budget = conn.execute("SHOW dpsql.budget").fetchone()
         assert budget[0] == "alice" and budget[8] == 4  # repeats of the prepared query came from the cache
         assert "dpsql" in conn.execute("SELECT version()").fetchone()[0]
+        # the pid BackendKeyData gave, as pgAdmin's and DBeaver's session views match them
+        assert conn.execute("SELECT pg_backend_pid()").fetchone() == (conn.info.backend_pid,) != (0,)
         assert conn.execute("SELECT * FROM places ORDER BY name").fetchall()[0] == ("east", "r0")
 
 

@@ -588,7 +588,7 @@ class Connection:
                 raise Error("COPY needs a query that returns rows", sqlstate="42601")
             return Answer(inner.fields, inner.rows, f"COPY {len(inner.rows)}", inner.notices, copy)
         if is_catalog_query(sql):
-            names, oids, rows = self.server.catalog.answer(sql, params or [], session, self.user)
+            names, oids, rows = self.server.catalog.answer(sql, params or [], session, self.user, self.pid)
             return Answer([codec.Field(n, o) for n, o in zip(names, oids)], rows, f"SELECT {len(rows)}")
         return self._answer_session(session.execute(sql, params or None))
 
@@ -615,7 +615,7 @@ class Connection:
         if word in _WIRE_STATEMENTS or word in ("SET", "RESET"):  # FETCH: describe_statement
             return None
         if is_catalog_query(sql):
-            names, oids, _ = self.server.catalog.answer(sql, params or [], self.session, self.user)
+            names, oids, _ = self.server.catalog.answer(sql, params or [], self.session, self.user, self.pid)
             return [codec.Field(n, o) for n, o in zip(names, oids)]
         described = self.session.describe(sql, params)
         if described is None:

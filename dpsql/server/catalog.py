@@ -397,8 +397,11 @@ class Catalog:
         insert_rows(self._con, f"pgc.{table}", rows, len(TABLES[table]))
 
     # Queries -------------------------------------------------------------------------------
-    def answer(self, sql: str, params: list[Any], session, user: str) -> tuple[list[str], list[int], list[tuple]]:
-        """Run a catalog query: (column names, PostgreSQL type OIDs, rows)."""
+    def answer(self, sql: str, params: list[Any], session, user: str, pid: int = 0
+               ) -> tuple[list[str], list[int], list[tuple]]:
+        """Run a catalog query: (column names, PostgreSQL type OIDs, rows). `pid` is the one
+        the connection's BackendKeyData gave (pg_backend_pid(): tools match the two to find,
+        cancel or hide their own session)."""
         try:
             tree = sqlglot.parse_one(_pre(sql), read="postgres")
         except sqlglot.errors.ParseError as e:
@@ -408,7 +411,7 @@ class Catalog:
         types = _output_types(tree)
         tree = _reg_comparisons(_bind(tree, params))
         views = self._view_rows(session)
-        tree = self._rewrite(tree, session, user, set(views))
+        tree = self._rewrite(tree, session, user, set(views), pid)
         text = tree.sql(dialect="duckdb")
         with self._lock:
             cur = self._con.cursor()
@@ -446,7 +449,8 @@ class Catalog:
                 rows.setdefault(kind, []).extend(part)
         return rows
 
-    def _rewrite(self, tree: exp.Expression, session, user: str, local: set[str] = frozenset()) -> exp.Expression:
+    def _rewrite(self, tree: exp.Expression, session, user: str, local: set[str] = frozenset(), pid: int = 0
+                 ) -> exp.Expression:
         """`local`: catalog tables this query reads from the cursor's own copies (with views)."""
         cte_names = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
 
@@ -494,7 +498,7 @@ class Catalog:
                 if name in ("json_build_object", "json_object", "jsonb_build_object"):
                     return exp.Cast(this=exp.Null(), to=exp.DataType.build("VARCHAR"))
                 if name in _SESSION_FUNCTIONS:
-                    return self._session_value(name, node, session, user)
+                    return self._session_value(name, node, session, user, pid)
                 if name in _REWRITTEN_FUNCTIONS:
                     return exp.Anonymous(this=f"pgc_{name}", expressions=list(node.args.get("expressions") or
                                                                              [a for a in node.args.values() if isinstance(a, exp.Expression)]))
@@ -502,7 +506,7 @@ class Catalog:
 
         return _bottom_up(tree, visit)
 
-    def _session_value(self, name: str, node: exp.Func, session, user: str) -> exp.Expression:
+    def _session_value(self, name: str, node: exp.Func, session, user: str, pid: int) -> exp.Expression:
         if name == "version":
             return exp.Literal.string(f"PostgreSQL 15.0 (dpsql {__version__}) on x86_64-pc-linux-gnu, differentially private proxy")
         if name == "current_database":
@@ -512,7 +516,7 @@ class Catalog:
         if name in ("current_user", "session_user", "user", "current_role"):
             return exp.Literal.string(user)
         if name == "pg_backend_pid":
-            return exp.Literal.number(0)
+            return exp.Literal.number(pid)
         if name == "inet_server_port":
             return exp.Literal.number(0)
         if name == "inet_server_addr":
