@@ -43,8 +43,12 @@ def policies(clinic, tmp_path_factory) -> dict[str, Path]:
 def sessions(policies, tmp_path_factory):
     d = tmp_path_factory.mktemp("ledgers")
     out = {name: Session(load_policy(path, ledger_path=d / f"{name}.sqlite"), "alice") for name, path in policies.items()}
-    # DuckDB's weighted copies are its own fast path; the others bound per unit, so compare that.
-    out["duckdb"].engine.weighted_copy = None
+    for name in ("duckdb", "spark"):
+        out[f"{name}-weighted"] = Session(load_policy(policies[name], ledger_path=d / f"{name}-w.sqlite"), "alice")
+    # Per-unit bounding in every query, as PostgreSQL without scratch_url does.
+    out["duckdb"].engine.weighted_copy = out["spark"].engine.weighted_copy = None
+    # Spark's weighted copies hold the weight only, as PostgreSQL's weighted tables do.
+    out["duckdb-weighted"].engine.weights_store_sums = False
     yield out
     for s in out.values():
         s.close()
@@ -64,19 +68,23 @@ def _rows(session: Session, sql: str) -> list[tuple]:
     return sorted(rows, key=lambda r: tuple((v is None, repr(v)) for v in r))
 
 
-@pytest.mark.parametrize("backend", ["postgres", "spark"])
-def test_same_pre_noise_values_as_duckdb(backend, sessions):
-    """Every answered corpus query's bounded query (before noise) returns the same rows."""
+@pytest.mark.parametrize("backend,reference", [("postgres", "duckdb"), ("spark", "duckdb"),
+                                               ("spark-weighted", "duckdb-weighted")])
+def test_same_pre_noise_values_as_duckdb(backend, reference, sessions):
+    """Every answered corpus query's bounded query (before noise) returns the same rows: per unit
+    in every query, and over weighted copies (Spark's Parquet ones, DuckDB's)."""
     checked, different = 0, []
     for sql, *_ in ANSWERED:
         if SALTED in sql:
             continue
-        want, got = _rows(sessions["duckdb"], sql), _rows(sessions[backend], sql)
+        want, got = _rows(sessions[reference], sql), _rows(sessions[backend], sql)
         checked += 1
         if want != got:
             different.append((sql, want[:2], got[:2]))
     assert checked >= 55
     assert not different, different
+    if backend.endswith("-weighted"):
+        assert sessions[backend].engine._copies  # the copies were read, not per-unit bounding
 
 
 @pytest.mark.parametrize("backend", ["duckdb", "postgres", "spark"])
@@ -286,3 +294,40 @@ def test_a_local_spark_listens_on_loopback_only(policies):
         assert addresses and set(addresses) <= loopback, addresses
     finally:
         engine.close()
+
+
+def test_spark_weighted_copies_are_private_follow_their_files_and_leave_nothing(small_policy):
+    """A local Spark's weighted copy: Parquet in the engine's 0700 scratch directory, the same
+    pre-noise COUNT as DuckDB's copy, rebuilt when its source file changes (+3: a new person's
+    five rows capped at max_rows), and gone, files and directory, when the engine closes."""
+    import duckdb
+
+    from .backends import move_policy
+
+    def pre_noise(session: Session, sql: str) -> int:
+        plan, _ = session._prepare(session._classify(sql).tree)
+        return session.engine.execute(session._bounded_sql(plan, None)).columns[-1][0]
+
+    sql = "SELECT COUNT(*) FROM events"
+    reference = Session(load_policy(small_policy), "alice")
+    spark = Session(load_policy(move_policy(small_policy, "spark")), "alice")
+    try:
+        assert pre_noise(spark, sql) == pre_noise(reference, sql)
+        scratch = spark.engine._scratch.path
+        ((_, _, files),) = spark.engine._copies.values()
+        assert files.parent == scratch and list(files.glob("*.parquet"))
+        assert os.stat(scratch).st_mode & 0o777 == 0o700
+        before = pre_noise(spark, sql)
+        events = small_policy.parent / "events.parquet"
+        con = duckdb.connect()
+        con.execute(f"COPY (SELECT * FROM '{events}' UNION ALL SELECT 999, 'a', 1.0, 'north' FROM range(5)) "
+                    f"TO '{events}.new' (FORMAT parquet)")
+        con.close()
+        os.replace(f"{events}.new", events)
+        assert pre_noise(spark, sql) == before + 3
+        ((_, _, rebuilt),) = spark.engine._copies.values()
+        assert rebuilt != files
+    finally:
+        spark.close()
+        reference.close()
+    assert not scratch.exists()

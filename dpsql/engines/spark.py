@@ -6,15 +6,26 @@ directory) or, without one, from the metastore. ANSI mode is off and must stay o
 failing cast, a division by zero or an overflow gives NULL (or wraps) instead of an error,
 which is what the rewrite's TRY asks for. Reading files by path from SQL is disabled; dpsql
 only ever sends its own rewritten queries, which name the policy's tables.
+
+A local session whose private tables all come from files gets weighted copies, as DuckDB's:
+each unit's rows counted and weighted in one job and written as Parquet into the engine's
+private scratch directory, then read back, held in memory (MEMORY_ONLY: an evicted partition is
+read again from the same immutable files, never recomputed from the live source, so a copy is
+one snapshot) and queried under a temporary view. The copy counts only if the source files'
+version is the same after the write as before. A cluster or Spark Connect has no storage dpsql
+knows its executors share, so it bounds per unit in every query.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import itertools
 import os
+import shutil
 import threading
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from sqlglot import exp
 
@@ -31,6 +42,7 @@ from .base import (
     is_keyed_hash,
     width_bucket_case,
 )
+from .scratch import ScratchDir
 
 # Settings dpsql's guarantees rest on: a policy's conf may not change them.
 _FIXED = {
@@ -49,6 +61,7 @@ _LIVE_LOCK = threading.Lock()
 # analyst wrote them, and DuckDB's): dow / dayofweek is 0-6 from Sunday there, Spark's DOW 1-7.
 _EXTRACT = {"DAYOFYEAR": "DOY", "ISODOW": "DOW_ISO"}
 _DAY_OF_WEEK = ("DAYOFWEEK", "DOW", "WEEKDAY")
+BUILD_ATTEMPTS = 3  # weighted-copy builds while the source files keep changing, before giving up
 
 
 class SparkEngine:
@@ -77,6 +90,10 @@ class SparkEngine:
         self._files: list[Path] = []
         self._tags = itertools.count()
         self._running: dict[int, str] = {}
+        self._scratch: ScratchDir | None = None
+        self._copies: dict[str, tuple[str, Any, Path]] = {}  # view -> (data version, cached frame, files)
+        self._copies_lock = threading.Lock()
+        self._builds = itertools.count()
         try:
             root = builder.getOrCreate()
             # Its own session (temp views, settings) over the process's one SparkContext, so
@@ -90,6 +107,9 @@ class SparkEngine:
                 root.sparkContext.setLogLevel("ERROR")
             self._register()
             self._schema = self._introspect()
+            if local and all(t.source is not None for t in policy.tables.values() if not t.public):
+                self._scratch = ScratchDir()
+                self.weighted_copy = self._weighted_copy
         except PolicyError:
             raise
         except Exception as e:
@@ -138,7 +158,10 @@ class SparkEngine:
         """With ANSI mode off every expression is total, so TRY is the expression itself."""
         return tree.transform(_lower, copy=not owned).sql(dialect="spark", copy=False)  # copied unless owned
 
-    def execute(self, sql: str) -> ResultSet:
+    @contextlib.contextmanager
+    def _job(self, failure: OperationalError) -> Iterator[None]:
+        """Spark jobs started inside run under a tag of their own, which a CancelRequest or the
+        statement timeout interrupts; the engine's own message never reaches the client."""
         tag = f"dpsql-{next(self._tags)}"
         ident = threading.get_ident()
         self._spark.addTag(tag)
@@ -147,23 +170,71 @@ class SparkEngine:
         timer.daemon = True
         timer.start()
         try:
+            yield
+        except Exception as e:
+            if self._running.get(ident) is None or "cancel" in type(e).__name__.lower() or "cancel" in str(e)[:200].lower():
+                raise OperationalError("canceling statement due to user request or statement timeout",
+                                       sqlstate="57014") from None
+            raise failure from None
+        finally:
+            timer.cancel()
+            self._running.pop(ident, None)
+            self._spark.removeTag(tag)
+
+    def execute(self, sql: str) -> ResultSet:
+        with self._job(OperationalError("the query failed while running in the engine", sqlstate="XX000",
+                                        hint=ENGINE_FAILURE_HINT)):
             df = self._spark.sql(sql)
             names = list(df.columns)
             types = [canonical_type(f.dataType.simpleString(), "spark") for f in df.schema.fields]
             table = df.toArrow()
             columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
-        except Exception as e:
-            if self._running.get(ident) is None or "cancel" in type(e).__name__.lower() or "cancel" in str(e)[:200].lower():
-                raise OperationalError("canceling statement due to user request or statement timeout",
-                                       sqlstate="57014") from None
-            raise OperationalError(
-                "the query failed while running in the engine", sqlstate="XX000",
-                hint=ENGINE_FAILURE_HINT) from None
-        finally:
-            timer.cancel()
-            self._running.pop(ident, None)
-            self._spark.removeTag(tag)
         return ResultSet(names, types, columns)
+
+    # Copies hold the weight only; a SUM weights its row values (TotalCap's row form).
+    weights_store_sums = False
+
+    def _weighted_copy(self, table: str, unit: str, limit: int, bits: int, sums: Mapping[str, str] | None = None,
+                       per_unit: Mapping[str, str] | None = None) -> str:
+        """The rows of `table` with __dpsql_n (its unit's rows in the whole table) and
+        __dpsql_w = (limit << bits) DIV max(__dpsql_n, limit), as of the current data version:
+        written once per version as Parquet in the private scratch directory (see the module's
+        docstring), under a view name no policy table has."""
+        name = "__dpsql_w_" + hashlib.sha256(repr((table, limit, bits)).encode()).hexdigest()[:12]
+        version = self.data_version()
+        with self._copies_lock:
+            held = self._copies.get(name)
+            if held is None or held[0] != version:
+                failure = OperationalError("could not prepare the table's contribution weights", sqlstate="XX000",
+                                           hint="the engine's message is withheld; check the driver's memory and "
+                                                "the scratch directory's free space")
+                u, source = _quote(unit), _quote(table)
+                build = (f"SELECT t.*, u.__dpsql_n, CAST({limit << bits} AS BIGINT) DIV GREATEST(u.__dpsql_n, {limit}) "
+                         f"AS __dpsql_w FROM {source} AS t JOIN (SELECT {u}, COUNT(*) AS __dpsql_n FROM {source} "
+                         f"WHERE {u} IS NOT NULL GROUP BY {u}) AS u ON t.{u} = u.{u}")
+                for _ in range(BUILD_ATTEMPTS):
+                    files = self._scratch.file(f"{name}-{next(self._builds)}")
+                    with self._job(failure):  # the build reads the source twice (the rows, the counts)
+                        self._spark.sql(build).write.parquet(str(files))
+                    self._scratch.protect()
+                    after = self.data_version()
+                    if after == version:
+                        break
+                    shutil.rmtree(files, ignore_errors=True)
+                    version = after
+                else:
+                    raise OperationalError("the table's files kept changing while its contribution weights were "
+                                           "prepared", sqlstate="40001",
+                                           hint="nothing was charged; send the query again once the data is written")
+                from pyspark import StorageLevel
+
+                with self._job(failure):
+                    frame = self._spark.read.parquet(str(files)).persist(StorageLevel.MEMORY_ONLY)
+                    frame.createOrReplaceTempView(name)
+                if held is not None:  # a query still reading the old copy keeps its files: dropped at close
+                    held[1].unpersist()
+                self._copies[name] = (version, frame, files)
+        return name
 
     def describe(self, sql: str) -> tuple[list[str], list[str]]:
         """Names and types from Spark's analysis of the query (nothing is executed)."""
@@ -183,7 +254,15 @@ class SparkEngine:
         return files_version(self._files)
 
     def close(self) -> None:
-        """Stops the SparkContext when the process's last engine closes (it is shared)."""
+        """Drops the weighted copies (memory and files); stops the SparkContext when the
+        process's last engine closes (it is shared)."""
+        with self._copies_lock:
+            for _, frame, _ in self._copies.values():
+                with contextlib.suppress(Exception):
+                    frame.unpersist()
+            self._copies.clear()
+        if self._scratch is not None:
+            self._scratch.close()
         with _LIVE_LOCK:
             _LIVE[0] -= 1
             last = _LIVE[0] == 0
@@ -192,6 +271,10 @@ class SparkEngine:
                 self._spark.stop()
             except Exception:
                 pass
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
 
 
 def _spark_type(name: str) -> str:
