@@ -281,7 +281,19 @@ def _spark_type(name: str) -> str:
     return {"VARCHAR": "STRING"}.get(name, name)
 
 
+def _half_away_from_zero(x: exp.Expression) -> exp.Expression:
+    """ROUND(x) as the other engines round (half away from zero) without Spark's ROUND, which
+    goes through BigDecimal for every row: two to three times slower on a weighted SUM."""
+    half = exp.Literal.number(0.5)
+    down = exp.Neg(this=exp.Floor(this=exp.Add(this=exp.Neg(this=exp.Paren(this=x.copy())), expression=half)))
+    return exp.Case(ifs=[exp.If(this=exp.LT(this=x.copy(), expression=exp.Literal.number(0)), true=down)],
+                    default=exp.Floor(this=exp.Add(this=x.copy(), expression=half)))
+
+
 def _lower(node: exp.Expression) -> Any:
+    if isinstance(node, exp.Cast) and node.to.is_type("bigint") and isinstance(node.this, exp.Round) \
+            and node.this.args.get("decimals") is None:  # the rewrite's fixed-point values
+        return exp.Cast(this=_half_away_from_zero(node.this.this.transform(_lower, copy=True)), to=node.to.copy())
     if isinstance(node, exp.Try):
         return node.this.transform(_lower, copy=True)
     if is_coin(node):  # the first 60 bits of SHA-256(salt || ':' || unit), as sql/rewrite.py defines it
