@@ -292,6 +292,11 @@ def test_a_local_spark_listens_on_loopback_only(policies):
         addresses = _listening(engine._spark.sparkContext._gateway.proc.pid)
         loopback = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
         assert addresses and set(addresses) <= loopback, addresses
+        # shuffle files and blocks hold rows: they go to a private directory dpsql sweeps
+        engine.execute("SELECT sex, COUNT(*) FROM patients GROUP BY sex")
+        local = Path(engine._spark.sparkContext.getConf().get("spark.local.dir"))
+        assert local.name.startswith("dpsql-engine-") and os.stat(local).st_mode & 0o777 == 0o700
+        assert list(local.glob("blockmgr-*"))
     finally:
         engine.close()
 

@@ -57,6 +57,9 @@ _DEFAULTS = {"spark.ui.showConsoleProgress": "false", "spark.ui.enabled": "false
 _LOCAL = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
 _LIVE = [0]  # engines open in this process: the last to close stops the shared SparkContext
 _LIVE_LOCK = threading.Lock()
+# A local SparkContext's spark.local.dir (shuffle files, blocks): private rows, so a private
+# directory of the process's, swept by the next start after a crash, removed when the context stops.
+_LOCAL_DIR: list[ScratchDir | None] = [None]
 # EXTRACT fields in Spark's terms, under both spellings a tree may carry (PostgreSQL's, as the
 # analyst wrote them, and DuckDB's): dow / dayofweek is 0-6 from Sunday there, Spark's DOW 1-7.
 _EXTRACT = {"DAYOFYEAR": "DOY", "ISODOW": "DOW_ISO"}
@@ -83,6 +86,11 @@ class SparkEngine:
         local = not cfg.remote and (cfg.master or "").startswith("local")
         if local:  # the JVM's own choice of address, before it starts (the driver's settings follow)
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            if "spark.local.dir" not in cfg.conf:
+                with _LIVE_LOCK:
+                    if _LOCAL_DIR[0] is None or _LOCAL_DIR[0].closed:
+                        _LOCAL_DIR[0] = ScratchDir()
+                    builder = builder.config("spark.local.dir", str(_LOCAL_DIR[0].path))
         for key, value in {**_DEFAULTS, **(_LOCAL if local else {}), **cfg.conf, **_FIXED}.items():
             builder = builder.config(key, value)
         self._policy = policy
@@ -271,6 +279,10 @@ class SparkEngine:
                 self._spark.stop()
             except Exception:
                 pass
+            with _LIVE_LOCK:
+                if _LIVE[0] == 0 and _LOCAL_DIR[0] is not None:
+                    _LOCAL_DIR[0].close()
+                    _LOCAL_DIR[0] = None
 
 
 def _quote(name: str) -> str:
