@@ -98,34 +98,6 @@ def test_a_commit_that_fails_after_admission_releases_nothing_and_charges_nothin
     conn.close()
 
 
-def test_connections_with_writer_threads_of_their_own_never_overspend(tight_policy):
-    """Each connection's ledger has its own writer thread, and they share one ledger file: a
-    budget of 2 admits exactly two of eight concurrent queries."""
-    outcomes, lock = [], threading.Lock()
-
-    def ask(i):
-        conn = dpsql.connect(tight_policy, user="alice")
-        try:
-            conn.cursor().execute(f"SELECT COUNT(*) FROM people WHERE age > {i}")
-            result = "answered"
-        except BudgetExceeded:
-            result = "refused"
-        finally:
-            conn.close()
-        with lock:
-            outcomes.append(result)
-
-    threads = [threading.Thread(target=ask, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert sorted(outcomes) == ["answered"] * 2 + ["refused"] * 6
-    conn = dpsql.connect(tight_policy, user="alice")
-    assert conn.session.budget()["queries"] == 2
-    conn.close()
-
-
 def test_a_session_dropped_after_a_refusal_frees_its_engine_and_writer_at_once(tight_policy):
     """Refusals cross from the ledger's writer thread to the session's: the stored error must not
     tie either thread's frames into a cycle, which would keep a dropped session's engine, and
