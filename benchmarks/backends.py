@@ -192,9 +192,10 @@ def report(results: dict[int, list[dict]], args, seconds: float) -> str:
             x = rs[i]
             cells.append(f"{x['plain_ms']:.1f} / {x['dpsql_ms']:.1f} ({x['ratio']:.1f}x)")
         lines.append(f"| {r['backend']} | {r['query']} | " + " | ".join(cells) + " |")
-    lines += ["", "DuckDB bounds one-table queries with its weighted copies, and `postgres` with weighted tables "
-              "that a second role builds once per data version (`[engine] scratch_url`); `postgres-per-unit` and "
-              "Spark bound with a per-person aggregation in every query (see README, \"Where the data lives\").",
+    lines += ["", "DuckDB bounds one-table queries with its weighted copies, `postgres` with weighted tables that a "
+              "second role builds once per data version (`[engine] scratch_url`), and a local Spark with Parquet "
+              "weighted copies in its private scratch directory; `postgres-per-unit` bounds with a per-person "
+              "aggregation in every query (see README, \"Where the data lives\").",
               ""]
     return "\n".join(lines)
 

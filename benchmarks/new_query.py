@@ -6,7 +6,8 @@ query, noise and post-processing, apart from the engine's and the ledger's own t
 Every execution sends a text dpsql has not seen (a literal changes), so nothing is served from
 the plan cache or the answer cache. Time inside the engine (DuckDB parsing, binding, running and
 fetching, the post-processor's scratch DuckDB) and inside the ledger (its SQLite writes and
-fsyncs) is measured by wrapping those calls; Python is the rest of the wall time. The same
+fsyncs, or the waits for its writer thread to admit a charge and make it durable) is measured by
+wrapping those calls; Python is the rest of the wall time. The same
 query text sent again (a plan-cache hit) is shown for comparison.
 """
 
@@ -25,7 +26,7 @@ import duckdb
 
 import dpsql
 from dpsql import postprocess
-from dpsql.accounting.ledger import Ledger
+from dpsql.accounting.ledger import Ledger, PendingCharge
 from dpsql.engines.duckdb import DuckDBEngine
 from dpsql.postprocess import PostProcessor
 
@@ -101,7 +102,8 @@ class _TimedConnection:
 def instrumented(clock: Clock) -> Iterator[None]:
     patches: list[tuple[Any, str, str]] = [(DuckDBEngine, "execute", "engine"), (DuckDBEngine, "describe", "engine"),
                (DuckDBEngine, "weighted_copy", "engine"), (Ledger, "charge", "ledger"),
-               (Ledger, "record_release", "ledger")]
+               (Ledger, "charging", "ledger"), (PendingCharge, "admitted", "ledger"),
+               (PendingCharge, "durable", "ledger"), (Ledger, "record_release", "ledger")]
     patches.append((postprocess, "insert_rows", "engine"))  # the noisy table's rows into the scratch DuckDB
     saved = [(cls, name, getattr(cls, name)) for cls, name, _ in patches]
     scratch = PostProcessor._scratch
