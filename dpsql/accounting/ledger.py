@@ -195,6 +195,7 @@ class Ledger:
     placeholder = "?"
     serial = "INTEGER PRIMARY KEY AUTOINCREMENT"
     _writer: GroupCommit | None = None
+    _grouped = False  # group_commit(): every write through the writer thread
 
     def __init__(self, path: str | Path, identity: Path | None = None, *, create: bool = True):
         """Open the SQLite ledger at `path`, checked against its identity file (default: beside
@@ -370,8 +371,14 @@ class Ledger:
 
     def group_commit(self) -> None:
         """From now on, writes from every thread share transactions (one fsync per batch): a
-        server's sessions all charge through this one ledger object. A charge always goes
-        through the writer thread (`charging`), so that its fsync overlaps the query's run."""
+        server's sessions all charge through this one ledger object."""
+        self._grouped = True
+        self._start_writer()
+
+    def _start_writer(self) -> None:
+        """The writer thread. Charges always go through it (`charging`), so that their fsync
+        overlaps the query's run; without group commit, release records and cached answers are
+        written on the caller's own connection, which spares them a round trip to the thread."""
         with self._writer_lock:
             if self._writer is None:
                 self._writer = _writer_for(self)
@@ -435,7 +442,7 @@ class Ledger:
     def _write_lazily(self, sql: str, params: tuple) -> None:
         """One statement committed without waiting for the disk (a release record, a cached
         answer): in the batch under way with group commit, else on its own."""
-        if self._writer is None:
+        if not self._grouped or self._writer is None:
             self._write_one(sql, params, durable=False)
         else:
             self._writer.submit([], lambda con: self._exec(con, sql, params), durable=False)
@@ -534,7 +541,7 @@ class Ledger:
                 self._put_totals(con, who, segment, after)
             return Charge(charge_id, results[0][3], results[0][2], cost)
 
-        self.group_commit()
+        self._start_writer()
         return PendingCharge(self._writer.start(users, work), self._errors)
 
     def grant(self, user: str, epsilon: Fraction, delta: Fraction, budget: BudgetPolicy | None = None,
