@@ -60,8 +60,10 @@ def test_a_refused_job_rolls_back_alone_and_locks_are_ordered():
     log = []
     writer = _writer(log)
     assert writer.submit(["bob", "*global*", "alice"], lambda con: con.execute("INSERT a") or 1) == 1
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError) as err:
         writer.submit(["carol"], lambda con: (con.execute("INSERT b"), (_ for _ in ()).throw(ValueError("halt"))))
+    # an unexpected error crosses threads with the writer's side of its traceback as a note
+    assert any("in the ledger's writer thread" in n for n in err.value.__notes__)
     writer.close()
     assert log[0] == ("BEGIN", ("*global*", "alice", "bob"))  # the global budget first, then sorted
     assert "ROLLBACK TO SAVEPOINT dpsql_job" in log and log[-1] == "closed"

@@ -150,9 +150,10 @@ class GroupCommit:
                     con.execute("RELEASE SAVEPOINT dpsql_job")
                     job.ran.set()
         except BaseException as e:  # the batch did not commit: none of it is durable
+            failure = _detached(e)
             for job in batch:
                 if job.error is None:
-                    job.error, job.result = _detached(e), None
+                    job.error, job.result = failure, None
         finally:
             for job in batch:
                 job.ran.set()
