@@ -442,9 +442,9 @@ class Session:
         be on its way to the disk: the engine runs meanwhile, and nothing goes further until it
         is durable (if it cannot be, nothing was charged and nothing is released)."""
         s = self.settings
-        if plan.sample_rate is not None:
-            sql = self._bounded_sql(plan, secrets.token_hex(16))
         try:
+            if plan.sample_rate is not None:
+                sql = self._bounded_sql(plan, secrets.token_hex(16))
             with _charge_told("the query's cost stays charged, because whether a query fails can depend on the data"):
                 rs = self._run_bounded(plan, sql)
         finally:
