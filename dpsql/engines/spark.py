@@ -295,7 +295,7 @@ def _spark_type(name: str) -> str:
 
 def _half_away_from_zero(x: exp.Expression) -> exp.Expression:
     """ROUND(x) as the other engines round (half away from zero) without Spark's ROUND, which
-    goes through BigDecimal for every row: two to three times slower on a weighted SUM."""
+    goes through BigDecimal for every row (a weighted SUM at 1M rows: 407 ms with it, 290 ms without)."""
     half = exp.Literal.number(0.5)
     down = exp.Neg(this=exp.Floor(this=exp.Add(this=exp.Neg(this=exp.Paren(this=x.copy())), expression=half)))
     return exp.Case(ifs=[exp.If(this=exp.LT(this=x.copy(), expression=exp.Literal.number(0)), true=down)],
