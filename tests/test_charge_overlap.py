@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
+import signal
 import sqlite3
 import threading
 import time
@@ -126,3 +128,24 @@ def test_a_session_dropped_after_a_refusal_frees_its_engine_and_writer_at_once(t
             assert not t.is_alive()
     finally:
         gc.enable()
+
+
+def test_a_forked_child_charges_through_a_writer_of_its_own(tight_policy, tmp_path):
+    """Threads do not survive fork(): a child that inherits a connection whose ledger had a
+    writer thread starts its own instead of waiting forever on the parent's queue."""
+    conn = dpsql.connect(tight_policy, user="alice")
+    cur = conn.cursor()
+    cur.execute("SELECT COUNT(*) FROM people")  # the parent's writer thread now exists
+    pid = os.fork()
+    if pid == 0:  # the child: answer within the time limit or fail
+        code = 1
+        try:
+            signal.alarm(60)
+            cur.execute("SELECT COUNT(*) FROM people WHERE age > 10")
+            code = 0 if cur.fetchall() else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert conn.session.budget()["queries"] == 2  # the child's charge is in the shared ledger
+    conn.close()

@@ -196,6 +196,8 @@ class Ledger:
     serial = "INTEGER PRIMARY KEY AUTOINCREMENT"
     _writer: GroupCommit | None = None
     _grouped = False  # group_commit(): every write through the writer thread
+    _writer_pid = 0  # the process whose thread `_writer` is
+    _turn_pid = 0  # the process that opened `_turn_fd` (an open file shared through fork() shares its flock)
 
     def __init__(self, path: str | Path, identity: Path | None = None, *, create: bool = True):
         """Open the SQLite ledger at `path`, checked against its identity file (default: beside
@@ -351,7 +353,7 @@ class Ledger:
 
     def _con(self):
         con = getattr(self._local, "con", None)
-        if con is None:
+        if con is None or self._local.pid != os.getpid():  # never a connection inherited through fork()
             # In a writers' turn: a connection's first PRAGMA journal_mode=WAL, while another
             # connection creates the file or recovers its log, can fail at once with
             # "database is locked" (no busy wait there), as 64 sessions opening one new ledger did.
@@ -360,7 +362,7 @@ class Ledger:
                 con.execute("PRAGMA busy_timeout=60000")
                 con.execute("PRAGMA journal_mode=WAL")
                 con.execute("PRAGMA synchronous=FULL")
-            self._local.con, self._local.durable = con, True
+            self._local.con, self._local.durable, self._local.pid = con, True, os.getpid()
         return con
 
     def _sql(self, sql: str) -> str:
@@ -380,13 +382,14 @@ class Ledger:
         overlaps the query's run; without group commit, release records and cached answers are
         written on the caller's own connection, which spares them a round trip to the thread."""
         with self._writer_lock:
-            if self._writer is None:
-                self._writer = _writer_for(self)
+            if self._writer is None or self._writer_pid != os.getpid():  # a forked child has no thread
+                self._writer, self._writer_pid = _writer_for(self), os.getpid()
 
     def _transact(self, users: list[str], work: Callable[[Any], T]) -> T:
         """`work(con)` in a write transaction holding `users`' locks, committed before this returns
         (with group commit, together with other threads' work)."""
         if self._writer is not None:
+            self._start_writer()
             return self._writer.submit(users, work)
         with self._write(users) as con:
             return work(con)
@@ -414,7 +417,8 @@ class Ledger:
         other Ledgers and processes on the lock file (flock, released by the kernel if the holder
         dies)."""
         with self._turn_lock:
-            if self._turn_fd is None:
+            if self._turn_fd is None or self._turn_pid != os.getpid():  # a forked child shares the parent's flock
+                self._turn_pid = os.getpid()
                 self._turn_fd = os.open(self.path.with_name(self.path.name + "-writers"),
                                         os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
                 self._turn_closer = weakref.finalize(self, os.close, self._turn_fd)  # a Ledger nobody closed
@@ -445,6 +449,7 @@ class Ledger:
         if not self._grouped or self._writer is None:
             self._write_one(sql, params, durable=False)
         else:
+            self._start_writer()
             self._writer.submit([], lambda con: self._exec(con, sql, params), durable=False)
 
     _errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
@@ -817,9 +822,9 @@ class PostgresLedger(Ledger):
 
     def _con(self):
         con = getattr(self._local, "con", None)
-        if con is None or con.closed:
+        if con is None or con.closed or self._local.pid != os.getpid():  # never a socket shared through fork()
             con = self._psycopg.connect(self.url, autocommit=True)
-            self._local.con = con
+            self._local.con, self._local.pid = con, os.getpid()
         return con
 
     @contextlib.contextmanager
