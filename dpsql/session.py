@@ -519,7 +519,7 @@ class Session:
         source = plan.relation.sources[0]
         stored = self._plans.stored.get((source.table.name, plan.total_rows))
         if stored is None:  # pure in the policy: once per table and limit
-            # Nothing ready-weighted where the engine's copies hold the weights only (PostgreSQL).
+            # Nothing ready-weighted where the engine's copies hold the weights only (PostgreSQL, Spark).
             measures = _precomputed(source.table) if getattr(self.engine, "weights_store_sums", True) else {}
             norms = {name: f"{name}_norm" for name, m in measures.items() if m.own_norm}
             stored = self._plans.stored[(source.table.name, plan.total_rows)] = (

@@ -5,12 +5,33 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 import sqlglot
 from sqlglot import exp
 
+from ..errors import OperationalError
 from ..sql.build import dtype
+
+BUILD_ATTEMPTS = 3  # weighted-copy builds while the source files keep changing, before giving up
+T = TypeVar("T")
+
+
+def built_at_one_version(build: Callable[[], T], data_version: Callable[[], str], version: str,
+                         discard: Callable[[T], None] = lambda made: None) -> tuple[T, str]:
+    """`build()`, which reads its source more than once, and the data version it holds: a build
+    counts only if the version is the same after it as before (else a unit's __dpsql_n could
+    disagree with the rows it weights), and is done again, `discard`ing the stale one, up to
+    BUILD_ATTEMPTS times; then the query is refused before anything is charged (40001)."""
+    for _ in range(BUILD_ATTEMPTS):
+        made = build()
+        after = data_version()
+        if after == version:
+            return made, version
+        discard(made)
+        version = after
+    raise OperationalError("the table's files kept changing while its contribution weights were prepared",
+                           sqlstate="40001", hint="nothing was charged; send the query again once the data is written")
 
 
 @dataclass(frozen=True)

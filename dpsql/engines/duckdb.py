@@ -24,6 +24,7 @@ from ..sql.build import DUCKDB, dtype
 from .base import (
     ENGINE_FAILURE_HINT,
     ResultSet,
+    built_at_one_version,
     coin_parts,
     files_version,
     is_coin,
@@ -40,7 +41,6 @@ from .scratch import ScratchDir
 DEFAULT_MEMORY_LIMIT = "1GB"
 REUSED_RESULTS = 64  # bounded queries' exact results kept per data version (for every analyst together)
 REUSED_CELLS = 200_000  # and at most this many values in all (about 10 MB); a larger result is recomputed
-BUILD_ATTEMPTS = 3  # weighted-copy builds while the source files keep changing, before giving up
 PREPARED_PER_CURSOR = 128  # query texts remembered per worker thread's cursor (prepared from the second run)
 _PREPARED = itertools.count()
 
@@ -296,10 +296,7 @@ class DuckDBEngine:
                             f"CAST({limit << bits} AS BIGINT) // GREATEST(u.__dpsql_n, {limit}) AS __dpsql_w "
                             f"FROM main.{quote(table)} AS t JOIN {units} AS u ON t.{u} = u.{u} WHERE {where}) AS weighted")
 
-                # The build reads the source four times: if its files change meanwhile, a unit's
-                # __dpsql_n could disagree with the rows it weights, so the build counts only if
-                # the data version is the same after it as before (else it is built again).
-                for _ in range(BUILD_ATTEMPTS):
+                def build() -> None:  # reads the source four times: kept only at one data version
                     with self._tracked(failure) as cur:  # a CancelRequest interrupts the build too
                         cur.execute(f"CREATE OR REPLACE TABLE {units} AS SELECT {u}, COUNT(*) AS __dpsql_n{totals} "
                                     f"FROM main.{quote(table)} WHERE {u} IS NOT NULL GROUP BY {u}")
@@ -313,15 +310,9 @@ class DuckDBEngine:
                         cur.execute(f"DROP TABLE {units}")
                         cur.execute("CHECKPOINT scratch")
                     self._scratch.protect()
-                    after = self.data_version()
-                    if after == version:
-                        break
-                    version = after
-                else:
-                    self._copies.pop(name, None)
-                    raise OperationalError("the table's files kept changing while its contribution weights were "
-                                           "prepared", sqlstate="40001",
-                                           hint="nothing was charged; send the query again once the data is written")
+
+                self._copies.pop(name, None)  # the table is replaced from here on: current again once built
+                _, version = built_at_one_version(build, self.data_version, version)
                 self._copies[name] = version
         return f"scratch.main.{quote(name)}"
 

@@ -35,6 +35,7 @@ from ..sql.build import dtype
 from .base import (
     ENGINE_FAILURE_HINT,
     ResultSet,
+    built_at_one_version,
     canonical_type,
     coin_parts,
     files_version,
@@ -64,7 +65,6 @@ _LOCAL_DIR: list[ScratchDir | None] = [None]
 # analyst wrote them, and DuckDB's): dow / dayofweek is 0-6 from Sunday there, Spark's DOW 1-7.
 _EXTRACT = {"DAYOFYEAR": "DOY", "ISODOW": "DOW_ISO"}
 _DAY_OF_WEEK = ("DAYOFWEEK", "DOW", "WEEKDAY")
-BUILD_ATTEMPTS = 3  # weighted-copy builds while the source files keep changing, before giving up
 
 
 class SparkEngine:
@@ -217,23 +217,20 @@ class SparkEngine:
                                            hint="the engine's message is withheld; check the driver's memory and "
                                                 "the scratch directory's free space")
                 u, source = _quote(unit), _quote(table)
-                build = (f"SELECT t.*, u.__dpsql_n, CAST({limit << bits} AS BIGINT) DIV GREATEST(u.__dpsql_n, {limit}) "
-                         f"AS __dpsql_w FROM {source} AS t JOIN (SELECT {u}, COUNT(*) AS __dpsql_n FROM {source} "
-                         f"WHERE {u} IS NOT NULL GROUP BY {u}) AS u ON t.{u} = u.{u}")
-                for _ in range(BUILD_ATTEMPTS):
+                build_sql = (f"SELECT t.*, u.__dpsql_n, CAST({limit << bits} AS BIGINT) DIV "
+                             f"GREATEST(u.__dpsql_n, {limit}) AS __dpsql_w FROM {source} AS t "
+                             f"JOIN (SELECT {u}, COUNT(*) AS __dpsql_n FROM {source} WHERE {u} IS NOT NULL "
+                             f"GROUP BY {u}) AS u ON t.{u} = u.{u}")
+
+                def build() -> Path:  # the job reads the source twice (the rows, the counts)
                     files = self._scratch.file(f"{name}-{next(self._builds)}")
-                    with self._job(failure):  # the build reads the source twice (the rows, the counts)
-                        self._spark.sql(build).write.parquet(str(files))
+                    with self._job(failure):
+                        self._spark.sql(build_sql).write.parquet(str(files))
                     self._scratch.protect()
-                    after = self.data_version()
-                    if after == version:
-                        break
-                    shutil.rmtree(files, ignore_errors=True)
-                    version = after
-                else:
-                    raise OperationalError("the table's files kept changing while its contribution weights were "
-                                           "prepared", sqlstate="40001",
-                                           hint="nothing was charged; send the query again once the data is written")
+                    return files
+
+                files, version = built_at_one_version(build, self.data_version, version,
+                                                      lambda stale: shutil.rmtree(stale, ignore_errors=True))
                 from pyspark import StorageLevel
 
                 with self._job(failure):
