@@ -167,12 +167,12 @@ def test_a_full_disk_refuses_the_query_and_releases_nothing(small_policy):
     pages = con.execute("PRAGMA page_count").fetchone()[0]
     con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     # on the connection that writes charges: the ledger's writer thread's
-    ledger._transact([], lambda writer: writer.execute(f"PRAGMA max_page_count = {pages}").fetchone())
+    ledger._writer.submit([], lambda writer: writer.execute(f"PRAGMA max_page_count = {pages}").fetchone())
     with pytest.raises(dpsql.OperationalError) as err:
         for i in range(200):  # until the file must grow
             cur.execute(f"SELECT COUNT(*) FROM people WHERE age > {i} /* {'x' * 2000} */")
     assert "nothing was charged and nothing was released" in str(err.value)
-    ledger._transact([], lambda writer: writer.execute("PRAGMA max_page_count = 1073741823").fetchone())
+    ledger._writer.submit([], lambda writer: writer.execute("PRAGMA max_page_count = 1073741823").fetchone())
     charged = conn.session.budget()["queries"]
     assert len(conn.session.ledger.history("alice")) == charged and conn.session.ledger.verify() == []
     conn.close()

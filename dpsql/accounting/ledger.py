@@ -29,7 +29,7 @@ import zlib
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator
 
 from ..config import BudgetPolicy
 from ..errors import BudgetExceeded, OperationalError
@@ -49,7 +49,6 @@ from .integrity import (
 )
 
 GLOBAL = "*global*"
-T = TypeVar("T")
 WINDOW_EPOCH = 1577836800  # 2020-01-01 00:00 UTC: windows are counted from here, in the ledger's clock
 WINDOW_STRIDE = 1000  # segment = window * WINDOW_STRIDE + the window's grant segment
 LIFETIME = -1  # the segment of a windowed budget's lifetime cap: every charge, never refreshed
@@ -384,15 +383,6 @@ class Ledger:
         with self._writer_lock:
             if self._writer is None or self._writer_pid != os.getpid():  # a forked child has no thread
                 self._writer, self._writer_pid = _writer_for(self), os.getpid()
-
-    def _transact(self, users: list[str], work: Callable[[Any], T]) -> T:
-        """`work(con)` in a write transaction holding `users`' locks, committed before this returns
-        (with group commit, together with other threads' work)."""
-        if self._writer is not None:
-            self._start_writer()
-            return self._writer.submit(users, work)
-        with self._write(users) as con:
-            return work(con)
 
     @contextlib.contextmanager
     def _write(self, users: list[str], durable: bool = True) -> Iterator[Any]:
