@@ -78,7 +78,7 @@ def main() -> None:
         print(f"{'query':<24} {'plain':>8} {'bounded':>8} {'dpsql':>8} {'bounded/plain':>14} {'dpsql/plain':>12}")
         for name, sql in QUERIES.items():
             plan, _ = session._prepare(classify(sql).tree)
-            bounded_sql = session._bounded_sql(plan, None)
+            bounded_sql = session.bounded_sql(plan)
             for _ in range(2):  # warm up all three
                 plain.execute(sql).fetchall()
                 session.engine.execute(bounded_sql)

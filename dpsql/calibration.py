@@ -105,6 +105,11 @@ def calibrate(plan: Plan, epsilon: Fraction, delta: Fraction, mechanism: str,
         sel_eps = epsilon / whole
         sel_delta = delta if mechanism == "laplace" else delta / 2
         scale = laplace_scale(groups, sel_eps)
+        if not math.isfinite(scale) or scale > MAX_SCALE:
+            raise ProgrammingError(
+                f"grouping by {', '.join(k.name for k in plan.keys if not k.declared)}: the noise partition selection "
+                f"needs at this epsilon (scale {scale:.3g}) is too large to be useful", sqlstate="22003",
+                hint="raise epsilon (SET dpsql.epsilon = 0.1), or declare the keys in the policy; nothing was charged")
         selection = Selection(Noise("laplace", scale), selection_threshold(scale, sel_delta / groups), sel_eps, sel_delta)
         parts.append(Part("selection", sel_eps, sel_delta, rho=sel_eps * sel_eps / 2,
                           noise_multiplier=scale / groups))
@@ -184,8 +189,8 @@ def check_scales(plan: Plan, measures: Sequence[MeasureNoise]) -> None:
         if not math.isfinite(scale) or scale > MAX_SCALE:
             raise ProgrammingError(
                 f"{m.describe()}: the noise this needs (scale {scale * m.unit_scale:.3g}) is too large to be useful",
-                sqlstate="22003", hint="declare tighter bounds for the value, or clamp it in the query with "
-                                       "LEAST(GREATEST(x, low), high); nothing was charged")
+                sqlstate="22003", hint="raise epsilon (SET dpsql.epsilon = 0.1), lower the weight of this query in its "
+                                       "batch, or declare tighter bounds for the value; nothing was charged")
 
 
 def sampled_cost(cost: Cost, rate: Fraction) -> Cost:

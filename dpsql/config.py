@@ -344,7 +344,7 @@ def parse_policy(doc: Mapping[str, Any], path: Path, *, ledger_path: str | Path 
 def _parse_limits(r: _Reader) -> QueryLimits:
     """[limits]: what one statement may cost to read and plan (sql/limits.py)."""
     default = QueryLimits()
-    names = ("max_query_bytes", "max_tokens", "max_nodes", "max_in_list", "max_depth")
+    names = ("max_query_bytes", "max_tokens", "max_nodes", "max_in_list", "max_depth", "max_expression_depth")
     r.unknown_keys(set(names) | {"planning_seconds"})
     values = {name: r.integer(name, getattr(default, name)) for name in names}
     seconds = float(r.number("planning_seconds", Fraction(default.planning_seconds), positive=True))

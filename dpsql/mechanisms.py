@@ -158,13 +158,26 @@ def add_noise(values: Sequence[int], noise: Noise) -> list[int]:
 
 def selection_threshold(scale: float, delta_per_group: Fraction) -> int:
     """Smallest integer τ such that a group held by one unit (count 1) is released with
-    probability <= delta_per_group when released iff 1 + Z >= τ, Z discrete Laplace(scale)."""
+    probability <= delta_per_group when released iff 1 + Z >= τ, Z discrete Laplace(scale).
+    Computed in log space from the exact rational, so that no delta or scale the settings admit
+    overflows a float or leaves the correction loop without an end."""
     if delta_per_group <= 0:
         raise ValueError("partition selection needs delta > 0")
+    if not (math.isfinite(scale) and 0 < scale <= MAX_SCALE):
+        raise ValueError(f"partition selection's noise scale {scale!r} is beyond what can be drawn")
     b = scale
-    # P(Z >= j) = e^{-j/b} / (1 + e^{-1/b}) for j >= 1.
-    j = math.ceil(b * math.log(1.0 / (float(delta_per_group) * (1.0 + math.exp(-1.0 / b)))))
-    j = max(j, 1)
-    while math.exp(-j / b) / (1.0 + math.exp(-1.0 / b)) > float(delta_per_group):
-        j += 1
-    return 1 + j
+    # P(Z >= j) = e^{-j/b} / (1 + e^{-1/b}) for j >= 1, so j >= b (ln(1/δ) - ln(1 + e^{-1/b})).
+    log_inverse = math.log(delta_per_group.denominator) - math.log(delta_per_group.numerator)
+    tail = math.log1p(math.exp(-1.0 / b))
+    margin = 1e-12 * max(1.0, log_inverse)  # the float arithmetic's error, on the safe side
+
+    def releases_rarely(j: int) -> bool:
+        return -j / b - tail <= -log_inverse - margin
+
+    j = max(math.ceil(b * (log_inverse - tail)), 1)
+    step = 1
+    for _ in range(128):
+        if releases_rarely(j):
+            return 1 + j
+        j, step = j + step, step * 2
+    raise ValueError("partition selection's threshold could not be computed")

@@ -16,9 +16,19 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any, Hashable
 
 SIZE = 256  # query shapes (with their settings) whose plan and calibration are kept
+
+
+@dataclass(frozen=True)
+class Bounded:
+    """A plan's bounded query without salt; `timeless`: the data alone determines its result
+    (no clock); `domain`: over declared keys, the domain's key tuples as the engine lists them."""
+    sql: str
+    timeless: bool
+    domain: tuple[tuple, ...] | None = None
 
 
 class PlanCache:
@@ -26,7 +36,7 @@ class PlanCache:
         self._size = size
         self._lock = threading.Lock()
         self._plans: OrderedDict[Hashable, Any] = OrderedDict()
-        self._bounded: dict[int, tuple[Any, str, bool]] = {}  # id(plan) -> (plan, bounded SQL, timeless)
+        self._bounded: dict[int, tuple[Any, Bounded]] = {}  # id(plan) -> (plan, its bounded query)
         # per table and row limit: what its weighted copy stores (column -> SQL), which measure each serves
         self.stored: dict[tuple[str, int], tuple[dict[str, str], dict[tuple, str], dict[str, str]]] = {}
         # (public table, column) -> (data version, whether it holds each value once): one entry a column
@@ -45,16 +55,15 @@ class PlanCache:
             while len(self._plans) > self._size:
                 self._plans.popitem(last=False)
 
-    def bounded(self, plan: Any) -> tuple[str, bool] | None:
-        """The plan's bounded SQL (without salt) and whether the data alone determines its result."""
+    def bounded(self, plan: Any) -> Bounded | None:
         entry = self._bounded.get(id(plan))
-        return (entry[1], entry[2]) if entry is not None and entry[0] is plan else None
+        return entry[1] if entry is not None and entry[0] is plan else None
 
-    def put_bounded(self, plan: Any, sql: str, timeless: bool) -> None:
+    def put_bounded(self, plan: Any, bounded: Bounded) -> None:
         with self._lock:
             if len(self._bounded) >= 2 * self._size:
                 self._bounded.clear()
-            self._bounded[id(plan)] = (plan, sql, timeless)
+            self._bounded[id(plan)] = (plan, bounded)
 
 
 _caches: "weakref.WeakKeyDictionary[Any, PlanCache]" = weakref.WeakKeyDictionary()

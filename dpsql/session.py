@@ -31,6 +31,7 @@ from .calibration import (
     Calibration,
 )
 from .config import MECHANISMS, BudgetPolicy, Policy, TablePolicy, UserPolicy
+from .empty_groups import with_empty_groups
 from .engines import Engine, open_engine
 from .engines.base import ResultSet
 from .errors import (
@@ -43,6 +44,7 @@ from .errors import (
     unsupported,
 )
 from .families import family
+from .plan_cache import Bounded
 from .postprocess import PostProcessor, is_trivial
 from .prepare import (
     CLIENT_SETTINGS,
@@ -128,6 +130,10 @@ class Session:
                 return self._execute(sql, params)
             except Error:
                 raise
+            except RecursionError:  # a shape the limits let through that a recursive pass cannot walk
+                raise ProgrammingError("the statement nests too deeply to plan", sqlstate="54001",
+                                       hint="simplify the statement, or lower max_expression_depth in the policy's "
+                                            "[limits] section; nothing was released") from None
             except Exception as e:  # a bug must not leak a traceback or a private value to the client
                 log.exception("internal error while answering a query")  # the operator's log: no row data
                 raise InternalError("internal error while answering the query; nothing was released",
@@ -333,15 +339,25 @@ class Session:
                              "dpsql.confidence, dpsql.cache, dpsql.reuse, dpsql.planner and dpsql.target_error "
                              "are yours to set")
 
+    def setting(self, name: str) -> str | None:
+        """A setting's value as SHOW gives it (current_setting() reads it too); None if unknown."""
+        if name in self.settings.client:
+            return self.settings.client[name]
+        return self._dp_settings().get(name)
+
+    def _dp_settings(self) -> dict[str, str]:
+        s = self.settings
+        return {"dpsql.epsilon": show(s.epsilon), "dpsql.delta": show(s.delta), "dpsql.mechanism": s.mechanism,
+                "dpsql.confidence": repr(s.confidence), "dpsql.cache": "on" if s.cache else "off",
+                "dpsql.reuse": "on" if s.reuse else "off",
+                "dpsql.planner": s.planner,
+                "dpsql.target_error": "off" if s.target_error is None else repr(s.target_error)}
+
     def _show(self, name: str) -> Result:
         s = self.settings
         if name == "dpsql.budget":
             return self.budget_result()
-        values = {"dpsql.epsilon": show(s.epsilon), "dpsql.delta": show(s.delta), "dpsql.mechanism": s.mechanism,
-                  "dpsql.confidence": repr(s.confidence), "dpsql.cache": "on" if s.cache else "off",
-                  "dpsql.reuse": "on" if s.reuse else "off",
-                  "dpsql.planner": s.planner,
-                  "dpsql.target_error": "off" if s.target_error is None else repr(s.target_error)}
+        values = self._dp_settings()
         if name in values:
             return Result([name.split(".", 1)[1]], ["VARCHAR"], [(values[name],)], "SHOW")
         if name in s.client:
@@ -420,12 +436,12 @@ class Session:
             if cached is not None and self._receipted(cached):
                 return self._from_cache(cached)
         detail = _detail(plan, cal)
-        sql = self._bounded_sql(plan, None)  # an engine's refusal comes before the charge
+        bounded = self._bounded(plan, None)  # an engine's refusal comes before the charge
         self._deadline.check()
         pending = self.ledger.charging(self.user.name, self.budget_policy, cal.cost, stmt.sql, detail,
                                        self.global_budget)
         charge = pending.admitted()  # a refusal raises here, before the engine runs
-        result = self._answer(plan, sql, cal, charge, detail, pending)
+        result = self._answer(plan, bounded, cal, charge, detail, pending)
         # what left, as it left: the audit log and the console's history show it with its intervals
         self.ledger.record_release(charge.id, {"names": result.names, "rows": result.rows,
                                                "ci": (result.dp or {}).get("ci"),
@@ -434,22 +450,23 @@ class Session:
             self.ledger.cache_put(self.user.name, key, _to_cache(result))
         return result
 
-    def _answer(self, plan: Plan, sql: str, cal: Calibration, charge: Charge, detail: dict[str, Any],
+    def _answer(self, plan: Plan, bounded: Bounded, cal: Calibration, charge: Charge, detail: dict[str, Any],
                 pending: PendingCharge | None = None) -> Result:
-        """Run the bounded query `sql` (prepared before the charge), have the release guard
-        check it against the charge's receipt, noise it and post-process. A sampled plan gets a
-        fresh secret salt here. With `pending`, the charge is admitted but its commit may still
-        be on its way to the disk: the engine runs meanwhile, and nothing goes further until it
-        is durable (if it cannot be, nothing was charged and nothing is released)."""
+        """Run the bounded query (prepared before the charge), have the release guard check it
+        against the charge's receipt, noise it and post-process. A sampled plan gets a fresh
+        secret salt here. With `pending`, the charge is admitted but its commit may still be on
+        its way to the disk: the engine runs meanwhile, and nothing goes further until it is
+        durable (if it cannot be, nothing was charged and nothing is released)."""
         s = self.settings
         try:
-            if plan.sample_rate is not None:
-                sql = self._bounded_sql(plan, secrets.token_hex(16))
+            salted = None if plan.sample_rate is None else self._bounded(plan, secrets.token_hex(16))
             with _charge_told("the query's cost stays charged, because whether a query fails can depend on the data"):
-                rs = self._run_bounded(plan, sql)
+                rs = self._run_bounded(plan, salted or bounded)
         finally:
             if pending is not None:
                 pending.durable()
+        if bounded.domain is not None:
+            rs = with_empty_groups(rs, len(plan.keys), bounded.domain)
         out = self._post.run(plan.post, release(plan, cal, rs, s.confidence, charge, self.policy))
         rows = [tuple(_plain(v) for v in r) for r in out.rows]
         left = charge.filter.remaining(charge.totals)
@@ -458,30 +475,48 @@ class Session:
               "noise": detail["mechanisms"], "receipt": charge.id}
         return Result(out.names, out.types, rows, f"SELECT {len(rows)}", dp)
 
-    def _run_bounded(self, plan: Plan, sql: str) -> ResultSet:
+    def _run_bounded(self, plan: Plan, bounded: Bounded) -> ResultSet:
         """The bounded query's exact result. When the data alone determines it (no sampling salt,
         no clock), an engine that can keep it per data version (DuckDB's execute_reused) gives a
         repeated query's from memory (unless SET dpsql.reuse = off: engine work every time, as
         benchmarks against a plain engine need); the noise is drawn afresh either way."""
         reused = getattr(self.engine, "execute_reused", None)
-        entry = self._plans.bounded(plan)
-        if reused is not None and self.settings.reuse and plan.sample_rate is None and entry is not None and entry[1]:
-            return reused(sql, self.user.name)
-        return self.engine.execute(sql)
+        if reused is not None and self.settings.reuse and plan.sample_rate is None and bounded.timeless:
+            return reused(bounded.sql, self.user.name)
+        return self.engine.execute(bounded.sql)
 
-    def _bounded_sql(self, plan: Plan, salt: str | None) -> str:
+    def _bounded(self, plan: Plan, salt: str | None) -> Bounded:
         """The plan's bounded query in the engine's SQL, memoised per plan (salted ones, new for
-        every execution, are not)."""
+        every execution, are not), with its declared keys' domain as the engine lists them
+        (public data only: listed before the charge, free)."""
         cached = self._plans.bounded(plan)
         if salt is None and cached is not None:
-            return cached[0]  # a plan is cached per data version, so its weighted copy is current
+            return cached  # a plan is cached per data version, so its weighted copy is current
         tree = rewrite(plan, plan.literal_domain_size(), salt, self._weighting(plan))
         timeless = tree.find(*CLOCK_FUNCTIONS) is None  # then its result is the data's alone
         sql = self.engine.prepare(tree, owned=True)
-        if salt is None:
-            self._check_post(plan, sql)
-            self._plans.put_bounded(plan, sql, timeless)
-        return sql
+        if salt is not None:
+            return Bounded(sql, timeless)
+        self._check_post(plan, sql)
+        bounded = Bounded(sql, timeless, self._domain(plan) if plan.keys and plan.declared else None)
+        self._plans.put_bounded(plan, bounded)
+        return bounded
+
+    def bounded_sql(self, plan: Plan, salt: str | None = None) -> str:
+        """The plan's bounded query as the engine runs it (EXPLAIN's detail, tests, benchmarks)."""
+        return self._bounded(plan, salt).sql
+
+    def bounded_result(self, plan: Plan, salt: str | None = None) -> ResultSet:
+        """The exact values a release of the plan noises, empty groups of a declared domain
+        included (tests and audits compare neighbouring datasets on them)."""
+        bounded = self._bounded(plan, None)
+        rs = self.engine.execute(bounded.sql if salt is None else self._bounded(plan, salt).sql)
+        return rs if bounded.domain is None else with_empty_groups(rs, len(plan.keys), bounded.domain)
+
+    def _domain(self, plan: Plan) -> tuple[tuple, ...]:
+        """The key tuples of the plan's declared domain, as the engine casts and lists them."""
+        rs = self.engine.execute(self.engine.prepare(declared_domain(plan), owned=True))
+        return tuple(zip(*rs.columns)) if rs.row_count else ()
 
     def _check_post(self, plan: Plan, sql: str) -> None:
         """Bind the outer part of the query (HAVING, ORDER BY, LIMIT, expressions over the
@@ -568,8 +603,8 @@ class Session:
             plan = plan_query(probe, self.policy, self.engine.schema(), self.settings.mechanism, options)
         except Error:
             return None
-        if not isinstance(plan, Plan) or not plan.keys or not plan.declared:
-            return None
+        if not isinstance(plan, Plan) or not plan.keys or not plan.declared or len(plan.estimates) != 1:
+            return None  # more than the probe's COUNT(*): an aggregate sqlglot does not know as one
         with _charge_told("nothing was charged"):
             rs = self.engine.execute(self.engine.prepare(declared_domain(plan), owned=True))
         post = plan.post.copy()
@@ -577,7 +612,11 @@ class Session:
         rows = sorted(zip(*rs.columns), key=key_order)
         noisy = NoisyTable([list(c) for c in zip(*rows)] if rows else [[] for _ in rs.columns], list(rs.types), [], [], [])
         out = self._post.run(post, noisy)
-        return Result(out.names, out.types, out.rows, f"SELECT {len(out.rows)}")
+        result = Result(out.names, out.types, out.rows, f"SELECT {len(out.rows)}")
+        if tree.args.get("where") is not None or tree.args.get("joins"):  # a cascading filter's: all keys regardless
+            result.dp = {"notice": "these are all the declared keys, whatever the WHERE clause or join: which of "
+                                   "them have rows is private (ask COUNT(*) ... GROUP BY for noisy counts); free"}
+        return result
 
     def _outer_query(self, stmt: Query, tree: exp.Select, inner: exp.Select, alias: str) -> Result:
         """A DP query used as a derived table: the inner query answered and charged as usual,
@@ -653,12 +692,15 @@ class Session:
         statements = split_statements(text, self.policy.limits)
         if len(statements) <= 1:
             return [self.execute(text)]
-        with self._lock:
-            kinds = [classify_one(st, self.policy.limits) for st in statements]
-            all_dp = all(isinstance(k, Query) and touches_private(k.tree, self.policy) for k in kinds)
-        if all_dp:
+        if self.batchable(statements):
             return self.execute_batch(statements)
         return [self.execute(st) for st in statements]
+
+    def batchable(self, statements: Sequence[str]) -> bool:
+        """Whether the statements are all DP queries, which a script answers as one batch."""
+        with self._lock:
+            kinds = [classify_one(st, self.policy.limits) for st in statements]
+            return all(isinstance(k, Query) and touches_private(k.tree, self.policy) for k in kinds)
 
     def execute_batch(self, sqls: Sequence[str], epsilon: float | Fraction | None = None,
                       delta: float | Fraction | None = None, weights: Sequence[float] | None = None) -> list[Result]:
@@ -685,7 +727,7 @@ class Session:
         if not sqls:
             raise invalid_parameter("the batch is empty")
         plans: list[Plan] = []
-        bounded: list[str] = []  # each plan's bounded SQL, prepared before the charge
+        bounded: list[Bounded] = []  # each plan's bounded query, prepared before the charge
         for sql in sqls:
             stmt = classify(sql, self.policy.limits)
             if not isinstance(stmt, Query):
@@ -693,7 +735,7 @@ class Session:
             plan = plan_query(stmt.tree, self.policy, self.engine.schema(), s.mechanism, stmt.options)
             if isinstance(plan, PublicQuery):
                 raise unsupported("a query over public tables only needs no planning", hint="send it on its own")
-            bounded.append(self._bounded_sql(plan, None))  # an engine's refusal comes before the charge
+            bounded.append(self._bounded(plan, None))  # an engine's refusal comes before the charge
             plans.append(plan)
             deadline.check()
         mechanisms = [m for p, w in zip(plans, weights)
@@ -754,7 +796,7 @@ class Session:
                 "rho": None if mn.rho is None else float(mn.rho)})
         return {
             "public": False,
-            "sql": self._bounded_sql(plan, None),
+            "sql": self.bounded_sql(plan),
             "max_groups_per_unit": cal.groups_per_unit, "max_rows_per_group": plan.max_rows,
             "max_rows_per_unit": plan.total_rows if plan.total_bound else None,
             "mechanisms": mechanisms,

@@ -62,7 +62,7 @@ def _rows(session: Session, sql: str) -> list[tuple]:
     if isinstance(plan, PublicQuery):
         rs = session.engine.execute(session.engine.prepare(plan.tree))
     else:
-        rs = session.engine.execute(session._bounded_sql(plan, None))
+        rs = session.bounded_result(plan)
     rows = [tuple(float(v) if isinstance(v, (int, float, Decimal)) and not isinstance(v, bool) else v for v in r)
             for r in zip(*rs.columns)]  # PostgreSQL's NUMERIC and EXTRACT, DuckDB's BIGINT: one number
     return sorted(rows, key=lambda r: tuple((v is None, repr(v)) for v in r))
@@ -311,7 +311,7 @@ def test_spark_weighted_copies_are_private_follow_their_files_and_leave_nothing(
 
     def pre_noise(session: Session, sql: str) -> int:
         plan, _ = session._prepare(session._classify(sql).tree)
-        return session.engine.execute(session._bounded_sql(plan, None)).columns[-1][0]
+        return session.bounded_result(plan).columns[-1][0]
 
     sql = "SELECT COUNT(*) FROM events"
     reference = Session(load_policy(small_policy), "alice")

@@ -103,3 +103,20 @@ def test_unsupported_catalog_queries_do_not_show_the_engine_text(catalog):
     with pytest.raises(Error) as e:
         catalog.answer("SELECT pg_catalog.pg_no_such_function(1) FROM pg_catalog.pg_class", [], None, "dp")
     assert "Catalog Error" not in str(e.value) and "does not exist" not in str(e.value)
+
+
+def test_current_setting_reads_dpsql_settings_and_set_config_cannot_change_them(catalog):
+    from dpsql.errors import ProgrammingError
+    from dpsql.session import Session
+
+    session = Session(catalog.policy, "dp")
+    try:
+        session.execute("SET dpsql.epsilon = 0.25")
+        assert catalog.answer("SELECT current_setting('dpsql.epsilon')", [], session, "dp")[2] == [("0.25",)]
+        with pytest.raises(ProgrammingError, match="set_config") as info:
+            catalog.answer("SELECT set_config('dpsql.epsilon', '0', false)", [], session, "dp")
+        assert info.value.sqlstate == "55P02"
+        assert session.setting("dpsql.epsilon") == "0.25"
+        assert catalog.answer("SELECT set_config('search_path', 'public', false)", [], session, "dp")[2] == [("public",)]
+    finally:
+        session.close()

@@ -62,7 +62,7 @@ def _spent(cur) -> float:
 def _pre_noise(session: Session, sql: str) -> dict[tuple, tuple]:
     stmt = classify(sql)
     plan, _ = session._prepare(stmt.tree, stmt.options)
-    rs = session.engine.execute(session._bounded_sql(plan, None))
+    rs = session.bounded_result(plan)
     n = len(plan.keys)
     return {tuple(r[:n]): tuple(r[n:]) for r in zip(*rs.columns)}
 
@@ -339,7 +339,7 @@ columns.g = { keys = { range = [0, 9] } }
     plan, _ = s._prepare(stmt.tree)
     runs, both, kept = 150, 0, 0
     for _ in range(runs):
-        rs = s.engine.execute(s._bounded_sql(plan, secrets.token_hex(16)))
+        rs = s.bounded_result(plan, secrets.token_hex(16))
         counts = [c // 2 ** plan.measures[0].bits for c in rs.columns[-1]]
         both += sum(c == 2 for c in counts)
         kept += sum(counts)
@@ -458,7 +458,7 @@ def test_units_within_the_row_limit_skip_per_unit_bounding_when_groups_cannot_bi
                 ("gaussian", "SELECT kind, COUNT(*) FROM events GROUP BY kind", 2)):  # 3 keys > max_groups
             s.execute(f"SET dpsql.mechanism = '{mechanism}'")
             plan, _ = s._prepare(classify(text).tree)
-            sql = s._bounded_sql(plan, None)
+            sql = s.bounded_sql(plan)
             assert f"__dpsql_n <= {light}" in sql, sql
             per_unit = s.engine.prepare(rewrite(plan, plan.literal_domain_size(), None, None), owned=True)
             assert "__dpsql_n" not in per_unit

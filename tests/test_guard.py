@@ -23,7 +23,7 @@ def _parts(session, sql, mechanism="laplace"):
     if mechanism == "gaussian":
         session.execute("SET dpsql.delta = 1e-8")
     plan, cal = session._prepare(classify(sql).tree)
-    rs = session.engine.execute(session._bounded_sql(plan, None))
+    rs = session.bounded_result(plan)
     charge = session.ledger.charge(session.user.name, session.budget_policy, cal.cost, sql, {})
     return plan, cal, rs, charge
 

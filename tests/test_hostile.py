@@ -62,6 +62,14 @@ HOSTILE = [
     ("EXPLAIN ANALYZE SELECT COUNT(*) FROM people", "0A000", "EXPLAIN ANALYZE"),
     ("CALL pragma_version()", "42501", "CALL statements are not allowed"),
     ("", "42601", "empty query"),
+    # a chain of ORs nests as deep as it is long: refused by its depth, not by a RecursionError
+    ("SELECT COUNT(*) FROM people WHERE " + " OR ".join(f"age = {i}" for i in range(2400)), "54001",
+     "nested more than 256 deep"),
+    ("SELECT name FROM places ORDER BY (SELECT COUNT(*) FROM events WHERE events.place = places.name)", "0A000",
+     "only in the FROM clause"),
+    ("SELECT name, (SELECT SUM(amount) FROM events WHERE place = name) FROM places", "0A000", "only in the FROM clause"),
+    ("SET SESSION AUTHORIZATION bob", "42501", "stays the analyst who logged in"),
+    ("SET ROLE bob", "42501", "stays the analyst who logged in"),
 ]
 
 
@@ -125,3 +133,19 @@ def test_public_tables_can_be_read_row_by_row(conn):
     assert cur.fetchall() == [("east",), ("north",), ("south",)]
     assert cur.dp is None
     assert conn.session.budget()["queries"] == 0
+
+
+@pytest.mark.parametrize("setting", ["SET dpsql.epsilon = 1e-300", "SET dpsql.epsilon = 1e-17",
+                                     "SET dpsql.delta = 1e-320"])
+def test_extreme_epsilon_or_delta_is_refused_or_answered_never_hangs(conn, setting):
+    """Partition selection's threshold at a scale of 1e300 looped for ever (a float step of 1
+    that changed nothing); at any epsilon or delta the settings admit, it is refused free or
+    answered, and quickly."""
+    cur = conn.cursor()
+    cur.execute(setting)
+    try:
+        cur.execute("SELECT city, COUNT(*) FROM people GROUP BY city")
+        assert conn.session.budget()["queries"] == 1  # answered: charged
+    except dpsql.ProgrammingError as e:
+        assert e.sqlstate == "22003" and "raise epsilon" in str(e), str(e)
+        assert conn.session.budget()["queries"] == 0

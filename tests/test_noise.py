@@ -125,6 +125,17 @@ def test_selection_threshold_bounds_the_release_probability():
         assert q ** (tau - 2) / (1 + q) > d  # and tau is the smallest such threshold
 
 
+def test_selection_threshold_at_extreme_scales_and_deltas_ends_and_stays_safe():
+    """Large scales and deltas below a float's range: log space, a bounded correction loop."""
+    for b, d in ((2.0 ** 52, Fraction(1, 10 ** 330)), (1e12, Fraction(1, 10 ** 8)), (0.5, Fraction(1, 3))):
+        tau = selection_threshold(b, d)
+        # P(Z >= tau - 1) = e^{-(tau-1)/b} / (1 + e^{-1/b}) <= d, compared in log space
+        assert -(tau - 1) / b - math.log1p(math.exp(-1 / b)) <= math.log(d.numerator) - math.log(d.denominator)
+    for b in (2.0 ** 53, math.inf, math.nan, 0.0):
+        with pytest.raises(ValueError):
+            selection_threshold(b, Fraction(1, 10 ** 6))
+
+
 def _noise_through_queries(session, sql: str, runs: int):
     """Released value minus the exact pre-noise value, in the measure's integer units."""
     session.execute("SET dpsql.cache = off")

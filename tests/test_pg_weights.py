@@ -41,9 +41,8 @@ def _scratch_tables(admin: str) -> list[tuple[str, str]]:
 
 def _values(session: Session, text: str) -> tuple[object, list[tuple]]:
     plan, _ = session._prepare(classify(text).tree)
-    sql = session._bounded_sql(plan, None)
     n = len(plan.keys)
-    rows = sorted(r[:n] + r[n + 1:] for r in zip(*session.engine.execute(sql).columns))  # without unit counts
+    rows = sorted(r[:n] + r[n + 1:] for r in zip(*session.bounded_result(plan).columns))  # without unit counts
     return session._weighting(plan), rows
 
 

@@ -51,7 +51,7 @@ def _ledger(tmp_path: Path):
 def _bounded(session: Session, sql: str) -> str:
     stmt = classify(sql)
     plan, _ = session._prepare(stmt.tree, stmt.options)
-    return session._bounded_sql(plan, None)
+    return session.bounded_sql(plan)
 
 
 def test_each_release_of_a_reused_result_is_noised_afresh_and_charged(tmp_path):
@@ -117,12 +117,12 @@ def test_reuse_can_be_turned_off_for_the_session(tmp_path):
     s.engine.execute = lambda sql: ran.append(sql) or execute(sql)
     for _ in range(3):
         s.execute(QUERY)
-    assert len(ran) == 3 and s.engine._reused == {}
+    assert sum("per_group" in q for q in ran) == 3 and s.engine._reused == {}  # (and the domain's keys, once)
     s.execute("RESET dpsql.reuse")
     assert s.execute("SHOW dpsql.reuse").rows == [("on",)]
     for _ in range(3):
         s.execute(QUERY)
-    assert len(ran) == 4  # computed once more, then reused
+    assert sum("per_group" in q for q in ran) == 4  # computed once more, then reused
     s.close()
 
 

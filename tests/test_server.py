@@ -95,6 +95,21 @@ def test_a_multi_statement_string_is_one_planned_batch(serve):
         assert conn.execute("SHOW dpsql.budget").fetchone()[8] == 1  # charged once
 
 
+@pytest.mark.skipif(shutil.which("psql") is None, reason="psql is installed by tests/setup.sh")
+def test_a_mixed_script_sends_the_answers_before_a_failing_statement(serve):
+    """SET, then a DP query, then a row read: not a batch, so the statements run in turn, as on
+    PostgreSQL; the query is charged, so its answer must reach the analyst before the error."""
+    def psql(cmd: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["psql", serve.dsn(), "-X", "-c", cmd], capture_output=True, text=True,
+                              env=serve.env(), timeout=60)
+
+    out = psql("SET dpsql.epsilon = 0.5; SELECT COUNT(*) AS n FROM people; SELECT * FROM people")
+    assert out.returncode != 0 and "ERROR" in out.stderr
+    assert " n \n" in out.stdout and "(1 row)" in out.stdout, out.stdout
+    with psycopg.connect(serve.dsn(), autocommit=True) as conn:
+        assert conn.execute("SHOW dpsql.budget").fetchone()[8] == 1  # the query that ran, charged once
+
+
 def test_wrong_password_and_unknown_user_fail_alike(serve):
     messages = []
     for user, password in (("alice", "wrong"), ("nobody", PASSWORD)):

@@ -524,6 +524,8 @@ class Connection:
             origin = "answered from the cache, free" if result.dp.get("cached") else \
                 f"cost epsilon={cost['epsilon']:g} delta={cost['delta']:g}"
             notices.append(f"dpsql: {origin}; remaining epsilon={left['epsilon']:g} delta={left['delta']:g}")
+        if result.dp and result.dp.get("notice"):
+            notices.append(f"dpsql: {result.dp['notice']}")
         return Answer(fields, result.rows, result.status, notices)
 
     def run_statement(self, sql: str, params: list[Any] | None = None) -> Answer:
@@ -592,12 +594,23 @@ class Connection:
             return Answer([codec.Field(n, o) for n, o in zip(names, oids)], rows, f"SELECT {len(rows)}")
         return self._answer_session(session.execute(sql, params or None))
 
-    def run_script(self, text: str) -> list[Answer]:
+    def run_script(self, text: str) -> tuple[list[Answer], Error | None]:
+        """A simple query's statements: DP queries alone form one batch (planned jointly, refused
+        or charged as a whole); otherwise they run one after another, as PostgreSQL runs them,
+        and a failing statement ends the script with its error after the answers before it (a
+        query that ran was charged: its answer must reach the analyst)."""
         statements = split_statements(text, self.server.policy.limits)
         wire = any(first_word(s) in _WIRE_STATEMENTS for s in statements)
-        if len(statements) > 1 and not wire and not any(is_catalog_query(s) for s in statements):
-            return [self._answer_session(r) for r in self.session.execute_script(text)]
-        return [self.run_statement(s) for s in statements]
+        if (len(statements) > 1 and not wire and not any(is_catalog_query(s) for s in statements)
+                and self.session.batchable(statements)):
+            return [self._answer_session(r) for r in self.session.execute_batch(statements)], None
+        answers: list[Answer] = []
+        for statement in statements:
+            try:
+                answers.append(self.run_statement(statement))
+            except Error as e:
+                return answers, e
+        return answers, None
 
     def describe_statement(self, sql: str, params: list[Any] | None) -> list[codec.Field] | None:
         if first_word(sql) == "FETCH":  # its shape is the cursor's, which a new DECLARE may change
@@ -628,11 +641,13 @@ class Connection:
             self.send(codec.message(b"I"))
             return
         if _session_setting(text, self.server.local_ledger):  # no engine, no waiting: on the loop, no thread hop
-            answers = self.run_script(text)
+            answers, error = self.run_script(text)
         else:
-            answers = await self.run_blocking(self.run_script, text)
+            answers, error = await self.run_blocking(self.run_script, text)
         for a in answers:
             self._send_answer(a, [], 0, 0, describe=True)
+        if error is not None:
+            raise error
 
     def _send_answer(self, a: Answer, formats: list[int], start: int, limit: int, describe: bool) -> int:
         for n in a.notices:

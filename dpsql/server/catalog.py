@@ -525,9 +525,12 @@ class Catalog:
             return exp.Cast(this=exp.Literal.string("2026-01-01 00:00:00+00"), to=exp.DataType.build("TIMESTAMPTZ"))
         args = [a for a in (node.args.get("expressions") or [node.this]) if isinstance(a, exp.Expression)]
         setting = args[0].name.lower() if args and isinstance(args[0], exp.Literal) else ""
+        if name == "set_config" and setting.startswith("dpsql."):  # the budget's settings change through SET only
+            raise ProgrammingError(f"set_config() cannot change {setting}", sqlstate="55P02",
+                                   hint=f"use SET {setting} = ...; SHOW {setting} gives its value")
         if name == "set_config" and len(args) > 1 and isinstance(args[1], exp.Literal):
             return exp.Literal.string(args[1].name)
-        value = session.settings.client.get(setting) if session is not None else None
+        value = session.setting(setting) if session is not None else None
         return exp.Literal.string(value) if value is not None else exp.Null()
 
 

@@ -325,6 +325,11 @@ class _Analysis:
     # The privacy unit ----------------------------------------------------------------------
     def _unit(self) -> tuple[exp.Expression | None, bool, str | None, int, int]:
         private = self.rel.private_sources
+        if not private:  # the private table is read elsewhere: a subquery in SELECT, ORDER BY or HAVING
+            raise unsupported("a private table may be read only in the FROM clause of a DP query",
+                              hint="join the private table in FROM and aggregate it there: "
+                                   "SELECT p.key, COUNT(*) FROM public_table p JOIN private_table t ON t.key = p.key "
+                                   "GROUP BY p.key")
         driver = private[0]
         if driver.table.row_unit:
             if len(private) > 1:

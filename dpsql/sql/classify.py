@@ -74,6 +74,7 @@ _ALLOWED_HINT = ("dpsql answers aggregate SELECT queries (COUNT, SUM, AVG ...) o
                  "SET/SHOW dpsql.* settings and EXPLAIN")
 
 _SET_RE = re.compile(r"^SET\s+(?:SESSION\s+|LOCAL\s+)?([A-Za-z_][\w.]*)\s*(?:=|\bTO\b)\s*(.+?)\s*$", re.I | re.S)
+_SET_ROLE_RE = re.compile(r"^SET\s+(?:SESSION\s+|LOCAL\s+)?(?:ROLE\b|SESSION\s+AUTHORIZATION\b)", re.I)
 _RESET_RE = re.compile(r"^RESET\s+([A-Za-z_][\w.]*|ALL)\s*$", re.I)
 _SHOW_RE = re.compile(r"^SHOW\s+([A-Za-z_][\w.]*|ALL)\s*$", re.I)
 
@@ -213,9 +214,14 @@ def classify_one(text: str, limits: QueryLimits = DEFAULT_LIMITS) -> Statement:
     if body.startswith("("):
         first = "("
     if first == "SET":
+        if _SET_ROLE_RE.match(body):
+            raise forbidden("a connection stays the analyst who logged in: SET ROLE and SET SESSION AUTHORIZATION "
+                            "are not supported", hint="connect as the other analyst, with their own login")
         m = _SET_RE.match(body)
         if not m:
             raise syntax_error("cannot read this SET", hint="write SET name = value, e.g. SET dpsql.epsilon = 0.5")
+        if m.group(2).upper() == "DEFAULT":  # SET x TO DEFAULT is RESET x (a quoted 'default' is a value)
+            return SetCommand(m.group(1).lower(), None)
         return SetCommand(m.group(1).lower(), _unquote(m.group(2)))
     if first == "RESET":
         m = _RESET_RE.match(body)
@@ -294,8 +300,8 @@ def _parse(text: str, limits: QueryLimits) -> exp.Query:
     try:
         tree = sqlglot.parse_one(text, read=READ_DIALECT)
     except RecursionError:
-        raise syntax_error("the statement nests too deeply to read",
-                           hint="simplify the statement, or raise max_tokens in the policy's [limits] section") from None
+        raise syntax_error("the statement nests parentheses or function calls too deeply to read",
+                           hint="simplify the statement (fewer levels of nesting); nothing was run or charged") from None
     except ParseError as e:
         detail = e.errors[0]["description"] if e.errors else str(e)
         raise syntax_error(f"syntax error: {detail}", hint="check the query near the position given") from None

@@ -2,7 +2,8 @@
 
 A statement is refused (nothing charged, no worker held for long) when its text is too long
 (before tokenizing), it has too many tokens (before parsing), or its tree has too many nodes,
-too long an IN list or too deep a nesting of subqueries and CTEs (before analysis); planning
+too long an IN list, too deep a nesting of subqueries and CTEs, or too deep an expression (a
+chain of 2,000 ORs is 2,000 deep, and planning walks trees recursively) (before analysis); planning
 that outruns its time budget is refused before the charge. Every refusal names the limit, its
 value and the policy key that raises it. The limits depend on the policy only.
 """
@@ -28,6 +29,7 @@ class QueryLimits:
     max_nodes: int = 20_000
     max_in_list: int = 1_000
     max_depth: int = 16  # nested subqueries and CTEs
+    max_expression_depth: int = 256  # nodes from the statement's root to its deepest leaf
     planning_seconds: float = 5.0
 
     def text(self, text: str) -> None:
@@ -41,15 +43,23 @@ class QueryLimits:
             raise _limit("54001", f"the statement has {count} tokens; the limit is {self.max_tokens}", "max_tokens")
 
     def tree(self, tree: exp.Expression) -> None:
-        """Nodes, IN-list lengths and nesting depth of a parsed statement, in one walk."""
+        """Nodes, IN-list lengths and expression depth of a parsed statement in one walk (its own
+        stack: a recursive walk would fail on the very trees it must refuse), then nesting depth."""
         nodes = 0
-        for node in tree.walk():
+        stack = [(tree, 1)]
+        while stack:
+            node, depth = stack.pop()
             nodes += 1
             if nodes > self.max_nodes:
                 raise _limit("54001", f"the statement has more than {self.max_nodes} syntax nodes", "max_nodes")
+            if depth > self.max_expression_depth:
+                raise _limit("54001", f"an expression is nested more than {self.max_expression_depth} deep (a long "
+                             "chain of OR, AND or operators nests as deep as it is long; an IN list does not)",
+                             "max_expression_depth")
             if isinstance(node, exp.In) and len(node.expressions) > self.max_in_list:
                 raise _limit("54000", f"an IN list has {len(node.expressions)} items; the limit is {self.max_in_list}",
                              "max_in_list")
+            stack.extend((child, depth + 1) for child in node.iter_expressions())
         depth = _depth(tree)
         if depth > self.max_depth:
             raise _limit("54001", f"subqueries and CTEs are nested {depth} deep; the limit is {self.max_depth}",

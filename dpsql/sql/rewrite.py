@@ -8,7 +8,10 @@ filtered   FROM/JOIN/WHERE, the unit, group keys and per-row measure values: cla
            bounds and converted to fixed point (measures.py), so sums are exact integers;
 ...        the bounding strategy's stages, from filtered to per_group (bounding.py);
 wide<j>    histogram j pivoted to one column per bin;
-final      declared key domains joined in, so empty groups appear with zeros.
+final      each group's totals; over declared keys, only the groups inside the domain. The
+           domain's empty groups are not the engine's work: the session adds them with zeros
+           (empty_groups.py), from the domain the engine lists once per plan (declared_domain),
+           which spares every query a join (a whole stage on Spark).
 """
 
 from __future__ import annotations
@@ -71,7 +74,9 @@ def rewrite(plan: Plan, domain_size: int | None = None, salt: str | None = None,
         wide = [b.col(c, f"w{j}") for j, m in histograms for c in columns(j, m)]
         ctes.append(("per_group", b.select([exp.Column(this=exp.Star(), table=exp.to_identifier("t"))] + wide,
                                            b.table("per_group_totals", "t"), joins=joins)))
-    return b.with_ctes(ctes, _final(plan, keys))
+    final = _final(plan, keys)
+    used = {t.name for _, q in ctes for t in q.find_all(exp.Table)} | {t.name for t in final.find_all(exp.Table)}
+    return b.with_ctes([(name, q) for name, q in ctes if not name.startswith("domain") or name in used], final)
 
 
 def declared_domain(plan: Plan) -> exp.Select:
@@ -98,15 +103,22 @@ def _final(plan: Plan, keys: list[str]) -> exp.Select:
     """Keys and each group's totals as BIGINT: an engine's SUM of BIGINT is wider (DuckDB's
     HUGEINT, PostgreSQL's NUMERIC) and several times slower to hand to Python, and a total
     exceeds 2^63 only past 2^38 rows (per-row bounds are below 2^25), where the cast fails
-    loudly instead of wrapping."""
+    loudly instead of wrapping. Over declared keys, the groups inside the domain only (rows
+    from a weighted copy reach per_group whatever their key)."""
     values = [b.named(b.func("COALESCE", b.cast(b.col("units", "g"), "BIGINT"), 0), "units")]
     values += [b.named(b.func("COALESCE", b.cast(b.col(c, "g"), "BIGINT"), 0), c) for j, m in enumerate(plan.measures)
                for c in columns(j, m)]
-    if keys and plan.declared:
-        on = b.conjunction([exp.EQ(this=b.col(k, "d"), expression=b.col(k, "g")) for k in keys])
-        return b.select([b.col(k, "d") for k in keys] + values, b.subquery(_domains_crossed(len(keys)), "d"),
-                        joins=[b.join(b.table("per_group", "g"), on, kind="LEFT")])
-    return b.select([b.col(k, "g") for k in keys] + values, b.table("per_group", "g"))
+    inside = [_member(b.col(f"k{i}", "g"), k, i) for i, k in enumerate(plan.keys)] if keys and plan.declared else None
+    return b.select([b.col(k, "g") for k in keys] + values, b.table("per_group", "g"), where=inside)
+
+
+def _member(key: exp.Expression, k: GroupKey, i: int) -> exp.Expression:
+    """Whether `key` is in the key's declared domain: a list of the declared values as the
+    engine casts them (a filter, where a semi-join would cost Spark a broadcast job), else a
+    subquery of the domain's CTE (keys from a public table, or an image of declared values)."""
+    if k.domain is not None:
+        return exp.In(this=key, expressions=[row.expressions[0] for row in _values(k.domain, k.type_name).expressions])
+    return exp.In(this=key, query=exp.Subquery(this=b.select([b.col(f"k{i}")], b.table(f"domain{i}"))))
 
 
 def _pivot(j: int, m: Histogram, keys: list[str]) -> exp.Select:
