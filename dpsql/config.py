@@ -128,6 +128,7 @@ class PrivacyPolicy:
     global_budget: BudgetPolicy | None = None
     query_epsilon: Fraction = Fraction(1, 10)
     query_delta: Fraction | None = None
+    max_query_epsilon: Fraction | None = None  # the most one query (or batch) may spend; None: no cap
     mechanism: str = "laplace"
     confidence: float = 0.95
 
@@ -486,11 +487,15 @@ def _window(r: _Reader, default: int | None) -> int | None:
 
 
 def _parse_privacy(r: _Reader) -> PrivacyPolicy:
-    r.unknown_keys({"filter", "epsilon", "delta", "query_epsilon", "query_delta", "mechanism", "confidence",
-                    "delta_reserve", "rdp_order", "global"} | WINDOW_KEYS)
+    r.unknown_keys({"filter", "epsilon", "delta", "query_epsilon", "query_delta", "max_query_epsilon", "mechanism",
+                    "confidence", "delta_reserve", "rdp_order", "global"} | WINDOW_KEYS)
     budget = _parse_budget(r, BudgetPolicy("basic", Fraction(1), Fraction(0), None))
     query_epsilon = r.number("query_epsilon", min(Fraction(1, 10), budget.epsilon), positive=True)
     query_delta = r.number("query_delta", None, minimum=0, maximum=1)
+    max_query_epsilon = r.number("max_query_epsilon", None, positive=True)
+    if max_query_epsilon is not None and max_query_epsilon < query_epsilon:
+        raise r.fail(f"max_query_epsilon = {float(max_query_epsilon):g} is below query_epsilon = {float(query_epsilon):g}",
+                     "a query's default epsilon must be within the cap: lower query_epsilon or raise max_query_epsilon")
     confidence = r.number("confidence", Fraction(95, 100), positive=True)
     if confidence >= 1:
         raise r.fail("confidence must be below 1", "for example confidence = 0.95")
@@ -517,6 +522,7 @@ def _parse_privacy(r: _Reader) -> PrivacyPolicy:
         global_budget=global_budget,
         query_epsilon=query_epsilon,
         query_delta=query_delta,
+        max_query_epsilon=max_query_epsilon,
         mechanism=r.choice("mechanism", "laplace", MECHANISMS),
         confidence=float(confidence),
     )

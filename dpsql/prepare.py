@@ -76,7 +76,7 @@ def prepare(tree: exp.Query, policy: Policy, schema: Mapping[str, Mapping[str, s
     plan = plan_query(tree, policy, schema, s.mechanism, options)
     if isinstance(plan, PublicQuery):
         return plan, None
-    epsilon = s.epsilon if options.epsilon is None else positive(options.epsilon, "epsilon")
+    epsilon = within_cap(policy, s.epsilon if options.epsilon is None else positive(options.epsilon, "epsilon"))
     delta = s.delta if options.delta is None else probability(str(float(options.delta)), "delta")
     domain = plan.literal_domain_size()
     if s.planner == "pld" and len(plan.measures) > 1:
@@ -94,7 +94,20 @@ def prepare(tree: exp.Query, policy: Policy, schema: Mapping[str, Mapping[str, s
     if s.target_error is not None and options.epsilon is None:
         epsilon = epsilon_for_target(plan, s.target_error, delta, s.mechanism, domain, weights, s.confidence,
                                      exact_curve=s.exact_curve)
+        within_cap(policy, epsilon, hint="raise dpsql.target_error: a smaller error costs more epsilon than one "
+                                         "query may spend")
     return plan, calibrate(plan, epsilon, delta, s.mechanism, domain, weights, s.exact_curve)
+
+
+def within_cap(policy: Policy, epsilon: Fraction, hint: str | None = None) -> Fraction:
+    """`epsilon`, refused (free) above the policy's max_query_epsilon: the most one release may
+    spend, so that no single answer is nearly exact however large the analyst's budget."""
+    cap = policy.privacy.max_query_epsilon
+    if cap is not None and epsilon > cap:
+        raise invalid_parameter(f"a query may spend at most epsilon={float(cap):g} (max_query_epsilon in the policy); "
+                                f"this one asks for {float(epsilon):g}",
+                                hint=hint or f"SET dpsql.epsilon = {float(cap):g} or less; nothing was charged")
+    return epsilon
 
 
 def positive(value: str | Fraction, name: str) -> Fraction:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Iterator, Mapping, Sequence
 
+import sqlglot
 from sqlglot import exp
 
 from . import guard, local, plan_cache
@@ -53,6 +54,7 @@ from .prepare import (
     positive,
     prepare,
     probability,
+    within_cap,
 )
 from .release import NoisyTable, key_order, release
 from .sql import build as b
@@ -302,7 +304,7 @@ class Session:
             key = name[len("dpsql."):]
             d = self._defaults()
             if key == "epsilon":
-                s.epsilon = d.epsilon if value is None else positive(value, name)
+                s.epsilon = d.epsilon if value is None else within_cap(self.policy, positive(value, name))
             elif key == "delta":
                 s.delta = d.delta if value is None else probability(value, name)
             elif key == "mechanism":
@@ -719,7 +721,7 @@ class Session:
     def _batch(self, sqls, epsilon, delta, weights) -> list[Result]:
         s = self.settings
         deadline = self.policy.limits.deadline()
-        eps = s.epsilon if epsilon is None else positive(str(epsilon), "epsilon")
+        eps = within_cap(self.policy, s.epsilon if epsilon is None else positive(str(epsilon), "epsilon"))
         dlt = s.delta if delta is None else probability(str(delta), "delta")
         weights = list(weights) if weights is not None else [1.0] * len(sqls)
         if len(weights) != len(sqls) or any(not (w > 0 and math.isfinite(w)) for w in weights):
@@ -749,6 +751,8 @@ class Session:
                                     self.global_budget)
         results = [self._answer(p, q, c, charge, d) for p, q, c, d in zip(plans, bounded, cals, detail["queries"])]
         self.ledger.record_release(charge.id, [r.rows for r in results])
+        for r in results:
+            r.dp["batch"] = len(results)  # each carries the batch's one charge
         return results
 
     def _cache_key(self, tree: exp.Query, options: QueryOptions) -> str:
@@ -786,8 +790,9 @@ class Session:
         f, totals = self.ledger.state(self.user.name, self.budget_policy)
         after = totals.plus(f.usage(cal.cost))
         mechanisms = []
+        scaled_up = 1 / plan.sample_rate if plan.sample_rate else 1.0  # TABLESAMPLE's estimates are divided by the rate
         for m, mn in zip(plan.measures, cal.measures):
-            unit = m.unit_scale
+            unit = m.unit_scale * scaled_up
             mechanisms.append({
                 "measure": m.describe(), "noise": mn.noise.kind, "l1_sensitivity": None if mn.l1 is None else mn.l1 * unit,
                 "l2_sensitivity": math.sqrt(mn.l2_squared) * unit, "scale": mn.noise.scale * unit,
@@ -796,7 +801,9 @@ class Session:
                 "rho": None if mn.rho is None else float(mn.rho)})
         return {
             "public": False,
-            "sql": self.bounded_sql(plan),
+            "sql": _pretty(self.bounded_sql(plan), self.engine.dialect),
+            "sample_rate": plan.sample_rate,
+            "ratios": [e.text for e in plan.estimates if family(e).centred_sum],
             "max_groups_per_unit": cal.groups_per_unit, "max_rows_per_group": plan.max_rows,
             "max_rows_per_unit": plan.total_rows if plan.total_bound else None,
             "mechanisms": mechanisms,
@@ -810,6 +817,7 @@ class Session:
             "admits_more": self._admits_more(f, totals, cal.cost),
             "filter": f.name,
             "remaining_after": {k: float(v) for k, v in f.remaining(after).items()},
+            "remaining_now": {k: float(v) for k, v in f.remaining(totals).items()},
         }
 
     def _admits_more(self, f: Filter, totals: Totals, cost: Cost) -> int:
@@ -820,7 +828,8 @@ class Session:
     def _explain(self, tree: exp.Query, options: QueryOptions | None = None) -> Result:
         info = self.explain_plan(tree, options)
         dp = None if info["public"] else {"cost": info["cost"], "remaining": info["remaining_after"], "explain": True,
-                                          "admits_more": info["admits_more"]}
+                                          "admits_more": info["admits_more"], "admitted": info["admitted"],
+                                          "remaining_now": info["remaining_now"]}
         return Result(["QUERY PLAN"], ["VARCHAR"], [(line,) for line in explain_lines(info)], "EXPLAIN", dp)
 
     def close(self) -> None:
@@ -991,6 +1000,12 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
                  else f"rho {m['rho']:.6g}" if m["rho"] is not None else "PLD-planned")
         lines.append(f"{m['measure']}: {share}, {m['noise']} noise, scale {m['scale']:.6g}, "
                      f"L1 sensitivity {m['l1_sensitivity']:.6g}, {pct} error within ±{m['half_width']:.6g}")
+    if info.get("ratios"):
+        lines.append(f"{', '.join(sorted(set(info['ratios'])))}: a ratio of the noisy totals above to the noisy count, "
+                     "so its error shrinks as its group grows (about ±(total error + |value| × count error) / count)")
+    if info.get("sample_rate"):
+        lines.append(f"TABLESAMPLE: estimates are divided by the rate {info['sample_rate']:g}, and so is the noise "
+                     "above; the sample's own error comes on top (the answer's intervals include both)")
     if info["selection"]:
         sel = info["selection"]
         lines.append(f"partition selection: a group is shown when its noisy unit count (laplace scale {sel['scale']:.6g}) "
@@ -998,6 +1013,15 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
     lines.append("rewritten query:")
     lines.extend(info["sql"].splitlines())
     return lines
+
+
+def _pretty(sql: str, dialect: str) -> str:
+    """The bounded query laid out one clause a line, for people (EXPLAIN): as the engine runs it
+    when the engine's own SQL cannot be read back."""
+    try:
+        return sqlglot.transpile(sql, read=dialect, write=dialect, pretty=True)[0]
+    except sqlglot.errors.SqlglotError:
+        return sql
 
 
 def public_names(tree: exp.Query, engine_names: Sequence[str]) -> list[str]:

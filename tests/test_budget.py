@@ -11,6 +11,7 @@ from dpsql.accounting.cost import Cost
 from dpsql.accounting.filters import BasicFilter, Totals
 from dpsql.accounting.ledger import Ledger
 from dpsql.config import BudgetPolicy
+from dpsql.errors import PolicyError
 
 from .conftest import write_policy
 
@@ -168,3 +169,44 @@ def test_recorded_costs_re_account_as_dp_events(small_policy, tmp_path):
     # discretization, 1e-4 per mechanism here).
     assert abs(accountant.get_epsilon(1e-9) - float(cost.epsilon)) < 1e-3
     conn.close()
+
+
+def _capped(small_policy, cap: str = "2") -> dpsql.Connection:
+    text = small_policy.read_text().replace("query_epsilon = 1.0\n", f"query_epsilon = 1.0\nmax_query_epsilon = {cap}\n")
+    small_policy.write_text(text)
+    return dpsql.connect(small_policy, user="alice")
+
+
+@pytest.mark.parametrize("how", [
+    "SET dpsql.epsilon = 2.5",
+    "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 3) COUNT(*) FROM people",
+    "batch",
+    "target",
+])
+def test_max_query_epsilon_refuses_a_larger_release_free(small_policy, how):
+    """The policy's cap on one release: a SET, a query's own option, a batch or a target error
+    that asks for more is refused, and nothing is charged; up to the cap is answered."""
+    conn = _capped(small_policy)
+    cur = conn.cursor()
+    try:
+        with pytest.raises(dpsql.ProgrammingError, match="at most epsilon=2") as info:
+            if how == "batch":
+                cur.execute_batch(["SELECT COUNT(*) FROM people", "SELECT AVG(age) FROM people"], epsilon=4)
+            elif how == "target":
+                cur.execute("SET dpsql.target_error = 0.001")
+                cur.execute("SELECT COUNT(*) FROM people")
+            else:
+                cur.execute(how)
+        assert info.value.sqlstate == "22023"
+        assert conn.session.budget()["queries"] == 0
+        cur.execute("RESET dpsql.target_error")
+        cur.execute("SET dpsql.epsilon = 2")
+        cur.execute("SELECT COUNT(*) FROM people")
+        assert conn.session.budget()["queries"] == 1
+    finally:
+        conn.close()
+
+
+def test_max_query_epsilon_below_the_default_query_epsilon_is_a_policy_error(small_policy):
+    with pytest.raises(PolicyError, match="max_query_epsilon = 0.5 is below query_epsilon = 1"):
+        _capped(small_policy, "0.5")

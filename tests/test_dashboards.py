@@ -60,3 +60,28 @@ def test_explain_notice_over_the_wire(serve):
         budget = pg.execute("SELECT queries FROM dpsql_budget").fetchone()
     assert budget == (0,)
     assert len(notices) == 1 and "nothing was charged" in notices[0] and "more like it" in notices[0]
+
+
+def test_explain_scales_a_samples_noise_explains_ratios_and_lays_the_sql_out(conn):
+    """Under TABLESAMPLE at 10 % the released counts are divided by 0.1, and so is their noise:
+    EXPLAIN's error is ten times the unsampled one. AVG gets a line of its own, and the bounded
+    query comes one clause a line (psql shows each as a row)."""
+    cur = conn.cursor()
+
+    def explain(sql: str) -> list[str]:
+        cur.execute("EXPLAIN " + sql)
+        return [r[0] for r in cur.fetchall()]
+
+    def count_error(lines: list[str]) -> float:
+        line = next(x for x in lines if x.startswith("COUNT(*)"))
+        return float(line.rsplit("±", 1)[1])
+
+    plain = explain("SELECT sex, COUNT(*), AVG(age) FROM people GROUP BY sex")
+    sampled = explain("SELECT sex, COUNT(*), AVG(age) FROM people TABLESAMPLE BERNOULLI (10) GROUP BY sex")
+    assert count_error(sampled) == pytest.approx(10 * count_error(plain), rel=1e-9)
+    assert any(x.startswith("TABLESAMPLE: estimates are divided by the rate 0.1") for x in sampled)
+    assert not any(x.startswith("TABLESAMPLE") for x in plain)
+    assert any(x.startswith("AVG(age): a ratio of the noisy totals") for x in plain)
+    sql = plain[plain.index("rewritten query:") + 1:]
+    assert len(sql) > 20 and max(len(x) for x in sql) < 200
+    assert conn.session.budget()["queries"] == 0

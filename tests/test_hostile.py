@@ -70,6 +70,8 @@ HOSTILE = [
     ("SELECT name, (SELECT SUM(amount) FROM events WHERE place = name) FROM places", "0A000", "only in the FROM clause"),
     ("SET SESSION AUTHORIZATION bob", "42501", "stays the analyst who logged in"),
     ("SET ROLE bob", "42501", "stays the analyst who logged in"),
+    ("SELECT generate_series(1, 3)", "42501", "function GENERATE_SERIES() is not allowed"),  # not sqlglot's name
+    ("SELECT MIN(city) FROM people GROUP BY sex", "42P22", "people.city is text"),
 ]
 
 
@@ -149,3 +151,9 @@ def test_extreme_epsilon_or_delta_is_refused_or_answered_never_hangs(conn, setti
     except dpsql.ProgrammingError as e:
         assert e.sqlstate == "22003" and "raise epsilon" in str(e), str(e)
         assert conn.session.budget()["queries"] == 0
+
+
+def test_a_cast_with_precision_and_scale_is_answered(conn):
+    cur = conn.cursor()
+    cur.execute("SELECT SUM(CAST(age AS DECIMAL(5, 1))), COUNT(*) FROM people WHERE CAST(sex AS VARCHAR(1)) = 'F'")
+    assert len(cur.fetchall()) == 1 and conn.session.budget()["queries"] == 1

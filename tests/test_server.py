@@ -88,11 +88,26 @@ def test_wire_budget_equals_dbapi_budget(serve, small_policy, tmp_path):
 
 def test_a_multi_statement_string_is_one_planned_batch(serve):
     with psycopg.connect(serve.dsn(), autocommit=True) as conn:
+        notices = []
+        conn.add_notice_handler(lambda d: notices.append(d.message_primary))
         conn.execute("SET dpsql.delta = 1e-6")
         cur = conn.execute("SELECT COUNT(*) FROM people; SELECT kind, COUNT(*) FROM events GROUP BY kind")
         first = cur.fetchall()
         assert len(first) == 1 and cur.nextset() and len(cur.fetchall()) == 3
         assert conn.execute("SHOW dpsql.budget").fetchone()[8] == 1  # charged once
+        assert len(notices) == 2 and all("one charge for this batch of 2 queries" in n for n in notices), notices
+
+
+def test_explain_notice_says_what_is_left_and_whether_the_query_would_run(serve):
+    with psycopg.connect(serve.dsn("bob"), autocommit=True) as conn:  # bob's budget: epsilon 2
+        notices = []
+        conn.add_notice_handler(lambda d: notices.append(d.message_primary))
+        conn.execute("EXPLAIN SELECT COUNT(*) FROM people")
+        conn.execute("SET dpsql.epsilon = 5")
+        conn.execute("EXPLAIN SELECT COUNT(*) FROM people")
+        assert "would cost epsilon=1 " in notices[0] and "more like it" in notices[0], notices
+        assert "would be refused: it costs epsilon=5 delta=0 and epsilon=2 delta=1e-06 is left" in notices[1], notices
+        assert conn.execute("SHOW dpsql.budget").fetchone()[8] == 0
 
 
 @pytest.mark.skipif(shutil.which("psql") is None, reason="psql is installed by tests/setup.sh")
@@ -105,7 +120,8 @@ def test_a_mixed_script_sends_the_answers_before_a_failing_statement(serve):
 
     out = psql("SET dpsql.epsilon = 0.5; SELECT COUNT(*) AS n FROM people; SELECT * FROM people")
     assert out.returncode != 0 and "ERROR" in out.stderr
-    assert " n \n" in out.stdout and "(1 row)" in out.stdout, out.stdout
+    assert out.stdout.splitlines()[:2] == ["SET", "  n  "] and "(1 row)" in out.stdout, out.stdout
+    assert "e.g. SELECT COUNT(*), AVG(age) FROM people" in out.stderr  # the policy's own table in the hint
     with psycopg.connect(serve.dsn(), autocommit=True) as conn:
         assert conn.execute("SHOW dpsql.budget").fetchone()[8] == 1  # the query that ran, charged once
 

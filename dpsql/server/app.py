@@ -514,7 +514,12 @@ class Connection:
         if result.names:
             fields = [codec.Field(n, codec.oid_of(t)) for n, t in zip(result.names, result.types)]
         notices = []
-        if result.dp and result.dp.get("explain"):
+        if result.dp and result.dp.get("explain") and not result.dp.get("admitted", True):
+            cost, now = result.dp["cost"], result.dp["remaining_now"]
+            notices.append(f"dpsql: EXPLAIN only, nothing was charged; running the query would be refused: it costs "
+                           f"epsilon={cost['epsilon']:g} delta={cost['delta']:g} and epsilon={now['epsilon']:g} "
+                           f"delta={now['delta']:g} is left")
+        elif result.dp and result.dp.get("explain"):
             cost, left = result.dp["cost"], result.dp["remaining"]
             notices.append(f"dpsql: EXPLAIN only, nothing was charged; running the query would cost "
                            f"epsilon={cost['epsilon']:g} delta={cost['delta']:g} and leave epsilon={left['epsilon']:g} "
@@ -523,6 +528,8 @@ class Connection:
             cost, left = result.dp["cost"], result.dp["remaining"]
             origin = "answered from the cache, free" if result.dp.get("cached") else \
                 f"cost epsilon={cost['epsilon']:g} delta={cost['delta']:g}"
+            if result.dp.get("batch"):
+                origin = f"one charge for this batch of {result.dp['batch']} queries, {origin}"
             notices.append(f"dpsql: {origin}; remaining epsilon={left['epsilon']:g} delta={left['delta']:g}")
         if result.dp and result.dp.get("notice"):
             notices.append(f"dpsql: {result.dp['notice']}")

@@ -14,7 +14,7 @@ from ..errors import forbidden, unsupported
 # Row-level building blocks: columns, literals, operators, predicates.
 _STRUCTURE = (
     exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Star, exp.Paren, exp.Alias,
-    exp.DataType, exp.Var, exp.Tuple, exp.Interval, exp.Distinct, exp.Ordered,
+    exp.DataType, exp.DataTypeParam, exp.Var, exp.Tuple, exp.Interval, exp.Distinct, exp.Ordered,
     exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv, exp.Neg,
     exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ,
     exp.And, exp.Or, exp.Not, exp.Is, exp.Like, exp.ILike, exp.In, exp.Between,
@@ -55,7 +55,7 @@ def function_name(node: exp.Expression) -> str:
     if isinstance(node, exp.Anonymous):
         return str(node.name).upper()
     if isinstance(node, exp.Func):
-        return node.sql_name()
+        return node.sql_name().removeprefix("EXPLODING_")  # sqlglot's name for a set-returning GENERATE_SERIES
     return type(node).__name__
 
 

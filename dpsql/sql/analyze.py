@@ -10,6 +10,7 @@ so COUNT(x), SUM(x) and AVG(x) in one query share their noisy counts and sums.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
@@ -309,8 +310,11 @@ class _Analysis:
             raise unsupported("several TABLESAMPLE rates in one query", hint="sample one private table")
         self.sample_rate = rates.pop() if rates else None
         if not keys and not any(contains_aggregate(e) for e in tree.expressions):
+            table = self.rel.private_sources[0].table
+            bounded = next((c for c, col in table.columns.items() if col.bounded), None)
+            example = f"SELECT COUNT(*){f', AVG({bounded})' if bounded else ''} FROM {table.name}"
             raise forbidden("selecting rows of a private table is not allowed",
-                            hint="ask for an aggregate instead, e.g. SELECT COUNT(*), AVG(age) FROM patients")
+                            hint=f"ask for an aggregate instead, e.g. {example}")
         outer = OuterQuery(self.tree, self.scope, self.resolver, self.keys, self._estimate)
         post, names = outer.post, outer.names
         if not self.estimates:
@@ -562,22 +566,30 @@ class _Analysis:
     def _unbounded(self, node: exp.Expression, arg: exp.Expression, value: exp.Expression,
                    quantile: str | None = None) -> ProgrammingError:
         text = node.sql(dialect="postgres")
-        how = (f"{quantile} is answered as a DP quantile over the column's declared range"
-               if quantile else "one person's influence on the result is unlimited")
+        how = (f"and {quantile} is answered as a DP quantile over the column's declared range"
+               if quantile else "so one person's influence on the result is unlimited")
         missing = []
         for col in value.find_all(exp.Column):
             src = self._source(col.table)
             if not src.table.column(col.name).bounded:
-                missing.append((src.table.name, col.name))
+                missing.append((src.table.name, col.name, src.columns.get(col.name, "")))
+        if missing and quantile and _TEXTUAL.search(missing[0][2].upper()):
+            return ProgrammingError(f"{text}: {missing[0][0]}.{missing[0][1]} is text, and {quantile} is answered as a "
+                                    "DP quantile, which needs a number or a date", sqlstate="42P22",
+                                    hint=f"to see which of its values occur, ask SELECT {missing[0][1]}, COUNT(*) ... "
+                                         f"GROUP BY {missing[0][1]}")
         if missing:
-            table, column = missing[0]
+            table, column, _ = missing[0]
             fix = (f"declare bounds in the policy: columns.{column} = {{ lower = ..., upper = ... }} in [tables.{table}], "
                    f"or clamp it in the query: LEAST(GREATEST({column}, low), high)")
-            return ProgrammingError(f"{text}: the column {table}.{column} has no declared bounds, and {how}",
+            return ProgrammingError(f"{text}: the column {table}.{column} has no declared bounds, {how}",
                                     sqlstate="42P22", hint=fix)
         return ProgrammingError(f"{text}: cannot derive bounds for {arg.sql(dialect='postgres')}",
                                 sqlstate="42P22",
                                 hint="wrap it in LEAST(GREATEST(expression, low), high), and avoid dividing by a value that may be 0")
+
+
+_TEXTUAL = re.compile(r"CHAR|TEXT|STRING|UUID|ENUM|BLOB|BYTEA")
 
 
 def _fraction(p: exp.Expression, text: str) -> float:
