@@ -61,3 +61,24 @@ def test_keys_alone_under_a_where_clause_are_the_whole_domain_with_a_notice(sess
     plain = session.execute("SELECT DISTINCT kind FROM events")
     assert sorted(plain.rows) == [("a",), ("b",), ("c",)] and plain.dp is None
     assert session.budget()["queries"] == 0
+
+
+@pytest.mark.parametrize("weighted", [True, False])
+def test_rows_outside_the_declared_domain_never_become_a_group(tmp_path, weighted):
+    """'zz' and NULL are not declared keys: a weighted copy's rows are not filtered by key, so
+    their groups reach the session, which drops them; per-query bounding filters them first."""
+    from dpsql.config import load_policy
+    from dpsql.session import Session
+
+    from .conftest import default_people, make_db, write_policy
+
+    events = [(i, ["a", "zz", None][i % 3], 1.0, "north") for i in range(1, 201)]
+    make_db(tmp_path / "db.duckdb", default_people(), events)
+    s = Session(load_policy(write_policy(tmp_path)), "alice")
+    try:
+        if not weighted:
+            s._weighting = lambda plan: None
+        s.execute("SET dpsql.cache = off")
+        assert sorted(r[0] for r in s.execute("SELECT kind, COUNT(*) FROM events GROUP BY kind").rows) == ["a", "b", "c"]
+    finally:
+        s.close()
