@@ -8,6 +8,7 @@ refusal reveals nothing and charges nothing. The plan it returns is frozen.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Mapping
@@ -76,7 +77,8 @@ def prepare(tree: exp.Query, policy: Policy, schema: Mapping[str, Mapping[str, s
     plan = plan_query(tree, policy, schema, s.mechanism, options)
     if isinstance(plan, PublicQuery):
         return plan, None
-    epsilon = within_cap(policy, s.epsilon if options.epsilon is None else positive(options.epsilon, "epsilon"))
+    epsilon = within_cap(policy, s.epsilon if options.epsilon is None
+                         else positive(options.epsilon, "epsilon", "write OPTIONS (epsilon = 0.1)"))
     delta = s.delta if options.delta is None else probability(str(float(options.delta)), "delta")
     domain = plan.literal_domain_size()
     if s.planner == "pld" and len(plan.measures) > 1:
@@ -110,13 +112,27 @@ def within_cap(policy: Policy, epsilon: Fraction, hint: str | None = None) -> Fr
     return epsilon
 
 
-def positive(value: str | Fraction, name: str) -> Fraction:
+def positive(value: str | Fraction, name: str, example: str | None = None) -> Fraction:
+    """`example`: how to write a valid value where it was given (default: a SET)."""
+    example = example or f"SET {name} = 0.1"
     try:
         v = exact(float(value)) if not isinstance(value, Fraction) else value
     except ValueError:
-        raise invalid_parameter(f"invalid value for {name}: {value!r}", hint=f"SET {name} = 0.1") from None
+        raise invalid_parameter(f"invalid value for {name}: {value!r}", hint=example) from None
     if v <= 0:
-        raise invalid_parameter(f"{name} must be greater than 0", hint=f"SET {name} = 0.1")
+        raise invalid_parameter(f"{name} must be greater than 0", hint=example)
+    return v
+
+
+def open_unit(value: str, name: str) -> float:
+    """A probability strictly between 0 and 1 (a confidence level)."""
+    try:
+        v = float(value)
+    except ValueError:
+        v = math.nan
+    if not 0 < v < 1:
+        raise invalid_parameter(f"{name} must be greater than 0 and below 1, not {value!r}",
+                                hint=f"for example SET {name} = 0.95")
     return v
 
 

@@ -50,6 +50,7 @@ from .postprocess import PostProcessor, is_trivial
 from .prepare import (
     CLIENT_SETTINGS,
     Settings,
+    open_unit,
     plan_query,
     positive,
     prepare,
@@ -313,10 +314,7 @@ class Session:
                     raise invalid_parameter(f"invalid value for {name}: {value!r}", hint="use 'laplace' or 'gaussian'")
                 s.mechanism = v
             elif key == "confidence":
-                c = d.confidence if value is None else float(probability(value, name))
-                if not 0 < c < 1:
-                    raise invalid_parameter(f"{name} must be between 0 and 1", hint="for example SET dpsql.confidence = 0.95")
-                s.confidence = c
+                s.confidence = d.confidence if value is None else open_unit(value, name)
             elif key == "cache":
                 s.cache = True if value is None else _boolean(value, name)
             elif key == "reuse":
@@ -721,7 +719,8 @@ class Session:
     def _batch(self, sqls, epsilon, delta, weights) -> list[Result]:
         s = self.settings
         deadline = self.policy.limits.deadline()
-        eps = within_cap(self.policy, s.epsilon if epsilon is None else positive(str(epsilon), "epsilon"))
+        eps = within_cap(self.policy, s.epsilon if epsilon is None
+                         else positive(str(epsilon), "epsilon", "execute_batch(..., epsilon=0.1)"))
         dlt = s.delta if delta is None else probability(str(delta), "delta")
         weights = list(weights) if weights is not None else [1.0] * len(sqls)
         if len(weights) != len(sqls) or any(not (w > 0 and math.isfinite(w)) for w in weights):
