@@ -78,9 +78,12 @@ def test_quantiles_of_heavy_units_and_refusals(hospital):
         hospital.execute("SELECT MEDIAN(age) FROM patients WHERE age > 500")
         nulls += hospital.fetchone() == (None,)
     assert stats.binomtest(nulls, 30, 0.9, alternative="less").pvalue > 1e-6, nulls
+    with pytest.raises(dpsql.ProgrammingError, match="insurance is text, and MAX is answered as a DP quantile") as e:
+        hospital.execute("SELECT MAX(insurance) FROM patients")  # bounds would not help: no quantile of text
+    assert "SELECT insurance, COUNT(*) ... GROUP BY insurance" in e.value.hint
     with pytest.raises(dpsql.ProgrammingError, match="MAX is answered as a DP quantile") as e:
-        hospital.execute("SELECT MAX(insurance) FROM patients")
-    assert "columns.insurance = { lower = ..., upper = ... }" in e.value.hint
+        hospital.execute("SELECT MAX(patient_id) FROM patients")  # a number without bounds: declare them
+    assert "columns.patient_id = { lower = ..., upper = ... }" in e.value.hint
     hospital.execute("SET dpsql.planner = 'pld'")
     with pytest.raises(dpsql.ProgrammingError, match="quantiles cannot be PLD-planned"):
         hospital.execute("SELECT MEDIAN(age), COUNT(*) FROM patients")
