@@ -41,6 +41,8 @@ class PlanCache:
         self.stored: dict[tuple[str, int], tuple[dict[str, str], dict[tuple, str], dict[str, str]]] = {}
         # (public table, column) -> (data version, whether it holds each value once): one entry a column
         self.unique: dict[tuple[str, str], tuple[str, bool]] = {}
+        # (data version, keys' declarations) -> the declared domain's key tuples as the engine lists them
+        self.domains: dict[Hashable, tuple[tuple, ...]] = {}
 
     def plan(self, key: Hashable) -> Any | None:
         with self._lock:
@@ -58,6 +60,12 @@ class PlanCache:
     def bounded(self, plan: Any) -> Bounded | None:
         entry = self._bounded.get(id(plan))
         return entry[1] if entry is not None and entry[0] is plan else None
+
+    def put_domain(self, key: Hashable, tuples: tuple[tuple, ...]) -> None:
+        with self._lock:
+            if len(self.domains) >= self._size:
+                self.domains.clear()
+            self.domains[key] = tuples
 
     def put_bounded(self, plan: Any, bounded: Bounded) -> None:
         with self._lock:

@@ -56,7 +56,9 @@ def rewrite(plan: Plan, domain_size: int | None = None, salt: str | None = None,
     bounding = plan.bounding if weighting is None else weighting
     keys = [f"k{i}" for i in range(len(plan.keys))]
     declared = [(i, k) for i, k in enumerate(plan.keys) if k.declared]
-    ctes = _domain_ctes(declared)
+    # Only per-query bounding (and a split copy's heavy part) filters rows by the domain; a whole
+    # weighted copy's rows are not filtered by key, and the session keeps the domain's groups.
+    ctes = [] if isinstance(weighting, WeightedCopy) else _domain_ctes(declared)
     rows = _rows(plan, salt, weighting)
     if isinstance(weighting, SplitCopy):
         ctes.append(("light", _filtered(plan, rows, weighting, declared, light=True)))
@@ -74,9 +76,7 @@ def rewrite(plan: Plan, domain_size: int | None = None, salt: str | None = None,
         wide = [b.col(c, f"w{j}") for j, m in histograms for c in columns(j, m)]
         ctes.append(("per_group", b.select([exp.Column(this=exp.Star(), table=exp.to_identifier("t"))] + wide,
                                            b.table("per_group_totals", "t"), joins=joins)))
-    final = _final(plan, keys)
-    used = {t.name for _, q in ctes for t in q.find_all(exp.Table)} | {t.name for t in final.find_all(exp.Table)}
-    return b.with_ctes([(name, q) for name, q in ctes if not name.startswith("domain") or name in used], final)
+    return b.with_ctes(ctes, _final(plan, keys))
 
 
 def declared_domain(plan: Plan) -> exp.Select:
