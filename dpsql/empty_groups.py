@@ -1,10 +1,11 @@
 """A grouped query over declared keys releases every group of the domain, whether or not the
-data has rows for it: which groups appear must not depend on the data. The engine returns only
-the groups that have rows (sql/rewrite.py keeps them inside the domain); this adds the others,
-with zero units and zero totals, which is what their bounded aggregates are.
+data has rows for it: which groups appear must not depend on the data. The engine returns the
+groups that have rows (from a weighted copy, whose rows are not filtered by key, groups outside
+the domain too); this keeps those inside the domain and adds the others, with zero units and
+zero totals, which is what their bounded aggregates are.
 
-The domain is the engine's own list of its keys (declared_domain, run once per plan), so each
-key is compared in the engine's representation of it, as a join in the engine would."""
+The domain is the engine's own list of its keys (declared_domain, kept per data version), so
+each key is compared in the engine's representation of it, as a join in the engine would."""
 
 from __future__ import annotations
 

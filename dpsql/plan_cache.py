@@ -42,7 +42,7 @@ class PlanCache:
         # (public table, column) -> (data version, whether it holds each value once): one entry a column
         self.unique: dict[tuple[str, str], tuple[str, bool]] = {}
         # (data version, keys' declarations) -> the declared domain's key tuples as the engine lists them
-        self.domains: dict[Hashable, tuple[tuple, ...]] = {}
+        self.domains: dict[Hashable, Any] = {}
 
     def plan(self, key: Hashable) -> Any | None:
         with self._lock:
@@ -61,11 +61,11 @@ class PlanCache:
         entry = self._bounded.get(id(plan))
         return entry[1] if entry is not None and entry[0] is plan else None
 
-    def put_domain(self, key: Hashable, tuples: tuple[tuple, ...]) -> None:
+    def put_domain(self, key: Hashable, domain: Any) -> None:
         with self._lock:
             if len(self.domains) >= self._size:
                 self.domains.clear()
-            self.domains[key] = tuples
+            self.domains[key] = domain
 
     def put_bounded(self, plan: Any, bounded: Bounded) -> None:
         with self._lock:

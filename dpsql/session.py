@@ -465,9 +465,8 @@ class Session:
         finally:
             if pending is not None:
                 pending.durable()
-        if bounded.domain is not None:
-            rs = with_empty_groups(rs, len(plan.keys), bounded.domain)
-        out = self._post.run(plan.post, release(plan, cal, rs, s.confidence, charge, self.policy))
+        out = self._post.run(plan.post, release(plan, cal, _released_groups(plan, bounded, rs), s.confidence, charge,
+                                                self.policy))
         rows = [tuple(_plain(v) for v in r) for r in out.rows]
         left = charge.filter.remaining(charge.totals)
         dp = {"cost": charge.cost.as_dict(), "remaining": {k: float(v) for k, v in left.items()},
@@ -498,7 +497,8 @@ class Session:
         if salt is not None:
             return Bounded(sql, timeless)
         self._check_post(plan, sql)
-        bounded = Bounded(sql, timeless, self._domain(plan) if plan.keys and plan.declared else None)
+        domain = tuple(zip(*self._domain(plan).columns)) if plan.keys and plan.declared else None
+        bounded = Bounded(sql, timeless, domain)
         self._plans.put_bounded(plan, bounded)
         return bounded
 
@@ -511,18 +511,17 @@ class Session:
         included (tests and audits compare neighbouring datasets on them)."""
         bounded = self._bounded(plan, None)
         rs = self.engine.execute(bounded.sql if salt is None else self._bounded(plan, salt).sql)
-        return rs if bounded.domain is None else with_empty_groups(rs, len(plan.keys), bounded.domain)
+        return _released_groups(plan, bounded, rs)
 
-    def _domain(self, plan: Plan) -> tuple[tuple, ...]:
-        """The key tuples of the plan's declared domain, as the engine casts and lists them:
-        kept per data version and keys' declarations, which the plans of many query texts share
-        (a dashboard's filters change the WHERE clause, not the keys), so that a new text
-        does not build and generate the domain's SQL again (2-4 ms)."""
+    def _domain(self, plan: Plan) -> ResultSet:
+        """The key tuples of the plan's declared domain, as the engine casts and lists them
+        (public data, free): kept per data version and keys' declarations, which the plans of
+        many query texts share (a dashboard's filters change the WHERE clause, not the keys), so
+        that a new text does not build and generate the domain's SQL again (2-4 ms)."""
         key = (self.engine.data_version(), tuple(_declaration(k) for k in plan.keys))
         hit = self._plans.domains.get(key)
         if hit is None:
-            rs = self.engine.execute(self.engine.prepare(declared_domain(plan), owned=True))
-            hit = tuple(zip(*rs.columns)) if rs.row_count else ()
+            hit = self.engine.execute(self.engine.prepare(declared_domain(plan), owned=True))
             self._plans.put_domain(key, hit)
         return hit
 
@@ -614,7 +613,7 @@ class Session:
         if not isinstance(plan, Plan) or not plan.keys or not plan.declared or len(plan.estimates) != 1:
             return None  # more than the probe's COUNT(*): an aggregate sqlglot does not know as one
         with _charge_told("nothing was charged"):
-            rs = self.engine.execute(self.engine.prepare(declared_domain(plan), owned=True))
+            rs = self._domain(plan)
         post = plan.post.copy()
         post.set("expressions", post.expressions[:-1])  # the probe's COUNT(*)
         rows = sorted(zip(*rs.columns), key=key_order)
@@ -1020,6 +1019,11 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
     lines.append("rewritten query:")
     lines.extend(info["sql"].splitlines())
     return lines
+
+
+def _released_groups(plan: Plan, bounded: Bounded, rs: ResultSet) -> ResultSet:
+    """The bounded result as it is noised: over declared keys, exactly the domain's groups."""
+    return rs if bounded.domain is None else with_empty_groups(rs, len(plan.keys), bounded.domain)
 
 
 def _declaration(k: GroupKey) -> tuple:
