@@ -32,6 +32,9 @@ class Serve:
         self.proc = subprocess.Popen([sys.executable, "-m", "dpsql.cli", "serve", "--policy", str(policy), "--ledger",
                                       str(ledger), "--port", str(self.port), *extra],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+        self._lines: list[str] = []
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
@@ -39,9 +42,29 @@ class Serve:
                 return
             except OSError:
                 if self.proc.poll() is not None:
-                    raise RuntimeError(self.proc.stdout.read())
+                    raise RuntimeError(self.output(wait=True))
                 time.sleep(0.05)
         raise RuntimeError("dpsql serve did not start")
+
+    def _drain(self) -> None:
+        """Read the server's output as it comes: a pipe nobody reads would block the server once full,
+        and tests wait for lines such as the announcement."""
+        for line in self.proc.stdout:
+            self._lines.append(line)
+
+    def output(self, wait: bool = False) -> str:
+        """What the server has printed so far (`wait`: all of it, once it has exited)."""
+        if wait:
+            self.proc.wait()
+            self._reader.join(30)
+        return "".join(self._lines)
+
+    def wait_for(self, text: str, seconds: float = 60) -> None:
+        """Until the server has printed `text` (for a supervisor: "serving", once every worker is ready)."""
+        deadline = time.monotonic() + seconds
+        while text not in self.output():
+            assert time.monotonic() < deadline and self.proc.poll() is None, self.output()
+            time.sleep(0.05)
 
     def dsn(self, user: str = "alice", **extra: str) -> str:
         params = {"host": "127.0.0.1", "port": str(self.port), "dbname": "dpsql", "user": user, "password": PASSWORD,
@@ -51,11 +74,10 @@ class Serve:
     def stop(self) -> str:
         self.proc.terminate()
         try:
-            out, _ = self.proc.communicate(timeout=30)
+            self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            out, _ = self.proc.communicate()
-        return out
+        return self.output(wait=True)
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "PGPASSWORD": PASSWORD}

@@ -54,8 +54,10 @@ def _state(pid: int) -> str:
 
 
 def _started(s: Serve, scratch: Path, seconds: float = 60) -> set[int]:
-    """The two workers' pids once both have opened their engines (the port accepts before that:
-    the supervisor binds it first, and connections wait in its queue)."""
+    """The two workers' pids once both have said they are ready and opened their engines (the port
+    accepts before that: the supervisor binds it first, and connections wait in its queue; a worker
+    that dies before it is ready stops the server, as a worker that cannot start does)."""
+    s.wait_for("serving", seconds)
     deadline = time.monotonic() + seconds
     while len(_children(s.proc.pid)) < 2 or len(list(scratch.glob("dpsql-engine-*"))) < 2:
         assert time.monotonic() < deadline and s.proc.poll() is None
@@ -236,7 +238,7 @@ def test_a_worker_that_cannot_start_stops_the_server(small_policy, tmp_path, scr
         try:
             s = Serve(small_policy, tmp_path / "l.sqlite", "--workers", "2", "--http", http)
             assert s.proc.wait(60) == 1
-            out = s.proc.stdout.read()
+            out = s.output(wait=True)
         except RuntimeError as e:  # it stopped before the port could be tried
             out = str(e)
         assert "cannot serve the console" in out and "worker 0 did not start" in out and "Traceback" not in out
