@@ -128,19 +128,8 @@ class Session:
     # Entry point ---------------------------------------------------------------------------
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> Result:
         """Run one statement. Raises dpsql.errors.Error subclasses only."""
-        with self._lock:
-            try:
-                return self._execute(sql, params)
-            except Error:
-                raise
-            except RecursionError:  # a shape the limits let through that a recursive pass cannot walk
-                raise ProgrammingError("the statement nests too deeply to plan", sqlstate="54001",
-                                       hint="simplify the statement, or lower max_expression_depth in the policy's "
-                                            "[limits] section; nothing was released") from None
-            except Exception as e:  # a bug must not leak a traceback or a private value to the client
-                log.exception("internal error while answering a query")  # the operator's log: no row data
-                raise InternalError("internal error while answering the query; nothing was released",
-                                    hint=f"please report it ({type(e).__name__})") from e
+        with self._lock, _no_internals("the query"):
+            return self._execute(sql, params)
 
     def _classify(self, sql: str):
         """classify(), memoised for SELECTs (parsing is pure): a dashboard resends the same text.
@@ -713,15 +702,8 @@ class Session:
                       delta: float | Fraction | None = None, weights: Sequence[float] | None = None) -> list[Result]:
         """Answer several DP queries calibrated jointly by PLD planning, charged once as one
         (ε, δ) release. `weights` (one per query) give a query less noise relative to the others."""
-        with self._lock:
-            try:
-                return self._batch(sqls, epsilon, delta, weights)
-            except Error:
-                raise
-            except Exception as e:
-                log.exception("internal error while answering a batch")
-                raise InternalError("internal error while answering the batch; nothing was released",
-                                    hint=f"please report it ({type(e).__name__})") from e
+        with self._lock, _no_internals("the batch"):
+            return self._batch(sqls, epsilon, delta, weights)
 
     def _batch(self, sqls, epsilon, delta, weights) -> list[Result]:
         s = self.settings
@@ -844,6 +826,25 @@ class Session:
             self.ledger.close()
         if owns_engine:
             self.engine.close()
+
+
+@contextlib.contextmanager
+def _no_internals(what: str) -> Iterator[None]:
+    """Only dpsql's own errors leave a session: a tree too deep for a recursive pass becomes a
+    54001 refusal, and a bug an InternalError whose text carries no traceback and no value (the
+    operator's log has the traceback, without row data)."""
+    try:
+        yield
+    except Error:
+        raise
+    except RecursionError:  # a shape the limits let through that a recursive pass cannot walk
+        raise ProgrammingError("the statement nests too deeply to plan", sqlstate="54001",
+                               hint="simplify the statement, or lower max_expression_depth in the policy's "
+                                    "[limits] section; nothing was released") from None
+    except Exception as e:
+        log.exception("internal error while answering %s", what)
+        raise InternalError(f"internal error while answering {what}; nothing was released",
+                            hint=f"please report it ({type(e).__name__})") from e
 
 
 @contextlib.contextmanager

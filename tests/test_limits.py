@@ -113,3 +113,21 @@ def test_wire_workers_are_not_held(serve):
         t.join(timeout=60)
     assert errors == ["54000"] * 20 and len(answered) == 5
     assert time.monotonic() - start < 30
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["execute", "execute_batch"])
+def test_a_tree_too_deep_for_python_is_refused_not_an_internal_error(small_policy, batch):
+    """With max_expression_depth raised far beyond what a recursive pass can walk, a chain of
+    5,000 ORs reaches Python's recursion limit: a 54001 refusal naming the limit, on both entry
+    points, and nothing charged."""
+    write_policy(small_policy.parent, extra="\n[limits]\nmax_expression_depth = 100000\nmax_nodes = 1000000\nmax_tokens = 1000000\nmax_query_bytes = 10000000\n")
+    conn = dpsql.connect(small_policy, user="alice")
+    sql = "SELECT COUNT(*) FROM people WHERE " + " OR ".join(f"age = {i}" for i in range(5000))
+    with pytest.raises(dpsql.ProgrammingError) as err:
+        if batch:
+            conn.session.execute_batch([sql, "SELECT COUNT(*) FROM people"], epsilon=0.5)
+        else:
+            conn.cursor().execute(sql)
+    assert err.value.sqlstate == "54001" and "max_expression_depth" in err.value.hint
+    assert conn.session.budget()["queries"] == 0
+    conn.close()
