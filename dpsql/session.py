@@ -60,7 +60,7 @@ from .prepare import (
 from .release import NoisyTable, key_order, release
 from .sql import build as b
 from .sql.allowlist import CLOCK_FUNCTIONS
-from .sql.analyze import GroupKey, Plan, PublicQuery, check_rows_query, touches_private
+from .sql.analyze import Plan, PublicQuery, check_rows_query, touches_private
 from .sql.bounding import SplitCopy, WeightedCopy, copy_column, unit_norm
 from .sql.classify import (
     Explain,
@@ -507,7 +507,7 @@ class Session:
         (public data, free): kept per data version and keys' declarations, which the plans of
         many query texts share (a dashboard's filters change the WHERE clause, not the keys), so
         that a new text does not build and generate the domain's SQL again (2-4 ms)."""
-        key = (self.engine.data_version(), tuple(_declaration(k) for k in plan.keys))
+        key = (self.engine.data_version(), tuple(k.declaration() for k in plan.keys))
         hit = self._plans.domains.get(key)
         if hit is None:
             hit = self.engine.execute(self.engine.prepare(declared_domain(plan), owned=True))
@@ -1025,12 +1025,6 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
 def _released_groups(plan: Plan, bounded: Bounded, rs: ResultSet) -> ResultSet:
     """The bounded result as it is noised: over declared keys, exactly the domain's groups."""
     return rs if bounded.domain is None else with_empty_groups(rs, len(plan.keys), bounded.domain)
-
-
-def _declaration(k: GroupKey) -> tuple:
-    """What a declared key's domain depends on (with the data version, for public tables)."""
-    image = None if k.image is None else (k.image.expr.sql(), k.image.values, k.image.type_name)
-    return k.domain, k.domain_table, k.type_name, image
 
 
 def _pretty(sql: str, dialect: str) -> str:

@@ -82,3 +82,15 @@ def test_rows_outside_the_declared_domain_never_become_a_group(tmp_path, weighte
         assert sorted(r[0] for r in s.execute("SELECT kind, COUNT(*) FROM events GROUP BY kind").rows) == ["a", "b", "c"]
     finally:
         s.close()
+
+
+def test_a_declaration_tells_values_of_other_types_apart():
+    """Domains are kept per declaration: [1], [1.0] and [True] on a text key are the groups '1',
+    '1.0' and 'true', so their declarations must differ although the tuples are equal."""
+    from sqlglot import exp
+
+    from dpsql.sql.analyze import GroupKey
+
+    keys = [GroupKey(exp.column("k"), "k", domain=(v,), type_name="VARCHAR") for v in (1, 1.0, True)]
+    assert len({k.declaration() for k in keys}) == 3
+    assert keys[0].declaration() == GroupKey(exp.column("j"), "j", domain=(1,), type_name="VARCHAR").declaration()

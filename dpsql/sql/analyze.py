@@ -75,6 +75,13 @@ class GroupKey:
     def declared(self) -> bool:
         return self.domain is not None or self.domain_table is not None or self.image is not None
 
+    def declaration(self) -> str:
+        """What a declared key's domain depends on (with the data version, for public tables),
+        exactly: a repr, since as tuples the values 1, 1.0 and True are equal, and a VARCHAR key
+        declared [1] must not share the domain of one declared [1.0] ('1' is not '1.0')."""
+        image = None if self.image is None else (self.image.expr.sql(), self.image.values, self.image.type_name)
+        return repr((self.domain, self.domain_table, self.type_name, image))
+
 
 @dataclass(frozen=True)
 class Plan:

@@ -90,7 +90,24 @@ def declared_domain(plan: Plan) -> exp.Select:
 
 def _domain_ctes(keys: list[tuple[int, GroupKey]]) -> list[Stage]:
     """Each declared domain once, as a CTE domain<i>: it filters the rows and supplies empty groups."""
-    return [(f"domain{i}", b.select([exp.Star()], b.subquery(_domain(k, i), f"dd{i}"))) for i, k in keys]
+    return [(f"domain{i}", _domain_cte(i, k)) for i, k in keys]
+
+
+_DOMAINS: dict[tuple[int, str], exp.Select] = {}
+DOMAINS_KEPT = 256
+
+
+def _domain_cte(i: int, key: GroupKey) -> exp.Select:
+    """Built once per position and declaration (the plans of many query texts share their
+    keys; a domain of many values is the largest part of a small bounded query), copied out."""
+    cache_key = (i, key.declaration())
+    tree = _DOMAINS.get(cache_key)
+    if tree is None:
+        tree = b.select([exp.Star()], b.subquery(_domain(key, i), f"dd{i}"))
+        if len(_DOMAINS) >= DOMAINS_KEPT:
+            _DOMAINS.clear()
+        _DOMAINS[cache_key] = tree
+    return tree.copy()
 
 
 def _domains_crossed(n: int) -> exp.Select:
@@ -142,7 +159,7 @@ def _rows(plan: Plan, salt: str | None, weighting: WeightedCopy | SplitCopy | No
         if j in stored:
             items.append(b.named(b.quoted(stored[j], alias), f"v{j}"))
         elif m.value is not None:
-            items.append(b.named(b.neutral(m.row_value()), f"v{j}"))
+            items.append(b.named(_row_value(m), f"v{j}"))
     if whole is not None:
         items.append(b.named(b.col("__dpsql_w", alias), "w"))
     # The weighted copy holds the rows whose unit is not NULL, the only condition it admits.
@@ -156,6 +173,25 @@ def _rows(plan: Plan, salt: str | None, weighting: WeightedCopy | SplitCopy | No
         coin = exp.LT(this=b.anonymous("DPSQL_COIN", plan.unit.copy(), secret), expression=b.node(threshold))
     source, joins = _from(plan.relation, plan.row_id_source, weighting and weighting.table)
     return _Rows(items, where, coin, source, joins)
+
+
+_ROW_VALUES: dict[tuple[type, str], exp.Expression] = {}
+ROW_VALUES_KEPT = 1024
+
+
+def _row_value(m: Measure) -> exp.Expression:
+    """A measure's per-row value in the neutral reading, built once per measure class and exact
+    fields (the repr of its signature, which tells 1 from 1.0 and quoted names' case apart):
+    plans of many query texts share their measures, and building and reading the clamped
+    fixed-point expression again cost every new text about 1 ms."""
+    key = (type(m), repr(m.signature()))
+    tree = _ROW_VALUES.get(key)
+    if tree is None:
+        tree = b.neutral(m.row_value())
+        if len(_ROW_VALUES) >= ROW_VALUES_KEPT:
+            _ROW_VALUES.clear()
+        _ROW_VALUES[key] = tree
+    return tree.copy()
 
 
 def _filtered(plan: Plan, rows: _Rows, weighting: WeightedCopy | SplitCopy | None,
