@@ -68,7 +68,11 @@ class Noise:
 
 
 def _round_up(x: Fraction | float) -> float:
-    f = float(x)
+    """The smallest float >= x; infinity beyond the floats (a scale no query can use: refused)."""
+    try:
+        f = float(x)
+    except OverflowError:
+        return math.inf
     return f if Fraction(f) >= Fraction(x) else math.nextafter(f, math.inf)
 
 

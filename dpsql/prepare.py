@@ -101,9 +101,16 @@ def prepare(tree: exp.Query, policy: Policy, schema: Mapping[str, Mapping[str, s
     return plan, calibrate(plan, epsilon, delta, s.mechanism, domain, weights, s.exact_curve)
 
 
+EPSILON_CEILING = Fraction(10**6)  # e^(1e6): no guarantee is left, and the accountants' exact arithmetic overflows
+
+
 def within_cap(policy: Policy, epsilon: Fraction, hint: str | None = None) -> Fraction:
     """`epsilon`, refused (free) above the policy's max_query_epsilon: the most one release may
     spend, so that no single answer is nearly exact however large the analyst's budget."""
+    if epsilon > EPSILON_CEILING:
+        raise invalid_parameter(f"epsilon={float(epsilon):g} is beyond any privacy guarantee; a query may spend at most "
+                                f"epsilon={float(EPSILON_CEILING):g}",
+                                hint=hint or "SET dpsql.epsilon to a value such as 1 or less; nothing was charged")
     cap = policy.privacy.max_query_epsilon
     if cap is not None and epsilon > cap:
         raise invalid_parameter(f"a query may spend at most epsilon={float(cap):g} (max_query_epsilon in the policy); "

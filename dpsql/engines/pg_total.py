@@ -99,7 +99,7 @@ class _Lowering:
             return "BIGINT"
         if isinstance(node, (exp.Min, exp.Max)):
             return self.type_of(node.this)
-        if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg, exp.Abs, exp.Round, exp.Sum,
+        if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.Neg, exp.Abs, exp.Round, exp.Sum,
                              exp.Avg, exp.Floor, exp.Ceil, exp.Extract, exp.Length, exp.StrPosition, exp.Sign)):
             return "NUMERIC"
         if isinstance(node, (exp.Lower, exp.Upper, exp.Trim, exp.Initcap, exp.Concat, exp.DPipe)):
@@ -183,7 +183,7 @@ class _Lowering:
             case = width_bucket_case(node)
             case.parent = node.parent  # its columns still resolve in the query around it
             return self.total(case)
-        if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)):
+        if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod)):
             return self.arithmetic(node)
         if isinstance(node, exp.Neg):
             return exp.Neg(this=self.as_numeric(node.this))
@@ -221,7 +221,7 @@ class _Lowering:
                 return self.rebuild(node)  # the days or interval between two dates cannot overflow
             raise _refuse(node, "date arithmetic can leave the date range")
         a, b = self.as_numeric(node.this), self.as_numeric(node.expression)
-        if isinstance(node, (exp.Div, exp.Mod)):
+        if isinstance(node, (exp.Div, exp.IntDiv, exp.Mod)):
             b = exp.Nullif(this=b, expression=exp.Literal.number(0))
         out = type(node)(this=a, expression=b)
         if isinstance(node, exp.Div):

@@ -109,7 +109,7 @@ def per_unit_relation(resolver: Resolver, query: exp.Select, ctes: Mapping[str, 
     derived = Derived(rel, unit, out_unit, builder.aggregates, items, having_expr)
     table = TablePolicy(name=f"subquery {alias}", privacy_unit=out_unit, max_groups=1, max_rows=1, columns=policies)
     unit_type = next(s.columns.get(unit.name, "BIGINT") for s in rel.sources if s.alias == unit.table)
-    source = Source(resolver.new_alias(), table, {out_unit: unit_type, **types}, derived=derived)
+    source = resolver.typed(Source(resolver.new_alias(), table, {out_unit: unit_type, **types}, derived=derived))
     columns = {name: source.column(name) for name, _ in items}
     if selected_unit:
         columns = {selected_unit: source.column(selected_unit), **columns}

@@ -24,6 +24,7 @@ from ..errors import (
 )
 from .allowlist import check_tree, contains_aggregate
 from .bounds import UNBOUNDED, Interval
+from .division import integer_division
 
 _SCHEMAS = ("", "public", "main")
 
@@ -119,7 +120,7 @@ class Scope:
                 return resolver.public_subquery(n)
             return n
 
-        return node.copy().transform(replace, copy=False)
+        return integer_division(node.copy().transform(replace, copy=False), resolver.column_type)
 
 
 class Resolver:
@@ -129,6 +130,7 @@ class Resolver:
         self.policy = policy
         self.schema = schema
         self._aliases = itertools.count()
+        self._columns: dict[str, Mapping[str, str]] = {}  # dpsql alias -> column -> type
 
     def base_table(self, node: exp.Table) -> Source:
         if not isinstance(node.this, exp.Identifier):
@@ -139,11 +141,21 @@ class Resolver:
         table = self.policy.table(node.name)
         if table is None or table.name not in self.schema:
             raise undefined_table(node.name)
-        return Source(self.new_alias(), table, self.schema[table.name], _sample_rate(node, table))
+        return self.typed(Source(self.new_alias(), table, self.schema[table.name], _sample_rate(node, table)))
 
     def new_alias(self) -> str:
         """dpsql's own alias for one more source of this query (t0, t1, ...)."""
         return f"t{next(self._aliases)}"
+
+    def typed(self, source: Source) -> Source:
+        """`source`, its column types known to column_type from here on."""
+        self._columns[source.alias] = source.columns
+        return source
+
+    def column_type(self, column: exp.Column) -> str | None:
+        """The type of a resolved column (over a dpsql alias), None when unknown."""
+        columns = self._columns.get(column.table, {})
+        return columns.get(column.name, columns.get(column.name.lower()))
 
     # FROM items --------------------------------------------------------------------------
     def from_clause(self, select: exp.Select, ctes: Mapping[str, exp.Query]) -> tuple[Relation, Scope]:

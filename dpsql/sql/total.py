@@ -67,7 +67,60 @@ def _cannot_fail(node: exp.Expression, types: Mapping[tuple[str, str], str]) -> 
 def total(node: exp.Expression, types: Mapping[tuple[str, str], str] | None = None) -> exp.Expression:
     """Make a row-level expression total: casts become TRY_CAST, and any other engine error
     becomes NULL, so whether a query fails cannot depend on a private value."""
-    return _total(try_casts(node), types or {})
+    return _total(finite(try_casts(node)), types or {})
+
+
+_MATH = (exp.Sqrt, exp.Ln, exp.Log, exp.Exp, exp.Pow)
+# NaN and the infinities pass through these unchanged (or as NaN): one guard at the top of a
+# chain of them covers every math function inside.
+_PROPAGATING = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.Neg, exp.Paren, exp.Abs, exp.Round,
+                exp.Floor, exp.Ceil, *_MATH)
+
+
+def finite(node: exp.Expression) -> exp.Expression:
+    """Where PostgreSQL raises an error (division by zero, the square root or logarithm of a
+    negative number, an overflowing power), DuckDB returns NULL, NaN or an infinity, and NaN
+    compares greater than every number: `WHERE sqrt(x) > 1` would count every row. Each
+    divisor becomes NULLIF(divisor, 0), and the top of each chain of arithmetic holding a math
+    function or a division is NULL where it is not finite, so failing arithmetic is NULL as
+    documented (in place; the caller's copy). The guard refers to its value once (nested
+    NULLIFs: NaN is equal to itself in every engine) and only where a chain ends, so nesting
+    such functions adds to the expression instead of multiplying it."""
+    tops: dict[int, exp.Expression] = {}
+    for n in list(node.find_all(exp.Div, exp.IntDiv, exp.Mod, *_MATH)):
+        if isinstance(n, (exp.Div, exp.IntDiv, exp.Mod)):
+            if _nonzero_number(n.expression):
+                continue  # x / 10: cannot fail, and stays as written
+            n.set("expression", exp.Nullif(this=n.expression, expression=exp.Literal.number(0)))
+        if isinstance(n, (exp.Div, *_MATH)):
+            top = n
+            while top is not node and isinstance(top.parent, _PROPAGATING):
+                top = top.parent
+            tops[id(top)] = top
+    for top in tops.values():
+        if top is node:
+            node = _not_finite_to_null(top)
+        else:
+            spot = exp.Null()
+            top.replace(spot)
+            spot.replace(_not_finite_to_null(top))
+    return node
+
+
+def _nonzero_number(node: exp.Expression) -> bool:
+    while isinstance(node, (exp.Paren, exp.Neg)):
+        node = node.this
+    try:
+        return isinstance(node, exp.Literal) and not node.is_string and float(node.this) != 0
+    except ValueError:
+        return False
+
+
+def _not_finite_to_null(value: exp.Expression) -> exp.Expression:
+    for special in ("Infinity", "-Infinity", "NaN"):
+        value = exp.Nullif(this=value, expression=exp.Cast(this=exp.Literal.string(special),
+                                                           to=exp.DataType.build("DOUBLE")))
+    return value
 
 
 def _total(node: exp.Expression, types: Mapping[tuple[str, str], str]) -> exp.Expression:
