@@ -181,12 +181,12 @@ def check_scales(plan: Plan, measures: Sequence[MeasureNoise]) -> None:
     for m, mn in zip(plan.measures, measures):
         scale = mn.noise.scale
         span = max(abs(m.lower), abs(m.upper))
-        if span > MAX_VALUE or not math.isfinite(scale * m.unit_scale):
+        if span > MAX_VALUE:
             raise ProgrammingError(
                 f"{m.describe()}: its values may reach {span:.3g}, beyond the ±2^53 that sums keep exactly",
                 sqlstate="22003", hint="declare tighter bounds for the value, or clamp it in the query with "
                                        "LEAST(GREATEST(x, low), high); nothing was charged")
-        if not math.isfinite(scale) or scale > MAX_SCALE:
+        if not math.isfinite(scale * m.unit_scale) or scale > MAX_SCALE:
             raise ProgrammingError(
                 f"{m.describe()}: the noise this needs (scale {scale * m.unit_scale:.3g}) is too large to be useful",
                 sqlstate="22003", hint="raise epsilon (SET dpsql.epsilon = 0.1), lower the weight of this query in its "

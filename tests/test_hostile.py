@@ -138,7 +138,7 @@ def test_public_tables_can_be_read_row_by_row(conn):
 
 
 @pytest.mark.parametrize("setting", ["SET dpsql.epsilon = 1e-300", "SET dpsql.epsilon = 1e-17",
-                                     "SET dpsql.delta = 1e-320"])
+                                     "SET dpsql.delta = 1e-320", "SET dpsql.epsilon = 1e-320"])
 def test_extreme_epsilon_or_delta_is_refused_or_answered_never_hangs(conn, setting):
     """Partition selection's threshold at a scale of 1e300 looped for ever (a float step of 1
     that changed nothing); at any epsilon or delta the settings admit, it is refused free or
@@ -151,6 +151,30 @@ def test_extreme_epsilon_or_delta_is_refused_or_answered_never_hangs(conn, setti
     except dpsql.ProgrammingError as e:
         assert e.sqlstate == "22003" and "raise epsilon" in str(e), str(e)
         assert conn.session.budget()["queries"] == 0
+
+
+@pytest.mark.parametrize("sql, sqlstate", [
+    ("SELECT COUNT(*) FROM people WHERE age > 30", "22003"),  # after SET dpsql.epsilon = 1e-320
+    ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1e-320, privacy_unit_column = pid) COUNT(*) FROM people",
+     "22003"),
+    ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1e308, privacy_unit_column = pid) COUNT(*) FROM people",
+     "22023"),
+    ("/* dpsql: weights 1e300, 1e-300 */ SELECT COUNT(*), SUM(age) FROM people WHERE age > 5", "22003"),
+])
+def test_epsilon_beyond_the_floats_is_refused_not_an_overflow(conn, sql, sqlstate):
+    """A subnormal epsilon (or a weight that makes one) needs an infinite noise scale, and an
+    epsilon of 1e308 overflowed the accountants' exact arithmetic: both were internal errors
+    (XX000); now refused with a SQLSTATE and a fix, free."""
+    cur = conn.cursor()
+    if "OPTIONS" not in sql:
+        cur.execute("SET dpsql.epsilon = 1e-320" if "weights" not in sql else "SET dpsql.epsilon = 0.5")
+    with pytest.raises(dpsql.ProgrammingError) as err:
+        cur.execute(sql)
+    assert err.value.sqlstate == sqlstate and "nothing was charged" in (err.value.hint or ""), str(err.value)
+    with pytest.raises(dpsql.ProgrammingError) as err:
+        cur.execute("SET dpsql.epsilon = 1e308")
+    assert err.value.sqlstate == "22023" and "at most" in str(err.value)
+    assert conn.session.budget()["queries"] == 0
 
 
 def test_a_cast_with_precision_and_scale_is_answered(conn):
