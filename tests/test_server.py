@@ -69,6 +69,25 @@ def test_describe_never_charges(serve):
             assert cur.fetchone()[8] == 0
 
 
+def test_limit_and_offset_as_clients_write_them(serve):
+    """SQLAlchemy's .limit(n) sends `LIMIT $1::INTEGER`; asyncpg and node-pg prepare `LIMIT $1`
+    with no parameter type; PostgreSQL also accepts LIMIT ALL and LIMIT NULL (no limit)."""
+    with psycopg.connect(serve.dsn(), autocommit=True) as conn:
+        cases = [("SELECT city, COUNT(*) AS n FROM people GROUP BY city ORDER BY n DESC LIMIT %s::INTEGER", (2,), 2),
+                 ("SELECT city, COUNT(*) AS n FROM people GROUP BY city ORDER BY city LIMIT %s OFFSET %s::BIGINT",
+                  (2, 1), 2),
+                 ("SELECT city, COUNT(*) FROM people GROUP BY city LIMIT ALL", None, 4),
+                 ("SELECT city, COUNT(*) FROM people GROUP BY city LIMIT NULL", None, 4)]
+        for sql, params, rows in cases:
+            assert len(conn.execute(sql, params).fetchall()) == rows
+        conn.pgconn.prepare(b"lim", b"SELECT city, COUNT(*) FROM people GROUP BY city LIMIT $1")
+        desc = conn.pgconn.describe_prepared(b"lim")
+        assert desc.nfields == 2 and desc.nparams == 1 and desc.param_type(0) == 20
+        with pytest.raises(psycopg.errors.InvalidRowCountInLimitClause):
+            conn.execute("SELECT city, COUNT(*) FROM people GROUP BY city LIMIT -1")
+        assert conn.execute("SHOW dpsql.budget").fetchone()[8] == len(cases)
+
+
 def test_wire_budget_equals_dbapi_budget(serve, small_policy, tmp_path):
     queries = ["SELECT COUNT(*) FROM people", "SELECT kind, SUM(amount) FROM events GROUP BY kind",
                "SELECT sex, AVG(age) FROM people WHERE age > 30 GROUP BY sex"]

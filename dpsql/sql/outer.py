@@ -9,6 +9,8 @@ fails to bind there.
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
 from typing import Callable
 
 from sqlglot import exp
@@ -18,6 +20,41 @@ from .allowlist import DP_AGGREGATES, check_node, check_tree, contains_aggregate
 from .scope import Resolver, Scope, output_name
 
 INTERVAL_FUNCTIONS = {"DP_INTERVAL_LOW": "lo", "DP_INTERVAL_HIGH": "hi"}
+
+
+def row_count(value: exp.Expression, clause: str) -> int | None:
+    """A LIMIT or OFFSET as PostgreSQL reads it: a whole number, also cast (`LIMIT $1::INTEGER`,
+    as SQLAlchemy writes it, arrives as `5::INTEGER`; a cast of 2.5 rounds as PostgreSQL's
+    does); None for LIMIT ALL and LIMIT NULL, which mean no limit."""
+    while isinstance(value, exp.Paren):
+        value = value.this
+    if isinstance(value, exp.Null) or isinstance(value, exp.Var) and value.name.upper() == "ALL":
+        return None
+    integer_cast = isinstance(value, (exp.Cast, exp.TryCast)) and value.to.this in exp.DataType.INTEGER_TYPES
+    inner = value.this if integer_cast else value
+    negative = isinstance(inner, exp.Neg)
+    inner = inner.this if negative else inner
+    if isinstance(inner, exp.Null) and integer_cast:
+        return None
+    if isinstance(inner, exp.Literal) and (integer_cast or not inner.is_string):
+        try:
+            number = Fraction(inner.this.strip())
+        except ValueError:
+            number = None
+        if number is not None and (number.denominator == 1 or integer_cast):
+            count = -round_half_away(number) if negative else round_half_away(number)
+            if count < 0:
+                raise ProgrammingError(f"{clause} must not be negative", sqlstate="2201W" if clause == "LIMIT" else "2201X",
+                                       hint=f"write {clause} 10, for example")
+            return count
+    raise unsupported(f"{clause} must be a whole number, not {value.sql(dialect='postgres')[:40]}",
+                      hint=f"write {clause} 10, for example (a cast such as {clause} 10::INTEGER is fine too)")
+
+
+def round_half_away(x: Fraction) -> int:
+    """PostgreSQL's numeric-to-integer rounding: halves away from zero."""
+    n = math.floor(abs(x) + Fraction(1, 2))
+    return n if x >= 0 else -n
 
 
 class OuterQuery:
@@ -72,10 +109,9 @@ class OuterQuery:
         for key in ("limit", "offset"):
             clause = self.tree.args.get(key)
             if clause is not None:
-                value = clause.expression if key == "limit" else clause.expression
-                if not (isinstance(value, exp.Literal) and not value.is_string):
-                    raise unsupported(f"{key.upper()} must be a number")
-                post.set(key, clause.copy())
+                count = row_count(clause.expression, key.upper())
+                if count is not None:
+                    post.set(key, type(clause)(expression=exp.Literal.number(count)))
         return post, names
 
     def _bind(self, node: exp.Expression, key_sql: dict[str, int], aliases: set[str]) -> exp.Expression:
