@@ -7,6 +7,8 @@ without side effects.
 
 from __future__ import annotations
 
+import re
+
 from sqlglot import exp
 
 from ..errors import forbidden, unsupported
@@ -59,6 +61,15 @@ def function_name(node: exp.Expression) -> str:
     return type(node).__name__
 
 
+def written_name(node: exp.Func) -> str:
+    """The function's name as the analyst wrote it in PostgreSQL (TO_DATE, TO_CHAR, NOW...), not
+    sqlglot's internal one (STR_TO_DATE, TIME_TO_STR, CURRENT_TIMESTAMP), for messages."""
+    head = node.sql(dialect="postgres").split("(", 1)[0].strip()
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", head) and not isinstance(node, exp.Anonymous):
+        return head.upper()
+    return function_name(node)
+
+
 # What to write instead of an aggregate that has no DP form: the nearest supported query.
 _NEAREST = {
     (exp.Corr, exp.CovarPop, exp.CovarSamp, exp.RegrSlope):
@@ -84,13 +95,20 @@ def check_node(node: exp.Expression) -> None:
         return
     if isinstance(node, exp.Window):
         raise forbidden("window functions over private rows are not allowed",
-                        hint="aggregate with GROUP BY instead; window functions may be applied to a DP result in an outer query later")
+                        hint="aggregate with GROUP BY first, then apply the window function in an outer query over "
+                             "that result: SELECT k, n, SUM(n) OVER () FROM (SELECT k, COUNT(*) AS n FROM t GROUP BY k) r")
+    if isinstance(node, exp.Exists):
+        raise unsupported("EXISTS (subquery) is not supported in a query over private rows",
+                          hint="join the table instead, or filter with IN over a public table's column")
     if isinstance(node, (exp.AggFunc, exp.GroupConcat, exp.ArrayAgg)):
         nearest = next((hint for kinds, hint in _NEAREST.items() if isinstance(node, kinds)), None)
         raise unsupported(f"the aggregate {node.sql(dialect='postgres')[:60]} has no differentially private form",
                           hint=nearest or f"supported aggregates: {SUPPORTED_AGGREGATES}")
+    if isinstance(node, (exp.RegexpLike, exp.RegexpILike)):
+        raise forbidden("regular expression matching (~, ~*, regexp functions) is not allowed: a pattern can take "
+                        "time that depends on the data", hint="use LIKE or ILIKE with % and _ instead")
     if isinstance(node, exp.Func):
-        raise forbidden(f"function {function_name(node)}() is not allowed",
+        raise forbidden(f"function {written_name(node)}() is not allowed",
                         hint=f"allowed functions: {', '.join(ALLOWED_FUNCTION_NAMES)}")
     raise unsupported(f"{node.sql(dialect='postgres')[:60]!r} ({type(node).__name__}) is not supported here")
 
