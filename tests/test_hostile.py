@@ -39,6 +39,8 @@ HOSTILE = [
     ("SELECT COUNT(*) FROM people WHERE to_char(age, '999') = '1'", "42501", "TO_CHAR() is not allowed"),
     ("SELECT COUNT(*) FROM people WHERE lpad(city, 3, 'x') = 'a'", "42501", "LPAD() is not allowed"),
     ("SELECT COUNT(*) FROM people WHERE city ~ 'a'", "42501", "use LIKE"),
+    ("SELECT COUNT(*) FROM people WHERE date_trunc(city, CURRENT_DATE) IS NOT NULL", "22023", "unit must be a literal"),
+    ("SELECT date_trunc('fortnight', CURRENT_DATE) AS k, COUNT(*) FROM people GROUP BY 1", "22023", "'month'"),
     ("SELECT COUNT(*) FROM people WHERE EXISTS (SELECT 1 FROM places)", "0A000", "EXISTS (subquery) is not supported"),
     ("SELECT COUNT(*) FROM people WHERE getenv('HOME') = 'x'", "42501", "is not allowed"),
     ("SELECT SUM(city) FROM people", "42P22", "no declared bounds"),

@@ -323,8 +323,11 @@ class DuckDBEngine:
             return list(rel.columns), [str(t) for t in rel.types]
         except duckdb.BinderException:
             raise bind_failure() from None
-        except duckdb.Error:
-            raise OperationalError("the query could not be described", sqlstate="XX000") from None
+        except duckdb.Error:  # binding reads no rows: a literal or argument the engine does not accept
+            raise OperationalError("the engine cannot run the query as written: it does not accept one of its "
+                                   "literals or function arguments", sqlstate="22023",
+                                   hint="check the literals and function arguments (a date's format, a unit's "
+                                        "name); nothing was charged") from None
 
     def interrupt(self, thread_ident: int) -> None:
         """Cancel what the engine runs on that thread (CancelRequest)."""

@@ -11,7 +11,7 @@ import re
 
 from sqlglot import exp
 
-from ..errors import forbidden, unsupported
+from ..errors import forbidden, invalid_parameter, unsupported
 
 # Row-level building blocks: columns, literals, operators, predicates.
 _STRUCTURE = (
@@ -61,6 +61,24 @@ def function_name(node: exp.Expression) -> str:
     return type(node).__name__
 
 
+TRUNC_UNITS = ("microseconds", "milliseconds", "second", "minute", "hour", "day", "week", "month", "quarter", "year",
+               "decade", "century", "millennium")
+_TRUNC_SPELLINGS = {u.upper() for u in TRUNC_UNITS} | {"MICROSECOND", "MILLISECOND", "SECONDS", "MINUTES", "HOURS",
+                                                       "DAYS", "WEEKS", "MONTHS", "QUARTERS", "YEARS", "DECADES",
+                                                       "CENTURIES", "MILLENNIA"}
+
+
+def _check_trunc_unit(node: exp.Expression) -> None:
+    """date_trunc's unit is a literal among PostgreSQL's (a column there would make whether the
+    query fails depend on each row's value, and an unknown unit failed in the engine)."""
+    unit = node.args.get("unit")
+    name = unit.name.upper() if isinstance(unit, (exp.Var, exp.Literal)) else None
+    if name not in _TRUNC_SPELLINGS:
+        raise invalid_parameter(f"date_trunc's unit must be a literal such as 'month', not "
+                                f"{unit.sql(dialect='postgres') if unit is not None else 'nothing'}",
+                                hint=f"one of: {', '.join(TRUNC_UNITS)}")
+
+
 def written_name(node: exp.Func) -> str:
     """The function's name as the analyst wrote it in PostgreSQL (TO_DATE, TO_CHAR, NOW...), not
     sqlglot's internal one (STR_TO_DATE, TIME_TO_STR, CURRENT_TIMESTAMP), for messages."""
@@ -91,6 +109,8 @@ _NEAREST = {
 
 def check_node(node: exp.Expression) -> None:
     """Refuse one node that is not allowlisted, with the reason and the nearest allowed form."""
+    if isinstance(node, (exp.DateTrunc, exp.TimestampTrunc)):
+        _check_trunc_unit(node)
     if isinstance(node, _ALLOWED):
         return
     if isinstance(node, exp.Window):
