@@ -100,6 +100,19 @@ class _Sum(Family):
         return vals, [(v - h, v + h) for v in vals]
 
 
+class _WholeSum(_Sum):
+    """SUM of an integer expression (SUM(1), SUM(CASE WHEN c THEN 1 ELSE 0 END), SUM(visits)):
+    PostgreSQL answers a whole number, and BI tools expect one (Tableau's Number of Records).
+    Rounding the noisy sum, and its interval outward, is post-processing."""
+
+    result_type = "BIGINT"
+
+    def estimate(self, plan, est, noisy, noises, confidence):
+        vals, cis = super().estimate(plan, est, noisy, noises, confidence)
+        return ([None if v is None else math.floor(v + 0.5) for v in vals],
+                [None if ci is None else (float(math.floor(ci[0])), float(math.ceil(ci[1]))) for ci in cis])
+
+
 class _Average(Family):
     """A sum centred in the bounds (half the sensitivity of a plain one) over a count."""
 
@@ -248,7 +261,7 @@ class _Quantile(Family):
 
 
 FAMILIES: dict[str, Family] = {
-    "count": _Count(), "units": _UnitCount(), "sum": _Sum(), "avg": _Average(), "distinct": _Distinct(),
+    "count": _Count(), "units": _UnitCount(), "sum": _Sum(), "whole_sum": _WholeSum(), "avg": _Average(), "distinct": _Distinct(),
     "var_pop": _Variance(sample=False, root=False), "var_samp": _Variance(sample=True, root=False),
     "stddev_pop": _Variance(sample=False, root=True), "stddev_samp": _Variance(sample=True, root=True),
     "quantile": _Quantile(), "min": _Quantile(extreme=-1), "max": _Quantile(extreme=1),

@@ -401,6 +401,10 @@ class Session:
         if _reads_budget(tree):
             r = self.budget_result()
             return self._over_rows(tree, BUDGET_RELATION, r.names, r.types, r.rows)
+        if any(t.name.lower() == BUDGET_RELATION for t in tree.find_all(exp.Table)):
+            raise unsupported(f"{BUDGET_RELATION} can only be read on its own, not joined, nested or in a WITH clause",
+                              hint=f"SELECT * FROM {BUDGET_RELATION} (filtering and ordering it is fine), then use "
+                                   "its values in your next query")
         if touches_private(tree, self.policy):
             if schema_probe(tree) is not None:  # a tool asking for the columns: answered free, no rows
                 names, types = self._describe_tree(tree, stmt.options)

@@ -59,6 +59,32 @@ def test_refusal_names_what_is_left(small_policy, tmp_path):
     conn.close()
 
 
+def test_a_delta_above_what_is_left_gets_the_smaller_delta_as_its_fix(conn):
+    """The basic filter's whole delta serves releases: the refusal names what is left and says to
+    SET a smaller delta (it said the budget provided no delta at all, and to edit the policy)."""
+    cur = conn.cursor()
+    cur.execute("SET dpsql.mechanism = gaussian")
+    cur.execute("SET dpsql.delta = 0.5")
+    with pytest.raises(dpsql.BudgetExceeded) as info:
+        cur.execute("SELECT COUNT(*) FROM people")
+    assert "delta=1e-06 left" in str(info.value) and "SET dpsql.delta to at most 1e-06" in info.value.hint
+    cur.execute("SET dpsql.delta = 1e-7")
+    cur.execute("SELECT COUNT(*) FROM people")
+    assert conn.session.budget()["queries"] == 1
+
+
+@pytest.mark.parametrize("sql", ["SELECT * FROM dpsql_budget b JOIN people p ON true",
+                                 "WITH x AS (SELECT * FROM dpsql_budget) SELECT * FROM x",
+                                 "SELECT COUNT(*) FROM people WHERE age < (SELECT epsilon_remaining FROM dpsql_budget)"])
+def test_dpsql_budget_is_read_on_its_own(conn, sql):
+    cur = conn.cursor()
+    with pytest.raises(dpsql.Error) as info:
+        cur.execute(sql)
+    assert info.value.sqlstate == "0A000" and "on its own" in str(info.value)
+    cur.execute("SELECT epsilon_remaining FROM dpsql_budget")
+    assert cur.fetchone()[0] > 0 and conn.session.budget()["queries"] == 0
+
+
 def test_cache_answers_repeats_for_free(conn):
     cur = conn.cursor()
     cur.execute("SELECT sex, COUNT(*) FROM people GROUP BY sex")

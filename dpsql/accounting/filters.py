@@ -209,8 +209,11 @@ class BasicFilter(Filter):
     def admits(self, totals: Totals) -> bool:
         return totals.epsilon <= self.epsilon and totals.delta <= self.delta
 
+    def delta_left(self, totals: Totals) -> Fraction:
+        return max(ZERO, self.delta - totals.delta)  # all of δ_g is for the releases' own δ
+
     def remaining(self, totals: Totals) -> dict[str, Fraction]:
-        return {"epsilon": max(ZERO, self.epsilon - totals.epsilon), "delta": max(ZERO, self.delta - totals.delta)}
+        return {"epsilon": max(ZERO, self.epsilon - totals.epsilon), "delta": self.delta_left(totals)}
 
     def spent_text(self, totals: Totals) -> str:
         return (f"spent epsilon={show(totals.epsilon)} of {show(self.epsilon)}, "

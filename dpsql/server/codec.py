@@ -314,6 +314,8 @@ def decode_param(raw: bytes | None, oid: int, fmt: int) -> Any:
             return _PG_EPOCH_DT + datetime.timedelta(microseconds=struct.unpack("!q", raw)[0])
         if oid == NUMERIC:
             return _numeric_from_binary(raw)
+        if oid in ARRAY_OIDS:
+            return _array_text(_array_from_binary(raw))
         return raw.decode("utf-8")
     text = raw.decode("utf-8")
     try:
@@ -332,6 +334,34 @@ def decode_param(raw: bytes | None, oid: int, fmt: int) -> Any:
     except ValueError:
         raise ValueError(f"invalid input for a parameter of type {TYPE_NAMES.get(oid, oid)}: {text!r}") from None
     return text
+
+
+# Arrays a client may send in binary (psycopg's %b with a list, asyncpg always): one-dimensional.
+ARRAY_OIDS = frozenset(_ARRAY_OF.values()) | {1015, 1021, 1182, 1115, 1185, 1231}
+
+
+def _array_from_binary(raw: bytes) -> list:
+    """A one-dimensional binary array's elements (each decoded by its element type), read the
+    way the text path reads '{a,b}': the same parameter becomes the same array literal."""
+    try:
+        ndim, _, elem_oid = struct.unpack_from("!iii", raw)
+        if ndim == 0:
+            return []
+        if ndim != 1:
+            raise ValueError("only one-dimensional arrays can be parameters")
+        count, _ = struct.unpack_from("!ii", raw, 12)
+        at, values = 20, []
+        for _ in range(count):
+            (size,) = struct.unpack_from("!i", raw, at)
+            at += 4
+            if size < 0:
+                values.append(None)
+                continue
+            values.append(decode_param(raw[at:at + size], elem_oid, 1))
+            at += size
+        return values
+    except struct.error:
+        raise ValueError("a binary array parameter is malformed") from None
 
 
 def _numeric_from_binary(raw: bytes) -> decimal.Decimal:

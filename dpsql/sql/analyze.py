@@ -30,6 +30,7 @@ from .allowlist import (
 )
 from .bounding import Bounding, L2Clip, TotalCap, choose
 from .bounds import Interval, interval
+from .division import integral
 from .domains import Image, column_values, image, literal_domain
 from .measures import COUNT_BITS, Count, Histogram, Measure, Sum, Units
 from .options import QueryOptions
@@ -475,6 +476,8 @@ class _Analysis:
         if isinstance(node, SPREAD_AGGREGATES) and self.sample_rate:
             raise unsupported(f"{text}: variance under TABLESAMPLE is not supported yet")
         func = SPREAD_FUNCTIONS.get(type(node), "sum" if isinstance(node, exp.Sum) else "avg")
+        if func == "sum" and integral(value, self.resolver.column_type):
+            func = "whole_sum"  # an integer SUM is a whole number in PostgreSQL: rounded after the noise
         return self._add(func, text, value, bounds.lo, bounds.hi)
 
     def _add(self, func: str, text: str, value: exp.Expression | None = None, lower: float = 0.0,

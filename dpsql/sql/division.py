@@ -25,7 +25,7 @@ def integer_division(node: exp.Expression, column_type: ColumnType) -> exp.Expre
     """`node` with each integer-by-integer `/` replaced by IntDiv (in place; `node` is the
     caller's own copy). All divisions are decided before any is replaced, so a chain such as
     a / b / c is judged on the analyst's tree."""
-    divisions = [d for d in node.find_all(exp.Div) if d.args.get("typed") and _integral(d, column_type)]
+    divisions = [d for d in node.find_all(exp.Div) if d.args.get("typed") and integral(d, column_type)]
     for d in divisions:
         replacement = exp.IntDiv(this=d.this, expression=d.expression)
         if d is node:
@@ -35,10 +35,10 @@ def integer_division(node: exp.Expression, column_type: ColumnType) -> exp.Expre
     return node
 
 
-def _integral(node: exp.Expression, column_type: ColumnType) -> bool:
+def integral(node: exp.Expression, column_type: ColumnType) -> bool:
     """Whether PostgreSQL types `node` as an integer (smallint, integer or bigint)."""
     if isinstance(node, (exp.Paren, exp.Neg, exp.Abs)):
-        return _integral(node.this, column_type)
+        return integral(node.this, column_type)
     if isinstance(node, exp.Literal):
         return not node.is_string and node.this.isdigit() and int(node.this) <= _INT8_MAX
     if isinstance(node, exp.Column):
@@ -48,7 +48,7 @@ def _integral(node: exp.Expression, column_type: ColumnType) -> bool:
     if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Mod, exp.Div)):
         if isinstance(node, exp.Div) and not node.args.get("typed"):
             return False
-        return _integral(node.this, column_type) and _integral(node.expression, column_type)
+        return integral(node.this, column_type) and integral(node.expression, column_type)
     if isinstance(node, exp.IntDiv):
         return True
     if isinstance(node, exp.Count):
@@ -57,9 +57,9 @@ def _integral(node: exp.Expression, column_type: ColumnType) -> bool:
         branches = [i.args["true"] for i in node.args.get("ifs") or []]
         default = node.args.get("default")
         branches += [default] if default is not None else []
-        return bool(branches) and all(isinstance(b, exp.Null) or _integral(b, column_type) for b in branches)
+        return bool(branches) and all(isinstance(b, exp.Null) or integral(b, column_type) for b in branches)
     if isinstance(node, (exp.Coalesce, exp.Greatest, exp.Least)):
-        return all(_integral(a, column_type) for a in [node.this, *node.expressions])
+        return all(integral(a, column_type) for a in [node.this, *node.expressions])
     return False
 
 
