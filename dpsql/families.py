@@ -99,6 +99,18 @@ class _Sum(Family):
         vals = [s * unit for s in noisy[est.total]]
         return vals, [(v - h, v + h) for v in vals]
 
+    def estimate(self, plan, est, noisy, noises, confidence):
+        """A sum of values that are never negative (or never positive) keeps that sign: a noisy
+        total below zero is moved to zero, with its interval (post-processing, and closer)."""
+        vals, cis = super().estimate(plan, est, noisy, noises, confidence)
+        if est.lower >= 0:
+            return ([None if v is None else max(0.0, v) for v in vals],
+                    [None if ci is None else (max(0.0, ci[0]), max(0.0, ci[1])) for ci in cis])
+        if est.upper <= 0:
+            return ([None if v is None else min(0.0, v) for v in vals],
+                    [None if ci is None else (min(0.0, ci[0]), min(0.0, ci[1])) for ci in cis])
+        return vals, cis
+
 
 class _WholeSum(_Sum):
     """SUM of an integer expression (SUM(1), SUM(CASE WHEN c THEN 1 ELSE 0 END), SUM(visits)):

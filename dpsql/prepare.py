@@ -40,7 +40,7 @@ CLIENT_SETTINGS = {
     "standard_conforming_strings": "on", "client_min_messages": "notice", "bytea_output": "hex",
     "lock_timeout": "0", "idle_in_transaction_session_timeout": "0", "default_transaction_isolation": "read committed",
     "transaction_isolation": "read committed", "default_transaction_read_only": "on", "transaction_read_only": "on",
-    "server_version": "15.0", "server_encoding": "UTF8", "integer_datetimes": "on", "max_identifier_length": "63",
+    "server_version": "15.0", "server_version_num": "150000", "server_encoding": "UTF8", "integer_datetimes": "on", "max_identifier_length": "63",
     "is_superuser": "off", "jit": "off", "geqo": "on", "lc_messages": "C", "lc_monetary": "C", "lc_numeric": "C",
     "lc_time": "C", "row_security": "on", "session_authorization": "",
 }

@@ -90,7 +90,7 @@ log = logging.getLogger("dpsql")
 
 STATEMENT_CACHE_SIZE = 256  # query texts whose parse a session keeps
 
-_READ_ONLY = {"server_version", "server_encoding", "integer_datetimes", "max_identifier_length", "is_superuser",
+_READ_ONLY = {"server_version", "server_version_num", "server_encoding", "integer_datetimes", "max_identifier_length", "is_superuser",
               "session_authorization"}
 
 

@@ -63,6 +63,19 @@ def test_statistics_reveal_nothing(catalog):
     assert "privacy unit id" in rows[0][0]
 
 
+def test_datetime_precision_and_what_is_missing(catalog):
+    """Npgsql reads information_schema.columns.datetime_precision; a catalog query that reaches
+    what is not emulated names it (only a name the query itself spells is echoed)."""
+    from dpsql.errors import Error
+
+    _, _, rows = catalog.answer("SELECT column_name, datetime_precision FROM information_schema.columns "
+                                "WHERE table_name = 'people' ORDER BY ordinal_position", [], None, "dp")
+    assert rows == [("id", None), ("name", None), ("age", None), ("city", None)]
+    with pytest.raises(Error) as info:
+        catalog.answer("SELECT attfoo FROM pg_catalog.pg_attribute", [], None, "dp")
+    assert info.value.sqlstate == "0A000" and "(attfoo)" in str(info.value)
+
+
 def test_the_catalog_cannot_reach_data(catalog):
     from dpsql.errors import Error
 

@@ -155,7 +155,7 @@ TABLES: dict[str, list[tuple[str, int]]] = {
     "is_columns": [("table_catalog", c.NAME), ("table_schema", c.NAME), ("table_name", c.NAME), ("column_name", c.NAME),
                    ("ordinal_position", c.INT4), ("column_default", c.TEXT), ("is_nullable", c.TEXT),
                    ("data_type", c.TEXT), ("character_maximum_length", c.INT4), ("numeric_precision", c.INT4),
-                   ("numeric_scale", c.INT4), ("udt_name", c.NAME)],
+                   ("numeric_scale", c.INT4), ("udt_name", c.NAME), ("datetime_precision", c.INT4)],
     "is_views": [("table_catalog", c.NAME), ("table_schema", c.NAME), ("table_name", c.NAME), ("view_definition", c.TEXT)],
     "is_table_constraints": [("constraint_name", c.NAME), ("table_schema", c.NAME), ("table_name", c.NAME),
                              ("constraint_type", c.TEXT)],
@@ -354,7 +354,8 @@ class Catalog:
         self._insert("is_schemata", [(self.database, "public", "dpsql"), (self.database, "pg_catalog", "dpsql"),
                                      (self.database, "information_schema", "dpsql")])
         self._insert("pg_settings", [(k, v, None, "dpsql", "", "user", "string", "default")
-                                     for k, v in sorted({"server_version": "15.0", "server_encoding": "UTF8",
+                                     for k, v in sorted({"server_version": "15.0", "server_version_num": "150000",
+                                                         "server_encoding": "UTF8",
                                                          "client_encoding": "UTF8", "standard_conforming_strings": "on",
                                                          "max_identifier_length": "63", "integer_datetimes": "on",
                                                          "TimeZone": "UTC", "DateStyle": "ISO, MDY"}.items())])
@@ -390,7 +391,8 @@ class Catalog:
                 out["pg_description"].append((oid, 1259, num, column_comments[col]))
             out["is_columns"].append((self.database, space_name, name, col, num, None, "YES",
                                       c.TYPE_NAMES.get(typ, "text"), None, None, None,
-                                      next((t[1] for t in BASE_TYPES if t[0] == typ), "text")))
+                                      next((t[1] for t in BASE_TYPES if t[0] == typ), "text"),
+                                      _DATETIME_PRECISION.get(typ)))
         return out
 
     def _insert(self, table: str, rows: list[tuple]) -> None:
@@ -426,8 +428,9 @@ class Catalog:
         except duckdb.Error as e:
             # The emulation holds no data, but an engine's text is never a client's business.
             log.info("catalog query not supported (%s): %s", type(e).__name__, str(e).splitlines()[0])
+            missing = _missing_name(str(e).splitlines()[0], sql)
             raise Error("catalog query not supported: it uses a catalog table, column or function dpsql does not "
-                        "emulate", sqlstate="0A000",
+                        "emulate" + (f" ({missing})" if missing else ""), sqlstate="0A000",
                         hint="dpsql answers catalog queries from an emulation of PostgreSQL's catalog "
                              "(tables, columns, types, comments); please report the client and the query") from None
         finally:
@@ -532,6 +535,19 @@ class Catalog:
             return exp.Literal.string(args[1].name)
         value = session.setting(setting) if session is not None else None
         return exp.Literal.string(value) if value is not None else exp.Null()
+
+
+_DATETIME_PRECISION = {c.DATE: 0, c.TIME: 6, c.TIMESTAMP: 6, c.TIMESTAMPTZ: 6, c.INTERVAL: 6}
+
+
+def _missing_name(message: str, sql: str) -> str | None:
+    """The table, column or function an engine message says is missing, when the client's own
+    query spells it (so that nothing but the client's words is echoed)."""
+    for found in re.findall(r'"([^"]{1,63})"|with name ([A-Za-z_][A-Za-z0-9_]{0,62})', message):
+        name = found[0] or found[1]
+        if name and name.lower() in sql.lower():
+            return name
+    return None
 
 
 def _bottom_up(node: exp.Expression, fn) -> exp.Expression:
