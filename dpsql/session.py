@@ -435,6 +435,10 @@ class Session:
                                        self.global_budget)
         charge = pending.admitted()  # a refusal raises here, before the engine runs
         result = self._answer(plan, bounded, cal, charge, detail, pending)
+        dropped = [_unqualified_sql(k.expr) for k in plan.keys if k.declared and _null_by_construction(k.expr)]
+        if dropped:
+            result.dp["notice"] = (f"rows where {' or '.join(dropped)} is NULL are in no group: a declared domain "
+                                   "holds values, not NULL; to count them, give them a value, e.g. COALESCE(key, 'none')")
         # what left, as it left: the audit log and the console's history show it with its intervals
         self.ledger.record_release(charge.id, {"names": result.names, "rows": result.rows,
                                                "ci": (result.dp or {}).get("ci"),
@@ -954,6 +958,19 @@ def budget_summary(policy: Policy, ledger: Ledger, user: str, detail: bool = Tru
 
 
 BUDGET_RELATION = "dpsql_budget"  # SELECT ... FROM dpsql_budget: SHOW dpsql.budget as a relation, free
+
+
+def _unqualified_sql(expr: exp.Expression) -> str:
+    """An expression as the analyst wrote it, without dpsql's table aliases (t0.age -> age)."""
+    plain = expr.transform(lambda n: exp.column(n.name) if isinstance(n, exp.Column) else n)
+    return plain.sql(dialect="postgres")[:80]
+
+
+def _null_by_construction(expr: exp.Expression) -> bool:
+    """A key expression written to yield NULL for some rows (a NULL branch, NULLIF, a CASE
+    without ELSE): PostgreSQL would show a NULL group, which a declared domain leaves out."""
+    return any(isinstance(n, (exp.Null, exp.Nullif)) or isinstance(n, exp.Case) and n.args.get("default") is None
+               for n in expr.walk())
 
 
 def _reads_budget(tree: exp.Query) -> bool:

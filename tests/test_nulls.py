@@ -33,3 +33,14 @@ def test_per_unit_aggregates_skip_nulls(hospital):
     hospital.execute("SELECT AVG(a) FROM (SELECT patient_id, AVG(CASE WHEN cost > 5000 THEN cost END) AS a "
                      "FROM visits GROUP BY patient_id) s")
     assert hospital.fetchone()[0] == pytest.approx(truth, rel=0.01)
+
+
+def test_a_key_made_null_by_the_query_gets_a_notice(conn):
+    """A declared domain holds values, not NULL: rows whose key the query itself makes NULL (a
+    NULL branch, NULLIF) are in no group, as the NOTICE says; a plain key gets none."""
+    cur = conn.cursor()
+    cur.execute("SELECT NULLIF(sex, 'F') AS s, COUNT(*) FROM people GROUP BY 1")
+    assert [r[0] for r in cur.fetchall()] == ["M"]
+    assert "NULLIF(sex, 'F') is NULL are in no group" in cur.dp["notice"]
+    cur.execute("SELECT sex, COUNT(*) FROM people GROUP BY sex")
+    assert "notice" not in cur.dp
