@@ -76,6 +76,14 @@ def test_datetime_precision_and_what_is_missing(catalog):
     assert info.value.sqlstate == "0A000" and "(attfoo)" in str(info.value)
 
 
+def test_pg_get_keywords_as_dbeaver_asks(catalog):
+    _, _, rows = catalog.answer("select string_agg(word,',') from pg_catalog.pg_get_keywords()", [], None, "dp")
+    words = rows[0][0].split(",")
+    assert {"select", "from", "where"} <= set(words)
+    _, _, rows = catalog.answer("SELECT word, catcode FROM pg_get_keywords() k WHERE word = 'select'", [], None, "dp")
+    assert rows == [("select", "R")]
+
+
 def test_the_catalog_cannot_reach_data(catalog):
     from dpsql.errors import Error
 

@@ -49,6 +49,9 @@ DATABASE_OID = 16384
 
 # (column, PostgreSQL type OID). DuckDB storage types follow from the OID.
 TABLES: dict[str, list[tuple[str, int]]] = {
+    # a set-returning function read as a table (DBeaver asks for the keywords on connect)
+    "pg_get_keywords": [("word", c.TEXT), ("catcode", c.CHAR), ("barelabel", c.BOOL), ("catdesc", c.TEXT),
+                        ("baredesc", c.TEXT)],
     "pg_namespace": [("oid", c.OID), ("nspname", c.NAME), ("nspowner", c.OID), ("nspacl", c.ACLITEM_ARRAY)],
     "pg_class": [("oid", c.OID), ("relname", c.NAME), ("relnamespace", c.OID), ("reltype", c.OID), ("reloftype", c.OID),
                  ("relowner", c.OID), ("relam", c.OID), ("relfilenode", c.OID), ("reltablespace", c.OID),
@@ -278,6 +281,8 @@ def is_catalog_query(sql: str) -> bool:
         db = t.db.lower()
         if db in ("pg_catalog", "information_schema") or (not db and t.name.lower() in TABLES):
             return True
+        if isinstance(t.this, exp.Anonymous) and t.this.name.lower() in TABLES:
+            return True
     for f in tree.find_all(exp.Func):
         name = _func_name(f)
         if name in _SESSION_FUNCTIONS or name in _REWRITTEN_FUNCTIONS or name in FUNCTION_TYPES and name.startswith(("pg_", "has_")):
@@ -351,6 +356,13 @@ class Catalog:
                                       "FUNCTION", c.TYPE_NAMES.get(p[3], "text"),
                                       next((t[1] for t in BASE_TYPES if t[0] == p[3]), "text"), "EXTERNAL", None, "C",
                                       "YES", "INVOKER") for p in procs])
+        categories = {"reserved": ("R", "reserved"), "unreserved": ("U", "unreserved"),
+                      "column_name": ("C", "unreserved (cannot be function or type name)"),
+                      "type_function": ("T", "reserved (can be function or type name)")}
+        keywords = self._con.execute("SELECT keyword_name, keyword_category FROM duckdb_keywords() ORDER BY 1").fetchall()
+        self._insert("pg_get_keywords", [(word, *categories.get(kind, ("U", "unreserved"))[:1], True,
+                                          categories.get(kind, ("U", "unreserved"))[1], "can be bare label")
+                                         for word, kind in keywords])
         self._insert("is_schemata", [(self.database, "public", "dpsql"), (self.database, "pg_catalog", "dpsql"),
                                      (self.database, "information_schema", "dpsql")])
         self._insert("pg_settings", [(k, v, None, "dpsql", "", "user", "string", "default")
@@ -465,6 +477,12 @@ class Catalog:
             return new
 
         def visit(node: exp.Expression) -> exp.Expression:
+            if isinstance(node, exp.Table) and isinstance(node.this, exp.Anonymous) and node.this.name.lower() in TABLES:
+                name = node.this.name.lower()  # pg_get_keywords(): the table of its rows
+                if node.args.get("alias") is None:
+                    node = node.copy()
+                    node.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
+                return point(node, name)
             if isinstance(node, exp.Table) and not isinstance(node.this, exp.Identifier) and node.db.lower() == "pg_catalog":
                 node = node.copy()
                 node.set("db", None)
