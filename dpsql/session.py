@@ -430,6 +430,11 @@ class Session:
                 return self._from_cache(cached)
         detail = _detail(plan, cal)
         bounded = self._bounded(plan, None)  # an engine's refusal comes before the charge
+        if bounded.domain == ():  # every declared key tuple is NULL or filtered out: nothing to release, free
+            names, types = self._describe_tree(tree, stmt.options)
+            return Result(names, types, [], "SELECT 0",
+                          {"notice": "the group keys' declared values give no group under this expression (each "
+                                     "becomes NULL), so nothing was released or charged"})
         self._deadline.check()
         pending = self.ledger.charging(self.user.name, self.budget_policy, cal.cost, stmt.sql, detail,
                                        self.global_budget)

@@ -94,3 +94,13 @@ def test_a_declaration_tells_values_of_other_types_apart():
     keys = [GroupKey(exp.column("k"), "k", domain=(v,), type_name="VARCHAR") for v in (1, 1.0, True)]
     assert len({k.declaration() for k in keys}) == 3
     assert keys[0].declaration() == GroupKey(exp.column("j"), "j", domain=(1,), type_name="VARCHAR").declaration()
+
+
+def test_no_group_under_the_expression_is_answered_free(conn):
+    """CAST(sex AS INT) turns every declared key into NULL: the domain, listed from the policy
+    before the charge, is empty, so the answer is known without the data: empty, and free."""
+    cur = conn.cursor()
+    cur.execute("SELECT CAST(sex AS INT) AS s, COUNT(*) FROM people GROUP BY 1")
+    assert cur.fetchall() == [] and [d[0] for d in cur.description] == ["s", "count"]
+    assert "nothing was released or charged" in cur.dp["notice"]
+    assert conn.session.budget()["queries"] == 0
