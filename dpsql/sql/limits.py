@@ -43,13 +43,19 @@ class QueryLimits:
             raise _limit("54001", f"the statement has {count} tokens; the limit is {self.max_tokens}", "max_tokens")
 
     def tree(self, tree: exp.Expression) -> None:
-        """Nodes, IN-list lengths and expression depth of a parsed statement in one walk (its own
-        stack: a recursive walk would fail on the very trees it must refuse), then nesting depth."""
-        nodes = 0
-        stack = [(tree, 1)]
+        """Nodes, IN-list lengths, expression depth and (without CTEs) nesting depth of a parsed
+        statement in one walk (its own stack: a recursive walk would fail on the very trees it must
+        refuse); a statement with CTEs has its nesting measured through their chains after it."""
+        nodes, selects, has_cte = 0, 0, False
+        stack = [(tree, 1, 0)]
         while stack:
-            node, depth = stack.pop()
+            node, depth, nested = stack.pop()
             nodes += 1
+            if isinstance(node, exp.Select):
+                nested += 1
+                selects = max(selects, nested)
+            elif isinstance(node, exp.CTE):
+                has_cte = True
             if nodes > self.max_nodes:
                 raise _limit("54001", f"the statement has more than {self.max_nodes} syntax nodes", "max_nodes")
             if depth > self.max_expression_depth:
@@ -59,8 +65,8 @@ class QueryLimits:
             if isinstance(node, exp.In) and len(node.expressions) > self.max_in_list:
                 raise _limit("54000", f"an IN list has {len(node.expressions)} items; the limit is {self.max_in_list}",
                              "max_in_list")
-            stack.extend((child, depth + 1) for child in node.iter_expressions())
-        depth = _depth(tree)
+            stack.extend((child, depth + 1, nested) for child in node.iter_expressions())
+        depth = _depth(tree) if has_cte else selects  # without CTEs, nesting is how deep SELECTs nest
         if depth > self.max_depth:
             raise _limit("54001", f"subqueries and CTEs are nested {depth} deep; the limit is {self.max_depth}",
                          "max_depth")
