@@ -310,7 +310,7 @@ class Session:
                 s.reuse = True if value is None else _boolean(value, name)
             elif key == "target_error":
                 off = value is None or value.strip().lower() in ("0", "off", "none", "default")
-                s.target_error = None if off else float(positive(value, name))
+                s.target_error = None if off else float(positive(value, name, f"SET {name} = 50, or off"))
             elif key == "planner":
                 v = (value or "filter").lower()
                 if v not in ("filter", "pld"):
