@@ -90,6 +90,10 @@ log = logging.getLogger("dpsql")
 
 STATEMENT_CACHE_SIZE = 256  # query texts whose parse a session keeps
 
+# The session's own settings (SET, SHOW, current_setting), named once for the hints that list them.
+DP_SETTINGS = ("dpsql.epsilon", "dpsql.delta", "dpsql.mechanism", "dpsql.confidence", "dpsql.cache", "dpsql.reuse",
+               "dpsql.planner", "dpsql.target_error")
+
 _READ_ONLY = {"server_version", "server_version_num", "server_encoding", "integer_datetimes", "max_identifier_length", "is_superuser",
               "session_authorization"}
 
@@ -324,9 +328,7 @@ class Session:
             s.client[name] = CLIENT_SETTINGS[name] if value is None else value
             return Result(status="RESET" if value is None else "SET")
         raise forbidden(f'setting "{name}" cannot be changed through dpsql',
-                        hint="the engine's settings are fixed; dpsql.epsilon, dpsql.delta, dpsql.mechanism, "
-                             "dpsql.confidence, dpsql.cache, dpsql.reuse, dpsql.planner and dpsql.target_error "
-                             "are yours to set")
+                        hint=f"the engine's settings are fixed; {', '.join(DP_SETTINGS)} are yours to set")
 
     def setting(self, name: str) -> str | None:
         """A setting's value as SHOW gives it (current_setting() reads it too); None if unknown."""
@@ -335,6 +337,7 @@ class Session:
         return self._dp_settings().get(name)
 
     def _dp_settings(self) -> dict[str, str]:
+        """Every dpsql.* setting and its value, in DP_SETTINGS' order."""
         s = self.settings
         return {"dpsql.epsilon": show(s.epsilon), "dpsql.delta": show(s.delta), "dpsql.mechanism": s.mechanism,
                 "dpsql.confidence": repr(s.confidence), "dpsql.cache": "on" if s.cache else "off",
@@ -1161,5 +1164,5 @@ def _boolean(value: str, name: str) -> bool:
 
 def _unknown_setting(name: str) -> ProgrammingError:
     return ProgrammingError(f'unrecognized configuration parameter "{name}"', sqlstate="42704",
-                            hint="dpsql settings: dpsql.epsilon, dpsql.delta, dpsql.mechanism, dpsql.confidence, dpsql.target_error, "
-                                 "dpsql.cache, dpsql.reuse; SHOW dpsql.budget shows your remaining budget")
+                            hint=f"dpsql settings: {', '.join(DP_SETTINGS)}; SHOW dpsql.budget shows your remaining "
+                                 "budget")
