@@ -98,3 +98,15 @@ def test_nested_guards_do_not_multiply_the_expression(session):
     roots = sql.upper().count("SQRT(")
     assert roots in (30, 60)  # once per copy of the WHERE clause (a split weighted copy has two)
     assert len(sql) < 20_000
+
+
+def test_arithmetic_on_released_integers_divides_as_postgresql(conn):
+    """The outer query's `/` over released integers (COUNT, a SUM of integers, an integer key)
+    truncates too, as it would over PostgreSQL's bigint results; AVG stays a double."""
+    cur = conn.cursor()
+    cur.execute("SELECT COUNT(*) / 1000 AS thousands, COUNT(*) / 2 AS half, AVG(age) / 2 AS a FROM people")
+    (thousands, half, a), = cur.fetchall()
+    assert thousands == 0 and isinstance(half, int) and isinstance(a, float)
+    assert [d[1] for d in cur.description] == ["BIGINT", "BIGINT", "DOUBLE"]
+    cur.execute("SELECT pid / 100 AS b, COUNT(*) FROM people GROUP BY 1 HAVING COUNT(*) / 1000 = 0 ORDER BY b")
+    assert [r[0] for r in cur.fetchall()][:2] == [0, 1]  # (2: one person, below the selection threshold)

@@ -30,7 +30,7 @@ from .allowlist import (
 )
 from .bounding import Bounding, L2Clip, TotalCap, choose
 from .bounds import Interval, interval
-from .division import integral
+from .division import integer_division, integral
 from .domains import Image, column_values, image, literal_domain
 from .measures import COUNT_BITS, Count, Histogram, Measure, Sum, Units
 from .options import QueryOptions
@@ -329,6 +329,7 @@ class _Analysis:
             raise forbidden("a query over private tables must compute at least one aggregate",
                             hint="add COUNT(*) to see the groups; group keys alone would reveal which exist")
         self._share_sums()
+        post = integer_division(post, self._noisy_column_type)  # COUNT(*) / 2 as PostgreSQL divides it
         return Plan(relation=rel, unit=unit, unit_in_hash=unit_in_hash, row_id_source=row_id_source, keys=keys,
                     measures=self.measures, estimates=self.estimates, post=post, output_names=names,
                     max_groups=max_groups, max_rows=max_rows, bounding=bounding, sample_rate=self.sample_rate,
@@ -443,6 +444,19 @@ class _Analysis:
                 return i
         self.measures.append(m)
         return len(self.measures) - 1
+
+    def _noisy_column_type(self, column: exp.Column) -> str | None:
+        """The type of a column of the noisy table the outer query reads: an estimate a<i> has its
+        family's result type, a key k<j> is BIGINT when PostgreSQL types its expression as an
+        integer (other keys' types do not matter to a division)."""
+        name = column.name
+        if name[:1] in ("a", "k") and name[1:].isdigit():
+            i = int(name[1:])
+            if name[0] == "a" and i < len(self.estimates):
+                return family(self.estimates[i]).result_type
+            if name[0] == "k" and i < len(self.keys) and integral(self.keys[i].expr, self.resolver.column_type):
+                return "BIGINT"
+        return None
 
     def _estimate(self, node: exp.Expression) -> int:
         if isinstance(node, exp.Filter):
