@@ -201,10 +201,11 @@ class _Variance(Family):
 
 
 class _Distinct(Family):
-    """Declared keys whose noisy row count clears the noise level (one count's half-width).
-    Interval: with every key's noise within h' (the half-width at 1 - alpha / K, a union
-    bound), a key whose noisy count reaches h' is present and a present key's noisy count
-    exceeds -h'; so [#(count >= h'), #(count > -h')] holds at the confidence level."""
+    """Declared keys whose noisy row count clears the noise level (one count's half-width, and
+    at least 1/2). Interval: with every key's noise within h' (the half-width at 1 - alpha / K,
+    a union bound), a key whose noisy count exceeds max(h', 1/2) is present (an absent key's is
+    at most h') and a present key's noisy count exceeds -h' (it is at least 1 - h'); so
+    [#(count > max(h', 1/2)), #(count > -h')] holds at the confidence level."""
 
     result_type = "BIGINT"
 
@@ -215,13 +216,16 @@ class _Distinct(Family):
     def exact(self, plan, est, noisy, noises, confidence):
         m = plan.measures[est.count]
         scale = m.unit_scale
-        h = noises[est.count].half_width(confidence) * scale
+        # A present key has a count of at least 1, an absent one 0: a key counts when its noisy
+        # count is above the noise level and above 1/2 (with little noise the half-width is 0,
+        # and every absent key's count of exactly 0 would have reached it).
+        h = max(noises[est.count].half_width(confidence) * scale, 0.5)
         h_all = noises[est.count].half_width(1 - (1 - confidence) / m.bins) * scale
         vals, cis = [], []
         for g in range(len(noisy[est.count][0]) if noisy[est.count] else 0):
             counts = [b[g] * scale for b in noisy[est.count]]
-            vals.append(sum(c >= h for c in counts))
-            cis.append((float(sum(c >= h_all for c in counts)), float(sum(c > -h_all for c in counts))))
+            vals.append(sum(c > h for c in counts))
+            cis.append((float(sum(c > max(h_all, 0.5) for c in counts)), float(sum(c > -h_all for c in counts))))
         return vals, cis
 
 

@@ -180,3 +180,21 @@ def test_setting_hints_list_every_dpsql_setting(conn):
         with pytest.raises(dpsql.Error) as info:
             cur.execute(sql)
         assert all(name in info.value.hint for name in DP_SETTINGS)
+
+
+def test_fetch_first_and_a_failing_cast_of_a_noisy_value(conn):
+    """FETCH FIRST [n] ROW(S) ONLY is a LIMIT (it was an internal error); a cast of a noisy value
+    that fails (a sum of about a million to SMALLINT) is NULL instead of an error after the
+    charge, which lost the charged answer."""
+    cur = conn.cursor()
+    cur.execute("SELECT sex, COUNT(*) FROM people GROUP BY sex ORDER BY sex FETCH FIRST ROW ONLY")
+    assert [r[0] for r in cur.fetchall()] == ["F"]
+    cur.execute("SELECT sex, COUNT(*) FROM people GROUP BY sex ORDER BY sex OFFSET 1 ROWS FETCH NEXT 5 ROWS ONLY")
+    assert [r[0] for r in cur.fetchall()] == ["M"]
+    with pytest.raises(dpsql.Error) as info:
+        cur.execute("SELECT sex, COUNT(*) FROM people GROUP BY sex ORDER BY sex FETCH FIRST 1 ROWS WITH TIES")
+    assert info.value.sqlstate == "0A000"
+    cur.execute("SELECT SUM(age * 100)::smallint AS s, COUNT(*)::int AS n FROM people")
+    (s, n), = cur.fetchall()
+    assert s is None and isinstance(n, int)
+    assert conn.session.budget()["queries"] == 3

@@ -89,6 +89,18 @@ def test_quantiles_of_heavy_units_and_refusals(hospital):
         hospital.execute("SELECT MEDIAN(age), COUNT(*) FROM patients")
 
 
+@pytest.mark.parametrize("epsilon", [50, 200])
+def test_count_distinct_counts_no_absent_key_however_small_the_noise(hospital, epsilon):
+    """No patient is over 200: no sex is present. With little noise the half-width rounds to 0,
+    and absent keys' counts of exactly 0 reached it (the answer grew with epsilon: 3 at 5). At
+    these epsilons the discrete noise is 0 but with probability below e^-40: exact answers."""
+    hospital.execute(f"SET dpsql.epsilon = {epsilon}")
+    hospital.execute("SELECT COUNT(DISTINCT sex) AS s FROM patients WHERE age > 200")
+    assert hospital.fetchall() == [(0,)] and hospital.dp["ci"]["s"] == [(0.0, 0.0)]
+    hospital.execute("SELECT COUNT(DISTINCT sex) AS s FROM patients")
+    assert hospital.fetchall() == [(3,)] and hospital.dp["ci"]["s"] == [(3.0, 3.0)]
+
+
 def test_count_distinct_over_declared_keys(hospital):
     """Every diagnosis occurs thousands of times: all 12 clear the noise level; the interval holds 12."""
     hospital.execute("SELECT region, COUNT(DISTINCT diagnosis) AS d FROM visits JOIN patients USING (patient_id) "

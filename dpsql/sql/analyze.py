@@ -44,6 +44,7 @@ from .scope import (
     conjuncts,
     output_name,
 )
+from .total import try_casts
 
 MAX_DISTINCT_KEYS = 256  # declared keys a COUNT(DISTINCT column) may count
 
@@ -329,7 +330,10 @@ class _Analysis:
             raise forbidden("a query over private tables must compute at least one aggregate",
                             hint="add COUNT(*) to see the groups; group keys alone would reveal which exist")
         self._share_sums()
-        post = integer_division(post, self._noisy_column_type)  # COUNT(*) / 2 as PostgreSQL divides it
+        # COUNT(*) / 2 as PostgreSQL divides it; a cast of a noisy value that fails (SUM(x)::smallint
+        # out of range) is NULL, as at row level: the outer query runs after the charge, and must
+        # not lose a charged answer.
+        post = try_casts(integer_division(post, self._noisy_column_type))
         return Plan(relation=rel, unit=unit, unit_in_hash=unit_in_hash, row_id_source=row_id_source, keys=keys,
                     measures=self.measures, estimates=self.estimates, post=post, output_names=names,
                     max_groups=max_groups, max_rows=max_rows, bounding=bounding, sample_rate=self.sample_rate,

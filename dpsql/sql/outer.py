@@ -108,7 +108,15 @@ class OuterQuery:
             post.set("order", exp.Order(expressions=ordered))
         for key in ("limit", "offset"):
             clause = self.tree.args.get(key)
-            if clause is not None:
+            if isinstance(clause, exp.Fetch):  # FETCH FIRST [n] ROW(S) ONLY: a LIMIT (n defaults to 1)
+                options = clause.args.get("limit_options")
+                if options is not None and (options.args.get("with_ties") or options.args.get("percent")):
+                    raise unsupported("FETCH FIRST ... WITH TIES or PERCENT is not supported",
+                                      hint="use FETCH FIRST n ROWS ONLY, or LIMIT n")
+                count = row_count(clause.args.get("count") or exp.Literal.number(1), "FETCH FIRST")
+                if count is not None:
+                    post.set("limit", exp.Limit(expression=exp.Literal.number(count)))
+            elif clause is not None:
                 count = row_count(clause.expression, key.upper())
                 if count is not None:
                     post.set(key, type(clause)(expression=exp.Literal.number(count)))
