@@ -110,3 +110,12 @@ def test_arithmetic_on_released_integers_divides_as_postgresql(conn):
     assert [d[1] for d in cur.description] == ["BIGINT", "BIGINT", "DOUBLE"]
     cur.execute("SELECT pid / 100 AS b, COUNT(*) FROM people GROUP BY 1 HAVING COUNT(*) / 1000 = 0 ORDER BY b")
     assert [r[0] for r in cur.fetchall()][:2] == [0, 1]  # (2: one person, below the selection threshold)
+
+
+def test_a_measure_of_failing_arithmetic_sums_nothing(session):
+    """POWER(-age, 0.5) is NaN in DuckDB; LEAST/GREATEST clamped it to 1 for every row, so the
+    SUM counted 200. It is NULL as documented, and a NULL adds nothing to a sum."""
+    (_, values), = _pre_noise(session, "SELECT SUM(LEAST(GREATEST(POWER(-age, 0.5), 0), 1)) FROM people").items()
+    assert values[-1] == 0
+    (_, values), = _pre_noise(session, "SELECT COUNT(sqrt(age - 200)) FROM people").items()
+    assert values[-1] == 0

@@ -19,7 +19,7 @@ from sqlglot import exp
 
 from . import build as b
 from .build import dtype
-from .total import clamp, total, try_casts, try_wrap
+from .total import clamp, finite, total, try_casts, try_wrap
 
 FIXED_POINT_DIGITS = 24  # binary digits kept of the largest per-row magnitude
 COUNT_BITS = 10  # fractional binary digits of counts when a unit's groups are scaled down
@@ -258,7 +258,7 @@ def _as_double(value: exp.Expression) -> exp.Expression:
     double = dtype("DOUBLE")
     if isinstance(value, exp.Column):
         return exp.TryCast(this=value.copy(), to=double)
-    return try_wrap(exp.Cast(this=try_casts(value), to=double))
+    return try_wrap(exp.Cast(this=finite(try_casts(value)), to=double))  # NaN/infinity: NULL, not a bound
 
 
 def sum_measure(value: exp.Expression, lower: float, upper: float, centre: float, own_norm: bool = False) -> Sum:
