@@ -240,11 +240,9 @@ class Session:
         stmt = classify(sql, self.policy.limits)
         if isinstance(stmt, (SetCommand, TransactionCommand)):
             return None
-        if isinstance(stmt, ShowCommand):
-            if stmt.name == "dpsql.budget":
-                r = self.budget_result()
-                return r.names, r.types
-            return ([stmt.name.split(".", 1)[-1] if stmt.name.startswith("dpsql.") else stmt.name], ["VARCHAR"])
+        if isinstance(stmt, ShowCommand):  # SHOW's own answer (free, no data): Describe matches it, SHOW ALL too
+            r = self._show(stmt.name)
+            return r.names, r.types
         if isinstance(stmt, Explain):
             return ["QUERY PLAN"], ["VARCHAR"]
         if isinstance(stmt, ViewCommand):

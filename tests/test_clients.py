@@ -31,6 +31,28 @@ def test_asyncpg(serve):
     assert budget["queries"] == 3
 
 
+def test_asyncpg_after_a_refused_copy_and_show_all(serve):
+    """asyncpg sends COPY FROM STDIN's data right behind the query: once dpsql refuses the COPY,
+    the stray CopyData/CopyDone are ignored, as PostgreSQL does (answering them left the
+    connection dead); SHOW ALL over the extended protocol has the columns its Describe gave."""
+    asyncpg = pytest.importorskip("asyncpg")
+
+    async def main():
+        conn = await asyncpg.connect(host="127.0.0.1", port=serve.port, user="alice", password=PASSWORD,
+                                     database="dpsql", ssl=False)
+        try:
+            with pytest.raises(asyncpg.PostgresError) as info:
+                await conn.copy_records_to_table("places", records=[("x", "y")])
+            assert info.value.sqlstate == "0A000"
+            settings = await conn.fetch("SHOW ALL")
+            assert any(r[0] == "dpsql.epsilon" for r in settings)
+            return await conn.fetchval("SELECT COUNT(*) FROM people")
+        finally:
+            await conn.close()
+
+    assert asyncio.run(main()) is not None
+
+
 def test_pg8000(serve):
     pg8000 = pytest.importorskip("pg8000.native")
     conn = pg8000.Connection("alice", host="127.0.0.1", port=serve.port, database="dpsql", password=PASSWORD)

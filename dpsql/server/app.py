@@ -490,7 +490,8 @@ class Connection:
                 elif kind == b"C":
                     self.close_object(codec.Reader(body))
                 elif kind in (b"d", b"c", b"f"):
-                    raise Error("COPY is not supported", sqlstate="0A000")
+                    continue  # CopyData/Done/Fail outside COPY: ignored, as PostgreSQL does (a client sends
+                    # them right behind a COPY FROM STDIN that was refused; answering them desynchronised asyncpg)
                 else:
                     raise codec.ProtocolError(f"unexpected message type {kind!r}")
             except codec.ProtocolError as e:  # PostgreSQL's answer to a malformed message: FATAL, then close
