@@ -868,7 +868,7 @@ def _charge_told(status: str) -> Iterator[None]:
     try:
         yield
     except OperationalError as e:
-        if e.sqlstate not in ("XX000", "42883"):
+        if e.sqlstate not in ("XX000", "42883", "57014"):  # 57014: cancelled while the engine ran
             raise
         raise OperationalError(e.message, sqlstate=e.sqlstate, hint=f"{e.hint}; {status}" if e.hint else status) from None
 

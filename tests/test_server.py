@@ -103,6 +103,29 @@ def test_binary_array_parameters(serve):
         assert conn.execute("SHOW dpsql.budget").fetchone()[8] == 3
 
 
+def test_set_local_and_a_rolled_back_set_end_with_their_transaction(serve):
+    """As in PostgreSQL: a transaction's SET is undone by ROLLBACK, SET LOCAL ends at COMMIT,
+    a plain SET that commits stays, and SET LOCAL outside a transaction does nothing."""
+    with psycopg.connect(serve.dsn(), autocommit=True) as conn:
+        show = lambda: conn.execute("SHOW dpsql.epsilon").fetchone()[0]  # noqa: E731
+        default = show()
+        conn.execute("BEGIN")
+        conn.execute("SET dpsql.epsilon = 0.07")
+        conn.execute("ROLLBACK")
+        assert show() == default
+        conn.execute("BEGIN")
+        conn.execute("SET LOCAL dpsql.epsilon = 0.5")
+        assert show() == "0.5"
+        conn.execute("COMMIT")
+        assert show() == default
+        conn.execute("SET LOCAL dpsql.epsilon = 0.5")
+        assert show() == default
+        conn.execute("BEGIN")
+        conn.execute("SET dpsql.epsilon = 0.3")
+        conn.execute("COMMIT")
+        assert show() == "0.3"
+
+
 def test_wire_budget_equals_dbapi_budget(serve, small_policy, tmp_path):
     queries = ["SELECT COUNT(*) FROM people", "SELECT kind, SUM(amount) FROM events GROUP BY kind",
                "SELECT sex, AVG(age) FROM people WHERE age > 30 GROUP BY sex"]

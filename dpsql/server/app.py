@@ -11,12 +11,14 @@ import asyncio
 import concurrent.futures
 import logging
 import os
+import re
 import secrets
 import signal
 import socket
 import ssl
 import struct
 import threading
+from copy import deepcopy
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
@@ -204,6 +206,9 @@ class Server:
             conn.cancel()
 
 
+_SET_LOCAL = re.compile(r"\s*(?:/\*.*?\*/\s*|--[^\n]*\n\s*)*SET\s+LOCAL\s", re.I | re.S)
+
+
 class Connection:
     def __init__(self, server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         self.server = server
@@ -213,6 +218,10 @@ class Connection:
         self.session: Session | None = None
         self.user = ""
         self.status = "I"
+        # Settings as PostgreSQL scopes them: a transaction's SETs are undone by its rollback, and
+        # SET LOCAL ends with the transaction (the settings before BEGIN, before the first SET LOCAL).
+        self._before_transaction: Any = None
+        self._before_local: Any = None
         self.statements: dict[str, Prepared] = {}
         self.portals: dict[str, Portal] = {}
         self.busy = False
@@ -550,6 +559,14 @@ class Connection:
         statements.info("%s [%s] %s: %s", self.user, self.pid, answer.tag, text)
         return answer
 
+    def _end_transaction(self, committed: bool) -> None:
+        """Back to idle: a rollback undoes the transaction's SETs, a commit only its SET LOCALs."""
+        restore = self._before_local if committed else self._before_transaction
+        if restore is not None and self.session is not None:
+            self.session.settings = restore
+        self._before_transaction = self._before_local = None
+        self.status = "I"
+
     def _run_statement(self, sql: str, params: list[Any] | None = None) -> Answer:
         """One statement, on a worker thread: catalog queries and transaction control here,
         everything else through the analyst's Session."""
@@ -559,18 +576,25 @@ class Connection:
             raise Error("current transaction is aborted, commands ignored until end of transaction block",
                         sqlstate="25P02")
         if word in ("BEGIN", "START"):
+            if self.status == "I":
+                self._before_transaction, self._before_local = deepcopy(session.settings), None
             self.status = "T"
             return Answer(None, [], "BEGIN")
         if word in ("COMMIT", "END"):
             tag = "ROLLBACK" if self.status == "E" else "COMMIT"
-            self.status = "I"
+            self._end_transaction(committed=tag == "COMMIT")
             return Answer(None, [], tag)
         if word in ("ROLLBACK", "ABORT"):
             if "TO" in sql.upper().split():
                 self.status = "T"
                 return Answer(None, [], "ROLLBACK")
-            self.status = "I"
+            self._end_transaction(committed=False)
             return Answer(None, [], "ROLLBACK")
+        if word == "SET" and _SET_LOCAL.match(sql):
+            if self.status == "I":  # as PostgreSQL: outside a transaction block it has no effect
+                return Answer(None, [], "SET", ["SET LOCAL has no effect outside a transaction block"])
+            if self._before_local is None:
+                self._before_local = deepcopy(session.settings)
         if word in ("SAVEPOINT", "RELEASE"):
             return Answer(None, [], word)
         if word == "DISCARD":
