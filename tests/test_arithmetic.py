@@ -119,3 +119,12 @@ def test_a_measure_of_failing_arithmetic_sums_nothing(session):
     assert values[-1] == 0
     (_, values), = _pre_noise(session, "SELECT COUNT(sqrt(age - 200)) FROM people").items()
     assert values[-1] == 0
+
+
+def test_public_queries_divide_as_postgresql(conn):
+    """A query over public tables runs as written, with PostgreSQL's `/` too."""
+    cur = conn.cursor()
+    cur.execute("SELECT 5 / 2, 5 / 2.0")
+    assert cur.fetchall() == [(2, 2.5)]
+    cur.execute("SELECT COUNT(*) / 2 FROM places")
+    assert cur.fetchall() == [(1,)]  # three places

@@ -214,8 +214,31 @@ def analyze(tree: exp.Query, policy: Policy, schema: Mapping[str, Mapping[str, s
     resolver = Resolver(policy, schema)
     if not touches_private(tree, policy):
         check_rows_query(tree, resolver)
-        return PublicQuery(_unqualified(tree))
+        public = _unqualified(tree)
+        if public is tree and tree.find(exp.Div) is not None:
+            public = tree.copy()  # the division pass works in place; the caller's tree stays as it was
+        return PublicQuery(integer_division(public, _public_column_type(public, schema)))
     return _Analysis(tree, policy, resolver, options or QueryOptions(), mechanism).run()
+
+
+def _public_column_type(tree: exp.Query, schema: Mapping[str, Mapping[str, str]]):
+    """Column types for the division pass over a public query: a column of a table in its FROM
+    clauses, by alias or name, or unqualified when one of them has it; None otherwise (a CTE's
+    or subquery's column keeps `/`)."""
+    tables: dict[str, Mapping[str, str]] = {}
+    for t in tree.find_all(exp.Table):
+        columns = schema.get(t.name.lower()) if isinstance(t.this, exp.Identifier) else None
+        if columns is not None:
+            tables[t.alias_or_name.lower()] = {c.lower(): v for c, v in columns.items()}
+
+    def column_type(column: exp.Column) -> str | None:
+        name = column.name.lower()
+        if column.table:
+            return tables.get(column.table.lower(), {}).get(name)
+        found = {cols[name] for cols in tables.values() if name in cols}
+        return found.pop() if len(found) == 1 else None
+
+    return column_type
 
 
 def _unqualified(tree: exp.Query) -> exp.Query:
