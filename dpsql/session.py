@@ -36,6 +36,7 @@ from .empty_groups import with_empty_groups
 from .engines import Engine, open_engine
 from .engines.base import ResultSet
 from .errors import (
+    BUDGET_RELATION,
     Error,
     InternalError,
     OperationalError,
@@ -402,10 +403,6 @@ class Session:
         if _reads_budget(tree):
             r = self.budget_result()
             return self._over_rows(tree, BUDGET_RELATION, r.names, r.types, r.rows)
-        if any(t.name.lower() == BUDGET_RELATION for t in tree.find_all(exp.Table)):
-            raise unsupported(f"{BUDGET_RELATION} can only be read on its own, not joined, nested or in a WITH clause",
-                              hint=f"SELECT * FROM {BUDGET_RELATION} (filtering and ordering it is fine), then use "
-                                   "its values in your next query")
         if touches_private(tree, self.policy):
             if schema_probe(tree) is not None:  # a tool asking for the columns: answered free, no rows
                 names, types = self._describe_tree(tree, stmt.options)
@@ -961,9 +958,6 @@ def budget_summary(policy: Policy, ledger: Ledger, user: str, detail: bool = Tru
                            "delta": {"total": lf.delta, "spent": lt.delta}}
         out["detail"] += f"; lifetime cap: {lf.describe(lt)} (never refreshes)" if detail else ""
     return out
-
-
-BUDGET_RELATION = "dpsql_budget"  # SELECT ... FROM dpsql_budget: SHOW dpsql.budget as a relation, free
 
 
 def _unqualified_sql(expr: exp.Expression) -> str:
