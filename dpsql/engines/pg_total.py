@@ -23,6 +23,7 @@ from sqlglot import exp
 
 from ..errors import unsupported
 from ..sql.build import dtype
+from ..sql.division import integral
 from .base import coin_parts, is_coin, is_keyed_hash, width_bucket_case
 
 _INTEGERS = {"TINYINT": 2**7, "SMALLINT": 2**15, "INTEGER": 2**31, "INT": 2**31, "BIGINT": 2**63}
@@ -143,25 +144,15 @@ class _Lowering:
         return node
 
     def integral(self, node: exp.Expression) -> bool:
-        """Whether PostgreSQL types this row expression as an integer."""
-        if isinstance(node, (exp.Paren, exp.Neg, exp.Abs)):
-            return self.integral(node.this)
-        if isinstance(node, exp.Literal):
-            return not node.is_string and node.this.lstrip("-").isdigit()
-        if isinstance(node, exp.Cast):
-            return isinstance(node.to.this, exp.DataType.Type) and node.to.this.name in _INTEGERS
-        if isinstance(node, exp.Count):
-            return True
-        if isinstance(node, (exp.Add, exp.Sub, exp.Mul)) or isinstance(node, exp.Div) and node.args.get("typed"):
-            return self.integral(node.this) and self.integral(node.expression)
-        if isinstance(node, (exp.Greatest, exp.Least)):
-            return all(self.integral(e) for e in [node.this, *node.expressions])
-        if isinstance(node, exp.Column):
-            if node.table:
-                return (self.column_type(node) or "") in _INTEGERS
-            item = _cte_item(node)
-            return item is not None and self.integral(item)
-        return False
+        """Whether PostgreSQL types this row expression as an integer (sql/division.py's rules)."""
+        return integral(node, self._integer_column)
+
+    def _integer_column(self, col: exp.Column) -> str | None:
+        """A column's type for those rules: its table's, or BIGINT for a CTE's integer output."""
+        if col.table:
+            return self.column_type(col)
+        item = _cte_item(col)
+        return "BIGINT" if item is not None and self.integral(item) else None
 
     @staticmethod
     def numeric_kind(t: str | None) -> bool:

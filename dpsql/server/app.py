@@ -27,7 +27,7 @@ from ..config import Policy
 from ..engines import open_engine
 from ..errors import Error
 from ..session import Result, Session
-from ..sql.classify import first_word, split_statements
+from ..sql.classify import first_word, split_statements, without_leading_comments
 from . import codec, copyout
 from .catalog import Catalog, is_catalog_query
 from .cursors import Cursors
@@ -206,7 +206,7 @@ class Server:
             conn.cancel()
 
 
-_SET_LOCAL = re.compile(r"\s*(?:/\*.*?\*/\s*|--[^\n]*\n\s*)*SET\s+LOCAL\s", re.I | re.S)
+_SET_LOCAL = re.compile(r"SET\s+LOCAL\s", re.I)  # matched after the leading comments
 
 
 class Connection:
@@ -590,7 +590,7 @@ class Connection:
                 return Answer(None, [], "ROLLBACK")
             self._end_transaction(committed=False)
             return Answer(None, [], "ROLLBACK")
-        if word == "SET" and _SET_LOCAL.match(sql):
+        if word == "SET" and _SET_LOCAL.match(without_leading_comments(sql)):
             if self.status == "I":  # as PostgreSQL: outside a transaction block it has no effect
                 return Answer(None, [], "SET", ["SET LOCAL has no effect outside a transaction block"])
             if self._before_local is None:

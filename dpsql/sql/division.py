@@ -49,8 +49,8 @@ def integral(node: exp.Expression, column_type: ColumnType) -> bool:
         if isinstance(node, exp.Div) and not node.args.get("typed"):
             return False
         return integral(node.this, column_type) and integral(node.expression, column_type)
-    if isinstance(node, exp.IntDiv):
-        return True
+    if isinstance(node, exp.IntDiv):  # the pass makes one of integers only; PostgreSQL's DIV() is NUMERIC
+        return integral(node.this, column_type) and integral(node.expression, column_type)
     if isinstance(node, exp.Count):
         return True
     if isinstance(node, exp.Case):

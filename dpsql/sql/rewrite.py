@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Callable
 
 from sqlglot import exp
 
@@ -93,20 +94,26 @@ def _domain_ctes(keys: list[tuple[int, GroupKey]]) -> list[Stage]:
     return [(f"domain{i}", _domain_cte(i, k)) for i, k in keys]
 
 
-_DOMAINS: dict[tuple[int, str], exp.Select] = {}
+_DOMAINS: dict[tuple[int, str], exp.Expression] = {}
 DOMAINS_KEPT = 256
 
 
 def _domain_cte(i: int, key: GroupKey) -> exp.Select:
     """Built once per position and declaration (the plans of many query texts share their
     keys; a domain of many values is the largest part of a small bounded query), copied out."""
-    cache_key = (i, key.declaration())
-    tree = _DOMAINS.get(cache_key)
+    return _built_once(_DOMAINS, DOMAINS_KEPT, (i, key.declaration()),
+                       lambda: b.select([exp.Star()], b.subquery(_domain(key, i), f"dd{i}")))
+
+
+def _built_once(kept: dict, most: int, key: tuple, build: Callable[[], exp.Expression]) -> exp.Expression:
+    """A copy of the tree kept under `key` in `kept`, built on its first use (the whole store is
+    dropped once it holds `most` trees: plans of a session's texts share few distinct pieces)."""
+    tree = kept.get(key)
     if tree is None:
-        tree = b.select([exp.Star()], b.subquery(_domain(key, i), f"dd{i}"))
-        if len(_DOMAINS) >= DOMAINS_KEPT:
-            _DOMAINS.clear()
-        _DOMAINS[cache_key] = tree
+        tree = build()
+        if len(kept) >= most:
+            kept.clear()
+        kept[key] = tree
     return tree.copy()
 
 
@@ -184,14 +191,7 @@ def _row_value(m: Measure) -> exp.Expression:
     fields (the repr of its signature, which tells 1 from 1.0 and quoted names' case apart):
     plans of many query texts share their measures, and building and reading the clamped
     fixed-point expression again cost every new text about 1 ms."""
-    key = (type(m), repr(m.signature()))
-    tree = _ROW_VALUES.get(key)
-    if tree is None:
-        tree = b.neutral(m.row_value())
-        if len(_ROW_VALUES) >= ROW_VALUES_KEPT:
-            _ROW_VALUES.clear()
-        _ROW_VALUES[key] = tree
-    return tree.copy()
+    return _built_once(_ROW_VALUES, ROW_VALUES_KEPT, (type(m), repr(m.signature())), lambda: b.neutral(m.row_value()))
 
 
 def _filtered(plan: Plan, rows: _Rows, weighting: WeightedCopy | SplitCopy | None,
