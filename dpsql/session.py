@@ -19,7 +19,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import sqlglot
 from sqlglot import exp
@@ -126,6 +126,7 @@ class Session:
         self._statements: OrderedDict[str, Query] = OrderedDict()
         self._plans = plan_cache.for_engine(self.engine)  # shared with every session over this engine
         self._deadline = policy.limits.deadline()  # the planning time budget of the statement under way
+        self._headroom: Charge | None = None  # this session's last admitted charge (_overlapping)
 
     def _defaults(self) -> Settings:
         return default_settings(self.policy, self.user)
@@ -434,10 +435,13 @@ class Session:
                           {"notice": "the group keys' declared values give no group under this expression (each "
                                      "becomes NULL), so nothing was released or charged"})
         self._deadline.check()
+        stop = threading.Event() if self._overlapping(cal.cost) else None
         pending = self.ledger.charging(self.user.name, self.budget_policy, cal.cost, stmt.sql, detail,
-                                       self.global_budget)
-        charge = pending.admitted()  # a refusal raises here, before the engine runs
-        result = self._answer(plan, bounded, cal, charge, detail, pending)
+                                       self.global_budget, None if stop is None else _stopper(self.engine, stop))
+        self._headroom = None  # kept again only once this charge is admitted
+        charge = None if stop is not None else pending.admitted()  # else admitted while the engine runs
+        result = self._answer(plan, bounded, cal, charge, detail, pending, stop)
+        self._headroom = charge = pending.admitted()
         dropped = [_unqualified_sql(k.expr) for k in plan.keys if k.declared and _null_by_construction(k.expr)]
         if dropped:
             result.dp["notice"] = (f"rows where {' or '.join(dropped)} is NULL are in no group: a declared domain "
@@ -450,21 +454,39 @@ class Session:
             self.ledger.cache_put(self.user.name, key, _to_cache(result))
         return result
 
-    def _answer(self, plan: Plan, bounded: Bounded, cal: Calibration, charge: Charge, detail: dict[str, Any],
-                pending: PendingCharge | None = None) -> Result:
+    def _overlapping(self, cost: Cost) -> bool:
+        """Whether the engine may start while the ledger admits the charge (saving the admission's
+        time, about a third of a small query's): only when the engine can be stopped by a
+        refusal and this session's last admitted charge left room for this one. So a refusal
+        the session can foresee (the budget spent, a query past it, the first query, any query
+        after a refusal) always comes before any engine work; one it cannot (the budget spent
+        meanwhile by another connection of the analyst, or the global budget by others) stops
+        the query, and the next one waits for its admission again."""
+        last = self._headroom
+        return (last is not None and getattr(self.engine, "overlaps_admission", False)
+                and last.filter.admits_cost(last.totals, cost))
+
+    def _answer(self, plan: Plan, bounded: Bounded, cal: Calibration, charge: Charge | None, detail: dict[str, Any],
+                pending: PendingCharge | None = None, stop: threading.Event | None = None) -> Result:
         """Run the bounded query (prepared before the charge), have the release guard check it
         against the charge's receipt, noise it and post-process. A sampled plan gets a fresh
-        secret salt here. With `pending`, the charge is admitted but its commit may still be on
-        its way to the disk: the engine runs meanwhile, and nothing goes further until it is
-        durable (if it cannot be, nothing was charged and nothing is released)."""
+        secret salt here. With `pending`, the charge's commit may still be on its way to the
+        disk: the engine runs meanwhile, and nothing goes further until it is durable (if it
+        cannot be, nothing was charged and nothing is released). With `stop` too, its admission
+        may still be under way (`charge` is None): a refusal sets `stop` and interrupts the
+        engine, and nothing of the run, its failure included, is told before the admission."""
         s = self.settings
         try:
             salted = None if plan.sample_rate is None else self._bounded(plan, secrets.token_hex(16))
+            rs, failure = self._run_bounded(plan, salted or bounded, stop), None
+        except Exception as e:  # told once the charge stands: whether a query fails can depend on the data
+            rs, failure = None, e
+        if pending is not None:
+            charge = pending.admitted()  # a refusal, or a ledger that cannot record it: raised here, first
+            pending.durable()
+        if failure is not None:
             with _charge_told("the query's cost stays charged, because whether a query fails can depend on the data"):
-                rs = self._run_bounded(plan, salted or bounded)
-        finally:
-            if pending is not None:
-                pending.durable()
+                raise failure
         out = self._post.run(plan.post, release(plan, cal, _released_groups(plan, bounded, rs), s.confidence, charge,
                                                 self.policy))
         rows = [tuple(_plain(v) for v in r) for r in out.rows]
@@ -474,15 +496,15 @@ class Session:
               "noise": detail["mechanisms"], "receipt": charge.id}
         return Result(out.names, out.types, rows, f"SELECT {len(rows)}", dp)
 
-    def _run_bounded(self, plan: Plan, bounded: Bounded) -> ResultSet:
+    def _run_bounded(self, plan: Plan, bounded: Bounded, stop: threading.Event | None = None) -> ResultSet:
         """The bounded query's exact result. When the data alone determines it (no sampling salt,
         no clock), an engine that can keep it per data version (DuckDB's execute_reused) gives a
         repeated query's from memory (unless SET dpsql.reuse = off: engine work every time, as
         benchmarks against a plain engine need); the noise is drawn afresh either way."""
         reused = getattr(self.engine, "execute_reused", None)
         if reused is not None and self.settings.reuse and plan.sample_rate is None and bounded.timeless:
-            return reused(bounded.sql, self.user.name)
-        return self.engine.execute(bounded.sql)
+            return reused(bounded.sql, self.user.name, *([stop] if stop is not None else []))
+        return self.engine.execute(bounded.sql, *([stop] if stop is not None else []))
 
     def _bounded(self, plan: Plan, salt: str | None) -> Bounded:
         """The plan's bounded query in the engine's SQL, memoised per plan (salted ones, new for
@@ -573,8 +595,10 @@ class Session:
         if split is not None:
             return SplitCopy(plan.bounding, table, plan.bounding.light_rows(plan.literal_domain_size()),
                              distinct_units=plan.needs_selection)
+        totals = getattr(self.engine, "copy_totals", None)
         return WeightedCopy(plan.bounding, table, {j: stored[1][m.spec()] for j, m in enumerate(plan.measures)
-                                                   if m.value is not None and m.spec() in stored[1]})
+                                                   if m.value is not None and m.spec() in stored[1]},
+                            totals(table) if totals is not None else None)
 
     def _unique_key(self, table: str, column: str) -> bool:
         """Whether a public table's column holds each non-NULL value once (public data: asking
@@ -666,8 +690,9 @@ class Session:
                                               "epsilon_rr": float(spec.epsilon_rr),
                                               "epsilon_size": float(spec.epsilon_size)}}
             text = f"RANDOMIZED RESPONSE {t.name} ({', '.join(spec.columns)}) [{spec.method}]"
-            charge = self.ledger.charge(self.user.name, self.budget_policy, Cost.pure(spec.epsilon), text, detail,
-                                        self.global_budget)
+            self._headroom = None  # _overlapping judges by the session's latest charge
+            charge = self._headroom = self.ledger.charge(self.user.name, self.budget_policy, Cost.pure(spec.epsilon),
+                                                         text, detail, self.global_budget)
             rows = local.randomize([local.person_category(r, spec) for r in per_person], spec)
             self.ledger.record_release(charge.id, {"rows": len(rows)})
             left = charge.filter.remaining(charge.totals)
@@ -746,8 +771,9 @@ class Session:
         cals = [calibrate_planned(p, s.mechanism, multiplier, p.literal_domain_size(), w) for p, w in zip(plans, weights)]
         detail = {"batch": len(sqls), "noise_multiplier": multiplier,
                   "queries": [_detail(p, c) for p, c in zip(plans, cals)]}
-        charge = self.ledger.charge(self.user.name, self.budget_policy, cost, "\n;\n".join(sqls), detail,
-                                    self.global_budget)
+        self._headroom = None  # _overlapping judges by the session's latest charge
+        charge = self._headroom = self.ledger.charge(self.user.name, self.budget_policy, cost, "\n;\n".join(sqls),
+                                                     detail, self.global_budget)
         results = [self._answer(p, q, c, charge, d) for p, q, c, d in zip(plans, bounded, cals, detail["queries"])]
         self.ledger.record_release(charge.id, [r.rows for r in results])
         for r in results:
@@ -856,6 +882,18 @@ def _no_internals(what: str) -> Iterator[None]:
         log.exception("internal error while answering %s", what)
         raise InternalError(f"internal error while answering {what}; nothing was released",
                             hint=f"please report it ({type(e).__name__})") from e
+
+
+def _stopper(engine: Any, stop: threading.Event) -> Callable[[], None]:
+    """What a refused (or unrecordable) charge does on the ledger's writer thread to the query
+    this thread started meanwhile: `stop` keeps it from starting, interrupt() ends it, so the
+    refusal comes when the ledger decides, whatever the query would have taken."""
+    ident = threading.get_ident()
+
+    def stopped() -> None:
+        stop.set()
+        engine.interrupt(ident)
+    return stopped
 
 
 @contextlib.contextmanager

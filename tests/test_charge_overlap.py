@@ -1,7 +1,8 @@
-"""A charge's COMMIT reaches the disk while the engine runs the query (Ledger.charging): the
-engine starts only once the charge is admitted, and nothing leaves before the commit is
-durable. These tests slow or break the real SQLite ledger's commit and watch a real DuckDB
-engine."""
+"""A charge's COMMIT reaches the disk while the engine runs the query (Ledger.charging), and
+nothing leaves before the commit is durable. The engine starts once the charge is admitted, or,
+on DuckDB after an admitted charge that left room for this one, while it is being admitted: a
+refusal then stops the query (Session._overlapping). These tests slow or break the real SQLite
+ledger's transactions and watch a real DuckDB engine."""
 
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ def tight_policy(tmp_path):
     return write_policy(tmp_path, epsilon=2.0, query_epsilon=1.0)
 
 
-def _watched(conn, commit_delay: float = 0.0, fail_commit: bool = False):
-    """Record when the engine starts and when each ledger commit is done; slow or fail the
+def _watched(conn, commit_delay: float = 0.0, fail_commit: bool = False, admit_delay: float = 0.0):
+    """Record when the engine starts (with the `stop` it is given) and when each ledger
+    transaction has run its work and committed; slow the admission or the commit, or fail the
     commit. Must be installed before the connection's first charge (the writer thread binds
     the ledger's `_write` when it starts)."""
     ledger, engine, events = conn.session.ledger, conn.session.engine, []
@@ -40,15 +42,17 @@ def _watched(conn, commit_delay: float = 0.0, fail_commit: bool = False):
     @contextlib.contextmanager
     def slow_write(users, durable=True):
         with write(users, durable) as con:
+            time.sleep(admit_delay)
             yield con
+            events.append(("worked", time.monotonic()))
             time.sleep(commit_delay)
             if fail_commit:
                 raise sqlite3.OperationalError("disk I/O error (injected at COMMIT)")
         events.append(("committed", time.monotonic()))
 
-    def watched_execute(sql):
-        events.append(("engine", time.monotonic()))
-        return execute(sql)
+    def watched_execute(sql, *stop):
+        events.append(("engine", time.monotonic(), *stop))
+        return execute(sql, *stop)
 
     ledger._write, engine.execute = slow_write, watched_execute
     return events
@@ -63,8 +67,8 @@ def test_the_engine_runs_while_the_charge_commits_and_the_answer_waits_for_it(ti
     cur.execute("SELECT COUNT(*) FROM people")
     answered = time.monotonic()
     assert cur.fetchall() and cur.dp["cost"]["epsilon"] == 1.0
-    engine = next(t for kind, t in events if kind == "engine")
-    committed = next(t for kind, t in events if kind == "committed")
+    engine = next(t for kind, t, *_ in events if kind == "engine")
+    committed = next(t for kind, t, *_ in events if kind == "committed")
     assert engine < committed - 0.2  # the engine did not wait for the slow commit
     assert committed <= answered  # the answer did
     conn.close()
@@ -85,6 +89,81 @@ def test_a_refused_charge_never_reaches_the_engine(tight_policy):
     conn.close()
 
 
+def test_after_an_admitted_charge_with_room_left_the_engine_starts_while_the_next_is_admitted(tight_policy):
+    conn = dpsql.connect(tight_policy, user="alice")
+    cur = conn.cursor()
+    cur.execute("SET dpsql.cache = off")
+    events = _watched(conn, admit_delay=0.4)
+    for sql in ("SELECT COUNT(*) FROM people", "SELECT COUNT(*) FROM people WHERE age > 30"):
+        cur.execute(sql)
+        assert cur.fetchall()
+    starts = [t for kind, t, *_ in events if kind == "engine"]
+    admissions = [t for kind, t, *_ in events if kind == "worked"]
+    assert starts[0] > admissions[0]  # the session's first query: nothing known of its budget yet
+    assert starts[1] < admissions[1] - 0.2  # the first charge left room for the second
+    assert conn.session.budget()["queries"] == 2
+    conn.close()
+
+
+def test_a_charge_refused_while_its_query_runs_stops_it_and_charges_nothing(tight_policy):
+    """A refusal the session could not foresee (its analyst's other connection spent the rest
+    meanwhile) sets the query's stop and interrupts it; the analyst gets the refusal, nothing
+    is charged, and the session's next query waits for its admission again."""
+    first = dpsql.connect(tight_policy, user="alice")
+    other = dpsql.connect(tight_policy, user="alice")
+    cur = first.cursor()
+    cur.execute("SET dpsql.cache = off")
+    events = _watched(first)
+    cur.execute("SELECT COUNT(*) FROM people")  # admitted, one more query's room left
+    other.cursor().execute("SELECT COUNT(*) FROM people WHERE age > 20")  # spends it
+    with pytest.raises(BudgetExceeded):
+        cur.execute("SELECT COUNT(*) FROM people WHERE age > 40")
+    started = [e for e in events if e[0] == "engine"]
+    assert len(started) == 2 and len(started[1]) == 3 and started[1][2].is_set()  # given a stop, then stopped
+    with pytest.raises(BudgetExceeded):
+        cur.execute("SELECT COUNT(*) FROM people WHERE age > 50")
+    assert len([e for e in events if e[0] == "engine"]) == 2  # refused before any engine work
+    assert first.session.budget()["queries"] == 2 and len(first.session.ledger.history("alice")) == 2
+    other.close()
+    first.close()
+
+
+def test_a_stopped_query_never_starts_and_an_interrupted_one_ends_without_reaching_the_next(tight_policy):
+    """The engine's side of a stop (DuckDBEngine.execute(sql, stop)): set before the query is
+    registered, the query does not start; set and followed by interrupt() while it runs, it
+    ends at once; an interrupt() with nothing running does nothing to a later query."""
+    conn = dpsql.connect(tight_policy, user="alice")
+    engine = conn.session.engine
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(dpsql.OperationalError) as err:
+        engine.execute("SELECT 1", stop)
+    assert err.value.sqlstate == "57014"
+    stop, running, outcome = threading.Event(), threading.Event(), []
+
+    def long_query():
+        running.ident = threading.get_ident()
+        running.set()
+        try:
+            engine.execute("SELECT SUM(hash(i)) FROM range(100000000000) AS t(i)", stop)
+            outcome.append("finished")
+        except dpsql.OperationalError as e:
+            outcome.append(e.sqlstate)
+
+    worker = threading.Thread(target=long_query)
+    worker.start()
+    running.wait(10)
+    time.sleep(0.3)
+    began = time.monotonic()
+    stop.set()
+    engine.interrupt(running.ident)
+    worker.join(30)
+    assert outcome == ["57014"] and time.monotonic() - began < 10
+    engine.interrupt(threading.get_ident())  # nothing runs on this thread
+    assert engine.execute("SELECT 42").columns == [[42]]
+    conn.close()
+
+
 def test_a_commit_that_fails_after_admission_releases_nothing_and_charges_nothing(tight_policy):
     conn = dpsql.connect(tight_policy, user="alice")
     cur = conn.cursor()
@@ -93,7 +172,7 @@ def test_a_commit_that_fails_after_admission_releases_nothing_and_charges_nothin
     with pytest.raises(dpsql.OperationalError, match="could not record the charge") as err:
         cur.execute("SELECT COUNT(*) FROM people")
     assert "nothing was charged and nothing was released" in str(err.value)
-    assert [e[0] for e in events] == ["engine"]  # it ran, and its answer was dropped
+    assert [e[0] for e in events] == ["worked", "engine"]  # admitted, ran, and its answer was dropped
     conn.session.ledger._write = conn.session.ledger.__class__._write.__get__(conn.session.ledger)
     assert conn.session.budget()["queries"] == 0 and conn.session.ledger.history("alice") == []
     assert conn.session.ledger.verify() == []

@@ -32,7 +32,8 @@ from .conftest import make_db, write_policy
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 STRATEGIES = ["row_units", "per_group_cap", "partition_selection", "total_cap", "l2_clip", "weighted_copy", "split_copy"]
 # (policy variant, mechanism, query). "capped": events declare max_contributions = 6;
-# "weighted": the plan is rendered over a weighted copy named weights; "split": the capped
+# "weighted": the plan is rendered over a weighted copy named weights; "totals": over that copy
+# with its stored columns (stored<j>) and their totals (weight_totals); "split": the capped
 # policy's plan over that copy split by weight.
 CASES = [
     ("", "laplace", "SELECT COUNT(*) FROM people"),
@@ -55,6 +56,8 @@ CASES = [
     ("capped", "gaussian", "SELECT COUNT(*), AVG(amount) FROM events"),
     ("weighted", "laplace", "SELECT kind, COUNT(*), SUM(amount), MEDIAN(amount) FROM events GROUP BY kind"),
     ("weighted", "laplace", "SELECT COUNT(*), AVG(age) FROM people"),
+    ("totals", "laplace", "SELECT COUNT(*), AVG(age) FROM people"),
+    ("totals", "laplace", "SELECT sex, COUNT(*) FROM people GROUP BY sex"),
     ("split", "laplace", "SELECT kind, COUNT(*), SUM(amount), MEDIAN(amount) FROM events WHERE amount > 10 GROUP BY kind"),
     ("split", "gaussian", "SELECT pl.region, COUNT(*), AVG(e.amount) FROM events e JOIN places pl ON e.place = pl.name "
               "GROUP BY pl.region"),
@@ -81,7 +84,7 @@ def sessions(tmp_path):
     capped.write_text(plain.read_text().replace('database = "db.duckdb"', f'database = "{tmp_path / "db.duckdb"}"')
                       .replace("max_rows = 3\n", "max_rows = 3\nmax_contributions = 6\n"))
     out = {"": Session(load_policy(plain), "alice"), "capped": Session(load_policy(capped), "alice")}
-    out["weighted"] = out[""]
+    out["weighted"] = out["totals"] = out[""]
     out["split"] = out["capped"]
     for s in set(out.values()):
         s.execute("SET dpsql.delta = 1e-8")
@@ -96,7 +99,9 @@ def _case(sessions, variant: str, mechanism: str, sql: str):
     session.execute(f"SET dpsql.mechanism = '{mechanism}'")
     plan, _ = session._prepare(classify(sql).tree)
     domain = plan.literal_domain_size()
+    stored = {j: f"stored{j}" for j, m in enumerate(plan.measures) if m.value is not None}
     copies = {"weighted": WeightedCopy(plan.bounding, "weights"),
+              "totals": WeightedCopy(plan.bounding, "weights", stored, "weight_totals"),
               "split": SplitCopy(plan.bounding, "weights", plan.bounding.light_rows(domain), plan.needs_selection)}
     return session, plan, domain, copies.get(variant)
 
@@ -113,6 +118,8 @@ def _render(sessions) -> dict[str, str]:
         bounded = _rewritten(plan, domain, weighting)
         head = f"# mechanism: {mechanism}{', ' + variant if variant else ''}\n{sql};\n"
         whole.append(f"{head}{_pretty(bounded)};\n")
+        if isinstance(weighting, WeightedCopy) and weighting.reads_totals(plan.measures, plan.keys):
+            continue  # one SELECT over the totals, no stages
         keys = [f"k{i}" for i in range(len(plan.keys))]
         written = bounding.stages(plan.measures, keys, domain)
         for j, m in enumerate(plan.measures):

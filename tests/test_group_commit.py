@@ -93,6 +93,39 @@ def test_a_batch_that_does_not_commit_fails_every_job():
     assert results == [] and len(errors) == 8
 
 
+def test_a_jobs_failure_callback_runs_before_its_submitter_is_told_and_only_on_failure():
+    """`failed` is how a refused charge stops the query its session started meanwhile: it runs
+    on the writer thread before `ran` can return, once, for a refusal and for a batch that does
+    not commit, never for an admitted job; a failing callback does not stop the writer."""
+    log, told = [], []
+
+    def failed(name):
+        def callback():
+            told.append((name, threading.current_thread().name))
+            if name == "broken":
+                raise RuntimeError("the callback's own failure")
+        return callback
+
+    def halt(con):
+        raise ValueError("halt")
+
+    writer = _writer(log)
+    assert writer.start(["a"], lambda con: 1, failed=failed("admitted")).ran() == 1
+    refused = writer.start(["b"], halt, failed=failed("refused"))
+    with pytest.raises(ValueError):
+        refused.ran()
+    assert told == [("refused", "dpsql-ledger-writer")]  # already, when the submitter learns it
+    with pytest.raises(ValueError):
+        writer.start(["c"], halt, failed=failed("broken")).committed()
+    assert writer.submit(["d"], lambda con: 2) == 2  # the writer goes on
+    writer.close()
+    failing = _writer([], fail_commit=True)
+    with pytest.raises(OSError):
+        failing.start(["e"], lambda con: 3, failed=failed("not committed")).committed()
+    failing.close()
+    assert [name for name, _ in told] == ["refused", "broken", "not committed"]
+
+
 def test_a_batch_is_fsynced_when_any_of_its_jobs_must_be():
     """Release records and cached answers alone commit without an fsync; a charge batched with
     them makes the whole batch durable."""

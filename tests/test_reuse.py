@@ -114,7 +114,7 @@ def test_reuse_can_be_turned_off_for_the_session(tmp_path):
     assert s.execute("SHOW dpsql.reuse").rows == [("off",)]
     ran = []
     execute = s.engine.execute
-    s.engine.execute = lambda sql: ran.append(sql) or execute(sql)
+    s.engine.execute = lambda sql, *stop: ran.append(sql) or execute(sql, *stop)
     for _ in range(3):
         s.execute(QUERY)
     assert sum("per_group" in q for q in ran) == 3 and s.engine._reused == {}  # (and the domain's keys, once)
@@ -173,4 +173,28 @@ def test_kept_results_are_bounded_in_number_and_size(tmp_path, monkeypatch):
     s.execute("SELECT g, COUNT(*) FROM t WHERE pid > 99 GROUP BY g")
     assert len(s.engine._reused) == 3 and _bounded(s, "SELECT g, COUNT(*) FROM t WHERE pid > 99 GROUP BY g") not in [
         sql for _, sql in s.engine._reused]
+    s.close()
+
+
+def test_an_ungrouped_unfiltered_query_reads_the_copys_totals_of_the_current_data(tmp_path):
+    """COUNT(*) with no filter or GROUP BY reads the weighted copy's stored totals (built with
+    the copy, as DuckDB answers COUNT(*) from its statistics): the values are those of the scan
+    it replaces, and a change of the data rebuilds them with the copy."""
+    from dpsql.sql.bounding import WeightedCopy
+    from dpsql.sql.rewrite import rewrite
+
+    s = _session(tmp_path)
+    s.execute("SET dpsql.cache = off")
+    stmt = classify("SELECT COUNT(*) FROM t")
+    for rows in (300, 500):
+        if rows == 500:
+            stat = os.stat(tmp_path / "t.parquet")
+            _write(tmp_path / "t.parquet", rows)
+            os.utime(tmp_path / "t.parquet", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+        plan, _ = s._prepare(stmt.tree, stmt.options)
+        assert "_totals" in s.bounded_sql(plan)
+        read = s.bounded_result(plan)
+        copy = s._weighting(plan)
+        scanned = s.engine.execute(s.engine.prepare(rewrite(plan, None, None, WeightedCopy(plan.bounding, copy.table))))
+        assert [list(c) for c in read.columns] == [list(c) for c in scanned.columns] == [[0], [rows]]
     s.close()

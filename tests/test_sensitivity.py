@@ -291,6 +291,38 @@ def test_weighted_copy_sums_equal_the_computed_ones(sample_conn):
                 assert by_key[0] == by_key[1], (q, name)
 
 
+TOTALS_QUERIES = [
+    "SELECT COUNT(*) FROM patients",
+    "SELECT COUNT(*), SUM(income), AVG(age), COUNT(income) FROM patients",
+    "SELECT STDDEV(income), VARIANCE(age), SUM(age) FROM patients",
+]
+
+
+@pytest.mark.parametrize("sql", TOTALS_QUERIES)
+def test_an_ungrouped_query_of_stored_sums_reads_the_copys_totals_with_the_scans_values(sample_conn, sql):
+    """Without filter or GROUP BY, a query whose measures all sum the weighted copy's stored
+    columns (or its weights) reads their totals, built with the copy: one row, the same values
+    as the SUMs over the copy's rows it replaces."""
+    s = sample_conn.session
+    plan, _ = s._prepare(classify(sql).tree)
+    weighting = s._weighting(plan)
+    assert weighting.reads_totals(plan.measures, plan.keys)
+    assert weighting.totals in s.bounded_sql(plan) and weighting.table not in s.bounded_sql(plan)
+    scanned = s.engine.execute(s.engine.prepare(rewrite(plan, None, None, WeightedCopy(plan.bounding, weighting.table,
+                                                                                        weighting.values))))
+    assert scanned.row_count == 1 and [list(c) for c in s.bounded_result(plan).columns] == [list(c) for c in scanned.columns]
+
+
+@pytest.mark.parametrize("sql", ["SELECT SUM(income * 2) FROM patients", "SELECT COUNT(*) FROM patients WHERE age > 30",
+                                 "SELECT region, COUNT(*) FROM patients GROUP BY region"])
+def test_a_query_needing_more_than_stored_sums_scans_the_copy(sample_conn, sql):
+    s = sample_conn.session
+    plan, _ = s._prepare(classify(sql).tree)
+    weighting = s._weighting(plan)
+    assert not isinstance(weighting, WeightedCopy) or not weighting.reads_totals(plan.measures, plan.keys)
+    assert "_totals" not in s.bounded_sql(plan)
+
+
 SPLIT_QUERIES = [
     "SELECT kind, COUNT(*), SUM(amount), AVG(amount) FROM events WHERE amount > 10 GROUP BY kind",
     "SELECT COUNT(*), STDDEV(amount), SUM(amount) FROM events WHERE place <> 'east'",

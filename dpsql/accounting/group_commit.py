@@ -11,7 +11,9 @@ same as if each had its own transaction in that order.
 A submitter may go on working while its job's batch commits (`start`): `Pending.ran` returns
 once the job's work has run in the open transaction (a charge admitted or refused), and
 `Pending.committed` once the batch is on disk. A query's engine runs in between, so the fsync
-costs it nothing; nothing derived from the data leaves before `committed`.
+costs it nothing; nothing derived from the data leaves before `committed`. A job's `failed`
+callback runs on the writer thread as soon as its work fails or its batch cannot commit, before
+its submitter is told: a query started before its charge was admitted is interrupted by it.
 
 A job may be submitted as not durable (a release record, a cached answer: losing one in a power
 failure costs a repeated query its free answer, never a charge). A batch of such jobs alone
@@ -21,6 +23,7 @@ commits durable in order.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import traceback
@@ -30,6 +33,7 @@ from typing import Any, Callable, ContextManager
 from ..errors import Error
 
 MAX_BATCH = 256
+log = logging.getLogger("dpsql")
 
 
 @dataclass
@@ -37,6 +41,7 @@ class _Job:
     users: list[str]
     work: Callable[[Any], Any]
     durable: bool
+    failed: Callable[[], None] | None = None
     ran: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
     result: Any = None
@@ -94,9 +99,11 @@ class GroupCommit:
         `durable`, once that commit is on disk)."""
         return self.start(users, work, durable=durable).committed()
 
-    def start(self, users: list[str], work: Callable[[Any], Any], *, durable: bool = True) -> Pending:
-        """Queue `work(con)` for the next batch and return at once."""
-        job = _Job(users, work, durable)
+    def start(self, users: list[str], work: Callable[[Any], Any], *, durable: bool = True,
+              failed: Callable[[], None] | None = None) -> Pending:
+        """Queue `work(con)` for the next batch and return at once; `failed()` runs on the writer
+        thread if the work fails or its batch does not commit, before `ran`/`committed` tell."""
+        job = _Job(users, work, durable, failed)
         self._queue.put(job)
         return Pending(job)
 
@@ -147,6 +154,7 @@ class GroupCommit:
                     except BaseException as e:  # this job's refusal or failure: undo it alone
                         con.execute("ROLLBACK TO SAVEPOINT dpsql_job")
                         job.error, job.result = _detached(e), None
+                        _tell_failed(job)
                     con.execute("RELEASE SAVEPOINT dpsql_job")
                     job.ran.set()
         except BaseException as e:  # the batch did not commit: none of it is durable
@@ -154,10 +162,21 @@ class GroupCommit:
             for job in batch:
                 if job.error is None:
                     job.error, job.result = failure, None
+                    _tell_failed(job)
         finally:
             for job in batch:
                 job.ran.set()
                 job.done.set()
+
+
+def _tell_failed(job: _Job) -> None:
+    """The job's failure callback, at most once; its own failure must not stop the writer."""
+    failed, job.failed = job.failed, None
+    if failed is not None:
+        try:
+            failed()
+        except Exception:
+            log.exception("a charge's failure callback failed")
 
 
 def _detached(error: BaseException) -> BaseException:

@@ -501,11 +501,14 @@ class Ledger:
         return self.charging(user, budget, cost, sql, detail, global_budget).durable()
 
     def charging(self, user: str, budget: BudgetPolicy, cost: Cost, sql: str, detail: dict[str, Any],
-                 global_budget: BudgetPolicy | None = None) -> PendingCharge:
+                 global_budget: BudgetPolicy | None = None, failed: Callable[[], None] | None = None
+                 ) -> PendingCharge:
         """`charge`, with its transaction on the ledger's writer thread: the caller learns at
-        `admitted()` whether the filters admit it (a refusal raises there, before any engine
-        work) and may run the query while the COMMIT reaches the disk; `durable()` must return
-        before anything derived from the data leaves."""
+        `admitted()` whether the filters admit it (a refusal raises there) and may run the query
+        while the COMMIT reaches the disk; `durable()` must return before anything derived from
+        the data leaves. `failed()` runs on the writer thread as soon as the charge is refused or
+        cannot be recorded, before `admitted()` or `durable()` tell: a query that started before
+        its admission is stopped by it."""
         users = ([GLOBAL] if global_budget is not None else []) + [user]
 
         def work(con) -> Charge:
@@ -537,7 +540,7 @@ class Ledger:
             return Charge(charge_id, results[0][3], results[0][2], cost)
 
         self._start_writer()
-        return PendingCharge(self._writer.start(users, work), self._errors)
+        return PendingCharge(self._writer.start(users, work, failed=failed), self._errors)
 
     def grant(self, user: str, epsilon: Fraction, delta: Fraction, budget: BudgetPolicy | None = None,
               event: tuple[str, str, str] | None = None) -> None:

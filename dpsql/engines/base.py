@@ -78,6 +78,12 @@ class Engine(Protocol):
     # 2^bits / max(__dpsql_n, limit)) and the columns `sums` names (column -> SQL over the row,
     # __dpsql_w and per_unit's aggregates over the unit's rows), kept per data version.
     # Engines without it bound contributions with a per-unit aggregation instead.
+    #
+    # Optional: overlaps_admission = True, with execute(sql, stop) (and execute_reused(sql,
+    # scope, stop), if it has one): `stop`, a threading.Event, is checked once the query is
+    # registered for interrupt() and before it starts, so a query stopped by a refused charge
+    # (set, then interrupt()) never runs to its end, and interrupt() never reaches a later
+    # query. Such an engine runs a query while the ledger admits its charge; others after.
 
     def close(self) -> None: ...
 

@@ -59,6 +59,7 @@ def bind_failure() -> OperationalError:
 
 class DuckDBEngine:
     dialect = "duckdb"
+    overlaps_admission = True  # execute(sql, stop): see engines/base.py
 
     def __init__(self, policy: Policy):
         self._policy = policy
@@ -92,6 +93,7 @@ class DuckDBEngine:
         self._local = threading.local()
         self._running: dict[int, duckdb.DuckDBPyConnection] = {}
         self._copies: dict[str, str] = {}  # weighted copy -> the data version it was built from
+        self._totals: dict[str, str] = {}  # weighted copy's relation -> its totals' (copy_totals)
         self._copies_lock = threading.Lock()
         self._reused: OrderedDict[tuple[str, str], ResultSet] = OrderedDict()  # see execute_reused
         self._reused_version: str | None = None
@@ -188,13 +190,15 @@ class DuckDBEngine:
         finally:
             self._running.pop(ident, None)
 
-    def execute(self, sql: str) -> ResultSet:
-        """Run dpsql-built SQL."""
+    def execute(self, sql: str, stop: threading.Event | None = None) -> ResultSet:
+        """Run dpsql-built SQL; not started once `stop` is set (engines/base.py)."""
         failure = OperationalError(
             "the query failed while running in the engine",
             sqlstate="XX000",
             hint=ENGINE_FAILURE_HINT)
         with self._tracked(failure) as cur:
+            if stop is not None and stop.is_set():
+                raise duckdb.InterruptException("stopped before it started")
             self._run(cur, sql)
             names = [d[0] for d in cur.description]
             types = [str(d[1]) for d in cur.description]
@@ -202,7 +206,7 @@ class DuckDBEngine:
         columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in names]
         return ResultSet(names, types, columns)
 
-    def execute_reused(self, sql: str, scope: str) -> ResultSet:
+    def execute_reused(self, sql: str, scope: str, stop: threading.Event | None = None) -> ResultSet:
         """`execute` for a bounded query whose exact values the data alone determines (no salt,
         no clock): computed once per data version and `scope` (the analyst), so a dashboard's
         repeated query skips the engine; every release of it still draws fresh noise and is
@@ -218,7 +222,7 @@ class DuckDBEngine:
             if hit is not None:
                 self._reused.move_to_end(key)
                 return hit
-        rs = self.execute(sql)
+        rs = self.execute(sql, stop)
         cells = rs.row_count * len(rs.names)
         if cells <= REUSED_CELLS // 4:
             rs = ResultSet(tuple(rs.names), tuple(rs.types), tuple(tuple(c) for c in rs.columns))
@@ -274,7 +278,8 @@ class DuckDBEngine:
         and sort the whole table, several times slower with several of them). Rows are stored
         in three runs by __dpsql_n, so the weights (almost all full) compress into long runs and
         sum about as fast as a COUNT(*), and the units with many rows are the copy's tail. Its
-        name is not a policy table, so analysts cannot name it."""
+        name is not a policy table, so analysts cannot name it. Its column totals are kept
+        beside it (copy_totals)."""
         sums = dict(sorted((sums or {}).items()))
         per_unit = dict(sorted((per_unit or {}).items()))
         digest = hashlib.sha256(repr((sums, per_unit)).encode()).hexdigest()[:8] if sums else "plain"
@@ -308,13 +313,25 @@ class DuckDBEngine:
                                     f"{rows(f'u.__dpsql_n > 1 AND u.__dpsql_n <= {limit}')}")
                         cur.execute(f"INSERT INTO scratch.main.{quote(name)} {rows(f'u.__dpsql_n > {limit}')}")
                         cur.execute(f"DROP TABLE {units}")
+                        summed = ", ".join(f"SUM({quote(c)}) AS {quote(c)}" for c in ["__dpsql_w", *sums])
+                        cur.execute(f"CREATE OR REPLACE TABLE scratch.main.{quote(name + '_totals')} AS "
+                                    f"SELECT {summed} FROM scratch.main.{quote(name)}")
                         cur.execute("CHECKPOINT scratch")
                     self._scratch.protect()
 
                 self._copies.pop(name, None)  # the table is replaced from here on: current again once built
                 _, version = built_at_one_version(build, self.data_version, version)
                 self._copies[name] = version
+                self._totals[f"scratch.main.{quote(name)}"] = f"scratch.main.{quote(name + '_totals')}"
         return f"scratch.main.{quote(name)}"
+
+    def copy_totals(self, copy: str) -> str | None:
+        """The one-row relation beside weighted copy `copy` (a name weighted_copy returned) that
+        holds the SUM of its __dpsql_w and of each stored column, under the same names and
+        built with it: a query without filter or GROUP BY that sums only those columns reads
+        it instead of the copy (its SUM over one row is that total), as DuckDB itself answers
+        COUNT(*) from its table statistics instead of scanning."""
+        return self._totals.get(copy)
 
     def describe(self, sql: str) -> tuple[list[str], list[str]]:
         """Names and types of a query's result, from binding alone (nothing is executed)."""

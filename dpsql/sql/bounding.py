@@ -37,7 +37,7 @@ from typing import Mapping, Sequence
 from sqlglot import exp
 
 from . import build as b
-from .measures import COUNT_BITS, Histogram, Measure, weighted
+from .measures import COUNT_BITS, Count, Histogram, Measure, weighted
 
 Stage = tuple[str, exp.Select]
 
@@ -262,11 +262,20 @@ class L2Clip(TotalCap):
 class WeightedCopy:
     """A TotalCap read from the engine's weighted copy of the one private table: `table` holds
     its rows with weight column __dpsql_w, and `values` maps a measure's index to the column
-    holding its ready-weighted per-row values (copy_column). Engine state, chosen at rewrite."""
+    holding its ready-weighted per-row values (copy_column); `totals`, if the engine keeps
+    them, a one-row relation of those columns' sums under the same names. Engine state, chosen
+    at rewrite."""
 
     bound: TotalCap
     table: str
     values: Mapping[int, str] = field(default_factory=dict)
+    totals: str | None = None
+
+    def reads_totals(self, measures: Sequence[Measure], keys: Sequence[object]) -> bool:
+        """Whether the query needs nothing of the copy but its totals: kept by the engine, no
+        GROUP BY, and every measure a SUM of a stored column or of the weights (COUNT(*))."""
+        return self.totals is not None and not keys and all(
+            (isinstance(m, Count) and m.value is None) or j in self.values for j, m in enumerate(measures))
 
     def l1(self, m: Measure, domain_size: int | None) -> int | None:
         return self.bound.l1(m, domain_size)
