@@ -321,7 +321,9 @@ def report(r: dict) -> str:
         "", f"## Latency at {main_size:,} rows (ms; x = ratio to plain DuckDB)", "",
         f"Median of {m['side_by_side_runs']} rounds that run plain DuckDB and dpsql (DB-API) in "
         f"turn; median of {m['latency_runs']} runs for dpsql serve and for each peer. dpsql runs with "
-        f"SET dpsql.reuse = off: its engine computes every query, as plain DuckDB does.", "",
+        f"SET dpsql.reuse = off: its engine computes every query, as plain DuckDB does (an unfiltered, "
+        f"ungrouped query reads the totals stored with the weighted copy, as plain DuckDB answers COUNT(*) "
+        f"from its table statistics).", "",
         "| query | DuckDB | dpsql DB-API | dpsql serve + psycopg | SmartNoise | Qrlew |", "|---|---|---|---|---|---|"]
     for q in QUERIES:
         scale = r["scale"].get(q.name, {})

@@ -167,7 +167,7 @@ class Session:
             return self._view(stmt)
         if isinstance(stmt, Explain):
             return self._explain(self._with_views(bind_parameters(stmt.query.tree, params)), stmt.query.options)
-        tree = bind_parameters(stmt.tree, params)
+        tree = bind_parameters(stmt.tree, params) if params or stmt.placeholders else stmt.tree
         expanded = self._with_views(tree)
         # Without parameters (or views) the statement's text is the query: it keys the plan
         # cache (no SQL generation from the tree on every execution).
@@ -385,10 +385,7 @@ class Session:
         noise are never cached here). Kept per analyst, so that no analyst can time whether
         another has asked the same query."""
         options = options or QueryOptions()
-        s = self.settings
-        shape = ("text", text) if text is not None else ("tree", tree.sql(dialect="postgres"))
-        key = repr((self.user.name, shape, options, s.epsilon, s.delta, s.mechanism, s.planner, s.target_error,
-                    s.confidence, s.exact_curve, self.engine.data_version()))
+        key = self._plan_key(tree, options, text)
         hit = self._plans.plan(key)
         if hit is not None:
             return hit
@@ -396,25 +393,26 @@ class Session:
         self._plans.put_plan(key, prepared)
         return prepared
 
+    def _plan_key(self, tree: exp.Query, options: QueryOptions, text: str | None) -> str:
+        s = self.settings
+        shape = ("text", text) if text is not None else ("tree", tree.sql(dialect="postgres"))
+        return repr((self.user.name, shape, options, s.epsilon, s.delta, s.mechanism, s.planner, s.target_error,
+                     s.confidence, s.exact_curve, self.engine.data_version()))
+
     def _plan_and_calibrate(self, tree: exp.Query, options: QueryOptions
                             ) -> tuple[Plan | PublicQuery, Calibration | None]:
         return prepare(tree, self.policy, self.engine.schema(), self.settings, options)
 
     def _query(self, stmt: Query, tree: exp.Query, text: str | None = None) -> Result:
-        if _reads_budget(tree):
-            r = self.budget_result()
-            return self._over_rows(tree, BUDGET_RELATION, r.names, r.types, r.rows)
-        if touches_private(tree, self.policy):
-            if schema_probe(tree) is not None:  # a tool asking for the columns: answered free, no rows
-                names, types = self._describe_tree(tree, stmt.options)
-                return Result(names, types, [], "SELECT 0")
-            wrapped = released_subquery(tree, self.policy)
-            if wrapped is not None:
-                return self._outer_query(stmt, tree, *wrapped)
-            domain = self._declared_keys(tree, stmt.options)
-            if domain is not None:
-                return domain
-        plan, cal = self._prepare(tree, stmt.options, text)
+        # A text planned before took the planned way then, and takes it again: the checks
+        # below are pure functions of the tree, the policy and the settings its key holds.
+        planned = self._plans.plan(self._plan_key(tree, stmt.options, text)) if text is not None else None
+        if planned is None:
+            routed = self._routed(stmt, tree)
+            if routed is not None:
+                return routed
+            planned = self._prepare(tree, stmt.options, text)
+        plan, cal = planned
         self._deadline.check()
         if isinstance(plan, PublicQuery):
             with _charge_told("nothing was charged"):
@@ -454,27 +452,47 @@ class Session:
             self.ledger.cache_put(self.user.name, key, _to_cache(result))
         return result
 
+    def _routed(self, stmt: Query, tree: exp.Query) -> Result | None:
+        """The answer of a query that is not planned as a DP aggregate: the budget relation, a
+        tool's schema probe, a DP query used as a derived table, a declared domain's keys."""
+        if _reads_budget(tree):
+            r = self.budget_result()
+            return self._over_rows(tree, BUDGET_RELATION, r.names, r.types, r.rows)
+        if not touches_private(tree, self.policy):
+            return None
+        if schema_probe(tree) is not None:  # a tool asking for the columns: answered free, no rows
+            names, types = self._describe_tree(tree, stmt.options)
+            return Result(names, types, [], "SELECT 0")
+        wrapped = released_subquery(tree, self.policy)
+        if wrapped is not None:
+            return self._outer_query(stmt, tree, *wrapped)
+        return self._declared_keys(tree, stmt.options)
+
     def _overlapping(self, cost: Cost) -> bool:
         """Whether the engine may start while the ledger admits the charge (saving the admission's
         time, about a third of a small query's): only when the engine can be stopped by a
-        refusal and this session's last admitted charge left room for this one. So a refusal
+        refusal and this session's last admitted charge left room for this one (`Charge.room`,
+        judged by the ledger for every filter, for a repeated cost). So a refusal
         the session can foresee (the budget spent, a query past it, the first query, any query
         after a refusal) always comes before any engine work; one it cannot (the budget spent
         meanwhile by another connection of the analyst, or the global budget by others) stops
         the query, and the next one waits for its admission again."""
         last = self._headroom
-        return (last is not None and getattr(self.engine, "overlaps_admission", False)
-                and last.filter.admits_cost(last.totals, cost))
+        if last is None or not getattr(self.engine, "overlaps_admission", False):
+            return False
+        return last.room if cost is last.cost or cost == last.cost else last.filter.admits_cost(last.totals, cost)
 
     def _answer(self, plan: Plan, bounded: Bounded, cal: Calibration, charge: Charge | None, detail: dict[str, Any],
                 pending: PendingCharge | None = None, stop: threading.Event | None = None) -> Result:
         """Run the bounded query (prepared before the charge), have the release guard check it
         against the charge's receipt, noise it and post-process. A sampled plan gets a fresh
-        secret salt here. With `pending`, the charge's commit may still be on its way to the
-        disk: the engine runs meanwhile, and nothing goes further until it is durable (if it
-        cannot be, nothing was charged and nothing is released). With `stop` too, its admission
-        may still be under way (`charge` is None): a refusal sets `stop` and interrupts the
-        engine, and nothing of the run, its failure included, is told before the admission."""
+        secret salt here. With `pending`, the charge is admitted (written in its open
+        transaction) but its commit may still be on its way to the disk: the engine runs, the
+        noise is drawn and the answer post-processed meanwhile, and none of it, nor any error,
+        leaves until the commit is durable (if it cannot be, nothing was charged and the answer
+        is dropped). With `stop` too, its admission may still be under way (`charge` is None):
+        a refusal sets `stop` and interrupts the engine, and nothing of the run, its failure
+        included, is told before the admission."""
         s = self.settings
         try:
             salted = None if plan.sample_rate is None else self._bounded(plan, secrets.token_hex(16))
@@ -483,12 +501,16 @@ class Session:
             rs, failure = None, e
         if pending is not None:
             charge = pending.admitted()  # a refusal, or a ledger that cannot record it: raised here, first
-            pending.durable()
-        if failure is not None:
-            with _charge_told("the query's cost stays charged, because whether a query fails can depend on the data"):
-                raise failure
-        out = self._post.run(plan.post, release(plan, cal, _released_groups(plan, bounded, rs), s.confidence, charge,
-                                                self.policy))
+        try:
+            if failure is not None:
+                with _charge_told("the query's cost stays charged, because whether a query fails can depend on "
+                                  "the data"):
+                    raise failure
+            out = self._post.run(plan.post, release(plan, cal, _released_groups(plan, bounded, rs), s.confidence,
+                                                    charge, self.policy))
+        finally:
+            if pending is not None:
+                pending.durable()  # raises instead, with nothing charged, if the commit fails
         rows = [tuple(_plain(v) for v in r) for r in out.rows]
         left = charge.filter.remaining(charge.totals)
         dp = {"cost": charge.cost.as_dict(), "remaining": {k: float(v) for k, v in left.items()},

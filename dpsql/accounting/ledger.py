@@ -134,13 +134,15 @@ def lifetime_filter(budget: BudgetPolicy) -> Filter | None:
 
 @dataclass(frozen=True)
 class Charge:
-    """The receipt of a durable charge: made only once its transaction has committed, and
-    required by the release guard (dpsql/guard.py) before any noisy value is drawn."""
+    """The receipt of a charge the filters admitted, written in its transaction, and required
+    by the release guard (dpsql/guard.py) before any noisy value is drawn; nothing drawn leaves
+    before that transaction is durable (PendingCharge.durable)."""
 
     id: int
     totals: Totals
     filter: Filter
     cost: Cost
+    room: bool = False  # whether every filter that admitted it would admit the same cost once more
 
 
 def _writer_for(ledger: Ledger) -> GroupCommit:
@@ -523,10 +525,11 @@ class Ledger:
                     filters.append((LIFETIME, life, None))
                 for seg, flt, refresh in filters:
                     totals = self._totals(con, who, seg)
-                    after = totals.plus(flt.usage(cost))
+                    used = flt.usage(cost)
+                    after = totals.plus(used)
                     if not flt.admits(after):
                         raise _refusal(who, user, flt, totals, cost, refresh, lifetime=seg == LIFETIME)
-                    results.append((who, seg, flt, after))
+                    results.append((who, seg, flt, after, used))
             at, cost_text, detail_text = time.time(), cost.to_json(), json.dumps(detail, default=str)
             cur = self._exec(con, "INSERT INTO charges (user_name, segment, at, sql, cost, detail) "
                                   "VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
@@ -535,9 +538,10 @@ class Ledger:
             chain = self._append(con, user, "charge",
                                  charge_record(charge_id, user, results[0][1], at, sql, cost_text, detail_text))
             self._exec(con, "UPDATE charges SET chain = ? WHERE id = ?", (chain, charge_id))
-            for who, segment, _, after in results:
+            for who, segment, _, after, _ in results:
                 self._put_totals(con, who, segment, after)
-            return Charge(charge_id, results[0][3], results[0][2], cost)
+            room = all(flt.admits(after.plus(used)) for _, _, flt, after, used in results)
+            return Charge(charge_id, results[0][3], results[0][2], cost, room)
 
         self._start_writer()
         return PendingCharge(self._writer.start(users, work, failed=failed), self._errors)

@@ -313,9 +313,13 @@ class DuckDBEngine:
                                     f"{rows(f'u.__dpsql_n > 1 AND u.__dpsql_n <= {limit}')}")
                         cur.execute(f"INSERT INTO scratch.main.{quote(name)} {rows(f'u.__dpsql_n > {limit}')}")
                         cur.execute(f"DROP TABLE {units}")
-                        summed = ", ".join(f"SUM({quote(c)}) AS {quote(c)}" for c in ["__dpsql_w", *sums])
-                        cur.execute(f"CREATE OR REPLACE TABLE scratch.main.{quote(name + '_totals')} AS "
-                                    f"SELECT {summed} FROM scratch.main.{quote(name)}")
+                        summed = ["__dpsql_w", *sums]
+                        cur.execute(f"SELECT {', '.join(f'SUM({quote(c)})' for c in summed)} "
+                                    f"FROM scratch.main.{quote(name)}")
+                        constants = ", ".join(f"CAST({'NULL' if v is None else int(v)} AS HUGEINT) AS {quote(c)}"
+                                              for c, v in zip(summed, cur.fetchone()))
+                        cur.execute(f"CREATE OR REPLACE VIEW scratch.main.{quote(name + '_totals')} AS "
+                                    f"SELECT {constants}")
                         cur.execute("CHECKPOINT scratch")
                     self._scratch.protect()
 
@@ -329,8 +333,10 @@ class DuckDBEngine:
         """The one-row relation beside weighted copy `copy` (a name weighted_copy returned) that
         holds the SUM of its __dpsql_w and of each stored column, under the same names and
         built with it: a query without filter or GROUP BY that sums only those columns reads
-        it instead of the copy (its SUM over one row is that total), as DuckDB itself answers
-        COUNT(*) from its table statistics instead of scanning."""
+        it instead of the copy, as DuckDB itself answers COUNT(*) from its table statistics
+        instead of scanning. A view of the totals as constants (in the private scratch
+        database, like the copy's rows): a query over it is constant-folded when prepared,
+        where a scan of a one-row table costs more than the rest of the query."""
         return self._totals.get(copy)
 
     def describe(self, sql: str) -> tuple[list[str], list[str]]:

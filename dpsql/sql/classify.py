@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 import sqlglot
 from sqlglot import exp
@@ -54,6 +55,12 @@ class Query:
     sql: str
     tree: exp.Query
     options: QueryOptions = QueryOptions()
+
+    @cached_property
+    def placeholders(self) -> bool:
+        """Whether the tree holds %s, %(name)s or $n placeholders: asked at every execution of
+        a statement the session keeps parsed, so walked once."""
+        return any(isinstance(n, (exp.Placeholder, exp.Parameter)) for n in self.tree.walk())
 
 
 @dataclass(frozen=True)
