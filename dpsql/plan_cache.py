@@ -17,7 +17,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Hashable
+from typing import Any, Callable, Hashable
 
 SIZE = 256  # query shapes (with their settings) whose plan and calibration are kept
 
@@ -37,6 +37,7 @@ class PlanCache:
         self._lock = threading.Lock()
         self._plans: OrderedDict[Hashable, Any] = OrderedDict()
         self._bounded: dict[int, tuple[Any, Bounded]] = {}  # id(plan) -> (plan, its bounded query)
+        self._derived: dict[tuple[int, str], tuple[Any, Any]] = {}  # (id(obj), kind) -> (obj, value)
         # per table and row limit: what its weighted copy stores (column -> SQL), which measure each serves
         self.stored: dict[tuple[str, int], tuple[dict[str, str], dict[tuple, str], dict[str, str]]] = {}
         # (public table, column) -> (data version, whether it holds each value once): one entry a column
@@ -66,6 +67,19 @@ class PlanCache:
             if len(self.domains) >= self._size:
                 self.domains.clear()
             self.domains[key] = domain
+
+    def derived(self, obj: Any, kind: str, make: Callable[[], Any]) -> Any:
+        """`make()`, kept for as long as `obj` (a cached plan or calibration, frozen) is: what a
+        repeated query would otherwise rebuild on every execution (its audit detail)."""
+        entry = self._derived.get((id(obj), kind))
+        if entry is not None and entry[0] is obj:
+            return entry[1]
+        value = make()
+        with self._lock:
+            if len(self._derived) >= 2 * self._size:
+                self._derived.clear()
+            self._derived[(id(obj), kind)] = (obj, value)
+        return value
 
     def put_bounded(self, plan: Any, bounded: Bounded) -> None:
         with self._lock:

@@ -126,7 +126,7 @@ class Session:
         self._statements: OrderedDict[str, Query] = OrderedDict()
         self._plans = plan_cache.for_engine(self.engine)  # shared with every session over this engine
         self._deadline = policy.limits.deadline()  # the planning time budget of the statement under way
-        self._headroom: Charge | None = None  # this session's last admitted charge (_overlapping)
+        self._headroom: tuple[Charge, bool | None] | None = None  # the last admitted charge, and room for its cost
 
     def _defaults(self) -> Settings:
         return default_settings(self.policy, self.user)
@@ -425,7 +425,7 @@ class Session:
             cached = self.ledger.cache_get(self.user.name, key)
             if cached is not None and self._receipted(cached):
                 return self._from_cache(cached)
-        detail = _detail(plan, cal)
+        detail = self._plans.derived(cal, "detail", lambda: _detail(plan, cal))  # read-only: shared by executions
         bounded = self._bounded(plan, None)  # an engine's refusal comes before the charge
         if bounded.domain == ():  # every declared key tuple is NULL or filtered out: nothing to release, free
             names, types = self._describe_tree(tree, stmt.options)
@@ -439,7 +439,7 @@ class Session:
         self._headroom = None  # kept again only once this charge is admitted
         charge = None if stop is not None else pending.admitted()  # else admitted while the engine runs
         result = self._answer(plan, bounded, cal, charge, detail, pending, stop)
-        self._headroom = charge = pending.admitted()
+        charge = pending.admitted()
         dropped = [_unqualified_sql(k.expr) for k in plan.keys if k.declared and _null_by_construction(k.expr)]
         if dropped:
             result.dp["notice"] = (f"rows where {' or '.join(dropped)} is NULL are in no group: a declared domain "
@@ -471,16 +471,18 @@ class Session:
     def _overlapping(self, cost: Cost) -> bool:
         """Whether the engine may start while the ledger admits the charge (saving the admission's
         time, about a third of a small query's): only when the engine can be stopped by a
-        refusal and this session's last admitted charge left room for this one (`Charge.room`,
-        judged by the ledger for every filter, for a repeated cost). So a refusal
+        refusal and this session's last admitted charge left room for this one (for a repeated
+        cost, judged while that charge's commit reached the disk). So a refusal
         the session can foresee (the budget spent, a query past it, the first query, any query
         after a refusal) always comes before any engine work; one it cannot (the budget spent
         meanwhile by another connection of the analyst, or the global budget by others) stops
         the query, and the next one waits for its admission again."""
-        last = self._headroom
-        if last is None or not getattr(self.engine, "overlaps_admission", False):
+        if self._headroom is None or not getattr(self.engine, "overlaps_admission", False):
             return False
-        return last.room if cost is last.cost or cost == last.cost else last.filter.admits_cost(last.totals, cost)
+        last, room = self._headroom
+        if room is not None and (cost is last.cost or cost == last.cost):
+            return room
+        return last.filter.admits_cost(last.totals, cost)
 
     def _answer(self, plan: Plan, bounded: Bounded, cal: Calibration, charge: Charge | None, detail: dict[str, Any],
                 pending: PendingCharge | None = None, stop: threading.Event | None = None) -> Result:
@@ -508,14 +510,17 @@ class Session:
                     raise failure
             out = self._post.run(plan.post, release(plan, cal, _released_groups(plan, bounded, rs), s.confidence,
                                                     charge, self.policy))
+            left = charge.filter.remaining(charge.totals)
+            room = charge.filter.admits_cost(charge.totals, charge.cost) if pending is not None else None
         finally:
             if pending is not None:
                 pending.durable()  # raises instead, with nothing charged, if the commit fails
+        if pending is not None:
+            self._headroom = (charge, room)
         rows = [tuple(_plain(v) for v in r) for r in out.rows]
-        left = charge.filter.remaining(charge.totals)
         dp = {"cost": charge.cost.as_dict(), "remaining": {k: float(v) for k, v in left.items()},
               "ci": dict(out.ci), "confidence": s.confidence, "mechanism": s.mechanism, "cached": False,
-              "noise": detail["mechanisms"], "receipt": charge.id}
+              "noise": [dict(m) for m in detail["mechanisms"]], "receipt": charge.id}
         return Result(out.names, out.types, rows, f"SELECT {len(rows)}", dp)
 
     def _run_bounded(self, plan: Plan, bounded: Bounded, stop: threading.Event | None = None) -> ResultSet:
@@ -713,8 +718,9 @@ class Session:
                                               "epsilon_size": float(spec.epsilon_size)}}
             text = f"RANDOMIZED RESPONSE {t.name} ({', '.join(spec.columns)}) [{spec.method}]"
             self._headroom = None  # _overlapping judges by the session's latest charge
-            charge = self._headroom = self.ledger.charge(self.user.name, self.budget_policy, Cost.pure(spec.epsilon),
-                                                         text, detail, self.global_budget)
+            charge = self.ledger.charge(self.user.name, self.budget_policy, Cost.pure(spec.epsilon), text, detail,
+                                        self.global_budget)
+            self._headroom = (charge, None)
             rows = local.randomize([local.person_category(r, spec) for r in per_person], spec)
             self.ledger.record_release(charge.id, {"rows": len(rows)})
             left = charge.filter.remaining(charge.totals)
@@ -794,8 +800,9 @@ class Session:
         detail = {"batch": len(sqls), "noise_multiplier": multiplier,
                   "queries": [_detail(p, c) for p, c in zip(plans, cals)]}
         self._headroom = None  # _overlapping judges by the session's latest charge
-        charge = self._headroom = self.ledger.charge(self.user.name, self.budget_policy, cost, "\n;\n".join(sqls),
-                                                     detail, self.global_budget)
+        charge = self.ledger.charge(self.user.name, self.budget_policy, cost, "\n;\n".join(sqls), detail,
+                                    self.global_budget)
+        self._headroom = (charge, None)
         results = [self._answer(p, q, c, charge, d) for p, q, c, d in zip(plans, bounded, cals, detail["queries"])]
         self.ledger.record_release(charge.id, [r.rows for r in results])
         for r in results:

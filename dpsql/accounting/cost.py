@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import cached_property
 from typing import Any
 
 
@@ -82,6 +83,10 @@ class Cost:
         return sum((p.rho for p in self.parts), Fraction(0))
 
     def to_json(self) -> str:
+        return self._json
+
+    @cached_property
+    def _json(self) -> str:  # written with every charge, of a cost a dashboard repeats
         return json.dumps({"epsilon": fraction_text(self.epsilon), "delta": fraction_text(self.delta),
                            "parts": [p.to_json() for p in self.parts]})
 
