@@ -128,6 +128,33 @@ def test_a_charge_refused_while_its_query_runs_stops_it_and_charges_nothing(tigh
     first.close()
 
 
+def test_an_unforeseen_refusal_comes_when_the_ledger_decides_not_when_the_query_would_end(tight_policy):
+    """The refused query's engine run, made to last minutes, is interrupted by the refusal: the
+    analyst hears of it within seconds, so its time says nothing of the run."""
+    first = dpsql.connect(tight_policy, user="alice")
+    other = dpsql.connect(tight_policy, user="alice")
+    cur = first.cursor()
+    cur.execute("SET dpsql.cache = off")
+    cur.execute("SELECT COUNT(*) FROM people")
+    other.cursor().execute("SELECT COUNT(*) FROM people WHERE age > 20")
+    engine, stops = first.session.engine, []
+    execute = engine.execute
+
+    def endless(sql, *stop):
+        stops.extend(stop)
+        return execute("SELECT SUM(hash(i)) FROM range(100000000000) AS t(i)", *stop)
+
+    engine.execute = endless
+    began = time.monotonic()
+    with pytest.raises(BudgetExceeded):
+        cur.execute("SELECT COUNT(*) FROM people WHERE age > 40")
+    assert time.monotonic() - began < 10 and len(stops) == 1 and stops[0].is_set()
+    assert first.session.budget()["queries"] == 2
+    engine.execute = execute
+    other.close()
+    first.close()
+
+
 def test_a_stopped_query_never_starts_and_an_interrupted_one_ends_without_reaching_the_next(tight_policy):
     """The engine's side of a stop (DuckDBEngine.execute(sql, stop)): set before the query is
     registered, the query does not start; set and followed by interrupt() while it runs, it
