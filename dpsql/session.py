@@ -470,7 +470,7 @@ class Session:
 
     def _overlapping(self, cost: Cost) -> bool:
         """Whether the engine may start while the ledger admits the charge (saving the admission's
-        time, about a third of a small query's): only when the engine can be stopped by a
+        time, a fifth to a third of a small query's): only when the engine can be stopped by a
         refusal and this session's last admitted charge left room for this one (for a repeated
         cost, judged while that charge's commit reached the disk). So a refusal
         the session can foresee (the budget spent, a query past it, the first query, any query
