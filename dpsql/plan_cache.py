@@ -36,7 +36,6 @@ class PlanCache:
         self._size = size
         self._lock = threading.Lock()
         self._plans: OrderedDict[Hashable, Any] = OrderedDict()
-        self._bounded: dict[int, tuple[Any, Bounded]] = {}  # id(plan) -> (plan, its bounded query)
         self._derived: dict[tuple[int, str], tuple[Any, Any]] = {}  # (id(obj), kind) -> (obj, value)
         # per table and row limit: what its weighted copy stores (column -> SQL), which measure each serves
         self.stored: dict[tuple[str, int], tuple[dict[str, str], dict[tuple, str], dict[str, str]]] = {}
@@ -58,10 +57,6 @@ class PlanCache:
             while len(self._plans) > self._size:
                 self._plans.popitem(last=False)
 
-    def bounded(self, plan: Any) -> Bounded | None:
-        entry = self._bounded.get(id(plan))
-        return entry[1] if entry is not None and entry[0] is plan else None
-
     def put_domain(self, key: Hashable, domain: Any) -> None:
         with self._lock:
             if len(self.domains) >= self._size:
@@ -70,7 +65,8 @@ class PlanCache:
 
     def derived(self, obj: Any, kind: str, make: Callable[[], Any]) -> Any:
         """`make()`, kept for as long as `obj` (a cached plan or calibration, frozen) is: what a
-        repeated query would otherwise rebuild on every execution (its audit detail)."""
+        repeated query would otherwise rebuild on every execution (its bounded query, its audit
+        detail). Not kept if `make()` raises."""
         entry = self._derived.get((id(obj), kind))
         if entry is not None and entry[0] is obj:
             return entry[1]
@@ -81,11 +77,6 @@ class PlanCache:
             self._derived[(id(obj), kind)] = (obj, value)
         return value
 
-    def put_bounded(self, plan: Any, bounded: Bounded) -> None:
-        with self._lock:
-            if len(self._bounded) >= 2 * self._size:
-                self._bounded.clear()
-            self._bounded[id(plan)] = (plan, bounded)
 
 
 _caches: "weakref.WeakKeyDictionary[Any, PlanCache]" = weakref.WeakKeyDictionary()

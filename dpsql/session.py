@@ -126,7 +126,7 @@ class Session:
         self._statements: OrderedDict[str, Query] = OrderedDict()
         self._plans = plan_cache.for_engine(self.engine)  # shared with every session over this engine
         self._deadline = policy.limits.deadline()  # the planning time budget of the statement under way
-        self._headroom: tuple[Charge, bool | None] | None = None  # the last admitted charge, and room for its cost
+        self._headroom: tuple[Charge, bool] | None = None  # the last admitted query's charge, and room for its cost
 
     def _defaults(self) -> Settings:
         return default_settings(self.policy, self.user)
@@ -386,9 +386,10 @@ class Session:
         another has asked the same query."""
         options = options or QueryOptions()
         key = self._plan_key(tree, options, text)
-        hit = self._plans.plan(key)
-        if hit is not None:
-            return hit
+        return self._plans.plan(key) or self._planned(key, tree, options)
+
+    def _planned(self, key: str, tree: exp.Query, options: QueryOptions
+                 ) -> tuple[Plan | PublicQuery, Calibration | None]:
         prepared = self._plan_and_calibrate(tree.copy(), options)
         self._plans.put_plan(key, prepared)
         return prepared
@@ -406,12 +407,15 @@ class Session:
     def _query(self, stmt: Query, tree: exp.Query, text: str | None = None) -> Result:
         # A text planned before took the planned way then, and takes it again: the checks
         # below are pure functions of the tree, the policy and the settings its key holds.
-        planned = self._plans.plan(self._plan_key(tree, stmt.options, text)) if text is not None else None
+        options = stmt.options or QueryOptions()
+        key = self._plan_key(tree, options, text) if text is not None else None
+        planned = self._plans.plan(key) if key is not None else None
         if planned is None:
             routed = self._routed(stmt, tree)
             if routed is not None:
                 return routed
-            planned = self._prepare(tree, stmt.options, text)
+            key = key or self._plan_key(tree, options, text)
+            planned = self._plans.plan(key) or self._planned(key, tree, options)
         plan, cal = planned
         self._deadline.check()
         if isinstance(plan, PublicQuery):
@@ -480,9 +484,7 @@ class Session:
         if self._headroom is None or not getattr(self.engine, "overlaps_admission", False):
             return False
         last, room = self._headroom
-        if room is not None and (cost is last.cost or cost == last.cost):
-            return room
-        return last.filter.admits_cost(last.totals, cost)
+        return room if cost is last.cost or cost == last.cost else last.filter.admits_cost(last.totals, cost)
 
     def _answer(self, plan: Plan, bounded: Bounded, cal: Calibration, charge: Charge | None, detail: dict[str, Any],
                 pending: PendingCharge | None = None, stop: threading.Event | None = None) -> Result:
@@ -528,18 +530,21 @@ class Session:
         no clock), an engine that can keep it per data version (DuckDB's execute_reused) gives a
         repeated query's from memory (unless SET dpsql.reuse = off: engine work every time, as
         benchmarks against a plain engine need); the noise is drawn afresh either way."""
+        stoppable = () if stop is None else (stop,)  # only engines that overlap the admission take one
         reused = getattr(self.engine, "execute_reused", None)
         if reused is not None and self.settings.reuse and plan.sample_rate is None and bounded.timeless:
-            return reused(bounded.sql, self.user.name, *([stop] if stop is not None else []))
-        return self.engine.execute(bounded.sql, *([stop] if stop is not None else []))
+            return reused(bounded.sql, self.user.name, *stoppable)
+        return self.engine.execute(bounded.sql, *stoppable)
 
     def _bounded(self, plan: Plan, salt: str | None) -> Bounded:
         """The plan's bounded query in the engine's SQL, memoised per plan (salted ones, new for
         every execution, are not), with its declared keys' domain as the engine lists them
         (public data only: listed before the charge, free)."""
-        cached = self._plans.bounded(plan)
-        if salt is None and cached is not None:
-            return cached  # a plan is cached per data version, so its weighted copy is current
+        if salt is None:  # a plan is cached per data version, so its weighted copy is current
+            return self._plans.derived(plan, "bounded", lambda: self._built_bounded(plan, None))
+        return self._built_bounded(plan, salt)
+
+    def _built_bounded(self, plan: Plan, salt: str | None) -> Bounded:
         tree = rewrite(plan, plan.literal_domain_size(), salt, self._weighting(plan))
         timeless = tree.find(*CLOCK_FUNCTIONS) is None  # then its result is the data's alone
         sql = self.engine.prepare(tree, owned=True)
@@ -547,9 +552,7 @@ class Session:
             return Bounded(sql, timeless)
         self._check_post(plan, sql)
         domain = tuple(zip(*self._domain(plan).columns)) if plan.keys and plan.declared else None
-        bounded = Bounded(sql, timeless, domain)
-        self._plans.put_bounded(plan, bounded)
-        return bounded
+        return Bounded(sql, timeless, domain)
 
     def bounded_sql(self, plan: Plan, salt: str | None = None) -> str:
         """The plan's bounded query as the engine runs it (EXPLAIN's detail, tests, benchmarks)."""
@@ -720,7 +723,6 @@ class Session:
             self._headroom = None  # _overlapping judges by the session's latest charge
             charge = self.ledger.charge(self.user.name, self.budget_policy, Cost.pure(spec.epsilon), text, detail,
                                         self.global_budget)
-            self._headroom = (charge, None)
             rows = local.randomize([local.person_category(r, spec) for r in per_person], spec)
             self.ledger.record_release(charge.id, {"rows": len(rows)})
             left = charge.filter.remaining(charge.totals)
@@ -802,7 +804,6 @@ class Session:
         self._headroom = None  # _overlapping judges by the session's latest charge
         charge = self.ledger.charge(self.user.name, self.budget_policy, cost, "\n;\n".join(sqls), detail,
                                     self.global_budget)
-        self._headroom = (charge, None)
         results = [self._answer(p, q, c, charge, d) for p, q, c, d in zip(plans, bounded, cals, detail["queries"])]
         self.ledger.record_release(charge.id, [r.rows for r in results])
         for r in results:

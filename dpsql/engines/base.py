@@ -146,18 +146,15 @@ def files_version(paths: Iterable[Path]) -> str:
     A file costs one stat: every query asks (twice), so this is on the hot path."""
     h = hashlib.sha256()
     for p in paths:
-        try:
-            st = os.stat(p)
-        except OSError:
-            h.update(f"{p}:missing;".encode())
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            h.update(f"{p}:{st.st_mtime_ns}:{st.st_size};".encode())
-            continue
-        for f in sorted(p.rglob("*")):
-            try:
-                st = f.stat()
-                h.update(f"{f}:{st.st_mtime_ns}:{st.st_size};".encode())
-            except OSError:
-                h.update(f"{f}:missing;".encode())
+        st = _stat(p)
+        files = [(f, _stat(f)) for f in sorted(p.rglob("*"))] if st and stat.S_ISDIR(st.st_mode) else [(p, st)]
+        for f, st in files:
+            h.update((f"{f}:missing;" if st is None else f"{f}:{st.st_mtime_ns}:{st.st_size};").encode())
     return h.hexdigest()[:16]
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except OSError:
+        return None
