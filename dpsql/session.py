@@ -19,7 +19,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import sqlglot
 from sqlglot import exp
@@ -437,12 +437,12 @@ class Session:
                           {"notice": "the group keys' declared values give no group under this expression (each "
                                      "becomes NULL), so nothing was released or charged"})
         self._deadline.check()
-        stop = threading.Event() if self._overlapping(cal.cost) else None
+        stopper = _Stopper(self.engine) if self._overlapping(cal.cost) else None
         pending = self.ledger.charging(self.user.name, self.budget_policy, cal.cost, stmt.sql, detail,
-                                       self.global_budget, None if stop is None else _stopper(self.engine, stop))
+                                       self.global_budget, stopper)
         self._headroom = None  # kept again only once this charge is admitted
-        charge = None if stop is not None else pending.admitted()  # else admitted while the engine runs
-        result = self._answer(plan, bounded, cal, charge, detail, pending, stop)
+        charge = None if stopper is not None else pending.admitted()  # else admitted while the engine runs
+        result = self._answer(plan, bounded, cal, charge, detail, pending, stopper)
         charge = pending.admitted()
         dropped = [_unqualified_sql(k.expr) for k in plan.keys if k.declared and _null_by_construction(k.expr)]
         if dropped:
@@ -487,22 +487,25 @@ class Session:
         return room if cost is last.cost or cost == last.cost else last.filter.admits_cost(last.totals, cost)
 
     def _answer(self, plan: Plan, bounded: Bounded, cal: Calibration, charge: Charge | None, detail: dict[str, Any],
-                pending: PendingCharge | None = None, stop: threading.Event | None = None) -> Result:
+                pending: PendingCharge | None = None, stopper: _Stopper | None = None) -> Result:
         """Run the bounded query (prepared before the charge), have the release guard check it
         against the charge's receipt, noise it and post-process. A sampled plan gets a fresh
         secret salt here. With `pending`, the charge is admitted (written in its open
         transaction) but its commit may still be on its way to the disk: the engine runs, the
         noise is drawn and the answer post-processed meanwhile, and none of it, nor any error,
         leaves until the commit is durable (if it cannot be, nothing was charged and the answer
-        is dropped). With `stop` too, its admission may still be under way (`charge` is None):
-        a refusal sets `stop` and interrupts the engine, and nothing of the run, its failure
-        included, is told before the admission."""
+        is dropped). With `stopper` too, its admission may still be under way (`charge` is None):
+        a refusal stops the engine (_Stopper), and nothing of the run, its failure included, is
+        told before the admission."""
         s = self.settings
         try:
             salted = None if plan.sample_rate is None else self._bounded(plan, secrets.token_hex(16))
-            rs, failure = self._run_bounded(plan, salted or bounded, stop), None
+            rs, failure = self._run_bounded(plan, salted or bounded, stopper and stopper.stop), None
         except Exception as e:  # told once the charge stands: whether a query fails can depend on the data
             rs, failure = None, e
+        finally:
+            if stopper is not None:
+                stopper.ended.set()
         if pending is not None:
             charge = pending.admitted()  # a refusal, or a ledger that cannot record it: raised here, first
         try:
@@ -914,16 +917,30 @@ def _no_internals(what: str) -> Iterator[None]:
                             hint=f"please report it ({type(e).__name__})") from e
 
 
-def _stopper(engine: Any, stop: threading.Event) -> Callable[[], None]:
-    """What a refused (or unrecordable) charge does on the ledger's writer thread to the query
-    this thread started meanwhile: `stop` keeps it from starting, interrupt() ends it, so the
-    refusal comes when the ledger decides, whatever the query would have taken."""
-    ident = threading.get_ident()
+STOP_TRIES = 10_000  # interrupts, a millisecond apart, of a query stopped by a refused charge
 
-    def stopped() -> None:
-        stop.set()
-        engine.interrupt(ident)
-    return stopped
+
+class _Stopper:
+    """What a refused (or unrecordable) charge does, from the ledger's writer thread, to the
+    query this thread started meanwhile: `stop` keeps it from starting, and interrupts end it,
+    so the refusal comes when the ledger decides, whatever the query would have taken. An
+    interrupt that reaches DuckDB just before the query begins is lost, so they are repeated
+    on a thread of their own until the engine call has returned (`ended`), at most STOP_TRIES
+    times; the writer thread never waits for them."""
+
+    def __init__(self, engine: Any):
+        self.engine, self.ident = engine, threading.get_ident()
+        self.stop, self.ended = threading.Event(), threading.Event()
+
+    def __call__(self) -> None:
+        self.stop.set()
+        threading.Thread(target=self._interrupt, name="dpsql-stop", daemon=True).start()
+
+    def _interrupt(self) -> None:
+        for _ in range(STOP_TRIES):
+            self.engine.interrupt(self.ident)
+            if self.ended.wait(0.001):
+                return
 
 
 @contextlib.contextmanager
