@@ -1,14 +1,17 @@
 """What a new query text costs in Python: parsing, planning, calibration, building the bounded
-query, noise and post-processing, apart from the engine's and the ledger's own time.
+query and post-processing, apart from the engine's and the ledger's own time and the noise.
 
     python -m benchmarks.new_query [--rows 100000] [--texts 40]
 
 Every execution sends a text dpsql has not seen (a literal changes), so nothing is served from
 the plan cache or the answer cache. Time inside the engine (DuckDB parsing, binding, running and
 fetching, the post-processor's scratch DuckDB) and inside the ledger (its SQLite writes and
-fsyncs, or the waits for its writer thread to admit a charge and make it durable) is measured by
-wrapping those calls; Python is the rest of the wall time. The same
-query text sent again (a plan-cache hit) is shown for comparison.
+fsyncs, or the waits for its writer thread to admit a charge and make it durable) and drawing
+the noise (OpenDP's exact samplers, about 10 us a value: the same for a new text as for a
+repeated one) is measured by wrapping those calls; Python is the rest of the wall time. The same
+query text sent again (a plan-cache hit) is shown for comparison. Each shape's texts differ in a
+WHERE value, as a dashboard's filter changes them: from the third on, a text is answered from
+its shape's template (sql/slots.py); `--shapes` makes every text a new shape as well.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any, Callable, Iterator
 import duckdb
 
 import dpsql
-from dpsql import postprocess
+from dpsql import mechanisms, postprocess
 from dpsql.accounting.ledger import Ledger, PendingCharge
 from dpsql.engines.duckdb import DuckDBEngine
 from dpsql.postprocess import PostProcessor
@@ -104,7 +107,8 @@ def instrumented(clock: Clock) -> Iterator[None]:
                (DuckDBEngine, "weighted_copy", "engine"), (Ledger, "charge", "ledger"),
                (Ledger, "charging", "ledger"), (PendingCharge, "admitted", "ledger"),
                (PendingCharge, "durable", "ledger"), (Ledger, "record_release", "ledger")]
-    patches.append((postprocess, "insert_rows", "engine"))  # the noisy table's rows into the scratch DuckDB
+    patches.append((postprocess, "insert_rows", "engine"))
+    patches.append((mechanisms, "sample", "noise"))  # the noisy table's rows into the scratch DuckDB
     saved = [(cls, name, getattr(cls, name)) for cls, name, _ in patches]
     scratch = PostProcessor._scratch
     for cls, name, kind in patches:
@@ -126,10 +130,10 @@ def measure(cur: Any, clock: Clock, texts: list[str], into: dict[str, list[float
         cur.execute(text)
         cur.fetchall()
         total, total_cpu = time.perf_counter() - t, time.thread_time() - cpu
-        engine, ledger = clock.spent["engine"], clock.spent["ledger"]
-        python_cpu = total_cpu - clock.spent["engine cpu"] - clock.spent["ledger cpu"]
-        for k, v in (("total", total), ("engine", engine), ("ledger", ledger), ("python", total - engine - ledger),
-                     ("python cpu", python_cpu)):
+        engine, ledger, noise = clock.spent["engine"], clock.spent["ledger"], clock.spent["noise"]
+        python_cpu = total_cpu - clock.spent["engine cpu"] - clock.spent["ledger cpu"] - clock.spent["noise cpu"]
+        for k, v in (("total", total), ("engine", engine), ("ledger", ledger), ("noise", noise),
+                     ("python", total - engine - ledger - noise), ("python cpu", python_cpu)):
             into.setdefault(k, []).append(v * 1000)
 
 
@@ -138,7 +142,14 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument("--texts", type=int, default=60, help="new query texts per shape")
     ap.add_argument("--rounds", type=int, default=6, help="rounds over the shapes, interleaved")
+    ap.add_argument("--shapes", action="store_true",
+                    help="every new text a new shape too (a term with its own constant), so none has a template")
     args = ap.parse_args()
+
+    def text(shape: str, k: int) -> str:
+        sql = shape.format(i=k, big=100_000 + k)
+        return sql.replace("WHERE ", f"WHERE abs(v) + {k} >= {k} AND ") if args.shapes else sql
+
     with tempfile.TemporaryDirectory() as d:
         directory = Path(d)
         policy = build(directory, args.rows)
@@ -147,10 +158,11 @@ def main() -> None:
         cur.execute("SET dpsql.cache = off")
         clock = Clock()
         print(f"{args.rows:,} rows, median of {args.texts} new texts per shape, ms "
-              f"(python = total - engine - ledger, wall;\n"
+              f"(python = total - engine - ledger - noise, wall;\n"
               f"cpu = the same in this thread's CPU time, which a busy host's stolen time does not inflate)")
-        print(f"{'':<26} {'new text':^40}   {'same text':^15}")
-        print(f"{'shape':<26} {'total':>7} {'engine':>7} {'ledger':>7} {'python':>7} {'cpu':>7}   {'total':>7} {'python':>7}")
+        print(f"{'':<26} {'new text':^48}   {'same text':^15}")
+        print(f"{'shape':<26} {'total':>7} {'engine':>7} {'ledger':>7} {'noise':>7} {'python':>7} {'cpu':>7}"
+              f"   {'total':>7} {'python':>7}")
         new: dict[str, dict[str, list[float]]] = {name: {} for name in SHAPES}
         same: dict[str, dict[str, list[float]]] = {name: {} for name in SHAPES}
         with instrumented(clock):
@@ -161,15 +173,16 @@ def main() -> None:
             per_round = max(args.texts // args.rounds, 1)
             for r in range(args.rounds):  # shapes interleaved, so that each sees the same load
                 for name, shape in SHAPES.items():
-                    measure(cur, clock, [shape.format(i=k, big=100_000 + k)
-                                         for k in range(r * per_round, (r + 1) * per_round)], new[name])
+                    measure(cur, clock, [text(shape, k) for k in range(r * per_round, (r + 1) * per_round)],
+                            new[name])
                     measure(cur, clock, [shape.format(i=0, big=100_000)] * per_round, same[name])
         worst = 0.0
         for name in SHAPES:
             n = {k: statistics.median(v) for k, v in new[name].items()}
             s = {k: statistics.median(v) for k, v in same[name].items()}
             worst = max(worst, n["python"])
-            print(f"{name:<26} {n['total']:7.2f} {n['engine']:7.2f} {n['ledger']:7.2f} {n['python']:7.2f}"
+            print(f"{name:<26} {n['total']:7.2f} {n['engine']:7.2f} {n['ledger']:7.2f} {n['noise']:7.2f}"
+                  f" {n['python']:7.2f}"
                   f" {n['python cpu']:7.2f}"
                   f"   {s['total']:7.2f} {s['python']:7.2f}")
         conn.close()

@@ -31,6 +31,29 @@ class Bounded:
     domain: tuple[tuple, ...] | None = None
 
 
+@dataclass(frozen=True)
+class Seen:
+    """The first text of a query shape (sql/slots.py), planned in full: its calibration, its
+    bounded query and its slots' values as the engine writes them."""
+    cal: Any
+    sql: str
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Template:
+    """A query shape's plan and calibration, and its bounded query with a marker for each slot
+    (`splice` puts a text's values in their place); `timeless` as in Bounded."""
+    plan: Any
+    cal: Any
+    sql: str
+    timeless: bool
+    splice: Callable[[str, Any], str]
+
+
+UNUSABLE = "unusable"  # a shape whose texts are planned in full (its template did not reproduce them)
+
+
 class PlanCache:
     def __init__(self, size: int = SIZE):
         self._size = size
@@ -43,6 +66,8 @@ class PlanCache:
         self.unique: dict[tuple[str, str], tuple[str, bool]] = {}
         # (data version, keys' declarations) -> the declared domain's key tuples as the engine lists them
         self.domains: dict[Hashable, Any] = {}
+        # query shape (with its settings) -> Seen, Template or UNUSABLE
+        self._templates: OrderedDict[Hashable, Any] = OrderedDict()
 
     def plan(self, key: Hashable) -> Any | None:
         with self._lock:
@@ -56,6 +81,19 @@ class PlanCache:
             self._plans[key] = prepared
             while len(self._plans) > self._size:
                 self._plans.popitem(last=False)
+
+    def template(self, key: Hashable) -> Any | None:
+        with self._lock:
+            hit = self._templates.get(key)
+            if hit is not None:
+                self._templates.move_to_end(key)
+            return hit
+
+    def put_template(self, key: Hashable, entry: Seen | Template | str) -> None:
+        with self._lock:
+            self._templates[key] = entry
+            while len(self._templates) > self._size:
+                self._templates.popitem(last=False)
 
     def put_domain(self, key: Hashable, domain: Any) -> None:
         with self._lock:

@@ -46,7 +46,7 @@ from .errors import (
     unsupported,
 )
 from .families import family
-from .plan_cache import Bounded
+from .plan_cache import UNUSABLE, Bounded, Seen, Template
 from .postprocess import PostProcessor, is_trivial
 from .prepare import (
     CLIENT_SETTINGS,
@@ -60,6 +60,7 @@ from .prepare import (
 )
 from .release import NoisyTable, key_order, release
 from .sql import build as b
+from .sql import slots
 from .sql.allowlist import CLOCK_FUNCTIONS
 from .sql.analyze import Plan, PublicQuery, check_rows_query, touches_private
 from .sql.bounding import SplitCopy, WeightedCopy, copy_column, unit_norm
@@ -394,9 +395,55 @@ class Session:
         self._plans.put_plan(key, prepared)
         return prepared
 
-    def _plan_key(self, tree: exp.Query, options: QueryOptions, text: str | None) -> str:
+    def _shaped(self, key: str, tree: exp.Query, options: QueryOptions
+                ) -> tuple[Plan | PublicQuery, Calibration | None]:
+        """`_planned`, from the template of the query's shape when there is one: a text that
+        differs from others only in the values its WHERE compares with (sql/slots.py) takes their
+        plan, calibration and bounded query with its own values put in, skipping the analysis,
+        the rewrite and the SQL generation. A shape's first text is planned in full; its second
+        too, and then builds the template, kept only if it reproduces both texts' bounded
+        queries exactly and they were calibrated alike (else the shape is always planned in
+        full). Only on engines that write a value's SQL apart from the query (`literal_sql`)."""
+        literal_sql = getattr(self.engine, "literal_sql", None)
+        marked, literals = slots.tagged(tree) if literal_sql is not None else (tree, [])
+        if not literals:
+            return self._planned(key, tree, options)
+        tkey = self._plan_key(tree, options, None, slots.shape(marked))
+        entry = self._plans.template(tkey)
+        if isinstance(entry, Template):
+            plan = slots.instantiate(entry.plan, literals)
+            sql = entry.splice(entry.sql, [literal_sql(lit) for lit in literals])
+            self._plans.derived(plan, "bounded", lambda: self._built_bounded(plan, None, (sql, entry.timeless)))
+            self._plans.put_plan(key, (plan, entry.cal))
+            return plan, entry.cal
+        prepared = self._plan_and_calibrate(marked, options)  # `marked` is a copy already
+        self._plans.put_plan(key, prepared)
+        plan, cal = prepared
+        if entry == UNUSABLE or not isinstance(plan, Plan):
+            return prepared
+        bounded = self._bounded(plan, None)
+        values = tuple(literal_sql(lit) for lit in literals)
+        self._plans.put_template(tkey, Seen(cal, bounded.sql, values) if entry is None
+                                 else self._template(plan, cal, literals, bounded, values, entry))
+        return prepared
+
+    def _template(self, plan: Plan, cal: Calibration, literals: list[exp.Literal], bounded: Bounded,
+                  values: tuple[str, ...], seen: Seen) -> Template | str:
+        """The template of a shape from its second text's plan, checked against both texts."""
+        if cal != seen.cal or slots.slots_in(plan) != set(range(len(literals))):
+            return UNUSABLE
+        marked = slots.instantiate(plan, [slots.MARKERS.marker(i, lit) for i, lit in enumerate(literals)])
+        sql = self.engine.prepare(rewrite(marked, marked.literal_domain_size(), None, self._weighting(marked)),
+                                  owned=True)
+        splice = slots.MARKERS.splicer(literals, self.engine.literal_sql)
+        if splice(sql, values) != bounded.sql or splice(sql, seen.values) != seen.sql:
+            return UNUSABLE
+        return Template(plan, cal, sql, bounded.timeless, splice)
+
+    def _plan_key(self, tree: exp.Query, options: QueryOptions, text: str | None, shape: str | None = None) -> str:
         s = self.settings
-        shape = ("text", text) if text is not None else ("tree", tree.sql(dialect="postgres"))
+        shape = (("text", text) if text is not None else ("tree", tree.sql(dialect="postgres")) if shape is None
+                 else ("shape", shape))
         return repr((self.user.name, shape, options, s.epsilon, s.delta, s.mechanism, s.planner, s.target_error,
                      s.confidence, s.exact_curve, self.engine.data_version()))
 
@@ -415,7 +462,7 @@ class Session:
             if routed is not None:
                 return routed
             key = key or self._plan_key(tree, options, text)
-            planned = self._plans.plan(key) or self._planned(key, tree, options)
+            planned = self._plans.plan(key) or self._shaped(key, tree, options)
         plan, cal = planned
         self._deadline.check()
         if isinstance(plan, PublicQuery):
@@ -547,10 +594,15 @@ class Session:
             return self._plans.derived(plan, "bounded", lambda: self._built_bounded(plan, None))
         return self._built_bounded(plan, salt)
 
-    def _built_bounded(self, plan: Plan, salt: str | None) -> Bounded:
-        tree = rewrite(plan, plan.literal_domain_size(), salt, self._weighting(plan))
-        timeless = tree.find(*CLOCK_FUNCTIONS) is None  # then its result is the data's alone
-        sql = self.engine.prepare(tree, owned=True)
+    def _built_bounded(self, plan: Plan, salt: str | None, spliced: tuple[str, bool] | None = None) -> Bounded:
+        """`spliced`: the SQL and timelessness of the plan's unsalted bounded query, from its
+        shape's template (checked here as one built afresh is)."""
+        if spliced is not None:
+            sql, timeless = spliced
+        else:
+            tree = rewrite(plan, plan.literal_domain_size(), salt, self._weighting(plan))
+            timeless = tree.find(*CLOCK_FUNCTIONS) is None  # then its result is the data's alone
+            sql = self.engine.prepare(tree, owned=True)
         if salt is not None:
             return Bounded(sql, timeless)
         self._check_post(plan, sql)

@@ -166,6 +166,11 @@ class DuckDBEngine:
         becomes a CASE."""
         return tree.transform(_lower, copy=not owned).sql(dialect=DUCKDB, copy=False)  # copied unless owned
 
+    def literal_sql(self, literal: exp.Literal) -> str:
+        """A literal as `prepare` writes it, apart from any query (sql/slots.py splices a text's
+        filter values into its shape's bounded query)."""
+        return literal.sql(dialect=DUCKDB)
+
     def _cursor(self) -> duckdb.DuckDBPyConnection:
         cur = getattr(self._local, "cursor", None)
         if cur is None:
