@@ -17,7 +17,9 @@ its shape's template (sql/slots.py); `--shapes` makes every text a new shape as 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
 import tempfile
 import time
 from collections import Counter
@@ -144,7 +146,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6, help="rounds over the shapes, interleaved")
     ap.add_argument("--shapes", action="store_true",
                     help="every new text a new shape too (a term with its own constant), so none has a template")
+    ap.add_argument("--out", type=Path, help="also write the table here, as Markdown, with the machine's load")
     args = ap.parse_args()
+    lines: list[str] = []
+    load = os.getloadavg()
+
+    def say(line: str = "") -> None:
+        print(line)
+        lines.append(line)
 
     def text(shape: str, k: int) -> str:
         sql = shape.format(i=k, big=100_000 + k)
@@ -157,11 +166,11 @@ def main() -> None:
         cur = conn.cursor()
         cur.execute("SET dpsql.cache = off")
         clock = Clock()
-        print(f"{args.rows:,} rows, median of {args.texts} new texts per shape, ms "
+        say(f"{args.rows:,} rows, median of {args.texts} new texts per shape, ms "
               f"(python = total - engine - ledger - noise, wall;\n"
               f"cpu = the same in this thread's CPU time, which a busy host's stolen time does not inflate)")
-        print(f"{'':<26} {'new text':^48}   {'same text':^15}")
-        print(f"{'shape':<26} {'total':>7} {'engine':>7} {'ledger':>7} {'noise':>7} {'python':>7} {'cpu':>7}"
+        say(f"{'':<26} {'new text':^48}   {'same text':^15}")
+        say(f"{'shape':<26} {'total':>7} {'engine':>7} {'ledger':>7} {'noise':>7} {'python':>7} {'cpu':>7}"
               f"   {'total':>7} {'python':>7}")
         new: dict[str, dict[str, list[float]]] = {name: {} for name in SHAPES}
         same: dict[str, dict[str, list[float]]] = {name: {} for name in SHAPES}
@@ -181,12 +190,18 @@ def main() -> None:
             n = {k: statistics.median(v) for k, v in new[name].items()}
             s = {k: statistics.median(v) for k, v in same[name].items()}
             worst = max(worst, n["python"])
-            print(f"{name:<26} {n['total']:7.2f} {n['engine']:7.2f} {n['ledger']:7.2f} {n['noise']:7.2f}"
+            say(f"{name:<26} {n['total']:7.2f} {n['engine']:7.2f} {n['ledger']:7.2f} {n['noise']:7.2f}"
                   f" {n['python']:7.2f}"
                   f" {n['python cpu']:7.2f}"
                   f"   {s['total']:7.2f} {s['python']:7.2f}")
         conn.close()
-        print(f"worst python per new text: {worst:.2f} ms")
+        say(f"worst python per new text: {worst:.2f} ms")
+    if args.out is not None:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        args.out.write_text(f"# What a new query text costs in Python\n\n`python -m benchmarks.new_query "
+                            f"--texts {args.texts}{' --shapes' if args.shapes else ''}` at {commit or 'an unknown commit'}, "
+                            f"{os.cpu_count()} cores, load average {load[0]:.2f} before and "
+                            f"{os.getloadavg()[0]:.2f} after.\n\n```\n" + "\n".join(lines) + "\n```\n")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -27,13 +29,16 @@ def test_quick_benchmark_writes_every_table(tmp_path):
     assert (tmp_path / "latency_vs_rows.png").stat().st_size > 1000
 
 
-def test_new_query_benchmark_runs_every_shape():
+@pytest.mark.parametrize("shapes", [[], ["--shapes"]])
+def test_new_query_benchmark_runs_every_shape(tmp_path, shapes):
     from benchmarks.new_query import SHAPES
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.new_query", "--rows", "4000", "--texts", "4", "--rounds", "2"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = tmp_path / "new_query.md"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.new_query", "--rows", "4000", "--texts", "4", "--rounds", "2",
+                           "--out", str(out)] + shapes, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = {line[:26].strip(): line[26:].split() for line in proc.stdout.splitlines()}
     for name in SHAPES:
-        total, engine, ledger, python, cpu, *_ = map(float, rows[name])
-        assert 0 < engine < total and 0 < ledger < total and python > 0, (name, rows[name])
-    assert "worst python per new text" in proc.stdout
+        total, engine, ledger, noise, python, cpu, *_ = map(float, rows[name])
+        assert 0 < engine < total and 0 < ledger < total and 0 <= noise < total and python > 0, (name, rows[name])
+    assert rows["undeclared keys"][3] != "0.00"  # partition selection draws noise for every group
+    assert "worst python per new text" in proc.stdout and "worst python per new text" in out.read_text()
