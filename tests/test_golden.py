@@ -172,3 +172,23 @@ def test_bounded_tree_is_owned_by_its_caller(sessions):
         assert len(ids) == len(set(ids)), f"a node appears twice in the bounded tree of {sql}"
         assert not set(ids) & {id(n) for n in _nodes(plan)}, f"the bounded tree of {sql} shares nodes with its plan"
         assert session.engine.prepare(tree, owned=True) == session.engine.prepare(_rewritten(plan, domain, weighting)), sql
+
+
+def test_duckdb_lowers_every_function_of_dpsql_even_nested_in_another(sessions):
+    """DuckDBEngine.prepare lowers only the nodes that need it, deepest first: the SQL a
+    transform of every node gives where nothing is nested, and, unlike that transform (whose
+    lowering of a coin or WIDTH_BUCKET copied operands it had not lowered), nothing of dpsql's
+    own left where functions nest."""
+    from dpsql.engines import duckdb as duck
+
+    engine = next(iter(sessions.values())).engine
+    flat = sqlglot.parse_one("SELECT DPSQL_COIN(a, 's') AS c, WIDTH_BUCKET(b, 0, 7, 3) AS w, DPSQL_HASH(1) FROM t "
+                             "WHERE DPSQL_HASH(a, b) > 0", read="duckdb")
+    assert engine.prepare(flat) == flat.transform(duck._lower).sql(dialect=duck.DUCKDB)
+    nested = ("SELECT DPSQL_COIN(DPSQL_HASH(a, DPSQL_HASH(b)), 's') AS c, "
+              "WIDTH_BUCKET(DPSQL_HASH(a) % 7, 0, 7, 3) AS w FROM t WHERE DPSQL_HASH(a) > 0")
+    tree = sqlglot.parse_one(nested, read="duckdb")
+    lowered = engine.prepare(tree)
+    assert "DPSQL" not in lowered.upper() and lowered.count("HASH(") == 6 and "sha256" in lowered.lower()
+    assert engine.prepare(tree.copy(), owned=True) == lowered
+    assert tree.sql(dialect="duckdb") == sqlglot.parse_one(nested, read="duckdb").sql(dialect="duckdb")  # not owned
