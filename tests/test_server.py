@@ -37,6 +37,18 @@ def test_psycopg_simple_parameters_prepared_binary(serve):
         assert conn.execute("SELECT * FROM places ORDER BY name").fetchall()[0] == ("east", "r0")
 
 
+def test_a_dashboards_filter_values_through_a_prepared_statement_each_charged_once(serve):
+    """New values of a prepared statement's parameters: from the third on, the query's shape has a
+    template (sql/slots.py); every execution is still answered and charged once."""
+    with psycopg.connect(serve.dsn(), autocommit=True) as conn:
+        sql = "SELECT sex, COUNT(*), AVG(age) FROM people WHERE age >= %s AND city <> %s GROUP BY sex ORDER BY sex"
+        for i, (age, city) in enumerate([(20, "Oslo"), (30, "Rome"), (40, "Lima"), (50, "it's"), (60, "Pune")]):
+            with conn.cursor(binary=bool(i % 2)) as cur:
+                rows = cur.execute(sql, (age, city), prepare=True).fetchall()
+            assert [r[0] for r in rows] == ["F", "M"] and all(isinstance(r[1], int) for r in rows)
+        assert conn.execute("SHOW dpsql.budget").fetchone()[8] == 5
+
+
 def test_errors_carry_sqlstate_and_the_session_survives(serve):
     with psycopg.connect(serve.dsn(), autocommit=True) as conn:
         with pytest.raises(psycopg.errors.InsufficientPrivilege) as info:
