@@ -17,6 +17,7 @@ from dpsql.engines import open_engine
 from dpsql.errors import OperationalError, PolicyError, UnsupportedQuery
 from dpsql.session import Session
 from dpsql.sql.analyze import PublicQuery
+from dpsql.sql.options import QueryOptions
 from dpsql.sql.wrappers import released_subquery
 
 from .backends import READER, SAMPLE, load_into_postgres, postgres_policy, spark_policy
@@ -85,6 +86,26 @@ def test_same_pre_noise_values_as_duckdb(backend, reference, sessions):
     assert not different, different
     if backend.endswith("-weighted"):
         assert sessions[backend].engine._copies  # the copies were read, not per-unit bounding
+
+
+@pytest.mark.parametrize("spark", ["spark", "spark-weighted"])
+def test_a_filter_value_from_a_template_is_the_text_planned_in_full_on_spark(spark, sessions):
+    """Spark writes a literal apart from a query too, so a shape's third text takes its template
+    (sql/slots.py): its bounded SQL and calibration are those of the text planned in full."""
+    from dpsql.plan_cache import Template
+
+    s = sessions[spark]
+    shape = ("SELECT diagnosis, COUNT(*), AVG(cost) FROM visits WHERE visit_date >= DATE '{}' AND cost < {} "
+             "GROUP BY diagnosis")
+    texts = [shape.format(day, cost) for day, cost in (("2023-03-01", 900), ("2023-06-01", 5000), ("2024-01-01", 99))]
+    for text in texts:
+        s.execute(text)
+    assert any(isinstance(e, Template) for e in s._plans._templates.values())
+    for text in texts:
+        stmt = s._classify(text)
+        plan, cal = s._plans.plan(s._plan_key(stmt.tree, stmt.options or QueryOptions(), text))
+        full, full_cal = s._prepare(stmt.tree, stmt.options)
+        assert s.bounded_sql(plan) == s.bounded_sql(full) and cal == full_cal
 
 
 @pytest.mark.parametrize("backend", ["duckdb", "postgres", "spark"])

@@ -166,6 +166,11 @@ class SparkEngine:
         """With ANSI mode off every expression is total, so TRY is the expression itself."""
         return tree.transform(_lower, copy=not owned).sql(dialect="spark", copy=False)  # copied unless owned
 
+    def literal_sql(self, literal: exp.Literal) -> str:
+        """A literal as `prepare` writes it, apart from any query (sql/slots.py splices a text's
+        filter values into its shape's bounded query)."""
+        return literal.sql(dialect="spark")
+
     @contextlib.contextmanager
     def _job(self, failure: OperationalError) -> Iterator[None]:
         """Spark jobs started inside run under a tag of their own, which a CancelRequest or the
