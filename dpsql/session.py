@@ -637,10 +637,15 @@ class Session:
         aggregates) against the result's types before the charge: a mistake there, such as
         ORDER BY 10 over one column, is refused free instead of failing after the charge.
         Describing the bounded query also has the engine bind it, so that a type error there
-        is refused free too; an outer part that only picks columns cannot fail, and is not run."""
+        is refused free too; an outer part that only picks columns cannot fail, and is not run.
+        The outer part's check is kept per outer part and key types: the texts of one query
+        shape (sql/slots.py) share their plan's outer part and estimates."""
         key_types = self.engine.describe(sql)[1][:len(plan.keys)]
         if is_trivial(plan.post):
             return
+        self._plans.derived(plan.post, f"post over {key_types!r}", lambda: self._check_outer(plan, key_types))
+
+    def _check_outer(self, plan: Plan, key_types: list[str]) -> None:
         try:
             self._post.describe(plan.post, key_types, [family(e).result_type for e in plan.estimates])
         except OperationalError as e:

@@ -173,3 +173,23 @@ def test_splicing_touches_the_markers_only():
     assert splice(template, ["'it''s'", "70", "0.25"]) == (f"SELECT 'it''s' AS a, '{markers.letters}' AS b, "
                                                          f"70 + 0.25 WHERE 'it''s' = 'y'")
     assert markers != slots.Markers.new()
+
+
+def test_an_outer_part_that_cannot_be_computed_is_refused_free_for_every_text_of_a_shape(small_policy):
+    """The outer part's check is kept per outer part once it passes (session._check_post); one
+    that fails is refused again for every text, and nothing is charged."""
+    from dpsql.errors import ProgrammingError
+
+    s = Session(load_policy(small_policy), "alice")
+    s.execute("SET dpsql.cache = off")
+    try:
+        for v in (10, 20, 30, 40):
+            with pytest.raises(ProgrammingError) as e:
+                s.execute(f"SELECT sex, COUNT(*) FROM people WHERE age > {v} GROUP BY sex ORDER BY 10")
+            assert e.value.sqlstate == "42601" and "nothing was charged" in e.value.hint
+        for v in (10, 20, 30, 40):
+            s.execute(f"SELECT sex, COUNT(*) AS n FROM people WHERE age > {v} GROUP BY sex HAVING COUNT(*) > 1 "
+                      "ORDER BY n DESC LIMIT 1")
+        assert s.budget()["queries"] == 4
+    finally:
+        s.close()
