@@ -70,30 +70,30 @@ class PlanCache:
         self._templates: OrderedDict[Hashable, Any] = OrderedDict()
 
     def plan(self, key: Hashable) -> Any | None:
-        with self._lock:
-            hit = self._plans.get(key)
-            if hit is not None:
-                self._plans.move_to_end(key)
-            return hit
+        return self._get(self._plans, key)
 
     def put_plan(self, key: Hashable, prepared: Any) -> None:
-        with self._lock:
-            self._plans[key] = prepared
-            while len(self._plans) > self._size:
-                self._plans.popitem(last=False)
+        self._put(self._plans, key, prepared)
 
     def template(self, key: Hashable) -> Any | None:
-        with self._lock:
-            hit = self._templates.get(key)
-            if hit is not None:
-                self._templates.move_to_end(key)
-            return hit
+        return self._get(self._templates, key)
 
     def put_template(self, key: Hashable, entry: Seen | Template | str) -> None:
+        self._put(self._templates, key, entry)
+
+    def _get(self, store: OrderedDict[Hashable, Any], key: Hashable) -> Any | None:
+        """An entry of a store kept in order of use (the least recently used goes first)."""
         with self._lock:
-            self._templates[key] = entry
-            while len(self._templates) > self._size:
-                self._templates.popitem(last=False)
+            hit = store.get(key)
+            if hit is not None:
+                store.move_to_end(key)
+            return hit
+
+    def _put(self, store: OrderedDict[Hashable, Any], key: Hashable, value: Any) -> None:
+        with self._lock:
+            store[key] = value
+            while len(store) > self._size:
+                store.popitem(last=False)
 
     def put_domain(self, key: Hashable, domain: Any) -> None:
         with self._lock:

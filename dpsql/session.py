@@ -389,9 +389,10 @@ class Session:
         key = self._plan_key(tree, options, text)
         return self._plans.plan(key) or self._planned(key, tree, options)
 
-    def _planned(self, key: str, tree: exp.Query, options: QueryOptions
+    def _planned(self, key: str, tree: exp.Query, options: QueryOptions, owned: bool = False
                  ) -> tuple[Plan | PublicQuery, Calibration | None]:
-        prepared = self._plan_and_calibrate(tree.copy(), options)
+        """`owned`: the caller hands over a copy of its own, planned as it is."""
+        prepared = self._plan_and_calibrate(tree if owned else tree.copy(), options)
         self._plans.put_plan(key, prepared)
         return prepared
 
@@ -405,9 +406,11 @@ class Session:
         queries exactly and they were calibrated alike (else the shape is always planned in
         full). Only on engines that write a value's SQL apart from the query (`literal_sql`)."""
         literal_sql = getattr(self.engine, "literal_sql", None)
-        marked, literals = slots.tagged(tree) if literal_sql is not None else (tree, [])
-        if not literals:
+        if literal_sql is None:
             return self._planned(key, tree, options)
+        marked, literals = slots.tagged(tree)  # a copy, planned as it is
+        if not literals:
+            return self._planned(key, marked, options, owned=True)
         tkey = self._plan_key(tree, options, None, slots.shape(marked))
         entry = self._plans.template(tkey)
         if isinstance(entry, Template):
@@ -416,8 +419,7 @@ class Session:
             self._plans.derived(plan, "bounded", lambda: self._built_bounded(plan, None, (sql, entry.timeless)))
             self._plans.put_plan(key, (plan, entry.cal))
             return plan, entry.cal
-        prepared = self._plan_and_calibrate(marked, options)  # `marked` is a copy already
-        self._plans.put_plan(key, prepared)
+        prepared = self._planned(key, marked, options, owned=True)
         plan, cal = prepared
         if entry == UNUSABLE or not isinstance(plan, Plan):
             return prepared
@@ -442,9 +444,13 @@ class Session:
 
     def _plan_key(self, tree: exp.Query, options: QueryOptions, text: str | None, shape: str | None = None) -> str:
         s = self.settings
-        shape = (("text", text) if text is not None else ("tree", tree.sql(dialect="postgres")) if shape is None
-                 else ("shape", shape))
-        return repr((self.user.name, shape, options, s.epsilon, s.delta, s.mechanism, s.planner, s.target_error,
+        if shape is not None:
+            query = ("shape", shape)
+        elif text is not None:
+            query = ("text", text)
+        else:
+            query = ("tree", tree.sql(dialect="postgres"))
+        return repr((self.user.name, query, options, s.epsilon, s.delta, s.mechanism, s.planner, s.target_error,
                      s.confidence, s.exact_curve, self.engine.data_version()))
 
     def _plan_and_calibrate(self, tree: exp.Query, options: QueryOptions

@@ -169,8 +169,9 @@ class DuckDBEngine:
         # search and a few replacements take half the time of a transform of every node
         for node in reversed(list(tree.find_all(exp.Anonymous, exp.WidthBucket, bfs=True))):
             lowered = _lower(node)
-            if lowered is not node:
-                tree = lowered if node is tree else tree
+            if node is tree:
+                tree = lowered
+            elif lowered is not node:
                 node.replace(lowered)
         return tree.sql(dialect=DUCKDB, copy=False)
 
