@@ -411,7 +411,7 @@ class Session:
         marked, literals = slots.tagged(tree)  # a copy, planned as it is
         if not literals:
             return self._planned(key, marked, options, owned=True)
-        tkey = self._plan_key(tree, options, None, slots.shape(marked))
+        tkey = self._plan_key(tree, options, None, slots.shape(marked, literals))
         entry = self._plans.template(tkey)
         if isinstance(entry, Template):
             plan = slots.instantiate(entry.plan, literals)

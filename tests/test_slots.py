@@ -152,7 +152,11 @@ def test_slots_are_the_comparison_operands_of_the_querys_own_where():
 
 def test_texts_share_a_shape_only_when_they_differ_in_slot_values_of_one_kind():
     def shape(sql):
-        return slots.shape(slots.tagged(parse_one(sql, read="postgres"))[0])
+        tree, literals = slots.tagged(parse_one(sql, read="postgres"))
+        before = tree.sql()
+        written = slots.shape(tree, literals)
+        assert tree.sql() == before  # the markers stood in only while it was written
+        return written
     base = shape("SELECT COUNT(*) FROM t WHERE a > 5 AND b IN ('x', 'y') LIMIT 3")
     assert shape("SELECT COUNT(*) FROM t WHERE a > 70 AND b IN ('z', '') LIMIT 3") == base
     for other in ("SELECT COUNT(*) FROM t WHERE a > 5.5 AND b IN ('x', 'y') LIMIT 3",

@@ -19,6 +19,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
 from ..errors import forbidden, syntax_error, unsupported
+from .build import positionless
 from .limits import QueryLimits
 from .options import QueryOptions, extract
 
@@ -318,6 +319,7 @@ def _parse(text: str, limits: QueryLimits) -> exp.Query:
         tree = tree.this  # (SELECT ...) as a whole statement, or a view's body in parentheses
     if not isinstance(tree, exp.Query):
         raise forbidden("only SELECT queries are allowed", hint=_ALLOWED_HINT)
+    positionless(tree)
     limits.tree(tree)
     return _normalized(tree)
 

@@ -25,7 +25,6 @@ from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from sqlglot import exp
-from sqlglot.dialects.postgres import Postgres
 
 from .analyze import Plan
 
@@ -81,20 +80,22 @@ def _literal(node: exp.Expression | None) -> exp.Literal | None:
     return node if isinstance(node, exp.Literal) else None
 
 
-class _ShapeGenerator(Postgres.Generator):
-    def literal_sql(self, expression: exp.Literal) -> str:
-        slot = expression.meta_get(SLOT)
-        return f"${kind(expression)}" if slot is not None else super().literal_sql(expression)
-
-
-class _Shape(Postgres):
-    Generator = _ShapeGenerator
-
-
-def shape(tree: exp.Query) -> str:
-    """The tagged tree's SQL with each slot shown as its kind ($s, $i, $n): texts that differ
-    only in their slots' values have one shape."""
-    return tree.sql(dialect=_Shape)
+def shape(tree: exp.Query, literals: Sequence[exp.Literal]) -> str:
+    """The tagged tree's SQL with each of its slots (`literals`) written as the marker of its
+    kind: texts that differ only in their slots' values have one shape. The markers stand in
+    the tree only while it is written (sqlglot's compiled build cannot be subclassed, so the
+    generator takes no hook); the tree is the caller's own copy and is left as it was."""
+    saved = [(lit.this, lit.is_string) for lit in literals]
+    try:
+        for lit in literals:
+            marker = MARKERS.kind_marker(lit)
+            lit.set("this", marker.this)
+            lit.set("is_string", marker.is_string)
+        return tree.sql(dialect="postgres")
+    finally:
+        for lit, (this, is_string) in zip(literals, saved):
+            lit.set("this", this)
+            lit.set("is_string", is_string)
 
 
 def instantiate(plan: Plan, values: Sequence[exp.Expression]) -> Plan:
@@ -138,6 +139,10 @@ class Markers:
         if k == "s":
             return exp.Literal.string(f"{self.letters}s{i:04d}")
         return exp.Literal.number(f"{self.digits}{i:04d}" + (".5" if k == "n" else ""))
+
+    def kind_marker(self, literal: exp.Literal) -> exp.Literal:
+        """The one marker of `literal`'s kind (a query's shape writes each slot so)."""
+        return self.marker(0, literal)
 
     def splicer(self, literals: Sequence[exp.Literal], sql_of: Callable[[exp.Literal], str]
                 ) -> Callable[[str, Sequence[str]], str]:
