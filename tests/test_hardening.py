@@ -153,3 +153,33 @@ def test_a_broken_outer_query_is_refused_before_the_charge(hospital, sql):
         hospital.execute(sql)
     assert "nothing was charged" in str(err.value) and "noisy" not in str(err.value)
     assert hospital.connection.session.budget()["queries"] == 0
+
+
+@pytest.mark.parametrize("sql, sqlstate, words", [
+    ("SELECT COUNT(*) FROM patients ORDER BY 5", "42P10", "ORDER BY position 5 is not in select list"),
+    ("SELECT sex, COUNT(*) FROM patients GROUP BY sex ORDER BY 0", "42P10", "ORDER BY position 0"),
+    ("SELECT sex, COUNT(*) FROM patients GROUP BY sex ORDER BY 1.5", "42601", "non-integer constant in ORDER BY"),
+    ("SELECT COUNT(*) FROM patients OFFSET 1e30", "22003", "OFFSET 1000000000000000000000000000000 is out of range"),
+    ("SELECT COUNT(*) FROM patients LIMIT 9223372036854775808", "22003", "out of range for bigint"),
+    ("SELECT COUNT(*) FROM patients WHERE age = ANY (SELECT 1)", "0A000", "ANY is not supported here"),
+    ("SELECT COUNT(*) FROM patients WHERE age > ALL (SELECT 1)", "0A000", "ALL is not supported here"),
+    ("SELECT sex, COUNT(*) FROM patients GROUP BY GROUPING SETS ((sex), ())", "0A000", "GROUPING SETS is not"),
+    ("SELECT sex, COUNT(*) FROM patients GROUP BY ROLLUP (sex)", "0A000", "ROLLUP is not supported"),
+    ("SELECT COUNT(*) FROM patients WHERE CAST(age AS TEXT) SIMILAR TO '1%'", "0A000", "SIMILAR TO is not"),
+    ("SELECT COUNT(*) FROM patients, LATERAL (SELECT 1) x", "0A000", "LATERAL in FROM is not supported"),
+    ("SELECT COUNT(*) FROM (SELECT age FROM patients UNION SELECT age FROM patients) u", "0A000",
+     "UNION is not supported in FROM"),
+    ("SELECT COUNT(*) FROM patients INTERSECT SELECT COUNT(*) FROM patients", "0A000", "INTERSECT is not supported"),
+    ("SELECT COUNT(*) INTO copied FROM patients", "42501", "SELECT ... INTO creates a table"),
+])
+def test_refusals_speak_sql_not_the_parser_or_the_engine(hospital, sql, sqlstate, words):
+    """What the analyst wrote, named as SQL names it (not sqlglot's class, nor DuckDB's binder
+    text about the post-processor's own columns), with PostgreSQL's SQLSTATE, and free."""
+    with pytest.raises(dpsql.Error) as err:
+        hospital.execute(sql)
+    text = str(err.value)
+    assert err.value.sqlstate == sqlstate and words in text, text
+    for internal in ("Error:", "GroupingSets", "(Any)", "(All)", "Rollup", "SimilarTo", "Lateral", "Union", "noisy",
+                     "__row"):
+        assert internal not in text
+    assert hospital.connection.session.budget()["queries"] == 0

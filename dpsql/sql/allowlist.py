@@ -58,7 +58,14 @@ def function_name(node: exp.Expression) -> str:
         return str(node.name).upper()
     if isinstance(node, exp.Func):
         return node.sql_name().removeprefix("EXPLODING_")  # sqlglot's name for a set-returning GENERATE_SERIES
-    return type(node).__name__
+    return construct(node)
+
+
+def construct(node: exp.Expression) -> str:
+    """A node's kind in SQL's words, for messages: sqlglot names its classes after the keywords
+    (GroupingSets is GROUPING SETS, SimilarTo SIMILAR TO, Union UNION), and an analyst should
+    read the SQL they wrote, not a class of the parser."""
+    return re.sub(r"(?<=[a-z])(?=[A-Z])", " ", type(node).__name__).upper()
 
 
 TRUNC_UNITS = ("microseconds", "milliseconds", "second", "minute", "hour", "day", "week", "month", "quarter", "year",
@@ -130,7 +137,8 @@ def check_node(node: exp.Expression) -> None:
     if isinstance(node, exp.Func):
         raise forbidden(f"function {written_name(node)}() is not allowed",
                         hint=f"allowed functions: {', '.join(ALLOWED_FUNCTION_NAMES)}")
-    raise unsupported(f"{node.sql(dialect='postgres')[:60]!r} ({type(node).__name__}) is not supported here")
+    raise unsupported(f"{construct(node)} is not supported here: {node.sql(dialect='postgres')[:60]}",
+                      hint="rewrite the query without it; the README's \"What SQL is answered\" lists what is")
 
 
 def check_tree(node: exp.Expression, *, skip=(exp.Subquery, exp.Select)) -> None:

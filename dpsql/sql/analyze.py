@@ -25,6 +25,7 @@ from .allowlist import (
     SPREAD_AGGREGATES,
     check_node,
     check_tree,
+    construct,
     contains_aggregate,
     order_statistic,
 )
@@ -209,7 +210,7 @@ def analyze(tree: exp.Query, policy: Policy, schema: Mapping[str, Mapping[str, s
     and the fix. The query's own options (contribution limits) and the noise mechanism are
     taken in before any bounding or precision choice, so nothing changes the plan afterwards."""
     if not isinstance(tree, exp.Select):
-        raise unsupported(f"{type(tree).__name__} queries (UNION, INTERSECT, EXCEPT) are not supported",
+        raise unsupported(f"{construct(tree)} is not supported: dpsql answers one SELECT at a time",
                           hint="send each SELECT on its own")
     resolver = Resolver(policy, schema)
     if not touches_private(tree, policy):

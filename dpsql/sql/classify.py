@@ -319,6 +319,9 @@ def _parse(text: str, limits: QueryLimits) -> exp.Query:
         tree = tree.this  # (SELECT ...) as a whole statement, or a view's body in parentheses
     if not isinstance(tree, exp.Query):
         raise forbidden("only SELECT queries are allowed", hint=_ALLOWED_HINT)
+    if tree.find(exp.Into) is not None:
+        raise forbidden("SELECT ... INTO creates a table, and dpsql creates none",
+                        hint="drop the INTO clause to have the answer returned")
     positionless(tree)
     limits.tree(tree)
     return _normalized(tree)

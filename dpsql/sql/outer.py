@@ -46,9 +46,28 @@ def row_count(value: exp.Expression, clause: str) -> int | None:
             if count < 0:
                 raise ProgrammingError(f"{clause} must not be negative", sqlstate="2201W" if clause == "LIMIT" else "2201X",
                                        hint=f"write {clause} 10, for example")
+            if count >= 2**63:
+                raise ProgrammingError(f"{clause} {count} is out of range for bigint", sqlstate="22003",
+                                       hint=f"{clause} takes at most 9223372036854775807; nothing was charged")
             return count
     raise unsupported(f"{clause} must be a whole number, not {value.sql(dialect='postgres')[:40]}",
                       hint=f"write {clause} 10, for example (a cast such as {clause} 10::INTEGER is fine too)")
+
+
+def _check_position(target: exp.Literal, items: int) -> None:
+    """ORDER BY n names the n-th select item, as PostgreSQL reads it, with its errors: the
+    post-processor would otherwise bind it over its own columns and name them."""
+    try:
+        position = Fraction(target.this)
+    except ValueError:
+        position = None
+    if position is None or position.denominator != 1:
+        raise ProgrammingError(f"non-integer constant in ORDER BY: {target.this}", sqlstate="42601",
+                               hint="ORDER BY a select item's position (1, 2, ...), name or expression")
+    if not 1 <= position <= items:
+        raise ProgrammingError(f"ORDER BY position {position} is not in select list", sqlstate="42P10",
+                               hint=f"the query selects {items} item{'s' if items != 1 else ''}: ORDER BY 1"
+                                    f"{f' to {items}' if items > 1 else ''}, or by a name; nothing was charged")
 
 
 def round_half_away(x: Fraction) -> int:
@@ -100,6 +119,7 @@ class OuterQuery:
             for o in order.expressions:
                 target = o.this
                 if isinstance(target, exp.Literal) and not target.is_string:
+                    _check_position(target, len(items))
                     ordered.append(o.copy())
                     continue
                 new = o.copy()

@@ -22,7 +22,7 @@ from ..errors import (
     undefined_table,
     unsupported,
 )
-from .allowlist import check_tree, contains_aggregate
+from .allowlist import check_tree, construct, contains_aggregate
 from .bounds import UNBOUNDED, Interval
 from .division import integer_division
 
@@ -235,7 +235,7 @@ class Resolver:
         if isinstance(node, exp.Subquery):
             alias = (node.alias or "subquery").lower()
             return alias, _rename(self.rowlevel(node.this, ctes, alias), node)
-        raise unsupported(f"{type(node).__name__} in FROM is not supported",
+        raise unsupported(f"{construct(node)} in FROM is not supported",
                           hint="FROM may name declared tables, row-level subqueries and CTEs")
 
     def _with(self, select: exp.Expression, ctes: Mapping[str, exp.Query]) -> dict[str, exp.Query]:
@@ -256,7 +256,7 @@ class Resolver:
         """Inline a row-level SELECT (no aggregation, no LIMIT): its columns become expressions.
         A SELECT that aggregates by the privacy unit becomes one derived source instead."""
         if not isinstance(query, exp.Select):
-            raise unsupported(f"{type(query).__name__} (UNION, INTERSECT, ...) is not supported in FROM",
+            raise unsupported(f"{construct(query)} is not supported in FROM",
                               hint="use one SELECT per subquery, combine conditions with OR")
         if query.args.get("group") is not None or any(contains_aggregate(e) for e in query.expressions):
             from .derived import per_unit_relation  # derived builds on this module
