@@ -146,7 +146,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6, help="rounds over the shapes, interleaved")
     ap.add_argument("--shapes", action="store_true",
                     help="every new text a new shape too (a term with its own constant), so none has a template")
-    ap.add_argument("--out", type=Path, help="also write the table here, as Markdown, with the machine's load")
+    ap.add_argument("--out", type=Path, help="also write the table here, as Markdown, with the machine's load (appended as a "
+                         "section of its own if the file exists)")
     args = ap.parse_args()
     lines: list[str] = []
     load = os.getloadavg()
@@ -198,11 +199,12 @@ def main() -> None:
         say(f"worst python per new text: {worst:.2f} ms")
     if args.out is not None:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        args.out.write_text(f"# What a new query text costs in Python\n\n`python -m benchmarks.new_query "
-                            f"--texts {args.texts}{' --shapes' if args.shapes else ''}` at {commit or 'an unknown commit'}, "
-                            f"{os.cpu_count()} cores, load average {load[0]:.2f} before and "
-                            f"{os.getloadavg()[0]:.2f} after.\n\n```\n" + "\n".join(lines) + "\n```\n")
-
+        title = "" if args.out.exists() else "# What a new query text costs in Python\n\n"
+        with args.out.open("a") as out:  # a second run (--shapes) adds its own section
+            out.write(f"{title}## `python -m benchmarks.new_query --texts {args.texts}"
+                      f"{' --shapes' if args.shapes else ''}`\n\nAt {commit or 'an unknown commit'}, "
+                      f"{os.cpu_count()} cores, load average {load[0]:.2f} before and "
+                      f"{os.getloadavg()[0]:.2f} after.\n\n```\n" + "\n".join(lines) + "\n```\n\n")
 
 if __name__ == "__main__":
     main()

@@ -434,7 +434,7 @@ class Session:
         """The template of a shape from its second text's plan, checked against both texts."""
         if cal != seen.cal or slots.slots_in(plan) != set(range(len(literals))):
             return UNUSABLE
-        marked = slots.instantiate(plan, [slots.MARKERS.marker(i, lit) for i, lit in enumerate(literals)])
+        marked = slots.instantiate(plan, [slots.MARKERS.marker(i, lit) for i, lit in enumerate(literals)], check=False)
         sql = self.engine.prepare(rewrite(marked, marked.literal_domain_size(), None, self._weighting(marked)),
                                   owned=True)
         splice = slots.MARKERS.splicer(literals, self.engine.literal_sql)

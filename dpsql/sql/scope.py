@@ -25,6 +25,7 @@ from ..errors import (
 from .allowlist import check_tree, construct, contains_aggregate
 from .bounds import UNBOUNDED, Interval
 from .division import integer_division
+from .literals import check_literals
 
 _SCHEMAS = ("", "public", "main")
 
@@ -120,7 +121,9 @@ class Scope:
                 return resolver.public_subquery(n)
             return n
 
-        return integer_division(node.copy().transform(replace, copy=False), resolver.column_type)
+        resolved = integer_division(node.copy().transform(replace, copy=False), resolver.column_type)
+        check_literals(resolved, resolver.column_type)
+        return resolved
 
 
 class Resolver:

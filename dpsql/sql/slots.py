@@ -27,6 +27,7 @@ from typing import Callable, Sequence
 from sqlglot import exp
 
 from .analyze import Plan
+from .literals import check_literals
 
 SLOT = "dpsql_slot"  # meta key: the slot's index
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.ILike)
@@ -98,9 +99,13 @@ def shape(tree: exp.Query, literals: Sequence[exp.Literal]) -> str:
             lit.set("is_string", is_string)
 
 
-def instantiate(plan: Plan, values: Sequence[exp.Expression]) -> Plan:
+def instantiate(plan: Plan, values: Sequence[exp.Expression], check: bool = True) -> Plan:
     """`plan` (of a tagged tree) with slot i's literal replaced by values[i] in its relation's
-    conditions, where the analysis put the WHERE clause; conditions without slots are shared."""
+    conditions, where the analysis put the WHERE clause; conditions without slots are shared.
+    With `check`, a value that is no input of the column it is compared with is refused as the
+    analysis refuses it (literals.py); markers are not checked."""
+    relation = plan.relation
+    types = {s.alias: s.columns for s in [*relation.sources, *(j.source for j in relation.joins)]}
     where = []
     for cond in plan.relation.where:
         if not any(n.meta_get(SLOT) is not None for n in cond.find_all(exp.Literal)):
@@ -113,6 +118,8 @@ def instantiate(plan: Plan, values: Sequence[exp.Expression]) -> Plan:
                 value = values[slot].copy()
                 value.meta[SLOT] = slot
                 n.replace(value)  # never the condition itself: a slot is a comparison's operand
+        if check:
+            check_literals(cond, lambda c: types.get(c.table, {}).get(c.name))
         where.append(cond)
     return replace(plan, relation=replace(plan.relation, where=where))
 

@@ -1,0 +1,88 @@
+"""A string compared with a number or boolean column is that type's input, as in PostgreSQL: a
+typo is refused free with PostgreSQL's error instead of matching no row and being charged."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from sqlglot import exp
+
+import dpsql
+from dpsql.errors import DataError
+from dpsql.sql.literals import check_literals
+
+# (DuckDB column type, PostgreSQL type, the string compared with it)
+INPUTS = [(duck, pg, text)
+          for duck, pg in (("INTEGER", "integer"), ("BIGINT", "bigint"), ("SMALLINT", "smallint"))
+          for text in ("30", " 30 ", "+7", "-0", "007", "30.5", "3e1", "abc", "", " ", "1 2", "0x1F", "--1",
+                       "99999", "2147483648", "-2147483649", "9223372036854775807", "9223372036854775808")]
+INPUTS += [(duck, pg, text)
+           for duck, pg in (("DOUBLE", "double precision"), ("DECIMAL(10,2)", "numeric"), ("REAL", "real"))
+           for text in ("1.5", " .5", "5.", "1e3", "-1E-3", "+2", "NaN", "inf", "-Infinity", "abc", "1.2.3",
+                        "", "e5", "1e", "--1", "1,5")]
+INPUTS += [("BOOLEAN", "boolean", text)
+           for text in ("t", "true", "TRUE", " yes ", "y", "n", "no", "on", "off", "of", "o", "1", "0", "tr",
+                        "fals", "maybe", "", "2", "truee")]
+
+
+def _checked(duck_type: str, text: str) -> bool:
+    comparison = exp.EQ(this=exp.column("c", table="t0"), expression=exp.Literal.string(text))
+    try:
+        check_literals(comparison, lambda c: duck_type)
+    except DataError:
+        return False
+    return True
+
+
+def test_accepts_exactly_what_postgresql_accepts(pg_server):
+    """Each input judged by a real PostgreSQL 15 (`SELECT '...'::type`) and by the pass alike:
+    never a refusal of what PostgreSQL reads, never a pass of what it rejects."""
+    with psycopg.connect(pg_server.url(), autocommit=True) as con:
+        for duck, pg, text in INPUTS:
+            try:
+                con.execute(f"SELECT {psycopg.sql.Literal(text).as_string(con)}::{pg}")
+                accepted = True
+            except (psycopg.errors.InvalidTextRepresentation, psycopg.errors.NumericValueOutOfRange):
+                accepted = False
+            assert _checked(duck, text) == accepted, (duck, pg, text, accepted)
+
+
+@pytest.mark.parametrize("sql, words", [
+    ("SELECT COUNT(*) FROM patients WHERE age = 'abc'", 'invalid input syntax for type bigint: "abc"'),
+    ("SELECT COUNT(*) FROM patients WHERE 'x' < age", 'for type bigint: "x"'),
+    ("SELECT COUNT(*) FROM patients WHERE age IN ('1', 'two')", '"two"'),
+    ("SELECT COUNT(*) FROM patients WHERE age BETWEEN '1' AND '9O'", '"9O"'),
+    ("SELECT COUNT(*) FROM patients WHERE income > 'lots'", "for type double precision"),
+    ("SELECT COUNT(*) FROM patients WHERE smoker = 'maybe'", "for type boolean"),
+    ("SELECT SUM(CASE WHEN age = 'x' THEN 1 ELSE 0 END) FROM patients", '"x"'),
+    ("SELECT COUNT(*) FROM visits v JOIN patients p ON v.patient_id = p.patient_id WHERE p.age > 'old'", '"old"'),
+])
+def test_a_typo_is_refused_free(hospital, sql, words):
+    with pytest.raises(dpsql.DataError) as err:
+        hospital.execute(sql)
+    assert err.value.sqlstate == "22P02" and words in str(err.value) and "nothing was charged" in str(err.value)
+    assert hospital.connection.session.budget()["queries"] == 0
+
+
+def test_inputs_postgresql_reads_are_answered(hospital):
+    for sql in ("SELECT COUNT(*) FROM patients WHERE age = ' 30 '",
+                "SELECT COUNT(*) FROM patients WHERE income > '1e3'",
+                "SELECT COUNT(*) FROM patients WHERE smoker = 'yes'",
+                "SELECT COUNT(*) FROM patients WHERE CAST(age AS TEXT) = 'abc'",  # a text comparison
+                "SELECT COUNT(*) FROM patients WHERE sex = 'Q'"):
+        hospital.execute(sql)
+        assert hospital.fetchall()
+    assert hospital.connection.session.budget()["queries"] == 5
+
+
+def test_a_typo_is_refused_free_after_its_shape_has_a_template(hospital):
+    """The third text of a shape skips the analysis (sql/slots.py): its values are checked as
+    they are put into the template's plan."""
+    for age in ("30", "31", "32"):
+        hospital.execute(f"SELECT COUNT(*) FROM patients WHERE age = '{age}' AND sex = 'F'")
+    from dpsql.plan_cache import Template
+    assert any(isinstance(v, Template) for v in hospital.connection.session._plans._templates.values())
+    with pytest.raises(dpsql.DataError) as err:
+        hospital.execute("SELECT COUNT(*) FROM patients WHERE age = '3l' AND sex = 'F'")
+    assert err.value.sqlstate == "22P02" and '"3l"' in str(err.value)
+    assert hospital.connection.session.budget()["queries"] == 3
