@@ -1,20 +1,29 @@
-"""A string literal compared with a number or boolean column, read as PostgreSQL reads it.
+"""A string literal compared with a typed column, or cast to a type, read as that type's input.
 
 PostgreSQL types `age = '30'` by the column: the string is an integer's input, and `age =
-'abc'` or `age = '30.5'` is an error (invalid input syntax for type integer). Left to the
-engine, dpsql's total() would make the comparison NULL instead (TRY: no row matches), so a typo
-would be answered with zero rows and charged. This pass refuses it first, as PostgreSQL would,
-and free: it reads the query's text and the schema's types only, never the data.
+'abc'` or `age = '30.5'` is an error (invalid input syntax for type integer), as is
+`CAST('abc' AS INTEGER)`. Left to the engine, dpsql's total() would make the comparison NULL
+instead (TRY: no row matches), so a typo would be answered with zero rows and charged. This
+pass refuses it first, free: it reads the query's text and the schema's types only, never the
+data.
+
+Numbers and booleans are judged exactly as PostgreSQL judges them. Dates and timestamps are
+judged by what the engine-neutral reading, DuckDB's, can read (ISO 8601 forms): PostgreSQL
+reads more (`'Jan 1 2024'`, `'today'`), and such a string, which would match no row here, is
+refused with the form to write instead. DuckDB's own cast decides, on a connection of no
+data, so that the check and the bounded query agree.
 
 One pass over a resolved expression (columns qualified by dpsql's aliases), beside
-division.py's. Dates and timestamps are not judged here: PostgreSQL's input forms for them are
-many, and a form it accepts must not be refused.
+division.py's.
 """
 
 from __future__ import annotations
 
 import re
+import threading
+from functools import lru_cache
 
+import duckdb
 from sqlglot import exp
 
 from ..errors import DataError
@@ -32,12 +41,19 @@ _FLOATS = {"DOUBLE": "double precision", "FLOAT8": "double precision", "FLOAT": 
 _INTEGER_TEXT = re.compile(r"\s*[+-]?\d+\s*")
 _NUMBER_TEXT = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?\s*|\s*[+-]?(nan|inf|infinity)\s*", re.IGNORECASE)
 _BOOLEAN_WORDS = ("true", "false", "yes", "no", "on", "off", "1", "0")
+_DATES = {"DATE": ("date", "DATE"), "TIMESTAMP": ("timestamp", "TIMESTAMP"), "DATETIME": ("timestamp", "TIMESTAMP"),
+          "TIMESTAMP_S": ("timestamp", "TIMESTAMP"), "TIMESTAMP_MS": ("timestamp", "TIMESTAMP"),
+          "TIMESTAMP_NS": ("timestamp", "TIMESTAMP"), "TIMESTAMP WITH TIME ZONE": ("timestamptz", "TIMESTAMPTZ"),
+          "TIMESTAMPTZ": ("timestamptz", "TIMESTAMPTZ")}
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Between)
 
 
 def check_literals(node: exp.Expression, column_type: ColumnType) -> None:
     """Raise PostgreSQL's error for the first string literal, compared with a column, that is
     not an input of the column's type."""
+    for cast in node.find_all(exp.Cast):  # TryCast too: written as CAST, read as CAST
+        if isinstance(cast.this, exp.Literal) and cast.this.is_string:
+            _check(cast.this.this, cast.to.sql(dialect="duckdb"))
     for comparison in node.find_all(*_COMPARISONS):
         for column, values in _operands(comparison):
             kind = column_type(column)
@@ -80,9 +96,28 @@ def _check(text: str, column_type: str) -> None:
         matches = [w for w in _BOOLEAN_WORDS if w.startswith(word)] if word else []
         if len(matches) != 1 and word not in _BOOLEAN_WORDS:
             raise _invalid("boolean", text)
+    elif base in _DATES:
+        name, cast_type = _DATES[base]
+        if not _reads_as(text, cast_type):
+            raise DataError(f'dpsql cannot read "{text}" as a {name}', sqlstate="22007",
+                            hint="write it in ISO 8601 form, '2024-01-31' or '2024-01-31 13:45:00' (CURRENT_DATE "
+                                 "for today); nothing was charged")
+
+
+_reader: list[duckdb.DuckDBPyConnection] = []
+_reader_lock = threading.Lock()
+
+
+@lru_cache(maxsize=4096)
+def _reads_as(text: str, cast_type: str) -> bool:
+    """Whether DuckDB's cast reads `text` as a `cast_type`, on one connection of no data shared
+    by every thread (a call per distinct string: the answers are kept)."""
+    with _reader_lock:
+        if not _reader:
+            _reader.append(duckdb.connect())
+        return bool(_reader[0].execute(f"SELECT TRY_CAST($1 AS {cast_type}) IS NOT NULL", [text]).fetchone()[0])
 
 
 def _invalid(type_name: str, text: str) -> DataError:
     return DataError(f'invalid input syntax for type {type_name}: "{text}"', sqlstate="22P02",
-                     hint=f"the column is a {type_name}: compare it with a {type_name} value (quoted or not); "
-                          "nothing was charged")
+                     hint=f"write a value of type {type_name} there (quoted or not); nothing was charged")
