@@ -3,12 +3,16 @@ typo is refused free with PostgreSQL's error instead of matching no row and bein
 
 from __future__ import annotations
 
+import datetime
+
 import psycopg
 import pytest
 from sqlglot import exp
 
 import dpsql
 from dpsql.errors import DataError
+from dpsql.session import bind_parameters
+from dpsql.sql.classify import classify
 from dpsql.sql.literals import check_literals
 
 # (DuckDB column type, PostgreSQL type, the string compared with it)
@@ -101,3 +105,27 @@ def test_a_typo_is_refused_free_after_its_shape_has_a_template(hospital, shape, 
         hospital.execute(shape.format(bad))
     assert words in str(err.value) and "nothing was charged" in str(err.value)
     assert hospital.connection.session.budget()["queries"] == 3
+
+
+def test_pgjdbc_set_date_is_read_as_its_date(hospital):
+    """pgjdbc's setDate sends an untyped '2024-01-31 +01' (a date with its zone): decoded, it is
+    a string DuckDB reads as that date, so the filter means what PostgreSQL means; DuckDB reads
+    the raw form as nothing, which the literal check would refuse."""
+    from dpsql.server import codec
+
+    assert codec.decode_param(b"2024-01-31 +01", 0, 0) == "2024-01-31 00:00:00+01"
+    assert codec.decode_param(b"2024-01-31 -05:30", codec.DATE, 0) == datetime.date(2024, 1, 31)
+    assert codec.decode_param(b"2024-01-31 +01 x", 0, 0) == "2024-01-31 +01 x"  # anything else as sent
+    session = hospital.connection.session
+    filtered = "SELECT COUNT(*) FROM visits WHERE visit_date >= $1"
+
+    def exact(value: str) -> list:
+        plan, _ = session._prepare(bind_parameters(classify(filtered).tree, [value]))
+        return session.bounded_result(plan).columns
+
+    plain = exact("2024-01-31")
+    assert plain != exact("2024-02-01")  # the filter matters
+    for raw in (b"2024-01-31 +01", b"2024-01-31 -05", b"2024-01-31 +05:30"):
+        assert exact(codec.decode_param(raw, 0, 0)) == plain
+    with pytest.raises(dpsql.DataError):
+        hospital.execute(filtered.replace("$1", "%s"), ["2024-01-31 +01"])  # the raw form, decoded by no one

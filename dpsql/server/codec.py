@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import math
+import re
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -173,6 +174,10 @@ def data_row(values: list[bytes | None]) -> bytes:
 
 # Values -------------------------------------------------------------------------------------
 _PG_EPOCH = datetime.date(2000, 1, 1)
+# A date with a time zone and no time: pgjdbc's setDate sends it untyped ('2024-01-31 +01'), for
+# PostgreSQL to read as a date (the zone ignored) or a timestamptz (midnight there). DuckDB reads
+# neither; with a midnight time added it reads it as a date, a timestamp and a timestamptz alike.
+_ZONED_DATE = re.compile(r"(\d{4}-\d{2}-\d{2}) ([+-]\d{2}(?::\d{2})?)")
 _PG_EPOCH_DT = datetime.datetime(2000, 1, 1)
 
 
@@ -318,6 +323,11 @@ def decode_param(raw: bytes | None, oid: int, fmt: int) -> Any:
             return _array_text(_array_from_binary(raw))
         return raw.decode("utf-8")
     text = raw.decode("utf-8")
+    zoned = _ZONED_DATE.fullmatch(text)
+    if zoned is not None and oid in (0, DATE, TIMESTAMP, TIMESTAMPTZ):  # pgjdbc's setDate
+        if oid == DATE:
+            return datetime.date.fromisoformat(zoned[1])
+        text = f"{zoned[1]} 00:00:00{zoned[2]}"
     try:
         if oid in (INT2, INT4, INT8, OID):
             return int(text)
