@@ -11,7 +11,6 @@ or foreign ledger beside an identity file is a start-up error, never a fresh sta
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import os
@@ -72,7 +71,7 @@ def write_identity(path: Path, ident: Identity) -> None:
 def tag(key: bytes, previous: str, record: list[Any]) -> str:
     """The chained tag of one record."""
     body = json.dumps(record, separators=(",", ":"), sort_keys=True, default=str)
-    return hmac.new(key, (previous + "\n" + body).encode(), hashlib.sha256).hexdigest()
+    return hmac.digest(key, (previous + "\n" + body).encode(), "sha256").hex()
 
 
 def charge_record(cid: int, user: str, segment: int, at: float, sql: str, cost: str, detail: str) -> list[Any]:

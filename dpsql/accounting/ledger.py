@@ -98,11 +98,44 @@ class LedgerError(OperationalError):
     sqlstate = "XX001"
 
 
+class _SumsTexts:
+    """Totals rows' sums by their text (read-only mappings). A charge reads back the text the
+    previous charge wrote, so the writer files each text it writes with the sums it came from:
+    parsing the fractions again was a fifth of a charge's own work. Bounded: emptied when full."""
+
+    def __init__(self, size: int = 4096):
+        self._size, self._known = size, {}
+
+    def parsed(self, text: str) -> Mapping[str, Fraction]:
+        hit = self._known.get(text)
+        if hit is None:
+            hit = self.file(text, {k: parse_fraction(v) for k, v in json.loads(text).items()})
+        return hit
+
+    def text(self, sums: Mapping[str, Fraction]) -> str:
+        text = json.dumps({k: fraction_text(v) for k, v in sums.items()})
+        self.file(text, sums)
+        return text
+
+    def file(self, text: str, sums: Mapping[str, Fraction]) -> Mapping[str, Fraction]:
+        if len(self._known) >= self._size:
+            self._known = {}
+        view = self._known[text] = types.MappingProxyType(dict(sums))
+        return view
+
+
+_SUMS = _SumsTexts()
+
+
 @functools.lru_cache(maxsize=1024)
-def _parsed_sums(text: str) -> Mapping[str, Fraction]:
-    """A totals row's sums, parsed once per text (read-only): each charge reads back the text the
-    previous one wrote, and parsing its fractions was a fifth of a charge's own work."""
-    return types.MappingProxyType({k: parse_fraction(v) for k, v in json.loads(text).items()})
+def _parsed_grants(rows: tuple[tuple[str, str], ...]) -> tuple[tuple[Fraction, Fraction], ...]:
+    return tuple((parse_fraction(e), parse_fraction(d)) for e, d in rows)
+
+
+@functools.lru_cache(maxsize=1024)
+def _segment_filter(budget: BudgetPolicy, grants: tuple[tuple[Fraction, Fraction], ...]) -> tuple[int, Filter]:
+    """`segment_filter` once per budget and grants (filters are immutable): each charge asks."""
+    return segment_filter(budget, list(grants))
 
 
 def segment_filter(budget: BudgetPolicy, grants: list[tuple[Fraction, Fraction]]) -> tuple[int, Filter]:
@@ -459,7 +492,7 @@ class Ledger:
         """The user's grants (in a windowed budget: those of the current window, from `since`)."""
         rows = self._exec(con, "SELECT epsilon, delta FROM grants WHERE user_name = ? AND at >= ? ORDER BY seq",
                           (user, since if since is not None else float("-inf"))).fetchall()
-        return [(parse_fraction(e), parse_fraction(d)) for e, d in rows]
+        return list(_parsed_grants(tuple((e, d) for e, d in rows)))
 
     def now(self, con=None) -> float:
         """The ledger's own clock (epoch seconds): windows are computed from it, so proxies
@@ -470,7 +503,7 @@ class Ledger:
         """The segment and filter in force for `who` at `now` (the window's, after its grants),
         and when that window ends (None: the budget does not refresh)."""
         window = window_of(budget, now)
-        segment, f = segment_filter(budget, self._grants(con, who, window[1] if window else None))
+        segment, f = _segment_filter(budget, tuple(self._grants(con, who, window[1] if window else None)))
         if window is None:
             return segment, f, None
         return window[0] * WINDOW_STRIDE + segment, f, window[2]
@@ -480,10 +513,10 @@ class Ledger:
                          (user, segment)).fetchone()
         if row is None:
             return Totals()
-        return Totals(_parsed_sums(row[0]), row[1])
+        return Totals(_SUMS.parsed(row[0]), row[1])
 
     def _put_totals(self, con, user: str, segment: int, totals: Totals) -> None:
-        sums = json.dumps({k: fraction_text(v) for k, v in totals.sums.items()})
+        sums = _SUMS.text(totals.sums)
         self._exec(con, "INSERT INTO totals (user_name, segment, sums, queries) VALUES (?, ?, ?, ?) "
                         "ON CONFLICT (user_name, segment) DO UPDATE SET sums = excluded.sums, queries = excluded.queries",
                    (user, segment, sums, totals.queries))
