@@ -423,19 +423,19 @@ def serve(policy: str, ledger: str | None, host: str, port: int, tls_cert: str |
 
     options = ServeOptions(policy, ledger, host, port, tls_cert, tls_key, require_tls, max_connections, max_pending,
                            login_timeout, login_delay, login_lockout_after, log_statements, http)
+    store = None
     try:
-        if workers > 1:
+        if workers > 1:  # the supervisor keeps the ledger open: its writer writes every worker's charges
             pol = checked(options)
             store = open_ledger(pol.ledger_path, pol.ledger_url, identity=pol.ledger_identity)
-            try:
-                ensure_logins(store, pol, click.echo)
-            finally:
-                store.close()
+            ensure_logins(store, pol, click.echo)
         else:
             server = build_server(options)
             pol = server.policy
             ensure_logins(server.ledger, pol, click.echo)
     except Error as e:
+        if store is not None:
+            store.close()
         _fail(e)
         return
 
@@ -455,10 +455,12 @@ def serve(policy: str, ledger: str | None, host: str, port: int, tls_cert: str |
     from .server.supervisor import Supervisor
 
     try:
-        status = Supervisor(options, workers, say=lambda text: click.echo(text, err=True)).run(announce)
+        status = Supervisor(options, workers, say=lambda text: click.echo(text, err=True), ledger=store).run(announce)
     except Error as e:
         _fail(e)
         return
+    finally:
+        store.close()
     sys.exit(status)
 
 

@@ -42,6 +42,7 @@ class _Job:
     work: Callable[[Any], Any]
     durable: bool
     failed: Callable[[], None] | None = None
+    tell: Callable[["_Job", str], None] | None = None  # told "ran", then "done", on the writer thread
     ran: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
     result: Any = None
@@ -100,10 +101,14 @@ class GroupCommit:
         return self.start(users, work, durable=durable).committed()
 
     def start(self, users: list[str], work: Callable[[Any], Any], *, durable: bool = True,
-              failed: Callable[[], None] | None = None) -> Pending:
+              failed: Callable[[], None] | None = None, tell: Callable[[_Job, str], None] | None = None
+              ) -> Pending:
         """Queue `work(con)` for the next batch and return at once; `failed()` runs on the writer
-        thread if the work fails or its batch does not commit, before `ran`/`committed` tell."""
-        job = _Job(users, work, durable, failed)
+        thread if the work fails or its batch does not commit, before `ran`/`committed` tell.
+        `tell(job, phase)` runs on the writer thread once the work has run ("ran") and once its
+        batch has ended ("done"): a supervisor answers its workers from there, with no thread
+        waiting per job."""
+        job = _Job(users, work, durable, failed, tell)
         self._queue.put(job)
         return Pending(job)
 
@@ -140,33 +145,54 @@ class GroupCommit:
             self._commit(batch)
             job = more = batch = None  # an idle writer holds no submitter's result or error
 
-    def _locks(self, batch: list[_Job]) -> list[str]:
-        users = {u for job in batch for u in job.users}
-        return ([self._first] if self._first in users else []) + sorted(users - {self._first})
-
     def _commit(self, batch: list[_Job]) -> None:
-        try:
-            with self._begin(self._locks(batch), any(job.durable for job in batch)) as con:
-                for job in batch:
-                    con.execute("SAVEPOINT dpsql_job")
-                    try:
-                        job.result = job.work(con)
-                    except BaseException as e:  # this job's refusal or failure: undo it alone
-                        con.execute("ROLLBACK TO SAVEPOINT dpsql_job")
-                        job.error, job.result = _detached(e), None
-                        _tell_failed(job)
-                    con.execute("RELEASE SAVEPOINT dpsql_job")
-                    job.ran.set()
-        except BaseException as e:  # the batch did not commit: none of it is durable
-            failure = _detached(e)
+        commit_batch(self._begin, self._first, batch)
+
+
+def commit_batch(begin: Callable[[list[str], bool], ContextManager[Any]], first: str, batch: list[_Job]) -> None:
+    """Apply `batch` in one transaction, each job under its own savepoint, and commit it; every
+    job is told (events, `failed`, `tell`) before this returns. The writer thread's work, and a
+    supervisor's, which commits its workers' jobs on the thread that reads them."""
+    users = {u for job in batch for u in job.users}
+    locks = ([first] if first in users else []) + sorted(users - {first})
+    try:
+        with begin(locks, any(job.durable for job in batch)) as con:
             for job in batch:
-                if job.error is None:
-                    job.error, job.result = failure, None
+                con.execute("SAVEPOINT dpsql_job")
+                try:
+                    job.result = job.work(con)
+                except BaseException as e:  # this job's refusal or failure: undo it alone
+                    con.execute("ROLLBACK TO SAVEPOINT dpsql_job")
+                    job.error, job.result = _detached(e), None
                     _tell_failed(job)
-        finally:
-            for job in batch:
-                job.ran.set()
-                job.done.set()
+                con.execute("RELEASE SAVEPOINT dpsql_job")
+                _ran(job)
+    except BaseException as e:  # the batch did not commit: none of it is durable
+        failure = _detached(e)
+        for job in batch:
+            if job.error is None:
+                job.error, job.result = failure, None
+                _tell_failed(job)
+    finally:
+        for job in batch:
+            _ran(job)
+            job.done.set()
+            _tell(job, "done")
+
+
+def _ran(job: _Job) -> None:
+    if not job.ran.is_set():
+        job.ran.set()
+        _tell(job, "ran")
+
+
+def _tell(job: _Job, phase: str) -> None:
+    """The job's `tell` callback; its own failure (a worker gone) must not stop the writer."""
+    if job.tell is not None:
+        try:
+            job.tell(job, phase)
+        except Exception:
+            log.exception("a ledger job's reply failed")
 
 
 def _tell_failed(job: _Job) -> None:

@@ -49,8 +49,8 @@ from .integrity import (
     tag,
     write_identity,
 )
+from .jobs import GLOBAL, ChargeJob, StatementJob
 
-GLOBAL = "*global*"
 WINDOW_EPOCH = 1577836800  # 2020-01-01 00:00 UTC: windows are counted from here, in the ledger's clock
 WINDOW_STRIDE = 1000  # segment = window * WINDOW_STRIDE + the window's grant segment
 LIFETIME = -1  # the segment of a windowed budget's lifetime cap: every charge, never refreshed
@@ -237,6 +237,8 @@ class Ledger:
     placeholder = "?"
     serial = "INTEGER PRIMARY KEY AUTOINCREMENT"
     _writer: GroupCommit | None = None
+    _remote: Any = None  # the supervisor's writer (use_writer)
+    _remote_pid = 0
     _grouped = False  # group_commit(): every write through the writer thread
     _writer_pid = 0  # the process whose thread `_writer` is
     _turn_pid = 0  # the process that opened `_turn_fd` (an open file shared through fork() shares its flock)
@@ -479,11 +481,10 @@ class Ledger:
     def _write_lazily(self, sql: str, params: tuple) -> None:
         """One statement committed without waiting for the disk (a release record, a cached
         answer): in the batch under way with group commit, else on its own."""
-        if not self._grouped or self._writer is None:
+        if not self._grouped or (self._writer is None and self._remote is None):
             self._write_one(sql, params, durable=False)
         else:
-            self._start_writer()
-            self._writer.submit([], lambda con: self._exec(con, sql, params), durable=False)
+            self._submit(StatementJob(sql, params)).committed()
 
     _errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
 
@@ -543,7 +544,7 @@ class Ledger:
         (charging nothing) when a filter would HALT. Returns once the charge is durable."""
         return self.charging(user, budget, cost, sql, detail, global_budget).durable()
 
-    def charging(self, user: str, budget: BudgetPolicy, cost: Cost, sql: str, detail: dict[str, Any],
+    def charging(self, user: str, budget: BudgetPolicy, cost: Cost, sql: str, detail: dict[str, Any] | str,
                  global_budget: BudgetPolicy | None = None, failed: Callable[[], None] | None = None
                  ) -> PendingCharge:
         """`charge`, with its transaction on the ledger's writer thread: the caller learns at
@@ -551,39 +552,69 @@ class Ledger:
         while the COMMIT reaches the disk; `durable()` must return before anything derived from
         the data leaves. `failed()` runs on the writer thread as soon as the charge is refused or
         cannot be recorded, before `admitted()` or `durable()` tell: a query that started before
-        its admission is stopped by it."""
-        users = ([GLOBAL] if global_budget is not None else []) + [user]
+        its admission is stopped by it. `detail` may be given as its JSON text already (a plan's
+        is the same for every execution)."""
+        text = detail if isinstance(detail, str) else json.dumps(detail, default=str)
+        job = ChargeJob(user, budget, cost, sql, text, global_budget)
+        return PendingCharge(self._submit(job, failed), self._errors)
 
-        def work(con) -> Charge:
-            checks = [(user, budget)] + ([(GLOBAL, global_budget)] if global_budget is not None else [])
-            now = self.now(con)  # inside the transaction: every proxy sees one window
-            results = []
-            for who, b in checks:
-                segment, f, refreshes = self._segment(con, who, b, now)
-                filters = [(segment, f, refreshes)]
-                life = lifetime_filter(b)
-                if life is not None:
-                    filters.append((LIFETIME, life, None))
-                for seg, flt, refresh in filters:
-                    totals = self._totals(con, who, seg)
-                    after = totals.plus(flt.usage(cost))
-                    if not flt.admits(after):
-                        raise _refusal(who, user, flt, totals, cost, refresh, lifetime=seg == LIFETIME)
-                    results.append((who, seg, flt, after))
-            at, cost_text, detail_text = time.time(), cost.to_json(), json.dumps(detail, default=str)
-            cur = self._exec(con, "INSERT INTO charges (user_name, segment, at, sql, cost, detail) "
-                                  "VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
-                             (user, results[0][1], at, sql, cost_text, detail_text))
-            charge_id = cur.fetchone()[0]
-            chain = self._append(con, user, "charge",
-                                 charge_record(charge_id, user, results[0][1], at, sql, cost_text, detail_text))
-            self._exec(con, "UPDATE charges SET chain = ? WHERE id = ?", (chain, charge_id))
-            for who, segment, _, after in results:
-                self._put_totals(con, who, segment, after)
-            return Charge(charge_id, results[0][3], results[0][2], cost)
+    def _charge_in(self, con, job: ChargeJob) -> Charge:
+        """A charge job, applied in the writer's open transaction."""
+        user, cost = job.user, job.cost
+        checks = [(user, job.budget)] + ([(GLOBAL, job.global_budget)] if job.global_budget is not None else [])
+        now = self.now(con)  # inside the transaction: every proxy sees one window
+        results = []
+        for who, b in checks:
+            segment, f, refreshes = self._segment(con, who, b, now)
+            filters = [(segment, f, refreshes)]
+            life = lifetime_filter(b)
+            if life is not None:
+                filters.append((LIFETIME, life, None))
+            for seg, flt, refresh in filters:
+                totals = self._totals(con, who, seg)
+                after = totals.plus(flt.usage(cost))
+                if not flt.admits(after):
+                    raise _refusal(who, user, flt, totals, cost, refresh, lifetime=seg == LIFETIME)
+                results.append((who, seg, flt, after))
+        at, cost_text = time.time(), cost.to_json()
+        cur = self._exec(con, "INSERT INTO charges (user_name, segment, at, sql, cost, detail) "
+                              "VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+                         (user, results[0][1], at, job.sql, cost_text, job.detail))
+        charge_id = cur.fetchone()[0]
+        chain = self._append(con, user, "charge",
+                             charge_record(charge_id, user, results[0][1], at, job.sql, cost_text, job.detail))
+        self._exec(con, "UPDATE charges SET chain = ? WHERE id = ?", (chain, charge_id))
+        for who, segment, _, after in results:
+            self._put_totals(con, who, segment, after)
+        return Charge(charge_id, results[0][3], results[0][2], cost)
 
+    def _apply(self, con, job: ChargeJob | StatementJob) -> Any:
+        """A job's work in the writer's open transaction (this process's writer, or the one a
+        supervisor runs for its workers)."""
+        if isinstance(job, ChargeJob):
+            return self._charge_in(con, job)
+        self._exec(con, job.sql, job.params)
+        return None
+
+    def _submit(self, job: ChargeJob | StatementJob, failed: Callable[[], None] | None = None) -> Pending:
+        """Queue a job for the writer: the supervisor's (use_writer), else this process's thread."""
+        remote = self._remote
+        if remote is not None and self._remote_pid == os.getpid():
+            return remote.start(job, failed)
+        return self.start_job(job, failed=failed)
+
+    def start_job(self, job: ChargeJob | StatementJob, *, failed: Callable[[], None] | None = None,
+                  tell: Callable[[Any, str], None] | None = None) -> Pending:
+        """Queue a job for this process's writer thread (`tell`: see GroupCommit.start)."""
         self._start_writer()
-        return PendingCharge(self._writer.start(users, work, failed=failed), self._errors)
+        return self._writer.start(list(job.users), lambda con: self._apply(con, job), durable=job.durable,
+                                  failed=failed, tell=tell)
+
+    def use_writer(self, remote: Any) -> None:
+        """From now on the hot writes (charges, release records, cached answers) go to `remote`,
+        the writer a `dpsql serve --workers` supervisor runs for all its workers (its `start(job,
+        failed)` returns a Pending); the rest is written here, under the same locks."""
+        self._remote, self._remote_pid, self._grouped = remote, os.getpid(), True
 
     def grant(self, user: str, epsilon: Fraction, delta: Fraction, budget: BudgetPolicy | None = None,
               event: tuple[str, str, str] | None = None) -> None:
@@ -769,6 +800,9 @@ class Ledger:
         writer, self._writer = self._writer, None
         if writer is not None:
             writer.close()
+        remote, self._remote = self._remote, None
+        if remote is not None:
+            remote.close()
         self._close_connection()
         self._turn_fd = None
         closer = getattr(self, "_turn_closer", None)

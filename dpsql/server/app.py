@@ -124,7 +124,12 @@ class Server:
         from ..accounting.ledger import open_ledger
 
         self.ledger = open_ledger(policy.ledger_path, policy.ledger_url, identity=policy.ledger_identity)
-        self.ledger.group_commit()  # every connection's charges share transactions: one fsync a batch
+        if link is not None and link.ledger >= 0:  # the supervisor's writer: one for every worker
+            from ..accounting.remote_writer import RemoteWriter
+
+            self.ledger.use_writer(RemoteWriter(socket.socket(fileno=link.ledger)))
+        else:
+            self.ledger.group_commit()  # every connection's charges share transactions: one fsync a batch
         self.local_ledger = policy.ledger_url is None
         self.log_statements = False  # operators' view of what tools send: text and outcome, never values
 

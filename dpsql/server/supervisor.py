@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..accounting.ledger import Ledger
+from ..accounting.remote_writer import WriterService
 from ..errors import OperationalError
 from .app import Limits
 from .launch import ServeOptions
@@ -70,9 +72,14 @@ class _Worker:
 
 @dataclass
 class Supervisor:
+    """`ledger`: the shared ledger, whose one writer thread here writes every worker's charges,
+    release records and cached answers (accounting/remote_writer.py); None: each worker writes
+    its own."""
+
     options: ServeOptions
     count: int
     say: Callable[[str], None] = print
+    ledger: Ledger | None = None
     workers: list[_Worker] = field(default_factory=list)
     _stopping: bool = False
 
@@ -84,6 +91,7 @@ class Supervisor:
         self._lifeline = os.pipe()
         self._groups = groups
         self._secret = os.urandom(32)
+        self._service = WriterService(self.ledger) if self.ledger is not None else None
         previous = {sig: signal.signal(sig, self._stop) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             self.workers = [self._spawn(i, wait=True) for i in range(self.count)]
@@ -94,6 +102,8 @@ class Supervisor:
             return self._watch()
         finally:
             self._stop_all()
+            if self._service is not None:
+                self._service.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             for s in (s for group in groups for s in group):
@@ -107,11 +117,19 @@ class Supervisor:
 
     def _spawn(self, index: int, wait: bool) -> _Worker:
         ready_r, ready_w = os.pipe() if wait else (-1, -1)
+        mine, theirs = socket.socketpair() if self._service is not None else (None, None)
         link = WorkerLink(index, self.count, tuple(s.fileno() for s in self._groups[index]), self._cancel[index][0],
-                          tuple(w for _, w in self._cancel), self._lifeline[0], ready_w)
+                          tuple(w for _, w in self._cancel), self._lifeline[0], ready_w,
+                          theirs.fileno() if theirs is not None else -1)
         spec = {"options": self.options.to_json(), "link": link.to_json(), "secret": self._secret.hex()}
-        proc = subprocess.Popen([sys.executable, "-m", "dpsql.server.worker"], stdin=subprocess.PIPE,
-                                pass_fds=link.fds())
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "dpsql.server.worker"], stdin=subprocess.PIPE,
+                                    pass_fds=link.fds())
+        finally:
+            if theirs is not None:
+                theirs.close()
+        if mine is not None:
+            self._service.serve(mine)  # ends when the worker's end closes (it exits or dies)
         if wait:
             os.close(ready_w)
         try:

@@ -1,6 +1,7 @@
 """What ties one `dpsql serve --workers` process to the others: the listening sockets they all
 accept on, the pipes that carry a cancel request to the worker serving that connection, the
-lifeline that ends a worker when its supervisor is gone, and the pipe that says it is ready.
+lifeline that ends a worker when its supervisor is gone, the pipe that says it is ready, and the
+socket pair to the supervisor's ledger writer, which writes every worker's charges.
 
 A backend's process id (BackendKeyData) says which worker it lives on (pid mod count), since a
 client sends its CancelRequest on a new connection, which any worker may accept. Everything
@@ -32,6 +33,7 @@ class WorkerLink:
     cancel_writes: tuple[int, ...]  # every worker's other end, by index
     lifeline: int  # read end; end of file once the supervisor has exited
     ready: int  # write end; -1 when nobody waits (a restarted worker)
+    ledger: int = -1  # this worker's end of the socket pair to the supervisor's ledger writer; -1: none
 
     def new_pid(self) -> int:
         return new_pid(self.index, self.count)
@@ -65,7 +67,7 @@ class WorkerLink:
 
     def fds(self) -> tuple[int, ...]:
         return (*self.listen_fds, self.cancel_read, *self.cancel_writes, self.lifeline,
-                *((self.ready,) if self.ready >= 0 else ()))
+                *((self.ready,) if self.ready >= 0 else ()), *((self.ledger,) if self.ledger >= 0 else ()))
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
