@@ -1,9 +1,11 @@
 """`dpsql serve --workers N`: N server processes, so that one server uses every core (a single
 process is bound by Python's GIL). The supervisor opens no engine and no session: it binds the
 listening sockets (a set per worker on the one port, which the kernel spreads connections
-over), starts the workers, restarts one that dies, and stops them all on SIGTERM or
-Ctrl-C. Workers share the ledger as separate proxies do: each charge is checked and written in
-one write transaction of the shared database, so the budget holds across them."""
+over), starts the workers, restarts one that dies, and stops them all on SIGTERM or Ctrl-C. It
+also writes every worker's charges, release records and cached answers, with one ledger writer
+for all of them (accounting/remote_writer.py): one transaction per batch, so the budget holds
+across workers as it does across one process's connections, and no worker waits for
+another's lock."""
 
 from __future__ import annotations
 
