@@ -1,7 +1,7 @@
 """`dpsql serve` latency and throughput, beside the embedded DB-API and beside PostgreSQL 15
 running the plain query on the same rows, in one run.
 
-    python -m benchmarks.server [--n 200] [--clients 32] [--seconds 10] [--workers 2] [--no-postgres]
+    python -m benchmarks.server [--n 200] [--clients 32] [--seconds 10] [--rounds 3] [--workers 2] [--no-postgres]
 
 Serves the sample hospital (a copy of its policy with a large budget, fresh ledger), then:
 median round-trip of SHOW dpsql.budget and of a small DP query over psycopg 3 (cache off, so each
@@ -9,7 +9,8 @@ query is planned, charged and noised), the same DP query through dpsql.connect, 
 second with N concurrent psycopg clients; then the grouped COUNT at 1, 8 and N clients on
 dpsql serve (DP, cache off, charged: each execution a new release) and on a throwaway
 PostgreSQL 15 holding the same 20,000 patients (plain), with throughput ratios and median/p99
-latencies. dpsql runs twice: as it serves by default (a repeated query's exact values computed
+latencies, in rounds that run every variant once each (medians over rounds, and each round's
+ratio: the host's speed drifts between runs more than between variants). dpsql runs twice: as it serves by default (a repeated query's exact values computed
 once per data version, the noise drawn afresh) and with SET dpsql.reuse = off (the engine runs
 every execution, as PostgreSQL does), in one process and as `dpsql serve --workers N` (N
 processes sharing the port and the ledger; by default one per core).
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 from pathlib import Path
 
@@ -59,6 +61,8 @@ def main() -> None:
     ap.add_argument("--no-postgres", dest="postgres", action="store_false",
                     help="skip the side-by-side run against PostgreSQL 15")
     ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="against PostgreSQL: rounds of every variant side by side (the host's speed drifts)")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2,
                     help="processes of the second dpsql serve compared with PostgreSQL (default: one per core)")
     args = ap.parse_args()
@@ -96,17 +100,32 @@ def against_postgres(servers: dict[str, str], args) -> None:
     server = PgServer().start()
     try:
         pg = postgres_with_patients(server)
-        print(f"\n{GROUPED}: dpsql serve (DP, cache off) vs PostgreSQL 15 (plain), same harness and rows")
+        print(f"\n{GROUPED}: dpsql serve (DP, cache off) vs PostgreSQL 15 (plain), same harness and rows; "
+              f"{args.rounds} rounds of {args.seconds:g} s each, every variant once per round: medians over rounds, "
+              f"and the median (min-max) of each round's ratio; load average {os.getloadavg()[0]:.2f} at the start")
         variants = [(name, reuse) for name in servers for reuse in ("on", "off")]
         print(" | ".join(["clients"] + [f"{name}, reuse {reuse}: q/s, p50 / p99 ms" for name, reuse in variants]
                          + ["PostgreSQL: q/s, p50 / p99 ms"] + [f"{name}, reuse {reuse} / PostgreSQL"
                                                                  for name, reuse in variants]))
         for clients in sorted({1, 8, args.clients}):
-            runs = [load(servers[name], GROUPED, clients, args.seconds,
-                         setup=("SET dpsql.cache = off", f"SET dpsql.reuse = {reuse}")) for name, reuse in variants]
-            p = load(pg, GROUPED, clients, args.seconds)
-            print(" | ".join([f"{clients:>7}"] + [f"{r[0]:7.1f}, {r[1]:6.2f} / {r[2]:7.2f}" for r in (*runs, p)]
-                             + [f"{r[0] / p[0]:.2f}" for r in runs]))
+            rounds = []
+            for r in range(args.rounds):  # side by side: every variant once per round, in a rotating order
+                order = list(range(len(variants) + 1))
+                order = order[r % len(order):] + order[:r % len(order)]
+                got: dict[int, tuple[float, float, float]] = {}
+                for i in order:
+                    if i == len(variants):
+                        got[i] = load(pg, GROUPED, clients, args.seconds)
+                    else:
+                        name, reuse = variants[i]
+                        got[i] = load(servers[name], GROUPED, clients, args.seconds,
+                                      setup=("SET dpsql.cache = off", f"SET dpsql.reuse = {reuse}"))
+                rounds.append([got[i] for i in range(len(variants) + 1)])
+            runs = [tuple(statistics.median(rd[i][k] for rd in rounds) for k in range(3))
+                    for i in range(len(variants) + 1)]
+            ratios = [[rd[i][0] / rd[-1][0] for rd in rounds] for i in range(len(variants))]
+            print(" | ".join([f"{clients:>7}"] + [f"{r[0]:7.1f}, {r[1]:6.2f} / {r[2]:7.2f}" for r in runs]
+                             + [f"{statistics.median(x):.2f} ({min(x):.2f}-{max(x):.2f})" for x in ratios]))
     finally:
         server.stop()
 

@@ -1,12 +1,15 @@
 """Soak and fault run: clients, hostile queries, SIGKILLed servers and a shared ledger.
 
-    python -m benchmarks.soak [--clients 8] [--minutes 2] [--kill-every 15] [--servers 2]
+    python -m benchmarks.soak [--clients 8] [--minutes 2] [--kill-every 15] [--servers 2] [--workers 1]
 
 Two `dpsql serve` processes share one SQLite ledger (lock contention) on the sample hospital.
 N psycopg clients, split between them, loop until the time is up: DP queries (cache off, so
 each is charged), hostile statements (a 2 MB expression, an IN list of 100,000, a SELECT *,
 broken SQL) and SHOW dpsql.budget. A killer SIGKILLs a random server at random intervals and
-restarts it on its port; clients reconnect. Every DP query carries a unique marker in a
+restarts it on its port; clients reconnect. With --workers N each server is `dpsql serve
+--workers N`, whose supervisor writes its workers' charges: the killer then SIGKILLs either a
+whole server (the supervisor, with charges of its workers in flight) or one worker (which the
+supervisor restarts). Every DP query carries a unique marker in a
 comment, so after the run each answer a client received is looked up among the ledger's
 recorded charges: an answer without a durable charge is a violation (there must be none).
 Reports answers, refusals, charges, violations, `ledger verify`, and each server's memory
@@ -16,6 +19,7 @@ Reports answers, refusals, charges, violations, `ledger verify`, and each server
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import signal
 import subprocess
@@ -43,14 +47,15 @@ HOSTILE = ["SELECT COUNT(*) FROM patients WHERE age < " + "+".join(["1"] * 1_000
 class Server:
     """One `dpsql serve` on a fixed port, restartable, with its memory sampled."""
 
-    def __init__(self, policy: Path, ledger: Path):
-        self.policy, self.ledger, self.port = policy, ledger, free_port()
+    def __init__(self, policy: Path, ledger: Path, workers: int = 1):
+        self.policy, self.ledger, self.port, self.workers = policy, ledger, free_port(), workers
         self.proc: subprocess.Popen | None = None
         self.lives: list[list[int]] = []  # RSS samples (kB) of each life
 
     def start(self) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "dpsql.cli", "serve", "-p", str(self.policy), "--ledger",
-                                      str(self.ledger), "--port", str(self.port), "--host", "127.0.0.1"],
+                                      str(self.ledger), "--port", str(self.port), "--host", "127.0.0.1",
+                                      "--workers", str(self.workers)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.lives.append([])
         deadline = time.monotonic() + 30
@@ -66,6 +71,20 @@ class Server:
         if self.proc is not None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(30)
+
+    def kill_worker(self, rng: random.Random) -> bool:
+        """SIGKILL one of the supervisor's workers (it restarts it); False if none was found."""
+        try:
+            children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+        except (OSError, AttributeError):
+            return False
+        if not children:
+            return False
+        try:
+            os.kill(int(rng.choice(children)), signal.SIGKILL)
+        except ProcessLookupError:
+            return False
+        return True
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -126,6 +145,7 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=2.0)
     ap.add_argument("--kill-every", type=float, default=15.0, help="mean seconds between SIGKILLs")
     ap.add_argument("--servers", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=1, help="dpsql serve --workers of each server")
     args = ap.parse_args()
     from dpsql.accounting.ledger import Ledger
 
@@ -136,7 +156,7 @@ def main() -> None:
             subprocess.run([sys.executable, "-m", "dpsql.cli", "users", "add", "-p", str(policy), "--ledger",
                             str(ledger), user, "--password-stdin"], input=PASSWORD + "\n", text=True, check=True,
                            capture_output=True)
-        servers = [Server(policy, ledger) for _ in range(args.servers)]
+        servers = [Server(policy, ledger, args.workers) for _ in range(args.servers)]
         for s in servers:
             s.start()
         stop = time.monotonic() + args.minutes * 60
@@ -147,7 +167,7 @@ def main() -> None:
                                                          answered, counts, lock)) for i in range(args.clients)]
         for t in threads:
             t.start()
-        rng, kills = random.Random(7), 0
+        rng, kills, worker_kills = random.Random(7), 0, 0
         next_kill = time.monotonic() + rng.expovariate(1 / args.kill_every)
         while time.monotonic() < stop:
             time.sleep(1)
@@ -155,8 +175,11 @@ def main() -> None:
                 s.sample()
             if time.monotonic() >= next_kill:
                 victim = rng.choice(servers)
-                victim.kill()
-                victim.start()
+                if args.workers > 1 and rng.random() < 0.5 and victim.kill_worker(rng):
+                    worker_kills += 1
+                else:
+                    victim.kill()
+                    victim.start()
                 kills += 1
                 next_kill = time.monotonic() + rng.expovariate(1 / args.kill_every)
             print(f"\r{int(stop - time.monotonic()):>4} s left, {len(answered)} answers, {kills} kills",
@@ -175,8 +198,9 @@ def main() -> None:
         problems = led.verify()
         growth = [life[-1] - life[0] for s in servers for life in s.lives if len(life) > 1]
         longest = max((life for s in servers for life in s.lives), key=len)
-        print(f"| {args.clients} clients, {args.servers} servers on one SQLite ledger, {args.minutes:g} min, "
-              f"{kills} SIGKILLs | |")
+        workers = f" of {args.workers} workers each" if args.workers > 1 else ""
+        print(f"| {args.clients} clients, {args.servers} servers{workers} on one SQLite ledger, {args.minutes:g} min, "
+              f"{kills} SIGKILLs ({worker_kills} of a single worker) | |")
         print("|---|---|")
         for key in sorted(counts):
             print(f"| {key} | {counts[key]} |")
