@@ -221,3 +221,22 @@ def test_many_threads_of_one_worker_share_the_link(tmp_path):
         history = worker.history("alice")
         assert sorted(ids) == [h["id"] for h in history] and len(ids) == 160
         assert all(h["released"] == [int(x) for x in h["sql"][1:].split("-")] for h in history)
+
+
+def test_a_writer_that_stops_says_so_and_its_workers_charge_nothing(tmp_path):
+    """The supervisor stops the server when its writer has stopped (Supervisor._watch asks
+    `running()`); meanwhile its workers' charges fail, with nothing charged."""
+    with _one_worker(tmp_path) as (service, worker):
+        assert service.running()
+
+        def broken(*args, **kwargs):
+            raise RuntimeError("injected")
+
+        service._selector.select = broken
+        extra, _ = socket.socketpair()
+        service.serve(extra)  # wakes the loop, which now fails
+        service._thread.join(10)
+        assert not service.running()
+        with pytest.raises(OperationalError, match="ledger writer"):
+            worker.charge("alice", BUDGET, Cost.pure(Fraction(1, 4)), "q", {})
+        assert worker.history("alice") == []

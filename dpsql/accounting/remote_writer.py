@@ -184,6 +184,10 @@ class WriterService:
         self._wake_w.close()
         self._thread.join()
 
+    def running(self) -> bool:
+        """False once the writer has stopped: its workers can charge nothing any more."""
+        return self._thread.is_alive()
+
     def _run(self) -> None:
         try:
             while True:
@@ -212,6 +216,7 @@ class WriterService:
                     key.data.close()
             self._selector.close()
             self._wake_r.close()
+            self.ledger._close_connection()  # this thread's own
 
     def _register(self) -> None:
         with self._lock:

@@ -176,6 +176,9 @@ class Supervisor:
         deaths: list[float] = []
         while not self._stopping:
             time.sleep(0.2)
+            if self._service is not None and not self._service.running():
+                self.say("the ledger writer stopped (see the log above), stopping: no worker could charge a query")
+                return 1
             for i, w in enumerate(self.workers):
                 code = w.proc.poll()
                 if code is None or self._stopping:
