@@ -2,6 +2,7 @@
 running the plain query on the same rows, in one run.
 
     python -m benchmarks.server [--n 200] [--clients 32] [--seconds 10] [--rounds 3] [--workers 2] [--no-postgres]
+                                [--out benchmarks/SERVER.md]
 
 Serves the sample hospital (a copy of its policy with a large budget, fresh ledger), then:
 median round-trip of SHOW dpsql.budget and of a small DP query over psycopg 3 (cache off, so each
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 
@@ -65,7 +67,26 @@ def main() -> None:
                     help="against PostgreSQL: rounds of every variant side by side (the host's speed drifts)")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2,
                     help="processes of the second dpsql serve compared with PostgreSQL (default: one per core)")
+    ap.add_argument("--out", type=Path, help="also write the output to this Markdown file (benchmarks/SERVER.md)")
     args = ap.parse_args()
+    try:
+        run(args)
+    finally:
+        if args.out is not None:
+            args.out.write_text("# `python -m benchmarks.server " + " ".join(sys.argv[1:]) + "`\n\n"
+                                + "\n\n".join(_SAID).replace("|\n\n|", "|\n|") + "\n")
+
+
+_SAID: list[str] = []
+
+
+def say(text: str) -> None:
+    """Print, and keep the line for --out."""
+    print(text, flush=True)
+    _SAID.append(text)
+
+
+def run(args) -> None:
     with tempfile.TemporaryDirectory() as d:
         policy = sample_policy(Path(d))
         with serve(policy, Path(d) / "ledger.sqlite") as dsn:
@@ -81,32 +102,30 @@ def main() -> None:
             for _ in range(5):
                 cur.execute(QUERY)
             embedded = median_ms(lambda: cur.execute(QUERY), args.n)
-            print(f"median round-trip over psycopg: SHOW dpsql.budget {show:.2f} ms, DP query {wire:.2f} ms; "
+            say(f"median round-trip over psycopg: SHOW dpsql.budget {show:.2f} ms, DP query {wire:.2f} ms; "
                   f"same DP query through the embedded DB-API {embedded:.2f} ms (wire/embedded {wire / embedded:.2f}x)")
             for clients in sorted({1, 8, args.clients}):
                 qps = throughput(dsn, QUERY, clients, args.seconds, setup=("SET dpsql.cache = off",))
-                print(f"{clients:>3} concurrent clients: {qps:.1f} DP queries/s")
+                say(f"{clients} concurrent clients: {qps:.1f} DP queries/s (one process, {QUERY})")
             if args.postgres:
                 with serve(policy, Path(d) / "ledger.sqlite", "alice", "--workers", str(args.workers)) as many:
                     against_postgres({"dpsql": dsn, f"dpsql --workers {args.workers}": many}, args)
 
 
 def against_postgres(servers: dict[str, str], args) -> None:
-    import sys
-
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from tests.pgserver import PgServer
 
     server = PgServer().start()
     try:
         pg = postgres_with_patients(server)
-        print(f"\n{GROUPED}: dpsql serve (DP, cache off) vs PostgreSQL 15 (plain), same harness and rows; "
+        say(f"\n{GROUPED}: dpsql serve (DP, cache off) vs PostgreSQL 15 (plain), same harness and rows; "
               f"{args.rounds} rounds of {args.seconds:g} s each, every variant once per round: medians over rounds, "
               f"and the median (min-max) of each round's ratio; load average {os.getloadavg()[0]:.2f} at the start")
         variants = [(name, reuse) for name in servers for reuse in ("on", "off")]
-        print(" | ".join(["clients"] + [f"{name}, reuse {reuse}: q/s, p50 / p99 ms" for name, reuse in variants]
-                         + ["PostgreSQL: q/s, p50 / p99 ms"] + [f"{name}, reuse {reuse} / PostgreSQL"
-                                                                 for name, reuse in variants]))
+        header = (["clients"] + [f"{name}, reuse {reuse}: q/s, p50 / p99 ms" for name, reuse in variants]
+                  + ["PostgreSQL: q/s, p50 / p99 ms"] + [f"{name}, reuse {reuse} / PostgreSQL" for name, reuse in variants])
+        say("\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
         for clients in sorted({1, 8, args.clients}):
             rounds = []
             for r in range(args.rounds):  # side by side: every variant once per round, in a rotating order
@@ -124,8 +143,8 @@ def against_postgres(servers: dict[str, str], args) -> None:
             runs = [tuple(statistics.median(rd[i][k] for rd in rounds) for k in range(3))
                     for i in range(len(variants) + 1)]
             ratios = [[rd[i][0] / rd[-1][0] for rd in rounds] for i in range(len(variants))]
-            print(" | ".join([f"{clients:>7}"] + [f"{r[0]:7.1f}, {r[1]:6.2f} / {r[2]:7.2f}" for r in runs]
-                             + [f"{statistics.median(x):.2f} ({min(x):.2f}-{max(x):.2f})" for x in ratios]))
+            say("| " + " | ".join([f"{clients:>7}"] + [f"{r[0]:7.1f}, {r[1]:6.2f} / {r[2]:7.2f}" for r in runs]
+                                  + [f"{statistics.median(x):.2f} ({min(x):.2f}-{max(x):.2f})" for x in ratios]) + " |")
     finally:
         server.stop()
 
