@@ -491,13 +491,15 @@ class Session:
                                      "becomes NULL), so nothing was released or charged"})
         self._deadline.check()
         stopper = _Stopper(self.engine) if self._overlapping(cal.cost) else None
-        pending = self.ledger.charging(self.user.name, self.budget_policy, cal.cost, stmt.sql, detail,
+        detail_text = self._plans.derived(cal, "detail_text", lambda: json.dumps(detail, default=str))
+        pending = self.ledger.charging(self.user.name, self.budget_policy, cal.cost, stmt.sql, detail_text,
                                        self.global_budget, stopper)
         self._headroom = None  # kept again only once this charge is admitted
         charge = None if stopper is not None else pending.admitted()  # else admitted while the engine runs
         result = self._answer(plan, bounded, cal, charge, detail, pending, stopper)
         charge = pending.admitted()
-        dropped = [_unqualified_sql(k.expr) for k in plan.keys if k.declared and _null_by_construction(k.expr)]
+        dropped = self._plans.derived(plan, "dropped", lambda: [_unqualified_sql(k.expr) for k in plan.keys
+                                                                 if k.declared and _null_by_construction(k.expr)])
         if dropped:
             result.dp["notice"] = (f"rows where {' or '.join(dropped)} is NULL are in no group: a declared domain "
                                    "holds values, not NULL; to count them, give them a value, e.g. COALESCE(key, 'none')")
