@@ -149,10 +149,12 @@ class GroupCommit:
         commit_batch(self._begin, self._first, batch)
 
 
-def commit_batch(begin: Callable[[list[str], bool], ContextManager[Any]], first: str, batch: list[_Job]) -> None:
+def commit_batch(begin: Callable[[list[str], bool], ContextManager[Any]], first: str, batch: list[_Job],
+                 ran: Callable[[], None] | None = None) -> None:
     """Apply `batch` in one transaction, each job under its own savepoint, and commit it; every
     job is told (events, `failed`, `tell`) before this returns. The writer thread's work, and a
-    supervisor's, which commits its workers' jobs on the thread that reads them."""
+    supervisor's, which commits its workers' jobs on the thread that reads them (`ran()`: once
+    every job has run, just before the COMMIT)."""
     users = {u for job in batch for u in job.users}
     locks = ([first] if first in users else []) + sorted(users - {first})
     try:
@@ -167,6 +169,8 @@ def commit_batch(begin: Callable[[list[str], bool], ContextManager[Any]], first:
                     _tell_failed(job)
                 con.execute("RELEASE SAVEPOINT dpsql_job")
                 _ran(job)
+            if ran is not None:
+                ran()
     except BaseException as e:  # the batch did not commit: none of it is durable
         failure = _detached(e)
         for job in batch:

@@ -204,7 +204,7 @@ class WriterService:
                         self._selector.unregister(key.fileobj)
                         key.data.close()
                 if batch:
-                    commit_batch(self.ledger._write, GLOBAL, batch)
+                    commit_batch(self.ledger._write, GLOBAL, batch, ran=lambda: [link.flush() for link in links])
                     for link in links:
                         link.flush()
                 batch = links = []  # an idle writer holds no job's result or error
@@ -226,14 +226,15 @@ class WriterService:
 
 
 class _Link:
-    """One worker's socket as the service reads it: bytes in, jobs out, replies back ("ran" at
-    once, so the worker's query runs while the batch commits; "done" gathered into one write per
-    batch)."""
+    """One worker's socket as the service reads it: bytes in, jobs out, replies back, gathered
+    into one write before the COMMIT (the charges' "ran", so the worker's queries run while the
+    batch reaches the disk) and one after it ("done"). A lazy statement's submitter waits for
+    "done" alone, so it is told nothing else."""
 
     def __init__(self, sock: socket.socket, ledger: Any):
         self.sock, self.ledger = sock, ledger
         self._buffer = bytearray()
-        self._done: list[bytes] = []
+        self._out: list[bytes] = []
         self._refused: set[int] = set()  # jobs whose "ran" reply carried their error
 
     def read(self, batch: list[_Job]) -> bool:
@@ -264,6 +265,8 @@ class _Link:
 
     def tell(self, job: _Job, phase: str, ident: int) -> None:
         error = job.error
+        if phase == "ran" and not job.durable:
+            return
         if phase == "ran" and error is not None:
             self._refused.add(ident)
         elif phase == "done" and ident in self._refused:
@@ -271,15 +274,11 @@ class _Link:
             error = None  # told once, as a local job's error is raised once
         result = job.result if phase == "ran" and error is None else None
         data = pickle.dumps((ident, phase, result, _portable(error)), protocol=pickle.HIGHEST_PROTOCOL)
-        frame = _LENGTH.pack(len(data)) + data
-        if phase == "ran":
-            self._send(frame)
-        else:
-            self._done.append(frame)
+        self._out.append(_LENGTH.pack(len(data)) + data)
 
     def flush(self) -> None:
-        if self._done:
-            frames, self._done = b"".join(self._done), []
+        if self._out:
+            frames, self._out = b"".join(self._out), []
             self._send(frames)
 
     def _send(self, data: bytes) -> None:
