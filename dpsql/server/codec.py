@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import functools
 import math
 import re
 import struct
@@ -54,8 +55,10 @@ def array_of(oid: int) -> int:
     return _ARRAY_OF.get(oid, TEXT_ARRAY)
 
 
+@functools.lru_cache(maxsize=1024)
 def oid_of(duckdb_type: str) -> int:
-    """The PostgreSQL type OID for a DuckDB type name (lists become arrays)."""
+    """The PostgreSQL type OID for a DuckDB type name (lists become arrays); every answer asks
+    it for each of its columns."""
     t = duckdb_type.upper().strip()
     if t.endswith("[]"):
         return array_of(oid_of(t[:-2]))
@@ -158,6 +161,12 @@ class Field:
 
 
 def row_description(fields: list[Field]) -> bytes:
+    """A RowDescription: sent with every answer of a statement, built once per set of fields."""
+    return _row_description(tuple(fields))
+
+
+@functools.lru_cache(maxsize=1024)
+def _row_description(fields: tuple[Field, ...]) -> bytes:
     out = [int16(len(fields))]
     for f in fields:
         out.append(cstr(f.name) + int32(f.table_oid) + int16(f.column) + int32(f.oid)
