@@ -42,7 +42,7 @@ class _Job:
     work: Callable[[Any], Any]
     durable: bool
     failed: Callable[[], None] | None = None
-    tell: Callable[["_Job", str], None] | None = None  # told "ran", then "done", on the writer thread
+    tell: Callable[["_Job", str], None] | None = None  # told "ran", then "done", by commit_batch (a supervisor's replies)
     ran: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
     result: Any = None
@@ -101,14 +101,10 @@ class GroupCommit:
         return self.start(users, work, durable=durable).committed()
 
     def start(self, users: list[str], work: Callable[[Any], Any], *, durable: bool = True,
-              failed: Callable[[], None] | None = None, tell: Callable[[_Job, str], None] | None = None
-              ) -> Pending:
+              failed: Callable[[], None] | None = None) -> Pending:
         """Queue `work(con)` for the next batch and return at once; `failed()` runs on the writer
-        thread if the work fails or its batch does not commit, before `ran`/`committed` tell.
-        `tell(job, phase)` runs on the writer thread once the work has run ("ran") and once its
-        batch has ended ("done"): a supervisor answers its workers from there, with no thread
-        waiting per job."""
-        job = _Job(users, work, durable, failed, tell)
+        thread if the work fails or its batch does not commit, before `ran`/`committed` tell."""
+        job = _Job(users, work, durable, failed)
         self._queue.put(job)
         return Pending(job)
 

@@ -31,7 +31,7 @@ import zlib
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ..config import BudgetPolicy
 from ..errors import BudgetExceeded, OperationalError
@@ -135,10 +135,10 @@ def _parsed_grants(rows: tuple[tuple[str, str], ...]) -> tuple[tuple[Fraction, F
 @functools.lru_cache(maxsize=1024)
 def _segment_filter(budget: BudgetPolicy, grants: tuple[tuple[Fraction, Fraction], ...]) -> tuple[int, Filter]:
     """`segment_filter` once per budget and grants (filters are immutable): each charge asks."""
-    return segment_filter(budget, list(grants))
+    return segment_filter(budget, grants)
 
 
-def segment_filter(budget: BudgetPolicy, grants: list[tuple[Fraction, Fraction]]) -> tuple[int, Filter]:
+def segment_filter(budget: BudgetPolicy, grants: Sequence[tuple[Fraction, Fraction]]) -> tuple[int, Filter]:
     """The filter in force for a budget after its grants.
 
     Under basic composition a grant simply adds to the totals. Any other filter's guarantee
@@ -489,11 +489,11 @@ class Ledger:
     _errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
 
     # Reads -------------------------------------------------------------------------------
-    def _grants(self, con, user: str, since: float | None = None) -> list[tuple[Fraction, Fraction]]:
+    def _grants(self, con, user: str, since: float | None = None) -> tuple[tuple[Fraction, Fraction], ...]:
         """The user's grants (in a windowed budget: those of the current window, from `since`)."""
         rows = self._exec(con, "SELECT epsilon, delta FROM grants WHERE user_name = ? AND at >= ? ORDER BY seq",
                           (user, since if since is not None else float("-inf"))).fetchall()
-        return list(_parsed_grants(tuple((e, d) for e, d in rows)))
+        return _parsed_grants(tuple((e, d) for e, d in rows))
 
     def now(self, con=None) -> float:
         """The ledger's own clock (epoch seconds): windows are computed from it, so proxies
@@ -504,7 +504,7 @@ class Ledger:
         """The segment and filter in force for `who` at `now` (the window's, after its grants),
         and when that window ends (None: the budget does not refresh)."""
         window = window_of(budget, now)
-        segment, f = _segment_filter(budget, tuple(self._grants(con, who, window[1] if window else None)))
+        segment, f = _segment_filter(budget, self._grants(con, who, window[1] if window else None))
         if window is None:
             return segment, f, None
         return window[0] * WINDOW_STRIDE + segment, f, window[2]
@@ -601,14 +601,9 @@ class Ledger:
         remote = self._remote
         if remote is not None and self._remote_pid == os.getpid():
             return remote.start(job, failed)
-        return self.start_job(job, failed=failed)
-
-    def start_job(self, job: ChargeJob | StatementJob, *, failed: Callable[[], None] | None = None,
-                  tell: Callable[[Any, str], None] | None = None) -> Pending:
-        """Queue a job for this process's writer thread (`tell`: see GroupCommit.start)."""
         self._start_writer()
         return self._writer.start(list(job.users), lambda con: self._apply(con, job), durable=job.durable,
-                                  failed=failed, tell=tell)
+                                  failed=failed)
 
     def use_writer(self, remote: Any) -> None:
         """From now on the hot writes (charges, release records, cached answers) go to `remote`,

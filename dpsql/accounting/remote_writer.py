@@ -3,12 +3,13 @@
 Each worker that wrote its own charges took the ledger's write lock in turn with the others, and
 held it while its thread waited for its own process's GIL: with two workers, a quarter of the
 machine sat idle while queries queued behind the lock. Instead the supervisor, which serves no
-connection, runs the one writer thread (group_commit.GroupCommit) for every worker: a worker
-sends each charge, release record and cached answer as a job (jobs.py) over a private socket
-pair, and the writer answers twice, as the local writer tells its own threads: "ran" once the job
-ran in the open transaction (a charge admitted, or refused with nothing written), "done" once its
-batch committed (on disk, for a charge). A worker waits for "done" before any answer leaves, so a
-charge is durable before its answer, as in one process.
+connection, runs one writer thread for every worker (WriterService): a worker sends each charge,
+release record and cached answer as a job (jobs.py) over a private socket pair; the thread reads
+every worker's jobs and commits them in batches (group_commit.commit_batch), and answers as the
+local writer tells its own threads: a charge's "ran" once it ran in the open transaction
+(admitted, or refused with nothing written), and every job's "done" once its batch committed (on
+disk, for a charge). A worker waits for "done" before any answer leaves, so a charge is durable
+before its answer, as in one process.
 
 The messages are pickles of dpsql's own values between a supervisor and the workers it started,
 on a socket pair whose ends only they hold (nothing listens on any address). An error that
@@ -35,10 +36,16 @@ _LENGTH = struct.Struct("!I")
 log = logging.getLogger("dpsql")
 
 
-def _send(sock: socket.socket, lock: threading.Lock, message: Any) -> None:
+def _frame(message: Any) -> bytes:
+    """A message as it crosses: its length, then its pickle."""
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    return _LENGTH.pack(len(data)) + data
+
+
+def _send(sock: socket.socket, lock: threading.Lock, message: Any) -> None:
+    frame = _frame(message)
     with lock:
-        sock.sendall(_LENGTH.pack(len(data)) + data)
+        sock.sendall(frame)
 
 
 def _receive(sock: socket.socket) -> Any | None:
@@ -273,8 +280,7 @@ class _Link:
             self._refused.discard(ident)
             error = None  # told once, as a local job's error is raised once
         result = job.result if phase == "ran" and error is None else None
-        data = pickle.dumps((ident, phase, result, _portable(error)), protocol=pickle.HIGHEST_PROTOCOL)
-        self._out.append(_LENGTH.pack(len(data)) + data)
+        self._out.append(_frame((ident, phase, result, _portable(error))))
 
     def flush(self) -> None:
         if self._out:

@@ -127,6 +127,10 @@ class Supervisor:
         try:
             proc = subprocess.Popen([sys.executable, "-m", "dpsql.server.worker"], stdin=subprocess.PIPE,
                                     pass_fds=link.fds())
+        except BaseException:
+            if mine is not None:
+                mine.close()
+            raise
         finally:
             if theirs is not None:
                 theirs.close()
