@@ -96,6 +96,10 @@ STATEMENT_CACHE_SIZE = 256  # query texts whose parse a session keeps
 DP_SETTINGS = ("dpsql.epsilon", "dpsql.delta", "dpsql.mechanism", "dpsql.confidence", "dpsql.cache", "dpsql.reuse",
                "dpsql.planner", "dpsql.target_error")
 
+# Settings that cannot change an answer's value or accuracy: every other dpsql.* setting is part of
+# the answer cache's key, so a setting added later is keyed by default.
+_ANSWER_NEUTRAL = frozenset({"dpsql.cache", "dpsql.reuse"})
+
 _READ_ONLY = {"server_version", "server_version_num", "server_encoding", "integer_datetimes", "max_identifier_length", "is_superuser",
               "session_authorization"}
 
@@ -879,9 +883,9 @@ class Session:
         return results
 
     def _cache_key(self, tree: exp.Query, options: QueryOptions) -> str:
-        s = self.settings
-        text = json.dumps([tree.sql(dialect="postgres", normalize=True), str(s.epsilon), str(s.delta), s.mechanism,
-                           s.confidence, s.planner, self.engine.data_version(), repr(options)])
+        settings = {k: v for k, v in self._dp_settings().items() if k not in _ANSWER_NEUTRAL}
+        text = json.dumps([tree.sql(dialect="postgres", normalize=True), settings, self.engine.data_version(),
+                           repr(options)])
         return hashlib.sha256(text.encode()).hexdigest()
 
     def _receipted(self, cached: dict[str, Any]) -> bool:

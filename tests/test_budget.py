@@ -99,6 +99,24 @@ def test_cache_answers_repeats_for_free(conn):
     assert conn.session.budget()["queries"] == 2
 
 
+def test_the_cache_is_keyed_by_every_setting_that_changes_an_answer(conn):
+    """A setting that changes an answer's accuracy (target_error, confidence, ...) runs the query anew;
+    one that cannot change it (reuse) still finds the cached answer."""
+    cur = conn.cursor()
+    query = "SELECT sex, COUNT(*) FROM people GROUP BY sex"
+    cur.execute(query)
+    spent = conn.session.budget()["queries"]
+    for setting in ("SET dpsql.target_error = 5", "SET dpsql.confidence = 0.9", "SET dpsql.planner = pld"):
+        cur.execute(setting)
+        cur.execute(query)
+        assert cur.dp["cached"] is False, setting
+        assert conn.session.budget()["queries"] == spent + 1, setting
+        spent += 1
+    cur.execute("SET dpsql.reuse = off")
+    cur.execute(query)
+    assert cur.dp["cached"] is True and conn.session.budget()["queries"] == spent
+
+
 def test_budgets_are_per_analyst(small_policy):
     a = dpsql.connect(small_policy, user="alice")
     b = dpsql.connect(small_policy, user="bob")
