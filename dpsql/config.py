@@ -131,6 +131,7 @@ class PrivacyPolicy:
     max_query_epsilon: Fraction | None = None  # the most one query (or batch) may spend; None: no cap
     mechanism: str = "laplace"
     confidence: float = 0.95
+    bounds: str = "auto"  # a query's limits: chosen per query within the policy's (auto), or the policy's
 
     @property
     def default_query_delta(self) -> Fraction:
@@ -488,7 +489,7 @@ def _window(r: _Reader, default: int | None) -> int | None:
 
 def _parse_privacy(r: _Reader) -> PrivacyPolicy:
     r.unknown_keys({"filter", "epsilon", "delta", "query_epsilon", "query_delta", "max_query_epsilon", "mechanism",
-                    "confidence", "delta_reserve", "rdp_order", "global"} | WINDOW_KEYS)
+                    "confidence", "delta_reserve", "rdp_order", "global", "bounds"} | WINDOW_KEYS)
     budget = _parse_budget(r, BudgetPolicy("basic", Fraction(1), Fraction(0), None))
     query_epsilon = r.number("query_epsilon", min(Fraction(1, 10), budget.epsilon), positive=True)
     query_delta = r.number("query_delta", None, minimum=0, maximum=1)
@@ -525,6 +526,7 @@ def _parse_privacy(r: _Reader) -> PrivacyPolicy:
         max_query_epsilon=max_query_epsilon,
         mechanism=r.choice("mechanism", "laplace", MECHANISMS),
         confidence=float(confidence),
+        bounds=r.choice("bounds", "auto", ("auto", "policy")),
     )
 
 

@@ -59,6 +59,7 @@ class Settings:
     planner: str = "filter"
     target_error: float | None = None  # pick the smallest epsilon meeting this 95% error on COUNT/SUM
     exact_curve: bool = False  # every filter charged composes (ε, δ) pairs: Gaussian σ by its exact curve
+    bounds: str = "policy"  # "auto": limits chosen per query from part of its epsilon (auto_bounds.py)
     client: dict[str, str] = field(default_factory=lambda: dict(CLIENT_SETTINGS))
 
 

@@ -24,13 +24,11 @@ from typing import Any, Iterator, Mapping, Sequence
 import sqlglot
 from sqlglot import exp
 
-from . import guard, local, plan_cache
+from . import auto_bounds, guard, local, plan_cache
 from .accounting.cost import Cost, show
 from .accounting.filters import PAIR_FILTERS, Filter, Totals, simulate
 from .accounting.ledger import Charge, Ledger, PendingCharge, open_ledger, window_of
-from .calibration import (
-    Calibration,
-)
+from .calibration import Calibration, calibrate, measure_weights
 from .config import MECHANISMS, BudgetPolicy, Policy, TablePolicy, UserPolicy
 from .empty_groups import with_empty_groups
 from .engines import Engine, open_engine
@@ -94,7 +92,7 @@ STATEMENT_CACHE_SIZE = 256  # query texts whose parse a session keeps
 
 # The session's own settings (SET, SHOW, current_setting), named once for the hints that list them.
 DP_SETTINGS = ("dpsql.epsilon", "dpsql.delta", "dpsql.mechanism", "dpsql.confidence", "dpsql.cache", "dpsql.reuse",
-               "dpsql.planner", "dpsql.target_error")
+               "dpsql.planner", "dpsql.target_error", "dpsql.bounds")
 
 # Settings that cannot change an answer's value or accuracy: every other dpsql.* setting is part of
 # the answer cache's key, so a setting added later is keyed by default.
@@ -320,6 +318,13 @@ class Session:
             elif key == "target_error":
                 off = value is None or value.strip().lower() in ("0", "off", "none", "default")
                 s.target_error = None if off else float(positive(value, name, f"SET {name} = 50, or off"))
+            elif key == "bounds":
+                v = (value or d.bounds).lower()
+                if v not in ("policy", "auto"):
+                    raise invalid_parameter(f"invalid value for {name}: {value!r}",
+                                            hint="'auto' chooses each query's limits with part of its epsilon; "
+                                                 "'policy' uses the policy's limits as they are")
+                s.bounds = v
             elif key == "planner":
                 v = (value or "filter").lower()
                 if v not in ("filter", "pld"):
@@ -348,7 +353,8 @@ class Session:
                 "dpsql.confidence": repr(s.confidence), "dpsql.cache": "on" if s.cache else "off",
                 "dpsql.reuse": "on" if s.reuse else "off",
                 "dpsql.planner": s.planner,
-                "dpsql.target_error": "off" if s.target_error is None else repr(s.target_error)}
+                "dpsql.target_error": "off" if s.target_error is None else repr(s.target_error),
+                "dpsql.bounds": s.bounds}
 
     def _show(self, name: str) -> Result:
         s = self.settings
@@ -455,7 +461,7 @@ class Session:
         else:
             query = ("tree", tree.sql(dialect="postgres"))
         return repr((self.user.name, query, options, s.epsilon, s.delta, s.mechanism, s.planner, s.target_error,
-                     s.confidence, s.exact_curve, self.engine.data_version()))
+                     s.confidence, s.exact_curve, s.bounds, self.engine.data_version()))
 
     def _plan_and_calibrate(self, tree: exp.Query, options: QueryOptions
                             ) -> tuple[Plan | PublicQuery, Calibration | None]:
@@ -486,6 +492,8 @@ class Session:
             cached = self.ledger.cache_get(self.user.name, key)
             if cached is not None and self._receipted(cached):
                 return self._from_cache(cached)
+        if self._auto_bounded(plan, cal, options):
+            return self._kept(self._auto_answer(stmt, tree, plan, cal, options), key)
         detail = self._plans.derived(cal, "detail", lambda: _detail(plan, cal))  # read-only: shared by executions
         bounded = self._bounded(plan, None)  # an engine's refusal comes before the charge
         if bounded.domain == ():  # every declared key tuple is NULL or filtered out: nothing to release, free
@@ -512,6 +520,64 @@ class Session:
                                                "ci": (result.dp or {}).get("ci"),
                                                "confidence": (result.dp or {}).get("confidence")})
         if s.cache:
+            self.ledger.cache_put(self.user.name, key, _to_cache(result))
+        return result
+
+    def _auto_bounded(self, plan: Plan, cal: Calibration, options: QueryOptions) -> bool:
+        """Whether the query's limits are chosen per query (auto_bounds.py): SET dpsql.bounds = auto,
+        a plan of a kind it can choose for, the filter planner at a plain epsilon, something to choose."""
+        s = self.settings
+        if s.bounds != "auto" or s.planner != "filter" or s.target_error is not None or cal.selection is not None:
+            return False
+        if not auto_bounds.eligible(plan, s.mechanism) or any(p.kind != "laplace" for p in cal.cost.parts):
+            return False
+        return auto_bounds.ceiling(plan) > 1 or bool(auto_bounds.columns(plan))
+
+    def _auto_answer(self, stmt: Query, tree: exp.Query, policy_plan: Plan, policy_cal: Calibration,
+                     options: QueryOptions) -> tuple[Result, Charge]:
+        """One charge for the profile and the release, durable before the profile runs (so no
+        refusal or failure after it depends on the data); then the chosen plan's release."""
+        s = self.settings
+        top, cols = auto_bounds.ceiling(policy_plan), auto_bounds.columns(policy_plan)
+        epsilon = policy_cal.cost.epsilon
+        rest = auto_bounds.release_epsilon(epsilon)
+        weights = measure_weights(policy_plan, options.weights)
+        at_rest = calibrate(policy_plan, rest, Fraction(0), s.mechanism, policy_plan.literal_domain_size(), weights)
+        cost = Cost.of(auto_bounds.parts(epsilon, cols, top) + at_rest.cost.parts)
+        groups = self._bounded(policy_plan, None).domain  # the engine's refusals come before the charge
+        pending = self.ledger.charging(self.user.name, self.budget_policy, cost, stmt.sql,
+                                       json.dumps(_detail(policy_plan, at_rest), default=str), self.global_budget)
+        charge = pending.admitted()
+        try:
+            with _charge_told("the query's cost stays charged: its limits were being chosen from the data"):
+                profile = auto_bounds.measure(policy_plan, cols, top, epsilon, self._rows_of)
+                choice = auto_bounds.choose(policy_plan, profile, cols, top, epsilon, len(groups) if groups else 1)
+                plan = plan_query(tree, self.policy, self.engine.schema(), s.mechanism, choice.options(options))
+                cal = calibrate(plan, rest, Fraction(0), s.mechanism, plan.literal_domain_size(),
+                                measure_weights(plan, options.weights))
+                if cal.cost != at_rest.cost:
+                    raise OperationalError("the chosen limits changed the release's cost", sqlstate="XX000",
+                                           hint="this is a bug in dpsql, please report it")
+                bounded = self._built_bounded(plan, None, copies=False)
+        except BaseException:
+            pending.durable()
+            raise
+        result = self._answer(plan, bounded, cal, charge, _detail(plan, cal), pending)
+        result.dp["bounds"] = choice.describe()
+        return result, charge
+
+    def _rows_of(self, tree: exp.Select) -> list[tuple]:
+        rs = self.engine.execute(self.engine.prepare(tree, owned=True))
+        return list(zip(*rs.columns)) if rs.row_count else []
+
+    def _kept(self, answered: tuple[Result, Charge], key: str | None) -> Result:
+        """An answer's release record and cache entry, as any DP answer's."""
+        result, charge = answered
+        self.ledger.record_release(charge.id, {"names": result.names, "rows": result.rows,
+                                               "ci": (result.dp or {}).get("ci"),
+                                               "confidence": (result.dp or {}).get("confidence"),
+                                               "bounds": (result.dp or {}).get("bounds")})
+        if self.settings.cache:
             self.ledger.cache_put(self.user.name, key, _to_cache(result))
         return result
 
@@ -606,13 +672,15 @@ class Session:
             return self._plans.derived(plan, "bounded", lambda: self._built_bounded(plan, None))
         return self._built_bounded(plan, salt)
 
-    def _built_bounded(self, plan: Plan, salt: str | None, spliced: tuple[str, bool] | None = None) -> Bounded:
+    def _built_bounded(self, plan: Plan, salt: str | None, spliced: tuple[str, bool] | None = None,
+                       copies: bool = True) -> Bounded:
         """`spliced`: the SQL and timelessness of the plan's unsalted bounded query, from its
-        shape's template (checked here as one built afresh is)."""
+        shape's template (checked here as one built afresh is). `copies`: whether a weighted copy
+        may serve (not for limits chosen per query, which would build one copy per choice)."""
         if spliced is not None:
             sql, timeless = spliced
         else:
-            tree = rewrite(plan, plan.literal_domain_size(), salt, self._weighting(plan))
+            tree = rewrite(plan, plan.literal_domain_size(), salt, self._weighting(plan) if copies else None)
             timeless = tree.find(*CLOCK_FUNCTIONS) is None  # then its result is the data's alone
             sql = self.engine.prepare(tree, owned=True)
         if salt is not None:
@@ -1080,7 +1148,7 @@ def default_settings(policy: Policy, user: UserPolicy) -> Settings:
     pairs = user.budget.filter in PAIR_FILTERS and (
         p.global_budget is None or p.global_budget.filter in PAIR_FILTERS)
     return Settings(epsilon=p.query_epsilon, delta=p.default_query_delta, mechanism=p.mechanism,
-                    confidence=p.confidence, exact_curve=pairs)
+                    confidence=p.confidence, exact_curve=pairs, bounds=p.bounds)
 
 
 def admits_more(ledger: Ledger, who: str, budget: BudgetPolicy, f: Filter, totals: Totals, cost: Cost) -> int:

@@ -392,6 +392,9 @@ class _Analysis:
         self.rel.where.append(b.not_null(unit.copy()))
         limits = [s.table.max_contributions for s in private]
         self.max_contributions = None if None in limits else max(limits)
+        ceiling = max((s.table.max_contributions or s.table.max_groups * s.table.max_rows) for s in private)
+        if self.options.max_contributions is not None:  # a total bound chosen per query: never above the policy's
+            self.max_contributions = max(1, min(ceiling, self.options.max_contributions))
         return (unit, True, None, max(s.table.max_groups for s in private), max(s.table.max_rows for s in private))
 
     def _tightened(self, unit: exp.Expression | None, max_groups: int, max_rows: int) -> tuple[int, int]:
@@ -512,7 +515,7 @@ class _Analysis:
         if contains_aggregate(arg):
             raise ProgrammingError("aggregate function calls cannot be nested", sqlstate="42803")
         value = self.scope.resolve(arg, self.resolver)
-        bounds = interval(value, self._bounds)
+        bounds = self._clipped(value, interval(value, self._bounds))
         if not bounds.finite:
             raise self._unbounded(node, arg, value)
         if isinstance(node, SPREAD_AGGREGATES) and self.sample_rate:
@@ -521,6 +524,17 @@ class _Analysis:
         if func == "sum" and integral(value, self.resolver.column_type):
             func = "whole_sum"  # an integer SUM is a whole number in PostgreSQL: rounded after the noise
         return self._add(func, text, value, bounds.lo, bounds.hi)
+
+    def _clipped(self, value: exp.Expression, bounds: Interval) -> Interval:
+        """A summed value's bounds narrowed by a clamp chosen for this query (QueryOptions.clips),
+        never widened: the measure clamps each row to the result."""
+        if not self.options.clips or not bounds.finite:
+            return bounds
+        text = value.sql(dialect="postgres")
+        for expr, lo, hi in self.options.clips:
+            if expr == text and max(lo, bounds.lo) < min(hi, bounds.hi):
+                return Interval(max(lo, bounds.lo), min(hi, bounds.hi))
+        return bounds
 
     def _add(self, func: str, text: str, value: exp.Expression | None = None, lower: float = 0.0,
              upper: float = 0.0, quantile: float | None = None, categories: tuple | None = None) -> int:

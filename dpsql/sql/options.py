@@ -45,6 +45,11 @@ class QueryOptions:
     max_groups: int | None = None
     max_rows: int | None = None
     privacy_unit: str | None = None
+    # Chosen per query by dpsql itself (auto_bounds.py), never read from a text: a total bound on
+    # a unit's rows, and clamps of aggregated values (the expression's postgres SQL, lower, upper).
+    # Both may only tighten the policy's limits and bounds.
+    max_contributions: int | None = None
+    clips: tuple[tuple[str, float, float], ...] = ()
 
 
 def extract(text: str, dialect: str) -> tuple[str, QueryOptions]:

@@ -1,0 +1,312 @@
+"""Contribution bounds chosen per query (SET dpsql.bounds = auto), with part of its epsilon.
+
+The policy's limits are written for every query a table may see, so for most queries they are
+far looser than the data needs: a SUM of costs by ward may let a patient add 40 rows of 10,000
+while nine patients in ten have a handful of visits costing under 3,000. The noise follows the
+limits, and the answer is mostly noise. Here a query spends `SHARE` of its epsilon on a
+*profile* of its own rows (after its FROM, JOIN and WHERE) and picks, from that profile alone,
+the limits that minimise a model of its error (noise plus what truncation and clipping cut):
+
+- a total bound C on a unit's rows in the whole query (TotalCap: a unit with n > C rows has
+  each of its rows weighted C / n), at most the policy's total bound
+  (max_contributions, or max_groups * max_rows);
+- for each summed column with lower bound >= 0, an upper clamp U at most the policy's upper bound.
+
+The profile is two kinds of histogram over fixed, public bins, each with L1 sensitivity MASS
+under adding or removing one unit, noised with discrete Laplace noise (OpenDP):
+
+- rows: the number of units per bin of their row count n (one unit: MASS in one bin);
+- values (one per summed column): the column's clamped values, each of a unit's n rows
+  weighing floor(MASS / n), so a unit adds at most MASS in all.
+
+The choice is post-processing of the profile; the release then runs at the rest of the epsilon
+with the sensitivity of the chosen limits, which the plan computes as for any query. The charge
+covers both before the profile is run (sequential composition: SHARE * ε + (1 - SHARE) * ε).
+Everything here but `measure` is pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from typing import Callable, Sequence
+
+from sqlglot import exp
+
+from .accounting.cost import Part
+from .mechanisms import Noise, add_noise, laplace_scale
+from .sql import build as b
+from .sql.analyze import Plan
+from .sql.bounding import PerGroupCap, TotalCap
+from .sql.measures import Sum
+from .sql.options import QueryOptions
+from .sql.rewrite import rewrite
+
+SHARE = Fraction(1, 10)  # of the query's epsilon spent on the profile
+MASS = 1024  # what one unit adds to each profile histogram
+VALUE_BINS = 16  # halvings of a column's range: candidate clamps from range / 2^15 to the whole range
+ROW_STEPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+SUMMED = ("sum", "whole_sum", "avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp")
+
+
+@dataclass(frozen=True)
+class Column:
+    """A summed column of the plan: its measure's index j (v{j} in `filtered`), the value's
+    SQL (the key of its clamp), its bounds and fixed point, and the value bins' upper edges."""
+
+    j: int
+    expr: str
+    lower: float
+    upper: float
+    centre: float
+    bits: int
+
+    @property
+    def edges(self) -> tuple[float, ...]:
+        span = self.upper - self.lower
+        return tuple(self.lower + span / 2 ** (VALUE_BINS - 1 - i) for i in range(VALUE_BINS))
+
+    def threshold(self, edge: float) -> int:
+        """An edge in the fixed-point units of v{j}, rounded as the measure rounds a value."""
+        return round((edge - self.centre) * 2.0 ** self.bits)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What the profile released: noisy units per row-count bin (`steps`' upper edges, then
+    one bin for more), noisy weighted mass per value bin of each column."""
+
+    steps: tuple[int, ...]
+    rows: tuple[float, ...]
+    values: tuple[tuple[float, ...], ...]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The limits chosen for one query: released values (shown in EXPLAIN's and the answer's
+    detail), never above the policy's."""
+
+    max_contributions: int | None
+    clips: tuple[tuple[str, float, float], ...]
+    expected: float  # the model's relative error, summed over the query's aggregates
+    policy_expected: float  # the same model at the policy's limits
+    epsilon: Fraction  # spent on the profile
+
+    def options(self, base: QueryOptions) -> QueryOptions:
+        return replace(base, max_contributions=self.max_contributions, clips=self.clips)
+
+    def describe(self) -> dict:
+        return {"max_contributions": self.max_contributions,
+                "clamps": {expr: [lo, hi] for expr, lo, hi in self.clips},
+                "profile_epsilon": float(self.epsilon)}
+
+
+# What can be chosen ------------------------------------------------------------------------
+def ceiling(plan: Plan) -> int:
+    """The policy's total bound on a unit's rows for the plan's private tables (what the release
+    guard allows)."""
+    return max((s.table.max_contributions or s.table.max_groups * s.table.max_rows)
+               for s in plan.relation.private_sources)
+
+
+def eligible(plan: Plan, mechanism: str, sampled: bool = False) -> bool:
+    """Plans whose limits this module can choose: Laplace noise, one unit per person bounded per
+    query (per-group caps or a total bound; not partition selection, rows as units, L2 clipping or
+    a per-unit subquery), no sampling, only aggregates the error model knows."""
+    return (mechanism == "laplace" and not sampled and plan.sample_rate is None
+            and type(plan.bounding) in (PerGroupCap, TotalCap) and plan.unit is not None
+            and all(s.derived is None for s in plan.relation.private_sources)
+            and (not plan.keys or plan.declared)
+            and all(e.func in SUMMED + ("count",) for e in plan.estimates))
+
+
+def columns(plan: Plan) -> tuple[Column, ...]:
+    """The summed columns whose clamp can be chosen: a lower bound of at least 0 (a clamp of the
+    upper side only), a range, and each column once."""
+    out: dict[str, Column] = {}
+    for est in plan.estimates:
+        if est.func not in SUMMED or est.total is None:
+            continue
+        m = plan.measures[est.total]
+        if not isinstance(m, Sum) or m.value is None or m.lower < 0 or m.upper <= m.lower:
+            continue
+        expr = m.value.sql(dialect="postgres")
+        out.setdefault(expr, Column(est.total, expr, m.lower, m.upper, m.centre, m.bits))
+    return tuple(out.values())
+
+
+def steps(top: int) -> tuple[int, ...]:
+    """Candidate total bounds up to the policy's: the row-count bins' upper edges."""
+    return tuple(c for c in ROW_STEPS if c < top) + (top,)
+
+
+# The profile: SQL, noise, cost ------------------------------------------------------------
+def profile_query(plan: Plan, cols: Sequence[Column], top: int) -> exp.Select:
+    """One query over the plan's own `filtered` rows (the bounded query's CTEs up to it) giving
+    (kind, column, bin, mass) rows: kind 0 the row-count histogram, kind 1 + i column i's."""
+    bounded = rewrite(plan, plan.literal_domain_size())
+    ctes = bounded.args["with_"].expressions
+    kept = ctes[:[c.alias for c in ctes].index("filtered") + 1]
+    units = b.select([b.col("unit"), b.named(b.count(), "n")], b.table("filtered"), group=["unit"])
+    row_bin = _bin(b.col("n"), steps(top))
+    parts = [b.select([b.node(0), b.node(0), b.named(row_bin, "bin"), b.named(b.mul(b.count(), MASS), "mass")],
+                      b.table("prof_units"), group=[row_bin.copy()])]
+    weight = b.idiv(MASS, b.col("n", "u"))
+    for i, c in enumerate(cols):
+        v = b.col(f"v{c.j}", "f")
+        value_bin = _bin(v, tuple(c.threshold(e) for e in c.edges[:-1]))
+        parts.append(b.select([b.node(1 + i), b.node(c.j), b.named(value_bin, "bin"), b.named(b.total(weight), "mass")],
+                              b.table("filtered", "f"),
+                              joins=[b.join(b.table("prof_units", "u"),
+                                            exp.EQ(this=b.col("unit", "f"), expression=b.col("unit", "u")))],
+                              where=[b.not_null(v.copy())], group=[value_bin.copy()]))
+    union = parts[0]
+    for p in parts[1:]:
+        union = exp.union(union, p, distinct=False)
+    query = b.select([exp.Star()], b.subquery(union, "profile"))
+    for cte in kept:
+        query = query.with_(cte.alias, as_=cte.this.copy())
+    return query.with_("prof_units", as_=units)
+
+
+def _bin(value: exp.Expression, uppers: Sequence[int]) -> exp.Expression:
+    """The index of the first upper edge a value is at most (len(uppers) above them all)."""
+    ifs = [(exp.LTE(this=value.copy(), expression=b.node(u)), b.node(i)) for i, u in enumerate(uppers)]
+    return b.case(*ifs, default=b.node(len(uppers)))
+
+
+def epsilons(epsilon: Fraction, cols: Sequence[Column], top: int) -> tuple[Fraction, ...]:
+    """The profile's share of `epsilon`, split equally over its histograms (the rows' only when
+    there is a total bound to choose)."""
+    count = len(cols) + (1 if top > 1 else 0)
+    return tuple([epsilon * SHARE / count] * count)
+
+
+def parts(epsilon: Fraction, cols: Sequence[Column], top: int) -> tuple[Part, ...]:
+    """The profile's parts of the query's cost: one Laplace mechanism per histogram."""
+    return tuple(Part("laplace", e, rho=e * e / 2, noise_multiplier=float(1 / e)) for e in epsilons(epsilon, cols, top))
+
+
+def measure(plan: Plan, cols: Sequence[Column], top: int, epsilon: Fraction,
+            run: Callable[[exp.Select], list[tuple]]) -> Profile:
+    """Run the profile (`run` executes a tree on the engine) and noise every bin, empty ones
+    included, so which bins hold data is not told by their presence."""
+    rows = run(profile_query(plan, cols, top))
+    sizes = [len(steps(top)) + 1] + [VALUE_BINS] * len(cols)
+    exact = [[0] * n for n in sizes]
+    for kind, _, bin_, mass in rows:
+        exact[int(kind)][int(bin_)] += int(mass)
+    eps = list(epsilons(epsilon, cols, top))
+    noisy = []
+    for i, hist in enumerate(exact):
+        if i == 0 and top <= 1:
+            noisy.append(tuple(float(v) for v in hist))  # not released: no total bound to choose
+            continue
+        e = eps.pop(0)
+        noisy.append(tuple(v / MASS for v in add_noise(hist, Noise("laplace", laplace_scale(MASS, e)))))
+    return Profile(steps(top), noisy[0], tuple(noisy[1:]))
+
+
+# The choice: a model of the error, minimised -----------------------------------------------
+@dataclass(frozen=True)
+class _Rows:
+    """Units by row count, from the profile: rows kept under a total bound C."""
+
+    reps: tuple[float, ...]
+    units: tuple[float, ...]
+
+    def kept(self, c: float) -> float:
+        return sum(u * min(r, c) for r, u in zip(self.reps, self.units))
+
+
+def _rows(profile: Profile) -> _Rows:
+    edges = profile.steps
+    reps = []
+    for i, upper in enumerate(edges):
+        lower = edges[i - 1] if i else 0
+        reps.append((lower + 1 + upper) / 2)
+    reps.append(edges[-1])  # beyond the policy's bound: the bound is all any choice keeps
+    return _Rows(tuple(reps), tuple(max(u, 0.0) for u in profile.rows))
+
+
+@dataclass(frozen=True)
+class _Values:
+    mids: tuple[float, ...]
+    mass: tuple[float, ...]
+
+    def mean(self, clamp: float) -> float:
+        total = sum(self.mass)
+        return sum(m * min(v, clamp) for v, m in zip(self.mids, self.mass)) / total if total > 0 else 0.0
+
+
+def _values(col: Column, mass: Sequence[float]) -> _Values:
+    edges = (col.lower,) + col.edges
+    mids = tuple((edges[i] + edges[i + 1]) / 2 for i in range(VALUE_BINS))
+    return _Values(mids, tuple(max(m, 0.0) for m in mass))
+
+
+def choose(plan: Plan, profile: Profile, cols: Sequence[Column], top: int, epsilon: Fraction, groups: int) -> Choice:
+    """The total bound and clamps that minimise the model's error at the release's epsilon
+    (`epsilon` minus the profile's share), over every candidate (the policy's own among them).
+    `groups`: the groups the query releases (its declared domain's size; public)."""
+    release = float(epsilon * (1 - SHARE))
+    per_measure = release / max(len(plan.measures), 1)
+    groups = max(groups, 1)
+    rows = _rows(profile)
+    values = {c.expr: _values(c, m) for c, m in zip(cols, profile.values)}
+    by_expr = {c.expr: c for c in cols}
+    candidates = steps(top) if top > 1 else (top,)
+    best: tuple[float, int, dict[str, float]] | None = None
+    for c in candidates:
+        clamps = {e: _best_clamp(plan, by_expr[e], values[e], rows, c, top, groups, per_measure) for e in by_expr}
+        err = _error(plan, by_expr, values, rows, c, top, clamps, groups, per_measure)
+        if best is None or err < best[0]:
+            best = (err, c, clamps)
+    assert best is not None
+    err, c, clamps = best
+    policy = _error(plan, by_expr, values, rows, top, top, {e: by_expr[e].upper for e in by_expr}, groups, per_measure)
+    clips = tuple((e, by_expr[e].lower, u) for e, u in sorted(clamps.items()) if u < by_expr[e].upper)
+    return Choice(c if top > 1 else None, clips, err, policy, epsilon * SHARE)
+
+
+def _best_clamp(plan, col, values, rows, c, top, groups, per_measure) -> float:
+    candidates = col.edges
+    scored = [(_error(plan, {col.expr: col}, {col.expr: values}, rows, c, top, {col.expr: u}, groups, per_measure,
+                      only=col.expr), u) for u in candidates]
+    return min(scored)[1]
+
+
+def _error(plan: Plan, cols: dict, values: dict, rows: _Rows, c: float, top: int, clamps: dict[str, float],
+           groups: int, per_measure: float, only: str | None = None) -> float:
+    """The model's relative error summed over the plan's aggregates (those over column `only`,
+    if given): a group's expected |Laplace noise| (its scale) plus what truncation to c rows and
+    clamping at U cut, over the group's expected value; the units' rows spread evenly over the
+    groups."""
+    full = max(rows.kept(top), 1.0)
+    kept = max(rows.kept(c), 1.0)
+    lost = full - kept
+    total = 0.0
+    for est in plan.estimates:
+        m = plan.measures[est.total] if est.total is not None else None
+        expr = m.value.sql(dialect="postgres") if isinstance(m, Sum) and m.value is not None else None
+        if only is not None and expr != only:
+            continue
+        if expr not in cols:  # a count, or a sum whose clamp is not chosen here: rows only
+            bound = 1.0 if est.func == "count" else max(abs(est.upper - est.centre), abs(est.lower - est.centre), 1.0)
+            total += (lost / groups + c * bound / per_measure) / max(full / groups, 1.0)
+            continue
+        col, v, u = cols[expr], values[expr], clamps[expr]
+        mean, clamped = max(v.mean(col.upper), 1e-9), v.mean(u)
+        if est.func in ("sum", "whole_sum"):
+            bias = (lost * mean + kept * (mean - clamped)) / groups  # full * mean - kept * clamped
+            total += (bias + c * (u - col.lower) / per_measure) / max(full * mean / groups, 1e-9)
+        else:  # a mean (or a spread, by its mean's model): centred sum over count
+            n = kept / groups
+            centre = (col.lower + u) / 2
+            noise = (c * (u - col.lower) / 2 + abs(clamped - centre) * c) / per_measure
+            total += ((mean - clamped) + noise / max(n, 1.0)) / mean
+    return total
+
+
+def release_epsilon(epsilon: Fraction) -> Fraction:
+    return epsilon * (1 - SHARE)
