@@ -61,7 +61,7 @@ from .sql import build as b
 from .sql import slots
 from .sql.allowlist import CLOCK_FUNCTIONS
 from .sql.analyze import Plan, PublicQuery, check_rows_query, touches_private
-from .sql.bounding import SplitCopy, WeightedCopy, copy_column, unit_norm
+from .sql.bounding import PerGroupCap, SplitCopy, WeightedCopy, copy_column, unit_norm
 from .sql.classify import (
     Explain,
     Query,
@@ -531,7 +531,12 @@ class Session:
             return False
         if not auto_bounds.eligible(plan, s.mechanism) or any(p.kind != "laplace" for p in cal.cost.parts):
             return False
-        return auto_bounds.ceiling(plan) > 1 or bool(auto_bounds.columns(plan))
+        if not auto_bounds.columns(plan):
+            # Counts only: over groups, the policy's per-group caps keep a unit's rows in each group,
+            # which a total bound of the same sensitivity cuts, and the profile holds no per-group
+            # counts to weigh the two; ungrouped, a total bound may keep more rows than the per-group cap.
+            return auto_bounds.ceiling(plan) > 1 and not (plan.keys and type(plan.bounding) is PerGroupCap)
+        return True
 
     def _auto_answer(self, stmt: Query, tree: exp.Query, policy_plan: Plan, policy_cal: Calibration,
                      options: QueryOptions) -> tuple[Result, Charge]:
@@ -1001,6 +1006,7 @@ class Session:
             "ratios": [e.text for e in plan.estimates if family(e).centred_sum],
             "max_groups_per_unit": cal.groups_per_unit, "max_rows_per_group": plan.max_rows,
             "max_rows_per_unit": plan.total_rows if plan.total_bound else None,
+            "auto_bounds": float(auto_bounds.SHARE) if self._auto_bounded(plan, cal, options or QueryOptions()) else None,
             "mechanisms": mechanisms,
             "selection": None if cal.selection is None else {
                 "threshold": cal.selection.threshold, "scale": cal.selection.noise.scale,
@@ -1244,7 +1250,11 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
                 "(dpsql.target_error)"] if info.get("target_error") else []),
              (f"contribution bounds: {info['max_rows_per_unit']} row(s) per unit in all, in any groups "
               "(a unit with more has each row scaled down)" if info.get("max_rows_per_unit") else
-              f"contribution bounds: {info['max_groups_per_unit']} group(s) per unit, {info['max_rows_per_group']} row(s) per group")]
+              f"contribution bounds: {info['max_groups_per_unit']} group(s) per unit, {info['max_rows_per_group']} row(s) per group"),
+             *([f"limits chosen when the query runs (dpsql.bounds = auto): {info['auto_bounds']:.0%} of its epsilon "
+                "profiles its rows, then a total bound on a unit's rows and clamps of summed values are chosen within "
+                "the policy's limits above; the noise below is at the policy's limits (the chosen ones are shown "
+                "with the answer); SET dpsql.bounds = policy to keep them"] if info.get("auto_bounds") else [])]
     for m in info["mechanisms"]:
         share = (f"epsilon {m['epsilon']:.6g}" if m["epsilon"] is not None
                  else f"rho {m['rho']:.6g}" if m["rho"] is not None else "PLD-planned")
