@@ -21,7 +21,6 @@ import fcntl
 import functools
 import json
 import os
-import shutil
 import sqlite3
 import threading
 import time
@@ -33,6 +32,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from .. import owner_only
 from ..config import BudgetPolicy
 from ..errors import BudgetExceeded, OperationalError
 from .cost import Cost, fraction_text, parse_fraction, show
@@ -261,7 +261,8 @@ class Ledger:
                                    "forget every budget spent. To do that deliberately, remove the identity file and "
                                    "run dpsql ledger init")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            owner_only.make_dirs(self.path.parent)
+            owner_only.touch(self.path)  # owner-only from the start, and so are its -wal, -shm and -journal
             self._open(ident, create)
         except sqlite3.OperationalError as e:  # busy, unwritable: not a damaged file
             self.close()
@@ -357,10 +358,11 @@ class Ledger:
         """A copy of the file as it was (the write lock is held, so nothing changes meanwhile)."""
         target = Path(f"{self.path}.v{version}.backup")
         if not target.exists():
-            shutil.copyfile(self.path, target)
-            wal = Path(f"{self.path}-wal")
+            wal, target_wal = Path(f"{self.path}-wal"), Path(f"{target}-wal")
+            target_wal.unlink(missing_ok=True)  # left by a copy that stopped before its main file
             if wal.exists():
-                shutil.copyfile(wal, Path(f"{target}-wal"))
+                owner_only.copy(wal, target_wal)
+            owner_only.copy(self.path, target)
 
     def _chain_existing(self, con, key: bytes) -> None:
         """Tag the records of a ledger migrated from before the chain, in their order."""
@@ -454,8 +456,7 @@ class Ledger:
         with self._turn_lock:
             if self._turn_fd is None or self._turn_pid != os.getpid():  # a forked child shares the parent's flock
                 self._turn_pid = os.getpid()
-                self._turn_fd = os.open(self.path.with_name(self.path.name + "-writers"),
-                                        os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                self._turn_fd = owner_only.open_file(self.path.with_name(self.path.name + "-writers"))
                 self._turn_closer = weakref.finalize(self, os.close, self._turn_fd)  # a Ledger nobody closed
             fcntl.flock(self._turn_fd, fcntl.LOCK_EX)
             try:
@@ -760,6 +761,7 @@ class Ledger:
     def backup(self, target: Path) -> None:
         """A consistent copy while serving (SQLite's online backup), with its identity file."""
         target = Path(target)
+        owner_only.touch(target)  # a copy of the ledger is as private as the ledger
         dest = sqlite3.connect(target)
         try:
             self._con().backup(dest)
@@ -865,6 +867,7 @@ class PostgresLedger(Ledger):
         """A consistent snapshot (one REPEATABLE READ transaction, so serving goes on) copied
         into a SQLite ledger file with the same identity: `dpsql ledger verify --ledger` checks it."""
         target = Path(target)
+        owner_only.touch(target)  # a copy of the ledger is as private as the ledger
         dest = sqlite3.connect(target)
         try:
             for stmt in _SCHEMA:
