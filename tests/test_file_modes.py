@@ -9,6 +9,8 @@ import os
 import shutil
 import sqlite3
 import stat
+import subprocess
+import sys
 from fractions import Fraction
 from pathlib import Path
 
@@ -58,6 +60,11 @@ def _names(paths) -> set[str]:
     return {p.name for p in paths}
 
 
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dpsql.cli", *args], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT)
+
+
 def test_a_new_ledger_its_backup_and_their_logs_are_owner_only(tmp_path, umask):
     """Before: the ledger, its -wal and -shm and the backup came out 0644 (0666 under umask 0),
     and the directories dpsql created for the ledger 0755."""
@@ -96,6 +103,18 @@ def test_a_migrated_ledger_s_backups_are_owner_only(tmp_path, umask):
     copies = [tmp_path / "old.sqlite.v1.backup", tmp_path / "old.sqlite.v1.backup-wal", identity_file(path)]
     assert _open_modes(copies) == {}
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
+
+
+def test_a_randomized_response_release_is_owner_only(small_policy, umask):
+    """`dpsql release`: DuckDB's COPY replaces its target with a file of the umask's mode."""
+    before = _entries(small_policy.parent)
+    out = small_policy.parent / "rr.parquet"
+    done = _cli("release", "-p", str(small_policy), "-U", "alice", "people", "sex", "--epsilon", "100",
+                "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    created = _entries(small_policy.parent) - before
+    assert {"rr.parquet", "rr_estimates.parquet", "policy.ledger.sqlite", "policy.ledger.sqlite.id"} <= _names(created)
+    assert _open_modes(created) == {}
 
 
 def test_owner_only_output_leaves_nothing_behind_on_failure(tmp_path):
