@@ -7,7 +7,7 @@ readable: the umask can only take bits away from those modes, and whatever it to
 owner is given back on the new, still private, file. SQLite creates a database's -wal, -shm and
 -journal with the database file's own mode, so a ledger created here keeps them private too. The
 umask itself is never changed: it is the whole process's, and other threads create files too.
-Existing files and directories are left as their owner set them.
+Existing files and directories are left as their owner set them; `loose` says which are open.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import shutil
 import stat
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 FILE_MODE = stat.S_IRUSR | stat.S_IWUSR  # 0600
 DIR_MODE = stat.S_IRWXU  # 0700
@@ -100,3 +100,21 @@ def _owner_back(directory: Path) -> None:
     and only the owner's bits can be missing (under any usual umask, none are: nothing to do)."""
     if stat.S_IMODE(os.stat(directory).st_mode) != DIR_MODE:
         os.chmod(directory, DIR_MODE)
+
+
+_OTHERS_CAN = (("read", stat.S_IRGRP | stat.S_IROTH), ("write", stat.S_IWGRP | stat.S_IWOTH))
+
+
+def loose(paths: Iterable[Path]) -> list[str]:
+    """A warning, with the fix, for each existing file among `paths` its group or others may use."""
+    warnings = []
+    for p in paths:
+        try:
+            mode = stat.S_IMODE(os.stat(p).st_mode)
+        except OSError:
+            continue
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            can = [what for what, bits in _OTHERS_CAN if mode & bits]
+            warnings.append(f"{p} has mode {mode:04o}: users other than its owner can {' and '.join(can) or 'use'} "
+                            f"it; make it private with: chmod 600 {p}")
+    return warnings

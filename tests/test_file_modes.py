@@ -23,6 +23,7 @@ from dpsql.accounting.ledger import Ledger, PostgresLedger
 from dpsql.config import BudgetPolicy
 
 from .conftest import ROOT
+from .server_fixture import Serve
 
 BUDGET = BudgetPolicy("basic", Fraction(10), Fraction(1, 10**6))
 FIXTURE = ROOT / "tests" / "fixtures" / "ledger_v1.sqlite"  # the shipped ledger format 1
@@ -135,3 +136,48 @@ def test_postgres_backup_is_owner_only(pg_ledger_url, tmp_path, umask):  # a sho
     created = _entries(tmp_path)
     assert {"policy.ledger.sqlite.id", "snapshot.sqlite", "snapshot.sqlite.id"} <= _names(created)
     assert _open_modes(created) == {}
+
+
+def test_verify_warns_about_a_ledger_others_can_read(small_policy):
+    ledger = small_policy.parent / "policy.ledger.sqlite"
+    assert _cli("ledger", "init", "--policy", str(small_policy)).returncode == 0
+    os.chmod(ledger, 0o644)
+    verified = _cli("ledger", "verify", "--policy", str(small_policy))
+    assert verified.returncode == 0 and "verified" in verified.stdout  # a warning, not a failure
+    warnings = [line for line in verified.stderr.splitlines() if line.startswith("WARNING")]
+    assert f"WARNING: ledger file {ledger} has mode 0644: users other than its owner can read it; " \
+           f"make it private with: chmod 600 {ledger}" in warnings
+    for line in warnings:  # SQLite gave the -wal and -shm it created the ledger's mode: named too
+        assert line.startswith(f"WARNING: ledger file {ledger}") and " has mode 0644: " in line, line
+    for p in ledger.parent.glob(ledger.name + "*"):
+        os.chmod(p, 0o600)
+    verified = _cli("ledger", "verify", "--policy", str(small_policy))
+    assert verified.returncode == 0 and "WARNING" not in verified.stderr
+
+
+def test_verify_names_every_ledger_file_others_can_use(tmp_path):
+    led = Ledger(tmp_path / "l.sqlite")
+    _spend(led)
+    files = led.private_files()
+    for p in files:
+        if p.exists():
+            os.chmod(p, 0o664 if p.name.endswith("-writers") else 0o604)
+    warned = " ".join(owner_only.loose(files))
+    led.close()
+    for name in ("l.sqlite", "l.sqlite-wal", "l.sqlite-shm", "l.sqlite-writers", "l.sqlite.id"):
+        assert f"{tmp_path / name} has mode" in warned, name
+    assert "0664: users other than its owner can read and write it" in warned
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])  # one process, or a supervisor's
+def test_serve_warns_at_start_and_serves(small_policy, tmp_path, workers):
+    ledger = tmp_path / "ledger.sqlite"
+    assert _cli("ledger", "init", "--policy", str(small_policy), "--ledger", str(ledger)).returncode == 0
+    os.chmod(identity_file(ledger), 0o644)
+    server = Serve(small_policy, ledger, "--workers", workers)
+    try:
+        server.wait_for("serving")
+        assert f"WARNING: ledger file {identity_file(ledger)} has mode 0644" in server.output()
+        assert f"chmod 600 {identity_file(ledger)}" in server.output()
+    finally:
+        server.stop()

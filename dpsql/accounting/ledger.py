@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import fcntl
 import functools
+import glob
 import json
 import os
 import sqlite3
@@ -334,6 +335,13 @@ class Ledger:
     @property
     def where(self) -> str:
         return str(self.path)
+
+    def private_files(self) -> list[Path]:
+        """The files holding this ledger's records or key, or guarding its writes (whoever can
+        read the writers' lock can flock it): each should be its owner's only (owner_only.loose)."""
+        beside = [Path(f"{self.path}{suffix}") for suffix in ("-wal", "-shm", "-journal", "-writers")]
+        migrated = sorted(self.path.parent.glob(glob.escape(self.path.name) + ".v*.backup*"))
+        return [self.path, *beside, *migrated, self.identity_path]
 
     def _schema_lock(self, con) -> None:
         """One schema creator or migrator at a time (SQLite: the write lock already is)."""
@@ -851,6 +859,10 @@ class PostgresLedger(Ledger):
     @property
     def where(self) -> str:
         return "at [ledger] url"
+
+    def private_files(self) -> list[Path]:
+        """The identity file: the records are the database server's to protect."""
+        return [] if self.identity_path is None else [self.identity_path]
 
     def _schema_lock(self, con) -> None:
         con.execute("SELECT pg_advisory_xact_lock(0)")  # one schema creator at a time
