@@ -13,11 +13,11 @@ from typing import Any
 
 import click
 
-from . import __version__
+from . import __version__, owner_only
 from .accounting.cost import Cost, Part, show
 from .accounting.filters import FILTERS, make_filter, simulate
 from .accounting.integrity import identity_file
-from .accounting.ledger import open_ledger
+from .accounting.ledger import Ledger, open_ledger
 from .config import default_reserve, exact, load_policy
 from .errors import Error, invalid_parameter
 from .mechanisms import rho_for
@@ -43,6 +43,14 @@ def _fail(e: Error) -> None:
     if e.hint:
         click.echo(f"HINT: {e.hint}", err=True)
     sys.exit(1)
+
+
+def _warn_loose(ledger: Ledger) -> None:
+    """A warning, with the chmod that fixes it, per ledger file others may use (created by an
+    older dpsql, or copied): the ledger holds every analyst's login verifier, query and answer,
+    and the identity file its key. Neither verify nor serve refuses for it: the operator decides."""
+    for warning in owner_only.loose(ledger.private_files()):
+        click.echo(f"WARNING: ledger file {warning}", err=True)
 
 
 def _fmt(v: Any) -> str:
@@ -433,6 +441,7 @@ def serve(policy: str, ledger: str | None, host: str, port: int, tls_cert: str |
             server = build_server(options)
             pol = server.policy
             ensure_logins(server.ledger, pol, click.echo)
+        _warn_loose(store if workers > 1 else server.ledger)
     except Error as e:
         if store is not None:
             store.close()
@@ -559,6 +568,7 @@ def ledger_verify(policy: str, ledger: str | None) -> None:
     except Error as e:
         _fail(e)
         return
+    _warn_loose(led)
     for p in problems:
         click.echo(f"PROBLEM: {p}", err=True)
     if problems:

@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 
 import duckdb
 
+from . import owner_only
 from .duck_rows import insert_rows
 from .errors import OperationalError, ProgrammingError
 
@@ -27,7 +28,8 @@ def check_target(path: Path) -> None:
 
 
 def write_table(path: Path, names: Sequence[str], types: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """The rows as a Parquet or CSV file (by the path's suffix), through an in-memory DuckDB."""
+    """The rows as a Parquet or CSV file (by the path's suffix), through an in-memory DuckDB; the
+    file is its owner's only (0600), like the ledger that records the release: sharing it is a choice."""
     check_target(path)
     fmt = FORMATS[path.suffix.lower()]
     con = duckdb.connect(":memory:")
@@ -35,9 +37,10 @@ def write_table(path: Path, names: Sequence[str], types: Sequence[str], rows: Se
         cols = ", ".join(f"{_quote(n)} {t}" for n, t in zip(names, types))
         con.execute(f"CREATE TABLE release ({cols})")
         insert_rows(con, "release", rows, len(names))
-        target = str(path).replace("'", "''")
-        con.execute(f"COPY release TO '{target}' (FORMAT {fmt}{', HEADER' if fmt == 'CSV' else ''})")
-    except duckdb.Error as e:
+        with owner_only.output(path) as written:
+            target = str(written).replace("'", "''")
+            con.execute(f"COPY release TO '{target}' (FORMAT {fmt}{', HEADER' if fmt == 'CSV' else ''})")
+    except (duckdb.Error, OSError) as e:
         raise OperationalError(f"could not write {path}: {type(e).__name__}", sqlstate="58030",
                                hint="the release stays charged; check the disk and write it again from Python") from None
     finally:

@@ -15,11 +15,12 @@ import hmac
 import json
 import os
 import secrets
-import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .. import owner_only
 
 SCHEMA_VERSION = 2
 
@@ -55,9 +56,9 @@ def write_identity(path: Path, ident: Identity) -> None:
     """Written once, owner-only (the key must not be readable by others), and atomically: a
     temporary file linked into place, so a reader never sees it half written and an existing
     identity is never replaced (FileExistsError)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    owner_only.make_dirs(path.parent)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, stat.S_IRUSR | stat.S_IWUSR)
+    fd = owner_only.create(tmp)
     try:
         with os.fdopen(fd, "w") as f:
             json.dump({"ledger_id": ident.ledger_id, "key": ident.key.hex(), "created": ident.created}, f)

@@ -19,9 +19,9 @@ import contextlib
 import dataclasses
 import fcntl
 import functools
+import glob
 import json
 import os
-import shutil
 import sqlite3
 import threading
 import time
@@ -33,6 +33,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from .. import owner_only
 from ..config import BudgetPolicy
 from ..errors import BudgetExceeded, OperationalError
 from .cost import Cost, fraction_text, parse_fraction, show
@@ -261,7 +262,8 @@ class Ledger:
                                    "forget every budget spent. To do that deliberately, remove the identity file and "
                                    "run dpsql ledger init")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            owner_only.make_dirs(self.path.parent)
+            owner_only.touch(self.path)  # owner-only from the start, and so are its -wal, -shm and -journal
             self._open(ident, create)
         except sqlite3.OperationalError as e:  # busy, unwritable: not a damaged file
             self.close()
@@ -334,6 +336,13 @@ class Ledger:
     def where(self) -> str:
         return str(self.path)
 
+    def private_files(self) -> list[Path]:
+        """The files holding this ledger's records or key, or guarding its writes (whoever can
+        read the writers' lock can flock it): each should be its owner's only (owner_only.loose)."""
+        beside = [Path(f"{self.path}{suffix}") for suffix in ("-wal", "-shm", "-journal", "-writers")]
+        migrated = sorted(self.path.parent.glob(glob.escape(self.path.name) + ".v*.backup*"))
+        return [self.path, *beside, *migrated, self.identity_path]
+
     def _schema_lock(self, con) -> None:
         """One schema creator or migrator at a time (SQLite: the write lock already is)."""
 
@@ -357,10 +366,11 @@ class Ledger:
         """A copy of the file as it was (the write lock is held, so nothing changes meanwhile)."""
         target = Path(f"{self.path}.v{version}.backup")
         if not target.exists():
-            shutil.copyfile(self.path, target)
-            wal = Path(f"{self.path}-wal")
+            wal, target_wal = Path(f"{self.path}-wal"), Path(f"{target}-wal")
+            target_wal.unlink(missing_ok=True)  # left by a copy that stopped before its main file
             if wal.exists():
-                shutil.copyfile(wal, Path(f"{target}-wal"))
+                owner_only.copy(wal, target_wal)
+            owner_only.copy(self.path, target)
 
     def _chain_existing(self, con, key: bytes) -> None:
         """Tag the records of a ledger migrated from before the chain, in their order."""
@@ -454,8 +464,7 @@ class Ledger:
         with self._turn_lock:
             if self._turn_fd is None or self._turn_pid != os.getpid():  # a forked child shares the parent's flock
                 self._turn_pid = os.getpid()
-                self._turn_fd = os.open(self.path.with_name(self.path.name + "-writers"),
-                                        os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                self._turn_fd = owner_only.open_file(self.path.with_name(self.path.name + "-writers"))
                 self._turn_closer = weakref.finalize(self, os.close, self._turn_fd)  # a Ledger nobody closed
             fcntl.flock(self._turn_fd, fcntl.LOCK_EX)
             try:
@@ -760,6 +769,7 @@ class Ledger:
     def backup(self, target: Path) -> None:
         """A consistent copy while serving (SQLite's online backup), with its identity file."""
         target = Path(target)
+        owner_only.touch(target)  # a copy of the ledger is as private as the ledger
         dest = sqlite3.connect(target)
         try:
             self._con().backup(dest)
@@ -850,6 +860,10 @@ class PostgresLedger(Ledger):
     def where(self) -> str:
         return "at [ledger] url"
 
+    def private_files(self) -> list[Path]:
+        """The identity file: the records are the database server's to protect."""
+        return [] if self.identity_path is None else [self.identity_path]
+
     def _schema_lock(self, con) -> None:
         con.execute("SELECT pg_advisory_xact_lock(0)")  # one schema creator at a time
 
@@ -865,6 +879,7 @@ class PostgresLedger(Ledger):
         """A consistent snapshot (one REPEATABLE READ transaction, so serving goes on) copied
         into a SQLite ledger file with the same identity: `dpsql ledger verify --ledger` checks it."""
         target = Path(target)
+        owner_only.touch(target)  # a copy of the ledger is as private as the ledger
         dest = sqlite3.connect(target)
         try:
             for stmt in _SCHEMA:

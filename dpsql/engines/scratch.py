@@ -11,12 +11,13 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import stat
 import tempfile
 import threading
 import time
 import weakref
 from pathlib import Path
+
+from .. import owner_only
 
 PREFIX = "dpsql-engine-"
 OWNER = "owner.pid"
@@ -32,8 +33,8 @@ class ScratchDir:
     def __init__(self, base: str | None = None):
         with _registering:
             sweep(base)
-            self.path = Path(tempfile.mkdtemp(prefix=PREFIX, dir=base))  # mode 0700
-            os.chmod(self.path, stat.S_IRWXU)
+            self.path = Path(tempfile.mkdtemp(prefix=PREFIX, dir=base))  # mode 0700, less the umask's
+            os.chmod(self.path, owner_only.DIR_MODE)
             self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.path), ignore_errors=True)
             _live.add(self)
             (self.path / OWNER).write_text(str(os.getpid()))
@@ -44,7 +45,7 @@ class ScratchDir:
     def protect(self) -> None:
         """Owner-only permissions on everything the engine wrote inside."""
         for p in self.path.rglob("*"):
-            os.chmod(p, stat.S_IRWXU if p.is_dir() else stat.S_IRUSR | stat.S_IWUSR)
+            os.chmod(p, owner_only.DIR_MODE if p.is_dir() else owner_only.FILE_MODE)
 
     def close(self) -> None:
         self._finalizer()
