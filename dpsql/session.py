@@ -529,6 +529,8 @@ class Session:
         s = self.settings
         if s.bounds != "auto" or s.planner != "filter" or s.target_error is not None or cal.selection is not None:
             return False
+        if options.max_groups is not None or options.max_rows is not None:
+            return False  # the query states its own limits (BigQuery's clause): they are kept as written
         if not auto_bounds.eligible(plan, s.mechanism) or any(p.kind != "laplace" for p in cal.cost.parts):
             return False
         if not auto_bounds.columns(plan):
@@ -560,7 +562,7 @@ class Session:
                 plan = plan_query(tree, self.policy, self.engine.schema(), s.mechanism, choice.options(options))
                 cal = calibrate(plan, rest, Fraction(0), s.mechanism, plan.literal_domain_size(),
                                 measure_weights(plan, options.weights))
-                if cal.cost != at_rest.cost:
+                if _shares(cal.cost) != _shares(at_rest.cost):
                     raise OperationalError("the chosen limits changed the release's cost", sqlstate="XX000",
                                            hint="this is a bug in dpsql, please report it")
                 bounded = self._built_bounded(plan, None, copies=False)
@@ -1096,6 +1098,11 @@ def _charge_told(status: str) -> Iterator[None]:
         if e.sqlstate not in ("XX000", "42883", "57014"):  # 57014: cancelled while the engine ran
             raise
         raise OperationalError(e.message, sqlstate=e.sqlstate, hint=f"{e.hint}; {status}" if e.hint else status) from None
+
+
+def _shares(cost: Cost) -> list[tuple]:
+    """What a cost charges, part by part (not the noise multipliers it reports, which are rounded)."""
+    return [(p.kind, p.epsilon, p.delta, p.rho, p.count) for p in cost.parts]
 
 
 def _detail(plan: Plan, cal: Calibration) -> dict[str, Any]:

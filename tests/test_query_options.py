@@ -17,6 +17,7 @@ def _explain(cur, sql: str) -> list[str]:
 
 
 def test_weights_split_epsilon_and_explain_shows_it(hospital):
+    hospital.execute("SET dpsql.bounds = policy")  # the scales below are at the policy's limits
     lines = _explain(hospital, "/* dpsql: weights 3, 1 */ SELECT COUNT(*), AVG(cost) FROM visits")
     shares = [line for line in lines if ": epsilon " in line]
     # COUNT(*) takes 3 of 5 shares; AVG's noisy sum and count take 1 each.
