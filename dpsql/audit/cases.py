@@ -131,9 +131,20 @@ ALONE = World("alone", {
 })
 
 
+# Light background (50 people with one small visit each) and a target with twenty visits at
+# twenty times the bound: with the target, the profile sees a heavy person and large values, so
+# the limits chosen per query (dpsql.bounds = auto) differ between D and D'.
+SKEWED = World("skewed", {
+    "visits": Table(VISITS_COLUMNS, VISITS_POLICY, tuple((p, 1.0, "abc"[p % 3]) for p in range(1, 51)),
+                    TARGET_VISITS),
+})
+
+
 # Cases --------------------------------------------------------------------------------------
 
-EPSILON = {"dpsql.epsilon": "1"}
+POLICY_LIMITS = {"dpsql.bounds": "policy"}
+EPSILON = {"dpsql.epsilon": "1", **POLICY_LIMITS}
+AUTO = {"dpsql.epsilon": "1", "dpsql.bounds": "auto"}
 
 CASES: tuple[Case, ...] = (
     Case("count", HOSPITAL, "SELECT COUNT(*) FROM people", scalar, EPSILON, quick_runs=1000),
@@ -145,13 +156,15 @@ CASES: tuple[Case, ...] = (
     Case("stddev", HOSPITAL, "SELECT STDDEV(income) FROM people", scalar, EPSILON),
     # A quantile noises 64 histogram bins, about ten times slower per query, and its noisy rank
     # hides one person at epsilon 1 (bound about 0); at 4 the bound is about 1.5 from 400 runs.
-    Case("median", SPLIT, "SELECT MEDIAN(income) FROM people", scalar, {"dpsql.epsilon": "4"}, runs=1500),
+    Case("median", SPLIT, "SELECT MEDIAN(income) FROM people", scalar, {"dpsql.epsilon": "4", **POLICY_LIMITS},
+         runs=1500),
     Case("count_distinct", HOSPITAL, "SELECT COUNT(DISTINCT pid) FROM visits", scalar, EPSILON),
     # An (epsilon, delta) Gaussian spends most of its epsilon in the far tails, which a few
     # thousand runs never see: at epsilon 1 the bound stays near 0, at 4 it is about 1 from 1000
     # runs and 1.5 from 5000.
     Case("gaussian_count", HOSPITAL, "SELECT COUNT(*) FROM people", scalar,
-         {"dpsql.epsilon": "4", "dpsql.mechanism": "'gaussian'", "dpsql.delta": "1e-5"}, quick_runs=1000),
+         {"dpsql.epsilon": "4", "dpsql.mechanism": "'gaussian'", "dpsql.delta": "1e-5", **POLICY_LIMITS},
+         quick_runs=1000),
     # A large delta makes the test sensitive: the target's group may be released with
     # probability delta at most; a selection twice too lax shows up in the full audit, three
     # times too lax in the quick one.
@@ -162,4 +175,10 @@ CASES: tuple[Case, ...] = (
     # the bounded query on every run: about four times slower per query.
     Case("sampled_count", ALONE, "SELECT COUNT(*) FROM people TABLESAMPLE BERNOULLI (50)", scalar, EPSILON,
          runs=4000),
+    # Limits chosen per query: the profile (a tenth of epsilon) and the release at the limits it
+    # chose, both charged; the target moves the profile, so D and D' are released under different
+    # limits (a total bound on rows, a clamp of amount).
+    Case("auto_sum", SKEWED, "SELECT SUM(amount) FROM visits", scalar, AUTO, quick_runs=600),
+    Case("auto_avg", SKEWED, "SELECT kind, AVG(amount) FROM visits GROUP BY kind", group("a"), AUTO),
+    Case("auto_count", SKEWED, "SELECT COUNT(*) FROM visits", scalar, AUTO),
 )
