@@ -207,11 +207,13 @@ def qrlew_limits(p: Policy, sql: str) -> dict:
 
 def limits(p: Policy) -> str:
     """What each system is told a patient may contribute, in words, for the report."""
-    private = {n: t for n, t in p.tables.items() if not t.public}
+    def rows(n: int, what: str = "row") -> str:
+        return f"{n} {what}{'s' * (n != 1)}"
+
     return "; ".join(
-        f"{n}: dpsql {t.max_rows} rows in each of at most {t.max_groups} groups, SmartNoise "
-        f"{t.max_contributions or t.max_rows} rows in all, Qrlew {t.max_groups * t.max_rows} rows in at most "
-        f"{t.max_groups} groups" for n, t in private.items())
+        f"{n}: dpsql {rows(t.max_rows)} in each of at most {rows(t.max_groups, 'group')}, SmartNoise "
+        f"{rows(t.max_contributions or t.max_rows)} in all, Qrlew {rows(t.max_groups * t.max_rows)} in at most "
+        f"{rows(t.max_groups, 'group')}" for n, t in p.tables.items() if not t.public)
 
 
 def smartnoise_sql(p: Policy, sql: str) -> str:
