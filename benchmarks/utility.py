@@ -301,6 +301,12 @@ def _per_query(results: dict[str, dict[str, Cell]], queries: list[Query], meta: 
     return lines
 
 
+def _plain_error(text: str) -> str:
+    """A refusal's message without object addresses (SmartNoise prints its AST nodes), so that two
+    runs give the same text."""
+    return re.sub(r"<([\w.]+) object at 0x[0-9a-f]+>", r"\1", text).replace("|", "/")[:160]
+
+
 def details(results: dict[str, dict[str, Cell]], queries: list[Query], meta: dict) -> list[str]:
     """Spurious groups, refusals and the workload itself, under the table."""
     systems = list(results)
@@ -309,12 +315,12 @@ def details(results: dict[str, dict[str, Cell]], queries: list[Query], meta: dic
                         "over the runs (each counted as 100 % above):", _pct)
     lines += _per_query(results, queries, meta, "spurious", "Spurious groups per answer (groups answered that the "
                         "exact answer does not have; not counted in the errors above):", "{:.1f}".format)
-    refusals = [(q.name, s, results[s][q.name].refused) for q in queries for s in systems
+    refusals = [(q.name, s, _plain_error(results[s][q.name].refused)) for q in queries for s in systems
                 if results[s][q.name].refused]
     if refusals:
         lines += ["", "Refusals (each counted as 100 % in the summary):", "", "| query | system | its error |",
                   "|---|---|---|"]
-        lines += [f"| {q} | {s} | {e.replace('|', '/')[:160]} |" for q, s, e in refusals]
+        lines += [f"| {q} | {s} | {e} |" for q, s, e in refusals]
     lines += ["", "The workload (`benchmarks/utility.py`; the exact answer is the same SQL on plain DuckDB over the "
               "raw files):", "", "| query | SQL |", "|---|---|"]
     lines += [f"| {q.name} | `{q.sql}` |" for q in queries]
