@@ -283,6 +283,10 @@ def table(results: dict[str, dict[str, Cell]], queries: list[Query]) -> list[str
     lines.append("| **worst query** | " + " | ".join(f"{_pct(s['worst'][1])} ({s['worst'][0]})" for s in sums) + " |")
     lines.append(f"| **queries above {THRESHOLD:.0%}** | " + " | ".join(f"{s['above']} of {s['of']}" for s in sums)
                  + " |")
+    common = [q.name for q in queries if all(results[s][q.name].error is not None for s in systems)]
+    if 0 < len(common) < len(queries):  # refusals aside: the systems on the same footing
+        lines.append(f"| **median over the {len(common)} queries every system answers** | " + " | ".join(
+            _pct(statistics.median(results[s][name].error for name in common)) for s in systems) + " |")
     return lines
 
 
