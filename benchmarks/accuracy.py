@@ -13,11 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import duckdb
-
-import dpsql
-
-SAMPLE = Path(__file__).resolve().parent.parent / "sample_data"
+from . import sample
 
 QUERIES = [
     ("COUNT(*)", "COUNT(*)"),
@@ -31,23 +27,15 @@ QUERIES = [
 ]
 
 
-def _cursor(directory: Path):
-    text = (SAMPLE / "dpsql.toml").read_text().replace('source = "', f'source = "{SAMPLE}/')
-    policy = directory / "accuracy.toml"
-    policy.write_text(text.replace("epsilon = 10.0", "epsilon = 1000000.0"))
-    return dpsql.connect(policy, user="alice", ledger=directory / "ledger.sqlite").cursor()
-
-
 def measure(runs: int, epsilon: float) -> list[dict]:
-    truth_db = duckdb.connect()
+    truth_db = sample.truth_connection()
     results = []
     with tempfile.TemporaryDirectory() as d:
-        cur = _cursor(Path(d))
-        cur.execute("SET dpsql.cache = off")
+        cur = sample.cursor(Path(d))
         cur.execute(f"SET dpsql.epsilon = {epsilon}")
         for label, agg in QUERIES:
             truth = dict(truth_db.execute(
-                f"SELECT region, {agg} FROM '{SAMPLE / 'patients.parquet'}' GROUP BY region").fetchall())
+                f"SELECT region, {agg} FROM patients GROUP BY region").fetchall())
             errors = []
             started = time.perf_counter()
             for _ in range(runs):

@@ -21,7 +21,6 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from fractions import Fraction
@@ -44,7 +43,9 @@ from .data import (
     policy_text,
 )
 from .serving import serve, throughput
+from .shared import log, peer_versions, peers_python, relative_errors, run_job, truth, write_keeping
 from .timing import interleaved_ms, median_ms
+from .utility import SECTION as UTILITY_SECTION
 from .workload import QUERIES, SCALE, THROUGHPUT
 
 HERE = Path(__file__).resolve().parent
@@ -52,42 +53,30 @@ ROOT = HERE.parent
 EPSILON, DELTA = 1.0, 1e-6  # charged per query in the latency and accuracy runs
 BUDGET = (1.0, 1e-6)  # the analyst's budget in the budget figure
 BUDGET_QUERY_EPSILON, BUDGET_QUERY_DELTA = 0.01, 1e-8
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+KEPT_SECTIONS = (UTILITY_SECTION,)  # written by other benchmarks
 
 
 # Peers ----------------------------------------------------------------------------------------
-def peers_python(venv: Path) -> Path:
-    """The peers' interpreter, creating their virtual environment the first time."""
-    python = venv / "bin" / "python"
-    marker = venv / ".installed"
-    requirements = HERE / "requirements-peers.txt"
-    if not marker.exists() or marker.read_text() != requirements.read_text():
-        log(f"creating the peers' virtual environment in {venv} (SmartNoise SQL, Qrlew; once)")
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(requirements)], check=True)
-        marker.write_text(requirements.read_text())
-    return python
+def peer_tables(rows: int) -> dict:
+    """The benchmark data as the peers see it (benchmarks/peers/worker.py): the policy's bounds,
+    keys and limits; the public groups table row-private for both (as it has always been run here)."""
+    lo, hi = VALUE_BOUNDS
+    events = {"uid": {"type": "int"}, "grp": {"type": "string", "keys": KEYS},
+              "value": {"type": "float", "lower": lo, "upper": hi}, "day": {"type": "datetime"}}
+    groups = {"grp": {"type": "string", "keys": KEYS}, "region": {"type": "string", "keys": REGIONS}}
+    return {"events": {"rows": rows, "unit": "uid", "max_ids": MAX_GROUPS * MAX_ROWS, "columns": events},
+            "groups": {"rows": len(KEYS), "unit": "row", "columns": groups}}
 
 
 def run_peer(python: Path, system: str, db: Path, rows: int, queries, latency_runs: int, accuracy_runs: int,
              budget: bool) -> dict:
-    job = {"system": system, "db": str(db), "rows": rows, "epsilon": EPSILON, "delta": DELTA,
+    job = {"system": system, "db": str(db), "tables": peer_tables(rows), "epsilon": EPSILON, "delta": DELTA,
            "latency_runs": latency_runs, "accuracy_runs": accuracy_runs, "max_ids": MAX_GROUPS * MAX_ROWS,
-           "max_groups": MAX_GROUPS, "bounds": list(VALUE_BOUNDS), "keys": KEYS, "regions": REGIONS,
+           "max_groups": MAX_GROUPS,
            "budget_epsilon": BUDGET_QUERY_EPSILON if budget else None, "budget_delta": BUDGET_QUERY_DELTA,
            "queries": [{"name": q.name, "sql": q.smartnoise if system == "smartnoise" else q.qrlew}
                        for q in queries if (q.smartnoise if system == "smartnoise" else q.qrlew)]}
-    with tempfile.TemporaryDirectory() as d:
-        job_file, out_file = Path(d) / "job.json", Path(d) / "out.json"
-        job_file.write_text(json.dumps(job))
-        proc = subprocess.run([str(python), str(HERE / "peers" / "worker.py"), str(job_file), str(out_file)],
-                              capture_output=True, text=True, env=dict(os.environ, RUST_BACKTRACE="0"))
-        if proc.returncode != 0:
-            raise RuntimeError(f"{system} worker failed: {proc.stderr[-2000:]}")
-        return json.loads(out_file.read_text())
+    return run_job(python, job)
 
 
 def event_epsilon(event: dict, delta: float, count: int = 1) -> float:
@@ -122,21 +111,6 @@ def dpsql_cursor(policy: Path, ledger: Path):
     cur.execute(f"SET dpsql.epsilon = {EPSILON}")
     cur.execute(f"SET dpsql.delta = {DELTA}")
     return cur
-
-
-def truth(con: duckdb.DuckDBPyConnection, sql: str) -> dict:
-    """The exact answer on the raw data, by group."""
-    return {tuple(r[:-1]): r[-1] for r in con.execute(sql).fetchall()}
-
-
-def relative_errors(answers: list[list], exact: dict) -> list[float]:
-    errors = []
-    for rows in answers:
-        got = {tuple(r[:-1]): r[-1] for r in rows}
-        for key, value in exact.items():
-            estimate = got.get(key)
-            errors.append(1.0 if estimate is None else abs(estimate - value) / abs(value))
-    return errors
 
 
 # The run ----------------------------------------------------------------------------------------
@@ -236,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
                        "command": "python -m benchmarks" + (" --quick" if args.quick else ""),
                        "peers": peer_versions(python) if python else {}}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(report(results))
+    write_keeping(args.out, report(results), KEPT_SECTIONS)  # the utility benchmark's own section stays
     (args.out.with_suffix(".json")).write_text(json.dumps(results, indent=1, default=str))
     if python:
         plot = args.out.with_name("latency_vs_rows.png")
@@ -294,12 +268,6 @@ def peer_budget(system: str, cost) -> int:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if event_epsilon(cost, BUDGET[1], mid) <= BUDGET[0] else (lo, mid)
     return lo
-
-
-def peer_versions(python: Path) -> dict:
-    out = subprocess.run([str(python), "-m", "pip", "list", "--format", "json"], capture_output=True, text=True)
-    wanted = {"smartnoise-sql", "pyqrlew", "duckdb", "opendp"}
-    return {p["name"]: p["version"] for p in json.loads(out.stdout) if p["name"].lower() in wanted}
 
 
 # The report -------------------------------------------------------------------------------------

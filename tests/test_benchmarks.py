@@ -42,3 +42,70 @@ def test_new_query_benchmark_runs_every_shape(tmp_path, shapes):
         assert 0 < engine < total and 0 < ledger < total and 0 <= noise < total and python > 0, (name, rows[name])
     assert rows["undeclared keys"][3] != "0.00"  # partition selection draws noise for every group
     assert "worst python per new text" in proc.stdout and "worst python per new text" in out.read_text()
+
+
+def test_utility_benchmark_scores_every_query(tmp_path):
+    """A few queries, 2 runs, dpsql only: one row per query with a finite, non-negative error, the
+    summary rows, the spurious groups of a filtered month query, and the section written into an
+    existing results file beside what it had."""
+    from benchmarks.utility import SECTION
+    out = tmp_path / "RESULTS.md"
+    out.write_text("# Benchmarks\n\n## Latency\n\nkept\n")
+    names = ["visits_by_ward", "cost_by_month_2024", "income_avg_by_region"]
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.utility", "--runs", "2", "--no-peers", "--queries", *names,
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = out.read_text()
+    assert text.startswith("# Benchmarks\n\n## Latency\n\nkept\n") and text.count(SECTION) == 1
+    table = text[text.index("| query | dpsql (policy limits) |"):].split("\n\n")[0].splitlines()
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table[2:]]
+    assert [r[0] for r in rows] == names + ["**median over queries**", "**worst query**", "**queries above 15%**"]
+    for name, error in rows[:4]:
+        value = float(error.rstrip("%"))
+        assert 0 <= value < float("inf"), (name, error)
+    assert rows[-1][1].endswith(" of 3")
+    spurious = text[text.index("Spurious groups per answer"):]
+    assert "| cost_by_month_2024 | 12 | 12.0 |" in spurious  # 2023's months: declared, excluded by the WHERE
+
+
+def test_group_errors_count_missing_null_and_spurious_groups():
+    from benchmarks.shared import score
+    exact = {("a",): 10.0, ("b",): 20.0}
+    s = score([[["a", 11.0], ["b", None], ["c", 5.0]], [["a", 9.0]]], exact)
+    assert s.errors == [0.1, 1.0, 0.1, 1.0]
+    assert s.missing == 0.5 and s.spurious == 0.5
+
+
+def test_a_section_is_replaced_and_kept(tmp_path):
+    """One benchmark rewrites its own section of a results file, and `python -m benchmarks`, which
+    writes the file whole, carries the utility benchmark's section over."""
+    from benchmarks.shared import replace_section, write_keeping
+    text = "# T\n\n## A\n\none\n\n## B\n\ntwo\n"
+    assert replace_section(text, "## A\n\nnew\n") == "# T\n\n## A\n\nnew\n\n## B\n\ntwo\n"
+    assert replace_section(text, "## B\n\nnew") == "# T\n\n## A\n\none\n\n## B\n\nnew\n"
+    assert replace_section(text, "## C\n\nx") == text + "\n## C\n\nx\n"
+    assert replace_section("", "## C\n\nx") == "## C\n\nx\n"
+    out = tmp_path / "RESULTS.md"
+    out.write_text(text + "\n## Kept\n\nk\n")
+    write_keeping(out, "# New\n\n## A\n\nfresh\n", ("## Kept",))
+    assert out.read_text() == "# New\n\n## A\n\nfresh\n\n## Kept\n\nk\n"
+
+
+def test_utility_benchmark_runs_auto_bounds_where_the_build_accepts_them():
+    """dpsql (auto) is run exactly when SET dpsql.bounds is accepted, and then the policy variant
+    asks for the policy's limits explicitly."""
+    import dpsql
+    from benchmarks.utility import AUTO, POLICY_LIMITS, dpsql_variants
+
+    class Cursor:
+        def __init__(self, accepts):
+            self.accepts, self.seen = accepts, []
+
+        def execute(self, sql):
+            if not self.accepts:
+                raise dpsql.ProgrammingError('unrecognized configuration parameter "dpsql.bounds"')
+            self.seen.append(sql)
+
+    assert dpsql_variants(Cursor(False)) == {POLICY_LIMITS: []}
+    assert dpsql_variants(Cursor(True)) == {POLICY_LIMITS: ["SET dpsql.bounds = policy"],
+                                            AUTO: ["SET dpsql.bounds = auto"]}

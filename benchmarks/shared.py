@@ -1,0 +1,141 @@
+"""Pieces the accuracy benchmarks share: the exact answer, the relative error of a grouped answer,
+the peers' virtual environment and jobs, and writing one section of a results file.
+
+One definition of each, so that `python -m benchmarks` and `python -m benchmarks.utility` score
+an answer the same way and drive SmartNoise SQL and Qrlew the same way.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# Scoring ----------------------------------------------------------------------------------------
+_MIDNIGHT = re.compile(r"^(\d{4}-\d{2}-\d{2})(?:[ T]00:00:00)?$")
+
+
+def group_key(values) -> tuple:
+    """A group's key, comparable across systems: a peer's answers come back through JSON, where a
+    month is the text '2024-03-01 00:00:00' rather than a datetime."""
+    key = []
+    for v in values:
+        if isinstance(v, datetime.date):
+            v = v.isoformat()
+        if isinstance(v, str) and (m := _MIDNIGHT.match(v)):
+            v = m.group(1)
+        key.append(v)
+    return tuple(key)
+
+
+def truth(con, sql: str) -> dict:
+    """The exact answer on the raw data, by group (the last column is the value)."""
+    return {group_key(r[:-1]): r[-1] for r in con.execute(sql).fetchall()}
+
+
+@dataclass
+class Score:
+    """One query's answers against the truth: a relative error per (run, true group), the share of
+    those the answer left out or NULL, and the groups answered that the truth does not have, per
+    answer."""
+    errors: list[float]
+    missing: float
+    spurious: float
+
+
+def relative_error(estimate, exact) -> float:
+    """|estimate - exact| / |exact|; a missing or NULL estimate is 100 % (the analyst got nothing),
+    and an exact 0 is scored by the absolute error (a relative one is undefined there)."""
+    if estimate is None:
+        return 1.0
+    return abs(estimate - exact) / (abs(exact) or 1.0)
+
+
+def score(answers: list[list], exact: dict) -> Score:
+    errors, missing, spurious = [], 0, 0
+    for rows in answers:
+        got = {group_key(r[:-1]): r[-1] for r in rows}
+        errors += [relative_error(got.get(key), value) for key, value in exact.items()]
+        missing += sum(got.get(key) is None for key in exact)
+        spurious += len(got.keys() - exact.keys())
+    return Score(errors, missing / len(errors) if errors else 0.0, spurious / len(answers) if answers else 0.0)
+
+
+def relative_errors(answers: list[list], exact: dict) -> list[float]:
+    return score(answers, exact).errors
+
+
+# Peers ------------------------------------------------------------------------------------------
+def peers_python(venv: Path) -> Path:
+    """The peers' interpreter, creating their virtual environment the first time."""
+    python = venv / "bin" / "python"
+    marker = venv / ".installed"
+    requirements = HERE / "requirements-peers.txt"
+    if not marker.exists() or marker.read_text() != requirements.read_text():
+        log(f"creating the peers' virtual environment in {venv} (SmartNoise SQL, Qrlew; once)")
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(requirements)], check=True)
+        marker.write_text(requirements.read_text())
+    return python
+
+
+def run_job(python: Path, job: dict) -> dict:
+    """Runs benchmarks/peers/worker.py on `job` in the peers' interpreter: their answers by query."""
+    with tempfile.TemporaryDirectory() as d:
+        job_file, out_file = Path(d) / "job.json", Path(d) / "out.json"
+        job_file.write_text(json.dumps(job))
+        proc = subprocess.run([str(python), str(HERE / "peers" / "worker.py"), str(job_file), str(out_file)],
+                              capture_output=True, text=True, env=dict(os.environ, RUST_BACKTRACE="0"))
+        if proc.returncode != 0:
+            raise RuntimeError(f"{job['system']} worker failed: {proc.stderr[-2000:]}")
+        return json.loads(out_file.read_text())
+
+
+def peer_versions(python: Path) -> dict:
+    out = subprocess.run([str(python), "-m", "pip", "list", "--format", "json"], capture_output=True, text=True)
+    wanted = {"smartnoise-sql", "pyqrlew", "duckdb", "opendp"}
+    return {p["name"]: p["version"] for p in json.loads(out.stdout) if p["name"].lower() in wanted}
+
+
+# Results files ----------------------------------------------------------------------------------
+def _sections(text: str) -> list[str]:
+    """The text cut before each '## ' heading (the first piece is what precedes the first one)."""
+    return re.split(r"(?m)^(?=## )", text)
+
+
+def replace_section(text: str, section: str) -> str:
+    """`text` with the section that has `section`'s heading replaced by it, in place, or with it
+    appended: several benchmarks write into one results file, each owning its own sections."""
+    heading = section.splitlines()[0]
+    section = section.rstrip("\n") + "\n"
+    pieces = _sections(text)
+    found = [i for i, p in enumerate(pieces) if p.splitlines()[:1] == [heading]]
+    if found:
+        pieces[found[0]] = section + ("\n" if found[0] < len(pieces) - 1 else "")
+        return "".join(p for i, p in enumerate(pieces) if i not in found[1:])
+    body = text.rstrip("\n")
+    return (body + "\n\n" if body else "") + section
+
+
+def write_keeping(path: Path, text: str, headings: tuple[str, ...]) -> None:
+    """Writes `text` to `path`, carrying over the sections under `headings` that the file had
+    (those another benchmark wrote there)."""
+    old = path.read_text() if path.exists() else ""
+    for piece in _sections(old):
+        if piece.splitlines()[:1] and piece.splitlines()[0] in headings:
+            text = replace_section(text, piece)
+    path.write_text(text)
