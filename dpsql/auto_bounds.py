@@ -27,6 +27,7 @@ Everything here but `measure` is pure.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Callable, Sequence
@@ -44,9 +45,11 @@ from .sql.rewrite import rewrite
 
 SHARE = Fraction(1, 10)  # of the query's epsilon spent on the profile
 MASS = 1024  # what one unit adds to each profile histogram
-VALUE_BINS = 16  # halvings of a column's range: candidate clamps from range / 2^15 to the whole range
+VALUE_BINS = 32  # half-octaves of a column's range: candidate clamps from range / 2^15.5 to the whole range
 ROW_STEPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 SUMMED = ("sum", "whole_sum", "avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp")
+SPREADS = ("var_pop", "var_samp", "stddev_pop", "stddev_samp")
+QUANTILES = ("quantile", "min", "max")
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,7 @@ class Column:
     @property
     def edges(self) -> tuple[float, ...]:
         span = self.upper - self.lower
-        return tuple(self.lower + span / 2 ** (VALUE_BINS - 1 - i) for i in range(VALUE_BINS))
+        return tuple(self.lower + span / 2 ** ((VALUE_BINS - 1 - i) / 2) for i in range(VALUE_BINS))
 
     def threshold(self, edge: float) -> int:
         """An edge in the fixed-point units of v{j}, rounded as the measure rounds a value."""
@@ -117,7 +120,7 @@ def eligible(plan: Plan, mechanism: str, sampled: bool = False) -> bool:
             and type(plan.bounding) in (PerGroupCap, TotalCap) and plan.unit is not None
             and all(s.derived is None for s in plan.relation.private_sources)
             and (not plan.keys or plan.declared)
-            and all(e.func in SUMMED + ("count",) for e in plan.estimates))
+            and all(e.func in SUMMED + QUANTILES + ("count",) for e in plan.estimates))
 
 
 def columns(plan: Plan) -> tuple[Column, ...]:
@@ -235,8 +238,12 @@ class _Values:
     mass: tuple[float, ...]
 
     def mean(self, clamp: float) -> float:
+        return self.moment(clamp, 1)
+
+    def moment(self, clamp: float, k: int) -> float:
+        """E[min(x, clamp)^k] over the profile's weighted rows."""
         total = sum(self.mass)
-        return sum(m * min(v, clamp) for v, m in zip(self.mids, self.mass)) / total if total > 0 else 0.0
+        return sum(m * min(v, clamp) ** k for v, m in zip(self.mids, self.mass)) / total if total > 0 else 0.0
 
 
 def _values(col: Column, mass: Sequence[float]) -> _Values:
@@ -291,6 +298,12 @@ def _error(plan: Plan, cols: dict, values: dict, rows: _Rows, c: float, top: int
         expr = m.value.sql(dialect="postgres") if isinstance(m, Sum) and m.value is not None else None
         if only is not None and expr != only:
             continue
+        if est.func in QUANTILES:
+            # A noisy histogram's quantile: wrong by about its bins' noise over the group's rows. A
+            # total bound reweighs a unit's rows without changing their spread: no truncation term.
+            bins = plan.measures[est.count].width
+            total += math.sqrt(bins) * c / per_measure / max(kept / groups, 1.0)
+            continue
         if expr not in cols:  # a count, or a sum whose clamp is not chosen here: rows only
             bound = 1.0 if est.func == "count" else max(abs(est.upper - est.centre), abs(est.lower - est.centre), 1.0)
             total += (lost / groups + c * bound / per_measure) / max(full / groups, 1.0)
@@ -300,12 +313,27 @@ def _error(plan: Plan, cols: dict, values: dict, rows: _Rows, c: float, top: int
         if est.func in ("sum", "whole_sum"):
             bias = (lost * mean + kept * (mean - clamped)) / groups  # full * mean - kept * clamped
             total += (bias + c * (u - col.lower) / per_measure) / max(full * mean / groups, 1e-9)
-        else:  # a mean (or a spread, by its mean's model): centred sum over count
+        elif est.func in SPREADS:
+            total += _spread_error(col, v, u, c, kept / groups, per_measure, est.func.startswith("stddev"))
+        else:  # a mean: centred sum over count
             n = kept / groups
             centre = (col.lower + u) / 2
             noise = (c * (u - col.lower) / 2 + abs(clamped - centre) * c) / per_measure
             total += ((mean - clamped) + noise / max(n, 1.0)) / mean
     return total
+
+
+def _spread_error(col: Column, v: _Values, u: float, c: float, n: float, per_measure: float, root: bool) -> float:
+    """A variance from a count, a centred sum and a sum of squares centred at half their range:
+    what the clamp cuts from the spread, plus the squares' noise and the centred sum's (times
+    twice the mean's distance from the centre), over the group's rows; half that for a root."""
+    full = max(v.moment(col.upper, 2) - v.mean(col.upper) ** 2, 1e-9)
+    clamped = v.moment(u, 2) - v.mean(u) ** 2
+    half = (u - col.lower) / 2
+    centre = col.lower + half
+    noise = c * (half * half / 2 + 2 * abs(v.mean(u) - centre) * half) / per_measure / max(n, 1.0)
+    error = (abs(full - clamped) + noise) / full
+    return error / 2 if root else error
 
 
 def release_epsilon(epsilon: Fraction) -> Fraction:
