@@ -401,9 +401,12 @@ def plan(policy: str, user: str, ledger: str | None, epsilon: float, delta: floa
               help="Connections still logging in at once (a cap of their own, so they never take analysts' slots).")
 @click.option("--login-timeout", default=10.0, show_default=True, type=float, help="Seconds from connect to logged in.")
 @click.option("--login-delay", default=0.25, show_default=True, type=float,
-              help="Backoff after a failed login, per user name and per address, doubling up to 32x.")
+              help="Seconds a failed login's answer is held, doubling with the name's and the address's recent "
+                   "failures up to 32x; a right password is answered at once.")
 @click.option("--login-lockout-after", default=10, show_default=True, type=int,
-              help="Failed logins in a row that lock the name and the address out for 5 minutes.")
+              help="Failed logins in a row that lock a user name for 5 minutes; an address may spend twice as "
+                   "many (refilled at this many per 5 minutes) before only users who logged in from it recently "
+                   "are let in from it.")
 @click.option("--log-statements", is_flag=True,
               help="Log every statement's text and outcome (command tag or SQLSTATE) to standard error: what "
                    "tools send, never the values answered.")

@@ -33,7 +33,7 @@ from .catalog import Catalog, is_catalog_query
 from .cursors import Cursors
 from .params import infer_parameter_types
 from .scram import ScramError, ScramServer, Verifier
-from .throttle import LoginThrottle
+from .throttle import LoginThrottle, Verdict
 from .worker_link import WorkerLink, new_pid
 
 log = logging.getLogger("dpsql.server")
@@ -219,6 +219,8 @@ class Connection:
         self.server = server
         self.reader, self.writer = reader, writer
         self.pid = server.new_pid()
+        self.address = _peer(writer)
+        self.deadline = asyncio.get_running_loop().time() + server.limits.login_timeout  # to be logged in
         self.key = secrets.randbelow(2**31 - 1)
         self.session: Session | None = None
         self.user = ""
@@ -403,37 +405,38 @@ class Connection:
         return params
 
     async def authenticate(self) -> bool:
-        """SCRAM-SHA-256, throttled: after failures from this name or address each attempt waits
-        (0.25 s doubling up to 8 s), and ten in a row lock both out for five minutes. Unknown
-        users and wrong passwords fail alike, in text and in timing (a mock verifier)."""
-        loop = asyncio.get_running_loop()
-        address = self._address()
-        wait = self.server.throttle.admit(self.user, address, loop.time())
-        if wait is None:
-            await self._log_event("login locked out")
-            self.send(codec.error_response("28000", f'too many failed logins for user "{self.user}" or from this '
-                                           "address; try again in a few minutes", severity="FATAL"))
-            await self.flush()
+        """SCRAM-SHA-256 through the login throttle (throttle.py): a locked user name is refused
+        before the exchange; after it, a right password is let in at once and a refusal is held
+        first, so failures are slowed and nobody else's login is. Unknown users and wrong
+        passwords fail alike, in text and in timing (a mock verifier)."""
+        throttle, loop = self.server.throttle, asyncio.get_running_loop()
+        verdict, final = throttle.admit(self.user, loop.time()), None
+        if verdict.ok:
+            final = await self._scram()
+            verdict = throttle.outcome(self.user, self.address, final is not None, loop.time())
+        if not verdict.ok:
+            await self._refuse(verdict)
             return False
-        if wait:
-            await asyncio.sleep(wait)
-        ok = await self._scram()
-        if ok:
-            self.server.throttle.succeeded(self.user, address)
-        else:
-            self.server.throttle.failed(self.user, address, loop.time())
-            await self._log_event("login failed")
-        return ok
+        self.send(codec.message(b"R", codec.int32(12) + final.encode()))
+        return True
 
-    def _address(self) -> str:
-        peer = self.writer.get_extra_info("peername")
-        return str(peer[0]) if isinstance(peer, tuple) and peer else "local"
+    async def _refuse(self, verdict: Verdict) -> None:
+        """Answer a refused login once its hold has passed (cut short to be answered before the
+        login timeout)."""
+        loop = asyncio.get_running_loop()
+        until = min(loop.time() + verdict.hold, self.deadline - 0.1)
+        await self._log_event(verdict.audit)
+        await asyncio.sleep(max(0.0, until - loop.time()))
+        self.send(codec.error_response(verdict.sqlstate, verdict.message, verdict.hint, severity="FATAL"))
+        await self.flush()
 
     async def _log_event(self, kind: str) -> None:
-        log.warning("%s: user %r from %s", kind, self.user, self._address())
-        await self.run_blocking(self.server.ledger.record_event, kind, self.user, self._address())
+        log.warning("%s: user %r from %s", kind, self.user, self.address)
+        await self.run_blocking(self.server.ledger.record_event, kind, self.user, self.address)
 
-    async def _scram(self) -> bool:
+    async def _scram(self) -> str | None:
+        """One exchange: the server-final message if the password was right for an existing
+        user, None if it was wrong, the user unknown or the client's messages malformed."""
         creds = await self.run_blocking(self.server.ledger.user_credentials, self.user)
         verifier = Verifier.mock(self.user, self.server.secret)
         if creds is not None:
@@ -444,8 +447,6 @@ class Connection:
         scram = ScramServer(verifier)
         self.send(codec.message(b"R", codec.int32(10) + codec.cstr("SCRAM-SHA-256") + b"\0"))
         await self.flush()
-        failed = codec.error_response("28P01", f'password authentication failed for user "{self.user}"',
-                                      severity="FATAL")
         try:
             kind, body = await self.read_message()
             if kind != b"p":
@@ -462,14 +463,9 @@ class Connection:
             if kind != b"p":
                 raise ScramError("expected a SASL response")
             final = scram.final(body.decode("utf-8"))
-            if creds is None:
-                raise ScramError("unknown user")
         except ScramError:
-            self.send(failed)
-            await self.flush()
-            return False
-        self.send(codec.message(b"R", codec.int32(12) + final.encode()))
-        return True
+            return None
+        return final if creds is not None else None
 
     # Messages ----------------------------------------------------------------------------
     async def loop(self) -> None:
@@ -805,6 +801,12 @@ class Connection:
         what, name = chr(r.byte()), r.cstring()
         (self.statements if what == "S" else self.portals).pop(name, None)
         self.send(codec.message(b"3"))
+
+
+def _peer(writer: asyncio.StreamWriter) -> str:
+    """The client's address, which the login throttle counts by."""
+    peer = writer.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) and peer else "local"
 
 
 def _format(formats: list[int], i: int) -> int:
