@@ -399,6 +399,8 @@ def plan(policy: str, user: str, ledger: str | None, epsilon: float, delta: floa
 @click.option("--max-connections", default=200, show_default=True, type=int, help="Authenticated sessions at once.")
 @click.option("--max-pending", default=64, show_default=True, type=int,
               help="Connections still logging in at once (a cap of their own, so they never take analysts' slots).")
+@click.option("--max-pending-per-address", default=16, show_default=True, type=int,
+              help="Of those, from one client address. A full pool drops a connection idle for 1 s for a newcomer.")
 @click.option("--login-timeout", default=10.0, show_default=True, type=float, help="Seconds from connect to logged in.")
 @click.option("--login-delay", default=0.25, show_default=True, type=float,
               help="Seconds a failed login's answer is held, doubling with the name's and the address's recent "
@@ -418,14 +420,16 @@ def plan(policy: str, user: str, ledger: str | None, epsilon: float, delta: floa
                    "core). Each has its own engine, memory limit and weighted copies; the connection caps and "
                    "the failed logins before a lockout are split among them.")
 def serve(policy: str, ledger: str | None, host: str, port: int, tls_cert: str | None, tls_key: str | None,
-          require_tls: bool, max_connections: int, max_pending: int, login_timeout: float, login_delay: float,
-          login_lockout_after: int, log_statements: bool, http: str | None, workers: int) -> None:
+          require_tls: bool, max_connections: int, max_pending: int, max_pending_per_address: int,
+          login_timeout: float, login_delay: float, login_lockout_after: int, log_statements: bool, http: str | None,
+          workers: int) -> None:
     """Serve the PostgreSQL wire protocol: psql, JDBC, ODBC and every Postgres driver connect unchanged."""
     from .server.app import run
     from .server.launch import ServeOptions, build_server, checked, ensure_logins
 
     options = ServeOptions(policy, ledger, host, port, tls_cert, tls_key, require_tls, max_connections, max_pending,
-                           login_timeout, login_delay, login_lockout_after, log_statements, http)
+                           max_pending_per_address, login_timeout, login_delay, login_lockout_after, log_statements,
+                           http)
     store = None
     try:
         if workers > 1:  # the supervisor keeps the ledger open: its writer writes every worker's charges

@@ -2,21 +2,25 @@
 a user name is locked after a few, spraying names from one address spends its budget, unknown
 users and wrong passwords fail alike, failures are audited. The bystander behind the same
 address: another user's failures, garbage and probes never refuse or hold back a right
-password, and half-open connections never take analysts' slots.
+password, and half-open connections neither take analysts' slots nor shut the door on logins.
 
 Timing checks are lower bounds on held answers (a sleep never ends early) and generous upper
 bounds on a bystander's login, compared with its own baseline, far below any hold."""
 
 from __future__ import annotations
 
+import asyncio
+import select
 import socket
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 import psycopg
 import pytest
 
+from dpsql.server.app import Limits, Server
 from dpsql.server.throttle import ADMITTED, LoginThrottle
 
 from .server_fixture import PASSWORD, Serve, frame, messages, startup_packet
@@ -48,6 +52,26 @@ def _garbage(server, user: str) -> socket.socket:
     assert sock.recv(4096)[:1] == b"R"  # AuthenticationSASL
     sock.sendall(frame(b"p", b"NO-SUCH-MECHANISM\0\xff\xff\xff\xff"))
     return sock
+
+
+def _half_open(server, n: int) -> list[socket.socket]:
+    """n connections that sent the first bytes of a startup packet, never the rest."""
+    socks = []
+    for _ in range(n):
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        sock.sendall(startup_packet("alice")[:6])
+        socks.append(sock)
+    return socks
+
+
+def _dropped(sock: socket.socket) -> bool:
+    """Whether the server dropped this pending connection: a FATAL 53300, then the end."""
+    answer = messages(sock, timeout=5)
+    return len(answer) == 1 and answer[0][0] == b"E" and b"C53300" in answer[0][1]
+
+
+def _untouched(sock: socket.socket) -> bool:
+    return not select.select([sock], [], [], 0.05)[0]  # neither data nor end of file
 
 
 # The throttle alone, on a fake clock ------------------------------------------------------------
@@ -113,6 +137,41 @@ def test_throttle_forgets_names_that_no_longer_matter():
         t.outcome(f"name{i}", f"10.0.{i % 100}.1", False, 0.0)
     t.outcome("last", "a", False, 3600.0)
     assert len(t._users) + len(t._addresses) < 10
+
+
+# The pending pool, without sockets ---------------------------------------------------------------
+def test_a_full_pending_pool_drops_its_longest_idle_connection():
+    async def scenario() -> None:
+        now = asyncio.get_running_loop().time()
+        pool = SimpleNamespace(limits=Limits(max_pending=4, max_pending_per_address=3, pending_idle=1.0), pending={})
+
+        def pending(pid: int, address: str, idle: float) -> SimpleNamespace:
+            c = SimpleNamespace(pid=pid, address=address, heard=now - idle, dropped=False)
+            c.drop = lambda _now: (pool.pending.pop(pid), setattr(c, "dropped", True))
+            pool.pending[pid] = c
+            return c
+
+        a = [pending(1, "a", 5.0), pending(2, "a", 0.5), pending(3, "a", 0.1)]
+        assert Server.make_room(pool, SimpleNamespace(address="a")) is None and a[0].dropped  # the longest idle
+        pending(4, "a", 0.0)
+        assert "from this address" in Server.make_room(pool, SimpleNamespace(address="a"))  # all three active
+        b = pending(5, "b", 1.5)
+        assert Server.make_room(pool, SimpleNamespace(address="c")) is None and b.dropped  # the pool was full
+        pending(6, "b", 0.5)
+        refusal = Server.make_room(pool, SimpleNamespace(address="c"))
+        assert refusal == "sorry, too many connections are logging in; try again shortly"
+        assert sorted(pool.pending) == [2, 3, 4, 6]
+
+    asyncio.run(scenario())
+
+
+def test_pending_caps_below_one_are_start_up_errors(small_policy):
+    from click.testing import CliRunner
+
+    from dpsql.cli import main
+
+    bad = CliRunner().invoke(main, ["serve", "-p", str(small_policy), "--max-pending-per-address", "0"])
+    assert bad.exit_code == 1 and "--max-pending-per-address must be at least 1" in bad.output
 
 
 # A real server, the attacker's side --------------------------------------------------------------
@@ -215,6 +274,43 @@ def test_another_users_failures_garbage_and_probes_never_hold_back_a_right_passw
     finally:
         if garbage is not None:
             garbage.close()
+        server.stop()
+
+
+def test_half_open_sockets_cannot_shut_the_door(small_policy, tmp_path):
+    """The pending pool full of half-open connections from 127.0.0.1: a login drops the one
+    idle longest (a FATAL 53300) and gets in; the others are left alone."""
+    server = Serve(small_policy, tmp_path / "l.sqlite", "--max-pending", "6", "--login-timeout", "8")
+    _login(server, "bob")  # the server is up and has closed Serve's own probe connection
+    socks = _half_open(server, 6)
+    try:
+        time.sleep(2)  # nothing more for over a second (with room for a busy server's late accepts): idle
+        _login(server, "bob")
+        assert _dropped(socks[0]) and all(_untouched(s) for s in socks[1:])
+    finally:
+        for s in socks:
+            s.close()
+        server.stop()
+
+
+def test_one_address_cannot_take_the_whole_pending_pool(small_policy, tmp_path):
+    """Four pending connections from one address are its share: a fifth is refused while they
+    are active, and gets in once one of them has been idle for a second."""
+    server = Serve(small_policy, tmp_path / "l.sqlite", "--max-pending", "40", "--max-pending-per-address", "4",
+                   "--login-timeout", "8")
+    _login(server, "bob")  # the server is up and has closed Serve's own probe connection
+    socks = _half_open(server, 4)
+    try:
+        fifth = socket.create_connection(("127.0.0.1", server.port))
+        refused = messages(fifth, timeout=5)
+        fifth.close()
+        assert refused and b"C53300" in refused[0][1] and b"from this address" in refused[0][1], refused
+        time.sleep(2)
+        _login(server, "bob")
+        assert _dropped(socks[0]) and all(_untouched(s) for s in socks[1:])
+    finally:
+        for s in socks:
+            s.close()
         server.stop()
 
 
