@@ -407,11 +407,16 @@ def plan(policy: str, user: str, ledger: str | None, epsilon: float, delta: floa
 @click.option("--max-connections", default=200, show_default=True, type=int, help="Authenticated sessions at once.")
 @click.option("--max-pending", default=64, show_default=True, type=int,
               help="Connections still logging in at once (a cap of their own, so they never take analysts' slots).")
+@click.option("--max-pending-per-address", default=16, show_default=True, type=int,
+              help="Of those, from one client address. A full pool drops a connection idle for 1 s for a newcomer.")
 @click.option("--login-timeout", default=10.0, show_default=True, type=float, help="Seconds from connect to logged in.")
 @click.option("--login-delay", default=0.25, show_default=True, type=float,
-              help="Backoff after a failed login, per user name and per address, doubling up to 32x.")
+              help="Seconds a failed login's answer is held, doubling with the name's and the address's recent "
+                   "failures up to 32x; a right password is answered at once.")
 @click.option("--login-lockout-after", default=10, show_default=True, type=int,
-              help="Failed logins in a row that lock the name and the address out for 5 minutes.")
+              help="Failed logins in a row that lock a user name for 5 minutes; an address may spend twice as "
+                   "many (refilled at this many per 5 minutes) before only users who logged in from it recently "
+                   "are let in from it.")
 @click.option("--log-statements", is_flag=True,
               help="Log every statement's text and outcome (command tag or SQLSTATE) to standard error: what "
                    "tools send, never the values answered.")
@@ -423,14 +428,16 @@ def plan(policy: str, user: str, ledger: str | None, epsilon: float, delta: floa
                    "core). Each has its own engine, memory limit and weighted copies; the connection caps and "
                    "the failed logins before a lockout are split among them.")
 def serve(policy: str, ledger: str | None, host: str, port: int, tls_cert: str | None, tls_key: str | None,
-          require_tls: bool, max_connections: int, max_pending: int, login_timeout: float, login_delay: float,
-          login_lockout_after: int, log_statements: bool, http: str | None, workers: int) -> None:
+          require_tls: bool, max_connections: int, max_pending: int, max_pending_per_address: int,
+          login_timeout: float, login_delay: float, login_lockout_after: int, log_statements: bool, http: str | None,
+          workers: int) -> None:
     """Serve the PostgreSQL wire protocol: psql, JDBC, ODBC and every Postgres driver connect unchanged."""
     from .server.app import run
     from .server.launch import ServeOptions, build_server, checked, ensure_logins
 
     options = ServeOptions(policy, ledger, host, port, tls_cert, tls_key, require_tls, max_connections, max_pending,
-                           login_timeout, login_delay, login_lockout_after, log_statements, http)
+                           max_pending_per_address, login_timeout, login_delay, login_lockout_after, log_statements,
+                           http)
     store = None
     try:
         if workers > 1:  # the supervisor keeps the ledger open: its writer writes every worker's charges

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -81,6 +82,37 @@ class Serve:
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "PGPASSWORD": PASSWORD}
+
+
+def frame(kind: bytes, payload: bytes) -> bytes:
+    """One wire message: its type byte, its length, its payload."""
+    return kind + struct.pack("!i", len(payload) + 4) + payload
+
+
+def startup_packet(user: str) -> bytes:
+    """A protocol 3.0 startup packet for `user`, as a client sends it first."""
+    body = struct.pack("!i", 196608) + f"user\0{user}\0database\0dpsql\0\0".encode()
+    return struct.pack("!i", len(body) + 4) + body
+
+
+def messages(sock: socket.socket, timeout: float = 10.0) -> list[tuple[bytes, bytes]]:
+    """The server's messages on a raw socket until it closes (or sends nothing for `timeout`)."""
+    sock.settimeout(timeout)
+    data = b""
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except (socket.timeout, ConnectionResetError):
+            break
+        if not chunk:
+            break
+        data += chunk
+    out, pos = [], 0
+    while pos + 5 <= len(data):
+        kind, length = data[pos:pos + 1], struct.unpack("!i", data[pos + 1:pos + 5])[0]
+        out.append((kind, data[pos + 5:pos + 1 + length]))
+        pos += 1 + length
+    return out
 
 
 def assert_cancelled_midway(conn, within: float,

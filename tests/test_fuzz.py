@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 import dpsql
 
+from .server_fixture import frame
+
 NUMERIC = {"people": ["age", "pid"], "events": ["amount", "pid"], "rows": ["v", "g"]}
 TEXT = {"people": ["sex", "city"], "events": ["kind", "place"], "rows": []}
 
@@ -110,14 +112,10 @@ def test_mangled_queries_are_refused_cleanly(fuzz_cursor, sql, cut, junk):
     _check(fuzz_cursor, sql[:cut] + junk + sql[cut:])
 
 
-def _frame(kind: bytes, payload: bytes) -> bytes:
-    return kind + struct.pack("!i", len(payload) + 4) + payload
-
-
-VALID = [_frame(b"P", b"s\x00SELECT COUNT(*) FROM people WHERE age > $1\x00\x00\x00"),
-         _frame(b"B", b"\x00s\x00\x00\x00\x00\x01\x00\x00\x00\x0230\x00\x00"),
-         _frame(b"D", b"P\x00"), _frame(b"E", b"\x00\x00\x00\x00\x00"), _frame(b"S", b""),
-         _frame(b"Q", b"SELECT COUNT(*) FROM people\x00"), _frame(b"C", b"S\x00"), _frame(b"H", b"")]
+VALID = [frame(b"P", b"s\x00SELECT COUNT(*) FROM people WHERE age > $1\x00\x00\x00"),
+         frame(b"B", b"\x00s\x00\x00\x00\x00\x01\x00\x00\x00\x0230\x00\x00"),
+         frame(b"D", b"P\x00"), frame(b"E", b"\x00\x00\x00\x00\x00"), frame(b"S", b""),
+         frame(b"Q", b"SELECT COUNT(*) FROM people\x00"), frame(b"C", b"S\x00"), frame(b"H", b"")]
 
 
 def test_random_and_mutated_wire_messages(serve):
@@ -144,7 +142,7 @@ def test_random_and_mutated_wire_messages(serve):
                                     + rng.randbytes(rng.randint(0, 60)))
                 burst += bytes(msg)
             try:
-                sock.sendall(burst + _frame(b"S", b""))
+                sock.sendall(burst + frame(b"S", b""))
                 sock.recv(65536)
             except OSError:
                 pass

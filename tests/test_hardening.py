@@ -12,6 +12,8 @@ import pytest
 
 import dpsql
 
+from .server_fixture import frame, messages
+
 
 def _finite(rows, ci) -> bool:
     values = [v for r in rows for v in r if isinstance(v, float)]
@@ -42,42 +44,19 @@ def test_no_non_finite_value_leaves(hospital, sql):
     assert all(r[-1] is None for r in rows)
 
 
-def _raw(sock: socket.socket, kind: bytes, payload: bytes) -> None:
-    sock.sendall(kind + struct.pack("!i", len(payload) + 4) + payload)
-
-
-def _messages(sock: socket.socket) -> list[tuple[bytes, bytes]]:
-    sock.settimeout(10)
-    data = b""
-    while True:
-        try:
-            chunk = sock.recv(65536)
-        except (socket.timeout, ConnectionResetError):
-            break
-        if not chunk:
-            break
-        data += chunk
-    out, pos = [], 0
-    while pos + 5 <= len(data):
-        kind, length = data[pos:pos + 1], struct.unpack("!i", data[pos + 1:pos + 5])[0]
-        out.append((kind, data[pos + 5:pos + 1 + length]))
-        pos += 1 + length
-    return out
-
-
 @pytest.mark.parametrize("length", [-5, -2])
 def test_bind_with_a_negative_length_is_a_protocol_violation(serve, length):
     conn = psycopg.connect(serve.dsn())
     sock = socket.socket(fileno=conn.pgconn.socket)  # the authenticated connection's own socket
     try:
-        _raw(sock, b"P", b"s1\x00SELECT COUNT(*) FROM people WHERE age > $1\x00\x00\x00")
-        _raw(sock, b"B", b"\x00s1\x00" + struct.pack("!hh", 0, 1) + struct.pack("!i", length) + b"\x00\x00")
-        _raw(sock, b"S", b"")
-        messages = _messages(sock)
+        sock.sendall(frame(b"P", b"s1\x00SELECT COUNT(*) FROM people WHERE age > $1\x00\x00\x00")
+                     + frame(b"B", b"\x00s1\x00" + struct.pack("!hh", 0, 1) + struct.pack("!i", length) + b"\x00\x00")
+                     + frame(b"S", b""))
+        answer = messages(sock)
     finally:
         sock.detach()
         conn.close()
-    errors = [body for kind, body in messages if kind == b"E"]
+    errors = [body for kind, body in answer if kind == b"E"]
     assert errors and b"C08P01" in errors[0] and b"SFATAL" in errors[0]
     with psycopg.connect(serve.dsn()) as other:  # the server stays up for everyone else
         assert other.execute("SELECT COUNT(*) FROM people").fetchone()[0] >= 0

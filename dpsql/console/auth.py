@@ -28,30 +28,21 @@ class Refused:
 
 
 async def log_in(request: Request, user: str, password: str) -> Login | Refused:
-    """Check the password against the user's verifier, throttled like a wire login, then open
-    the user's Session. A lockout or failure is recorded in the ledger's events."""
+    """Check the password against the user's verifier through the wire's throttle, as a wire
+    login is (a refusal is held before it is answered, a right password let in at once), then
+    open the user's Session. A refusal is recorded in the ledger's events."""
     state = console(request)
-    server, where = state.server, address(request)
+    server, throttle = state.server, state.server.throttle
     loop = asyncio.get_running_loop()
-    wait = server.throttle.admit(user, where, loop.time())
-    if wait is None:
-        await _event(request, "login locked out", user)
-        return Refused(429, f'too many failed logins for user "{user}" or from this address; try again in a few minutes')
-    if wait:
-        await asyncio.sleep(wait)
-    creds = await blocking(request, server.ledger.user_credentials, user)
-    verifier = Verifier.mock(user, server.secret)
-    if creds is not None:
-        try:
-            verifier = Verifier.parse(creds[0])
-        except ValueError:
-            creds = None
-    ok = await blocking(request, password_matches, verifier, password) and creds is not None
-    if not ok:
-        server.throttle.failed(user, where, loop.time())
-        await _event(request, "login failed", user)
-        return Refused(401, f'password authentication failed for user "{user}"')
-    server.throttle.succeeded(user, where)
+    verdict = throttle.admit(user, loop.time())
+    if verdict.ok:
+        correct = await _password_right(request, user, password)
+        verdict = throttle.outcome(user, address(request), correct, loop.time())
+    if not verdict.ok:
+        until = loop.time() + verdict.hold
+        await _event(request, verdict.audit, user)
+        await asyncio.sleep(max(0.0, until - loop.time()))
+        return Refused(401 if verdict.sqlstate == "28P01" else 429, verdict.message, verdict.hint)
     try:
         session = await blocking(request, lambda: Session(server.policy, user, engine=server.engine, ledger=server.ledger))
     except Error as e:
@@ -61,6 +52,20 @@ async def log_in(request: Request, user: str, password: str) -> Login | Refused:
     except TooManyLogins:
         await blocking(request, session.ledger.close)
         return Refused(503, "too many console logins at once; try again shortly")
+
+
+async def _password_right(request: Request, user: str, password: str) -> bool:
+    """Whether `password` is `user`'s, at the cost of a check against a mock verifier when the
+    user is unknown."""
+    server = console(request).server
+    creds = await blocking(request, server.ledger.user_credentials, user)
+    verifier = Verifier.mock(user, server.secret)
+    if creds is not None:
+        try:
+            verifier = Verifier.parse(creds[0])
+        except ValueError:
+            creds = None
+    return await blocking(request, password_matches, verifier, password) and creds is not None
 
 
 async def _event(request: Request, kind: str, user: str) -> None:

@@ -33,7 +33,7 @@ from .catalog import Catalog, is_catalog_query
 from .cursors import Cursors
 from .params import infer_parameter_types
 from .scram import ScramError, ScramServer, Verifier
-from .throttle import LoginThrottle
+from .throttle import LoginThrottle, Verdict
 from .worker_link import WorkerLink, new_pid
 
 log = logging.getLogger("dpsql.server")
@@ -44,6 +44,11 @@ statements = logging.getLogger("dpsql.statements")  # every statement and its ou
 class Limits:
     max_connections: int = 200  # authenticated sessions
     max_pending: int = 64  # connections still starting up or authenticating, counted apart
+    max_pending_per_address: int = 16  # of those, from one client address
+    # A pending connection that has sent no complete message for this long may be dropped for a
+    # newcomer: a client logging in answers each message within a round trip, so this one is a
+    # half-open socket, a stalled client, or a failed login held by the throttle.
+    pending_idle: float = 1.0
     max_message: int = 16 * 1024 * 1024
     login_timeout: float = 10.0  # from connect to authenticated
     drain_timeout: float = 30.0
@@ -113,7 +118,7 @@ class Server:
         self.catalog = Catalog(policy, self.engine.schema())
         self.executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dpsql")
         self.connections: dict[int, "Connection"] = {}  # authenticated
-        self.pending: set[int] = set()  # not yet authenticated: a cap of their own
+        self.pending: dict[int, "Connection"] = {}  # not yet authenticated: a cap of their own
         self.throttle = LoginThrottle()
         # Shared by every worker: the mock verifiers of unknown users must not differ between them.
         self.secret = secret or secrets.token_bytes(32)
@@ -202,6 +207,26 @@ class Server:
         self.engine.close()  # removes its scratch copies of private tables
         self.ledger.close()
 
+    def make_room(self, newcomer: "Connection") -> str | None:
+        """Room among the pending connections for a newcomer, or why there is none. When the
+        pool, or the newcomer's address's share of it, is full, the connection in the way that
+        has been idle longest (`Limits.pending_idle`) is dropped: half-open sockets cannot shut
+        the door, and one address cannot take the whole pool. Refused only when every pending
+        connection in the way is active."""
+        mine = [c for c in self.pending.values() if c.address == newcomer.address]
+        if len(mine) >= self.limits.max_pending_per_address:
+            crowd, where = mine, " from this address"
+        elif len(self.pending) >= self.limits.max_pending:
+            crowd, where = list(self.pending.values()), ""
+        else:
+            return None
+        now = asyncio.get_running_loop().time()
+        idle = [c for c in crowd if now - c.heard >= self.limits.pending_idle]
+        if not idle:
+            return f"sorry, too many connections are logging in{where}; try again shortly"
+        min(idle, key=lambda c: c.heard).drop(now)
+        return None
+
     def cancel(self, pid: int, key: int) -> None:
         if self.link is not None and not self.link.owns(pid):
             self.link.forward_cancel(pid, key)  # another worker serves that connection
@@ -219,6 +244,11 @@ class Connection:
         self.server = server
         self.reader, self.writer = reader, writer
         self.pid = server.new_pid()
+        self.address = _peer(writer)
+        self.heard = asyncio.get_running_loop().time()  # the last complete read while logging in
+        self.deadline = self.heard + server.limits.login_timeout
+        self._handshaking = False  # in a TLS handshake, where no ErrorResponse can be sent
+        self._dropped = asyncio.Event()  # given up for a newcomer while logging in
         self.key = secrets.randbelow(2**31 - 1)
         self.session: Session | None = None
         self.user = ""
@@ -243,9 +273,12 @@ class Connection:
 
     # I/O ---------------------------------------------------------------------------------
     async def _read_exact(self, n: int) -> bytes:
-        if not self._batching:  # start-up and authentication: every answer before the next read
-            self._write()
-        return await self.reader.readexactly(n)
+        if self._batching:
+            return await self.reader.readexactly(n)
+        self._write()  # start-up and authentication: every answer before the next read
+        data = await self.reader.readexactly(n)
+        self.heard = asyncio.get_running_loop().time()
+        return data
 
     async def read_message(self) -> tuple[bytes, bytes]:
         head = await self._read_exact(5)
@@ -279,6 +312,19 @@ class Connection:
         except Exception:  # noqa: BLE001 - closing a broken transport
             pass
 
+    def drop(self, now: float) -> None:
+        """Give this pending connection up for a newcomer: a FATAL 53300 unless it is in a TLS
+        handshake, then close. A login refusal it was held for is never sent."""
+        self.server.pending.pop(self.pid, None)
+        self._dropped.set()
+        log.info("dropped pending connection %s from %s, idle %.1f s", self.pid, self.address, now - self.heard)
+        if not self._handshaking:
+            self._out.clear()
+            self.send(codec.error_response(
+                "53300", "terminating connection: too many connections are logging in and this one sent nothing "
+                f"for {now - self.heard:.1f} s", "reconnect and answer the server promptly", severity="FATAL"))
+        self.close()
+
     def cancel(self) -> None:
         if self.busy and self.thread is not None:
             self.server.engine.interrupt(self.thread)
@@ -303,17 +349,17 @@ class Connection:
     async def run(self) -> None:
         server = self.server
         try:
-            if len(server.pending) >= server.limits.max_pending or server._closing:
-                # Half-open sockets fill this cap, never the authenticated analysts' one.
-                self.send(codec.error_response("53300", "sorry, too many connections are logging in; try again shortly",
-                                               severity="FATAL"))
+            # Half-open sockets fill this cap, never the authenticated analysts' one.
+            full = "sorry, the server is shutting down" if server._closing else server.make_room(self)
+            if full is not None:
+                self.send(codec.error_response("53300", full, severity="FATAL"))
                 await self.flush()
                 return
-            server.pending.add(self.pid)
+            server.pending[self.pid] = self
             try:
                 ok = await asyncio.wait_for(self.startup(), server.limits.login_timeout)
             finally:
-                server.pending.discard(self.pid)
+                server.pending.pop(self.pid, None)
             if not ok:
                 return
             await self.loop()
@@ -329,20 +375,26 @@ class Connection:
             self.close()
 
     async def startup(self) -> bool:
+        negotiations = 0  # SSLRequest and GSSENCRequest: a client sends each once at most
         while True:
             length = struct.unpack("!i", await self._read_exact(4))[0]
             if length < 8 or length > 10_000:
                 raise codec.ProtocolError("invalid startup packet length")
             body = await self._read_exact(length - 4)
             code = struct.unpack("!i", body[:4])[0]
+            if code in (codec.SSL_REQUEST, codec.GSSENC_REQUEST):
+                negotiations += 1
+                if negotiations > 2:  # answered forever, they would keep a connection looking active
+                    raise codec.ProtocolError("too many encryption requests")
             if code == codec.SSL_REQUEST:
                 if self.server.tls is None or self.tls:
                     self.send(b"N")
                     continue
                 self.send(b"S")
+                self._handshaking = True
                 await self.flush()
                 await self.writer.start_tls(self.server.tls)
-                self.tls = True
+                self.tls, self._handshaking = True, False
                 continue
             if code == codec.GSSENC_REQUEST:
                 self.send(b"N")
@@ -403,37 +455,43 @@ class Connection:
         return params
 
     async def authenticate(self) -> bool:
-        """SCRAM-SHA-256, throttled: after failures from this name or address each attempt waits
-        (0.25 s doubling up to 8 s), and ten in a row lock both out for five minutes. Unknown
-        users and wrong passwords fail alike, in text and in timing (a mock verifier)."""
-        loop = asyncio.get_running_loop()
-        address = self._address()
-        wait = self.server.throttle.admit(self.user, address, loop.time())
-        if wait is None:
-            await self._log_event("login locked out")
-            self.send(codec.error_response("28000", f'too many failed logins for user "{self.user}" or from this '
-                                           "address; try again in a few minutes", severity="FATAL"))
-            await self.flush()
+        """SCRAM-SHA-256 through the login throttle (throttle.py): a locked user name is refused
+        before the exchange; after it, a right password is let in at once and a refusal is held
+        first, so failures are slowed and nobody else's login is. Unknown users and wrong
+        passwords fail alike, in text and in timing (a mock verifier)."""
+        throttle, loop = self.server.throttle, asyncio.get_running_loop()
+        verdict, final = throttle.admit(self.user, loop.time()), None
+        if verdict.ok:
+            final = await self._scram()
+            verdict = throttle.outcome(self.user, self.address, final is not None, loop.time())
+        if not verdict.ok:
+            await self._refuse(verdict)
             return False
-        if wait:
-            await asyncio.sleep(wait)
-        ok = await self._scram()
-        if ok:
-            self.server.throttle.succeeded(self.user, address)
-        else:
-            self.server.throttle.failed(self.user, address, loop.time())
-            await self._log_event("login failed")
-        return ok
+        self.send(codec.message(b"R", codec.int32(12) + final.encode()))
+        return True
 
-    def _address(self) -> str:
-        peer = self.writer.get_extra_info("peername")
-        return str(peer[0]) if isinstance(peer, tuple) and peer else "local"
+    async def _refuse(self, verdict: Verdict) -> None:
+        """Answer a refused login once its hold has passed (cut short to be answered before the
+        login timeout). A connection dropped for a newcomer meanwhile gets nothing more."""
+        loop = asyncio.get_running_loop()
+        until = min(loop.time() + verdict.hold, self.deadline - 0.1)
+        await self._log_event(verdict.audit)
+        try:
+            await asyncio.wait_for(self._dropped.wait(), max(0.0, until - loop.time()))
+        except asyncio.TimeoutError:
+            pass
+        if self._dropped.is_set():
+            return
+        self.send(codec.error_response(verdict.sqlstate, verdict.message, verdict.hint, severity="FATAL"))
+        await self.flush()
 
     async def _log_event(self, kind: str) -> None:
-        log.warning("%s: user %r from %s", kind, self.user, self._address())
-        await self.run_blocking(self.server.ledger.record_event, kind, self.user, self._address())
+        log.warning("%s: user %r from %s", kind, self.user, self.address)
+        await self.run_blocking(self.server.ledger.record_event, kind, self.user, self.address)
 
-    async def _scram(self) -> bool:
+    async def _scram(self) -> str | None:
+        """One exchange: the server-final message if the password was right for an existing
+        user, None if it was wrong, the user unknown or the client's messages malformed."""
         creds = await self.run_blocking(self.server.ledger.user_credentials, self.user)
         verifier = Verifier.mock(self.user, self.server.secret)
         if creds is not None:
@@ -444,8 +502,6 @@ class Connection:
         scram = ScramServer(verifier)
         self.send(codec.message(b"R", codec.int32(10) + codec.cstr("SCRAM-SHA-256") + b"\0"))
         await self.flush()
-        failed = codec.error_response("28P01", f'password authentication failed for user "{self.user}"',
-                                      severity="FATAL")
         try:
             kind, body = await self.read_message()
             if kind != b"p":
@@ -462,14 +518,9 @@ class Connection:
             if kind != b"p":
                 raise ScramError("expected a SASL response")
             final = scram.final(body.decode("utf-8"))
-            if creds is None:
-                raise ScramError("unknown user")
         except ScramError:
-            self.send(failed)
-            await self.flush()
-            return False
-        self.send(codec.message(b"R", codec.int32(12) + final.encode()))
-        return True
+            return None
+        return final if creds is not None else None
 
     # Messages ----------------------------------------------------------------------------
     async def loop(self) -> None:
@@ -805,6 +856,12 @@ class Connection:
         what, name = chr(r.byte()), r.cstring()
         (self.statements if what == "S" else self.portals).pop(name, None)
         self.send(codec.message(b"3"))
+
+
+def _peer(writer: asyncio.StreamWriter) -> str:
+    """The client's address, which the login throttle and the pending caps count by."""
+    peer = writer.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) and peer else "local"
 
 
 def _format(formats: list[int], i: int) -> int:

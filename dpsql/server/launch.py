@@ -31,6 +31,7 @@ class ServeOptions:
     require_tls: bool = False
     max_connections: int = 200
     max_pending: int = 64
+    max_pending_per_address: int = 16
     login_timeout: float = 10.0
     login_delay: float = 0.25
     login_lockout_after: int = 10
@@ -63,6 +64,9 @@ def checked(options: ServeOptions) -> Policy:
         raise invalid_parameter("--tls-cert and --tls-key go together")
     if options.require_tls and options.tls_cert is None:
         raise invalid_parameter("--require-tls needs --tls-cert and --tls-key")
+    if min(options.max_pending, options.max_pending_per_address) < 1:
+        raise invalid_parameter("--max-pending and --max-pending-per-address must be at least 1",
+                                hint="--max-pending-per-address is the share of --max-pending one address may take")
     return pol
 
 
@@ -84,7 +88,9 @@ def build_server(options: ServeOptions, link: WorkerLink | None = None, secret: 
     pol = checked(options)
     share = 1 if link is None else link.count
     limits = Limits(max_connections=math.ceil(options.max_connections / share),
-                    max_pending=math.ceil(options.max_pending / share), login_timeout=options.login_timeout)
+                    max_pending=math.ceil(options.max_pending / share),
+                    max_pending_per_address=math.ceil(options.max_pending_per_address / share),
+                    login_timeout=options.login_timeout)
     tls = tls_context(options.tls_cert, options.tls_key) if options.tls_cert else None
     server = Server(pol, options.host, options.port, tls, options.require_tls, limits, link=link, secret=secret)
     server.throttle = LoginThrottle(base_delay=options.login_delay, max_delay=32 * options.login_delay,
