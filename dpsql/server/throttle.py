@@ -9,15 +9,17 @@ password of a user who is not locked; what it slows and limits is failures:
   for `lockout_seconds`, even against the right password: the accepted price of bounding the
   guesses at one account, from anywhere;
 - per address: a budget of `address_budget` failures that refills at `lockout_after` per
-  `lockout_seconds`. Once it is spent, an attempt from there is refused whatever its password,
-  unless it is the right password of a user who logged in from there within `trust_seconds`.
-  This bounds password spraying (one password, many names) from one address;
+  `lockout_seconds`. Once it is spent, every further failure from there is held the longest
+  (`max_delay`) and answered "too many failed logins from this address": the tarpit that makes
+  spraying one password over many names from one address slow for a client that waits;
 - every refusal is held before it is answered, `base_delay` doubling with the user's and the
-  address's recent failures up to `max_delay`; a success is answered at once.
+  address's recent failures up to `max_delay`; a success is answered at once, whatever the
+  address's failures: a right password of a user who is not locked is never refused or held.
 
-A client learns that a guess was wrong as soon as no prompt success came, so the hold is not
-what bounds guessing; the two budgets above are, and they are charged when the exchange ends,
-whether or not the client waits for the answer. Unknown user names are throttled exactly like
+A client that does not wait learns that a guess was wrong as soon as no prompt success came;
+what bounds its guessing is the per-name lockout (guesses at one account) and the caps on
+connections logging in (each held refusal keeps its connection until answered).
+Unknown user names are throttled exactly like
 known ones, and a refusal reads and waits the same for a right and a wrong password, so the
 throttle says nothing about which names exist or whom it trusts."""
 
@@ -56,7 +58,6 @@ class _User:
 class _Address:
     spent: float = 0.0  # failures not yet refilled, as of `stamp`
     stamp: float = 0.0
-    trusted: dict[str, float] = field(default_factory=dict)  # user -> last login from here, oldest first
 
 
 @dataclass
@@ -66,8 +67,6 @@ class LoginThrottle:
     lockout_after: int = 10  # failures of one name in a row before it is locked
     lockout_seconds: float = 300.0
     address_budget: int = 0  # failures an address may spend at once; 0: twice lockout_after
-    trust_seconds: float = 7 * 86400.0  # a user's login from an address exempts it from that address's budget
-    trusted_per_address: int = 1024  # names remembered per address (the oldest go first)
     _users: dict[str, _User] = field(default_factory=dict)
     _addresses: dict[str, _Address] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -88,23 +87,22 @@ class LoginThrottle:
 
     def outcome(self, user: str, address: str, correct: bool, now: float) -> Verdict:
         """After the exchange (`correct`: the password was right for an existing user): let it
-        in, or the refusal to answer. A wrong password counts against the user and, while the
-        address has budget left, spends one failure of it; a refused right one counts nowhere."""
+        in, or the refusal to answer. A right password is let in unless the name is locked,
+        whatever else came from the address; a wrong one counts against the name and spends one
+        failure of the address's budget, and is held the longer the more both have failed."""
         with self._lock:
             self._sweep(now)
             u, a = self._user(user, now), self._address(address, now)
             locked = self._locked(user, u, now)  # by an attempt that ended while this one ran
             if locked is not None:
                 return locked
-            hold = self._delay(max(u.failures, math.ceil(a.spent)) + 1)  # alike for right and wrong
-            exhausted = a.spent + 1 > self.address_budget
-            if correct and (not exhausted or now - a.trusted.get(user, -math.inf) < self.trust_seconds):
-                self._succeeded(user, u, a, now)
+            if correct:
+                u.failures = 0
                 return ADMITTED
-            if not correct:
-                self._failed(u, now)
-            if exhausted:
-                return self._address_refusal(a, hold, correct)
+            hold = self._delay(max(u.failures, math.ceil(a.spent)) + 1)
+            self._failed(u, now)
+            if a.spent + 1 > self.address_budget:
+                return self._address_refusal(a)
             a.spent += 1
             return Verdict(False, hold, "28P01", f'password authentication failed for user "{user}"',
                            audit="login failed")
@@ -118,12 +116,12 @@ class LoginThrottle:
                        f"{self.lockout_seconds:g} s, against password guessing; ask an administrator if "
                        "they were not yours", audit="login locked out")
 
-    def _address_refusal(self, a: _Address, hold: float, correct: bool) -> Verdict:
+    def _address_refusal(self, a: _Address) -> Verdict:
         wait = math.ceil((a.spent + 1 - self.address_budget) / self._rate())
-        return Verdict(False, hold, "28000", f"too many failed logins from this address; try again in {wait} s",
-                       f"users who logged in from this address in the last {self.trust_seconds / 86400:g} days "
-                       "are still let in; the others wait until its failures age out",
-                       audit="login refused" if correct else "login failed")
+        return Verdict(False, self.max_delay, "28000",
+                       f"too many failed logins from this address; try again in {wait} s",
+                       "right passwords are still let in at once; failures from here are held until the "
+                       "address's failures age out", audit="login failed")
 
     def _failed(self, u: _User, now: float) -> None:
         u.failures += 1
@@ -131,13 +129,6 @@ class LoginThrottle:
         if u.failures >= self.lockout_after:
             u.locked_until = now + self.lockout_seconds
             u.failures = 0
-
-    def _succeeded(self, user: str, u: _User, a: _Address, now: float) -> None:
-        u.failures = 0
-        a.trusted.pop(user, None)
-        a.trusted[user] = now
-        if len(a.trusted) > self.trusted_per_address:
-            a.trusted.pop(next(iter(a.trusted)))
 
     def _user(self, user: str, now: float) -> _User:
         u = self._users.setdefault(user, _User())
@@ -168,8 +159,7 @@ class LoginThrottle:
                        if u.locked_until > now or now - u.last_failure < self.lockout_seconds}
         for a in self._addresses.values():
             self._refill_to(a, now)
-            a.trusted = {k: t for k, t in a.trusted.items() if now - t < self.trust_seconds}
-        self._addresses = {k: a for k, a in self._addresses.items() if a.spent > 0 or a.trusted}
+        self._addresses = {k: a for k, a in self._addresses.items() if a.spent > 0}
         self._sweep_at = max(4096, 2 * (len(self._users) + len(self._addresses)))
 
     def _delay(self, failures: int) -> float:
