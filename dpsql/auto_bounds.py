@@ -22,15 +22,16 @@ under adding or removing one unit, noised with discrete Laplace noise (OpenDP):
 The choice is post-processing of the profile; the release then runs at the rest of the epsilon
 with the sensitivity of the chosen limits, which the plan computes as for any query. The charge
 covers both before the profile is run (sequential composition: SHARE * ε + (1 - SHARE) * ε).
-Everything here but `measure` is pure.
+Everything here is pure but the noise; the session runs the profile's SQL.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from typing import Callable, Sequence
+from typing import Sequence
 
 from sqlglot import exp
 
@@ -190,11 +191,9 @@ def parts(epsilon: Fraction, cols: Sequence[Column], top: int) -> tuple[Part, ..
     return tuple(Part("laplace", e, rho=e * e / 2, noise_multiplier=float(1 / e)) for e in epsilons(epsilon, cols, top))
 
 
-def measure(plan: Plan, cols: Sequence[Column], top: int, epsilon: Fraction,
-            run: Callable[[exp.Select], list[tuple]]) -> Profile:
-    """Run the profile (`run` executes a tree on the engine) and noise every bin, empty ones
+def noised(rows: Sequence[tuple], cols: Sequence[Column], top: int, epsilon: Fraction) -> Profile:
+    """The profile's exact rows (profile_query's result) with every bin noised, empty ones
     included, so which bins hold data is not told by their presence."""
-    rows = run(profile_query(plan, cols, top))
     sizes = [len(steps(top)) + 1] + [VALUE_BINS] * len(cols)
     exact = [[0] * n for n in sizes]
     for kind, _, bin_, mass in rows:
@@ -219,7 +218,7 @@ class _Rows:
     units: tuple[float, ...]
 
     def kept(self, c: float) -> float:
-        return sum(u * min(r, c) for r, u in zip(self.reps, self.units))
+        return _kept(self.reps, self.units, c)
 
 
 def _rows(profile: Profile) -> _Rows:
@@ -242,8 +241,40 @@ class _Values:
 
     def moment(self, clamp: float, k: int) -> float:
         """E[min(x, clamp)^k] over the profile's weighted rows."""
-        total = sum(self.mass)
-        return sum(m * min(v, clamp) ** k for v, m in zip(self.mids, self.mass)) / total if total > 0 else 0.0
+        return _moment(self.mids, self.mass, clamp, k)
+
+
+@functools.lru_cache(maxsize=4096)
+def _kept(reps: tuple[float, ...], units: tuple[float, ...], c: float) -> float:
+    return sum(u * min(r, c) for r, u in zip(reps, units))
+
+
+@functools.lru_cache(maxsize=4096)
+def _moment(mids: tuple[float, ...], mass: tuple[float, ...], clamp: float, k: int) -> float:
+    total = sum(mass)
+    return sum(m * min(v, clamp) ** k for v, m in zip(mids, mass)) / total if total > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class _Term:
+    """One aggregate of the plan as the model sees it: its family, the summed column's SQL (None:
+    rows only), its quantile's bins, its per-row bound at the policy's bounds."""
+
+    func: str
+    expr: str | None
+    bins: int
+    bound: float
+
+
+def _terms(plan: Plan) -> tuple[_Term, ...]:
+    out = []
+    for est in plan.estimates:
+        m = plan.measures[est.total] if est.total is not None else None
+        expr = m.value.sql(dialect="postgres") if isinstance(m, Sum) and m.value is not None else None
+        bins = plan.measures[est.count].width if est.func in QUANTILES else 0
+        bound = 1.0 if est.func == "count" else max(abs(est.upper - est.centre), abs(est.lower - est.centre), 1.0)
+        out.append(_Term(est.func, expr, bins, bound))
+    return tuple(out)
 
 
 def _values(col: Column, mass: Sequence[float]) -> _Values:
@@ -260,31 +291,31 @@ def choose(plan: Plan, profile: Profile, cols: Sequence[Column], top: int, epsil
     per_measure = release / max(len(plan.measures), 1)
     groups = max(groups, 1)
     rows = _rows(profile)
+    terms = _terms(plan)
     values = {c.expr: _values(c, m) for c, m in zip(cols, profile.values)}
     by_expr = {c.expr: c for c in cols}
     candidates = steps(top) if top > 1 else (top,)
     best: tuple[float, int, dict[str, float]] | None = None
     for c in candidates:
-        clamps = {e: _best_clamp(plan, by_expr[e], values[e], rows, c, top, groups, per_measure) for e in by_expr}
-        err = _error(plan, by_expr, values, rows, c, top, clamps, groups, per_measure)
+        clamps = {e: _best_clamp(terms, by_expr[e], values[e], rows, c, top, groups, per_measure) for e in by_expr}
+        err = _error(terms, by_expr, values, rows, c, top, clamps, groups, per_measure)
         if best is None or err < best[0]:
             best = (err, c, clamps)
     assert best is not None
     err, c, clamps = best
-    policy = _error(plan, by_expr, values, rows, top, top, {e: by_expr[e].upper for e in by_expr}, groups, per_measure)
+    policy = _error(terms, by_expr, values, rows, top, top, {e: by_expr[e].upper for e in by_expr}, groups, per_measure)
     clips = tuple((e, by_expr[e].lower, u) for e, u in sorted(clamps.items()) if u < by_expr[e].upper)
     return Choice(c if top > 1 else None, clips, err, policy, epsilon * SHARE)
 
 
-def _best_clamp(plan, col, values, rows, c, top, groups, per_measure) -> float:
-    candidates = col.edges
-    scored = [(_error(plan, {col.expr: col}, {col.expr: values}, rows, c, top, {col.expr: u}, groups, per_measure,
-                      only=col.expr), u) for u in candidates]
+def _best_clamp(terms, col, values, rows, c, top, groups, per_measure) -> float:
+    scored = [(_error(terms, {col.expr: col}, {col.expr: values}, rows, c, top, {col.expr: u}, groups, per_measure,
+                      only=col.expr), u) for u in col.edges]
     return min(scored)[1]
 
 
-def _error(plan: Plan, cols: dict, values: dict, rows: _Rows, c: float, top: int, clamps: dict[str, float],
-           groups: int, per_measure: float, only: str | None = None) -> float:
+def _error(terms: Sequence[_Term], cols: dict, values: dict, rows: _Rows, c: float, top: int,
+           clamps: dict[str, float], groups: int, per_measure: float, only: str | None = None) -> float:
     """The model's relative error summed over the plan's aggregates (those over column `only`,
     if given): a group's expected |Laplace noise| (its scale) plus what truncation to c rows and
     clamping at U cut, over the group's expected value; the units' rows spread evenly over the
@@ -293,28 +324,24 @@ def _error(plan: Plan, cols: dict, values: dict, rows: _Rows, c: float, top: int
     kept = max(rows.kept(c), 1.0)
     lost = full - kept
     total = 0.0
-    for est in plan.estimates:
-        m = plan.measures[est.total] if est.total is not None else None
-        expr = m.value.sql(dialect="postgres") if isinstance(m, Sum) and m.value is not None else None
-        if only is not None and expr != only:
+    for t in terms:
+        if only is not None and t.expr != only:
             continue
-        if est.func in QUANTILES:
+        if t.func in QUANTILES:
             # A noisy histogram's quantile: wrong by about its bins' noise over the group's rows. A
             # total bound reweighs a unit's rows without changing their spread: no truncation term.
-            bins = plan.measures[est.count].width
-            total += math.sqrt(bins) * c / per_measure / max(kept / groups, 1.0)
+            total += math.sqrt(t.bins) * c / per_measure / max(kept / groups, 1.0)
             continue
-        if expr not in cols:  # a count, or a sum whose clamp is not chosen here: rows only
-            bound = 1.0 if est.func == "count" else max(abs(est.upper - est.centre), abs(est.lower - est.centre), 1.0)
-            total += (lost / groups + c * bound / per_measure) / max(full / groups, 1.0)
+        if t.expr not in cols:  # a count, or a sum whose clamp is not chosen here: rows only
+            total += (lost / groups + c * t.bound / per_measure) / max(full / groups, 1.0)
             continue
-        col, v, u = cols[expr], values[expr], clamps[expr]
+        col, v, u = cols[t.expr], values[t.expr], clamps[t.expr]
         mean, clamped = max(v.mean(col.upper), 1e-9), v.mean(u)
-        if est.func in ("sum", "whole_sum"):
+        if t.func in ("sum", "whole_sum"):
             bias = (lost * mean + kept * (mean - clamped)) / groups  # full * mean - kept * clamped
             total += (bias + c * (u - col.lower) / per_measure) / max(full * mean / groups, 1e-9)
-        elif est.func in SPREADS:
-            total += _spread_error(col, v, u, c, kept / groups, per_measure, est.func.startswith("stddev"))
+        elif t.func in SPREADS:
+            total += _spread_error(col, v, u, c, kept / groups, per_measure, t.func.startswith("stddev"))
         else:  # a mean: centred sum over count
             n = kept / groups
             centre = (col.lower + u) / 2

@@ -558,21 +558,44 @@ class Session:
         charge = pending.admitted()
         try:
             with _charge_told("the query's cost stays charged: its limits were being chosen from the data"):
-                profile = auto_bounds.measure(policy_plan, cols, top, epsilon, self._rows_of)
+                profile = auto_bounds.noised(self._profile_rows(policy_plan, cols, top), cols, top, epsilon)
                 choice = auto_bounds.choose(policy_plan, profile, cols, top, epsilon, len(groups) if groups else 1)
-                plan = plan_query(tree, self.policy, self.engine.schema(), s.mechanism, choice.options(options))
-                cal = calibrate(plan, rest, Fraction(0), s.mechanism, plan.literal_domain_size(),
-                                measure_weights(plan, options.weights))
+                plan, cal, bounded = self._plans.derived(policy_plan, f"chosen {choice.options(QueryOptions())}",
+                                                         lambda: self._chosen(tree, options, choice, rest))
                 if _shares(cal.cost) != _shares(at_rest.cost):
                     raise OperationalError("the chosen limits changed the release's cost", sqlstate="XX000",
                                            hint="this is a bug in dpsql, please report it")
-                bounded = self._built_bounded(plan, None, copies=False)
         except BaseException:
             pending.durable()
             raise
         result = self._answer(plan, bounded, cal, charge, _detail(plan, cal), pending)
         result.dp["bounds"] = choice.describe()
         return result, charge
+
+    def _chosen(self, tree: exp.Query, options: QueryOptions, choice: auto_bounds.Choice, rest: Fraction
+                ) -> tuple[Plan, Calibration, Bounded]:
+        """The plan at the chosen limits, calibrated at the release's epsilon, and its bounded query
+        (kept per policy plan and choice: a repeated query's choices repeat)."""
+        s = self.settings
+        plan = plan_query(tree, self.policy, self.engine.schema(), s.mechanism, choice.options(options))
+        cal = calibrate(plan, rest, Fraction(0), s.mechanism, plan.literal_domain_size(),
+                        measure_weights(plan, options.weights))
+        return plan, cal, self._built_bounded(plan, None, copies=False)
+
+    def _profile_rows(self, plan: Plan, cols: tuple[auto_bounds.Column, ...], top: int) -> list[tuple]:
+        """The profile's exact rows; like a bounded result, kept per analyst and data version when
+        the data alone determines them (the noise is drawn afresh each time)."""
+        sql, timeless = self._plans.derived(plan, "profile", lambda: self._prepared(
+            auto_bounds.profile_query(plan, cols, top)))
+        reused = getattr(self.engine, "execute_reused", None)
+        if reused is not None and self.settings.reuse and timeless:
+            rs = reused(sql, self.user.name)
+        else:
+            rs = self.engine.execute(sql)
+        return list(zip(*rs.columns)) if rs.row_count else []
+
+    def _prepared(self, tree: exp.Select) -> tuple[str, bool]:
+        return self.engine.prepare(tree, owned=True), tree.find(*CLOCK_FUNCTIONS) is None
 
     def _rows_of(self, tree: exp.Select) -> list[tuple]:
         rs = self.engine.execute(self.engine.prepare(tree, owned=True))
