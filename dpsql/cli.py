@@ -78,12 +78,18 @@ def render_table(result: Result) -> str:
                 iv = intervals[i]
                 line.append("" if iv is None else f"[{_fmt(iv[0])}, {_fmt(iv[1])}]")
         cells.append(line)
+    out = text_grid(headers, cells)
+    out.append(f"({len(result.rows)} row{'s' if len(result.rows) != 1 else ''})")
+    return "\n".join(out)
+
+
+def text_grid(headers: list[str], cells: list[list[str]]) -> list[str]:
+    """psql's layout: headers over a rule, each column as wide as its widest cell, values right-aligned."""
     widths = [max([len(h)] + [len(r[j]) for r in cells]) for j, h in enumerate(headers)]
     out = [" | ".join(h.ljust(w) for h, w in zip(headers, widths)),
            "-+-".join("-" * w for w in widths)]
     out += [" | ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
-    out.append(f"({len(result.rows)} row{'s' if len(result.rows) != 1 else ''})")
-    return "\n".join(out)
+    return out
 
 
 def _json_result(result: Result) -> str:
