@@ -681,7 +681,8 @@ def _pct(x: float | None) -> str:
 def report_lines(rep: dict[str, Any]) -> list[str]:
     """The owner's report (policy_report.report) as text: per table, then the suggestions' rules."""
     out = [f"dpsql policy check --data: {rep['policy']} ({rep['engine']})",
-           "The data owner's view: exact counts from the raw rows, without noise. Never show it to analysts.", ""]
+           "The data owner's view: exact counts from the raw rows, without noise. Never show it to analysts;",
+           "limits copied from it into the policy, which is public, disclose what they were computed from.", ""]
     rules: dict[str, str] = {}
     for t in rep["tables"]:
         out += _table_lines(t, rep["keep"])

@@ -236,6 +236,7 @@ def test_report_text_and_progress(data, owner_report):
     t = table(owner_report, "events")
     total = t["total_bound"]
     assert "The data owner's view" in out.stdout and "Never show it to analysts" in out.stdout
+    assert "limits copied from it into the policy, which is public, disclose" in out.stdout
     assert f"events: {t['rows']:,} rows, {t['units']:,} units of pid (7 rows without a unit" in out.stdout
     assert f"total bound 6 (max_groups × max_rows): cuts {total['rows_cut_share']:.2%} of rows" in out.stdout
     suggested = {s["limit"]: s for s in t["suggestions"]}["max_contributions"]
