@@ -62,6 +62,7 @@ filter = "basic"
 epsilon = 1e12
 delta = 0.5
 query_epsilon = 1
+bounds = "policy"  # the bounding machinery at fixed limits: what a plain engine is compared with
 
 [tables.events]
 privacy_unit = "uid"

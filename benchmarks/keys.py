@@ -32,7 +32,7 @@ def run(rows: int, keys: list[int], repeat: int) -> list[dict]:
                         f"FROM range({rows})")
             con.close()
             policy = work / f"k{k}.toml"
-            policy.write_text(f'[engine]\ndatabase = "{db.name}"\n[privacy]\nepsilon = 1000000\ndelta = 1e-5\n'
+            policy.write_text(f'[engine]\ndatabase = "{db.name}"\n[privacy]\nepsilon = 1000000\ndelta = 1e-5\nbounds = "policy"\n'
                               '[tables.t]\nprivacy_unit = "pid"\n[users.a]\n')
             conn = dpsql.connect(policy, user="a", ledger=work / f"k{k}.sqlite")
             cur = conn.cursor()

@@ -48,6 +48,7 @@ database = "bench.duckdb"
 [privacy]
 epsilon = 1e9
 query_epsilon = 1.0
+bounds = "policy"
 [tables.t]
 privacy_unit = "uid"
 max_groups = 3
