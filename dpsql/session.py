@@ -492,16 +492,20 @@ class Session:
             cached = self.ledger.cache_get(self.user.name, key)
             if cached is not None and self._receipted(cached):
                 return self._from_cache(cached)
-        if self._auto_bounded(plan, cal, options):
-            return self._kept(self._auto_answer(stmt, tree, plan, cal, options), key)
+        auto = self._auto_bounded(plan, cal, options)
         detail = self._plans.derived(cal, "detail", lambda: _detail(plan, cal))  # read-only: shared by executions
-        bounded = self._bounded(plan, None)  # an engine's refusal comes before the charge
+        # An engine's refusal comes before the charge (under chosen limits, the policy's plan is
+        # bound in the engine: the chosen one differs in its clamps and total bound only).
+        bounded = self._plans.derived(plan, "unweighted", lambda: self._built_bounded(plan, None, copies=False)) \
+            if auto else self._bounded(plan, None)
         if bounded.domain == ():  # every declared key tuple is NULL or filtered out: nothing to release, free
             names, types = self._describe_tree(tree, stmt.options)
             return Result(names, types, [], "SELECT 0",
                           {"notice": "the group keys' declared values give no group under this expression (each "
                                      "becomes NULL), so nothing was released or charged"})
         self._deadline.check()
+        if auto:
+            return self._kept(self._auto_answer(stmt, tree, plan, cal, options, bounded.domain), key)
         stopper = _Stopper(self.engine) if self._overlapping(cal.cost) else None
         detail_text = self._plans.derived(cal, "detail_text", lambda: json.dumps(detail, default=str))
         pending = self.ledger.charging(self.user.name, self.budget_policy, cal.cost, stmt.sql, detail_text,
@@ -542,7 +546,7 @@ class Session:
         return auto_bounds.ceiling(plan) > 1 or bool(auto_bounds.columns(plan))
 
     def _auto_answer(self, stmt: Query, tree: exp.Query, policy_plan: Plan, policy_cal: Calibration,
-                     options: QueryOptions) -> tuple[Result, Charge]:
+                     options: QueryOptions, groups: tuple | None) -> tuple[Result, Charge]:
         """One charge for the profile and the release, durable before the profile runs (so no
         refusal or failure after it depends on the data); then the chosen plan's release."""
         s = self.settings
@@ -552,7 +556,6 @@ class Session:
         weights = measure_weights(policy_plan, options.weights)
         at_rest = calibrate(policy_plan, rest, Fraction(0), s.mechanism, policy_plan.literal_domain_size(), weights)
         cost = Cost.of(auto_bounds.parts(epsilon, cols, top) + at_rest.cost.parts)
-        groups = self._bounded(policy_plan, None).domain  # the engine's refusals come before the charge
         pending = self.ledger.charging(self.user.name, self.budget_policy, cost, stmt.sql,
                                        json.dumps(_detail(policy_plan, at_rest), default=str), self.global_budget)
         charge = pending.admitted()
