@@ -19,7 +19,9 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
 from ..errors import forbidden, syntax_error, unsupported
+from .allowlist import WRITTEN
 from .build import positionless
+from .clock import is_clock
 from .limits import QueryLimits
 from .options import QueryOptions, extract
 
@@ -322,14 +324,33 @@ def _parse(text: str, limits: QueryLimits) -> exp.Query:
     if tree.find(exp.Into) is not None:
         raise forbidden("SELECT ... INTO creates a table, and dpsql creates none",
                         hint="drop the INTO clause to have the answer returned")
+    written = written_names(tree, text)
     positionless(tree)
+    for node, name in written:
+        node.meta[WRITTEN] = name
     limits.tree(tree)
     return _normalized(tree)
 
 
+def written_names(tree: exp.Expression, text: str) -> list[tuple[exp.Expression, str]]:
+    """The functions whose name as written differs from sqlglot's for them (NOW() is its
+    CURRENT_TIMESTAMP, TO_CHAR its TIME_TO_STR), with that name: messages name what the
+    analyst typed (allowlist.written_name). Read from the parser's token positions, before
+    they are dropped."""
+    out = []
+    for node in tree.walk():
+        meta = getattr(node, "_meta", None)
+        if not meta or not isinstance(node, exp.Func) or isinstance(node, exp.Anonymous) or "start" not in meta:
+            continue
+        name = text[meta["start"]:meta["end"] + 1]
+        if name.upper() != node.sql_name() and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            out.append((node, name))
+    return out
+
+
 def _normalized(tree: exp.Query) -> exp.Query:
     """PostgreSQL spellings BI tools emit, in the one form the rest of dpsql reads: DATE(x) is
-    CAST(x AS DATE) (Looker), FETCH NEXT n ROWS ONLY is LIMIT n (Looker, Power BI), a table's
+    CAST(x AS DATE) (Looker), transaction_timestamp() and its kin are now(), FETCH NEXT n ROWS ONLY is LIMIT n (Looker, Power BI), a table's
     database qualifier (dbt's "dpsql"."public"."patients") is dropped, since dpsql serves one
     database, and `x = ANY(array)` is `x IN (...)` (`array_comparisons`)."""
     def visit(node: exp.Expression) -> exp.Expression:
@@ -341,10 +362,14 @@ def _normalized(tree: exp.Query) -> exp.Query:
             return exp.Limit(expression=node.args["count"])
         if isinstance(node, exp.Table) and node.args.get("catalog") is not None and node.args.get("db") is not None:
             node.set("catalog", None)
+        if isinstance(node, exp.Anonymous) and is_clock(node):  # transaction_timestamp() and the like: now()
+            out = exp.CurrentTimestamp()
+            out.meta[WRITTEN] = str(node.name)
+            return out
         return node
 
     if any(isinstance(n, (exp.Date, exp.Fetch)) or (isinstance(n, exp.Table) and n.args.get("catalog") is not None)
-           for n in tree.walk()):
+           or (isinstance(n, exp.Anonymous) and is_clock(n)) for n in tree.walk()):
         tree = tree.transform(visit, copy=True)
     return array_comparisons(tree)
 
