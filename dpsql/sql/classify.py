@@ -21,7 +21,7 @@ from sqlglot.tokens import TokenType
 from ..errors import forbidden, syntax_error, unsupported
 from .allowlist import WRITTEN
 from .build import positionless
-from .clock import is_clock
+from .clock import has_clock, is_clock
 from .limits import QueryLimits
 from .options import QueryOptions, extract
 
@@ -64,6 +64,11 @@ class Query:
         """Whether the tree holds %s, %(name)s or $n placeholders: asked at every execution of
         a statement the session keeps parsed, so walked once."""
         return any(isinstance(n, (exp.Placeholder, exp.Parameter)) for n in self.tree.walk())
+
+    @cached_property
+    def clocked(self) -> bool:
+        """Whether the tree reads the clock (NOW(), CURRENT_DATE...: sql/clock.py), walked once."""
+        return has_clock(self.tree)
 
 
 @dataclass(frozen=True)
@@ -345,7 +350,34 @@ def written_names(tree: exp.Expression, text: str) -> list[tuple[exp.Expression,
         name = text[meta["start"]:meta["end"] + 1]
         if name.upper() != node.sql_name() and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             out.append((node, name))
+        fmt = node.args.get("format") if isinstance(node, exp.TimeToStr) else None
+        if isinstance(fmt, exp.Literal) and fmt.is_string:
+            written = _second_string_argument(text, meta["end"] + 1)
+            if written is not None:
+                out.append((fmt, written))
     return out
+
+
+def _second_string_argument(text: str, at: int) -> str | None:
+    """The string literal that is the second argument of the call whose name ends before `at`,
+    as written: sqlglot rewrites TO_CHAR's PostgreSQL pattern into strftime's while parsing, and
+    sql/pgfunctions.py reads the pattern PostgreSQL would."""
+    try:
+        tokens = sqlglot.tokenize(text[at:], read=READ_DIALECT)
+    except (TokenError, ValueError):
+        return None
+    depth = 0
+    for k, tok in enumerate(tokens):
+        if tok.token_type == TokenType.L_PAREN:
+            depth += 1
+        elif tok.token_type == TokenType.R_PAREN:
+            depth -= 1
+            if depth <= 0:
+                return None
+        elif tok.token_type == TokenType.COMMA and depth == 1:
+            following = tokens[k + 1] if k + 1 < len(tokens) else None
+            return following.text if following is not None and following.token_type == TokenType.STRING else None
+    return None
 
 
 def _normalized(tree: exp.Query) -> exp.Query:

@@ -26,6 +26,7 @@ from .allowlist import check_tree, construct, contains_aggregate
 from .bounds import UNBOUNDED, Interval
 from .division import integer_division
 from .literals import check_literals
+from .pgfunctions import postgres_meaning
 
 _SCHEMAS = ("", "public", "main")
 
@@ -121,7 +122,8 @@ class Scope:
                 return resolver.public_subquery(n)
             return n
 
-        resolved = integer_division(node.copy().transform(replace, copy=False), resolver.column_type)
+        resolved = postgres_meaning(node.copy().transform(replace, copy=False))
+        resolved = integer_division(resolved, resolver.column_type)
         check_literals(resolved, resolver.column_type)
         return resolved
 
