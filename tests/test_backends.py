@@ -370,7 +370,7 @@ CLOCKED = [
     "SELECT diagnosis, COUNT(*) FROM visits WHERE visit_date > transaction_timestamp() - INTERVAL '90 days' "
     "GROUP BY diagnosis",
     "SELECT TO_CHAR(visit_date, 'YYYY-MM') AS m, COUNT(*) FROM visits GROUP BY 1",
-    "SELECT TO_CHAR(visit_date, 'FMMonth YYYY, Dy \"Q\"Q DDD IW D') AS m, COUNT(*) FROM visits "
+    "SELECT TO_CHAR(visit_date, 'FMMonth YYYY, Dy \"Q\"Q DDD IW D WW W HH12 AM') AS m, COUNT(*) FROM visits "
     "WHERE visit_date < DATE '2023-03-01' GROUP BY 1",
     "SELECT EXTRACT(dow FROM visit_date) AS d, date_part('month', visit_date) AS m, COUNT(*) FROM visits GROUP BY 1, 2",
     "SELECT TO_CHAR(now(), 'YYYY-MM-DD HH24:MI:SS') AS t, format('%s|%I|%L', 1, 'A b', 'it''s') AS f",

@@ -289,7 +289,7 @@ def _extract(field: str, value: exp.Expression) -> exp.Expression:
 
 
 def _mod(e: exp.Expression, n: int) -> exp.Expression:
-    return exp.Paren(this=exp.Mod(this=e, expression=exp.Literal.number(n)))
+    return exp.Paren(this=exp.Mod(this=exp.Paren(this=e), expression=exp.Literal.number(n)))
 
 
 def _field(field: str, value: exp.Expression) -> exp.Expression:
@@ -310,6 +310,6 @@ def _field(field: str, value: exp.Expression) -> exp.Expression:
         return exp.Add(this=_int(_extract("DOW", value)), expression=one)
     if field in ("WW", "W"):
         day = _int(_extract("DOY" if field == "WW" else "DAY", value))
-        return exp.Add(this=_int(exp.Floor(this=exp.Div(this=exp.Sub(this=day, expression=one),
+        return exp.Add(this=_int(exp.Floor(this=exp.Div(this=exp.Paren(this=exp.Sub(this=day, expression=one)),
                                                          expression=exp.Literal.number(7.0)))), expression=one)
     return _int(_extract(field, value))
