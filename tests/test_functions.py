@@ -204,6 +204,7 @@ def test_to_char_refuses_patterns_it_does_not_write_out(cur):
     assert "th" in refused(cur, "SELECT TO_CHAR(visit_date, 'DDth') AS d, COUNT(*) FROM visits GROUP BY 1", "0A000")
     refused(cur, "SELECT TO_CHAR(visit_date, 'J') AS d, COUNT(*) FROM visits GROUP BY 1", "0A000")
     refused(cur, "SELECT TO_CHAR(visit_date, diagnosis) AS d, COUNT(*) FROM visits GROUP BY 1", "22023")
+    assert "number" in refused(cur, "SELECT to_char(1234.5, '9999.9')", "0A000")
 
 
 @pytest.mark.parametrize("key,size", [

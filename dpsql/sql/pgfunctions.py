@@ -202,6 +202,9 @@ def to_char(node: exp.TimeToStr) -> exp.Expression:
     if not (isinstance(fmt, exp.Literal) and fmt.is_string):
         raise invalid_parameter("TO_CHAR's format must be a literal", hint="write it in quotes: TO_CHAR(d, 'YYYY-MM')")
     text = _pattern_text(fmt)
+    if (isinstance(value, exp.Literal) and not value.is_string) or re.search(r"9|EEEE|\bRN\b", text):
+        raise unsupported("TO_CHAR of a number is not supported by dpsql (only of dates and timestamps)",
+                          hint="CAST(x AS TEXT), ROUND(x, 2) or format('%s', x) instead")
     pieces: list[exp.Expression] = []
     literal: list[str] = []
     i, fill = 0, False
