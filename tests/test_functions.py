@@ -15,7 +15,7 @@ from dpsql.sql.allowlist import written_name
 from dpsql.sql.classify import classify
 from dpsql.sql.clock import has_clock, pinned
 
-from .conftest import SAMPLE
+from .conftest import SAMPLE, hospital_policy
 
 UTC = datetime.timezone.utc
 AT = datetime.datetime(2024, 6, 15, 13, 45, 7, 250300, tzinfo=UTC)
@@ -24,10 +24,7 @@ AT = datetime.datetime(2024, 6, 15, 13, 45, 7, 250300, tzinfo=UTC)
 @pytest.fixture
 def cur(tmp_path):
     """A cursor on the sample hospital (its own ledger, a large budget, the answer cache on)."""
-    text = (SAMPLE / "dpsql.toml").read_text().replace('source = "', f'source = "{SAMPLE}/')
-    policy = tmp_path / "hospital.toml"
-    policy.write_text(text.replace("epsilon = 10.0", "epsilon = 1000.0"))
-    conn = dpsql.connect(policy, user="alice", ledger=tmp_path / "ledger.sqlite")
+    conn = dpsql.connect(hospital_policy(tmp_path, 1000.0), user="alice", ledger=tmp_path / "ledger.sqlite")
     yield conn.cursor()
     conn.close()
 
@@ -268,10 +265,7 @@ def test_nested_refusals_charge_nothing(cur):
 def hospital_serve(tmp_path):
     from .server_fixture import Serve
 
-    text = (SAMPLE / "dpsql.toml").read_text().replace('source = "', f'source = "{SAMPLE}/')
-    policy = tmp_path / "hospital.toml"
-    policy.write_text(text.replace("epsilon = 10.0", "epsilon = 1000.0"))
-    s = Serve(policy, tmp_path / "ledger.sqlite")
+    s = Serve(hospital_policy(tmp_path, 1000.0), tmp_path / "ledger.sqlite")
     yield s
     s.stop()
 
