@@ -171,6 +171,17 @@ def test_string_functions_over_a_public_table_and_constants(cur):
     assert cur.fetchone()[0] >= 0 and spent(cur)[0] == 1
 
 
+def test_formatting_a_released_aggregate_is_post_processing(cur):
+    """FORMAT, LPAD... of an aggregate run over its released value, with PostgreSQL's meaning."""
+    cur.execute("SELECT format('%s visits', COUNT(*)) AS t, lpad(CAST(COUNT(*) AS TEXT), 9, '0') AS p FROM visits")
+    (text, padded), = cur.fetchall()
+    assert text.endswith(" visits") and text.split()[0].isdigit() and len(padded) == 9 and padded.isdigit()
+    cur.execute("SELECT ward, format('%s: %s', ward, SUM(cost)) FROM visits GROUP BY ward ORDER BY 1 LIMIT 1")
+    ward, text = cur.fetchone()
+    assert text.startswith(f"{ward}: ") and float(text.split(": ")[1]) >= 0
+    assert spent(cur)[0] == 2
+
+
 def test_gexec_style_generated_sql_runs(cur):
     """psql's \\gexec runs each generated statement: here, one DP query per ward."""
     cur.execute("SELECT format('SELECT COUNT(*) FROM visits WHERE ward = %L', name) FROM wards ORDER BY name LIMIT 2")
