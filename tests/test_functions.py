@@ -85,13 +85,30 @@ RELATIVE = [  # as Metabase, Looker and Superset write relative-date filters
     "AND visit_date < CAST(NOW() AS date))",
     "SELECT DATE_TRUNC('month', visit_date) AS m, COUNT(*) FROM visits "
     "WHERE visit_date < DATE_TRUNC('month', CURRENT_TIMESTAMP) GROUP BY 1",
+    # Looker: a month dimension, and "in the past 900 days" as constant subqueries in the zone of the model
+    "SELECT TO_CHAR(DATE_TRUNC('month', visits.visit_date ), 'YYYY-MM') AS \"visits.visit_month\", COUNT(*) AS "
+    "\"visits.count\" FROM public.visits AS visits WHERE ((( visits.visit_date ) >= ((SELECT (DATE_TRUNC('day', "
+    "CURRENT_TIMESTAMP AT TIME ZONE 'America/Los_Angeles') + (-899 || ' day')::INTERVAL))) AND ( visits.visit_date ) "
+    "< ((SELECT ((DATE_TRUNC('day', CURRENT_TIMESTAMP AT TIME ZONE 'America/Los_Angeles') + (-899 || ' day')::INTERVAL)"
+    " + (900 || ' day')::INTERVAL))))) GROUP BY DATE_TRUNC('month', visits.visit_date ) ORDER BY 1 DESC LIMIT 500",
+    # Metabase: "previous 900 days" and a week starting on Sunday
+    "SELECT CAST(date_trunc('week', (visit_date + INTERVAL '1 day')) + INTERVAL '-1 day' AS date) AS \"visit_date\", "
+    "COUNT(*) AS \"count\" FROM \"public\".\"visits\" WHERE \"public\".\"visits\".\"visit_date\" >= "
+    "CAST((CAST(NOW() AS timestamp) + INTERVAL '-900 day') AS date) GROUP BY 1 ORDER BY 1 ASC",
+    # Superset: a time range as TO_TIMESTAMP and TO_DATE literals
+    "SELECT DATE_TRUNC('week', visit_date) AS visit_date, COUNT(*) AS count FROM visits WHERE visit_date >= "
+    "TO_TIMESTAMP('2024-01-01 00:00:00.000000', 'YYYY-MM-DD HH24:MI:SS.US') AND visit_date < "
+    "TO_DATE('2024-02-01', 'YYYY-MM-DD') GROUP BY DATE_TRUNC('week', visit_date) ORDER BY count DESC LIMIT 3",
 ]
 
 
 @pytest.mark.parametrize("sql", RELATIVE)
 def test_relative_date_filters_are_answered_and_charged_once(cur, sql):
     cur.execute(sql)
-    assert cur.fetchall() and cur.dp["cost"]["epsilon"] == pytest.approx(0.1)
+    rows = cur.fetchall()
+    assert rows and cur.dp["cost"]["epsilon"] == pytest.approx(0.1)
+    if "visits.visit_month" in sql:
+        assert rows[0][0] == "2024-12" and all(len(r[0]) == 7 for r in rows)
     assert spent(cur) == (1, pytest.approx(0.1))
 
 

@@ -31,9 +31,12 @@ ROW_FUNCTIONS = (
     exp.Lower, exp.Upper, exp.Length, exp.Substring, exp.Trim, exp.Concat, exp.DPipe,
     exp.StrPosition, exp.Left, exp.Right, exp.Initcap,
     exp.Extract, exp.DateTrunc, exp.TimestampTrunc, exp.WidthBucket,
-    exp.TimeToStr,  # TO_CHAR of a date or timestamp, written out in EXTRACT and LPAD (sql/pgfunctions.py)
     exp.AtTimeZone,  # with a literal zone (checked below)
 ) + CLOCK_NODES
+
+# Called by name: TO_CHAR of a date or timestamp (classify keeps PostgreSQL's pattern; written out
+# in EXTRACT, LPAD and CASE by sql/pgfunctions.py).
+_ROW_ANONYMOUS = frozenset({"TO_CHAR"})
 
 # Of those, the ones whose value depends on when the query runs (sql/clock.py pins them to
 # literals per statement): a result computed with them must not be reused.
@@ -166,7 +169,8 @@ def check_node(node: exp.Expression, *, public: bool = False) -> None:
         _check_trunc_unit(node)
     if isinstance(node, exp.AtTimeZone):
         _check_zone(node)
-    if isinstance(node, _ALLOWED) or is_clock(node):
+    if isinstance(node, _ALLOWED) or is_clock(node) or (isinstance(node, exp.Anonymous)
+                                                         and str(node.name).upper() in _ROW_ANONYMOUS):
         return
     if is_public_function(node):
         if public or node.find(exp.Column) is None:

@@ -382,7 +382,8 @@ def _second_string_argument(text: str, at: int) -> str | None:
 
 def _normalized(tree: exp.Query) -> exp.Query:
     """PostgreSQL spellings BI tools emit, in the one form the rest of dpsql reads: DATE(x) is
-    CAST(x AS DATE) (Looker), transaction_timestamp() and its kin are now(), FETCH NEXT n ROWS ONLY is LIMIT n (Looker, Power BI), a table's
+    CAST(x AS DATE) (Looker), transaction_timestamp() and its kin are now(), TO_CHAR keeps its
+    PostgreSQL pattern (`to_char_call`), FETCH NEXT n ROWS ONLY is LIMIT n (Looker, Power BI), a table's
     database qualifier (dbt's "dpsql"."public"."patients") is dropped, since dpsql serves one
     database, and `x = ANY(array)` is `x IN (...)` (`array_comparisons`)."""
     def visit(node: exp.Expression) -> exp.Expression:
@@ -398,12 +399,25 @@ def _normalized(tree: exp.Query) -> exp.Query:
             out = exp.CurrentTimestamp()
             out.meta[WRITTEN] = str(node.name)
             return out
+        if isinstance(node, exp.TimeToStr):
+            return to_char_call(node)
         return node
 
-    if any(isinstance(n, (exp.Date, exp.Fetch)) or (isinstance(n, exp.Table) and n.args.get("catalog") is not None)
+    if any(isinstance(n, (exp.Date, exp.Fetch, exp.TimeToStr))
+           or (isinstance(n, exp.Table) and n.args.get("catalog") is not None)
            or (isinstance(n, exp.Anonymous) and is_clock(n)) for n in tree.walk()):
         tree = tree.transform(visit, copy=True)
     return array_comparisons(tree)
+
+
+def to_char_call(node: exp.TimeToStr) -> exp.Anonymous:
+    """TO_CHAR(x, pattern) as the call PostgreSQL reads, its pattern as written: sqlglot's parser
+    turns a literal pattern into strftime's (kept as written by `written_names`), and
+    sql/pgfunctions.py writes PostgreSQL's patterns out for every engine."""
+    fmt = node.args.get("format")
+    written = (getattr(fmt, "_meta", None) or {}).get(WRITTEN) if fmt is not None else None
+    pattern = exp.Literal.string(written) if written is not None else fmt.copy() if fmt is not None else exp.Null()
+    return exp.Anonymous(this="TO_CHAR", expressions=[node.this.copy(), pattern])
 
 
 def array_comparisons(tree: exp.Expression) -> exp.Expression:

@@ -20,13 +20,12 @@ import re
 from sqlglot import exp
 
 from ..errors import invalid_parameter, unsupported
-from .allowlist import WRITTEN
 from .build import dtype
 
 
 def postgres_meaning(tree: exp.Expression) -> exp.Expression:
     """`tree` with FORMAT and TO_CHAR written out (a copy where it has any; `tree` itself else)."""
-    if tree.find(exp.Format, exp.TimeToStr) is None:
+    if not any(isinstance(n, exp.Format) or is_to_char(n) for n in tree.walk()):
         return tree
     return tree.transform(_visit, copy=True)
 
@@ -34,9 +33,14 @@ def postgres_meaning(tree: exp.Expression) -> exp.Expression:
 def _visit(node: exp.Expression) -> exp.Expression:
     if isinstance(node, exp.Format):
         return formatted(node)
-    if isinstance(node, exp.TimeToStr):
+    if is_to_char(node):
         return to_char(node)
     return node
+
+
+def is_to_char(node: exp.Expression) -> bool:
+    """TO_CHAR(x, pattern), as classify reads it (an Anonymous call holding PostgreSQL's pattern)."""
+    return isinstance(node, exp.Anonymous) and str(node.name).upper() == "TO_CHAR"
 
 
 # FORMAT --------------------------------------------------------------------------------------
@@ -196,12 +200,13 @@ _MERIDIEM = ("A.M.", "P.M.", "a.m.", "p.m.", "AM", "PM", "am", "pm")
 _UNSUPPORTED = re.compile(r"(?i)(SSSSS|SSSS|CC|TZH|TZM|TZ|OF|RM|TH|SP|J|BC|AD|B\.C\.|A\.D\.|IDDD|IYY|IY|I|Y,YYY|FX|TM)")
 
 
-def to_char(node: exp.TimeToStr) -> exp.Expression:
-    fmt = node.args.get("format")
-    value = node.this
+def to_char(node: exp.Anonymous) -> exp.Expression:
+    if len(node.expressions) != 2:
+        raise unsupported("TO_CHAR takes a date or timestamp and a pattern", hint="TO_CHAR(visit_date, 'YYYY-MM')")
+    value, fmt = node.expressions
     if not (isinstance(fmt, exp.Literal) and fmt.is_string):
         raise invalid_parameter("TO_CHAR's format must be a literal", hint="write it in quotes: TO_CHAR(d, 'YYYY-MM')")
-    text = _pattern_text(fmt)
+    text = fmt.this
     if (isinstance(value, exp.Literal) and not value.is_string) or re.search(r"9|EEEE|\bRN\b", text):
         raise unsupported("TO_CHAR of a number is not supported by dpsql (only of dates and timestamps)",
                           hint="CAST(x AS TEXT), ROUND(x, 2) or format('%s', x) instead")
@@ -241,13 +246,6 @@ def to_char(node: exp.TimeToStr) -> exp.Expression:
     if literal:
         pieces.append(exp.Literal.string("".join(literal)))
     return _joined(pieces)
-
-
-def _pattern_text(fmt: exp.Literal) -> str:
-    """The PostgreSQL pattern as written: sqlglot's parser turns a literal pattern into
-    strftime's, so classify keeps the written one (allowlist.WRITTEN); a literal without it was
-    bound from a parameter, which is the PostgreSQL text itself."""
-    return (getattr(fmt, "_meta", None) or {}).get(WRITTEN) or fmt.this
 
 
 def _pattern(text: str, i: int, value: exp.Expression, fill: bool) -> tuple[exp.Expression | None, int]:
