@@ -207,6 +207,9 @@ def to_char(node: exp.Anonymous) -> exp.Expression:
     if not (isinstance(fmt, exp.Literal) and fmt.is_string):
         raise invalid_parameter("TO_CHAR's format must be a literal", hint="write it in quotes: TO_CHAR(d, 'YYYY-MM')")
     text = fmt.this
+    # as a timestamp (in the session's zone, UTC, for a timestamptz), as PostgreSQL's to_char
+    # reads a date: its EXTRACT of HOUR from a date is an error there
+    value = exp.Cast(this=value.copy(), to=dtype("TIMESTAMP"))
     if (isinstance(value, exp.Literal) and not value.is_string) or re.search(r"9|EEEE|\bRN\b", text):
         raise unsupported("TO_CHAR of a number is not supported by dpsql (only of dates and timestamps)",
                           hint="CAST(x AS TEXT), ROUND(x, 2) or format('%s', x) instead")
