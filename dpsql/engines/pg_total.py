@@ -29,6 +29,7 @@ from .base import coin_parts, is_coin, is_keyed_hash, width_bucket_case
 _INTEGERS = {"TINYINT": 2**7, "SMALLINT": 2**15, "INTEGER": 2**31, "INT": 2**31, "BIGINT": 2**63}
 _FLOATS = ("DOUBLE", "FLOAT", "REAL")
 _TEXT = ("VARCHAR", "TEXT", "CHAR")
+_SAME_TYPE = {"TIMESTAMPNTZ": "TIMESTAMP"}  # sqlglot's name for a timestamp without time zone, in some paths
 
 # Row functions that cannot raise on their argument types (the rewrite checked the arguments).
 # (Pad: TO_CHAR's written-out form pads to a literal width; AT TIME ZONE: a literal zone.)
@@ -95,7 +96,8 @@ class _Lowering:
         if isinstance(node, exp.Boolean) or isinstance(node, (exp.Predicate, exp.Connector, exp.Not)):
             return "BOOLEAN"
         if isinstance(node, (exp.Cast, exp.TryCast)):
-            return node.to.this.name if isinstance(node.to.this, exp.DataType.Type) else None
+            name = node.to.this.name if isinstance(node.to.this, exp.DataType.Type) else None
+            return _SAME_TYPE.get(name, name)
         if isinstance(node, exp.Try):
             return self.type_of(node.this)
         if isinstance(node, exp.Count):
@@ -229,6 +231,7 @@ class _Lowering:
         inner = node.this
         to = node.to
         target = to.this.name if isinstance(to.this, exp.DataType.Type) else to.sql().upper()
+        target = _SAME_TYPE.get(target, target)
         if isinstance(inner, (exp.Literal, exp.Null, exp.Boolean)):
             return exp.Cast(this=inner.copy(), to=to.copy())  # a literal's cast fails or not whatever the data
         source = self.type_of(inner)
