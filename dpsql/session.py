@@ -74,8 +74,11 @@ from .sql.classify import (
     classify_one,
     split_statements,
 )
+from .sql.clock import now as clock_now
+from .sql.clock import pinned
 from .sql.measures import COUNT_BITS, Count, Measure, squares_measure, sum_measure
 from .sql.options import QueryOptions
+from .sql.pgfunctions import postgres_meaning
 from .sql.rewrite import declared_domain, rewrite
 from .sql.scope import Resolver, output_name
 from .sql.wrappers import released_subquery, schema_probe
@@ -172,6 +175,8 @@ class Session:
             return self._explain(self._with_views(bind_parameters(stmt.query.tree, params)), stmt.query.options)
         tree = bind_parameters(stmt.tree, params) if params or stmt.placeholders else stmt.tree
         expanded = self._with_views(tree)
+        if stmt.clocked or expanded is not stmt.tree:
+            expanded = pinned(expanded, clock_now())  # the clock read once, as literals (sql/clock.py)
         # Without parameters (or views) the statement's text is the query: it keys the plan
         # cache (no SQL generation from the tree on every execution).
         return self._query(stmt, expanded, sql if expanded is stmt.tree else None)
@@ -253,7 +258,7 @@ class Session:
         if isinstance(stmt, ViewCommand):
             return None
         tree = bind_parameters(stmt.tree, params if params is not None else _null_parameters(stmt.tree))
-        return self._describe_tree(self._with_views(tree), stmt.options)
+        return self._describe_tree(pinned(self._with_views(tree), clock_now()), stmt.options)
 
     def _describe_tree(self, tree: exp.Query, options: QueryOptions) -> tuple[list[str], list[str]]:
         """Names and types of a query's answer from binding alone: nothing runs, nothing is
@@ -958,11 +963,12 @@ class Session:
             raise invalid_parameter("the batch is empty")
         plans: list[Plan] = []
         bounded: list[Bounded] = []  # each plan's bounded query, prepared before the charge
+        at = clock_now()  # one instant for the batch's clocks
         for sql in sqls:
             stmt = classify(sql, self.policy.limits)
             if not isinstance(stmt, Query):
                 raise unsupported("a batch holds SELECT queries only", hint="send SET and SHOW on their own")
-            plan = plan_query(stmt.tree, self.policy, self.engine.schema(), s.mechanism, stmt.options)
+            plan = plan_query(pinned(stmt.tree, at), self.policy, self.engine.schema(), s.mechanism, stmt.options)
             if isinstance(plan, PublicQuery):
                 raise unsupported("a query over public tables only needs no planning", hint="send it on its own")
             bounded.append(self._bounded(plan, None))  # an engine's refusal comes before the charge
@@ -1012,7 +1018,7 @@ class Session:
 
     # EXPLAIN -------------------------------------------------------------------------------
     def explain_plan(self, tree: exp.Query, options: QueryOptions | None = None) -> dict[str, Any]:
-        plan, cal = self._prepare(tree, options)
+        plan, cal = self._prepare(pinned(tree, clock_now()), options)
         if isinstance(plan, PublicQuery):
             return {"public": True, "sql": self.engine.prepare(plan.tree)}
         s = self.settings
@@ -1247,7 +1253,8 @@ def _reads_budget(tree: exp.Query) -> bool:
 def _outer(tree: exp.Select, alias: str) -> exp.Select:
     """The outer query reading the released rows as the table `alias`, and nothing else: other
     tables and subqueries are refused."""
-    outer = tree.copy()
+    outer = postgres_meaning(tree)
+    outer = outer.copy() if outer is tree else outer
     outer.set("from_", exp.From(this=exp.Table(this=exp.Identifier(this=alias, quoted=True))))
     outer.set("with_", None)
     for node in outer.walk():

@@ -144,13 +144,18 @@ def serve(small_policy, tmp_path):
     s.stop()
 
 
+def hospital_policy(directory: Path, epsilon: float = 100000.0) -> Path:
+    """The sample hospital's policy in `directory` (its sources by absolute path), alice's budget `epsilon`."""
+    text = (SAMPLE / "dpsql.toml").read_text().replace('source = "', f'source = "{SAMPLE}/')
+    policy = directory / "hospital.toml"
+    policy.write_text(text.replace("epsilon = 10.0", f"epsilon = {epsilon}"))
+    return policy
+
+
 @pytest.fixture
 def hospital(tmp_path):
     """A cursor on the sample hospital with a large budget, epsilon 1 per query, cache off."""
-    text = (SAMPLE / "dpsql.toml").read_text().replace('source = "', f'source = "{SAMPLE}/')
-    policy = tmp_path / "hospital.toml"
-    policy.write_text(text.replace("epsilon = 10.0", "epsilon = 100000.0"))
-    conn = dpsql.connect(policy, user="alice", ledger=tmp_path / "hospital.sqlite")
+    conn = dpsql.connect(hospital_policy(tmp_path), user="alice", ledger=tmp_path / "hospital.sqlite")
     cur = conn.cursor()
     cur.execute("SET dpsql.cache = off")
     cur.execute("SET dpsql.epsilon = 1")

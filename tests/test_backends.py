@@ -357,3 +357,45 @@ def test_spark_weighted_copies_are_private_follow_their_files_and_leave_nothing(
         spark.close()
         reference.close()
     assert not scratch.exists()
+
+
+# The clock and PostgreSQL's formatting functions (sql/clock.py, sql/pgfunctions.py): pinned at
+# one instant inside the sample's dates, every engine must compute the same groups and values.
+AT = __import__("datetime").datetime(2024, 6, 15, 13, 45, 7, 250000, tzinfo=__import__("datetime").timezone.utc)
+CLOCKED = [
+    "SELECT COUNT(*) FROM visits WHERE visit_date >= CAST(NOW() + INTERVAL '-30 day' AS date)",
+    "SELECT COUNT(*) FROM visits WHERE visit_date >= CURRENT_DATE - 7",
+    "SELECT COUNT(*) FROM visits WHERE visit_date >= date_trunc('month', now()) AND visit_date < LOCALTIMESTAMP",
+    "SELECT COUNT(*) FROM visits WHERE visit_date >= date_trunc('week', CURRENT_DATE) - INTERVAL '7 days'",
+    "SELECT diagnosis, COUNT(*) FROM visits WHERE visit_date > transaction_timestamp() - INTERVAL '90 days' "
+    "GROUP BY diagnosis",
+    "SELECT TO_CHAR(visit_date, 'YYYY-MM') AS m, COUNT(*) FROM visits GROUP BY 1",
+    "SELECT TO_CHAR(visit_date, 'FMMonth YYYY, Dy \"Q\"Q DDD IW D WW W HH12 AM') AS m, COUNT(*) FROM visits "
+    "WHERE visit_date < DATE '2023-03-01' GROUP BY 1",
+    "SELECT EXTRACT(dow FROM visit_date) AS d, date_part('month', visit_date) AS m, COUNT(*) FROM visits GROUP BY 1, 2",
+    "SELECT TO_CHAR(now(), 'YYYY-MM-DD HH24:MI:SS') AS t, format('%s|%I|%L', 1, 'A b', 'it''s') AS f",
+    "SELECT replace(name, 'a', 'b') AS r, split_part(name, 'o', 1) AS s, lpad(name, 12, '*') AS p, "
+    "format('%I', name) AS i FROM wards",
+]
+
+
+@pytest.mark.parametrize("backend", ["postgres", "spark"])
+def test_clock_and_formatting_functions_agree_with_duckdb(backend, sessions):
+    from dpsql.sql.clock import pinned
+
+    def rows(session: Session, sql: str) -> list[tuple]:
+        stmt = session._classify(sql)
+        plan, _ = session._prepare(pinned(stmt.tree, AT), stmt.options)
+        rs = session.engine.execute(session.engine.prepare(plan.tree)) if isinstance(plan, PublicQuery) \
+            else session.bounded_result(plan)
+        out = [tuple(float(v) if isinstance(v, (int, float, Decimal)) and not isinstance(v, bool) else v for v in r)
+               for r in zip(*rs.columns)]
+        return sorted(out, key=repr)
+
+    different = []
+    for sql in CLOCKED:
+        want, got = rows(sessions["duckdb"], sql), rows(sessions[backend], sql)
+        assert want, sql
+        if want != got:
+            different.append((sql, want[:3], got[:3]))
+    assert not different, different

@@ -156,6 +156,7 @@ class DuckDBEngine:
         self._con.execute("SET enable_external_access = false")
         self._con.execute("SET allow_community_extensions = false")
         self._con.execute("SET error_on_division_by_zero = false")
+        self._con.execute("SET TimeZone = 'UTC'")  # the zone dpsql reports to clients, whatever the host's
         self._con.execute("SET lock_configuration = true")
 
     def schema(self) -> Mapping[str, Mapping[str, str]]:

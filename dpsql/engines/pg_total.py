@@ -29,11 +29,14 @@ from .base import coin_parts, is_coin, is_keyed_hash, width_bucket_case
 _INTEGERS = {"TINYINT": 2**7, "SMALLINT": 2**15, "INTEGER": 2**31, "INT": 2**31, "BIGINT": 2**63}
 _FLOATS = ("DOUBLE", "FLOAT", "REAL")
 _TEXT = ("VARCHAR", "TEXT", "CHAR")
+_SAME_TYPE = {"TIMESTAMPNTZ": "TIMESTAMP"}  # sqlglot's name for a timestamp without time zone, in some paths
 
 # Row functions that cannot raise on their argument types (the rewrite checked the arguments).
+# (Pad: TO_CHAR's written-out form pads to a literal width; AT TIME ZONE: a literal zone.)
 _TOTAL_FUNCTIONS = (exp.Coalesce, exp.Nullif, exp.Greatest, exp.Least, exp.Lower, exp.Upper, exp.Length,
                     exp.Trim, exp.Initcap, exp.Concat, exp.DPipe, exp.StrPosition, exp.Extract,
-                    exp.DateTrunc, exp.TimestampTrunc, exp.Floor, exp.Ceil, exp.Sign, exp.CurrentDate)
+                    exp.DateTrunc, exp.TimestampTrunc, exp.Floor, exp.Ceil, exp.Sign, exp.CurrentDate,
+                    exp.Pad, exp.AtTimeZone)
 _STRUCTURE = (exp.Paren, exp.And, exp.Or, exp.Not, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE,
               exp.NullSafeEQ, exp.NullSafeNEQ, exp.Is, exp.Like, exp.ILike, exp.In, exp.Between, exp.Case,
               exp.If, exp.Tuple, exp.Var, exp.Identifier, exp.DataType, exp.Interval)
@@ -93,7 +96,8 @@ class _Lowering:
         if isinstance(node, exp.Boolean) or isinstance(node, (exp.Predicate, exp.Connector, exp.Not)):
             return "BOOLEAN"
         if isinstance(node, (exp.Cast, exp.TryCast)):
-            return node.to.this.name if isinstance(node.to.this, exp.DataType.Type) else None
+            name = node.to.this.name if isinstance(node.to.this, exp.DataType.Type) else None
+            return _SAME_TYPE.get(name, name)
         if isinstance(node, exp.Try):
             return self.type_of(node.this)
         if isinstance(node, exp.Count):
@@ -103,7 +107,7 @@ class _Lowering:
         if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.Neg, exp.Abs, exp.Round, exp.Sum,
                              exp.Avg, exp.Floor, exp.Ceil, exp.Extract, exp.Length, exp.StrPosition, exp.Sign)):
             return "NUMERIC"
-        if isinstance(node, (exp.Lower, exp.Upper, exp.Trim, exp.Initcap, exp.Concat, exp.DPipe)):
+        if isinstance(node, (exp.Lower, exp.Upper, exp.Trim, exp.Initcap, exp.Concat, exp.DPipe, exp.Pad)):
             return "TEXT"
         if isinstance(node, (exp.DateTrunc, exp.TimestampTrunc)):
             return "TIMESTAMP"
@@ -162,6 +166,9 @@ class _Lowering:
     def total(self, node: exp.Expression) -> exp.Expression:
         if isinstance(node, (exp.Column, exp.Literal, exp.Null, exp.Boolean, exp.Star)):
             return node.copy()
+        if node.find(exp.Column) is None and not isinstance(node, (exp.Subquery, exp.Select)):
+            # a constant (CURRENT_DATE - 7, a pinned clock): whether it fails depends on no row
+            return _plain_casts(node)
         if isinstance(node, (exp.Subquery, exp.Select)):
             return node.copy()  # reads public tables only (analysis checked); its failures are not private
         if isinstance(node, (exp.Cast, exp.TryCast)):
@@ -224,6 +231,7 @@ class _Lowering:
         inner = node.this
         to = node.to
         target = to.this.name if isinstance(to.this, exp.DataType.Type) else to.sql().upper()
+        target = _SAME_TYPE.get(target, target)
         if isinstance(inner, (exp.Literal, exp.Null, exp.Boolean)):
             return exp.Cast(this=inner.copy(), to=to.copy())  # a literal's cast fails or not whatever the data
         source = self.type_of(inner)

@@ -69,6 +69,7 @@ class PostgresEngine:
             cur.execute(f"SET search_path = {quote(self._config.schema)}")
             cur.execute(f"SET statement_timeout = {int(self._config.statement_timeout * 1000)}")
             cur.execute("SET default_transaction_read_only = on")
+            cur.execute("SET TimeZone = 'UTC'")  # the zone dpsql reports to clients (sql/clock.py)
             cur.execute("SET idle_in_transaction_session_timeout = 60000")
             for name, value in self._config.conf.items():  # [engine] settings, e.g. work_mem
                 cur.execute("SELECT set_config(%s, %s, false)", (name, value))

@@ -30,7 +30,7 @@ from typing import Any, Iterator, Mapping
 from sqlglot import exp
 
 from ..config import Policy, check_against_schema
-from ..errors import OperationalError, PolicyError
+from ..errors import OperationalError, PolicyError, unsupported
 from ..sql.build import dtype
 from .base import (
     ENGINE_FAILURE_HINT,
@@ -63,7 +63,7 @@ _LIVE_LOCK = threading.Lock()
 _LOCAL_DIR: list[ScratchDir | None] = [None]
 # EXTRACT fields in Spark's terms, under both spellings a tree may carry (PostgreSQL's, as the
 # analyst wrote them, and DuckDB's): dow / dayofweek is 0-6 from Sunday there, Spark's DOW 1-7.
-_EXTRACT = {"DAYOFYEAR": "DOY", "ISODOW": "DOW_ISO"}
+_EXTRACT = {"DAYOFYEAR": "DOY", "ISODOW": "DOW_ISO", "ISOYEAR": "YEAROFWEEK"}
 _DAY_OF_WEEK = ("DAYOFWEEK", "DOW", "WEEKDAY")
 
 
@@ -330,6 +330,9 @@ def _lower(node: exp.Expression) -> Any:
             return exp.Paren(this=exp.Sub(this=shifted, expression=exp.Literal.number(1)))
         if name in _EXTRACT:
             return exp.Extract(this=exp.Var(this=_EXTRACT[name]), expression=node.expression.transform(_lower, copy=True))
+    if isinstance(node, exp.AtTimeZone):  # Spark's from/to_utc_timestamp depend on the operand's type
+        raise unsupported("AT TIME ZONE is not supported on the Spark engine",
+                          hint="nothing was charged; Spark's timestamps are in UTC already: drop AT TIME ZONE 'UTC'")
     if isinstance(node, (exp.DateTrunc, exp.TimestampTrunc)):
         # Spark's date_trunc gives a TIMESTAMP in the session's zone; the others' has no zone
         return exp.Cast(this=node.copy(), to=dtype("TIMESTAMP_NTZ", dialect="spark"))

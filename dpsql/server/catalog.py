@@ -42,7 +42,14 @@ _FUNCTIONS = [(name, c.FLOAT8, True) for name in ("avg", "stddev", "stddev_pop",
     (name, c.TEXT, False) for name in ("coalesce", "nullif", "lower", "upper", "substring", "trim", "concat", "left",
                                        "right", "initcap")] + [
     ("length", c.INT4, False), ("strpos", c.INT4, False), ("width_bucket", c.INT4, False),
-    ("extract", c.NUMERIC, False), ("date_trunc", c.TIMESTAMP, False), ("current_date", c.DATE, False)]
+    ("extract", c.NUMERIC, False), ("date_trunc", c.TIMESTAMP, False), ("current_date", c.DATE, False)] + [
+    ("date_part", c.FLOAT8, False), ("to_char", c.TEXT, False), ("now", c.TIMESTAMPTZ, False),
+    ("localtimestamp", c.TIMESTAMP, False), ("current_timestamp", c.TIMESTAMPTZ, False),
+    ("transaction_timestamp", c.TIMESTAMPTZ, False), ("statement_timestamp", c.TIMESTAMPTZ, False),
+    ("clock_timestamp", c.TIMESTAMPTZ, False)] + [  # and, over public tables and constants:
+    (name, c.TEXT, False) for name in ("replace", "split_part", "format", "lpad", "rpad", "repeat", "reverse",
+                                       "concat_ws", "translate", "md5")] + [
+    ("to_date", c.DATE, False), ("to_timestamp", c.TIMESTAMPTZ, False)]
 FIRST_TABLE_OID = 16385
 OWNER = 10
 DATABASE_OID = 16384

@@ -12,6 +12,7 @@ import re
 from sqlglot import exp
 
 from ..errors import forbidden, invalid_parameter, unsupported
+from .clock import CLOCK_NODES, is_clock
 
 # Row-level building blocks: columns, literals, operators, predicates.
 _STRUCTURE = (
@@ -29,12 +30,33 @@ ROW_FUNCTIONS = (
     exp.Least, exp.Greatest, exp.Coalesce, exp.Nullif,
     exp.Lower, exp.Upper, exp.Length, exp.Substring, exp.Trim, exp.Concat, exp.DPipe,
     exp.StrPosition, exp.Left, exp.Right, exp.Initcap,
-    exp.Extract, exp.DateTrunc, exp.TimestampTrunc, exp.CurrentDate, exp.WidthBucket,
-)
+    exp.Extract, exp.DateTrunc, exp.TimestampTrunc, exp.WidthBucket,
+    exp.AtTimeZone,  # with a literal zone (checked below)
+) + CLOCK_NODES
 
-# Of those, the ones whose value depends on when the query runs: a result computed once must not
-# be reused for them (the data alone does not determine it).
-CLOCK_FUNCTIONS = (exp.CurrentDate,)
+# Called by name: TO_CHAR of a date or timestamp (classify keeps PostgreSQL's pattern; written out
+# in EXTRACT, LPAD and CASE by sql/pgfunctions.py).
+_ROW_ANONYMOUS = frozenset({"TO_CHAR"})
+
+# Of those, the ones whose value depends on when the query runs (sql/clock.py pins them to
+# literals per statement): a result computed with them must not be reused.
+CLOCK_FUNCTIONS = CLOCK_NODES
+
+# Scalar functions that may fail, or run long, on some values (SPLIT_PART's position 0, TO_DATE
+# of a malformed string, LPAD to a huge length), or read rows as a whole: allowed over public
+# tables and over constants (no column in their arguments), where whether they fail tells
+# nothing about a person; refused over a private table's columns. By sqlglot's class, or by
+# name for the functions it does not know (each checked to mean in DuckDB what it means in
+# PostgreSQL, or written out by sql/pgfunctions.py).
+PUBLIC_FUNCTIONS = (
+    exp.Replace, exp.SplitPart, exp.Format, exp.Pad, exp.Repeat, exp.Reverse, exp.ConcatWs, exp.Translate,
+    exp.Ascii, exp.Chr, exp.MD5, exp.StartsWith, exp.StrToDate, exp.StrToTime, exp.UnixToTime, exp.Trunc,
+    exp.Cbrt, exp.Pi,
+)
+PUBLIC_FUNCTION_NAMES = ("REPLACE", "SPLIT_PART", "FORMAT", "LPAD", "RPAD", "REPEAT", "REVERSE", "CONCAT_WS",
+                         "TRANSLATE", "ASCII", "CHR", "MD5", "STARTS_WITH", "TO_DATE", "TO_TIMESTAMP", "TRUNC",
+                         "CBRT", "PI", "OCTET_LENGTH", "MAKE_DATE", "MAKE_TIMESTAMP")
+_PUBLIC_ANONYMOUS = frozenset({"OCTET_LENGTH", "MAKE_DATE", "MAKE_TIMESTAMP"})
 
 # Aggregates dpsql knows how to make differentially private.
 SPREAD_AGGREGATES = (exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevPop, exp.StddevSamp)
@@ -49,8 +71,14 @@ _ALLOWED = _STRUCTURE + ROW_FUNCTIONS + DP_AGGREGATES
 ALLOWED_FUNCTION_NAMES = (
     "ABS", "ROUND", "FLOOR", "CEIL", "SIGN", "SQRT", "LN", "LOG", "EXP", "POWER", "LEAST", "GREATEST",
     "COALESCE", "NULLIF", "LOWER", "UPPER", "LENGTH", "SUBSTRING", "TRIM", "CONCAT", "||", "STRPOS",
-    "LEFT", "RIGHT", "INITCAP", "EXTRACT", "DATE_TRUNC", "CURRENT_DATE", "WIDTH_BUCKET", "CASE", "CAST",
+    "LEFT", "RIGHT", "INITCAP", "EXTRACT", "DATE_PART", "DATE_TRUNC", "TO_CHAR", "WIDTH_BUCKET", "CASE", "CAST",
+    "AT TIME ZONE", "NOW", "CURRENT_DATE", "CURRENT_TIMESTAMP", "LOCALTIMESTAMP", "LOCALTIME", "CURRENT_TIME",
+    "TRANSACTION_TIMESTAMP", "STATEMENT_TIMESTAMP", "CLOCK_TIMESTAMP",
 )
+
+
+# The meta key the parser's record of a function's written name is kept under (classify.py).
+WRITTEN = "written"
 
 
 def function_name(node: exp.Expression) -> str:
@@ -75,6 +103,15 @@ _TRUNC_SPELLINGS = {u.upper() for u in TRUNC_UNITS} | {"MICROSECOND", "MILLISECO
                                                        "CENTURIES", "MILLENNIA"}
 
 
+def _check_zone(node: exp.AtTimeZone) -> None:
+    """AT TIME ZONE's zone is a literal: an unknown zone then fails whatever the rows hold."""
+    zone = node.args.get("zone")
+    if not (isinstance(zone, exp.Literal) and zone.is_string):
+        raise invalid_parameter(f"AT TIME ZONE needs a literal zone such as 'UTC' or 'Europe/Paris', not "
+                                f"{zone.sql(dialect='postgres') if zone is not None else 'nothing'}",
+                                hint="write the zone as a quoted literal")
+
+
 def _check_trunc_unit(node: exp.Expression) -> None:
     """date_trunc's unit is a literal among PostgreSQL's (a column there would make whether the
     query fails depend on each row's value, and an unknown unit failed in the engine)."""
@@ -87,8 +124,12 @@ def _check_trunc_unit(node: exp.Expression) -> None:
 
 
 def written_name(node: exp.Func) -> str:
-    """The function's name as the analyst wrote it in PostgreSQL (TO_DATE, TO_CHAR, NOW...), not
-    sqlglot's internal one (STR_TO_DATE, TIME_TO_STR, CURRENT_TIMESTAMP), for messages."""
+    """The function's name as the analyst wrote it (NOW, TO_DATE, TO_CHAR...), not sqlglot's
+    internal one (CURRENT_TIMESTAMP, STR_TO_DATE, TIME_TO_STR), for messages: the parser's
+    record of the written name (classify.written_names), else its PostgreSQL spelling."""
+    written = (getattr(node, "_meta", None) or {}).get(WRITTEN)
+    if written:
+        return written.upper()
     head = node.sql(dialect="postgres").split("(", 1)[0].strip()
     if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", head) and not isinstance(node, exp.Anonymous):
         return head.upper()
@@ -114,12 +155,31 @@ _NEAREST = {
 }
 
 
-def check_node(node: exp.Expression) -> None:
-    """Refuse one node that is not allowlisted, with the reason and the nearest allowed form."""
+def is_public_function(node: exp.Expression) -> bool:
+    """Whether `node` is a function allowed over public tables and constants only."""
+    return isinstance(node, PUBLIC_FUNCTIONS) or (isinstance(node, exp.Anonymous)
+                                                  and str(node.name).upper() in _PUBLIC_ANONYMOUS)
+
+
+def check_node(node: exp.Expression, *, public: bool = False) -> None:
+    """Refuse one node that is not allowlisted, with the reason and the nearest allowed form.
+    `public`: the query reads public tables only, so PUBLIC_FUNCTIONS are allowed on any
+    argument; otherwise only on constants."""
     if isinstance(node, (exp.DateTrunc, exp.TimestampTrunc)):
         _check_trunc_unit(node)
-    if isinstance(node, _ALLOWED):
+    if isinstance(node, exp.AtTimeZone):
+        _check_zone(node)
+    if isinstance(node, _ALLOWED) or is_clock(node) or (isinstance(node, exp.Anonymous)
+                                                         and str(node.name).upper() in _ROW_ANONYMOUS):
         return
+    if is_public_function(node):
+        if public or node.find(exp.Column) is None:
+            return
+        raise forbidden(f"function {written_name(node)}() is allowed over public tables and constants, not over a "
+                        f"private table's columns: {node.sql(dialect='postgres')[:60]}",
+                        hint="apply it to the released answer instead (an outer query over the DP query: "
+                             f"SELECT {written_name(node).lower()}(...) FROM (SELECT ... GROUP BY ...) t), or use "
+                             f"one of: {', '.join(ALLOWED_FUNCTION_NAMES)}")
     if isinstance(node, exp.Window):
         raise forbidden("window functions over private rows are not allowed",
                         hint="aggregate with GROUP BY first, then apply the window function in an outer query over "
@@ -136,15 +196,16 @@ def check_node(node: exp.Expression) -> None:
                         "time that depends on the data", hint="use LIKE or ILIKE with % and _ instead")
     if isinstance(node, exp.Func):
         raise forbidden(f"function {written_name(node)}() is not allowed",
-                        hint=f"allowed functions: {', '.join(ALLOWED_FUNCTION_NAMES)}")
+                        hint=f"allowed functions: {', '.join(ALLOWED_FUNCTION_NAMES)}; over public tables and "
+                             f"constants also {', '.join(PUBLIC_FUNCTION_NAMES)}")
     raise unsupported(f"{construct(node)} is not supported here: {node.sql(dialect='postgres')[:60]}",
                       hint="rewrite the query without it; the README's \"What SQL is answered\" lists what is")
 
 
-def check_tree(node: exp.Expression, *, skip=(exp.Subquery, exp.Select)) -> None:
+def check_tree(node: exp.Expression, *, skip=(exp.Subquery, exp.Select), public: bool = False) -> None:
     """Check every node below `node`, except nested queries (their own scope checks them)."""
     for child in _walk(node, skip):
-        check_node(child)
+        check_node(child, public=public)
 
 
 def _walk(node: exp.Expression, skip):

@@ -36,6 +36,7 @@ from .domains import Image, column_values, image, literal_domain
 from .measures import COUNT_BITS, Count, Histogram, Measure, Sum, Units
 from .options import QueryOptions
 from .outer import OuterQuery
+from .pgfunctions import postgres_meaning
 from .scope import (
     Relation,
     Resolver,
@@ -215,7 +216,7 @@ def analyze(tree: exp.Query, policy: Policy, schema: Mapping[str, Mapping[str, s
     resolver = Resolver(policy, schema)
     if not touches_private(tree, policy):
         check_rows_query(tree, resolver)
-        public = _unqualified(tree)
+        public = postgres_meaning(_unqualified(tree))
         if public is tree and tree.find(exp.Div) is not None:
             public = tree.copy()  # the division pass works in place; the caller's tree stays as it was
         return PublicQuery(integer_division(public, _public_column_type(public, schema)))
@@ -280,7 +281,8 @@ _PUBLIC_STRUCTURE = (exp.Select, exp.Subquery, exp.From, exp.Join, exp.TableAlia
 
 def check_rows_query(tree: exp.Select, resolver: Resolver) -> None:
     """A query that reads rows (of public tables; of private ones only to learn its columns,
-    sql/wrappers.py) goes through allowlisted nodes and declared tables only."""
+    sql/wrappers.py, never run) goes through allowlisted nodes and declared tables only; the
+    functions allowed over public tables (allowlist.PUBLIC_FUNCTIONS) included."""
     cte_names = {c.alias.lower() for c in tree.find_all(exp.CTE)}
     for node in tree.walk():
         if isinstance(node, exp.Table):
@@ -289,7 +291,7 @@ def check_rows_query(tree: exp.Select, resolver: Resolver) -> None:
         elif isinstance(node, exp.AggFunc) and not isinstance(node, exp.Anonymous):
             continue
         elif not isinstance(node, _PUBLIC_STRUCTURE) and node.find_ancestor(exp.Table) is None:
-            check_node(node)
+            check_node(node, public=True)
 
 
 class _Analysis:

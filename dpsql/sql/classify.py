@@ -19,7 +19,9 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
 from ..errors import forbidden, syntax_error, unsupported
+from .allowlist import WRITTEN
 from .build import positionless
+from .clock import has_clock, is_clock
 from .limits import QueryLimits
 from .options import QueryOptions, extract
 
@@ -62,6 +64,11 @@ class Query:
         """Whether the tree holds %s, %(name)s or $n placeholders: asked at every execution of
         a statement the session keeps parsed, so walked once."""
         return any(isinstance(n, (exp.Placeholder, exp.Parameter)) for n in self.tree.walk())
+
+    @cached_property
+    def clocked(self) -> bool:
+        """Whether the tree reads the clock (NOW(), CURRENT_DATE...: sql/clock.py), walked once."""
+        return has_clock(self.tree)
 
 
 @dataclass(frozen=True)
@@ -322,14 +329,61 @@ def _parse(text: str, limits: QueryLimits) -> exp.Query:
     if tree.find(exp.Into) is not None:
         raise forbidden("SELECT ... INTO creates a table, and dpsql creates none",
                         hint="drop the INTO clause to have the answer returned")
+    written = written_names(tree, text)
     positionless(tree)
+    for node, name in written:
+        node.meta[WRITTEN] = name
     limits.tree(tree)
     return _normalized(tree)
 
 
+def written_names(tree: exp.Expression, text: str) -> list[tuple[exp.Expression, str]]:
+    """The functions whose name as written differs from sqlglot's for them (NOW() is its
+    CURRENT_TIMESTAMP, TO_CHAR its TIME_TO_STR), with that name: messages name what the
+    analyst typed (allowlist.written_name). Read from the parser's token positions, before
+    they are dropped."""
+    out = []
+    for node in tree.walk():
+        meta = getattr(node, "_meta", None)
+        if not meta or not isinstance(node, exp.Func) or isinstance(node, exp.Anonymous) or "start" not in meta:
+            continue
+        name = text[meta["start"]:meta["end"] + 1]
+        if name.upper() != node.sql_name() and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            out.append((node, name))
+        fmt = node.args.get("format") if isinstance(node, exp.TimeToStr) else None
+        if isinstance(fmt, exp.Literal) and fmt.is_string:
+            written = _second_string_argument(text, meta["end"] + 1)
+            if written is not None:
+                out.append((fmt, written))
+    return out
+
+
+def _second_string_argument(text: str, at: int) -> str | None:
+    """The string literal that is the second argument of the call whose name ends before `at`,
+    as written: sqlglot rewrites TO_CHAR's PostgreSQL pattern into strftime's while parsing, and
+    sql/pgfunctions.py reads the pattern PostgreSQL would."""
+    try:
+        tokens = sqlglot.tokenize(text[at:], read=READ_DIALECT)
+    except (TokenError, ValueError):
+        return None
+    depth = 0
+    for k, tok in enumerate(tokens):
+        if tok.token_type == TokenType.L_PAREN:
+            depth += 1
+        elif tok.token_type == TokenType.R_PAREN:
+            depth -= 1
+            if depth <= 0:
+                return None
+        elif tok.token_type == TokenType.COMMA and depth == 1:
+            following = tokens[k + 1] if k + 1 < len(tokens) else None
+            return following.text if following is not None and following.token_type == TokenType.STRING else None
+    return None
+
+
 def _normalized(tree: exp.Query) -> exp.Query:
     """PostgreSQL spellings BI tools emit, in the one form the rest of dpsql reads: DATE(x) is
-    CAST(x AS DATE) (Looker), FETCH NEXT n ROWS ONLY is LIMIT n (Looker, Power BI), a table's
+    CAST(x AS DATE) (Looker), transaction_timestamp() and its kin are now(), TO_CHAR keeps its
+    PostgreSQL pattern (`to_char_call`), FETCH NEXT n ROWS ONLY is LIMIT n (Looker, Power BI), a table's
     database qualifier (dbt's "dpsql"."public"."patients") is dropped, since dpsql serves one
     database, and `x = ANY(array)` is `x IN (...)` (`array_comparisons`)."""
     def visit(node: exp.Expression) -> exp.Expression:
@@ -341,12 +395,29 @@ def _normalized(tree: exp.Query) -> exp.Query:
             return exp.Limit(expression=node.args["count"])
         if isinstance(node, exp.Table) and node.args.get("catalog") is not None and node.args.get("db") is not None:
             node.set("catalog", None)
+        if isinstance(node, exp.Anonymous) and is_clock(node):  # transaction_timestamp() and the like: now()
+            out = exp.CurrentTimestamp()
+            out.meta[WRITTEN] = str(node.name)
+            return out
+        if isinstance(node, exp.TimeToStr):
+            return to_char_call(node)
         return node
 
-    if any(isinstance(n, (exp.Date, exp.Fetch)) or (isinstance(n, exp.Table) and n.args.get("catalog") is not None)
-           for n in tree.walk()):
+    if any(isinstance(n, (exp.Date, exp.Fetch, exp.TimeToStr))
+           or (isinstance(n, exp.Table) and n.args.get("catalog") is not None)
+           or (isinstance(n, exp.Anonymous) and is_clock(n)) for n in tree.walk()):
         tree = tree.transform(visit, copy=True)
     return array_comparisons(tree)
+
+
+def to_char_call(node: exp.TimeToStr) -> exp.Anonymous:
+    """TO_CHAR(x, pattern) as the call PostgreSQL reads, its pattern as written: sqlglot's parser
+    turns a literal pattern into strftime's (kept as written by `written_names`), and
+    sql/pgfunctions.py writes PostgreSQL's patterns out for every engine."""
+    fmt = node.args.get("format")
+    written = (getattr(fmt, "_meta", None) or {}).get(WRITTEN) if fmt is not None else None
+    pattern = exp.Literal.string(written) if written is not None else fmt.copy() if fmt is not None else exp.Null()
+    return exp.Anonymous(this="TO_CHAR", expressions=[node.this.copy(), pattern])
 
 
 def array_comparisons(tree: exp.Expression) -> exp.Expression:

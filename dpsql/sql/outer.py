@@ -17,6 +17,7 @@ from sqlglot import exp
 
 from ..errors import ProgrammingError, forbidden, unsupported
 from .allowlist import DP_AGGREGATES, check_node, check_tree, contains_aggregate, is_aggregate, order_statistic
+from .pgfunctions import postgres_meaning
 from .scope import Resolver, Scope, output_name
 
 INTERVAL_FUNCTIONS = {"DP_INTERVAL_LOW": "lo", "DP_INTERVAL_HIGH": "hi"}
@@ -140,7 +141,7 @@ class OuterQuery:
                 count = row_count(clause.expression, key.upper())
                 if count is not None:
                     post.set(key, type(clause)(expression=exp.Literal.number(count)))
-        return post, names
+        return postgres_meaning(post), names
 
     def _bind(self, node: exp.Expression, key_sql: dict[str, int], aliases: set[str]) -> exp.Expression:
         """Replace aggregates by noisy columns a<i>, group-key expressions by k<j>, and
@@ -174,7 +175,7 @@ class OuterQuery:
                         sqlstate="42803")
         if isinstance(node, (exp.Subquery, exp.Select)):
             raise unsupported("subqueries over aggregates are not supported")
-        check_node(node)
+        check_node(node, public=True)  # over released values and keys only: the public functions too
         # A new node over bound children (a deep copy would copy each subtree once per level).
         args = {}
         for k, v in node.args.items():

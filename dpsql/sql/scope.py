@@ -26,6 +26,7 @@ from .allowlist import check_tree, construct, contains_aggregate
 from .bounds import UNBOUNDED, Interval
 from .division import integer_division
 from .literals import check_literals
+from .pgfunctions import postgres_meaning
 
 _SCHEMAS = ("", "public", "main")
 
@@ -121,7 +122,8 @@ class Scope:
                 return resolver.public_subquery(n)
             return n
 
-        resolved = integer_division(node.copy().transform(replace, copy=False), resolver.column_type)
+        resolved = postgres_meaning(node.copy().transform(replace, copy=False))
+        resolved = integer_division(resolved, resolver.column_type)
         check_literals(resolved, resolver.column_type)
         return resolved
 
@@ -292,10 +294,23 @@ class Resolver:
         return rel
 
     def public_subquery(self, node: exp.Expression) -> exp.Expression:
-        """A subquery inside an expression: allowed over public tables only, uncorrelated."""
-        query = node.this if isinstance(node, exp.Subquery) else node
+        """A subquery inside an expression: allowed over public tables only, uncorrelated; one
+        without FROM (Looker's `(SELECT DATE_TRUNC('day', CURRENT_TIMESTAMP) + ...)`) is a
+        constant."""
+        query = node
+        while isinstance(query, exp.Subquery) and not query.alias:
+            query = query.this  # ((SELECT ...)): parentheses around the subquery
         if not isinstance(query, exp.Select):
             raise unsupported("only simple SELECT subqueries are allowed in expressions")
+        if query.args.get("from_") is None:
+            if any(query.args.get(k) is not None for k in ("where", "group", "having", "with_")) \
+                    or len(query.expressions) != 1:
+                raise unsupported("a subquery without FROM may only compute one value",
+                                  hint="write the expression itself instead of (SELECT expression)")
+            check_tree(query.expressions[0], public=True)
+            if query.expressions[0].find(exp.Column, exp.Star) is not None:
+                raise unsupported("a subquery without FROM cannot name columns")
+            return node.copy()
         for table in query.find_all(exp.Table):
             source = self.base_table(table)
             if source.private:

@@ -5,8 +5,9 @@
   binding alone, free.
 - Released subqueries: `SELECT ... FROM (<a DP aggregate query>) AS virtual_table WHERE ...
   ORDER BY ... LIMIT n` (Superset's SQL Lab and virtual datasets, Metabase's nested questions,
-  Tableau's custom SQL). The inner query is answered and charged as usual; the outer query is
-  post-processing of its released rows, free.
+  Tableau's custom SQL), at any depth (a derived table over one: Metabase's questions built on
+  questions). The inner query is answered and charged as usual, once; each query around it is
+  post-processing of the rows released below it, free.
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ def schema_probe(tree: exp.Expression) -> exp.Select | None:
 
 
 def released_subquery(tree: exp.Expression, policy: Policy) -> tuple[exp.Select, str] | None:
-    """(the inner aggregate query, its alias) when `tree` reads nothing but one subquery that
-    aggregates private rows without grouping by a privacy unit (a per-unit subquery, grouped
-    by the unit, is analysis' own business: sql/derived.py)."""
+    """(the inner query, its alias) when `tree` reads nothing but one subquery that aggregates
+    private rows without grouping by a privacy unit (a per-unit subquery, grouped by the unit,
+    is analysis' own business: sql/derived.py), or that is itself such a query around one."""
     if not isinstance(tree, exp.Select) or tree.args.get("joins"):
         return None
     source = tree.args.get("from_")
@@ -46,7 +47,9 @@ def released_subquery(tree: exp.Expression, policy: Policy) -> tuple[exp.Select,
     if query is None:
         return None
     if not (query.args.get("group") is not None or any(_aggregates(e) for e in query.expressions)):
-        return None
+        # a derived table over a derived table over a DP query (Metabase's nested questions):
+        # the query in between is post-processing too, answered the same way in its turn
+        return (query, alias) if released_subquery(query, policy) is not None else None
     if _grouped_by_unit(query, policy):
         return None
     return query, alias
