@@ -25,7 +25,7 @@ from typing import Any, Callable, Protocol
 from .. import __version__
 from ..config import Policy
 from ..engines import open_engine
-from ..errors import Error
+from ..errors import Error, InternalError
 from ..session import Result, Session
 from ..sql.classify import first_word, split_statements, without_leading_comments
 from . import codec, copyout
@@ -563,16 +563,43 @@ class Connection:
                 self.send(codec.error_response("08P01", f"protocol violation: {e}", severity="FATAL"))
                 await self.flush()
                 raise
-            except Error as e:
+            except (ConnectionError, asyncio.IncompleteReadError):
+                raise  # the client is gone: nothing to answer
+            except Exception as e:  # an Error, or a failure inside dpsql: answered, and the session goes on
+                if isinstance(e, UnicodeDecodeError):
+                    e = Error("invalid byte sequence for encoding \"UTF8\"", sqlstate="22021",
+                              hint="send the statement and its parameters in UTF-8")
+                e = self.internal(e, self._statement_of(kind, body))
                 self.send(codec.error_response(e.sqlstate, e.message, e.hint))
                 if self.status == "T":
                     self.status = "E"
                 if kind == b"Q":
                     self.send(codec.ready(self.status))
                 else:
-                    skipping = True
+                    skipping = True  # as PostgreSQL: the rest up to the client's Sync is ignored
             if kind not in _BUFFERED:
                 await self.flush()
+
+    def _statement_of(self, kind: bytes, body: bytes) -> str:
+        """The SQL a message concerns, for the operator's log of an internal error (never sent)."""
+        try:
+            r = codec.Reader(body)
+            if kind in (b"Q", b"P"):
+                if kind == b"P":
+                    r.cstring()  # the statement's name
+                return r.cstring()
+            if kind == b"B":
+                r.cstring()
+                stmt = self.statements.get(r.cstring())
+                return stmt.sql if stmt is not None else ""
+            if kind in (b"D", b"E"):
+                what = chr(r.byte()) if kind == b"D" else "P"
+                name = r.cstring()
+                stmt = self.statements.get(name) if what == "S" else getattr(self.portals.get(name), "stmt", None)
+                return stmt.sql if stmt is not None else ""
+        except Exception:  # noqa: BLE001 - a malformed message has no statement to log
+            pass
+        return ""
 
     # Statement routing ---------------------------------------------------------------------
     def _answer_session(self, result: Result) -> Answer:
@@ -603,17 +630,37 @@ class Connection:
 
     def run_statement(self, sql: str, params: list[Any] | None = None) -> Answer:
         """One statement, logged with its outcome (command tag or SQLSTATE) when the operator
-        asked for it."""
-        if not self.server.log_statements:
-            return self._run_statement(sql, params)
-        text = " ".join(sql.split())[:4000]
+        asked for it. A failure inside dpsql becomes an XX000 error with a reference (`internal`)."""
         try:
             answer = self._run_statement(sql, params)
-        except Error as e:
-            statements.info("%s [%s] %s: %s", self.user, self.pid, e.sqlstate, text)
-            raise
-        statements.info("%s [%s] %s: %s", self.user, self.pid, answer.tag, text)
+        except Exception as e:
+            error = self.internal(e, sql)
+            if self.server.log_statements:
+                statements.info("%s [%s] %s: %s", self.user, self.pid, _outcome(error), _one_line(sql))
+            if error is e:
+                raise
+            raise error from e
+        if self.server.log_statements:
+            statements.info("%s [%s] %s: %s", self.user, self.pid, answer.tag, _one_line(sql))
         return answer
+
+    def internal(self, e: BaseException, sql: str) -> Error:
+        """What the client is told of an exception: a dpsql error as it is; anything else (a bug,
+        or a session's InternalError wrapping one) an XX000 error with a short reference, which
+        the operator's log carries beside the statement and the traceback. The traceback never
+        reaches the client, and the session stays usable."""
+        if isinstance(e, Error) and not (isinstance(e, InternalError) and e.__cause__ is not None):
+            return e
+        if getattr(e, "reference", None):
+            return e  # already reported (a statement run inside DECLARE or COPY)
+        reference = secrets.token_hex(4)
+        log.error("internal error, reference %s, for %s [%s] on the statement: %s", reference, self.user, self.pid,
+                  _one_line(sql), exc_info=e.__cause__ if isinstance(e, InternalError) else e)
+        error = InternalError(f"internal error in dpsql (reference {reference}); the statement was not answered",
+                              hint="the connection is still usable; please report the reference to the operator, "
+                                   "whose server log holds the details")
+        error.reference = reference
+        return error
 
     def _end_transaction(self, committed: bool) -> None:
         """Back to idle: a rollback undoes the transaction's SETs, a commit only its SET LOCALs."""
@@ -691,7 +738,16 @@ class Connection:
         wire = any(first_word(s) in _WIRE_STATEMENTS for s in statements)
         if (len(statements) > 1 and not wire and not any(is_catalog_query(s) for s in statements)
                 and self.session.batchable(statements)):
-            return [self._answer_session(r) for r in self.session.execute_batch(statements)], None
+            try:
+                batch = [self._answer_session(r) for r in self.session.execute_batch(statements)]
+            except Exception as e:
+                error = self.internal(e, text)
+                self._log_batch(statements, [_outcome(error)] * len(statements))
+                if error is e:
+                    raise
+                raise error from e
+            self._log_batch(statements, [a.tag for a in batch])
+            return batch, None
         answers: list[Answer] = []
         for statement in statements:
             try:
@@ -700,12 +756,24 @@ class Connection:
                 return answers, e
         return answers, None
 
+    def _log_batch(self, texts: list[str], outcomes: list[str]) -> None:
+        """A batch's statements in the statement log, each with its outcome."""
+        if self.server.log_statements:
+            for text, outcome in zip(texts, outcomes):
+                statements.info("%s [%s] %s: %s", self.user, self.pid, outcome, _one_line(text))
+
     def describe_statement(self, sql: str, params: list[Any] | None) -> list[codec.Field] | None:
         if first_word(sql) == "FETCH":  # its shape is the cursor's, which a new DECLARE may change
             return self.cursors.fields_of(sql)
         if sql in self._shapes:
             return self._shapes[sql]
-        fields = self._describe_uncached(sql, params)
+        try:
+            fields = self._describe_uncached(sql, params)
+        except Exception as e:
+            error = self.internal(e, sql)
+            if error is e:
+                raise
+            raise error from e
         if len(self._shapes) >= 512:
             self._shapes.pop(next(iter(self._shapes)))
         self._shapes[sql] = fields
@@ -800,6 +868,9 @@ class Connection:
                 values.append(codec.decode_param(raw, oid, _format(fmts, i)))
             except ValueError as e:
                 raise Error(str(e), sqlstate="22P02") from None
+            except (struct.error, UnicodeDecodeError):
+                raise Error(f"incorrect binary data format in bind parameter {i + 1}", sqlstate="22P03",
+                            hint=f"a parameter of type {codec.TYPE_NAMES.get(oid, oid)} was expected") from None
         result_formats = [r.int16() for _ in range(r.int16())]
         if r.pos != len(r.data):
             raise codec.ProtocolError("bind message has trailing bytes")
@@ -856,6 +927,17 @@ class Connection:
         what, name = chr(r.byte()), r.cstring()
         (self.statements if what == "S" else self.portals).pop(name, None)
         self.send(codec.message(b"3"))
+
+
+def _one_line(sql: str) -> str:
+    """A statement as the operator's log shows it: on one line, at most 4000 characters."""
+    return " ".join(sql.split())[:4000]
+
+
+def _outcome(error: Error) -> str:
+    """A failed statement's outcome in the statement log: its SQLSTATE, and an internal error's reference."""
+    reference = getattr(error, "reference", None)
+    return f"{error.sqlstate} (reference {reference})" if reference else error.sqlstate
 
 
 def _peer(writer: asyncio.StreamWriter) -> str:
