@@ -28,7 +28,7 @@ from ..engines import open_engine
 from ..errors import Error, InternalError
 from ..session import Result, Session
 from ..sql.classify import first_word, split_statements, without_leading_comments
-from . import codec, copyout
+from . import codec, copyout, resets
 from .catalog import Catalog, is_catalog_query
 from .cursors import Cursors
 from .params import infer_parameter_types
@@ -66,8 +66,8 @@ class Answer:
 
 
 # Statements the connection answers itself (transactions, cursors, COPY), never batched.
-_WIRE_STATEMENTS = {"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE", "DISCARD",
-                    "DEALLOCATE", "DECLARE", "FETCH", "MOVE", "CLOSE", "COPY"}
+_WIRE_STATEMENTS = {"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE", "DECLARE",
+                    "FETCH", "MOVE", "CLOSE", "COPY"} | resets.WORDS
 
 
 # Extended-query messages whose answers wait for the client's Sync or Flush, as PostgreSQL's do.
@@ -701,10 +701,20 @@ class Connection:
         if word in ("SAVEPOINT", "RELEASE"):
             return Answer(None, [], word)
         if word == "DISCARD":
-            session.settings = session._defaults()
-            return Answer(None, [], "DISCARD ALL")
+            return Answer(None, [], f"DISCARD {self._discard(resets.discard(sql))}")
         if word == "DEALLOCATE":
+            name = resets.deallocated(sql)
+            if name is None:
+                self.statements.clear()
+                return Answer(None, [], "DEALLOCATE ALL")
+            if self.statements.pop(name, None) is None:
+                raise Error(f'prepared statement "{name}" does not exist', sqlstate="26000")
             return Answer(None, [], "DEALLOCATE")
+        if word in ("UNLISTEN", "LISTEN", "NOTIFY"):
+            return Answer(None, [], resets.notifications(sql))
+        lock = resets.advisory(sql)
+        if lock is not None:  # granted at once: dpsql is read-only, the lock guards nothing in it
+            return Answer([codec.Field(lock.column, lock.oid)], [(lock.value,)], "SELECT 1")
         if word == "DECLARE":
             name, query = Cursors.declared(sql)
             inner = self.run_statement(query, params)
@@ -729,13 +739,26 @@ class Connection:
             return Answer([codec.Field(n, o) for n, o in zip(names, oids)], rows, f"SELECT {len(rows)}")
         return self._answer_session(session.execute(sql, params or None))
 
+    def _discard(self, what: str) -> str:
+        """DISCARD ALL is, as in PostgreSQL, CLOSE ALL, RESET ALL, DEALLOCATE ALL and DISCARD TEMP
+        (what a pooler such as pgbouncer sends between clients); DISCARD TEMP drops the session's
+        temporary views; PLANS and SEQUENCES have nothing to discard in dpsql."""
+        if what == "ALL":
+            if self.status != "I":
+                raise Error("DISCARD ALL cannot run inside a transaction block", sqlstate="25001")
+            self.cursors.open.clear()
+            self.statements.clear()
+        if what in ("ALL", "TEMP"):
+            self.session.discard(settings=what == "ALL", views=True)
+        return what
+
     def run_script(self, text: str) -> tuple[list[Answer], Error | None]:
         """A simple query's statements: DP queries alone form one batch (planned jointly, refused
         or charged as a whole); otherwise they run one after another, as PostgreSQL runs them,
         and a failing statement ends the script with its error after the answers before it (a
         query that ran was charged: its answer must reach the analyst)."""
         statements = split_statements(text, self.server.policy.limits)
-        wire = any(first_word(s) in _WIRE_STATEMENTS for s in statements)
+        wire = any(first_word(s) in _WIRE_STATEMENTS or resets.advisory(s) is not None for s in statements)
         if (len(statements) > 1 and not wire and not any(is_catalog_query(s) for s in statements)
                 and self.session.batchable(statements)):
             try:
@@ -783,6 +806,9 @@ class Connection:
         word = first_word(sql)
         if word in _WIRE_STATEMENTS or word in ("SET", "RESET"):  # FETCH: describe_statement
             return None
+        lock = resets.advisory(sql)
+        if lock is not None:
+            return [codec.Field(lock.column, lock.oid)]
         if is_catalog_query(sql):
             names, oids, _ = self.server.catalog.answer(sql, params or [], self.session, self.user, self.pid)
             return [codec.Field(n, o) for n, o in zip(names, oids)]
