@@ -315,7 +315,7 @@ def decode_param(raw: bytes | None, oid: int, fmt: int) -> Any:
             return struct.unpack("!h", raw)[0]
         if oid in (INT4,):
             return struct.unpack("!i", raw)[0]
-        if oid == OID:
+        if oid in (OID, REGCLASS, REGPROC, REGTYPE, REGNAMESPACE):
             return struct.unpack("!I", raw)[0]
         if oid == INT8:
             return struct.unpack("!q", raw)[0]
