@@ -794,6 +794,8 @@ class Connection:
             fields = self._describe_uncached(sql, params)
         except Exception as e:
             error = self.internal(e, sql)
+            if self.server.log_statements:  # a driver that describes first (asyncpg) never executes it
+                statements.info("%s [%s] %s, describing: %s", self.user, self.pid, _outcome(error), _one_line(sql))
             if error is e:
                 raise
             raise error from e
