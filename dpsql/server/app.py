@@ -808,6 +808,8 @@ class Connection:
         word = first_word(sql)
         if word in _WIRE_STATEMENTS or word in ("SET", "RESET"):  # FETCH: describe_statement
             return None
+        if not split_statements(sql, self.server.policy.limits):  # ";" (SQLAlchemy's asyncpg ping): NoData
+            return None
         lock = resets.advisory(sql)
         if lock is not None:
             return [codec.Field(lock.column, lock.oid)]
