@@ -150,3 +150,46 @@ def test_sqlalchemy_pool_pre_ping_sync_and_async(serve):
 
     assert all(isinstance(n, int) for n in asyncio.run(run_async()))
     assert _queries(serve) == 4
+
+
+def test_tortoise_orm_on_an_asyncpg_pool(serve):
+    """Tortoise ORM's asyncpg client pools its connections (and resets them on release): its
+    aggregate queries are answered, each charged once."""
+    tortoise = pytest.importorskip("tortoise")
+    from tortoise import Tortoise, fields
+    from tortoise.functions import Count
+    from tortoise.models import Model
+
+    class Person(Model):
+        pid = fields.IntField(primary_key=True)
+        age = fields.FloatField()
+        sex = fields.CharField(max_length=1)
+        city = fields.TextField()
+
+        class Meta:
+            table = "people"
+            app = "dpsql"
+
+    async def main():
+        await Tortoise.init(config={
+            "connections": {"default": {"engine": "tortoise.backends.asyncpg", "credentials": {
+                "host": "127.0.0.1", "port": serve.port, "user": "alice", "password": PASSWORD, "database": "dpsql",
+                "ssl": False, "minsize": 1, "maxsize": 1}}},
+            "apps": {"dpsql": {"models": [__name__], "default_connection": "default"}}})
+        try:
+            total = await Person.all().count()
+            older = await Person.filter(age__gt=40).count()
+            by_sex = await Person.annotate(n=Count("pid")).group_by("sex").order_by("sex").values("sex", "n")
+            return total, older, by_sex
+        finally:
+            await Tortoise.close_connections()
+
+    Person.__module__ = __name__
+    globals()["Person"] = Person  # Tortoise discovers models by module
+    try:
+        total, older, by_sex = asyncio.run(main())
+    finally:
+        globals().pop("Person", None)
+    assert isinstance(total, int) and isinstance(older, int)
+    assert [r["sex"] for r in by_sex] == ["F", "M"] and all(isinstance(r["n"], int) for r in by_sex)
+    assert tortoise.__version__ and _queries(serve) == 3
