@@ -120,3 +120,27 @@ def test_declare_fetch_close_charges_once(serve):
             cur.execute('FETCH 100 IN "SQL_CUR1"', prepare=True)
             assert [d.name for d in cur.description] == ["sex", "count"] and len(cur.fetchall()) == 2
         pg.execute('CLOSE "SQL_CUR1";COMMIT')
+
+
+def test_duckdb_postgres_extension(serve):
+    """DuckDB's postgres extension, from PyPI (its wheel holds the extension: nothing downloaded at
+    run time), ATTACHes dpsql, reads the catalog, and reads with COPY ... (FORMAT "binary"): a DP
+    query through postgres_query is answered and charged once, a public table is read, and a
+    private table's rows are refused with the reason."""
+    import json
+    import os
+
+    from .server_fixture import PASSWORD
+    from .tool_envs import SCRIPTS, python_tool
+
+    python = python_tool("duckdb-postgres", ["duckdb==1.5.5", "duckdb-extension-postgres-scanner==1.5.5"])
+    env = {**os.environ, "DPSQL_PORT": str(serve.port), "DPSQL_PASSWORD": PASSWORD}
+    proc = subprocess.run([str(python), str(SCRIPTS / "duckdb_postgres_check.py")], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [s for s, _ in out["grouped"]] == ["F", "M"] and all(isinstance(n, int) for _, n in out["grouped"])
+    assert out["public"] == 3 and out["tables"] == ["events", "people", "places", "rows"]
+    assert "selecting rows of a private table is not allowed" in out["rows"]
+    with psycopg.connect(serve.dsn(), autocommit=True) as pg:
+        assert pg.execute("SELECT queries FROM dpsql_budget").fetchone() == (1,)
