@@ -48,6 +48,8 @@ def cast_types(sql: str) -> dict[int, int]:
 
 def infer_parameter_types(sql: str, schema: Mapping[str, Mapping[str, str]]) -> list[int]:
     casts = cast_types(sql) if "::" in sql else {}
+    if casts:  # typed already; without their casts sqlglot reads the rest (it cannot read `$1::OID[]`)
+        sql = _PARAMETER_CAST.sub(lambda m: f"${m.group('n')}", sql)
     try:
         tree = sqlglot.parse_one(spaced_parameters(sql), read="postgres")
     except (sqlglot.errors.ParseError, sqlglot.errors.TokenError):
