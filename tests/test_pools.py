@@ -1,15 +1,23 @@
 """Connection pools and what they send between borrowers: every answer a pool hands out reaches
 its borrower, is charged once, and the reset that follows is the no-op it is for a proxy
-(asyncpg's create_pool and Tortoise ORM on it, psycopg_pool, SQLAlchemy's pool_pre_ping)."""
+(asyncpg's create_pool and Tortoise ORM on it, psycopg_pool, SQLAlchemy's pool_pre_ping,
+pgbouncer in front of dpsql; HikariCP is in test_bi_drivers.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
 
 import psycopg
 import pytest
 
-from .server_fixture import PASSWORD
+from .server_fixture import PASSWORD, free_port
 
 ASYNCPG_RESET = "SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL;"  # asyncpg's, as it sends it
 
@@ -193,3 +201,48 @@ def test_tortoise_orm_on_an_asyncpg_pool(serve):
     assert isinstance(total, int) and isinstance(older, int)
     assert [r["sex"] for r in by_sex] == ["F", "M"] and all(isinstance(r["n"], int) for r in by_sex)
     assert tortoise.__version__ and _queries(serve) == 3
+
+
+@pytest.mark.skipif(shutil.which("pgbouncer") is None and not Path("/usr/sbin/pgbouncer").exists(),
+                    reason="pgbouncer is installed by tests/setup.sh")
+def test_pgbouncer_in_front_of_dpsql(serve):
+    """pgbouncer in session mode with one server connection: each client after the first gets the
+    connection its predecessor used, reset by `server_reset_query = DISCARD ALL` and checked by
+    `server_check_query = select 1`; every answer delivered, each charged once."""
+    folder = Path(tempfile.mkdtemp(prefix="dpsql-pgbouncer-"))  # readable by the unprivileged user it runs as
+    port = free_port()
+    (folder / "users.txt").write_text(f'"alice" "{PASSWORD}"\n')
+    (folder / "pgbouncer.ini").write_text(
+        f"[databases]\ndpsql = host=127.0.0.1 port={serve.port} dbname=dpsql\n"
+        f"[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\nauth_type = trust\n"
+        f"auth_file = {folder}/users.txt\npool_mode = session\nserver_reset_query = DISCARD ALL\n"
+        "server_check_query = select 1\nserver_check_delay = 0\ndefault_pool_size = 1\nmax_client_conn = 10\n")
+    for path in (folder, *folder.iterdir()):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    command = [shutil.which("pgbouncer") or "/usr/sbin/pgbouncer", str(folder / "pgbouncer.ini")]
+    if os.geteuid() == 0:
+        command[1:1] = ["-u", "nobody"]  # pgbouncer refuses to run as root
+    bouncer = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert bouncer.poll() is None and time.monotonic() < deadline, bouncer.stdout.read()
+                time.sleep(0.05)
+        dsn = f"host=127.0.0.1 port={port} dbname=dpsql user=alice sslmode=disable"
+        answers = []
+        for age in (20, 30, 40):
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                assert conn.execute("SHOW dpsql.epsilon").fetchone() == ("1",)  # the predecessor's SET was discarded
+                conn.execute("SET dpsql.epsilon = 0.5")
+                answers.append(conn.execute("SELECT COUNT(*) FROM people WHERE age > %s", (age,)).fetchone()[0])
+    finally:
+        bouncer.terminate()
+        log = bouncer.communicate(timeout=30)[0]
+        shutil.rmtree(folder, ignore_errors=True)
+    assert all(isinstance(a, int) for a in answers) and len(answers) == 3
+    assert log.count("new connection to server") == 1 and "ERROR" not in log and "WARNING" not in log, log
+    assert _queries(serve) == 3
