@@ -8,16 +8,14 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from .server_fixture import PASSWORD, free_port
+from .server_fixture import PASSWORD, free_port, wait_listening
 
 ASYNCPG_RESET = "SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL;"  # asyncpg's, as it sends it
 
@@ -224,14 +222,7 @@ def test_pgbouncer_in_front_of_dpsql(serve):
         command[1:1] = ["-u", "nobody"]  # pgbouncer refuses to run as root
     bouncer = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert bouncer.poll() is None and time.monotonic() < deadline, bouncer.stdout.read()
-                time.sleep(0.05)
+        assert wait_listening(port, lambda: bouncer.poll() is None), bouncer.stdout.read()
         dsn = f"host=127.0.0.1 port={port} dbname=dpsql user=alice sslmode=disable"
         answers = []
         for age in (20, 30, 40):
