@@ -137,6 +137,14 @@ class Session:
     def _defaults(self) -> Settings:
         return default_settings(self.policy, self.user)
 
+    def discard(self, *, settings: bool, views: bool) -> None:
+        """DISCARD: back to a new session's settings (RESET ALL), and/or without temporary views
+        (DISCARD TEMP). Nothing charged or cached is forgotten."""
+        if settings:
+            self.settings = self._defaults()
+        if views:
+            self._views.clear()
+
     # Entry point ---------------------------------------------------------------------------
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> Result:
         """Run one statement. Raises dpsql.errors.Error subclasses only."""

@@ -22,6 +22,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_listening(port: int, alive, seconds: float = 30) -> bool:
+    """Until something accepts connections on the loopback port: True, or False once `alive()`
+    says the process meant to listen there has exited, or the time is up."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return True
+        except OSError:
+            if not alive():
+                return False
+            time.sleep(0.05)
+    return False
+
+
 class Serve:
     def __init__(self, policy: Path, ledger: Path, *extra: str):
         self.policy, self.ledger = policy, ledger
@@ -36,16 +51,8 @@ class Serve:
         self._lines: list[str] = []
         self._reader = threading.Thread(target=self._drain, daemon=True)
         self._reader.start()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(self.output(wait=True))
-                time.sleep(0.05)
-        raise RuntimeError("dpsql serve did not start")
+        if not wait_listening(self.port, lambda: self.proc.poll() is None):
+            raise RuntimeError(self.output(wait=True) if self.proc.poll() is not None else "dpsql serve did not start")
 
     def _drain(self) -> None:
         """Read the server's output as it comes: a pipe nobody reads would block the server once full,

@@ -1,8 +1,8 @@
 #!/bin/sh
 # System packages the test suite needs, installed only when missing (Debian; needs root):
 # python3-venv, a PostgreSQL server (ledger tests), psql, pgjdbc and a JDK (JDBC test),
-# psqlODBC and unixODBC (ODBC test), Chromium (the console's browser tests, driven by Playwright;
-# never a browser downloaded by playwright install). Python packages come from pip (pyproject's [test] extra).
+# psqlODBC and unixODBC (ODBC test), HikariCP and pgbouncer (pool tests), Chromium (the console's
+# browser tests, driven by Playwright; never a browser downloaded by playwright install). Python packages come from pip (pyproject's [test] extra).
 set -e
 need=""
 python3 -c "import ensurepip, venv" 2>/dev/null || need="$need python3-venv"
@@ -12,9 +12,11 @@ command -v initdb >/dev/null 2>&1 && found=yes
 [ -n "$found" ] || need="$need postgresql"
 command -v psql >/dev/null 2>&1 || need="$need postgresql-client"
 [ -f /usr/share/java/postgresql.jar ] || need="$need libpostgresql-jdbc-java"
+[ -f /usr/share/java/HikariCP.jar ] || need="$need libhikaricp-java"
 command -v javac >/dev/null 2>&1 || need="$need default-jdk-headless"
 [ -f /usr/lib/x86_64-linux-gnu/odbc/psqlodbcw.so ] || ls /usr/lib/*/odbc/psqlodbcw.so >/dev/null 2>&1 || need="$need odbc-postgresql"
 command -v odbcinst >/dev/null 2>&1 || need="$need unixodbc"
+[ -x /usr/sbin/pgbouncer ] || need="$need pgbouncer"
 [ -x /usr/bin/chromium ] || need="$need chromium"
 if [ -n "$need" ]; then
   if [ "$(id -u)" = 0 ]; then

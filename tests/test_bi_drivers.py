@@ -80,3 +80,26 @@ def test_psqlodbc_use_declare_fetch(serve):
         conn.commit()
     finally:
         conn.close()
+
+
+HIKARI_JAR = Path("/usr/share/java/HikariCP.jar")
+
+
+@pytest.mark.skipif(not (JDBC_JAR.exists() and HIKARI_JAR.exists()) or shutil.which("javac") is None,
+                    reason="pgjdbc, HikariCP and a JDK are installed by tests/setup.sh")
+def test_hikaricp_pool_validation_and_reset(serve, tmp_path):
+    """HikariCP's borrow (validated by isValid(), an empty query, or by a connectionTestQuery) and
+    return (rollback, read-only and autocommit reset) around a prepared DP query: every answer
+    delivered, each charged once (the second pool's repeats come from the cache, free)."""
+    src = Path(__file__).parent / "jdbc" / "HikariCheck.java"
+    classpath = f"{tmp_path}:{HIKARI_JAR}:{JDBC_JAR}:/usr/share/java/slf4j-api.jar"
+    subprocess.run(["javac", "-cp", classpath, "-d", str(tmp_path), str(src)], check=True, capture_output=True,
+                   timeout=120)
+    for test_query in ("", "SELECT 1"):
+        out = subprocess.run(["java", "-Dcom.zaxxer.hikari.aliveBypassWindowMs=0", "-cp", classpath, "HikariCheck",
+                              f"jdbc:postgresql://127.0.0.1:{serve.port}/dpsql?sslmode=disable", "alice", PASSWORD,
+                              test_query], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-3000:]
+        lines = out.stdout.splitlines()
+        assert len([line for line in lines if line.startswith("count ")]) == 4
+        assert "queries 4" in lines and "connections 1" in lines

@@ -27,6 +27,57 @@ def test_options_and_escaping():
         copyout.parse("COPY people FROM STDIN")
 
 
+# Every spelling PostgreSQL accepts, and what it asks: (format, header, delimiter, null, quote, escape, force_quote).
+# DuckDB's postgres extension reads with the first; the pre-9.0 forms are still in PostgreSQL's grammar.
+_SPELLINGS = [
+    ('COPY (SELECT 1) TO STDOUT (FORMAT "binary")', ("binary", False, "\t", "\\N", '"', '"', False)),
+    ("COPY (SELECT 1) TO STDOUT (FORMAT binary);", ("binary", False, "\t", "\\N", '"', '"', False)),
+    ("COPY (SELECT 1) TO STDOUT (FORMAT 'binary')", ("binary", False, "\t", "\\N", '"', '"', False)),
+    ("COPY (SELECT 1) TO STDOUT WITH (FORMAT BINARY)", ("binary", False, "\t", "\\N", '"', '"', False)),
+    ("COPY (SELECT 1) TO STDOUT WITH BINARY", ("binary", False, "\t", "\\N", '"', '"', False)),
+    ("COPY (SELECT 1) TO STDOUT BINARY", ("binary", False, "\t", "\\N", '"', '"', False)),
+    ("COPY BINARY places TO STDOUT", ("binary", False, "\t", "\\N", '"', '"', False)),
+    ("""COPY (SELECT 1) TO STDOUT (FORMAT "csv", HEADER on, NULL 'NA')""", ("csv", True, ",", "NA", '"', '"', False)),
+    ("COPY (SELECT 1) TO STDOUT WITH CSV HEADER DELIMITER AS ';' QUOTE AS '''' FORCE QUOTE *",
+     ("csv", True, ";", "", "'", "'", True)),
+    (r"COPY (SELECT 1) TO STDOUT (FORMAT csv, FORCE_QUOTE *, ESCAPE E'\\', ENCODING 'UTF8')",
+     ("csv", False, ",", "", '"', "\\", True)),
+    ("COPY (SELECT 1) TO STDOUT USING DELIMITERS '|' WITH NULL AS ''", ("text", False, "|", "", '"', '"', False)),
+    (r"COPY (SELECT 1) TO STDOUT (HEADER false, DELIMITER E'\t')", ("text", False, "\t", "\\N", '"', '"', False)),
+]
+
+
+@pytest.mark.parametrize("sql,expected", _SPELLINGS)
+def test_copy_option_spellings(sql, expected):
+    c = copyout.parse(sql)
+    assert (c.format, c.header, c.delimiter, c.null, c.quote, c.escape, c.force_quote) == expected
+
+
+@pytest.mark.parametrize("sql,sqlstate", [
+    ('COPY (SELECT 1) TO STDOUT (FORMAT "BINARY")', "22023"),  # a quoted name keeps its case, as in PostgreSQL
+    ("COPY (SELECT 1) TO STDOUT (FORMAT parquet)", "22023"),
+    ("COPY (SELECT 1) TO STDOUT (FORMAT binary, HEADER)", "42601"),
+    ("COPY (SELECT 1) TO STDOUT (QUOTE '''')", "0A000"),  # CSV only
+    ("COPY (SELECT 1) TO STDOUT (FORMAT csv, FORCE_QUOTE (a))", "0A000"),
+    ("COPY (SELECT 1) TO STDOUT (FORMAT csv, DELIMITER ';;')", "0A000"),
+    ("COPY (SELECT 1) TO STDOUT (FREEZE)", "0A000"),
+    ("COPY (SELECT 1) TO STDOUT (FORMAT csv", "42601"),
+    ("COPY (SELECT 1) TO STDOUT (ENCODING 'LATIN1')", "0A000"),
+])
+def test_copy_option_refusals(sql, sqlstate):
+    with pytest.raises(Error) as info:
+        copyout.parse(sql)
+    assert info.value.sqlstate == sqlstate
+
+
+def test_csv_quote_escape_and_force_quote():
+    c = copyout.parse(r"COPY (SELECT 1) TO STDOUT (FORMAT csv, HEADER, QUOTE '''', ESCAPE E'\\', FORCE_QUOTE *)")
+    assert copyout.encode(c, ["a", "b"], [codec.TEXT, codec.INT8], [("it's \\ here", None), ("x", 3)]) == [
+        b"a,b\n", b"'it\\'s \\\\ here',\n", b"'x','3'\n"]
+    text = copyout.parse("COPY (SELECT 1) TO STDOUT (HEADER)")  # PostgreSQL 15 writes a header in text format too
+    assert copyout.encode(text, ["a b", "c"], [codec.TEXT, codec.INT8], [("x", 1)]) == [b"a b\tc\n", b"x\t1\n"]
+
+
 def test_psql_copy_and_psycopg_copy(serve, tmp_path):
     out = tmp_path / "counts.csv"
     done = subprocess.run(["psql", serve.dsn(), "-X", "-c",
@@ -40,7 +91,8 @@ def test_psql_copy_and_psycopg_copy(serve, tmp_path):
     assert refused.returncode != 0 and "selecting rows of a private table" in refused.stderr
     with psycopg.connect(serve.dsn(), autocommit=True) as pg:
         with pg.cursor() as cur:
-            with cur.copy("COPY (SELECT kind, COUNT(*) FROM events GROUP BY kind) TO STDOUT (FORMAT BINARY)") as cp:
+            # DuckDB's postgres extension's spelling
+            with cur.copy('COPY (SELECT kind, COUNT(*) FROM events GROUP BY kind) TO STDOUT (FORMAT "binary")') as cp:
                 cp.set_types(["text", "int8"])
                 binary = sorted(cp.rows())
             with cur.copy("COPY (SELECT kind, COUNT(*) FROM events GROUP BY kind) TO STDOUT") as cp:
@@ -68,3 +120,27 @@ def test_declare_fetch_close_charges_once(serve):
             cur.execute('FETCH 100 IN "SQL_CUR1"', prepare=True)
             assert [d.name for d in cur.description] == ["sex", "count"] and len(cur.fetchall()) == 2
         pg.execute('CLOSE "SQL_CUR1";COMMIT')
+
+
+def test_duckdb_postgres_extension(serve):
+    """DuckDB's postgres extension, from PyPI (its wheel holds the extension: nothing downloaded at
+    run time), ATTACHes dpsql, reads the catalog, and reads with COPY ... (FORMAT "binary"): a DP
+    query through postgres_query is answered and charged once, a public table is read, and a
+    private table's rows are refused with the reason."""
+    import json
+    import os
+
+    from .server_fixture import PASSWORD
+    from .tool_envs import SCRIPTS, python_tool
+
+    python = python_tool("duckdb-postgres", ["duckdb==1.5.5", "duckdb-extension-postgres-scanner==1.5.5"])
+    env = {**os.environ, "DPSQL_PORT": str(serve.port), "DPSQL_PASSWORD": PASSWORD}
+    proc = subprocess.run([str(python), str(SCRIPTS / "duckdb_postgres_check.py")], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [s for s, _ in out["grouped"]] == ["F", "M"] and all(isinstance(n, int) for _, n in out["grouped"])
+    assert out["public"] == 3 and out["tables"] == ["events", "people", "places", "rows"]
+    assert "selecting rows of a private table is not allowed" in out["rows"]
+    with psycopg.connect(serve.dsn(), autocommit=True) as pg:
+        assert pg.execute("SELECT queries FROM dpsql_budget").fetchone() == (1,)

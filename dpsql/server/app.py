@@ -25,10 +25,10 @@ from typing import Any, Callable, Protocol
 from .. import __version__
 from ..config import Policy
 from ..engines import open_engine
-from ..errors import Error
+from ..errors import Error, InternalError
 from ..session import Result, Session
 from ..sql.classify import first_word, split_statements, without_leading_comments
-from . import codec, copyout
+from . import codec, copyout, resets
 from .catalog import Catalog, is_catalog_query
 from .cursors import Cursors
 from .params import infer_parameter_types
@@ -66,8 +66,8 @@ class Answer:
 
 
 # Statements the connection answers itself (transactions, cursors, COPY), never batched.
-_WIRE_STATEMENTS = {"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE", "DISCARD",
-                    "DEALLOCATE", "DECLARE", "FETCH", "MOVE", "CLOSE", "COPY"}
+_WIRE_STATEMENTS = {"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE", "DECLARE",
+                    "FETCH", "MOVE", "CLOSE", "COPY"} | resets.WORDS
 
 
 # Extended-query messages whose answers wait for the client's Sync or Flush, as PostgreSQL's do.
@@ -563,16 +563,43 @@ class Connection:
                 self.send(codec.error_response("08P01", f"protocol violation: {e}", severity="FATAL"))
                 await self.flush()
                 raise
-            except Error as e:
+            except (ConnectionError, asyncio.IncompleteReadError):
+                raise  # the client is gone: nothing to answer
+            except Exception as e:  # an Error, or a failure inside dpsql: answered, and the session goes on
+                if isinstance(e, UnicodeDecodeError):
+                    e = Error("invalid byte sequence for encoding \"UTF8\"", sqlstate="22021",
+                              hint="send the statement and its parameters in UTF-8")
+                e = self.internal(e, self._statement_of(kind, body))
                 self.send(codec.error_response(e.sqlstate, e.message, e.hint))
                 if self.status == "T":
                     self.status = "E"
                 if kind == b"Q":
                     self.send(codec.ready(self.status))
                 else:
-                    skipping = True
+                    skipping = True  # as PostgreSQL: the rest up to the client's Sync is ignored
             if kind not in _BUFFERED:
                 await self.flush()
+
+    def _statement_of(self, kind: bytes, body: bytes) -> str:
+        """The SQL a message concerns, for the operator's log of an internal error (never sent)."""
+        try:
+            r = codec.Reader(body)
+            if kind in (b"Q", b"P"):
+                if kind == b"P":
+                    r.cstring()  # the statement's name
+                return r.cstring()
+            if kind == b"B":
+                r.cstring()
+                stmt = self.statements.get(r.cstring())
+                return stmt.sql if stmt is not None else ""
+            if kind in (b"D", b"E"):
+                what = chr(r.byte()) if kind == b"D" else "P"
+                name = r.cstring()
+                stmt = self.statements.get(name) if what == "S" else getattr(self.portals.get(name), "stmt", None)
+                return stmt.sql if stmt is not None else ""
+        except Exception:  # noqa: BLE001 - a malformed message has no statement to log
+            pass
+        return ""
 
     # Statement routing ---------------------------------------------------------------------
     def _answer_session(self, result: Result) -> Answer:
@@ -603,17 +630,37 @@ class Connection:
 
     def run_statement(self, sql: str, params: list[Any] | None = None) -> Answer:
         """One statement, logged with its outcome (command tag or SQLSTATE) when the operator
-        asked for it."""
-        if not self.server.log_statements:
-            return self._run_statement(sql, params)
-        text = " ".join(sql.split())[:4000]
+        asked for it. A failure inside dpsql becomes an XX000 error with a reference (`internal`)."""
         try:
             answer = self._run_statement(sql, params)
-        except Error as e:
-            statements.info("%s [%s] %s: %s", self.user, self.pid, e.sqlstate, text)
-            raise
-        statements.info("%s [%s] %s: %s", self.user, self.pid, answer.tag, text)
+        except Exception as e:
+            error = self.internal(e, sql)
+            if self.server.log_statements:
+                statements.info("%s [%s] %s: %s", self.user, self.pid, _outcome(error), _one_line(sql))
+            if error is e:
+                raise
+            raise error from e
+        if self.server.log_statements:
+            statements.info("%s [%s] %s: %s", self.user, self.pid, answer.tag, _one_line(sql))
         return answer
+
+    def internal(self, e: BaseException, sql: str) -> Error:
+        """What the client is told of an exception: a dpsql error as it is; anything else (a bug,
+        or a session's InternalError wrapping one) an XX000 error with a short reference, which
+        the operator's log carries beside the statement and the traceback. The traceback never
+        reaches the client, and the session stays usable."""
+        if isinstance(e, Error) and not (isinstance(e, InternalError) and e.__cause__ is not None):
+            return e
+        if getattr(e, "reference", None):
+            return e  # already reported (a statement run inside DECLARE or COPY)
+        reference = secrets.token_hex(4)
+        log.error("internal error, reference %s, for %s [%s] on the statement: %s", reference, self.user, self.pid,
+                  _one_line(sql), exc_info=e.__cause__ if isinstance(e, InternalError) else e)
+        error = InternalError(f"internal error in dpsql (reference {reference}); the statement was not answered",
+                              hint="the connection is still usable; please report the reference to the operator, "
+                                   "whose server log holds the details")
+        error.reference = reference
+        return error
 
     def _end_transaction(self, committed: bool) -> None:
         """Back to idle: a rollback undoes the transaction's SETs, a commit only its SET LOCALs."""
@@ -654,10 +701,20 @@ class Connection:
         if word in ("SAVEPOINT", "RELEASE"):
             return Answer(None, [], word)
         if word == "DISCARD":
-            session.settings = session._defaults()
-            return Answer(None, [], "DISCARD ALL")
+            return Answer(None, [], f"DISCARD {self._discard(resets.discard(sql))}")
         if word == "DEALLOCATE":
+            name = resets.deallocated(sql)
+            if name is None:
+                self.statements.clear()
+                return Answer(None, [], "DEALLOCATE ALL")
+            if self.statements.pop(name, None) is None:
+                raise Error(f'prepared statement "{name}" does not exist', sqlstate="26000")
             return Answer(None, [], "DEALLOCATE")
+        if word in ("UNLISTEN", "LISTEN", "NOTIFY"):
+            return Answer(None, [], resets.notifications(sql))
+        lock = resets.advisory(sql)
+        if lock is not None:  # granted at once: dpsql is read-only, the lock guards nothing in it
+            return Answer([codec.Field(lock.column, lock.oid)], [(lock.value,)], "SELECT 1")
         if word == "DECLARE":
             name, query = Cursors.declared(sql)
             inner = self.run_statement(query, params)
@@ -682,16 +739,38 @@ class Connection:
             return Answer([codec.Field(n, o) for n, o in zip(names, oids)], rows, f"SELECT {len(rows)}")
         return self._answer_session(session.execute(sql, params or None))
 
+    def _discard(self, what: str) -> str:
+        """DISCARD ALL is, as in PostgreSQL, CLOSE ALL, RESET ALL, DEALLOCATE ALL and DISCARD TEMP
+        (what a pooler such as pgbouncer sends between clients); DISCARD TEMP drops the session's
+        temporary views; PLANS and SEQUENCES have nothing to discard in dpsql."""
+        if what == "ALL":
+            if self.status != "I":
+                raise Error("DISCARD ALL cannot run inside a transaction block", sqlstate="25001")
+            self.cursors.open.clear()
+            self.statements.clear()
+        if what in ("ALL", "TEMP"):
+            self.session.discard(settings=what == "ALL", views=True)
+        return what
+
     def run_script(self, text: str) -> tuple[list[Answer], Error | None]:
         """A simple query's statements: DP queries alone form one batch (planned jointly, refused
         or charged as a whole); otherwise they run one after another, as PostgreSQL runs them,
         and a failing statement ends the script with its error after the answers before it (a
         query that ran was charged: its answer must reach the analyst)."""
         statements = split_statements(text, self.server.policy.limits)
-        wire = any(first_word(s) in _WIRE_STATEMENTS for s in statements)
+        wire = any(first_word(s) in _WIRE_STATEMENTS or resets.advisory(s) is not None for s in statements)
         if (len(statements) > 1 and not wire and not any(is_catalog_query(s) for s in statements)
                 and self.session.batchable(statements)):
-            return [self._answer_session(r) for r in self.session.execute_batch(statements)], None
+            try:
+                batch = [self._answer_session(r) for r in self.session.execute_batch(statements)]
+            except Exception as e:
+                error = self.internal(e, text)
+                self._log_batch(statements, [_outcome(error)] * len(statements))
+                if error is e:
+                    raise
+                raise error from e
+            self._log_batch(statements, [a.tag for a in batch])
+            return batch, None
         answers: list[Answer] = []
         for statement in statements:
             try:
@@ -700,12 +779,26 @@ class Connection:
                 return answers, e
         return answers, None
 
+    def _log_batch(self, texts: list[str], outcomes: list[str]) -> None:
+        """A batch's statements in the statement log, each with its outcome."""
+        if self.server.log_statements:
+            for text, outcome in zip(texts, outcomes):
+                statements.info("%s [%s] %s: %s", self.user, self.pid, outcome, _one_line(text))
+
     def describe_statement(self, sql: str, params: list[Any] | None) -> list[codec.Field] | None:
         if first_word(sql) == "FETCH":  # its shape is the cursor's, which a new DECLARE may change
             return self.cursors.fields_of(sql)
         if sql in self._shapes:
             return self._shapes[sql]
-        fields = self._describe_uncached(sql, params)
+        try:
+            fields = self._describe_uncached(sql, params)
+        except Exception as e:
+            error = self.internal(e, sql)
+            if self.server.log_statements:  # a driver that describes first (asyncpg) never executes it
+                statements.info("%s [%s] %s, describing: %s", self.user, self.pid, _outcome(error), _one_line(sql))
+            if error is e:
+                raise
+            raise error from e
         if len(self._shapes) >= 512:
             self._shapes.pop(next(iter(self._shapes)))
         self._shapes[sql] = fields
@@ -715,6 +808,11 @@ class Connection:
         word = first_word(sql)
         if word in _WIRE_STATEMENTS or word in ("SET", "RESET"):  # FETCH: describe_statement
             return None
+        if not split_statements(sql, self.server.policy.limits):  # ";" (SQLAlchemy's asyncpg ping): NoData
+            return None
+        lock = resets.advisory(sql)
+        if lock is not None:
+            return [codec.Field(lock.column, lock.oid)]
         if is_catalog_query(sql):
             names, oids, _ = self.server.catalog.answer(sql, params or [], self.session, self.user, self.pid)
             return [codec.Field(n, o) for n, o in zip(names, oids)]
@@ -800,6 +898,9 @@ class Connection:
                 values.append(codec.decode_param(raw, oid, _format(fmts, i)))
             except ValueError as e:
                 raise Error(str(e), sqlstate="22P02") from None
+            except (struct.error, UnicodeDecodeError):
+                raise Error(f"incorrect binary data format in bind parameter {i + 1}", sqlstate="22P03",
+                            hint=f"a parameter of type {codec.TYPE_NAMES.get(oid, oid)} was expected") from None
         result_formats = [r.int16() for _ in range(r.int16())]
         if r.pos != len(r.data):
             raise codec.ProtocolError("bind message has trailing bytes")
@@ -856,6 +957,17 @@ class Connection:
         what, name = chr(r.byte()), r.cstring()
         (self.statements if what == "S" else self.portals).pop(name, None)
         self.send(codec.message(b"3"))
+
+
+def _one_line(sql: str) -> str:
+    """A statement as the operator's log shows it: on one line, at most 4000 characters."""
+    return " ".join(sql.split())[:4000]
+
+
+def _outcome(error: Error) -> str:
+    """A failed statement's outcome in the statement log: its SQLSTATE, and an internal error's reference."""
+    reference = getattr(error, "reference", None)
+    return f"{error.sqlstate} (reference {reference})" if reference else error.sqlstate
 
 
 def _peer(writer: asyncio.StreamWriter) -> str:

@@ -140,7 +140,8 @@ TABLES: dict[str, list[tuple[str, int]]] = {
     "pg_collation": [("oid", c.OID), ("collname", c.NAME), ("collnamespace", c.OID)],
     "pg_enum": [("oid", c.OID), ("enumtypid", c.OID), ("enumsortorder", c.FLOAT4), ("enumlabel", c.NAME)],
     "pg_extension": [("oid", c.OID), ("extname", c.NAME), ("extowner", c.OID), ("extnamespace", c.OID), ("extversion", c.TEXT)],
-    "pg_range": [("rngtypid", c.OID), ("rngsubtype", c.OID)],
+    "pg_range": [("rngtypid", c.OID), ("rngsubtype", c.OID), ("rngmultitypid", c.OID), ("rngcollation", c.OID),
+                 ("rngsubopc", c.OID), ("rngcanonical", c.REGPROC), ("rngsubdiff", c.REGPROC)],
     "pg_sequence": [("seqrelid", c.OID), ("seqtypid", c.OID)],
     "pg_foreign_table": [("ftrelid", c.OID), ("ftserver", c.OID)],
     "pg_partitioned_table": [("partrelid", c.OID), ("partstrat", c.CHAR)],
@@ -303,8 +304,10 @@ def _pre(sql: str) -> str:
     """Textual PostgreSQL-isms sqlglot does not parse: OPERATOR(pg_catalog.x), COLLATE."""
     sql = re.sub(r"OPERATOR\s*\(\s*pg_catalog\s*\.\s*([~!=<>*+\-]+)\s*\)", r"\1", sql, flags=re.I)
     sql = re.sub(r"\s+COLLATE\s+(pg_catalog\.)?\"?(default|C|POSIX)\"?", "", sql, flags=re.I)
-    # arrays of reg* types (pgcli): the catalog's function tables are empty, text arrays will do
-    sql = re.sub(r"::\s*(?:pg_catalog\.)?(?:regtype|regclass|regproc|oid)\s*\[\]", "::text[]", sql, flags=re.I)
+    # arrays of reg* types (pgcli): the catalog's function tables are empty, text arrays will do;
+    # oid[] (asyncpg's type introspection, SQLAlchemy's reflection) is compared with oid columns
+    sql = re.sub(r"::\s*(?:pg_catalog\.)?(?:regtype|regclass|regproc)\s*\[\]", "::text[]", sql, flags=re.I)
+    sql = re.sub(r"::\s*(?:pg_catalog\.)?oid\s*\[\]", "::bigint[]", sql, flags=re.I)
     return sql
 
 
@@ -754,10 +757,12 @@ def _output_types(tree: exp.Expression) -> list[int | None]:
     select = tree if isinstance(tree, exp.Select) else tree.find(exp.Select)
     if select is None:
         return []
-    sources = _sources(select)
+    sources = {**_ctes(tree, select), **_sources(select)}
     out = []
     for item in select.expressions:
         if isinstance(item, exp.Star):
+            if not any(isinstance(src, exp.Select) or src in TABLES for src in sources.values()):
+                return out + [None] * 1000  # columns of a source not known here: DuckDB's types, not shifted ones
             for src in sources.values():
                 if isinstance(src, exp.Select):
                     sub = _sources(src)
@@ -766,6 +771,32 @@ def _output_types(tree: exp.Expression) -> list[int | None]:
                     out.extend(oid for _, oid in TABLES.get(src, []))
             continue
         out.append(_type_of(item.unalias() if isinstance(item, exp.Alias) else item, sources, select))
+    return out
+
+
+def _ctes(tree: exp.Expression, select: exp.Select) -> dict[str, exp.Select]:
+    """The query's own WITH tables the outer SELECT reads, by alias, each as its first (anchor)
+    SELECT with its items named as the CTE's column list names them (asyncpg's type introspection:
+    `WITH RECURSIVE typeinfo_tree(oid, ns, ...) AS (...) SELECT DISTINCT * FROM typeinfo_tree`)."""
+    with_ = tree.args.get("with_") if isinstance(tree, exp.Select) else None
+    tables = [select.args["from_"].this] if select.args.get("from_") is not None else []
+    tables += [j.this for j in select.args.get("joins") or []]
+    read = {t.name.lower(): t.alias_or_name.lower() for t in tables if isinstance(t, exp.Table) and not t.db}
+    out: dict[str, exp.Select] = {}
+    for cte in with_.expressions if with_ is not None else []:
+        if cte.alias_or_name.lower() not in read:
+            continue
+        anchor = cte.this
+        while isinstance(anchor, exp.SetOperation):
+            anchor = anchor.this
+        if not isinstance(anchor, exp.Select):
+            continue
+        columns = [col.name for col in cte.args["alias"].columns] if cte.args.get("alias") else []
+        if columns and len(columns) == len(anchor.expressions):
+            anchor = anchor.copy()
+            anchor.set("expressions", [exp.alias_(item.unalias() if isinstance(item, exp.Alias) else item, name)
+                                       for item, name in zip(anchor.expressions, columns)])
+        out[read[cte.alias_or_name.lower()]] = anchor
     return out
 
 

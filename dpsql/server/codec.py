@@ -22,6 +22,7 @@ FLOAT4, FLOAT8, UNKNOWN, VARCHAR, BPCHAR = 700, 701, 705, 1043, 1042
 DATE, TIME, TIMESTAMP, TIMESTAMPTZ, INTERVAL, NUMERIC = 1082, 1083, 1114, 1184, 1186, 1700
 UUID, JSON, JSONB, REGCLASS, REGPROC, REGTYPE, REGNAMESPACE = 2950, 114, 3802, 2205, 24, 2206, 4089
 INT2VECTOR, OIDVECTOR = 22, 30
+VOID = 2278  # what a function returning nothing returns: an empty value, not NULL
 TEXT_ARRAY, INT2_ARRAY, INT4_ARRAY, INT8_ARRAY, OID_ARRAY, NAME_ARRAY, CHAR_ARRAY, BOOL_ARRAY = 1009, 1005, 1007, 1016, 1028, 1003, 1002, 1000
 FLOAT8_ARRAY, ACLITEM_ARRAY = 1022, 1034
 
@@ -314,7 +315,7 @@ def decode_param(raw: bytes | None, oid: int, fmt: int) -> Any:
             return struct.unpack("!h", raw)[0]
         if oid in (INT4,):
             return struct.unpack("!i", raw)[0]
-        if oid == OID:
+        if oid in (OID, REGCLASS, REGPROC, REGTYPE, REGNAMESPACE):
             return struct.unpack("!I", raw)[0]
         if oid == INT8:
             return struct.unpack("!q", raw)[0]

@@ -1,9 +1,12 @@
 """Types of untyped parameters ($n sent with type 0), inferred as PostgreSQL would from context:
-compared with a column -> that column's type; LIMIT/OFFSET -> bigint; a cast -> its type;
-`x = ANY($n)` -> an array of x's type (how node's pg and postgres.js pass lists)."""
+a cast -> its type (`$4::OID`, `$1::NAME[]`, `CAST($1 AS INTEGER)`: SQLAlchemy's asyncpg
+reflection writes every parameter so, and asyncpg encodes a value by the type described);
+compared with a column -> that column's type; LIMIT/OFFSET -> bigint; `x = ANY($n)` -> an
+array of x's type (how node's pg and postgres.js pass lists); an advisory lock's key -> bigint."""
 
 from __future__ import annotations
 
+import re
 from typing import Mapping
 
 import sqlglot
@@ -14,29 +17,57 @@ from . import codec
 
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.ILike, exp.Between, exp.In,
                 exp.Add, exp.Sub, exp.Mul, exp.Div)
-_CASTS = {"int": codec.INT4, "integer": codec.INT4, "bigint": codec.INT8, "smallint": codec.INT2, "text": codec.TEXT,
-          "varchar": codec.VARCHAR, "double precision": codec.FLOAT8, "float": codec.FLOAT8, "real": codec.FLOAT4,
-          "numeric": codec.NUMERIC, "decimal": codec.NUMERIC, "boolean": codec.BOOL, "bool": codec.BOOL,
-          "date": codec.DATE, "timestamp": codec.TIMESTAMP, "timestamptz": codec.TIMESTAMPTZ}
+_CASTS = {"int": codec.INT4, "integer": codec.INT4, "int4": codec.INT4, "bigint": codec.INT8, "int8": codec.INT8,
+          "smallint": codec.INT2, "int2": codec.INT2, "text": codec.TEXT, "varchar": codec.VARCHAR,
+          "character varying": codec.VARCHAR, "double precision": codec.FLOAT8, "float": codec.FLOAT8,
+          "float8": codec.FLOAT8, "real": codec.FLOAT4, "float4": codec.FLOAT4, "numeric": codec.NUMERIC,
+          "decimal": codec.NUMERIC, "boolean": codec.BOOL, "bool": codec.BOOL, "date": codec.DATE,
+          "timestamp": codec.TIMESTAMP, "timestamp without time zone": codec.TIMESTAMP, "timestamptz": codec.TIMESTAMPTZ,
+          "timestamp with time zone": codec.TIMESTAMPTZ, "time": codec.TIME, "interval": codec.INTERVAL,
+          "uuid": codec.UUID, "json": codec.JSON, "jsonb": codec.JSONB, "bytea": codec.BYTEA, "oid": codec.OID,
+          "regclass": codec.REGCLASS, "regtype": codec.REGTYPE, "regproc": codec.REGPROC,
+          "regnamespace": codec.REGNAMESPACE, "name": codec.NAME, '"char"': codec.CHAR, "char": codec.BPCHAR,
+          "character": codec.BPCHAR, "bpchar": codec.BPCHAR}
+# `$n::type` as written, read from the text (sqlglot reads neither `::OID[]` nor `::"char"`).
+_PARAMETER_CAST = re.compile(r"(?<![\w$])\$(?P<n>\d+)\s*::\s*(?:pg_catalog\s*\.\s*)?(?P<type>\"char\"|double\s+precision|"
+                             r"character\s+varying|timestamp\s+with(?:out)?\s+time\s+zone|[a-z_][\w]*)"
+                             r"(?:\s*\(\s*\d+(?:\s*,\s*\d+)?\s*\))?(?P<array>\s*\[\s*\])?", re.I)
+_ADVISORY = re.compile(r"^pg_(?:try_)?advisory_(?:xact_)?(?:un)?lock(?:_shared)?$")
+
+
+def cast_types(sql: str) -> dict[int, int]:
+    """The type of each parameter written `$n::type` (1-based), by the first such cast."""
+    out: dict[int, int] = {}
+    for m in _PARAMETER_CAST.finditer(sql):
+        name = " ".join(m.group("type").lower().split())
+        oid = _CASTS.get(name)
+        if oid is not None:
+            out.setdefault(int(m.group("n")), codec.array_of(oid) if m.group("array") else oid)
+    return out
 
 
 def infer_parameter_types(sql: str, schema: Mapping[str, Mapping[str, str]]) -> list[int]:
+    casts = cast_types(sql) if "::" in sql else {}
+    if casts:  # typed already; without their casts sqlglot reads the rest (it cannot read `$1::OID[]`)
+        sql = _PARAMETER_CAST.sub(lambda m: f"${m.group('n')}", sql)
     try:
         tree = sqlglot.parse_one(spaced_parameters(sql), read="postgres")
     except (sqlglot.errors.ParseError, sqlglot.errors.TokenError):
-        return []
+        tree = None
     if tree is None:
-        return []
+        return [casts.get(i + 1, codec.TEXT) for i in range(max(casts, default=0))]
     columns: dict[str, str] = {}
     for cols in schema.values():
         for name, dtype in cols.items():
             columns.setdefault(name, dtype)
     holders = [n for n in tree.walk() if isinstance(n, exp.Parameter) and isinstance(n.this, exp.Literal)]
-    if not holders:
+    if not holders and not casts:
         return []
-    types = [codec.TEXT] * max(int(h.this.this) for h in holders)
+    types = [codec.TEXT] * max([int(h.this.this) for h in holders] + list(casts))
     for h in holders:
         types[int(h.this.this) - 1] = _infer(h, columns)
+    for n, oid in casts.items():
+        types[n - 1] = oid
     return types
 
 
@@ -45,7 +76,12 @@ def _infer(node: exp.Expression, columns: Mapping[str, str]) -> int:
     while isinstance(parent, exp.Paren):
         parent = parent.parent
     if isinstance(parent, exp.Cast):
-        return _CASTS.get(parent.to.sql(dialect="postgres").lower(), codec.TEXT)
+        to = parent.to
+        if to.is_type(exp.DataType.Type.ARRAY) and to.expressions:
+            return codec.array_of(_CASTS.get(to.expressions[0].sql(dialect="postgres").lower(), codec.TEXT))
+        return _CASTS.get(to.sql(dialect="postgres").lower(), codec.TEXT)
+    if isinstance(parent, exp.Anonymous) and _ADVISORY.match(parent.name.lower()):
+        return codec.INT8 if len(parent.expressions) == 1 else codec.INT4
     if isinstance(parent, (exp.Limit, exp.Offset)):
         return codec.INT8
     if isinstance(parent, exp.Any):

@@ -91,6 +91,9 @@ _ALLOWED_HINT = ("dpsql answers aggregate SELECT queries (COUNT, SUM, AVG ...) o
 _SET_RE = re.compile(r"^SET\s+(?:SESSION\s+|LOCAL\s+)?([A-Za-z_][\w.]*)\s*(?:=|\bTO\b)\s*(.+?)\s*$", re.I | re.S)
 _SET_ROLE_RE = re.compile(r"^SET\s+(?:SESSION\s+|LOCAL\s+)?(?:ROLE\b|SESSION\s+AUTHORIZATION\b)", re.I)
 _RESET_RE = re.compile(r"^RESET\s+([A-Za-z_][\w.]*|ALL)\s*$", re.I)
+# Back to the login's own identity, which a connection never leaves: what pools send on reset.
+_IDENTITY_RESET = re.compile(r"^(?:SET\s+(?:SESSION\s+|LOCAL\s+)?(?:SESSION\s+AUTHORIZATION\s+DEFAULT|ROLE\s+NONE)|"
+                             r"RESET\s+(?:SESSION\s+AUTHORIZATION|ROLE))\s*$", re.I)
 _SHOW_RE = re.compile(r"^SHOW\s+([A-Za-z_][\w.]*|ALL)\s*$", re.I)
 
 
@@ -228,6 +231,8 @@ def classify_one(text: str, limits: QueryLimits = DEFAULT_LIMITS) -> Statement:
     first = body.split(None, 1)[0].upper().rstrip("(") if body else ""
     if body.startswith("("):
         first = "("
+    if _IDENTITY_RESET.match(body):
+        return TransactionCommand(first)  # a no-op, answered with its command tag
     if first == "SET":
         if _SET_ROLE_RE.match(body):
             raise forbidden("a connection stays the analyst who logged in: SET ROLE and SET SESSION AUTHORIZATION "
