@@ -42,13 +42,17 @@ def test_64_clients_on_two_proxies_get_exactly_10_answers(two_proxies):
     start = threading.Barrier(64)
 
     def client(i: int) -> None:
-        with psycopg.connect(two_proxies[i % 2].dsn("alice"), autocommit=True) as con:
-            con.execute("SET dpsql.cache = off")
-            start.wait()
-            try:
-                answered.append(con.execute("SELECT COUNT(*) FROM people").fetchone()[0])
-            except psycopg.Error as e:
-                (refused if e.sqlstate == "53000" else other).append(e)
+        try:
+            with psycopg.connect(two_proxies[i % 2].dsn("alice"), autocommit=True) as con:
+                con.execute("SET dpsql.cache = off")
+                start.wait(timeout=120)  # every client logged in, or the barrier breaks for all
+                try:
+                    answered.append(con.execute("SELECT COUNT(*) FROM people").fetchone()[0])
+                except psycopg.Error as e:
+                    (refused if e.sqlstate == "53000" else other).append(e)
+        except (psycopg.Error, threading.BrokenBarrierError) as e:  # a login refused: the test fails
+            other.append(e)
+            start.abort()
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(64)]
     for t in threads:

@@ -239,6 +239,9 @@ class Server:
 _SET_LOCAL = re.compile(r"SET\s+LOCAL\s", re.I)  # matched after the leading comments
 
 
+_ROOM_POLL = 0.05  # seconds between looks for a place among the pending connections
+
+
 class Connection:
     def __init__(self, server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         self.server = server
@@ -350,14 +353,16 @@ class Connection:
         server = self.server
         try:
             # Half-open sockets fill this cap, never the authenticated analysts' one.
-            full = "sorry, the server is shutting down" if server._closing else server.make_room(self)
+            full = await self._wait_for_room()
             if full is not None:
                 self.send(codec.error_response("53300", full, severity="FATAL"))
                 await self.flush()
                 return
             server.pending[self.pid] = self
+            self.heard = asyncio.get_running_loop().time()  # idle from here, not from the wait
             try:
-                ok = await asyncio.wait_for(self.startup(), server.limits.login_timeout)
+                remaining = max(self.deadline - self.heard, 0.0)
+                ok = await asyncio.wait_for(self.startup(), remaining)
             finally:
                 server.pending.pop(self.pid, None)
             if not ok:
@@ -373,6 +378,17 @@ class Connection:
             if self.session is not None:
                 self.session.close()  # the server's engine and ledger stay open for the others
             self.close()
+
+    async def _wait_for_room(self) -> str | None:
+        """A place among the pending connections, waited for while every one in the way is still
+        active: a burst of logins from one BI server queues instead of being refused. The wait
+        counts against the login timeout; refused (the reason) only when that runs out."""
+        server, loop = self.server, asyncio.get_running_loop()
+        while True:
+            full = "sorry, the server is shutting down" if server._closing else server.make_room(self)
+            if full is None or server._closing or loop.time() + _ROOM_POLL >= self.deadline:
+                return full
+            await asyncio.sleep(_ROOM_POLL)
 
     async def startup(self) -> bool:
         negotiations = 0  # SSLRequest and GSSENCRequest: a client sends each once at most
