@@ -183,6 +183,8 @@ BASE_TYPES = [
     (c.JSON, "json", -1, "U", 199), (c.JSONB, "jsonb", -1, "U", 3807), (c.REGCLASS, "regclass", 4, "N", 2210),
     (c.REGPROC, "regproc", 4, "N", 1008), (c.REGTYPE, "regtype", 4, "N", 2211),
 ]
+# Types whose I/O functions PostgreSQL names with an underscore (date_recv, not daterecv).
+_UNDERSCORED_IO = {"json", "jsonb", "date", "time", "timestamp", "timestamptz", "interval", "numeric", "uuid"}
 _ARRAYS = [(1000, "_bool", c.BOOL), (1001, "_bytea", c.BYTEA), (1002, "_char", c.CHAR), (1003, "_name", c.NAME),
            (1016, "_int8", c.INT8), (1005, "_int2", c.INT2), (1007, "_int4", c.INT4), (1009, "_text", c.TEXT),
            (1028, "_oid", c.OID), (1021, "_float4", c.FLOAT4), (1022, "_float8", c.FLOAT8), (1015, "_varchar", c.VARCHAR),
@@ -335,8 +337,9 @@ class Catalog:
         self._insert("pg_tablespace", [(1663, "pg_default", OWNER), (1664, "pg_global", OWNER)])
         types = []
         for oid, name, length, category, array in BASE_TYPES:
+            io = f"{name}_" if name in _UNDERSCORED_IO else name  # ADBC maps types by typreceive's name
             types.append((oid, name, PG_CATALOG, OWNER, length, length in (1, 2, 4, 8), "b", category, False, True, ",",
-                          0, 0, array, f"{name}in", f"{name}out", f"{name}recv", f"{name}send", 0, -1, 0, 0, False,
+                          0, 0, array, f"{io}in", f"{io}out", f"{io}recv", f"{io}send", 0, -1, 0, 0, False,
                           "i", "p", None))
         for oid, name, elem in _ARRAYS:
             types.append((oid, name, PG_CATALOG, OWNER, -1, False, "b", "A", False, True, ",", 0, elem, 0, "array_in",
@@ -423,7 +426,7 @@ class Catalog:
                                    sqlstate="42601") from None
         names = _output_names(tree)
         types = _output_types(tree)
-        tree = _reg_comparisons(_bind(tree, params))
+        tree = _regproc_comparisons(_reg_comparisons(_bind(tree, params)))
         views = self._view_rows(session)
         tree = self._rewrite(tree, session, user, set(views), pid)
         text = tree.sql(dialect="duckdb")
@@ -514,6 +517,8 @@ class Catalog:
                 return exp.Literal.string("public")
             if isinstance(node, exp.Cast):
                 return _cast(node)
+            if isinstance(node, exp.Unnest) and isinstance(node.parent, (exp.From, exp.Join)):
+                return _unnest_rows(node)
             if isinstance(node, exp.Func):
                 name = _func_name(node)
                 if name in ("json_build_object", "json_object", "jsonb_build_object"):
@@ -604,7 +609,7 @@ def _output_names(tree: exp.Expression) -> list[str | None]:
         return []
     out: list[str | None] = []
     for item in select.expressions:
-        if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
+        if _is_star(item):
             return out + [None] * 1000
         out.append(_pg_name(item))
     return out
@@ -613,6 +618,10 @@ def _output_names(tree: exp.Expression) -> list[str | None]:
 _ARRAY_TYPES = {c.TEXT: c.TEXT_ARRAY, c.NAME: c.NAME_ARRAY, c.INT2: c.INT2_ARRAY, c.INT4: c.INT4_ARRAY,
                 c.INT8: c.INT8_ARRAY, c.OID: c.OID_ARRAY, c.CHAR: c.CHAR_ARRAY, c.BOOL: c.BOOL_ARRAY,
                 c.FLOAT8: c.FLOAT8_ARRAY, c.VARCHAR: c.TEXT_ARRAY}
+
+
+def _is_star(node: exp.Expression) -> bool:
+    return isinstance(node, exp.Star) or (isinstance(node, exp.Column) and isinstance(node.this, exp.Star))
 
 
 def _pg_name(node: exp.Expression) -> str:
@@ -708,6 +717,54 @@ def _reg_comparisons(tree: exp.Expression) -> exp.Expression:
     return tree
 
 
+# Columns of type regproc: stored as the function's name ('-' for none), as PostgreSQL shows them.
+_REGPROC_COLUMNS = {col for cols in TABLES.values() for col, oid in cols if oid == c.REGPROC}
+
+
+def _regproc_comparisons(tree: exp.Expression) -> exp.Expression:
+    """`typreceive != 0` (ADBC's type loader) compares a regproc with an OID: 0 is the '-' the
+    column holds for no function, any other number names a function the catalog does not list."""
+    def visit(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, (exp.EQ, exp.NEQ)):
+            sides = [node.this, node.expression]
+            for i, side in enumerate(sides):
+                other = sides[1 - i]
+                if (isinstance(side, exp.Column) and side.name.lower() in _REGPROC_COLUMNS
+                        and isinstance(other, exp.Literal) and other.is_int):
+                    sides[1 - i] = exp.Literal.string("-" if int(other.name) == 0 else other.name)
+                    return type(node)(this=sides[0], expression=sides[1])
+        return node
+
+    return tree.transform(visit, copy=True)
+
+
+def _unnest_rows(node: exp.Unnest) -> exp.Expression:
+    """`unnest(a, b) WITH ORDINALITY AS k(x, y, n)` in FROM (Django's index query): PostgreSQL
+    walks the arrays side by side; DuckDB's unnest takes one, so a lateral subquery indexes them."""
+    arrays = node.expressions
+    offset = node.args.get("offset")
+    if len(arrays) < 2 and not offset:
+        return node
+    alias = node.args.get("alias")
+    names = [col.name for col in (alias.columns if alias is not None else [])]
+    names += ["unnest"] * (len(arrays) - len(names))
+    if isinstance(offset, exp.Identifier):
+        names.append(offset.name)
+    elif offset:
+        names.append("ordinality")
+    position = exp.column("dpsql_n", table="dpsql_r")
+    items = [exp.alias_(exp.Bracket(this=a.copy(), expressions=[position.copy()]), n) for a, n in zip(arrays, names)]
+    if offset:
+        items.append(exp.alias_(position.copy(), names[-1]))
+    longest = exp.Greatest(this=exp.Length(this=arrays[0].copy()),
+                           expressions=[exp.Length(this=a.copy()) for a in arrays[1:]]) if len(arrays) > 1 \
+        else exp.Length(this=arrays[0].copy())
+    rows = exp.Table(this=exp.Anonymous(this="range", expressions=[exp.Literal.number(1), exp.Add(this=longest, expression=exp.Literal.number(1))]),
+                     alias=exp.TableAlias(this=exp.to_identifier("dpsql_r"), columns=[exp.to_identifier("dpsql_n")]))
+    select = exp.select(*items).from_(rows)
+    return exp.Lateral(this=select.subquery(), alias=exp.TableAlias(this=exp.to_identifier(alias.name if alias is not None else "unnest")))
+
+
 def _cast(node: exp.Cast) -> exp.Expression:
     """::regclass / ::regtype / ::regproc / ::oid / ::name / ::"char" onto plain values."""
     target = _cast_target(node)
@@ -800,9 +857,15 @@ def _type_of(node: exp.Expression, sources: dict[str, str], select: exp.Select) 
         tables = [sources[node.table.lower()]] if node.table and node.table.lower() in sources else list(sources.values())
         for t in tables:
             if isinstance(t, exp.Select):
+                inner = _sources(t)
                 for item in t.expressions:
-                    if _pg_name(item).lower() == name:
-                        return _type_of(item.unalias() if isinstance(item, exp.Alias) else item, _sources(t), t)
+                    if _is_star(item):  # `s.*` or `*`: the column of that name in the derived table's sources
+                        prefix = item.table.lower() if isinstance(item, exp.Column) else ""
+                        found = _type_of(exp.column(name, table=prefix or None), inner, t)
+                        if found is not None:
+                            return found
+                    elif _pg_name(item).lower() == name:
+                        return _type_of(item.unalias() if isinstance(item, exp.Alias) else item, inner, t)
                 continue
             for col, oid in TABLES.get(t, []):
                 if col == name:
