@@ -153,17 +153,43 @@ TABLES: dict[str, list[tuple[str, int]]] = {
                     ("routine_type", c.TEXT), ("data_type", c.TEXT), ("type_udt_name", c.NAME),
                     ("routine_body", c.TEXT), ("routine_definition", c.TEXT), ("external_language", c.TEXT),
                     ("is_deterministic", c.TEXT), ("security_type", c.TEXT)],
-    "is_tables": [("table_catalog", c.NAME), ("table_schema", c.NAME), ("table_name", c.NAME), ("table_type", c.TEXT),
-                  ("is_insertable_into", c.TEXT), ("is_typed", c.TEXT)],
-    "is_columns": [("table_catalog", c.NAME), ("table_schema", c.NAME), ("table_name", c.NAME), ("column_name", c.NAME),
-                   ("ordinal_position", c.INT4), ("column_default", c.TEXT), ("is_nullable", c.TEXT),
-                   ("data_type", c.TEXT), ("character_maximum_length", c.INT4), ("numeric_precision", c.INT4),
-                   ("numeric_scale", c.INT4), ("udt_name", c.NAME), ("datetime_precision", c.INT4)],
+    "is_tables": [("table_catalog", c.NAME), ("table_schema", c.NAME), ("table_name", c.NAME),
+        ("table_type", c.VARCHAR), ("self_referencing_column_name", c.NAME), ("reference_generation", c.VARCHAR),
+        ("user_defined_type_catalog", c.NAME), ("user_defined_type_schema", c.NAME),
+        ("user_defined_type_name", c.NAME), ("is_insertable_into", c.VARCHAR), ("is_typed", c.VARCHAR),
+        ("commit_action", c.VARCHAR)],
+    "is_columns": [("table_catalog", c.NAME), ("table_schema", c.NAME), ("table_name", c.NAME),
+        ("column_name", c.NAME), ("ordinal_position", c.INT4), ("column_default", c.VARCHAR),
+        ("is_nullable", c.VARCHAR), ("data_type", c.VARCHAR), ("character_maximum_length", c.INT4),
+        ("character_octet_length", c.INT4), ("numeric_precision", c.INT4), ("numeric_precision_radix", c.INT4),
+        ("numeric_scale", c.INT4), ("datetime_precision", c.INT4), ("interval_type", c.VARCHAR),
+        ("interval_precision", c.INT4), ("character_set_catalog", c.NAME), ("character_set_schema", c.NAME),
+        ("character_set_name", c.NAME), ("collation_catalog", c.NAME), ("collation_schema", c.NAME),
+        ("collation_name", c.NAME), ("domain_catalog", c.NAME), ("domain_schema", c.NAME), ("domain_name", c.NAME),
+        ("udt_catalog", c.NAME), ("udt_schema", c.NAME), ("udt_name", c.NAME), ("scope_catalog", c.NAME),
+        ("scope_schema", c.NAME), ("scope_name", c.NAME), ("maximum_cardinality", c.INT4),
+        ("dtd_identifier", c.NAME), ("is_self_referencing", c.VARCHAR), ("is_identity", c.VARCHAR),
+        ("identity_generation", c.VARCHAR), ("identity_start", c.VARCHAR), ("identity_increment", c.VARCHAR),
+        ("identity_maximum", c.VARCHAR), ("identity_minimum", c.VARCHAR), ("identity_cycle", c.VARCHAR),
+        ("is_generated", c.VARCHAR), ("generation_expression", c.VARCHAR), ("is_updatable", c.VARCHAR)],
     "is_views": [("table_catalog", c.NAME), ("table_schema", c.NAME), ("table_name", c.NAME), ("view_definition", c.TEXT)],
-    "is_table_constraints": [("constraint_name", c.NAME), ("table_schema", c.NAME), ("table_name", c.NAME),
-                             ("constraint_type", c.TEXT)],
-    "is_key_column_usage": [("constraint_name", c.NAME), ("table_schema", c.NAME), ("table_name", c.NAME),
-                            ("column_name", c.NAME), ("ordinal_position", c.INT4)],
+    "is_table_constraints": [("constraint_catalog", c.NAME), ("constraint_schema", c.NAME),
+        ("constraint_name", c.NAME), ("table_catalog", c.NAME), ("table_schema", c.NAME), ("table_name", c.NAME),
+        ("constraint_type", c.VARCHAR), ("is_deferrable", c.VARCHAR), ("initially_deferred", c.VARCHAR),
+        ("enforced", c.VARCHAR), ("nulls_distinct", c.VARCHAR)],
+    "is_key_column_usage": [("constraint_catalog", c.NAME), ("constraint_schema", c.NAME),
+        ("constraint_name", c.NAME), ("table_catalog", c.NAME), ("table_schema", c.NAME), ("table_name", c.NAME),
+        ("column_name", c.NAME), ("ordinal_position", c.INT4), ("position_in_unique_constraint", c.INT4)],
+    # Empty: dpsql declares no keys or indexes (peewee's and Django's introspection read them).
+    "is_constraint_column_usage": [("table_catalog", c.NAME), ("table_schema", c.NAME), ("table_name", c.NAME),
+        ("column_name", c.NAME), ("constraint_catalog", c.NAME), ("constraint_schema", c.NAME),
+        ("constraint_name", c.NAME)],
+    "is_referential_constraints": [("constraint_catalog", c.NAME), ("constraint_schema", c.NAME),
+        ("constraint_name", c.NAME), ("unique_constraint_catalog", c.NAME), ("unique_constraint_schema", c.NAME),
+        ("unique_constraint_name", c.NAME), ("match_option", c.VARCHAR), ("update_rule", c.VARCHAR),
+        ("delete_rule", c.VARCHAR)],
+    "pg_indexes": [("schemaname", c.NAME), ("tablename", c.NAME), ("indexname", c.NAME), ("tablespace", c.NAME),
+        ("indexdef", c.TEXT)],
 }
 
 _STORAGE = {c.INT2VECTOR: "SMALLINT[]", c.OIDVECTOR: "BIGINT[]", c.BOOL: "BOOLEAN", c.INT2: "SMALLINT", c.INT4: "INTEGER", c.INT8: "BIGINT", c.OID: "BIGINT",
@@ -390,7 +416,9 @@ class Catalog:
                           False, False, "t" if view else "p", "v" if view else "r", len(cols), 0, False, False, False,
                           False, False, True, "n" if view else "d", False, 0, None, None, None)],
             "pg_attribute": [], "pg_description": [], "is_columns": [],
-            "is_tables": [(self.database, space_name, name, "VIEW" if view else "BASE TABLE", "NO", "NO")],
+            "is_tables": [{"table_catalog": self.database, "table_schema": space_name, "table_name": name,
+                           "table_type": "VIEW" if view else "BASE TABLE", "is_insertable_into": "NO",
+                           "is_typed": "NO"}],
         }
         if comment:
             out["pg_description"].append((oid, 1259, 0, comment))
@@ -404,14 +432,18 @@ class Catalog:
                                         "", "", False, True, 0, 0, None, None, None))
             if column_comments.get(col):
                 out["pg_description"].append((oid, 1259, num, column_comments[col]))
-            out["is_columns"].append((self.database, space_name, name, col, num, None, "YES",
-                                      c.TYPE_NAMES.get(typ, "text"), None, None, None,
-                                      next((t[1] for t in BASE_TYPES if t[0] == typ), "text"),
-                                      _DATETIME_PRECISION.get(typ)))
+            out["is_columns"].append({
+                "table_catalog": self.database, "table_schema": space_name, "table_name": name, "column_name": col,
+                "ordinal_position": num, "is_nullable": "YES", "data_type": c.TYPE_NAMES.get(typ, "text"),
+                "udt_catalog": self.database, "udt_schema": "pg_catalog",
+                "udt_name": next((t[1] for t in BASE_TYPES if t[0] == typ), "text"),
+                "datetime_precision": _DATETIME_PRECISION.get(typ), "dtd_identifier": str(num),
+                "is_self_referencing": "NO", "is_identity": "NO", "identity_cycle": "NO", "is_generated": "NEVER",
+                "is_updatable": "NO"})
         return out
 
-    def _insert(self, table: str, rows: list[tuple]) -> None:
-        insert_rows(self._con, f"pgc.{table}", rows, len(TABLES[table]))
+    def _insert(self, table: str, rows: list[tuple | dict]) -> None:
+        insert_rows(self._con, f"pgc.{table}", _full_rows(table, rows), len(TABLES[table]))
 
     # Queries -------------------------------------------------------------------------------
     def answer(self, sql: str, params: list[Any], session, user: str, pid: int = 0
@@ -435,7 +467,7 @@ class Catalog:
         try:
             for kind, part in views.items():  # this cursor's own copies, with the session's views added
                 cur.execute(f"CREATE TEMP TABLE session_{kind} AS SELECT * FROM pgc.{kind}")
-                insert_rows(cur, f"session_{kind}", part, len(TABLES[kind]))
+                insert_rows(cur, f"session_{kind}", _full_rows(kind, part), len(TABLES[kind]))
             cur.execute(text)
             rows = cur.fetchall()
             result_names = [d[0] for d in cur.description]
@@ -486,6 +518,9 @@ class Catalog:
                     node = node.copy()
                     node.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
                 return point(node, name)
+            if (isinstance(node, exp.Table) and isinstance(node.this, exp.Anonymous)
+                    and node.this.name.lower() == "generate_subscripts"):
+                return _subscripts(node)
             if isinstance(node, exp.Table) and not isinstance(node.this, exp.Identifier) and node.db.lower() == "pg_catalog":
                 node = node.copy()
                 node.set("db", None)
@@ -560,12 +595,30 @@ class Catalog:
         return exp.Literal.string(value) if value is not None else exp.Null()
 
 
+def _full_rows(table: str, rows: list[tuple | dict]) -> list[tuple]:
+    """Rows of a catalog table, each a tuple in the table's column order or a dict by column
+    name (PostgreSQL's wide information_schema views: the columns it does not name are NULL)."""
+    columns = [name for name, _ in TABLES[table]]
+    return [tuple(r.get(col) for col in columns) if isinstance(r, dict) else tuple(r) for r in rows]
+
+
 _DATETIME_PRECISION = {c.DATE: 0, c.TIME: 6, c.TIMESTAMP: 6, c.TIMESTAMPTZ: 6, c.INTERVAL: 6}
 
 
 def _missing_name(message: str, sql: str) -> str | None:
     """The table, column or function an engine message says is missing, when the client's own
     query spells it (so that nothing but the client's words is echoed)."""
+    column = re.search(r'Table "([^"]{1,63})" does not have a column named "([^"]{1,63})"', message)
+    if column:  # the column, as the client's query spells it (`c.is_identity`), not the alias alone
+        table, name = column.groups()
+        if name.lower() not in sql.lower():
+            return None
+        try:
+            tables = sqlglot.parse_one(_pre(sql), read="postgres").find_all(exp.Table)
+        except (sqlglot.errors.ParseError, sqlglot.errors.TokenError):
+            tables = iter(())
+        real = next((t for t in tables if t.alias_or_name.lower() == table.lower()), None)
+        return f"{real.db + '.' if real.db else ''}{real.name}.{name}" if real is not None else name
     for found in re.findall(r'"([^"]{1,63})"|with name ([A-Za-z_][A-Za-z0-9_]{0,62})', message):
         name = found[0] or found[1]
         if name and name.lower() in sql.lower():
@@ -736,6 +789,17 @@ def _regproc_comparisons(tree: exp.Expression) -> exp.Expression:
         return node
 
     return tree.transform(visit, copy=True)
+
+
+def _subscripts(node: exp.Table) -> exp.Expression:
+    """`generate_subscripts(a, 1) AS k` in FROM (peewee): the subscripts of a one-dimensional
+    array, a column named as the alias, the way PostgreSQL names a function's only column."""
+    alias = node.alias or "generate_subscripts"
+    array = node.this.expressions[0].copy()
+    numbers = exp.Anonymous(this="range", expressions=[exp.Literal.number(1),
+                                                        exp.Add(this=exp.Length(this=array), expression=exp.Literal.number(1))])
+    select = exp.select(exp.alias_(exp.Unnest(expressions=[numbers]), alias))
+    return select.subquery(alias)
 
 
 def _unnest_rows(node: exp.Unnest) -> exp.Expression:
