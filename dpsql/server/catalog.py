@@ -32,6 +32,7 @@ PUBLIC, PG_CATALOG, INFORMATION_SCHEMA = 2200, 11, 13000
 PG_TEMP, PG_TEMP_NAME = 16000, "pg_temp_3"  # where a session's temporary views are listed
 FIRST_VIEW_OID = 40000
 FIRST_FUNCTION_OID = 50000
+FIRST_IO_FUNCTION_OID = 51000
 # The functions a query may use (sql/allowlist.py), listed in pg_proc and
 # information_schema.routines so SQL editors complete them: (name, return type, aggregate).
 _FUNCTIONS = [(name, c.FLOAT8, True) for name in ("avg", "stddev", "stddev_pop", "stddev_samp", "variance", "var_pop",
@@ -133,7 +134,8 @@ TABLES: dict[str, list[tuple[str, int]]] = {
     "pg_collation": [("oid", c.OID), ("collname", c.NAME), ("collnamespace", c.OID)],
     "pg_enum": [("oid", c.OID), ("enumtypid", c.OID), ("enumsortorder", c.FLOAT4), ("enumlabel", c.NAME)],
     "pg_extension": [("oid", c.OID), ("extname", c.NAME), ("extowner", c.OID), ("extnamespace", c.OID), ("extversion", c.TEXT)],
-    "pg_range": [("rngtypid", c.OID), ("rngsubtype", c.OID)],
+    "pg_range": [("rngtypid", c.OID), ("rngsubtype", c.OID), ("rngmultitypid", c.OID), ("rngcollation", c.OID),
+                 ("rngsubopc", c.OID), ("rngcanonical", c.REGPROC), ("rngsubdiff", c.REGPROC)],
     "pg_sequence": [("seqrelid", c.OID), ("seqtypid", c.OID)],
     "pg_foreign_table": [("ftrelid", c.OID), ("ftserver", c.OID)],
     "pg_partitioned_table": [("partrelid", c.OID), ("partstrat", c.CHAR)],
@@ -199,7 +201,7 @@ _STORAGE = {c.INT2VECTOR: "SMALLINT[]", c.OIDVECTOR: "BIGINT[]", c.BOOL: "BOOLEA
 
 # Built-in types clients look up (oid, name, length, category, array oid).
 BASE_TYPES = [
-    (c.BOOL, "bool", 1, "B", 1000), (c.BYTEA, "bytea", -1, "U", 1001), (c.CHAR, "char", 1, "S", 1002),
+    (c.BOOL, "bool", 1, "B", 1000), (c.BYTEA, "bytea", -1, "U", 1001), (c.CHAR, "char", 1, "Z", 1002),
     (c.NAME, "name", 64, "S", 1003), (c.INT8, "int8", 8, "N", 1016), (c.INT2, "int2", 2, "N", 1005),
     (c.INT4, "int4", 4, "N", 1007), (c.TEXT, "text", -1, "S", 1009), (c.OID, "oid", 4, "N", 1028),
     (c.FLOAT4, "float4", 4, "N", 1021), (c.FLOAT8, "float8", 8, "N", 1022), (c.BPCHAR, "bpchar", -1, "S", 1014),
@@ -208,14 +210,23 @@ BASE_TYPES = [
     (c.INTERVAL, "interval", 16, "T", 1187), (c.NUMERIC, "numeric", -1, "N", 1231), (c.UUID, "uuid", 16, "U", 2951),
     (c.JSON, "json", -1, "U", 199), (c.JSONB, "jsonb", -1, "U", 3807), (c.REGCLASS, "regclass", 4, "N", 2210),
     (c.REGPROC, "regproc", 4, "N", 1008), (c.REGTYPE, "regtype", 4, "N", 2211),
+    (c.REGNAMESPACE, "regnamespace", 4, "N", 4090), (c.INT2VECTOR, "int2vector", -1, "A", 1006),
+    (c.OIDVECTOR, "oidvector", -1, "A", 1013),
 ]
+# Pseudo-types drivers load by name (Npgsql: record, void): (oid, name, length, category, array oid).
+PSEUDO_TYPES = [(2249, "record", -1, "P", 2287), (2278, "void", 4, "P", 0), (c.UNKNOWN, "unknown", -2, "X", 0)]
 # Types whose I/O functions PostgreSQL names with an underscore (date_recv, not daterecv).
-_UNDERSCORED_IO = {"json", "jsonb", "date", "time", "timestamp", "timestamptz", "interval", "numeric", "uuid"}
+_UNDERSCORED_IO = {"json", "jsonb", "date", "time", "timestamp", "timestamptz", "interval", "numeric", "uuid", "record",
+                   "void"}
 _ARRAYS = [(1000, "_bool", c.BOOL), (1001, "_bytea", c.BYTEA), (1002, "_char", c.CHAR), (1003, "_name", c.NAME),
            (1016, "_int8", c.INT8), (1005, "_int2", c.INT2), (1007, "_int4", c.INT4), (1009, "_text", c.TEXT),
            (1028, "_oid", c.OID), (1021, "_float4", c.FLOAT4), (1022, "_float8", c.FLOAT8), (1015, "_varchar", c.VARCHAR),
            (1182, "_date", c.DATE), (1115, "_timestamp", c.TIMESTAMP), (1185, "_timestamptz", c.TIMESTAMPTZ),
-           (1231, "_numeric", c.NUMERIC)]
+           (1231, "_numeric", c.NUMERIC), (1014, "_bpchar", c.BPCHAR), (1183, "_time", c.TIME),
+           (1187, "_interval", c.INTERVAL), (2951, "_uuid", c.UUID), (199, "_json", c.JSON), (3807, "_jsonb", c.JSONB),
+           (2210, "_regclass", c.REGCLASS), (1008, "_regproc", c.REGPROC), (2211, "_regtype", c.REGTYPE),
+           (4090, "_regnamespace", c.REGNAMESPACE), (1006, "_int2vector", c.INT2VECTOR),
+           (1013, "_oidvector", c.OIDVECTOR), (2287, "_record", 2249)]
 
 # Return types of the PostgreSQL functions emulated here.
 FUNCTION_TYPES = {
@@ -367,6 +378,10 @@ class Catalog:
             types.append((oid, name, PG_CATALOG, OWNER, length, length in (1, 2, 4, 8), "b", category, False, True, ",",
                           0, 0, array, f"{io}in", f"{io}out", f"{io}recv", f"{io}send", 0, -1, 0, 0, False,
                           "i", "p", None))
+        for oid, name, length, category, array in PSEUDO_TYPES:
+            io = f"{name}_" if name in _UNDERSCORED_IO else name
+            types.append((oid, name, PG_CATALOG, OWNER, length, False, "p", category, False, True, ",", 0, 0, array,
+                          f"{io}in", f"{io}out", f"{io}recv", f"{io}send", 0, -1, 0, 0, False, "d", "x", None))
         for oid, name, elem in _ARRAYS:
             types.append((oid, name, PG_CATALOG, OWNER, -1, False, "b", "A", False, True, ",", 0, elem, 0, "array_in",
                           "array_out", "array_recv", "array_send", 0, -1, 0, 0, False, "i", "x", None))
@@ -380,7 +395,10 @@ class Catalog:
             self._insert(kind, part)
         procs = [(FIRST_FUNCTION_OID + i, name, PG_CATALOG, ret, "a" if agg else "f", None, None, None, None, False,
                   None, name, 12, agg, False) for i, (name, ret, agg) in enumerate(_FUNCTIONS)]
-        self._insert("pg_proc", procs)
+        # The types' I/O functions, which drivers join pg_type to (Npgsql: pg_proc.oid = typreceive)
+        io = sorted({f for t in types for f in t[14:18]})
+        self._insert("pg_proc", procs + [(FIRST_IO_FUNCTION_OID + i, name, PG_CATALOG, 0, "f", None, None, None, None,
+                                          False, None, name, 12, False, False) for i, name in enumerate(io)])
         self._insert("is_routines", [(self.database, "pg_catalog", f"{p[1]}_{p[0]}", self.database, "pg_catalog", p[1],
                                       "FUNCTION", c.TYPE_NAMES.get(p[3], "text"),
                                       next((t[1] for t in BASE_TYPES if t[0] == p[3]), "text"), "EXTERNAL", None, "C",
@@ -776,15 +794,20 @@ _REGPROC_COLUMNS = {col for cols in TABLES.values() for col, oid in cols if oid 
 
 def _regproc_comparisons(tree: exp.Expression) -> exp.Expression:
     """`typreceive != 0` (ADBC's type loader) compares a regproc with an OID: 0 is the '-' the
-    column holds for no function, any other number names a function the catalog does not list."""
+    column holds for no function, any other number names a function the catalog does not list.
+    `pg_proc.oid = a.typreceive` (Npgsql's type loader) joins on the function's name."""
     def visit(node: exp.Expression) -> exp.Expression:
         if isinstance(node, (exp.EQ, exp.NEQ)):
             sides = [node.this, node.expression]
             for i, side in enumerate(sides):
                 other = sides[1 - i]
-                if (isinstance(side, exp.Column) and side.name.lower() in _REGPROC_COLUMNS
-                        and isinstance(other, exp.Literal) and other.is_int):
+                if not (isinstance(side, exp.Column) and side.name.lower() in _REGPROC_COLUMNS):
+                    continue
+                if isinstance(other, exp.Literal) and other.is_int:
                     sides[1 - i] = exp.Literal.string("-" if int(other.name) == 0 else other.name)
+                    return type(node)(this=sides[0], expression=sides[1])
+                if isinstance(other, exp.Column) and other.name.lower() == "oid":
+                    sides[1 - i] = exp.column("proname", table=other.table or None)
                     return type(node)(this=sides[0], expression=sides[1])
         return node
 
@@ -945,9 +968,10 @@ def _type_of(node: exp.Expression, sources: dict[str, str], select: exp.Select) 
             if t is not None:
                 return t
         return None
-    if isinstance(node, exp.Case):
-        for branch in node.args.get("ifs") or []:
-            t = _type_of(branch.args["true"], sources, select)
+    if isinstance(node, exp.Case):  # a quoted literal takes the type of the other branches ('a' or typtype: "char")
+        results = [b.args["true"] for b in node.args.get("ifs") or []] + [node.args.get("default")]
+        for branch in sorted((r for r in results if r is not None), key=lambda r: isinstance(r, exp.Literal)):
+            t = _type_of(branch, sources, select)
             if t is not None:
                 return t
         return c.TEXT
