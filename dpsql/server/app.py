@@ -36,6 +36,11 @@ from .scram import ScramError, ScramServer, Verifier
 from .throttle import LoginThrottle, Verdict
 from .worker_link import WorkerLink, new_pid
 
+_DUMPERS = ("pg_dump", "pg_dumpall")
+_NO_DUMP = ("pg_dump cannot dump a dpsql server: it reads every row, and rows of private tables never leave; "
+            "for the schema use psql's \\d+ (tables, columns and the policy as comments), SQLAlchemy reflection "
+            "(MetaData().reflect(engine)) or sqlacodegen (table definitions with the policy's comments)")
+
 log = logging.getLogger("dpsql.server")
 statements = logging.getLogger("dpsql.statements")  # every statement and its outcome (serve --log-statements)
 
@@ -419,6 +424,10 @@ class Connection:
             return False
         if len(self.server.connections) >= self.server.limits.max_connections:
             self.send(codec.error_response("53300", "sorry, too many clients already", severity="FATAL"))
+            await self.flush()
+            return False
+        if params.get("application_name", "") in _DUMPERS:  # it would read every row: say what to use instead
+            self.send(codec.error_response("0A000", _NO_DUMP, severity="FATAL"))
             await self.flush()
             return False
         self.server.connections[self.pid] = self

@@ -242,7 +242,7 @@ FUNCTION_TYPES = {
     "pg_get_partkeydef": c.TEXT, "txid_current": c.INT8, "inet_server_port": c.INT4, "pg_postmaster_start_time": c.TIMESTAMPTZ,
     "row_number": c.INT8, "count": c.INT8, "current_user": c.NAME, "session_user": c.NAME, "user": c.NAME,
     "json_build_object": c.JSON, "jsonb_build_object": c.JSONB, "json_object": c.JSON,
-    "quote_ident": c.TEXT, "array_upper": c.INT4, "array_lower": c.INT4, "to_regtype": c.REGTYPE, "to_regclass": c.REGCLASS, "pg_relation_is_publishable": c.BOOL, "pg_get_serial_sequence": c.TEXT, "array_agg": c.TEXT_ARRAY, "lower": c.TEXT, "upper": c.TEXT,
+    "quote_ident": c.TEXT, "array_upper": c.INT4, "array_lower": c.INT4, "to_regtype": c.REGTYPE, "to_regclass": c.REGCLASS, "pg_relation_is_publishable": c.BOOL, "pg_get_serial_sequence": c.TEXT, "pg_get_functiondef": c.TEXT, "pg_get_function_sqlbody": c.TEXT, "array_agg": c.TEXT_ARRAY, "lower": c.TEXT, "upper": c.TEXT,
 }
 
 _MACROS = """
@@ -294,13 +294,15 @@ CREATE MACRO pgc_to_regtype(t) AS (SELECT oid FROM pgc.pg_type WHERE typname = t
 CREATE MACRO pgc_to_regclass(t) AS (SELECT oid FROM pgc.pg_class WHERE relname = t);
 """
 
+# What PostgreSQL answers with a function's source (psql's \sf, \ef; pgAdmin's function pane).
+_FUNCTION_SOURCES = {"pg_get_functiondef", "pg_get_function_sqlbody"}
 _REWRITTEN_FUNCTIONS = {m.group(1) for m in re.finditer(r"CREATE MACRO pgc_(\w+)", _MACROS)}
 _SESSION_FUNCTIONS = {"version", "current_database", "current_schema", "current_user", "session_user", "user",
                       "pg_backend_pid", "current_setting", "set_config", "inet_server_port", "inet_server_addr",
                       "pg_postmaster_start_time", "current_role"}
 _CATALOG_MARKERS = re.compile(r"\b(pg_catalog|information_schema|pg_[a-z_]+|current_schema|current_database|"
                               r"current_user|session_user|current_setting|set_config|version|current_role|current_schemas|"
-                              r"regclass|regtype|regnamespace|regrole|"
+                              r"regclass|regtype|regnamespace|regrole|regproc|regprocedure|"
                               r"format_type|obj_description|col_description|has_\w+_privilege)\b", re.I)
 
 
@@ -326,7 +328,8 @@ def is_catalog_query(sql: str) -> bool:
         name = _func_name(f)
         if name in _SESSION_FUNCTIONS or name in _REWRITTEN_FUNCTIONS or name in FUNCTION_TYPES and name.startswith(("pg_", "has_")):
             return True
-    if any(isinstance(n, exp.Cast) and _cast_target(n) in _REG_CASTS for n in tree.walk()):
+    if any(isinstance(n, exp.Cast) and (_cast_target(n) in _REG_CASTS or _cast_target(n) in ("regproc", "regprocedure"))
+           for n in tree.walk()):
         return True
     return any(isinstance(n, (exp.CurrentUser, exp.CurrentSchema)) for n in tree.walk())
 
@@ -568,12 +571,20 @@ class Catalog:
                 return exp.Literal.string(user)
             if isinstance(node, exp.CurrentSchema):
                 return exp.Literal.string("public")
+            if (isinstance(node, exp.Cast) and _cast_target(node) in ("regproc", "regprocedure")
+                    and isinstance(node.this, exp.Literal) and node.this.is_string
+                    and isinstance(node.parent, exp.Cast) and _cast_target(node.parent) == "oid"):
+                return exp.Literal.number(self._function_oid(node.this.name))  # psql's \sf, \ef look the OID up
             if isinstance(node, exp.Cast):
                 return _cast(node)
             if isinstance(node, exp.Unnest) and isinstance(node.parent, (exp.From, exp.Join)):
                 return _unnest_rows(node)
             if isinstance(node, exp.Func):
                 name = _func_name(node)
+                if name in _FUNCTION_SOURCES:
+                    raise Error("functions have no source here: dpsql is a proxy, and the functions a query may use "
+                                "are the database's built-ins (\\df name shows one)", sqlstate="0A000",
+                                hint="the README's 'What SQL is answered' lists the functions queries may use")
                 if name in ("json_build_object", "json_object", "jsonb_build_object"):
                     return exp.Cast(this=exp.Null(), to=exp.DataType.build("VARCHAR"))
                 if name in _SESSION_FUNCTIONS:
@@ -584,6 +595,16 @@ class Catalog:
             return node
 
         return _bottom_up(tree, visit)
+
+    def _function_oid(self, text: str) -> int:
+        """The OID of a function named as `'name'::regproc` or `'name(args)'::regprocedure` spell it."""
+        name = text.split("(")[0].split(".")[-1].strip().strip('"').lower()
+        with self._lock:
+            found = self._con.execute("SELECT min(oid) FROM pgc.pg_proc WHERE proname = ?", [name]).fetchone()[0]
+        if found is None:
+            raise Error(f'function "{text}" does not exist', sqlstate="42883",
+                        hint="\\df lists the functions queries may use")
+        return int(found)
 
     def _session_value(self, name: str, node: exp.Func, session, user: str, pid: int) -> exp.Expression:
         if name == "version":
