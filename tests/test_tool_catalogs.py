@@ -1,0 +1,197 @@
+"""Tools whose connect or introspection reads PostgreSQL's catalog in its own way, for real,
+against a running `dpsql serve` of the sample hospital: ADBC (with polars and pyarrow), Django's
+inspectdb and ORM, peewee's introspection and pwiz, psql's \\df and \\sf, pg_dump, Npgsql's (Power
+BI's) type loader and pgAdmin 4's connect, tree and Query Tool statements (recorded from the tools
+against PostgreSQL 15, tests/fixtures/tool_sql)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from .conftest import SAMPLE
+from .server_fixture import PASSWORD, Serve
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tool_sql"
+
+
+@pytest.fixture(scope="module")
+def hospital_serve(tmp_path_factory):
+    """`dpsql serve` of the sample hospital (patients and visits private, wards public)."""
+    d = tmp_path_factory.mktemp("hospital")
+    policy = d / "hospital.toml"
+    policy.write_text((SAMPLE / "dpsql.toml").read_text().replace('source = "', f'source = "{SAMPLE}/'))
+    s = Serve(policy, d / "ledger.sqlite", "--log-statements")
+    yield s
+    s.stop()
+
+
+def _spent(serve) -> float:
+    with psycopg.connect(serve.dsn()) as conn:
+        cur = conn.execute("SHOW dpsql.budget")
+        return dict(zip([d.name for d in cur.description], cur.fetchone()))["epsilon_spent"]
+
+
+def _uri(serve) -> str:
+    return f"postgresql://alice:{PASSWORD}@127.0.0.1:{serve.port}/dpsql?sslmode=disable"
+
+
+def test_adbc_with_pyarrow_and_polars(hospital_serve):
+    """ADBC loads its types from pg_type, describes the query and reads it as COPY ... (FORMAT
+    binary): one charge per query, noisy counts, a public table's rows as they are."""
+    dbapi = pytest.importorskip("adbc_driver_postgresql.dbapi")
+    pl = pytest.importorskip("polars")
+    before = _spent(hospital_serve)
+    with dbapi.connect(_uri(hospital_serve)) as conn:
+        cur = conn.cursor()
+        cur.execute("SELECT sex, COUNT(*) AS n, AVG(age) AS mean_age FROM patients GROUP BY sex ORDER BY sex")
+        table = cur.fetch_arrow_table()
+        assert table.column_names == ["sex", "n", "mean_age"]
+        assert table.column("sex").to_pylist() == ["F", "M", "X"]
+        assert str(table.schema.field("n").type) == "int64" and str(table.schema.field("mean_age").type) == "double"
+        assert 5000 < sum(table.column("n").to_pylist()) < 40000
+        cur.execute("SELECT name, floor FROM wards ORDER BY name")
+        wards = cur.fetch_arrow_table()
+        assert wards.num_rows > 0 and str(wards.schema.field("floor").type) == "int64"
+        frame = pl.read_database("SELECT region, COUNT(*) AS n FROM patients GROUP BY region", conn)
+        assert frame.columns == ["region", "n"] and frame.height == 10
+        cur.close()
+    assert _spent(hospital_serve) == pytest.approx(before + 0.2)  # the two DP queries, each charged once
+    frame = pl.read_database_uri("SELECT diagnosis, AVG(cost) AS cost FROM visits GROUP BY diagnosis", _uri(hospital_serve),
+                                 engine="adbc")
+    assert frame.height == 12 and frame.schema["cost"] == pl.Float64
+    assert _spent(hospital_serve) == pytest.approx(before + 0.3)
+
+
+def _django_project(folder: Path, port: int) -> dict[str, str]:
+    """A Django project with one hand-written, unmanaged model over `patients`."""
+    (folder / "hospital").mkdir()
+    (folder / "hospital" / "__init__.py").write_text("")
+    (folder / "hospital" / "models.py").write_text(textwrap.dedent("""
+        from django.db import models
+
+
+        class Patient(models.Model):
+            patient_id = models.BigIntegerField(primary_key=True)
+            age = models.BigIntegerField()
+            sex = models.TextField()
+            region = models.TextField()
+
+            class Meta:
+                managed = False
+                db_table = "patients"
+        """))
+    (folder / "settings.py").write_text(textwrap.dedent(f"""
+        SECRET_KEY = "test"
+        INSTALLED_APPS = ["hospital"]
+        USE_TZ = True
+        DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
+        DATABASES = {{"default": {{"ENGINE": "django.db.backends.postgresql", "NAME": "dpsql", "HOST": "127.0.0.1",
+                                  "PORT": {port}, "USER": "alice", "PASSWORD": "{PASSWORD}",
+                                  "OPTIONS": {{"sslmode": "disable"}}}}}}
+        """))
+    (folder / "aggregate.py").write_text(textwrap.dedent("""
+        import json
+
+        import django
+
+        django.setup()
+        from django.db.models import Avg, Count
+
+        from hospital.models import Patient
+
+        by_region = list(Patient.objects.values("region").annotate(n=Count("*")).order_by("region"))
+        by_sex = list(Patient.objects.values("sex").annotate(n=Count("*"), mean_age=Avg("age")).order_by("sex"))
+        print(json.dumps({"by_region": by_region, "by_sex": by_sex, "count": Patient.objects.count()}))
+        """))
+    return {**os.environ, "DJANGO_SETTINGS_MODULE": "settings", "PYTHONPATH": str(folder)}
+
+
+def test_django_inspectdb_and_orm_aggregates(hospital_serve, tmp_path):
+    pytest.importorskip("django")
+    env = _django_project(tmp_path, hospital_serve.port)
+    inspect = subprocess.run([sys.executable, "-m", "django", "inspectdb"], cwd=tmp_path, env=env, capture_output=True,
+                             text=True, timeout=120)
+    assert inspect.returncode == 0, inspect.stderr[-3000:]
+    models = inspect.stdout
+    assert "Unable to inspect" not in models, models
+    for model, table in (("Patients", "patients"), ("Visits", "visits"), ("Wards", "wards")):
+        assert f"class {model}(models.Model):" in models and f"db_table = '{table}'" in models
+    assert "age = models.BigIntegerField(blank=True, null=True, db_comment='dpsql: bounds [0, 110]')" in models
+    assert "visit_date = models.DateField(" in models and "cost = models.FloatField(" in models
+    assert "privacy unit patient_id" in models  # the policy, as the table's comment
+    orm = subprocess.run([sys.executable, "aggregate.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert orm.returncode == 0, orm.stderr[-3000:]
+    out = json.loads(orm.stdout.strip().splitlines()[-1])
+    assert [r["region"] for r in out["by_region"]] == sorted(["North", "South", "East", "West", "Central", "Coast",
+                                                              "Valley", "Highlands", "Lakes", "Islands"])
+    assert [r["sex"] for r in out["by_sex"]] == ["F", "M", "X"] and all(0 < r["mean_age"] < 110 for r in out["by_sex"])
+    assert 15000 < out["count"] < 25000  # 20,000 patients, noised
+
+
+def test_peewee_introspection_and_pwiz(hospital_serve):
+    pytest.importorskip("peewee")
+    from peewee import PostgresqlDatabase
+    from playhouse.reflection import Introspector
+
+    db = PostgresqlDatabase("dpsql", host="127.0.0.1", port=hospital_serve.port, user="alice", password=PASSWORD,
+                            sslmode="disable")
+    database = Introspector.from_database(db).introspect()
+    assert set(database.columns) == {"patients", "visits", "wards"}
+    fields = {name: col.field_class.__name__ for name, col in database.columns["visits"].items()}
+    assert fields["visit_date"] == "DateField" and fields["cost"] == "DoubleField" and fields["visit_id"] == "BigIntegerField"
+    assert database.indexes["patients"] == [] and database.foreign_keys["visits"] == []
+    db.close()
+    pwiz = subprocess.run([sys.executable, "-m", "pwiz", "-e", "postgresql", "-H", "127.0.0.1", "-p",
+                           str(hospital_serve.port), "-u", "alice", "dpsql"], env=hospital_serve.env(),
+                          capture_output=True, text=True, timeout=120)
+    assert pwiz.returncode == 0, pwiz.stderr[-3000:]
+    for model in ("class Patients(BaseModel):", "class Visits(BaseModel):", "class Wards(BaseModel):"):
+        assert model in pwiz.stdout
+    assert "length_of_stay = BigIntegerField(null=True)" in pwiz.stdout
+
+
+def _psql(serve, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["psql", serve.dsn(), "-X", *args], env=serve.env(), capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_psql_df_sf_and_pg_dump(hospital_serve):
+    df = _psql(hospital_serve, "-c", r"\df")
+    assert df.returncode == 0 and "List of functions" in df.stdout, df.stderr
+    avg = _psql(hospital_serve, "-c", r"\df avg")
+    assert avg.returncode == 0 and "avg" in avg.stdout and "agg" in avg.stdout, avg.stderr
+    sf = _psql(hospital_serve, "-c", r"\sf avg")
+    assert sf.returncode != 0 and "functions have no source here: dpsql is a proxy" in sf.stderr
+    missing = _psql(hospital_serve, "-c", r"\sf no_such_function")
+    assert 'function "no_such_function" does not exist' in missing.stderr
+    dump = subprocess.run(["pg_dump", "--schema-only", hospital_serve.dsn()], env=hospital_serve.env(),
+                          capture_output=True, text=True, timeout=60)
+    assert dump.returncode != 0 and dump.stdout == ""
+    for alternative in (r"\d+", "SQLAlchemy reflection", "sqlacodegen"):
+        assert alternative in dump.stderr
+    assert _psql(hospital_serve, "-c", "SELECT 1").returncode == 0  # the server goes on
+
+
+def _statements(name: str) -> list[str]:
+    return json.loads((FIXTURES / f"{name}.json").read_text())
+
+
+def test_npgsql_type_loader_as_power_bi_sends_it(hospital_serve):
+    """Npgsql (Power BI's PostgreSQL connector) sends its type loader as one simple query of
+    several statements: psql -c sends it the same way."""
+    for batch in _statements("npgsql"):
+        proc = _psql(hospital_serve, "-A", "-F", "|", "-c", batch)
+        assert proc.returncode == 0, proc.stderr
+        lines = proc.stdout.splitlines()
+        assert "pg_catalog|int4|23|" in "\n".join(lines)
+        assert any(line.startswith("pg_catalog|_int4|1007|") and "|a|23|" in line for line in lines)  # an array of int4
+        assert any(line.startswith("pg_catalog|record|2249|") for line in lines)
