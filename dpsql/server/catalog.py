@@ -108,9 +108,13 @@ TABLES: dict[str, list[tuple[str, int]]] = {
                 ("proargnames", c.TEXT_ARRAY), ("proallargtypes", c.OID_ARRAY), ("proargtypes", c.OID_ARRAY),
                 ("proargmodes", c.CHAR_ARRAY), ("proretset", c.BOOL), ("proargdefaults", c.TEXT), ("prosrc", c.TEXT),
                 ("prolang", c.OID), ("proisagg", c.BOOL), ("proiswindow", c.BOOL)],
-    "pg_language": [("oid", c.OID), ("lanname", c.NAME)],
+    "pg_language": [("oid", c.OID), ("lanname", c.NAME), ("lanowner", c.OID), ("lanispl", c.BOOL),
+        ("lanpltrusted", c.BOOL), ("lanplcallfoid", c.OID), ("laninline", c.OID), ("lanvalidator", c.OID),
+        ("lanacl", c.ACLITEM_ARRAY)],
     "pg_settings": [("name", c.TEXT), ("setting", c.TEXT), ("unit", c.TEXT), ("category", c.TEXT),
-                    ("short_desc", c.TEXT), ("context", c.TEXT), ("vartype", c.TEXT), ("source", c.TEXT)],
+        ("short_desc", c.TEXT), ("extra_desc", c.TEXT), ("context", c.TEXT), ("vartype", c.TEXT), ("source", c.TEXT),
+        ("min_val", c.TEXT), ("max_val", c.TEXT), ("enumvals", c.TEXT_ARRAY), ("boot_val", c.TEXT),
+        ("reset_val", c.TEXT), ("sourcefile", c.TEXT), ("sourceline", c.INT4), ("pending_restart", c.BOOL)],
     "pg_stats": [("schemaname", c.NAME), ("tablename", c.NAME), ("attname", c.NAME), ("inherited", c.BOOL),
                  ("null_frac", c.FLOAT4), ("avg_width", c.INT4), ("n_distinct", c.FLOAT4),
                  ("most_common_vals", c.TEXT), ("most_common_freqs", c.FLOAT8_ARRAY), ("histogram_bounds", c.TEXT),
@@ -123,25 +127,35 @@ TABLES: dict[str, list[tuple[str, int]]] = {
     "pg_policy": [("oid", c.OID), ("polname", c.NAME), ("polrelid", c.OID), ("polcmd", c.CHAR),
                   ("polpermissive", c.BOOL), ("polroles", c.OID_ARRAY), ("polqual", c.TEXT), ("polwithcheck", c.TEXT)],
     "pg_publication": [("oid", c.OID), ("pubname", c.NAME), ("pubowner", c.OID), ("puballtables", c.BOOL),
-                       ("pubinsert", c.BOOL), ("pubupdate", c.BOOL), ("pubdelete", c.BOOL), ("pubtruncate", c.BOOL),
-                       ("pubviaroot", c.BOOL)],
+        ("pubinsert", c.BOOL), ("pubupdate", c.BOOL), ("pubdelete", c.BOOL), ("pubtruncate", c.BOOL),
+        ("pubviaroot", c.BOOL)],
     "pg_publication_namespace": [("oid", c.OID), ("pnpubid", c.OID), ("pnnspid", c.OID)],
     "pg_publication_rel": [("oid", c.OID), ("prpubid", c.OID), ("prrelid", c.OID), ("prqual", c.TEXT), ("prattrs", c.INT2_ARRAY)],
-    "pg_trigger": [("oid", c.OID), ("tgrelid", c.OID), ("tgname", c.NAME), ("tgenabled", c.CHAR), ("tgisinternal", c.BOOL)],
-    "pg_rewrite": [("oid", c.OID), ("rulename", c.NAME), ("ev_class", c.OID), ("ev_type", c.CHAR)],
+    "pg_trigger": [("oid", c.OID), ("tgrelid", c.OID), ("tgparentid", c.OID), ("tgname", c.NAME), ("tgfoid", c.OID),
+        ("tgtype", c.INT2), ("tgenabled", c.CHAR), ("tgisinternal", c.BOOL), ("tgconstrrelid", c.OID),
+        ("tgconstrindid", c.OID), ("tgconstraint", c.OID), ("tgdeferrable", c.BOOL), ("tginitdeferred", c.BOOL),
+        ("tgnargs", c.INT2), ("tgattr", c.INT2VECTOR), ("tgargs", c.BYTEA), ("tgqual", c.TEXT),
+        ("tgoldtable", c.NAME), ("tgnewtable", c.NAME)],
+    "pg_rewrite": [("oid", c.OID), ("rulename", c.NAME), ("ev_class", c.OID), ("ev_type", c.CHAR),
+        ("ev_enabled", c.CHAR), ("is_instead", c.BOOL), ("ev_qual", c.TEXT), ("ev_action", c.TEXT)],
     "pg_opclass": [("oid", c.OID), ("opcmethod", c.OID), ("opcname", c.NAME), ("opcnamespace", c.OID),
                    ("opcowner", c.OID), ("opcfamily", c.OID), ("opcintype", c.OID), ("opcdefault", c.BOOL), ("opckeytype", c.OID)],
-    "pg_collation": [("oid", c.OID), ("collname", c.NAME), ("collnamespace", c.OID)],
+    "pg_collation": [("oid", c.OID), ("collname", c.NAME), ("collnamespace", c.OID), ("collowner", c.OID),
+        ("collprovider", c.CHAR), ("collisdeterministic", c.BOOL), ("collencoding", c.INT4), ("collcollate", c.TEXT),
+        ("collctype", c.TEXT), ("colliculocale", c.TEXT), ("collversion", c.TEXT)],
     "pg_enum": [("oid", c.OID), ("enumtypid", c.OID), ("enumsortorder", c.FLOAT4), ("enumlabel", c.NAME)],
-    "pg_extension": [("oid", c.OID), ("extname", c.NAME), ("extowner", c.OID), ("extnamespace", c.OID), ("extversion", c.TEXT)],
+    "pg_extension": [("oid", c.OID), ("extname", c.NAME), ("extowner", c.OID), ("extnamespace", c.OID),
+        ("extrelocatable", c.BOOL), ("extversion", c.TEXT), ("extconfig", c.OID_ARRAY),
+        ("extcondition", c.TEXT_ARRAY)],
     "pg_range": [("rngtypid", c.OID), ("rngsubtype", c.OID), ("rngmultitypid", c.OID), ("rngcollation", c.OID),
                  ("rngsubopc", c.OID), ("rngcanonical", c.REGPROC), ("rngsubdiff", c.REGPROC)],
     "pg_sequence": [("seqrelid", c.OID), ("seqtypid", c.OID)],
-    "pg_foreign_table": [("ftrelid", c.OID), ("ftserver", c.OID)],
+    "pg_foreign_table": [("ftrelid", c.OID), ("ftserver", c.OID), ("ftoptions", c.TEXT_ARRAY)],
     "pg_partitioned_table": [("partrelid", c.OID), ("partstrat", c.CHAR)],
     "pg_depend": [("classid", c.OID), ("objid", c.OID), ("objsubid", c.INT4), ("refclassid", c.OID),
                   ("refobjid", c.OID), ("refobjsubid", c.INT4), ("deptype", c.CHAR)],
-    "pg_event_trigger": [("oid", c.OID), ("evtname", c.NAME)],
+    "pg_event_trigger": [("oid", c.OID), ("evtname", c.NAME), ("evtevent", c.NAME), ("evtowner", c.OID),
+        ("evtfoid", c.OID), ("evtenabled", c.CHAR), ("evttags", c.TEXT_ARRAY)],
     "pg_matviews": [("schemaname", c.NAME), ("matviewname", c.NAME), ("definition", c.TEXT)],
     "pg_views": [("schemaname", c.NAME), ("viewname", c.NAME), ("definition", c.TEXT)],
     "pg_tables": [("schemaname", c.NAME), ("tablename", c.NAME), ("tableowner", c.NAME), ("tablespace", c.NAME),
@@ -192,6 +206,108 @@ TABLES: dict[str, list[tuple[str, int]]] = {
         ("delete_rule", c.VARCHAR)],
     "pg_indexes": [("schemaname", c.NAME), ("tablename", c.NAME), ("indexname", c.NAME), ("tablespace", c.NAME),
         ("indexdef", c.TEXT)],
+    # Empty (dpsql has none of these, or shows none: other sessions' activity and locks are not
+    # an analyst's business); pgAdmin's tree and dashboard read them. PostgreSQL 15's columns.
+    "pg_seclabels": [("objoid", c.OID), ("classoid", c.OID), ("objsubid", c.INT4), ("objtype", c.TEXT),
+        ("objnamespace", c.OID), ("objname", c.TEXT), ("provider", c.TEXT), ("label", c.TEXT)],
+    "pg_seclabel": [("objoid", c.OID), ("classoid", c.OID), ("objsubid", c.INT4), ("provider", c.TEXT),
+        ("label", c.TEXT)],
+    "pg_cast": [("oid", c.OID), ("castsource", c.OID), ("casttarget", c.OID), ("castfunc", c.OID),
+        ("castcontext", c.CHAR), ("castmethod", c.CHAR)],
+    "pg_default_acl": [("oid", c.OID), ("defaclrole", c.OID), ("defaclnamespace", c.OID), ("defaclobjtype", c.CHAR),
+        ("defaclacl", c.ACLITEM_ARRAY)],
+    "pg_stat_activity": [("datid", c.OID), ("datname", c.NAME), ("pid", c.INT4), ("leader_pid", c.INT4),
+        ("usesysid", c.OID), ("usename", c.NAME), ("application_name", c.TEXT), ("client_addr", c.TEXT),
+        ("client_hostname", c.TEXT), ("client_port", c.INT4), ("backend_start", c.TIMESTAMPTZ),
+        ("xact_start", c.TIMESTAMPTZ), ("query_start", c.TIMESTAMPTZ), ("state_change", c.TIMESTAMPTZ),
+        ("wait_event_type", c.TEXT), ("wait_event", c.TEXT), ("state", c.TEXT), ("backend_xid", c.TEXT),
+        ("backend_xmin", c.TEXT), ("query_id", c.INT8), ("query", c.TEXT), ("backend_type", c.TEXT)],
+    "pg_shdescription": [("objoid", c.OID), ("classoid", c.OID), ("description", c.TEXT)],
+    "pg_ts_template": [("oid", c.OID), ("tmplname", c.NAME), ("tmplnamespace", c.OID), ("tmplinit", c.REGPROC),
+        ("tmpllexize", c.REGPROC)],
+    "pg_ts_parser": [("oid", c.OID), ("prsname", c.NAME), ("prsnamespace", c.OID), ("prsstart", c.REGPROC),
+        ("prstoken", c.REGPROC), ("prsend", c.REGPROC), ("prsheadline", c.REGPROC), ("prslextype", c.REGPROC)],
+    "pg_ts_dict": [("oid", c.OID), ("dictname", c.NAME), ("dictnamespace", c.OID), ("dictowner", c.OID),
+        ("dicttemplate", c.OID), ("dictinitoption", c.TEXT)],
+    "pg_ts_config": [("oid", c.OID), ("cfgname", c.NAME), ("cfgnamespace", c.OID), ("cfgowner", c.OID),
+        ("cfgparser", c.OID)],
+    "pg_subscription": [("oid", c.OID), ("subdbid", c.OID), ("subskiplsn", c.TEXT), ("subname", c.NAME),
+        ("subowner", c.OID), ("subenabled", c.BOOL), ("subbinary", c.BOOL), ("substream", c.BOOL),
+        ("subtwophasestate", c.CHAR), ("subdisableonerr", c.BOOL), ("subconninfo", c.TEXT), ("subslotname", c.NAME),
+        ("subsynccommit", c.TEXT), ("subpublications", c.TEXT_ARRAY)],
+    "pg_stat_gssapi": [("pid", c.INT4), ("gss_authenticated", c.BOOL), ("principal", c.TEXT), ("encrypted", c.BOOL)],
+    "pg_replication_slots": [("slot_name", c.NAME), ("plugin", c.NAME), ("slot_type", c.TEXT), ("datoid", c.OID),
+        ("database", c.NAME), ("temporary", c.BOOL), ("active", c.BOOL), ("active_pid", c.INT4), ("xmin", c.TEXT),
+        ("catalog_xmin", c.TEXT), ("restart_lsn", c.TEXT), ("confirmed_flush_lsn", c.TEXT), ("wal_status", c.TEXT),
+        ("safe_wal_size", c.INT8), ("two_phase", c.BOOL)],
+    "pg_prepared_xacts": [("transaction", c.TEXT), ("gid", c.TEXT), ("prepared", c.TIMESTAMPTZ), ("owner", c.NAME),
+        ("database", c.NAME)],
+    "pg_operator": [("oid", c.OID), ("oprname", c.NAME), ("oprnamespace", c.OID), ("oprowner", c.OID),
+        ("oprkind", c.CHAR), ("oprcanmerge", c.BOOL), ("oprcanhash", c.BOOL), ("oprleft", c.OID),
+        ("oprright", c.OID), ("oprresult", c.OID), ("oprcom", c.OID), ("oprnegate", c.OID), ("oprcode", c.REGPROC),
+        ("oprrest", c.REGPROC), ("oprjoin", c.REGPROC)],
+    "pg_locks": [("locktype", c.TEXT), ("database", c.OID), ("relation", c.OID), ("page", c.INT4), ("tuple", c.INT2),
+        ("virtualxid", c.TEXT), ("transactionid", c.TEXT), ("classid", c.OID), ("objid", c.OID),
+        ("objsubid", c.INT2), ("virtualtransaction", c.TEXT), ("pid", c.INT4), ("mode", c.TEXT), ("granted", c.BOOL),
+        ("fastpath", c.BOOL), ("waitstart", c.TIMESTAMPTZ)],
+    "pg_foreign_data_wrapper": [("oid", c.OID), ("fdwname", c.NAME), ("fdwowner", c.OID), ("fdwhandler", c.OID),
+        ("fdwvalidator", c.OID), ("fdwacl", c.ACLITEM_ARRAY), ("fdwoptions", c.TEXT_ARRAY)],
+    "pg_db_role_setting": [("setdatabase", c.OID), ("setrole", c.OID), ("setconfig", c.TEXT_ARRAY)],
+    "pg_aggregate": [("aggfnoid", c.REGPROC), ("aggkind", c.CHAR), ("aggnumdirectargs", c.INT2),
+        ("aggtransfn", c.REGPROC), ("aggfinalfn", c.REGPROC), ("aggcombinefn", c.REGPROC),
+        ("aggserialfn", c.REGPROC), ("aggdeserialfn", c.REGPROC), ("aggmtransfn", c.REGPROC),
+        ("aggminvtransfn", c.REGPROC), ("aggmfinalfn", c.REGPROC), ("aggfinalextra", c.BOOL),
+        ("aggmfinalextra", c.BOOL), ("aggfinalmodify", c.CHAR), ("aggmfinalmodify", c.CHAR), ("aggsortop", c.OID),
+        ("aggtranstype", c.OID), ("aggtransspace", c.INT4), ("aggmtranstype", c.OID), ("aggmtransspace", c.INT4),
+        ("agginitval", c.TEXT), ("aggminitval", c.TEXT)],
+    "pg_available_extensions": [("name", c.NAME), ("default_version", c.TEXT), ("comment", c.TEXT)],
+    "pg_foreign_server": [("oid", c.OID), ("srvname", c.NAME), ("srvowner", c.OID), ("srvfdw", c.OID),
+        ("srvtype", c.TEXT), ("srvversion", c.TEXT), ("srvacl", c.ACLITEM_ARRAY), ("srvoptions", c.TEXT_ARRAY)],
+    "pg_user_mapping": [("oid", c.OID), ("umuser", c.OID), ("umserver", c.OID), ("umoptions", c.TEXT_ARRAY)],
+    "pg_stat_database": [("datid", c.OID), ("datname", c.NAME), ("numbackends", c.INT4), ("xact_commit", c.INT8),
+        ("xact_rollback", c.INT8), ("blks_read", c.INT8), ("blks_hit", c.INT8), ("tup_returned", c.INT8),
+        ("tup_fetched", c.INT8), ("tup_inserted", c.INT8), ("tup_updated", c.INT8), ("tup_deleted", c.INT8),
+        ("conflicts", c.INT8), ("temp_files", c.INT8), ("temp_bytes", c.INT8), ("deadlocks", c.INT8),
+        ("checksum_failures", c.INT8), ("checksum_last_failure", c.TIMESTAMPTZ), ("blk_read_time", c.FLOAT8),
+        ("blk_write_time", c.FLOAT8), ("session_time", c.FLOAT8), ("active_time", c.FLOAT8),
+        ("idle_in_transaction_time", c.FLOAT8), ("sessions", c.INT8), ("sessions_abandoned", c.INT8),
+        ("sessions_fatal", c.INT8), ("sessions_killed", c.INT8), ("stats_reset", c.TIMESTAMPTZ)],
+    "pg_sequences": [("schemaname", c.NAME), ("sequencename", c.NAME), ("sequenceowner", c.NAME),
+        ("data_type", c.REGTYPE), ("start_value", c.INT8), ("min_value", c.INT8), ("max_value", c.INT8),
+        ("increment_by", c.INT8), ("cycle", c.BOOL), ("cache_size", c.INT8), ("last_value", c.INT8)],
+    "pg_stat_ssl": [("pid", c.INT4), ("ssl", c.BOOL), ("version", c.TEXT), ("cipher", c.TEXT), ("bits", c.INT4),
+        ("client_dn", c.TEXT), ("client_serial", c.NUMERIC), ("issuer_dn", c.TEXT)],
+    "pg_shseclabel": [("objoid", c.OID), ("classoid", c.OID), ("provider", c.TEXT), ("label", c.TEXT)],
+    "pg_init_privs": [("objoid", c.OID), ("classoid", c.OID), ("objsubid", c.INT4), ("privtype", c.CHAR),
+        ("initprivs", c.ACLITEM_ARRAY)],
+    "pg_transform": [("oid", c.OID), ("trftype", c.OID), ("trflang", c.OID), ("trffromsql", c.REGPROC),
+        ("trftosql", c.REGPROC)],
+    "pg_conversion": [("oid", c.OID), ("conname", c.NAME), ("connamespace", c.OID), ("conowner", c.OID),
+        ("conforencoding", c.INT4), ("contoencoding", c.INT4), ("conproc", c.REGPROC), ("condefault", c.BOOL)],
+    "pg_opfamily": [("oid", c.OID), ("opfmethod", c.OID), ("opfname", c.NAME), ("opfnamespace", c.OID),
+        ("opfowner", c.OID)],
+    "pg_amop": [("oid", c.OID), ("amopfamily", c.OID), ("amoplefttype", c.OID), ("amoprighttype", c.OID),
+        ("amopstrategy", c.INT2), ("amoppurpose", c.CHAR), ("amopopr", c.OID), ("amopmethod", c.OID),
+        ("amopsortfamily", c.OID)],
+    "pg_amproc": [("oid", c.OID), ("amprocfamily", c.OID), ("amproclefttype", c.OID), ("amprocrighttype", c.OID),
+        ("amprocnum", c.INT2), ("amproc", c.REGPROC)],
+    "pg_statistic_ext_data": [("stxoid", c.OID), ("stxdinherit", c.BOOL), ("stxdndistinct", c.TEXT),
+        ("stxddependencies", c.TEXT), ("stxdmcv", c.TEXT), ("stxdexpr", c.TEXT)],
+    "pg_stat_replication": [("pid", c.INT4), ("usesysid", c.OID), ("usename", c.NAME), ("application_name", c.TEXT),
+        ("client_addr", c.TEXT), ("client_hostname", c.TEXT), ("client_port", c.INT4),
+        ("backend_start", c.TIMESTAMPTZ), ("backend_xmin", c.TEXT), ("state", c.TEXT), ("sent_lsn", c.TEXT),
+        ("write_lsn", c.TEXT), ("flush_lsn", c.TEXT), ("replay_lsn", c.TEXT), ("write_lag", c.INTERVAL),
+        ("flush_lag", c.INTERVAL), ("replay_lag", c.INTERVAL), ("sync_priority", c.INT4), ("sync_state", c.TEXT),
+        ("reply_time", c.TIMESTAMPTZ)],
+    "pg_stat_subscription": [("subid", c.OID), ("subname", c.NAME), ("pid", c.INT4), ("relid", c.OID),
+        ("received_lsn", c.TEXT), ("last_msg_send_time", c.TIMESTAMPTZ), ("last_msg_receipt_time", c.TIMESTAMPTZ),
+        ("latest_end_lsn", c.TEXT), ("latest_end_time", c.TIMESTAMPTZ)],
+    "pg_ts_config_map": [("mapcfg", c.OID), ("maptokentype", c.INT4), ("mapseqno", c.INT4), ("mapdict", c.OID)],
+    "pg_largeobject_metadata": [("oid", c.OID), ("lomowner", c.OID), ("lomacl", c.ACLITEM_ARRAY)],
+    "pg_show_all_settings": [("name", c.TEXT), ("setting", c.TEXT), ("unit", c.TEXT), ("category", c.TEXT),
+        ("short_desc", c.TEXT), ("extra_desc", c.TEXT), ("context", c.TEXT), ("vartype", c.TEXT), ("source", c.TEXT),
+        ("min_val", c.TEXT), ("max_val", c.TEXT), ("enumvals", c.TEXT_ARRAY), ("boot_val", c.TEXT),
+        ("reset_val", c.TEXT), ("sourcefile", c.TEXT), ("sourceline", c.INT4), ("pending_restart", c.BOOL)],
 }
 
 _STORAGE = {c.INT2VECTOR: "SMALLINT[]", c.OIDVECTOR: "BIGINT[]", c.BOOL: "BOOLEAN", c.INT2: "SMALLINT", c.INT4: "INTEGER", c.INT8: "BIGINT", c.OID: "BIGINT",
@@ -292,11 +408,18 @@ CREATE MACRO pgc_regrole_name(x) AS (SELECT rolname FROM pgc.pg_roles WHERE oid 
 CREATE MACRO pgc_regrole_oid(t) AS (SELECT oid FROM pgc.pg_roles WHERE rolname = t);
 CREATE MACRO pgc_to_regtype(t) AS (SELECT oid FROM pgc.pg_type WHERE typname = t);
 CREATE MACRO pgc_to_regclass(t) AS (SELECT oid FROM pgc.pg_class WHERE relname = t);
+CREATE MACRO pgc_aclexplode(a) AS unnest(CAST([] AS STRUCT(grantor BIGINT, grantee BIGINT, privilege_type VARCHAR, is_grantable BOOLEAN)[]));
+CREATE MACRO pgc_pg_get_function_identity_arguments(o) AS NULL::VARCHAR;
+CREATE MACRO pgc_pg_is_wal_replay_paused() AS false;
+CREATE MACRO pgc_pg_blocking_pids(p) AS CAST([] AS INTEGER[]);
+CREATE MACRO pgc_to_char(v, f) AS CAST(v AS VARCHAR);
 """
 
 # What PostgreSQL answers with a function's source (psql's \sf, \ef; pgAdmin's function pane).
 _FUNCTION_SOURCES = {"pg_get_functiondef", "pg_get_function_sqlbody"}
 _REWRITTEN_FUNCTIONS = {m.group(1) for m in re.finditer(r"CREATE MACRO pgc_(\w+)", _MACROS)}
+# Rewritten inside a catalog query, but not what makes a query one (analysts' SQL uses them too).
+_GENERAL_FUNCTIONS = {"to_char"}
 _SESSION_FUNCTIONS = {"version", "current_database", "current_schema", "current_user", "session_user", "user",
                       "pg_backend_pid", "current_setting", "set_config", "inet_server_port", "inet_server_addr",
                       "pg_postmaster_start_time", "current_role"}
@@ -326,7 +449,8 @@ def is_catalog_query(sql: str) -> bool:
             return True
     for f in tree.find_all(exp.Func):
         name = _func_name(f)
-        if name in _SESSION_FUNCTIONS or name in _REWRITTEN_FUNCTIONS or name in FUNCTION_TYPES and name.startswith(("pg_", "has_")):
+        if (name in _SESSION_FUNCTIONS or (name in _REWRITTEN_FUNCTIONS and name not in _GENERAL_FUNCTIONS)
+                or name in FUNCTION_TYPES and name.startswith(("pg_", "has_"))):
             return True
     if any(isinstance(n, exp.Cast) and (_cast_target(n) in _REG_CASTS or _cast_target(n) in ("regproc", "regprocedure"))
            for n in tree.walk()):
@@ -339,7 +463,8 @@ def _pre(sql: str) -> str:
     sql = re.sub(r"OPERATOR\s*\(\s*pg_catalog\s*\.\s*([~!=<>*+\-]+)\s*\)", r"\1", sql, flags=re.I)
     sql = re.sub(r"\s+COLLATE\s+(pg_catalog\.)?\"?(default|C|POSIX)\"?", "", sql, flags=re.I)
     # arrays of reg* types (pgcli): the catalog's function tables are empty, text arrays will do
-    sql = re.sub(r"::\s*(?:pg_catalog\.)?(?:regtype|regclass|regproc|oid)\s*\[\]", "::text[]", sql, flags=re.I)
+    sql = re.sub(r"::\s*(?:pg_catalog\.)?(?:regtype|regclass|regproc)\s*\[\]", "::text[]", sql, flags=re.I)
+    sql = re.sub(r"::\s*(?:pg_catalog\.)?oid\s*\[\]", "::bigint[]", sql, flags=re.I)  # OIDs are numbers
     return sql
 
 
@@ -415,12 +540,11 @@ class Catalog:
                                          for word, kind in keywords])
         self._insert("is_schemata", [(self.database, "public", "dpsql"), (self.database, "pg_catalog", "dpsql"),
                                      (self.database, "information_schema", "dpsql")])
-        self._insert("pg_settings", [(k, v, None, "dpsql", "", "user", "string", "default")
-                                     for k, v in sorted({"server_version": "15.0", "server_version_num": "150000",
-                                                         "server_encoding": "UTF8",
-                                                         "client_encoding": "UTF8", "standard_conforming_strings": "on",
-                                                         "max_identifier_length": "63", "integer_datetimes": "on",
-                                                         "TimeZone": "UTC", "DateStyle": "ISO, MDY"}.items())])
+        settings = [{"name": k, "setting": v, "category": "dpsql", "short_desc": "", "context": "user",
+                     "vartype": "string", "source": "default", "boot_val": v, "reset_val": v, "pending_restart": False}
+                    for k, v in sorted(_SETTINGS.items())]
+        self._insert("pg_settings", settings)
+        self._insert("pg_show_all_settings", settings)  # pg_settings is PostgreSQL's view of this function
         for stmt in _MACROS.strip().split(";\n"):
             if stmt.strip():
                 con.execute(stmt)
@@ -577,6 +701,15 @@ class Catalog:
                 return exp.Literal.number(self._function_oid(node.this.name))  # psql's \sf, \ef look the OID up
             if isinstance(node, exp.Cast):
                 return _cast(node)
+            if (isinstance(node, (exp.Like, exp.ILike)) and not isinstance(node.parent, exp.Escape)
+                    and "\\" in node.expression.name):  # PostgreSQL's LIKE escapes with \ by default, DuckDB's not
+                return exp.Escape(this=node, expression=exp.Literal.string("\\"))
+            if isinstance(node, exp.Substring) and isinstance(node.args.get("start"), exp.Literal) \
+                    and node.args["start"].is_string:  # substring(x FROM 'regex') (pgAdmin reads reloptions)
+                pattern = node.args["start"]
+                return exp.Nullif(this=exp.RegexpExtract(this=node.this, expression=pattern,
+                                                         group=exp.Literal.number(1 if "(" in pattern.name else 0)),
+                                  expression=exp.Literal.string(""))
             if isinstance(node, exp.Unnest) and isinstance(node.parent, (exp.From, exp.Join)):
                 return _unnest_rows(node)
             if isinstance(node, exp.Func):
@@ -638,8 +771,15 @@ def _full_rows(table: str, rows: list[tuple | dict]) -> list[tuple]:
     """Rows of a catalog table, each a tuple in the table's column order or a dict by column
     name (PostgreSQL's wide information_schema views: the columns it does not name are NULL)."""
     columns = [name for name, _ in TABLES[table]]
-    return [tuple(r.get(col) for col in columns) if isinstance(r, dict) else tuple(r) for r in rows]
+    fixed = {"tableoid": _CATALOG_OIDS[table]} if table in _CATALOG_OIDS else {}
+    return [tuple(r.get(col, fixed.get(col)) for col in columns) if isinstance(r, dict)
+            else tuple(r) + tuple(fixed.get(col) for col in columns[len(r):]) for r in rows]
 
+
+# What pg_settings lists (the values a client reads there; SHOW answers from the session).
+_SETTINGS = {"server_version": "15.0", "server_version_num": "150000", "server_encoding": "UTF8",
+             "client_encoding": "UTF8", "standard_conforming_strings": "on", "max_identifier_length": "63",
+             "integer_datetimes": "on", "TimeZone": "UTC", "DateStyle": "ISO, MDY", "bytea_output": "hex"}
 
 _DATETIME_PRECISION = {c.DATE: 0, c.TIME: 6, c.TIMESTAMP: 6, c.TIMESTAMPTZ: 6, c.INTERVAL: 6}
 
@@ -778,7 +918,18 @@ _REG_CASTS = {"regclass": ("pg_class", "relname", "oid"), "regtype": ("pg_type",
 # classoid is 1259 for a table's comment: SQLAlchemy joins on 'pg_catalog.pg_class'::regclass).
 _CATALOG_OIDS = {"pg_class": 1259, "pg_type": 1247, "pg_attribute": 1249, "pg_proc": 1255, "pg_namespace": 2615,
                  "pg_description": 2609, "pg_constraint": 2606, "pg_index": 2610, "pg_database": 1262,
-                 "pg_authid": 1260, "pg_am": 2601, "pg_attrdef": 2604, "pg_inherits": 2611, "pg_trigger": 2620}
+                 "pg_authid": 1260, "pg_am": 2601, "pg_attrdef": 2604, "pg_inherits": 2611, "pg_trigger": 2620,
+                 "pg_aggregate": 2600, "pg_cast": 2605, "pg_collation": 3456, "pg_conversion": 2607,
+                 "pg_default_acl": 826, "pg_enum": 3501, "pg_event_trigger": 3466, "pg_extension": 3079,
+                 "pg_foreign_data_wrapper": 2328, "pg_foreign_server": 1417, "pg_foreign_table": 3118,
+                 "pg_language": 2612, "pg_opclass": 2616, "pg_operator": 2617, "pg_opfamily": 2753,
+                 "pg_publication": 6104, "pg_rewrite": 2618, "pg_sequence": 2224, "pg_statistic_ext": 3381,
+                 "pg_subscription": 6100, "pg_tablespace": 1213, "pg_transform": 3576, "pg_ts_config": 3602,
+                 "pg_ts_dict": 3600, "pg_ts_parser": 3601, "pg_ts_template": 3764, "pg_user_mapping": 1418}
+# The system column tableoid (pgAdmin: `sl.classoid = rel.tableoid`): each catalog table's own OID.
+for _name, _oid in _CATALOG_OIDS.items():
+    if _name in TABLES and not any(col == "tableoid" for col, _ in TABLES[_name]):
+        TABLES[_name].append(("tableoid", c.OID))
 
 
 def _cast_target(node: exp.Cast) -> str:
@@ -915,8 +1066,9 @@ def _output_types(tree: exp.Expression) -> list[int | None]:
     sources = _sources(select)
     out = []
     for item in select.expressions:
-        if isinstance(item, exp.Star):
-            for src in sources.values():
+        if _is_star(item):  # `*`: every source's columns; `rl.*`: that source's
+            prefix = item.table.lower() if isinstance(item, exp.Column) else ""
+            for src in ([sources[prefix]] if prefix in sources else [] if prefix else sources.values()):
                 if isinstance(src, exp.Select):
                     sub = _sources(src)
                     out.extend(_type_of(i.unalias() if isinstance(i, exp.Alias) else i, sub, src) for i in src.expressions)
@@ -956,6 +1108,13 @@ def _sources(select: exp.Select) -> dict[str, Any]:
     add(select.args.get("from_"))
     for j in select.args.get("joins") or []:
         add(j)
+    for cte in select.root().find_all(exp.CTE):  # a CTE read by name is typed as its query
+        name = cte.alias_or_name.lower()
+        if isinstance(cte.this, exp.Select) and name not in out and any(
+                isinstance(t, exp.Table) and t.name.lower() == name and not t.db for t in select.find_all(exp.Table)):
+            for t in select.find_all(exp.Table):
+                if t.name.lower() == name and not t.db:
+                    out[(t.alias or t.name).lower()] = cte.this
     return out
 
 
@@ -995,7 +1154,9 @@ def _type_of(node: exp.Expression, sources: dict[str, str], select: exp.Select) 
             t = _type_of(branch, sources, select)
             if t is not None:
                 return t
-        return c.TEXT
+        return None
+    if isinstance(node, exp.Boolean):
+        return c.BOOL
     if isinstance(node, exp.Cast):
         target = node.to.sql(dialect="postgres").lower().replace("pg_catalog.", "").strip('"') \
             if isinstance(node.to, exp.DataType) else ""
