@@ -195,3 +195,49 @@ def test_npgsql_type_loader_as_power_bi_sends_it(hospital_serve):
         assert "pg_catalog|int4|23|" in "\n".join(lines)
         assert any(line.startswith("pg_catalog|_int4|1007|") and "|a|23|" in line for line in lines)  # an array of int4
         assert any(line.startswith("pg_catalog|record|2249|") for line in lines)
+
+
+def _replay(serve, entries: list[dict]) -> list[tuple[str, list[list[tuple]]]]:
+    """Each statement on one connection as the tool sent it (simple protocol unless it has
+    parameters), with the rows of each of its result sets."""
+    out = []
+    with psycopg.connect(serve.dsn(), autocommit=True) as conn:
+        for entry in entries:
+            cur = (psycopg.Cursor if entry["params"] else psycopg.ClientCursor)(conn)
+            cur.execute(entry["sql"], entry["params"] or None)
+            results = []
+            while True:
+                results.append(cur.fetchall() if cur.description else [])
+                if not cur.nextset():
+                    break
+            out.append((entry["sql"], results))
+    return out
+
+
+def _answer(answers, marker: str, nth: int = 0) -> list[tuple]:
+    """The rows of the `nth` statement whose text (whitespace aside) holds `marker`."""
+    found = [results[-1] for sql, results in answers if " ".join(marker.split()) in " ".join(sql.split())]
+    assert len(found) > nth, marker
+    return found[nth]
+
+
+def test_pgadmin_connect_tree_dashboard_and_query_tool(hospital_serve):
+    """Every statement pgAdmin 4 (9.18) sent to PostgreSQL 15 to connect, show the dashboard,
+    expand the tree down to each table's columns, show a table's properties and SQL, and run
+    a query in the Query Tool, replayed in order: each answers, from the schema and the policy."""
+    answers = _replay(hospital_serve, _statements("pgadmin"))
+    connect = next(results for sql, results in answers if "pg_show_all_settings()" in sql)
+    assert [("hex",)] in connect  # bytea_output, through set_config over pg_show_all_settings()
+    assert ("dpsql",) == _answer(answers, "pg_catalog.pg_database db", 0)[0][1:2]
+    schemas = [row[1] for row in _answer(answers, "nsp.nspname as name, pg_catalog.has_schema_privilege")]
+    assert "public" in schemas and "pg_catalog" not in schemas
+    tables = _answer(answers, "SELECT rel.oid, rel.relname AS name, (SELECT count(*) FROM pg_catalog.pg_trigger")
+    assert sorted(row[1] for row in tables) == ["patients", "visits", "wards"]
+    columns = {row[0]: row for row in _answer(answers, "SELECT DISTINCT att.attname as name, att.attnum as OID")}
+    assert list(columns) == ["patient_id", "age", "sex", "region", "insurance", "income", "smoker"]
+    assert columns["age"][2] == "bigint" and "dpsql: bounds [0, 110]" in columns["age"]
+    properties = _answer(answers, "rel.reltablespace AS spcoid")[0]
+    assert properties[1] == "patients" and any("privacy unit patient_id" in str(v) for v in properties)
+    assert _answer(answers, "/*pga4dash*/ SELECT pid, datname") == []  # other sessions are nobody's business
+    query_tool = _answer(answers, "SELECT sex, COUNT(*) AS n FROM patients GROUP BY sex")
+    assert [row[0] for row in query_tool] == ["F", "M", "X"] and all(row[1] > 0 for row in query_tool)
