@@ -523,10 +523,15 @@ class Catalog:
             self._insert(kind, part)
         procs = [(FIRST_FUNCTION_OID + i, name, PG_CATALOG, ret, "a" if agg else "f", None, None, None, None, False,
                   None, name, 12, agg, False) for i, (name, ret, agg) in enumerate(_FUNCTIONS)]
-        # The types' I/O functions, which drivers join pg_type to (Npgsql: pg_proc.oid = typreceive)
+        self._insert("pg_proc", procs)
+        # The types' I/O functions, which drivers join pg_type to (Npgsql: pg_proc.oid = typreceive): only such
+        # a join reads them (pg_proc_with_io), so that listings and completions show the functions queries may use.
         io = sorted({f for t in types for f in t[14:18]})
-        self._insert("pg_proc", procs + [(FIRST_IO_FUNCTION_OID + i, name, PG_CATALOG, 0, "f", None, None, None, None,
-                                          False, None, name, 12, False, False) for i, name in enumerate(io)])
+        con.execute("CREATE TABLE pgc.io_functions AS SELECT * FROM pgc.pg_proc LIMIT 0")
+        insert_rows(con, "pgc.io_functions", _full_rows("pg_proc", [
+            (FIRST_IO_FUNCTION_OID + i, name, PG_CATALOG, 0, "f", None, None, None, None, False, None, name, 12, False,
+             False) for i, name in enumerate(io)]), len(TABLES["pg_proc"]))
+        con.execute("CREATE VIEW pgc.pg_proc_with_io AS SELECT * FROM pgc.pg_proc UNION ALL SELECT * FROM pgc.io_functions")
         self._insert("is_routines", [(self.database, "pg_catalog", f"{p[1]}_{p[0]}", self.database, "pg_catalog", p[1],
                                       "FUNCTION", c.TYPE_NAMES.get(p[3], "text"),
                                       next((t[1] for t in BASE_TYPES if t[0] == p[3]), "text"), "EXTERNAL", None, "C",
@@ -603,9 +608,10 @@ class Catalog:
                                    sqlstate="42601") from None
         names = _output_names(tree)
         types = _output_types(tree)
+        io = _joins_regproc(tree)
         tree = _regproc_comparisons(_reg_comparisons(_bind(tree, params)))
         views = self._view_rows(session)
-        tree = self._rewrite(tree, session, user, set(views), pid)
+        tree = self._rewrite(tree, session, user, set(views), pid, io)
         text = tree.sql(dialect="duckdb")
         with self._lock:
             cur = self._con.cursor()
@@ -644,13 +650,13 @@ class Catalog:
                 rows.setdefault(kind, []).extend(part)
         return rows
 
-    def _rewrite(self, tree: exp.Expression, session, user: str, local: set[str] = frozenset(), pid: int = 0
-                 ) -> exp.Expression:
+    def _rewrite(self, tree: exp.Expression, session, user: str, local: set[str] = frozenset(), pid: int = 0,
+                 io: bool = False) -> exp.Expression:
         """`local`: catalog tables this query reads from the cursor's own copies (with views)."""
         cte_names = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
 
         def point(node: exp.Table, name: str) -> exp.Table:
-            new = _table(node, name)
+            new = _table(node, "pg_proc_with_io" if io and name == "pg_proc" else name)
             if name in local:
                 new.set("this", exp.to_identifier(f"session_{name}"))
                 new.set("db", None)
@@ -962,6 +968,18 @@ def _reg_comparisons(tree: exp.Expression) -> exp.Expression:
 
 # Columns of type regproc: stored as the function's name ('-' for none), as PostgreSQL shows them.
 _REGPROC_COLUMNS = {col for cols in TABLES.values() for col, oid in cols if oid == c.REGPROC}
+
+
+def _joins_regproc(tree: exp.Expression) -> bool:
+    """Whether the query matches a function's OID with a regproc column (`p.oid = t.typreceive`)."""
+    def regproc(node: exp.Expression) -> bool:
+        return isinstance(node, exp.Column) and node.name.lower() in _REGPROC_COLUMNS
+
+    def oid(node: exp.Expression) -> bool:
+        return isinstance(node, exp.Column) and node.name.lower() == "oid"
+
+    return any(isinstance(n, (exp.EQ, exp.NEQ)) and ((regproc(n.this) and oid(n.expression)) or
+                                                     (oid(n.this) and regproc(n.expression))) for n in tree.walk())
 
 
 def _regproc_comparisons(tree: exp.Expression) -> exp.Expression:
