@@ -46,8 +46,9 @@ def _uri(serve) -> str:
 def test_adbc_with_pyarrow_and_polars(hospital_serve):
     """ADBC loads its types from pg_type, describes the query and reads it as COPY ... (FORMAT
     binary): one charge per query, noisy counts, a public table's rows as they are."""
-    dbapi = pytest.importorskip("adbc_driver_postgresql.dbapi")
-    pl = pytest.importorskip("polars")
+    import adbc_driver_postgresql.dbapi as dbapi
+    import polars as pl
+
     before = _spent(hospital_serve)
     with dbapi.connect(_uri(hospital_serve)) as conn:
         cur = conn.cursor()
@@ -115,7 +116,6 @@ def _django_project(folder: Path, port: int) -> dict[str, str]:
 
 
 def test_django_inspectdb_and_orm_aggregates(hospital_serve, tmp_path):
-    pytest.importorskip("django")
     env = _django_project(tmp_path, hospital_serve.port)
     inspect = subprocess.run([sys.executable, "-m", "django", "inspectdb"], cwd=tmp_path, env=env, capture_output=True,
                              text=True, timeout=120)
@@ -138,7 +138,6 @@ def test_django_inspectdb_and_orm_aggregates(hospital_serve, tmp_path):
 
 
 def test_peewee_introspection_and_pwiz(hospital_serve):
-    pytest.importorskip("peewee")
     from peewee import PostgresqlDatabase
     from playhouse.reflection import Introspector
 
