@@ -222,8 +222,9 @@ def _answer(answers, marker: str, nth: int = 0) -> list[tuple]:
 
 def test_pgadmin_connect_tree_dashboard_and_query_tool(hospital_serve):
     """Every statement pgAdmin 4 (9.18) sent to PostgreSQL 15 to connect, show the dashboard,
-    expand the tree down to each table's columns, show a table's properties and SQL, and run
-    a query in the Query Tool, replayed in order: each answers, from the schema and the policy."""
+    expand the tree down to each table's columns, show a table's and a column's properties,
+    SQL, statistics and dependencies, and run queries in the Query Tool, replayed in order: each
+    answers, from the schema and the policy (statistics unknown)."""
     answers = _replay(hospital_serve, _statements("pgadmin"))
     connect = next(results for sql, results in answers if "pg_show_all_settings()" in sql)
     assert [("hex",)] in connect  # bytea_output, through set_config over pg_show_all_settings()
@@ -240,3 +241,20 @@ def test_pgadmin_connect_tree_dashboard_and_query_tool(hospital_serve):
     assert _answer(answers, "/*pga4dash*/ SELECT pid, datname") == []  # other sessions are nobody's business
     query_tool = _answer(answers, "SELECT sex, COUNT(*) AS n FROM patients GROUP BY sex")
     assert [row[0] for row in query_tool] == ["F", "M", "X"] and all(row[1] > 0 for row in query_tool)
+    assert len(_answer(answers, "SELECT * FROM wards")) > 0  # a public table's rows
+    stats = _answer(answers, 'seq_scan AS "Sequential scans"')
+    assert stats and all(value is None for value in stats[0][:-1])  # no statistic is known (no index: size 0)
+
+
+def test_pg_cancel_backend_reaches_only_the_analysts_own_connections(hospital_serve):
+    """pgAdmin's Query Tool cancels a running query with pg_cancel_backend(pid) on another
+    connection: an analyst's own connection is signalled, another analyst's is refused."""
+    with psycopg.connect(hospital_serve.dsn(), autocommit=True) as mine, \
+            psycopg.connect(hospital_serve.dsn(), autocommit=True) as other, \
+            psycopg.connect(hospital_serve.dsn("bob"), autocommit=True) as bobs:
+        pid = mine.info.backend_pid
+        assert other.execute(f"SELECT pg_catalog.pg_cancel_backend({pid});").fetchall() == [(True,)]
+        assert other.execute("SELECT pg_cancel_backend(2147483000)").fetchall() == [(False,)]
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            bobs.execute(f"SELECT pg_cancel_backend({pid})")
+        assert mine.execute("SELECT 1").fetchall() == [(1,)]  # nothing was under way: the session goes on

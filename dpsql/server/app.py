@@ -242,6 +242,7 @@ class Server:
 
 
 _SET_LOCAL = re.compile(r"SET\s+LOCAL\s", re.I)  # matched after the leading comments
+_CANCEL_BACKEND = re.compile(r"SELECT\s+(?:pg_catalog\.)?pg_cancel_backend\s*\(\s*(\d{1,10})\s*\)\s*;?", re.I)
 
 
 class Connection:
@@ -686,10 +687,26 @@ class Connection:
             if inner.fields is None:
                 raise Error("COPY needs a query that returns rows", sqlstate="42601")
             return Answer(inner.fields, inner.rows, f"COPY {len(inner.rows)}", inner.notices, copy)
+        signal = _CANCEL_BACKEND.fullmatch(without_leading_comments(sql).strip())
+        if signal:  # pgAdmin's Query Tool cancels through another connection of the same analyst
+            return Answer([codec.Field("pg_cancel_backend", codec.BOOL)], [(self._cancel_backend(int(signal[1])),)],
+                          "SELECT 1")
         if is_catalog_query(sql):
             names, oids, rows = self.server.catalog.answer(sql, params or [], session, self.user, self.pid)
             return Answer([codec.Field(n, o) for n, o in zip(names, oids)], rows, f"SELECT {len(rows)}")
         return self._answer_session(session.execute(sql, params or None))
+
+    def _cancel_backend(self, pid: int) -> bool:
+        """pg_cancel_backend(pid): the query under way on another connection of this analyst's,
+        served by this process, is cancelled; another analyst's connection is theirs alone."""
+        conn = self.server.connections.get(pid)
+        if conn is None:
+            return False
+        if conn.user != self.user:
+            raise Error("permission denied to cancel query", sqlstate="42501",
+                        hint="only the analyst who runs a query can cancel it")
+        conn.cancel()
+        return True
 
     def run_script(self, text: str) -> tuple[list[Answer], Error | None]:
         """A simple query's statements: DP queries alone form one batch (planned jointly, refused

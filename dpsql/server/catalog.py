@@ -54,38 +54,41 @@ TABLES: dict[str, list[tuple[str, int]]] = {
     "pg_get_keywords": [("word", c.TEXT), ("catcode", c.CHAR), ("barelabel", c.BOOL), ("catdesc", c.TEXT),
                         ("baredesc", c.TEXT)],
     "pg_namespace": [("oid", c.OID), ("nspname", c.NAME), ("nspowner", c.OID), ("nspacl", c.ACLITEM_ARRAY)],
-    "pg_class": [("oid", c.OID), ("relname", c.NAME), ("relnamespace", c.OID), ("reltype", c.OID), ("reloftype", c.OID),
-                 ("relowner", c.OID), ("relam", c.OID), ("relfilenode", c.OID), ("reltablespace", c.OID),
-                 ("relpages", c.INT4), ("reltuples", c.FLOAT4), ("relallvisible", c.INT4), ("reltoastrelid", c.OID),
-                 ("relhasindex", c.BOOL), ("relisshared", c.BOOL), ("relpersistence", c.CHAR), ("relkind", c.CHAR),
-                 ("relnatts", c.INT2), ("relchecks", c.INT2), ("relhasrules", c.BOOL), ("relhastriggers", c.BOOL),
-                 ("relhassubclass", c.BOOL), ("relrowsecurity", c.BOOL), ("relforcerowsecurity", c.BOOL),
-                 ("relispopulated", c.BOOL), ("relreplident", c.CHAR), ("relispartition", c.BOOL),
-                 ("relrewrite", c.OID), ("relacl", c.ACLITEM_ARRAY), ("reloptions", c.TEXT_ARRAY), ("relpartbound", c.TEXT)],
+    "pg_class": [("oid", c.OID), ("relname", c.NAME), ("relnamespace", c.OID), ("reltype", c.OID),
+        ("reloftype", c.OID), ("relowner", c.OID), ("relam", c.OID), ("relfilenode", c.OID),
+        ("reltablespace", c.OID), ("relpages", c.INT4), ("reltuples", c.FLOAT4), ("relallvisible", c.INT4),
+        ("reltoastrelid", c.OID), ("relhasindex", c.BOOL), ("relisshared", c.BOOL), ("relpersistence", c.CHAR),
+        ("relkind", c.CHAR), ("relnatts", c.INT2), ("relchecks", c.INT2), ("relhasrules", c.BOOL),
+        ("relhastriggers", c.BOOL), ("relhassubclass", c.BOOL), ("relrowsecurity", c.BOOL),
+        ("relforcerowsecurity", c.BOOL), ("relispopulated", c.BOOL), ("relreplident", c.CHAR),
+        ("relispartition", c.BOOL), ("relrewrite", c.OID), ("relacl", c.ACLITEM_ARRAY), ("reloptions", c.TEXT_ARRAY),
+        ("relpartbound", c.TEXT), ("relfrozenxid", c.TEXT), ("relminmxid", c.TEXT)],
     "pg_attribute": [("attrelid", c.OID), ("attname", c.NAME), ("atttypid", c.OID), ("attstattarget", c.INT4),
-                     ("attlen", c.INT2), ("attnum", c.INT2), ("attndims", c.INT4), ("attcacheoff", c.INT4),
-                     ("atttypmod", c.INT4), ("attbyval", c.BOOL), ("attalign", c.CHAR), ("attstorage", c.CHAR),
-                     ("attcompression", c.CHAR), ("attnotnull", c.BOOL), ("atthasdef", c.BOOL), ("atthasmissing", c.BOOL),
-                     ("attidentity", c.CHAR), ("attgenerated", c.CHAR), ("attisdropped", c.BOOL), ("attislocal", c.BOOL),
-                     ("attinhcount", c.INT4), ("attcollation", c.OID), ("attacl", c.ACLITEM_ARRAY),
-                     ("attoptions", c.TEXT_ARRAY), ("attfdwoptions", c.TEXT_ARRAY)],
-    "pg_type": [("oid", c.OID), ("typname", c.NAME), ("typnamespace", c.OID), ("typowner", c.OID), ("typlen", c.INT2),
-                ("typbyval", c.BOOL), ("typtype", c.CHAR), ("typcategory", c.CHAR), ("typispreferred", c.BOOL),
-                ("typisdefined", c.BOOL), ("typdelim", c.CHAR), ("typrelid", c.OID), ("typelem", c.OID),
-                ("typarray", c.OID), ("typinput", c.REGPROC), ("typoutput", c.REGPROC), ("typreceive", c.REGPROC),
-                ("typsend", c.REGPROC), ("typbasetype", c.OID), ("typtypmod", c.INT4), ("typndims", c.INT4),
-                ("typcollation", c.OID), ("typnotnull", c.BOOL), ("typalign", c.CHAR), ("typstorage", c.CHAR),
-                ("typdefault", c.TEXT)],
+        ("attlen", c.INT2), ("attnum", c.INT2), ("attndims", c.INT4), ("attcacheoff", c.INT4), ("atttypmod", c.INT4),
+        ("attbyval", c.BOOL), ("attalign", c.CHAR), ("attstorage", c.CHAR), ("attcompression", c.CHAR),
+        ("attnotnull", c.BOOL), ("atthasdef", c.BOOL), ("atthasmissing", c.BOOL), ("attidentity", c.CHAR),
+        ("attgenerated", c.CHAR), ("attisdropped", c.BOOL), ("attislocal", c.BOOL), ("attinhcount", c.INT4),
+        ("attcollation", c.OID), ("attacl", c.ACLITEM_ARRAY), ("attoptions", c.TEXT_ARRAY),
+        ("attfdwoptions", c.TEXT_ARRAY), ("attmissingval", c.TEXT)],
+    "pg_type": [("oid", c.OID), ("typname", c.NAME), ("typnamespace", c.OID), ("typowner", c.OID),
+        ("typlen", c.INT2), ("typbyval", c.BOOL), ("typtype", c.CHAR), ("typcategory", c.CHAR),
+        ("typispreferred", c.BOOL), ("typisdefined", c.BOOL), ("typdelim", c.CHAR), ("typrelid", c.OID),
+        ("typelem", c.OID), ("typarray", c.OID), ("typinput", c.REGPROC), ("typoutput", c.REGPROC),
+        ("typreceive", c.REGPROC), ("typsend", c.REGPROC), ("typbasetype", c.OID), ("typtypmod", c.INT4),
+        ("typndims", c.INT4), ("typcollation", c.OID), ("typnotnull", c.BOOL), ("typalign", c.CHAR),
+        ("typstorage", c.CHAR), ("typdefault", c.TEXT), ("typsubscript", c.REGPROC), ("typmodin", c.REGPROC),
+        ("typmodout", c.REGPROC), ("typanalyze", c.REGPROC), ("typdefaultbin", c.TEXT), ("typacl", c.ACLITEM_ARRAY)],
     "pg_database": [("oid", c.OID), ("datname", c.NAME), ("datdba", c.OID), ("encoding", c.INT4),
-                    ("datlocprovider", c.CHAR), ("datistemplate", c.BOOL), ("datallowconn", c.BOOL),
-                    ("datconnlimit", c.INT4), ("datcollate", c.TEXT), ("datctype", c.TEXT), ("daticulocale", c.TEXT),
-                    ("datcollversion", c.TEXT), ("datacl", c.ACLITEM_ARRAY), ("dattablespace", c.OID)],
+        ("datlocprovider", c.CHAR), ("datistemplate", c.BOOL), ("datallowconn", c.BOOL), ("datconnlimit", c.INT4),
+        ("datcollate", c.TEXT), ("datctype", c.TEXT), ("daticulocale", c.TEXT), ("datcollversion", c.TEXT),
+        ("datacl", c.ACLITEM_ARRAY), ("dattablespace", c.OID), ("datfrozenxid", c.TEXT), ("datminmxid", c.TEXT)],
     "pg_roles": [("oid", c.OID), ("rolname", c.NAME), ("rolsuper", c.BOOL), ("rolinherit", c.BOOL),
                  ("rolcreaterole", c.BOOL), ("rolcreatedb", c.BOOL), ("rolcanlogin", c.BOOL), ("rolreplication", c.BOOL),
                  ("rolconnlimit", c.INT4), ("rolbypassrls", c.BOOL), ("rolconfig", c.TEXT_ARRAY),
                  ("rolpassword", c.TEXT), ("rolvaliduntil", c.TIMESTAMPTZ)],
     "pg_user": [("usename", c.NAME), ("usesysid", c.OID), ("usecreatedb", c.BOOL), ("usesuper", c.BOOL),
-                ("userepl", c.BOOL), ("usebypassrls", c.BOOL), ("useconfig", c.TEXT_ARRAY)],
+        ("userepl", c.BOOL), ("usebypassrls", c.BOOL), ("useconfig", c.TEXT_ARRAY), ("passwd", c.TEXT),
+        ("valuntil", c.TIMESTAMPTZ)],
     "pg_am": [("oid", c.OID), ("amname", c.NAME), ("amhandler", c.REGPROC), ("amtype", c.CHAR)],
     "pg_index": [("indexrelid", c.OID), ("indrelid", c.OID), ("indnatts", c.INT2), ("indnkeyatts", c.INT2),
                  ("indisunique", c.BOOL), ("indnullsnotdistinct", c.BOOL), ("indisprimary", c.BOOL),
@@ -94,20 +97,27 @@ TABLES: dict[str, list[tuple[str, int]]] = {
                  ("indisreplident", c.BOOL), ("indkey", c.INT2VECTOR), ("indcollation", c.OIDVECTOR),
                  ("indclass", c.OIDVECTOR), ("indoption", c.INT2VECTOR), ("indexprs", c.TEXT), ("indpred", c.TEXT)],
     "pg_constraint": [("oid", c.OID), ("conname", c.NAME), ("connamespace", c.OID), ("contype", c.CHAR),
-                      ("condeferrable", c.BOOL), ("condeferred", c.BOOL), ("convalidated", c.BOOL), ("conrelid", c.OID),
-                      ("contypid", c.OID), ("conindid", c.OID), ("conparentid", c.OID), ("confrelid", c.OID),
-                      ("confupdtype", c.CHAR), ("confdeltype", c.CHAR), ("confmatchtype", c.CHAR),
-                      ("conislocal", c.BOOL), ("coninhcount", c.INT4), ("connoinherit", c.BOOL),
-                      ("conkey", c.INT2_ARRAY), ("confkey", c.INT2_ARRAY), ("conbin", c.TEXT)],
+        ("condeferrable", c.BOOL), ("condeferred", c.BOOL), ("convalidated", c.BOOL), ("conrelid", c.OID),
+        ("contypid", c.OID), ("conindid", c.OID), ("conparentid", c.OID), ("confrelid", c.OID),
+        ("confupdtype", c.CHAR), ("confdeltype", c.CHAR), ("confmatchtype", c.CHAR), ("conislocal", c.BOOL),
+        ("coninhcount", c.INT4), ("connoinherit", c.BOOL), ("conkey", c.INT2_ARRAY), ("confkey", c.INT2_ARRAY),
+        ("conbin", c.TEXT), ("conpfeqop", c.OID_ARRAY), ("conppeqop", c.OID_ARRAY), ("conffeqop", c.OID_ARRAY),
+        ("confdelsetcols", c.INT2_ARRAY), ("conexclop", c.OID_ARRAY)],
     "pg_attrdef": [("oid", c.OID), ("adrelid", c.OID), ("adnum", c.INT2), ("adbin", c.TEXT)],
     "pg_description": [("objoid", c.OID), ("classoid", c.OID), ("objsubid", c.INT4), ("description", c.TEXT)],
     "pg_inherits": [("inhrelid", c.OID), ("inhparent", c.OID), ("inhseqno", c.INT4), ("inhdetachpending", c.BOOL)],
-    "pg_tablespace": [("oid", c.OID), ("spcname", c.NAME), ("spcowner", c.OID)],
+    "pg_tablespace": [("oid", c.OID), ("spcname", c.NAME), ("spcowner", c.OID), ("spcacl", c.ACLITEM_ARRAY),
+        ("spcoptions", c.TEXT_ARRAY)],
     # Empty: dpsql exposes no functions of its own. pgcli's completion loader reads these columns.
-    "pg_proc": [("oid", c.OID), ("proname", c.NAME), ("pronamespace", c.OID), ("prorettype", c.OID), ("prokind", c.CHAR),
-                ("proargnames", c.TEXT_ARRAY), ("proallargtypes", c.OID_ARRAY), ("proargtypes", c.OID_ARRAY),
-                ("proargmodes", c.CHAR_ARRAY), ("proretset", c.BOOL), ("proargdefaults", c.TEXT), ("prosrc", c.TEXT),
-                ("prolang", c.OID), ("proisagg", c.BOOL), ("proiswindow", c.BOOL)],
+    "pg_proc": [("oid", c.OID), ("proname", c.NAME), ("pronamespace", c.OID), ("prorettype", c.OID),
+        ("prokind", c.CHAR), ("proargnames", c.TEXT_ARRAY), ("proallargtypes", c.OID_ARRAY),
+        ("proargtypes", c.OID_ARRAY), ("proargmodes", c.CHAR_ARRAY), ("proretset", c.BOOL),
+        ("proargdefaults", c.TEXT), ("prosrc", c.TEXT), ("prolang", c.OID), ("proisagg", c.BOOL),
+        ("proiswindow", c.BOOL), ("proowner", c.OID), ("procost", c.FLOAT4), ("prorows", c.FLOAT4),
+        ("provariadic", c.OID), ("prosupport", c.REGPROC), ("prosecdef", c.BOOL), ("proleakproof", c.BOOL),
+        ("proisstrict", c.BOOL), ("provolatile", c.CHAR), ("proparallel", c.CHAR), ("pronargs", c.INT2),
+        ("pronargdefaults", c.INT2), ("protrftypes", c.OID_ARRAY), ("probin", c.TEXT), ("prosqlbody", c.TEXT),
+        ("proconfig", c.TEXT_ARRAY), ("proacl", c.ACLITEM_ARRAY)],
     "pg_language": [("oid", c.OID), ("lanname", c.NAME), ("lanowner", c.OID), ("lanispl", c.BOOL),
         ("lanpltrusted", c.BOOL), ("lanplcallfoid", c.OID), ("laninline", c.OID), ("lanvalidator", c.OID),
         ("lanacl", c.ACLITEM_ARRAY)],
@@ -116,14 +126,19 @@ TABLES: dict[str, list[tuple[str, int]]] = {
         ("min_val", c.TEXT), ("max_val", c.TEXT), ("enumvals", c.TEXT_ARRAY), ("boot_val", c.TEXT),
         ("reset_val", c.TEXT), ("sourcefile", c.TEXT), ("sourceline", c.INT4), ("pending_restart", c.BOOL)],
     "pg_stats": [("schemaname", c.NAME), ("tablename", c.NAME), ("attname", c.NAME), ("inherited", c.BOOL),
-                 ("null_frac", c.FLOAT4), ("avg_width", c.INT4), ("n_distinct", c.FLOAT4),
-                 ("most_common_vals", c.TEXT), ("most_common_freqs", c.FLOAT8_ARRAY), ("histogram_bounds", c.TEXT),
-                 ("correlation", c.FLOAT4)],
+        ("null_frac", c.FLOAT4), ("avg_width", c.INT4), ("n_distinct", c.FLOAT4), ("most_common_vals", c.TEXT),
+        ("most_common_freqs", c.TEXT), ("histogram_bounds", c.TEXT), ("correlation", c.FLOAT4),
+        ("most_common_elems", c.TEXT), ("most_common_elem_freqs", c.TEXT), ("elem_count_histogram", c.TEXT)],
     "pg_stat_user_tables": [("relid", c.OID), ("schemaname", c.NAME), ("relname", c.NAME), ("seq_scan", c.INT8),
-                            ("n_live_tup", c.INT8), ("n_dead_tup", c.INT8), ("n_tup_ins", c.INT8),
-                            ("n_tup_upd", c.INT8), ("n_tup_del", c.INT8)],
+        ("seq_tup_read", c.INT8), ("idx_scan", c.INT8), ("idx_tup_fetch", c.INT8), ("n_tup_ins", c.INT8),
+        ("n_tup_upd", c.INT8), ("n_tup_del", c.INT8), ("n_tup_hot_upd", c.INT8), ("n_live_tup", c.INT8),
+        ("n_dead_tup", c.INT8), ("n_mod_since_analyze", c.INT8), ("n_ins_since_vacuum", c.INT8),
+        ("last_vacuum", c.TIMESTAMPTZ), ("last_autovacuum", c.TIMESTAMPTZ), ("last_analyze", c.TIMESTAMPTZ),
+        ("last_autoanalyze", c.TIMESTAMPTZ), ("vacuum_count", c.INT8), ("autovacuum_count", c.INT8),
+        ("analyze_count", c.INT8), ("autoanalyze_count", c.INT8)],
     "pg_statistic_ext": [("oid", c.OID), ("stxrelid", c.OID), ("stxname", c.NAME), ("stxnamespace", c.OID),
-                         ("stxowner", c.OID), ("stxstattarget", c.INT4), ("stxkeys", c.INT2_ARRAY), ("stxkind", c.CHAR_ARRAY)],
+        ("stxowner", c.OID), ("stxstattarget", c.INT4), ("stxkeys", c.INT2VECTOR), ("stxkind", c.CHAR_ARRAY),
+        ("stxexprs", c.TEXT)],
     "pg_policy": [("oid", c.OID), ("polname", c.NAME), ("polrelid", c.OID), ("polcmd", c.CHAR),
                   ("polpermissive", c.BOOL), ("polroles", c.OID_ARRAY), ("polqual", c.TEXT), ("polwithcheck", c.TEXT)],
     "pg_publication": [("oid", c.OID), ("pubname", c.NAME), ("pubowner", c.OID), ("puballtables", c.BOOL),
@@ -149,7 +164,8 @@ TABLES: dict[str, list[tuple[str, int]]] = {
         ("extcondition", c.TEXT_ARRAY)],
     "pg_range": [("rngtypid", c.OID), ("rngsubtype", c.OID), ("rngmultitypid", c.OID), ("rngcollation", c.OID),
                  ("rngsubopc", c.OID), ("rngcanonical", c.REGPROC), ("rngsubdiff", c.REGPROC)],
-    "pg_sequence": [("seqrelid", c.OID), ("seqtypid", c.OID)],
+    "pg_sequence": [("seqrelid", c.OID), ("seqtypid", c.OID), ("seqstart", c.INT8), ("seqincrement", c.INT8),
+        ("seqmax", c.INT8), ("seqmin", c.INT8), ("seqcache", c.INT8), ("seqcycle", c.BOOL)],
     "pg_foreign_table": [("ftrelid", c.OID), ("ftserver", c.OID), ("ftoptions", c.TEXT_ARRAY)],
     "pg_partitioned_table": [("partrelid", c.OID), ("partstrat", c.CHAR)],
     "pg_depend": [("classid", c.OID), ("objid", c.OID), ("objsubid", c.INT4), ("refclassid", c.OID),
@@ -308,6 +324,29 @@ TABLES: dict[str, list[tuple[str, int]]] = {
         ("short_desc", c.TEXT), ("extra_desc", c.TEXT), ("context", c.TEXT), ("vartype", c.TEXT), ("source", c.TEXT),
         ("min_val", c.TEXT), ("max_val", c.TEXT), ("enumvals", c.TEXT_ARRAY), ("boot_val", c.TEXT),
         ("reset_val", c.TEXT), ("sourcefile", c.TEXT), ("sourceline", c.INT4), ("pending_restart", c.BOOL)],
+    "pg_stat_all_tables": [("relid", c.OID), ("schemaname", c.NAME), ("relname", c.NAME), ("seq_scan", c.INT8),
+        ("seq_tup_read", c.INT8), ("idx_scan", c.INT8), ("idx_tup_fetch", c.INT8), ("n_tup_ins", c.INT8),
+        ("n_tup_upd", c.INT8), ("n_tup_del", c.INT8), ("n_tup_hot_upd", c.INT8), ("n_live_tup", c.INT8),
+        ("n_dead_tup", c.INT8), ("n_mod_since_analyze", c.INT8), ("n_ins_since_vacuum", c.INT8),
+        ("last_vacuum", c.TIMESTAMPTZ), ("last_autovacuum", c.TIMESTAMPTZ), ("last_analyze", c.TIMESTAMPTZ),
+        ("last_autoanalyze", c.TIMESTAMPTZ), ("vacuum_count", c.INT8), ("autovacuum_count", c.INT8),
+        ("analyze_count", c.INT8), ("autoanalyze_count", c.INT8)],
+    "pg_shdepend": [("dbid", c.OID), ("classid", c.OID), ("objid", c.OID), ("objsubid", c.INT4),
+        ("refclassid", c.OID), ("refobjid", c.OID), ("deptype", c.CHAR)],
+    "pg_statio_all_tables": [("relid", c.OID), ("schemaname", c.NAME), ("relname", c.NAME),
+        ("heap_blks_read", c.INT8), ("heap_blks_hit", c.INT8), ("idx_blks_read", c.INT8), ("idx_blks_hit", c.INT8),
+        ("toast_blks_read", c.INT8), ("toast_blks_hit", c.INT8), ("tidx_blks_read", c.INT8),
+        ("tidx_blks_hit", c.INT8)],
+    "pg_stat_all_indexes": [("relid", c.OID), ("indexrelid", c.OID), ("schemaname", c.NAME), ("relname", c.NAME),
+        ("indexrelname", c.NAME), ("idx_scan", c.INT8), ("idx_tup_read", c.INT8), ("idx_tup_fetch", c.INT8)],
+    "pg_statio_user_tables": [("relid", c.OID), ("schemaname", c.NAME), ("relname", c.NAME),
+        ("heap_blks_read", c.INT8), ("heap_blks_hit", c.INT8), ("idx_blks_read", c.INT8), ("idx_blks_hit", c.INT8),
+        ("toast_blks_read", c.INT8), ("toast_blks_hit", c.INT8), ("tidx_blks_read", c.INT8),
+        ("tidx_blks_hit", c.INT8)],
+    "pg_stat_user_indexes": [("relid", c.OID), ("indexrelid", c.OID), ("schemaname", c.NAME), ("relname", c.NAME),
+        ("indexrelname", c.NAME), ("idx_scan", c.INT8), ("idx_tup_read", c.INT8), ("idx_tup_fetch", c.INT8)],
+    "pg_stat_user_functions": [("funcid", c.OID), ("schemaname", c.NAME), ("funcname", c.NAME), ("calls", c.INT8),
+        ("total_time", c.FLOAT8), ("self_time", c.FLOAT8)],
 }
 
 _STORAGE = {c.INT2VECTOR: "SMALLINT[]", c.OIDVECTOR: "BIGINT[]", c.BOOL: "BOOLEAN", c.INT2: "SMALLINT", c.INT4: "INTEGER", c.INT8: "BIGINT", c.OID: "BIGINT",
@@ -412,6 +451,7 @@ CREATE MACRO pgc_aclexplode(a) AS unnest(CAST([] AS STRUCT(grantor BIGINT, grant
 CREATE MACRO pgc_pg_get_function_identity_arguments(o) AS NULL::VARCHAR;
 CREATE MACRO pgc_pg_is_wal_replay_paused() AS false;
 CREATE MACRO pgc_pg_blocking_pids(p) AS CAST([] AS INTEGER[]);
+CREATE MACRO pgc_acldefault(k, r) AS CAST(NULL AS VARCHAR[]);
 CREATE MACRO pgc_to_char(v, f) AS CAST(v AS VARCHAR);
 """
 
@@ -573,7 +613,8 @@ class Catalog:
         if comment:
             out["pg_description"].append((oid, 1259, 0, comment))
         if not view:
-            out["pg_stat_user_tables"] = [(oid, "public", name, None, None, None, None, None, None)]
+            for stats in ("pg_stat_user_tables", "pg_stat_all_tables", "pg_statio_user_tables", "pg_statio_all_tables"):
+                out[stats] = [{"relid": oid, "schemaname": "public", "relname": name}]  # every counter unknown: NULL
             out["pg_tables"] = [("public", name, "dpsql", None, False, False, False, False)]
         for num, (col, dtype) in enumerate(cols.items(), start=1):
             typ = c.oid_of(dtype)
@@ -654,6 +695,9 @@ class Catalog:
                  io: bool = False) -> exp.Expression:
         """`local`: catalog tables this query reads from the cursor's own copies (with views)."""
         cte_names = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+        # the system column tableoid (pgAdmin: `sl.classoid = rel.tableoid`) is the catalog table's own OID
+        table_oids = {t.alias_or_name.lower(): _CATALOG_OIDS[t.name.lower()] for t in tree.find_all(exp.Table)
+                      if isinstance(t.this, exp.Identifier) and t.name.lower() in _CATALOG_OIDS}
 
         def point(node: exp.Table, name: str) -> exp.Table:
             new = _table(node, "pg_proc_with_io" if io and name == "pg_proc" else name)
@@ -688,6 +732,8 @@ class Catalog:
             if isinstance(node, exp.Dot) and isinstance(node.this, exp.Identifier) and \
                     node.this.name.lower() == "pg_catalog":
                 return node.expression
+            if isinstance(node, exp.Column) and node.name.lower() == "tableoid" and node.table.lower() in table_oids:
+                return exp.Literal.number(table_oids[node.table.lower()])
             if isinstance(node, exp.Column) and node.args.get("db") is not None:
                 node = node.copy()
                 node.set("db", None)
@@ -775,11 +821,10 @@ class Catalog:
 
 def _full_rows(table: str, rows: list[tuple | dict]) -> list[tuple]:
     """Rows of a catalog table, each a tuple in the table's column order or a dict by column
-    name (PostgreSQL's wide information_schema views: the columns it does not name are NULL)."""
+    name (PostgreSQL's wide views and tables: the columns a row does not give are NULL)."""
     columns = [name for name, _ in TABLES[table]]
-    fixed = {"tableoid": _CATALOG_OIDS[table]} if table in _CATALOG_OIDS else {}
-    return [tuple(r.get(col, fixed.get(col)) for col in columns) if isinstance(r, dict)
-            else tuple(r) + tuple(fixed.get(col) for col in columns[len(r):]) for r in rows]
+    return [tuple(r.get(col) for col in columns) if isinstance(r, dict) else tuple(r) + (None,) * (len(columns) - len(r))
+            for r in rows]
 
 
 # What pg_settings lists (the values a client reads there; SHOW answers from the session).
@@ -932,10 +977,6 @@ _CATALOG_OIDS = {"pg_class": 1259, "pg_type": 1247, "pg_attribute": 1249, "pg_pr
                  "pg_publication": 6104, "pg_rewrite": 2618, "pg_sequence": 2224, "pg_statistic_ext": 3381,
                  "pg_subscription": 6100, "pg_tablespace": 1213, "pg_transform": 3576, "pg_ts_config": 3602,
                  "pg_ts_dict": 3600, "pg_ts_parser": 3601, "pg_ts_template": 3764, "pg_user_mapping": 1418}
-# The system column tableoid (pgAdmin: `sl.classoid = rel.tableoid`): each catalog table's own OID.
-for _name, _oid in _CATALOG_OIDS.items():
-    if _name in TABLES and not any(col == "tableoid" for col, _ in TABLES[_name]):
-        TABLES[_name].append(("tableoid", c.OID))
 
 
 def _cast_target(node: exp.Cast) -> str:
