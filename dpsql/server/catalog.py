@@ -222,132 +222,106 @@ TABLES: dict[str, list[tuple[str, int]]] = {
         ("delete_rule", c.VARCHAR)],
     "pg_indexes": [("schemaname", c.NAME), ("tablename", c.NAME), ("indexname", c.NAME), ("tablespace", c.NAME),
         ("indexdef", c.TEXT)],
-    # Empty (dpsql has none of these, or shows none: other sessions' activity and locks are not
-    # an analyst's business); pgAdmin's tree and dashboard read them. PostgreSQL 15's columns.
-    "pg_seclabels": [("objoid", c.OID), ("classoid", c.OID), ("objsubid", c.INT4), ("objtype", c.TEXT),
-        ("objnamespace", c.OID), ("objname", c.TEXT), ("provider", c.TEXT), ("label", c.TEXT)],
-    "pg_seclabel": [("objoid", c.OID), ("classoid", c.OID), ("objsubid", c.INT4), ("provider", c.TEXT),
-        ("label", c.TEXT)],
-    "pg_cast": [("oid", c.OID), ("castsource", c.OID), ("casttarget", c.OID), ("castfunc", c.OID),
-        ("castcontext", c.CHAR), ("castmethod", c.CHAR)],
-    "pg_default_acl": [("oid", c.OID), ("defaclrole", c.OID), ("defaclnamespace", c.OID), ("defaclobjtype", c.CHAR),
-        ("defaclacl", c.ACLITEM_ARRAY)],
-    "pg_stat_activity": [("datid", c.OID), ("datname", c.NAME), ("pid", c.INT4), ("leader_pid", c.INT4),
-        ("usesysid", c.OID), ("usename", c.NAME), ("application_name", c.TEXT), ("client_addr", c.TEXT),
-        ("client_hostname", c.TEXT), ("client_port", c.INT4), ("backend_start", c.TIMESTAMPTZ),
-        ("xact_start", c.TIMESTAMPTZ), ("query_start", c.TIMESTAMPTZ), ("state_change", c.TIMESTAMPTZ),
-        ("wait_event_type", c.TEXT), ("wait_event", c.TEXT), ("state", c.TEXT), ("backend_xid", c.TEXT),
-        ("backend_xmin", c.TEXT), ("query_id", c.INT8), ("query", c.TEXT), ("backend_type", c.TEXT)],
-    "pg_shdescription": [("objoid", c.OID), ("classoid", c.OID), ("description", c.TEXT)],
-    "pg_ts_template": [("oid", c.OID), ("tmplname", c.NAME), ("tmplnamespace", c.OID), ("tmplinit", c.REGPROC),
-        ("tmpllexize", c.REGPROC)],
-    "pg_ts_parser": [("oid", c.OID), ("prsname", c.NAME), ("prsnamespace", c.OID), ("prsstart", c.REGPROC),
-        ("prstoken", c.REGPROC), ("prsend", c.REGPROC), ("prsheadline", c.REGPROC), ("prslextype", c.REGPROC)],
-    "pg_ts_dict": [("oid", c.OID), ("dictname", c.NAME), ("dictnamespace", c.OID), ("dictowner", c.OID),
-        ("dicttemplate", c.OID), ("dictinitoption", c.TEXT)],
-    "pg_ts_config": [("oid", c.OID), ("cfgname", c.NAME), ("cfgnamespace", c.OID), ("cfgowner", c.OID),
-        ("cfgparser", c.OID)],
-    "pg_subscription": [("oid", c.OID), ("subdbid", c.OID), ("subskiplsn", c.TEXT), ("subname", c.NAME),
-        ("subowner", c.OID), ("subenabled", c.BOOL), ("subbinary", c.BOOL), ("substream", c.BOOL),
-        ("subtwophasestate", c.CHAR), ("subdisableonerr", c.BOOL), ("subconninfo", c.TEXT), ("subslotname", c.NAME),
-        ("subsynccommit", c.TEXT), ("subpublications", c.TEXT_ARRAY)],
-    "pg_stat_gssapi": [("pid", c.INT4), ("gss_authenticated", c.BOOL), ("principal", c.TEXT), ("encrypted", c.BOOL)],
-    "pg_replication_slots": [("slot_name", c.NAME), ("plugin", c.NAME), ("slot_type", c.TEXT), ("datoid", c.OID),
-        ("database", c.NAME), ("temporary", c.BOOL), ("active", c.BOOL), ("active_pid", c.INT4), ("xmin", c.TEXT),
-        ("catalog_xmin", c.TEXT), ("restart_lsn", c.TEXT), ("confirmed_flush_lsn", c.TEXT), ("wal_status", c.TEXT),
-        ("safe_wal_size", c.INT8), ("two_phase", c.BOOL)],
-    "pg_prepared_xacts": [("transaction", c.TEXT), ("gid", c.TEXT), ("prepared", c.TIMESTAMPTZ), ("owner", c.NAME),
-        ("database", c.NAME)],
-    "pg_operator": [("oid", c.OID), ("oprname", c.NAME), ("oprnamespace", c.OID), ("oprowner", c.OID),
-        ("oprkind", c.CHAR), ("oprcanmerge", c.BOOL), ("oprcanhash", c.BOOL), ("oprleft", c.OID),
-        ("oprright", c.OID), ("oprresult", c.OID), ("oprcom", c.OID), ("oprnegate", c.OID), ("oprcode", c.REGPROC),
-        ("oprrest", c.REGPROC), ("oprjoin", c.REGPROC)],
-    "pg_locks": [("locktype", c.TEXT), ("database", c.OID), ("relation", c.OID), ("page", c.INT4), ("tuple", c.INT2),
-        ("virtualxid", c.TEXT), ("transactionid", c.TEXT), ("classid", c.OID), ("objid", c.OID),
-        ("objsubid", c.INT2), ("virtualtransaction", c.TEXT), ("pid", c.INT4), ("mode", c.TEXT), ("granted", c.BOOL),
-        ("fastpath", c.BOOL), ("waitstart", c.TIMESTAMPTZ)],
-    "pg_foreign_data_wrapper": [("oid", c.OID), ("fdwname", c.NAME), ("fdwowner", c.OID), ("fdwhandler", c.OID),
-        ("fdwvalidator", c.OID), ("fdwacl", c.ACLITEM_ARRAY), ("fdwoptions", c.TEXT_ARRAY)],
-    "pg_db_role_setting": [("setdatabase", c.OID), ("setrole", c.OID), ("setconfig", c.TEXT_ARRAY)],
-    "pg_aggregate": [("aggfnoid", c.REGPROC), ("aggkind", c.CHAR), ("aggnumdirectargs", c.INT2),
-        ("aggtransfn", c.REGPROC), ("aggfinalfn", c.REGPROC), ("aggcombinefn", c.REGPROC),
-        ("aggserialfn", c.REGPROC), ("aggdeserialfn", c.REGPROC), ("aggmtransfn", c.REGPROC),
-        ("aggminvtransfn", c.REGPROC), ("aggmfinalfn", c.REGPROC), ("aggfinalextra", c.BOOL),
-        ("aggmfinalextra", c.BOOL), ("aggfinalmodify", c.CHAR), ("aggmfinalmodify", c.CHAR), ("aggsortop", c.OID),
-        ("aggtranstype", c.OID), ("aggtransspace", c.INT4), ("aggmtranstype", c.OID), ("aggmtransspace", c.INT4),
-        ("agginitval", c.TEXT), ("aggminitval", c.TEXT)],
-    "pg_available_extensions": [("name", c.NAME), ("default_version", c.TEXT), ("comment", c.TEXT)],
-    "pg_foreign_server": [("oid", c.OID), ("srvname", c.NAME), ("srvowner", c.OID), ("srvfdw", c.OID),
-        ("srvtype", c.TEXT), ("srvversion", c.TEXT), ("srvacl", c.ACLITEM_ARRAY), ("srvoptions", c.TEXT_ARRAY)],
-    "pg_user_mapping": [("oid", c.OID), ("umuser", c.OID), ("umserver", c.OID), ("umoptions", c.TEXT_ARRAY)],
-    "pg_stat_database": [("datid", c.OID), ("datname", c.NAME), ("numbackends", c.INT4), ("xact_commit", c.INT8),
-        ("xact_rollback", c.INT8), ("blks_read", c.INT8), ("blks_hit", c.INT8), ("tup_returned", c.INT8),
-        ("tup_fetched", c.INT8), ("tup_inserted", c.INT8), ("tup_updated", c.INT8), ("tup_deleted", c.INT8),
-        ("conflicts", c.INT8), ("temp_files", c.INT8), ("temp_bytes", c.INT8), ("deadlocks", c.INT8),
-        ("checksum_failures", c.INT8), ("checksum_last_failure", c.TIMESTAMPTZ), ("blk_read_time", c.FLOAT8),
-        ("blk_write_time", c.FLOAT8), ("session_time", c.FLOAT8), ("active_time", c.FLOAT8),
-        ("idle_in_transaction_time", c.FLOAT8), ("sessions", c.INT8), ("sessions_abandoned", c.INT8),
-        ("sessions_fatal", c.INT8), ("sessions_killed", c.INT8), ("stats_reset", c.TIMESTAMPTZ)],
-    "pg_sequences": [("schemaname", c.NAME), ("sequencename", c.NAME), ("sequenceowner", c.NAME),
-        ("data_type", c.REGTYPE), ("start_value", c.INT8), ("min_value", c.INT8), ("max_value", c.INT8),
-        ("increment_by", c.INT8), ("cycle", c.BOOL), ("cache_size", c.INT8), ("last_value", c.INT8)],
-    "pg_stat_ssl": [("pid", c.INT4), ("ssl", c.BOOL), ("version", c.TEXT), ("cipher", c.TEXT), ("bits", c.INT4),
-        ("client_dn", c.TEXT), ("client_serial", c.NUMERIC), ("issuer_dn", c.TEXT)],
-    "pg_shseclabel": [("objoid", c.OID), ("classoid", c.OID), ("provider", c.TEXT), ("label", c.TEXT)],
-    "pg_init_privs": [("objoid", c.OID), ("classoid", c.OID), ("objsubid", c.INT4), ("privtype", c.CHAR),
-        ("initprivs", c.ACLITEM_ARRAY)],
-    "pg_transform": [("oid", c.OID), ("trftype", c.OID), ("trflang", c.OID), ("trffromsql", c.REGPROC),
-        ("trftosql", c.REGPROC)],
-    "pg_conversion": [("oid", c.OID), ("conname", c.NAME), ("connamespace", c.OID), ("conowner", c.OID),
-        ("conforencoding", c.INT4), ("contoencoding", c.INT4), ("conproc", c.REGPROC), ("condefault", c.BOOL)],
-    "pg_opfamily": [("oid", c.OID), ("opfmethod", c.OID), ("opfname", c.NAME), ("opfnamespace", c.OID),
-        ("opfowner", c.OID)],
-    "pg_amop": [("oid", c.OID), ("amopfamily", c.OID), ("amoplefttype", c.OID), ("amoprighttype", c.OID),
-        ("amopstrategy", c.INT2), ("amoppurpose", c.CHAR), ("amopopr", c.OID), ("amopmethod", c.OID),
-        ("amopsortfamily", c.OID)],
-    "pg_amproc": [("oid", c.OID), ("amprocfamily", c.OID), ("amproclefttype", c.OID), ("amprocrighttype", c.OID),
-        ("amprocnum", c.INT2), ("amproc", c.REGPROC)],
-    "pg_statistic_ext_data": [("stxoid", c.OID), ("stxdinherit", c.BOOL), ("stxdndistinct", c.TEXT),
-        ("stxddependencies", c.TEXT), ("stxdmcv", c.TEXT), ("stxdexpr", c.TEXT)],
-    "pg_stat_replication": [("pid", c.INT4), ("usesysid", c.OID), ("usename", c.NAME), ("application_name", c.TEXT),
-        ("client_addr", c.TEXT), ("client_hostname", c.TEXT), ("client_port", c.INT4),
-        ("backend_start", c.TIMESTAMPTZ), ("backend_xmin", c.TEXT), ("state", c.TEXT), ("sent_lsn", c.TEXT),
-        ("write_lsn", c.TEXT), ("flush_lsn", c.TEXT), ("replay_lsn", c.TEXT), ("write_lag", c.INTERVAL),
-        ("flush_lag", c.INTERVAL), ("replay_lag", c.INTERVAL), ("sync_priority", c.INT4), ("sync_state", c.TEXT),
-        ("reply_time", c.TIMESTAMPTZ)],
-    "pg_stat_subscription": [("subid", c.OID), ("subname", c.NAME), ("pid", c.INT4), ("relid", c.OID),
-        ("received_lsn", c.TEXT), ("last_msg_send_time", c.TIMESTAMPTZ), ("last_msg_receipt_time", c.TIMESTAMPTZ),
-        ("latest_end_lsn", c.TEXT), ("latest_end_time", c.TIMESTAMPTZ)],
-    "pg_ts_config_map": [("mapcfg", c.OID), ("maptokentype", c.INT4), ("mapseqno", c.INT4), ("mapdict", c.OID)],
-    "pg_largeobject_metadata": [("oid", c.OID), ("lomowner", c.OID), ("lomacl", c.ACLITEM_ARRAY)],
-    "pg_show_all_settings": [("name", c.TEXT), ("setting", c.TEXT), ("unit", c.TEXT), ("category", c.TEXT),
-        ("short_desc", c.TEXT), ("extra_desc", c.TEXT), ("context", c.TEXT), ("vartype", c.TEXT), ("source", c.TEXT),
-        ("min_val", c.TEXT), ("max_val", c.TEXT), ("enumvals", c.TEXT_ARRAY), ("boot_val", c.TEXT),
-        ("reset_val", c.TEXT), ("sourcefile", c.TEXT), ("sourceline", c.INT4), ("pending_restart", c.BOOL)],
-    "pg_stat_all_tables": [("relid", c.OID), ("schemaname", c.NAME), ("relname", c.NAME), ("seq_scan", c.INT8),
-        ("seq_tup_read", c.INT8), ("idx_scan", c.INT8), ("idx_tup_fetch", c.INT8), ("n_tup_ins", c.INT8),
-        ("n_tup_upd", c.INT8), ("n_tup_del", c.INT8), ("n_tup_hot_upd", c.INT8), ("n_live_tup", c.INT8),
-        ("n_dead_tup", c.INT8), ("n_mod_since_analyze", c.INT8), ("n_ins_since_vacuum", c.INT8),
-        ("last_vacuum", c.TIMESTAMPTZ), ("last_autovacuum", c.TIMESTAMPTZ), ("last_analyze", c.TIMESTAMPTZ),
-        ("last_autoanalyze", c.TIMESTAMPTZ), ("vacuum_count", c.INT8), ("autovacuum_count", c.INT8),
-        ("analyze_count", c.INT8), ("autoanalyze_count", c.INT8)],
-    "pg_shdepend": [("dbid", c.OID), ("classid", c.OID), ("objid", c.OID), ("objsubid", c.INT4),
-        ("refclassid", c.OID), ("refobjid", c.OID), ("deptype", c.CHAR)],
-    "pg_statio_all_tables": [("relid", c.OID), ("schemaname", c.NAME), ("relname", c.NAME),
-        ("heap_blks_read", c.INT8), ("heap_blks_hit", c.INT8), ("idx_blks_read", c.INT8), ("idx_blks_hit", c.INT8),
-        ("toast_blks_read", c.INT8), ("toast_blks_hit", c.INT8), ("tidx_blks_read", c.INT8),
-        ("tidx_blks_hit", c.INT8)],
-    "pg_stat_all_indexes": [("relid", c.OID), ("indexrelid", c.OID), ("schemaname", c.NAME), ("relname", c.NAME),
-        ("indexrelname", c.NAME), ("idx_scan", c.INT8), ("idx_tup_read", c.INT8), ("idx_tup_fetch", c.INT8)],
-    "pg_statio_user_tables": [("relid", c.OID), ("schemaname", c.NAME), ("relname", c.NAME),
-        ("heap_blks_read", c.INT8), ("heap_blks_hit", c.INT8), ("idx_blks_read", c.INT8), ("idx_blks_hit", c.INT8),
-        ("toast_blks_read", c.INT8), ("toast_blks_hit", c.INT8), ("tidx_blks_read", c.INT8),
-        ("tidx_blks_hit", c.INT8)],
-    "pg_stat_user_indexes": [("relid", c.OID), ("indexrelid", c.OID), ("schemaname", c.NAME), ("relname", c.NAME),
-        ("indexrelname", c.NAME), ("idx_scan", c.INT8), ("idx_tup_read", c.INT8), ("idx_tup_fetch", c.INT8)],
-    "pg_stat_user_functions": [("funcid", c.OID), ("schemaname", c.NAME), ("funcname", c.NAME), ("calls", c.INT8),
-        ("total_time", c.FLOAT8), ("self_time", c.FLOAT8)],
+
 }
+
+# Catalog tables and views that are empty here (dpsql has none of these objects, or shows none:
+# other sessions' activity and locks are not an analyst's business), read by pgAdmin's tree and
+# dashboard and by drivers: "table column:type ...", PostgreSQL 15's columns, a line continued
+# by indented ones; a type is a codec constant's name.
+_EMPTY_TABLES = """
+pg_seclabels objoid:oid classoid:oid objsubid:int4 objtype:text objnamespace:oid objname:text provider:text
+    label:text
+pg_seclabel objoid:oid classoid:oid objsubid:int4 provider:text label:text
+pg_cast oid:oid castsource:oid casttarget:oid castfunc:oid castcontext:char castmethod:char
+pg_default_acl oid:oid defaclrole:oid defaclnamespace:oid defaclobjtype:char defaclacl:aclitem_array
+pg_stat_activity datid:oid datname:name pid:int4 leader_pid:int4 usesysid:oid usename:name application_name:text
+    client_addr:text client_hostname:text client_port:int4 backend_start:timestamptz xact_start:timestamptz
+    query_start:timestamptz state_change:timestamptz wait_event_type:text wait_event:text state:text
+    backend_xid:text backend_xmin:text query_id:int8 query:text backend_type:text
+pg_shdescription objoid:oid classoid:oid description:text
+pg_ts_template oid:oid tmplname:name tmplnamespace:oid tmplinit:regproc tmpllexize:regproc
+pg_ts_parser oid:oid prsname:name prsnamespace:oid prsstart:regproc prstoken:regproc prsend:regproc
+    prsheadline:regproc prslextype:regproc
+pg_ts_dict oid:oid dictname:name dictnamespace:oid dictowner:oid dicttemplate:oid dictinitoption:text
+pg_ts_config oid:oid cfgname:name cfgnamespace:oid cfgowner:oid cfgparser:oid
+pg_subscription oid:oid subdbid:oid subskiplsn:text subname:name subowner:oid subenabled:bool subbinary:bool
+    substream:bool subtwophasestate:char subdisableonerr:bool subconninfo:text subslotname:name subsynccommit:text
+    subpublications:text_array
+pg_stat_gssapi pid:int4 gss_authenticated:bool principal:text encrypted:bool
+pg_replication_slots slot_name:name plugin:name slot_type:text datoid:oid database:name temporary:bool active:bool
+    active_pid:int4 xmin:text catalog_xmin:text restart_lsn:text confirmed_flush_lsn:text wal_status:text
+    safe_wal_size:int8 two_phase:bool
+pg_prepared_xacts transaction:text gid:text prepared:timestamptz owner:name database:name
+pg_operator oid:oid oprname:name oprnamespace:oid oprowner:oid oprkind:char oprcanmerge:bool oprcanhash:bool
+    oprleft:oid oprright:oid oprresult:oid oprcom:oid oprnegate:oid oprcode:regproc oprrest:regproc oprjoin:regproc
+pg_locks locktype:text database:oid relation:oid page:int4 tuple:int2 virtualxid:text transactionid:text classid:oid
+    objid:oid objsubid:int2 virtualtransaction:text pid:int4 mode:text granted:bool fastpath:bool
+    waitstart:timestamptz
+pg_foreign_data_wrapper oid:oid fdwname:name fdwowner:oid fdwhandler:oid fdwvalidator:oid fdwacl:aclitem_array
+    fdwoptions:text_array
+pg_db_role_setting setdatabase:oid setrole:oid setconfig:text_array
+pg_aggregate aggfnoid:regproc aggkind:char aggnumdirectargs:int2 aggtransfn:regproc aggfinalfn:regproc
+    aggcombinefn:regproc aggserialfn:regproc aggdeserialfn:regproc aggmtransfn:regproc aggminvtransfn:regproc
+    aggmfinalfn:regproc aggfinalextra:bool aggmfinalextra:bool aggfinalmodify:char aggmfinalmodify:char
+    aggsortop:oid aggtranstype:oid aggtransspace:int4 aggmtranstype:oid aggmtransspace:int4 agginitval:text
+    aggminitval:text
+pg_available_extensions name:name default_version:text comment:text
+pg_foreign_server oid:oid srvname:name srvowner:oid srvfdw:oid srvtype:text srvversion:text srvacl:aclitem_array
+    srvoptions:text_array
+pg_user_mapping oid:oid umuser:oid umserver:oid umoptions:text_array
+pg_stat_database datid:oid datname:name numbackends:int4 xact_commit:int8 xact_rollback:int8 blks_read:int8
+    blks_hit:int8 tup_returned:int8 tup_fetched:int8 tup_inserted:int8 tup_updated:int8 tup_deleted:int8
+    conflicts:int8 temp_files:int8 temp_bytes:int8 deadlocks:int8 checksum_failures:int8
+    checksum_last_failure:timestamptz blk_read_time:float8 blk_write_time:float8 session_time:float8
+    active_time:float8 idle_in_transaction_time:float8 sessions:int8 sessions_abandoned:int8 sessions_fatal:int8
+    sessions_killed:int8 stats_reset:timestamptz
+pg_sequences schemaname:name sequencename:name sequenceowner:name data_type:regtype start_value:int8 min_value:int8
+    max_value:int8 increment_by:int8 cycle:bool cache_size:int8 last_value:int8
+pg_stat_ssl pid:int4 ssl:bool version:text cipher:text bits:int4 client_dn:text client_serial:numeric issuer_dn:text
+pg_shseclabel objoid:oid classoid:oid provider:text label:text
+pg_init_privs objoid:oid classoid:oid objsubid:int4 privtype:char initprivs:aclitem_array
+pg_transform oid:oid trftype:oid trflang:oid trffromsql:regproc trftosql:regproc
+pg_conversion oid:oid conname:name connamespace:oid conowner:oid conforencoding:int4 contoencoding:int4
+    conproc:regproc condefault:bool
+pg_opfamily oid:oid opfmethod:oid opfname:name opfnamespace:oid opfowner:oid
+pg_amop oid:oid amopfamily:oid amoplefttype:oid amoprighttype:oid amopstrategy:int2 amoppurpose:char amopopr:oid
+    amopmethod:oid amopsortfamily:oid
+pg_amproc oid:oid amprocfamily:oid amproclefttype:oid amprocrighttype:oid amprocnum:int2 amproc:regproc
+pg_statistic_ext_data stxoid:oid stxdinherit:bool stxdndistinct:text stxddependencies:text stxdmcv:text
+    stxdexpr:text
+pg_stat_replication pid:int4 usesysid:oid usename:name application_name:text client_addr:text client_hostname:text
+    client_port:int4 backend_start:timestamptz backend_xmin:text state:text sent_lsn:text write_lsn:text
+    flush_lsn:text replay_lsn:text write_lag:interval flush_lag:interval replay_lag:interval sync_priority:int4
+    sync_state:text reply_time:timestamptz
+pg_stat_subscription subid:oid subname:name pid:int4 relid:oid received_lsn:text last_msg_send_time:timestamptz
+    last_msg_receipt_time:timestamptz latest_end_lsn:text latest_end_time:timestamptz
+pg_ts_config_map mapcfg:oid maptokentype:int4 mapseqno:int4 mapdict:oid
+pg_largeobject_metadata oid:oid lomowner:oid lomacl:aclitem_array
+pg_show_all_settings name:text setting:text unit:text category:text short_desc:text extra_desc:text context:text
+    vartype:text source:text min_val:text max_val:text enumvals:text_array boot_val:text reset_val:text
+    sourcefile:text sourceline:int4 pending_restart:bool
+pg_stat_all_tables relid:oid schemaname:name relname:name seq_scan:int8 seq_tup_read:int8 idx_scan:int8
+    idx_tup_fetch:int8 n_tup_ins:int8 n_tup_upd:int8 n_tup_del:int8 n_tup_hot_upd:int8 n_live_tup:int8
+    n_dead_tup:int8 n_mod_since_analyze:int8 n_ins_since_vacuum:int8 last_vacuum:timestamptz
+    last_autovacuum:timestamptz last_analyze:timestamptz last_autoanalyze:timestamptz vacuum_count:int8
+    autovacuum_count:int8 analyze_count:int8 autoanalyze_count:int8
+pg_shdepend dbid:oid classid:oid objid:oid objsubid:int4 refclassid:oid refobjid:oid deptype:char
+pg_statio_all_tables relid:oid schemaname:name relname:name heap_blks_read:int8 heap_blks_hit:int8
+    idx_blks_read:int8 idx_blks_hit:int8 toast_blks_read:int8 toast_blks_hit:int8 tidx_blks_read:int8
+    tidx_blks_hit:int8
+pg_stat_all_indexes relid:oid indexrelid:oid schemaname:name relname:name indexrelname:name idx_scan:int8
+    idx_tup_read:int8 idx_tup_fetch:int8
+pg_statio_user_tables relid:oid schemaname:name relname:name heap_blks_read:int8 heap_blks_hit:int8
+    idx_blks_read:int8 idx_blks_hit:int8 toast_blks_read:int8 toast_blks_hit:int8 tidx_blks_read:int8
+    tidx_blks_hit:int8
+pg_stat_user_indexes relid:oid indexrelid:oid schemaname:name relname:name indexrelname:name idx_scan:int8
+    idx_tup_read:int8 idx_tup_fetch:int8
+pg_stat_user_functions funcid:oid schemaname:name funcname:name calls:int8 total_time:float8 self_time:float8
+"""
+for _spec in re.split(r"\n(?=\S)", _EMPTY_TABLES.strip()):
+    _name, *_columns = _spec.split()
+    TABLES[_name] = [(col, getattr(c, typ.upper())) for col, typ in (part.split(":") for part in _columns)]
 
 _STORAGE = {c.INT2VECTOR: "SMALLINT[]", c.OIDVECTOR: "BIGINT[]", c.BOOL: "BOOLEAN", c.INT2: "SMALLINT", c.INT4: "INTEGER", c.INT8: "BIGINT", c.OID: "BIGINT",
             c.FLOAT4: "FLOAT", c.FLOAT8: "DOUBLE", c.TEXT_ARRAY: "VARCHAR[]", c.INT2_ARRAY: "SMALLINT[]",
