@@ -63,12 +63,19 @@ def test_adbc_with_pyarrow_and_polars(hospital_serve):
         assert wards.num_rows > 0 and str(wards.schema.field("floor").type) == "int64"
         frame = pl.read_database("SELECT region, COUNT(*) AS n FROM patients GROUP BY region", conn)
         assert frame.columns == ["region", "n"] and frame.height == 10
+        # types ADBC reads by their receive functions' names (date_recv, timestamp_recv, boolrecv)
+        cur.execute("SELECT date_trunc('month', visit_date) AS month, smoker, COUNT(*) AS n FROM visits "
+                    "JOIN patients USING (patient_id) GROUP BY 1, 2 ORDER BY 1, 2")
+        months = cur.fetch_arrow_table()
+        assert [str(t) for t in months.schema.types] == ["timestamp[us]", "bool", "int64"]
+        assert months.num_rows == 48 and months.column("smoker").to_pylist()[:4] == [False, True, False, True]
+        assert str(months.column("month")[0]) == "2023-01-01 00:00:00"
         cur.close()
-    assert _spent(hospital_serve) == pytest.approx(before + 0.2)  # the two DP queries, each charged once
+    assert _spent(hospital_serve) == pytest.approx(before + 0.3)  # the three DP queries, each charged once
     frame = pl.read_database_uri("SELECT diagnosis, AVG(cost) AS cost FROM visits GROUP BY diagnosis", _uri(hospital_serve),
                                  engine="adbc")
     assert frame.height == 12 and frame.schema["cost"] == pl.Float64
-    assert _spent(hospital_serve) == pytest.approx(before + 0.3)
+    assert _spent(hospital_serve) == pytest.approx(before + 0.4)
 
 
 def _django_project(folder: Path, port: int) -> dict[str, str]:
