@@ -705,7 +705,8 @@ class Connection:
         if conn.user != self.user:
             raise Error("permission denied to cancel query", sqlstate="42501",
                         hint="only the analyst who runs a query can cancel it")
-        conn.cancel()
+        if conn is not self:  # this statement is the one under way here: nothing else to cancel
+            conn.cancel()
         return True
 
     def run_script(self, text: str) -> tuple[list[Answer], Error | None]:
