@@ -175,6 +175,10 @@ def test_psql_df_sf_and_pg_dump(hospital_serve):
     assert df.returncode == 0 and "List of functions" in df.stdout, df.stderr
     avg = _psql(hospital_serve, "-c", r"\df avg")
     assert avg.returncode == 0 and "avg" in avg.stdout and "agg" in avg.stdout, avg.stderr
+    detail = _psql(hospital_serve, "-c", r"\df+ avg")
+    assert detail.returncode == 0 and "avg" in detail.stdout, detail.stderr
+    config = _psql(hospital_serve, "-A", "-c", r"\dconfig bytea_output")
+    assert "bytea_output|hex" in config.stdout, config.stderr
     sf = _psql(hospital_serve, "-c", r"\sf avg")
     assert sf.returncode != 0 and "functions have no source here: dpsql is a proxy" in sf.stderr
     missing = _psql(hospital_serve, "-c", r"\sf no_such_function")

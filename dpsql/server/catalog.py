@@ -423,14 +423,19 @@ CREATE MACRO pgc_to_regtype(t) AS (SELECT oid FROM pgc.pg_type WHERE typname = t
 CREATE MACRO pgc_to_regclass(t) AS (SELECT oid FROM pgc.pg_class WHERE relname = t);
 CREATE MACRO pgc_aclexplode(a) AS unnest(CAST([] AS STRUCT(grantor BIGINT, grantee BIGINT, privilege_type VARCHAR, is_grantable BOOLEAN)[]));
 CREATE MACRO pgc_pg_get_function_identity_arguments(o) AS NULL::VARCHAR;
+CREATE MACRO pgc_pg_get_functiondef(o) AS error('{no_source}');
+CREATE MACRO pgc_pg_get_function_sqlbody(o) AS NULL::VARCHAR;
+CREATE MACRO pgc_setting_of(n) AS (SELECT setting FROM pgc.pg_settings WHERE name = n);
 CREATE MACRO pgc_pg_is_wal_replay_paused() AS false;
 CREATE MACRO pgc_pg_blocking_pids(p) AS CAST([] AS INTEGER[]);
 CREATE MACRO pgc_acldefault(k, r) AS CAST(NULL AS VARCHAR[]);
 CREATE MACRO pgc_to_char(v, f) AS CAST(v AS VARCHAR);
 """
 
-# What PostgreSQL answers with a function's source (psql's \sf, \ef; pgAdmin's function pane).
-_FUNCTION_SOURCES = {"pg_get_functiondef", "pg_get_function_sqlbody"}
+# What psql's \sf and \ef ask for a function's source: refused when evaluated (\df+ names
+# pg_get_function_sqlbody too, for SQL-bodied functions only, of which there are none).
+_NO_SOURCE = ("functions have no source here: dpsql is a proxy, and the functions a query may use are the "
+              "database's built-ins (\\df name shows one)")
 _REWRITTEN_FUNCTIONS = {m.group(1) for m in re.finditer(r"CREATE MACRO pgc_(\w+)", _MACROS)}
 # Rewritten inside a catalog query, but not what makes a query one (analysts' SQL uses them too).
 _GENERAL_FUNCTIONS = {"to_char"}
@@ -564,7 +569,7 @@ class Catalog:
                     for k, v in sorted(_SETTINGS.items())]
         self._insert("pg_settings", settings)
         self._insert("pg_show_all_settings", settings)  # pg_settings is PostgreSQL's view of this function
-        for stmt in _MACROS.strip().split(";\n"):
+        for stmt in _MACROS.replace("{no_source}", _NO_SOURCE.replace("'", "''")).strip().split(";\n"):
             if stmt.strip():
                 con.execute(stmt)
 
@@ -639,6 +644,9 @@ class Catalog:
             result_names = [d[0] for d in cur.description]
             duck = [str(d[1]) for d in cur.description]
         except duckdb.Error as e:
+            if _NO_SOURCE in str(e):
+                raise Error(_NO_SOURCE, sqlstate="0A000",
+                            hint="the README's 'What SQL is answered' lists the functions queries may use") from None
             # The emulation holds no data, but an engine's text is never a client's business.
             log.info("catalog query not supported (%s): %s", type(e).__name__, str(e).splitlines()[0])
             missing = _missing_name(str(e).splitlines()[0], sql)
@@ -740,10 +748,6 @@ class Catalog:
                 return _unnest_rows(node)
             if isinstance(node, exp.Func):
                 name = _func_name(node)
-                if name in _FUNCTION_SOURCES:
-                    raise Error("functions have no source here: dpsql is a proxy, and the functions a query may use "
-                                "are the database's built-ins (\\df name shows one)", sqlstate="0A000",
-                                hint="the README's 'What SQL is answered' lists the functions queries may use")
                 if name in ("json_build_object", "json_object", "jsonb_build_object"):
                     return exp.Cast(this=exp.Null(), to=exp.DataType.build("VARCHAR"))
                 if name in _SESSION_FUNCTIONS:
@@ -789,7 +793,11 @@ class Catalog:
                                    hint=f"use SET {setting} = ...; SHOW {setting} gives its value")
         if name == "set_config" and len(args) > 1 and isinstance(args[1], exp.Literal):
             return exp.Literal.string(args[1].name)
+        if name == "current_setting" and args and not isinstance(args[0], exp.Literal):  # \dconfig: s.name
+            return exp.Anonymous(this="pgc_setting_of", expressions=[args[0]])
         value = session.setting(setting) if session is not None else None
+        if value is None:  # what pg_settings lists (psql's \dconfig: bytea_output)
+            value = next((v for k, v in _SETTINGS.items() if k.lower() == setting), None)
         return exp.Literal.string(value) if value is not None else exp.Null()
 
 
