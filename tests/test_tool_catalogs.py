@@ -197,14 +197,15 @@ def _statements(name: str) -> list[str]:
 
 def test_npgsql_type_loader_as_power_bi_sends_it(hospital_serve):
     """Npgsql (Power BI's PostgreSQL connector) sends its type loader as one simple query of
-    several statements: psql -c sends it the same way."""
-    for batch in _statements("npgsql"):
+    several statements: psql -c sends it the same way. Arrays are told by their receive
+    function (array_recv), joined from pg_proc on the regproc."""
+    for batch in _statements("npgsql"):  # Npgsql 4.0 (Power BI's), 4.1-7, and today's
         proc = _psql(hospital_serve, "-A", "-F", "|", "-c", batch)
         assert proc.returncode == 0, proc.stderr
-        lines = proc.stdout.splitlines()
-        assert "pg_catalog|int4|23|" in "\n".join(lines)
-        assert any(line.startswith("pg_catalog|_int4|1007|") and "|a|23|" in line for line in lines)  # an array of int4
-        assert any(line.startswith("pg_catalog|record|2249|") for line in lines)
+        rows = [line.split("|") for line in proc.stdout.splitlines()]
+        assert any({"int4", "23", "b"} <= set(row) for row in rows)
+        assert any({"_int4", "1007", "a", "23"} <= set(row) for row in rows)  # an array, of int4
+        assert any({"record", "2249"} <= set(row) for row in rows)
 
 
 def _replay(serve, entries: list[dict]) -> list[tuple[str, list[list[tuple]]]]:
