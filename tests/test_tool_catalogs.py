@@ -235,8 +235,8 @@ def _answer(answers, marker: str, nth: int = 0) -> list[tuple]:
 def test_pgadmin_connect_tree_dashboard_and_query_tool(hospital_serve):
     """Every statement pgAdmin 4 (9.18) sent to PostgreSQL 15 to connect, show the dashboard,
     expand the tree down to each table's columns, show a table's and a column's properties,
-    SQL, statistics and dependencies, and run queries in the Query Tool, replayed in order: each
-    answers, from the schema and the policy (statistics unknown)."""
+    SQL, statistics and dependencies, and run queries in the Query Tool with its completions,
+    replayed in order: each answers, from the schema and the policy (statistics unknown)."""
     answers = _replay(hospital_serve, _statements("pgadmin"))
     connect = next(results for sql, results in answers if "pg_show_all_settings()" in sql)
     assert [("hex",)] in connect  # bytea_output, through set_config over pg_show_all_settings()

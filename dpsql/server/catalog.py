@@ -889,6 +889,9 @@ def _is_star(node: exp.Expression) -> bool:
     return isinstance(node, exp.Star) or (isinstance(node, exp.Column) and isinstance(node.this, exp.Star))
 
 
+_ELEMENT_TYPES = {array: element for element, array in reversed(list(_ARRAY_TYPES.items()))}
+
+
 def _pg_name(node: exp.Expression) -> str:
     if isinstance(node, exp.Alias):
         ident = node.args.get("alias")
@@ -1207,8 +1210,10 @@ def _type_of(node: exp.Expression, sources: dict[str, str], select: exp.Select) 
                 }.get(target)
     if isinstance(node, exp.Dot) and isinstance(node.expression, exp.Expression):
         return _type_of(node.expression, sources, select)
-    if isinstance(node, exp.ArrayAgg):
-        inner = _type_of(node.this.this if isinstance(node.this, exp.Order) else node.this, sources, select)
+    if isinstance(node, exp.ArrayAgg) or (isinstance(node, exp.Anonymous) and node.name.lower() == "array_agg"
+                                          and node.expressions):  # pg_catalog.array_agg(...) parses as a name
+        arg = node.this if isinstance(node, exp.ArrayAgg) else node.expressions[0]
+        inner = _type_of(arg.this if isinstance(arg, exp.Order) else arg, sources, select)
         return _ARRAY_TYPES.get(inner) if inner is not None else None
     if isinstance(node, exp.Array) and len(node.expressions) == 1 and isinstance(node.expressions[0], (exp.Select, exp.Subquery)):
         sub = node.expressions[0].this if isinstance(node.expressions[0], exp.Subquery) else node.expressions[0]
@@ -1217,6 +1222,10 @@ def _type_of(node: exp.Expression, sources: dict[str, str], select: exp.Select) 
             return _ARRAY_TYPES.get(inner) if inner is not None else None
     if isinstance(node, (exp.Predicate, exp.Not, exp.And, exp.Or)):
         return c.BOOL
+    if isinstance(node, (exp.Explode, exp.Unnest)) or (isinstance(node, exp.Anonymous) and node.name.lower() == "unnest"):
+        args = node.expressions if isinstance(node, (exp.Anonymous, exp.Unnest)) else [node.this]
+        inner = _type_of(args[0], sources, select) if len(args) == 1 else None
+        return _ELEMENT_TYPES.get(inner) if inner is not None else None
     if isinstance(node, exp.Anonymous) and str(node.name).lower().startswith("pgc_"):
         return FUNCTION_TYPES.get(str(node.name).lower()[4:])
     if isinstance(node, exp.Func):
