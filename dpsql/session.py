@@ -81,7 +81,7 @@ from .sql.options import QueryOptions
 from .sql.pgfunctions import postgres_meaning
 from .sql.rewrite import declared_domain, rewrite
 from .sql.scope import Resolver, output_name
-from .sql.wrappers import released_subquery, schema_probe
+from .sql.wrappers import column_probe, released_subquery, schema_probe
 from .targets import (
     batch_cost,
     calibrate_planned,
@@ -639,6 +639,11 @@ class Session:
         if schema_probe(tree) is not None:  # a tool asking for the columns: answered free, no rows
             names, types = self._describe_tree(tree, stmt.options)
             return Result(names, types, [], "SELECT 0")
+        if column_probe(tree):
+            names, types = self._describe_tree(tree, stmt.options)
+            return Result(names, types, [], "SELECT 0",
+                          {"notice": "rows of a private table are never shown: this answer has its columns only; "
+                                     "ask for an aggregate, e.g. SELECT COUNT(*) FROM " + tree.args["from_"].this.name})
         wrapped = released_subquery(tree, self.policy)
         if wrapped is not None:
             return self._outer_query(stmt, tree, *wrapped)

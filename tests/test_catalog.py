@@ -141,3 +141,53 @@ def test_current_setting_reads_dpsql_settings_and_set_config_cannot_change_them(
         assert catalog.answer("SELECT set_config('search_path', 'public', false)", [], session, "dp")[2] == [("public",)]
     finally:
         session.close()
+
+
+@pytest.mark.parametrize("sql, expected", [
+    # Django's index introspection walks arrays side by side (values here: the catalog's own are empty)
+    ("SELECT k.key, k.option, k.arridx FROM (SELECT ARRAY[3, 1] AS a, ARRAY[0, 1, 5] AS b) s, "
+     "unnest(s.a, s.b) WITH ORDINALITY AS k(key, option, arridx) ORDER BY arridx", [(3, 0, 1), (1, 1, 2), (None, 5, 3)]),
+    ("SELECT ARRAY(SELECT k * 10 FROM generate_subscripts(s.a, 1) AS k ORDER BY k) FROM (SELECT ARRAY[7, 8, 9] AS a) s",
+     [([10, 20, 30],)]),  # peewee's
+    ("SELECT count(*) FROM pg_catalog.pg_type WHERE (typreceive != 0 OR typsend != 0) AND typtype != 'r' AND "
+     "typreceive::TEXT = 'date_recv'", [(1,)]),  # ADBC's type loader, and PostgreSQL's I/O function names
+    ("SELECT count(*) FROM pg_type t JOIN pg_proc p ON p.oid = t.typreceive WHERE p.proname = 'array_recv' "
+     "AND t.typname = '_int4'", [(1,)]),  # Npgsql's join on a regproc
+    ("SELECT nspname FROM pg_namespace WHERE nspname NOT LIKE E'pg\\\\_%' ORDER BY 1", [("information_schema",), ("public",)]),
+    ("SELECT substring('fillfactor=70,x=1' FROM 'fillfactor=([0-9]*)') FROM pg_catalog.pg_class LIMIT 1", [("70",)]),
+    ("SELECT setting FROM pg_catalog.pg_show_all_settings() WHERE name = 'bytea_output'", [("hex",)]),  # pgAdmin's
+    ("SELECT count(*) FROM pg_stat_activity", [(0,)]),  # other sessions are not an analyst's business
+    ("SELECT count(*) FROM pg_catalog.pg_indexes", [(0,)]),
+    ("SELECT 'avg'::pg_catalog.regproc::pg_catalog.oid = (SELECT min(oid) FROM pg_proc WHERE proname = 'avg')", [(True,)]),
+])
+def test_what_django_peewee_adbc_npgsql_and_pgadmin_ask(catalog, sql, expected):
+    assert is_catalog_query(sql) or "unnest" in sql or "generate_subscripts" in sql
+    assert catalog.answer(sql, [], None, "dp")[2] == expected
+
+
+def test_types_follow_postgresql(catalog):
+    names, oids, _ = catalog.answer("SELECT CASE WHEN p.proname = 'array_recv' THEN 'a' ELSE t.typtype END AS typtype, "
+                                    "CASE WHEN t.typlen > 0 THEN true ELSE false END AS fixed, s.* "
+                                    "FROM pg_type t JOIN pg_proc p ON p.oid = t.typreceive, pg_db_role_setting s",
+                                    [], None, "dp")
+    assert list(zip(names, oids)) == [("typtype", 18), ("fixed", 16), ("setdatabase", 26), ("setrole", 26),
+                                      ("setconfig", 1009)]
+
+
+def test_what_is_missing_is_named_by_its_table_not_its_alias(catalog):
+    from dpsql.errors import Error
+
+    with pytest.raises(Error) as info:
+        catalog.answer("SELECT c.no_such_column FROM information_schema.columns AS c", [], None, "dp")
+    assert "(information_schema.columns.no_such_column)" in str(info.value) and "(c)" not in str(info.value)
+
+
+def test_functions_have_no_source(catalog):
+    from dpsql.errors import Error
+
+    with pytest.raises(Error, match="functions have no source here") as info:
+        catalog.answer("SELECT pg_catalog.pg_get_functiondef(50000)", [], None, "dp")
+    assert info.value.sqlstate == "0A000"
+    with pytest.raises(Error, match='function "nosuch" does not exist') as info:
+        catalog.answer("SELECT 'nosuch'::pg_catalog.regproc::pg_catalog.oid", [], None, "dp")
+    assert info.value.sqlstate == "42883"

@@ -36,6 +36,11 @@ from .scram import ScramError, ScramServer, Verifier
 from .throttle import LoginThrottle, Verdict
 from .worker_link import WorkerLink, new_pid
 
+_DUMPERS = ("pg_dump", "pg_dumpall")
+_NO_DUMP = ("pg_dump cannot dump a dpsql server: it reads every row, and rows of private tables never leave; "
+            "for the schema use psql's \\d+ (tables, columns and the policy as comments), SQLAlchemy reflection "
+            "(MetaData().reflect(engine)) or sqlacodegen (table definitions with the policy's comments)")
+
 log = logging.getLogger("dpsql.server")
 statements = logging.getLogger("dpsql.statements")  # every statement and its outcome (serve --log-statements)
 
@@ -237,6 +242,7 @@ class Server:
 
 
 _SET_LOCAL = re.compile(r"SET\s+LOCAL\s", re.I)  # matched after the leading comments
+_CANCEL_BACKEND = re.compile(r"SELECT\s+(?:pg_catalog\.)?pg_cancel_backend\s*\(\s*(\d{1,10})\s*\)\s*;?", re.I)
 
 
 _ROOM_POLL = 0.05  # seconds between looks for a place among the pending connections
@@ -435,6 +441,10 @@ class Connection:
             return False
         if len(self.server.connections) >= self.server.limits.max_connections:
             self.send(codec.error_response("53300", "sorry, too many clients already", severity="FATAL"))
+            await self.flush()
+            return False
+        if params.get("application_name", "") in _DUMPERS:  # it would read every row: say what to use instead
+            self.send(codec.error_response("0A000", _NO_DUMP, severity="FATAL"))
             await self.flush()
             return False
         self.server.connections[self.pid] = self
@@ -750,6 +760,10 @@ class Connection:
             if inner.fields is None:
                 raise Error("COPY needs a query that returns rows", sqlstate="42601")
             return Answer(inner.fields, inner.rows, f"COPY {len(inner.rows)}", inner.notices, copy)
+        signal = _CANCEL_BACKEND.fullmatch(without_leading_comments(sql).strip())
+        if signal:  # pgAdmin's Query Tool cancels through another connection of the same analyst
+            return Answer([codec.Field("pg_cancel_backend", codec.BOOL)], [(self._cancel_backend(int(signal[1])),)],
+                          "SELECT 1")
         if is_catalog_query(sql):
             names, oids, rows = self.server.catalog.answer(sql, params or [], session, self.user, self.pid)
             return Answer([codec.Field(n, o) for n, o in zip(names, oids)], rows, f"SELECT {len(rows)}")
@@ -767,6 +781,18 @@ class Connection:
         if what in ("ALL", "TEMP"):
             self.session.discard(settings=what == "ALL", views=True)
         return what
+    def _cancel_backend(self, pid: int) -> bool:
+        """pg_cancel_backend(pid): the query under way on another connection of this analyst's,
+        served by this process, is cancelled; another analyst's connection is theirs alone."""
+        conn = self.server.connections.get(pid)
+        if conn is None:
+            return False
+        if conn.user != self.user:
+            raise Error("permission denied to cancel query", sqlstate="42501",
+                        hint="only the analyst who runs a query can cancel it")
+        if conn is not self:  # this statement is the one under way here: nothing else to cancel
+            conn.cancel()
+        return True
 
     def run_script(self, text: str) -> tuple[list[Answer], Error | None]:
         """A simple query's statements: DP queries alone form one batch (planned jointly, refused

@@ -3,6 +3,7 @@
 - Schema probes: `... WHERE 1=0`, `WHERE false`, `LIMIT 0` (Tableau, jupysql, JDBC drivers,
   Superset's dataset editor) ask for the columns of a query and no rows. They are answered from
   binding alone, free.
+- Column probes: `SELECT * FROM t LIMIT 1` (Django's inspectdb): the columns, no row.
 - Released subqueries: `SELECT ... FROM (<a DP aggregate query>) AS virtual_table WHERE ...
   ORDER BY ... LIMIT n` (Superset's SQL Lab and virtual datasets, Metabase's nested questions,
   Tableau's custom SQL), at any depth (a derived table over one: Metabase's questions built on
@@ -33,6 +34,18 @@ def schema_probe(tree: exp.Expression) -> exp.Select | None:
         stripped.set("where", None)
         return stripped
     return None
+
+
+def column_probe(tree: exp.Expression) -> bool:
+    """`SELECT * FROM t LIMIT 1` and nothing more: Django's inspectdb reads a table's columns
+    from such a query's description. Over a private table it is answered with the columns and
+    no row (a row is never shown), with a notice saying so."""
+    if not isinstance(tree, exp.Select) or set(k for k, v in tree.args.items() if v) != {"expressions", "from_", "limit"}:
+        return False
+    limit = tree.args["limit"]
+    source = tree.args["from_"].this
+    return (len(tree.expressions) == 1 and isinstance(tree.expressions[0], exp.Star)
+            and isinstance(limit, exp.Limit) and _number(limit.expression) == 1 and isinstance(source, exp.Table))
 
 
 def released_subquery(tree: exp.Expression, policy: Policy) -> tuple[exp.Select, str] | None:
