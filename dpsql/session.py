@@ -75,6 +75,7 @@ from .sql.classify import (
     split_statements,
 )
 from .sql.measures import COUNT_BITS, Count, Measure, squares_measure, sum_measure
+from .sql.narrow import narrowing
 from .sql.options import QueryOptions
 from .sql.rewrite import declared_domain, rewrite
 from .sql.scope import Resolver, output_name
@@ -736,10 +737,11 @@ class Session:
 
     def _domain(self, plan: Plan) -> ResultSet:
         """The key tuples of the plan's declared domain, as the engine casts and lists them
-        (public data, free): kept per data version and keys' declarations, which the plans of
-        many query texts share (a dashboard's filters change the WHERE clause, not the keys), so
+        (public data, free), narrowed by the query's conditions on its keys (sql/narrow.py): kept
+        per data version, keys' declarations and narrowing, which the plans of many query texts
+        share (a dashboard's filters on other columns change the WHERE clause, not the keys), so
         that a new text does not build and generate the domain's SQL again (2-4 ms)."""
-        key = (self.engine.data_version(), tuple(k.declaration() for k in plan.keys))
+        key = (self.engine.data_version(), tuple(k.declaration() for k in plan.keys), narrowing(plan).signature())
         hit = self._plans.domains.get(key)
         if hit is None:
             hit = self.engine.execute(self.engine.prepare(declared_domain(plan), owned=True))
