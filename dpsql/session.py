@@ -503,7 +503,8 @@ class Session:
             names, types = self._describe_tree(tree, stmt.options)
             return Result(names, types, [], "SELECT 0",
                           {"notice": "the group keys' declared values give no group under this expression (each "
-                                     "becomes NULL), so nothing was released or charged"})
+                                     "becomes NULL) or the query's conditions on them exclude every one, so nothing "
+                                     "was released or charged"})
         self._deadline.check()
         if auto:
             return self._kept(self._auto_answer(stmt, tree, plan, cal, options, bounded.domain), key)
@@ -850,9 +851,10 @@ class Session:
         noisy = NoisyTable([list(c) for c in zip(*rows)] if rows else [[] for _ in rs.columns], list(rs.types), [], [], [])
         out = self._post.run(post, noisy)
         result = Result(out.names, out.types, out.rows, f"SELECT {len(out.rows)}")
-        if tree.args.get("where") is not None or tree.args.get("joins"):  # a cascading filter's: all keys regardless
-            result.dp = {"notice": "these are all the declared keys, whatever the WHERE clause or join: which of "
-                                   "them have rows is private (ask COUNT(*) ... GROUP BY for noisy counts); free"}
+        if tree.args.get("where") is not None or tree.args.get("joins"):  # a cascading filter's: all keys it allows
+            result.dp = {"notice": "these are all the declared keys that the conditions on the keys themselves and "
+                                   "joins with public tables allow, whatever the WHERE clause says of other columns: "
+                                   "which of them have rows is private (ask COUNT(*) ... GROUP BY for noisy counts); free"}
         return result
 
     def _outer_query(self, stmt: Query, tree: exp.Select, inner: exp.Select, alias: str) -> Result:
@@ -1037,6 +1039,8 @@ class Session:
             "ratios": [e.text for e in plan.estimates if family(e).centred_sum],
             "max_groups_per_unit": cal.groups_per_unit, "max_rows_per_group": plan.max_rows,
             "max_rows_per_unit": plan.total_rows if plan.total_bound else None,
+            "groups": self._domain(plan).row_count if plan.keys and plan.declared else None,
+            "narrowed_by": list(narrowing(plan).used),
             "auto_bounds": float(auto_bounds.SHARE) if self._auto_bounded(plan, cal, options or QueryOptions()) else None,
             "mechanisms": mechanisms,
             "selection": None if cal.selection is None else {
@@ -1287,6 +1291,10 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
              (f"contribution bounds: {info['max_rows_per_unit']} row(s) per unit in all, in any groups "
               "(a unit with more has each row scaled down)" if info.get("max_rows_per_unit") else
               f"contribution bounds: {info['max_groups_per_unit']} group(s) per unit, {info['max_rows_per_group']} row(s) per group"),
+             *([f"groups: the {info['groups']} key tuple(s) of the declared domain"
+                + (f" that the conditions on the keys allow ({'; '.join(info['narrowed_by'])}), evaluated over the "
+                   "declared values and public tables only" if info.get("narrowed_by") else "")
+                + ", each answered with noise whether or not it has rows"] if info.get("groups") is not None else []),
              *([f"limits chosen when the query runs (dpsql.bounds = auto): {info['auto_bounds']:.0%} of its epsilon "
                 "profiles its rows, then a total bound on a unit's rows and clamps of summed values are chosen within "
                 "the policy's limits above; the noise below is at the policy's limits (the chosen ones are shown "
