@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from ..config import INTEGER_TYPES
 from . import build as b
 from .allowlist import CLOCK_FUNCTIONS
 from .analyze import GroupKey, Plan
@@ -142,9 +143,8 @@ class _Pass:
         n = len(self.plan.keys)
         for c in conjuncts(where.this):
             columns = list(c.find_all(exp.Column))
-            names = [col.name for col in columns]
-            if not columns or any(col.table or not (x[:1] == "k" and x[1:].isdigit() and int(x[1:]) < n)
-                                  for col, x in zip(columns, names)):
+            # The outer query names key j k<j>, unquoted; an output alias it reads is quoted.
+            if not columns or not all(_key_column(col, n) for col in columns):
                 continue
             keys = self.plan.keys
             out.append(c.copy().transform(
@@ -157,13 +157,19 @@ class _Pass:
         links: list[exp.Expression] = []
         linked: set[str] = set()
         used: list[str] = []
-        for cond, needs in self.conditions():
-            if cond.find(*_UNUSABLE) is not None:
+        conditions = self.conditions()
+        equal = self._equalities(conditions)
+        for cond, needs in conditions:
+            if cond.find(*_UNUSABLE) is not None or id(cond) in equal["conditions"]:
                 continue
+            written = cond
+            if equal["columns"]:
+                cond = cond.transform(lambda n: equal["columns"].get((n.table, n.name), n).copy()
+                                      if isinstance(n, exp.Column) else n)
             atoms = self._atoms(cond)
             if atoms is None or not atoms:
                 continue
-            aliases = {a[1] if a[0] == "public" else a[1][0] for a in atoms}
+            aliases = {what if kind == "public" else what[0] for kind, what in atoms}
             if needs is not None and needs not in self.matched:
                 continue
             if any(a in self.nullable and a not in self.matched for a in aliases):
@@ -172,34 +178,60 @@ class _Pass:
             before = sum(map(len, own)) + len(links)
             if len(atoms) == 1:
                 kind, what = next(iter(atoms))
-                if kind == "value" or kind == "bucket":
-                    for i in (self.value_keys if kind == "value" else self.bucket_keys)[what]:
+                if kind == "column":  # the keys of this column, and the buckets computed from it
+                    for i in self.value_keys.get(what, []) + self.bucket_keys.get(what, []):
                         own[i].append(self._over_value(made, what))
                 else:  # a public table's own condition: its keys', and its rows' in the domain query
                     for i, _ in self.public_keys.get(what, []):
                         own[i].append(self._over_row(made))
                     links.append(self._linked(made))
                     linked.add(what)
-            elif not any(kind == "bucket" for kind, _ in atoms):
+            elif all(kind == "public" or what in self.value_keys for kind, what in atoms):
                 links.append(self._linked(made))
                 linked |= {what for kind, what in atoms if kind == "public"}
             if sum(map(len, own)) + len(links) > before:
-                used.append(_as_written(cond))
+                used.append(_as_written(written))
         # A public table's keys come from one of its rows: tie them to it when the domain query
         # reads that table, or when it gives several keys.
         for alias, keys in self.public_keys.items():
             if alias in linked or len(keys) > 1:
                 linked.add(alias)
+                used.append(f"the key combinations {self.sources[alias].table.name} has")
                 links += [exp.EQ(this=b.col(f"k{i}", f"d{i}"), expression=b.quoted(name, alias)) for i, name in keys]
         tables = tuple(sorted((a, self.sources[a].table.name) for a in linked))
         by_row = {i for keys in self.public_keys.values() for i, _ in keys}
         return Narrowing(tuple(Own(ROW if i in by_row else VALUE, tuple(own[i])) if own[i] else None for i in range(n)),
                          tuple(links), tables, tuple(dict.fromkeys(used)))
 
+    def _equalities(self, conditions: list[tuple[exp.Expression, str | None]]) -> dict:
+        """Private columns that every counted row has equal to a public table's column
+        (`v.ward = w.name`, inner): other conditions on them are conditions on that column
+        (`v.ward IN (...)` keeps the wards named so). Only between columns of one type whose
+        equal values are the same value (text, integers, dates, booleans): 1.0 = 1 is true, but
+        '1.0' is not '1'."""
+        columns: dict[tuple[str, str], exp.Column] = {}
+        used: set[int] = set()
+        for cond, needs in conditions:
+            if needs is not None or not isinstance(cond, exp.EQ):
+                continue
+            for mine, other in ((cond.this, cond.expression), (cond.expression, cond.this)):
+                if not (isinstance(mine, exp.Column) and isinstance(other, exp.Column)):
+                    continue
+                p, s = self.sources.get(mine.table), self.sources.get(other.table)
+                key = (mine.table, mine.name)
+                if (p is None or s is None or p.derived is not None or not p.private or not s.table.public
+                        or other.table in self.nullable or key in self.value_keys or key in self.bucket_keys
+                        or key in columns):
+                    continue
+                t1, t2 = self.types.get(key), self.types.get((other.table, other.name))
+                if t1 is not None and t2 is not None and _same_value_type(t1, t2):
+                    columns[key] = other
+                    used.add(id(cond))
+        return {"columns": columns, "conditions": used}
+
     def _atoms(self, cond: exp.Expression) -> set[tuple[str, object]] | None:
-        """What a condition reads, as atoms: ("value", column) a key's column, ("bucket", column) the
-        column a bucketed key is computed from, ("public", alias) a public table; None when it
-        reads anything else."""
+        """What a condition reads, as atoms: ("column", (alias, name)) a private column a key is
+        (or is computed from), ("public", alias) a public table; None when it reads anything else."""
         atoms: set[tuple[str, object]] = set()
         for col in cond.find_all(exp.Column):
             key = (col.table, col.name)
@@ -208,10 +240,8 @@ class _Pass:
                 return None
             if source.table.public:
                 atoms.add(("public", col.table))
-            elif key in self.value_keys:
-                atoms.add(("value", key))
-            elif key in self.bucket_keys:
-                atoms.add(("bucket", key))
+            elif key in self.value_keys or key in self.bucket_keys:
+                atoms.add(("column", key))
             else:
                 return None
         return atoms
@@ -239,6 +269,20 @@ class _Pass:
                     self.plan.keys[i].domain_table is not None else value
             return b.quoted(n.name, n.table)
         return b.neutral(cond.transform(visit))
+
+
+_EXACT_TYPES = {"VARCHAR", "TEXT", "STRING", "CHARACTER VARYING", "DATE", "BOOLEAN", "BOOL"}
+
+
+def _same_value_type(a: str, b: str) -> bool:
+    a, b = a.strip().upper(), b.strip().upper()
+    return a == b and (a in _EXACT_TYPES or a in INTEGER_TYPES)
+
+
+def _key_column(col: exp.Column, n: int) -> bool:
+    name = col.name
+    return (not col.table and not col.this.args.get("quoted") and name[:1] == "k" and name[1:].isdigit()
+            and int(name[1:]) < n)
 
 
 def _as_written(cond: exp.Expression) -> str:
