@@ -133,6 +133,13 @@ def test_numeric_ranges_on_a_bounded_integer(hospital, where, expected):
     # a day key under the same range: the days themselves
     ("SELECT visit_date, COUNT(*) FROM visits WHERE visit_date BETWEEN '2024-02-28' AND '2024-03-01' GROUP BY 1",
      {datetime.date(2024, 2, 28), datetime.date(2024, 2, 29), datetime.date(2024, 3, 1)}),
+    # a domain from the key's form (EXTRACT, CASE) over one enumerable column: the keys its allowed values give
+    ("SELECT EXTRACT(month FROM visit_date) AS m, COUNT(*) FROM visits WHERE visit_date >= '2024-10-01' GROUP BY m",
+     {10, 11, 12}),
+    ("SELECT EXTRACT(month FROM visit_date) AS m, COUNT(*) FROM visits GROUP BY m "
+     "HAVING EXTRACT(month FROM visit_date) <= 2", {1, 2}),
+    ("SELECT CASE WHEN age < 18 THEN 'child' WHEN age < 65 THEN 'adult' ELSE 'senior' END AS band, COUNT(*) "
+     "FROM patients WHERE age >= 70 OR age = 3 GROUP BY band", {"child", "senior"}),
     # outside the declared range: nothing
     ("SELECT date_trunc('month', visit_date) AS m, COUNT(*) FROM visits WHERE visit_date >= '2025-01-01' GROUP BY 1",
      set()),
@@ -299,6 +306,7 @@ GOLDEN = [
     "SELECT e.kind, COUNT(*) FROM events e LEFT JOIN places pl ON e.place = pl.name AND pl.region = 'r1' GROUP BY e.kind",
     "SELECT kind, COUNT(*) FROM events GROUP BY kind HAVING kind <> 'b' AND COUNT(*) > 2",
     "SELECT kind, COUNT(*) FROM events WHERE amount > 10 GROUP BY kind",
+    "SELECT CASE WHEN g = 1 THEN 'one' ELSE 'more' END AS b, SUM(v) FROM rows WHERE g >= 2 GROUP BY b",
 ]
 
 

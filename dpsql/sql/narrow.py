@@ -38,7 +38,7 @@ from ..config import INTEGER_TYPES
 from . import build as b
 from .allowlist import CLOCK_FUNCTIONS
 from .analyze import GroupKey, Plan
-from .domains import COLUMN
+from .domains import COLUMN, Image, image
 from .scope import Source, conjuncts
 from .total import total
 
@@ -49,10 +49,14 @@ VALUE, ROW = "value", "row"  # an own condition over the key's value (d.c), or o
 class Own:
     """The conditions that narrow one key's domain on their own. Over VALUE: written over
     domains.COLUMN (d.c), the key's column value (or, for a bucketed key, the value the bucket is
-    computed from); over ROW: over the unqualified, quoted columns of the key's public table."""
+    computed from); over ROW: over the unqualified, quoted columns of the key's public table.
+    `image`: for a key whose domain follows from its form (EXTRACT, CASE, width_bucket) over
+    one enumerable column, that key as a function of the column's declared values: its domain
+    keeps the keys it gives for the values the conditions can be true for."""
 
     over: str
     conditions: tuple[exp.Expression, ...] = ()
+    image: Image | None = None
 
 
 @dataclass(frozen=True)
@@ -65,13 +69,12 @@ class Narrowing:
     tables: tuple[tuple[str, str], ...] = ()  # (alias, table name)
     used: tuple[str, ...] = ()  # the analyst's conditions that narrow, as written (EXPLAIN)
 
-    @property
-    def narrows(self) -> bool:
-        return bool(self.links) or any(o is not None and o.conditions for o in self.own)
-
     def own_sql(self, i: int) -> str:
         own = self.own[i] if i < len(self.own) else None
-        return "" if own is None else " AND ".join(c.sql() for c in own.conditions)
+        if own is None:
+            return ""
+        image = "" if own.image is None else repr((own.image.expr.sql(), own.image.values, own.image.type_name))
+        return " AND ".join(c.sql() for c in own.conditions) + image
 
     def signature(self) -> str:
         """Everything the narrowed domain depends on besides the keys' declarations."""
@@ -102,6 +105,7 @@ class _Pass:
         self.value_keys: dict[tuple[str, str], list[int]] = {}
         self.bucket_keys: dict[tuple[str, str], list[int]] = {}
         self.public_keys: dict[str, list[tuple[int, str]]] = {}
+        self.images: dict[int, Image] = {}  # form-derived keys over one enumerable column
         for i, key in enumerate(plan.keys):
             self._classify(i, key)
         self.matched = {a for a, _ in self.value_keys} | set(self.public_keys)  # aliases a released key comes from
@@ -116,10 +120,20 @@ class _Pass:
                 self.public_keys.setdefault(inner.table, []).append((i, inner.name))
             elif key.domain is not None or key.domain_table is not None:
                 self.value_keys.setdefault((inner.table, inner.name), []).append(i)
-        elif key.image is not None:
-            (column,) = {(c.table, c.name) for c in inner.find_all(exp.Column)}
-            if column[0] in self.sources and self.sources[column[0]].private:
-                self.bucket_keys.setdefault(column, []).append(i)
+        elif key.image is not None or key.domain is not None:
+            columns = {(c.table, c.name) for c in inner.find_all(exp.Column)}
+            if len(columns) != 1:
+                return
+            (column,) = columns
+            source = self.sources.get(column[0])
+            if source is None or not source.private or source.derived is not None:
+                return
+            if key.image is None:  # a domain from the key's form: narrowed through its image
+                form = image(inner, self.sources.__getitem__)
+                if form is None:
+                    return
+                self.images[i] = form
+            self.bucket_keys.setdefault(column, []).append(i)
 
     def conditions(self) -> list[tuple[exp.Expression, str | None]]:
         """Every conjunct that holds for a counted row, with the LEFT JOIN alias it needs matched."""
@@ -200,7 +214,8 @@ class _Pass:
                 links += [exp.EQ(this=b.col(f"k{i}", f"d{i}"), expression=b.quoted(name, alias)) for i, name in keys]
         tables = tuple(sorted((a, self.sources[a].table.name) for a in linked))
         by_row = {i for keys in self.public_keys.values() for i, _ in keys}
-        return Narrowing(tuple(Own(ROW if i in by_row else VALUE, tuple(own[i])) if own[i] else None for i in range(n)),
+        return Narrowing(tuple(Own(ROW if i in by_row else VALUE, tuple(own[i]), self.images.get(i)) if own[i] else None
+                               for i in range(n)),
                          tuple(links), tables, tuple(dict.fromkeys(used)))
 
     def _equalities(self, conditions: list[tuple[exp.Expression, str | None]]) -> dict:

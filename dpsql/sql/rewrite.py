@@ -311,6 +311,14 @@ def _domain(key: GroupKey, i: int, own=None) -> exp.Expression:
             return [c.copy() for c in own.conditions]
         return [c.copy().transform(lambda n: value.copy() if n == COLUMN else n) for c in own.conditions]
 
+    if key.domain is not None and own is not None and own.image is not None:
+        # A domain from the key's form, narrowed to the keys its column's allowed values give.
+        f = b.neutral(total(own.image.expr))
+        given = b.select([f], b.subquery(_values(own.image.values, own.image.type_name), "d", ["c"]),
+                         where=narrowed(COLUMN))
+        return b.select([k], b.subquery(_values(key.domain, key.type_name), f"d{i}", [f"k{i}"]),
+                        where=[not_null, exp.In(this=k.copy(), query=exp.Subquery(this=given))],
+                        distinct=not _distinct_as_cast(key.domain, key.type_name))
     if key.domain is not None:
         return b.select([k], b.subquery(_values(key.domain, key.type_name), f"d{i}", [f"k{i}"]),
                         where=[not_null, *narrowed(k)], distinct=not _distinct_as_cast(key.domain, key.type_name))
