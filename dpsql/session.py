@@ -78,7 +78,7 @@ from .sql.measures import COUNT_BITS, Count, Measure, squares_measure, sum_measu
 from .sql.narrow import narrowing
 from .sql.options import QueryOptions
 from .sql.rewrite import declared_domain, rewrite
-from .sql.scope import Resolver, output_name
+from .sql.scope import Resolver, as_written, output_name
 from .sql.wrappers import released_subquery, schema_probe
 from .targets import (
     batch_cost,
@@ -516,7 +516,7 @@ class Session:
         charge = None if stopper is not None else pending.admitted()  # else admitted while the engine runs
         result = self._answer(plan, bounded, cal, charge, detail, pending, stopper)
         charge = pending.admitted()
-        dropped = self._plans.derived(plan, "dropped", lambda: [_unqualified_sql(k.expr) for k in plan.keys
+        dropped = self._plans.derived(plan, "dropped", lambda: [as_written(k.expr)[:80] for k in plan.keys
                                                                  if k.declared and _null_by_construction(k.expr)])
         if dropped:
             result.dp["notice"] = (f"rows where {' or '.join(dropped)} is NULL are in no group: a declared domain "
@@ -1226,12 +1226,6 @@ def budget_summary(policy: Policy, ledger: Ledger, user: str, detail: bool = Tru
                            "delta": {"total": lf.delta, "spent": lt.delta}}
         out["detail"] += f"; lifetime cap: {lf.describe(lt)} (never refreshes)" if detail else ""
     return out
-
-
-def _unqualified_sql(expr: exp.Expression) -> str:
-    """An expression as the analyst wrote it, without dpsql's table aliases (t0.age -> age)."""
-    plain = expr.transform(lambda n: exp.column(n.name) if isinstance(n, exp.Column) else n)
-    return plain.sql(dialect="postgres")[:80]
 
 
 def _null_by_construction(expr: exp.Expression) -> bool:

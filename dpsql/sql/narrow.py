@@ -39,7 +39,7 @@ from . import build as b
 from .allowlist import CLOCK_FUNCTIONS
 from .analyze import GroupKey, Plan
 from .domains import COLUMN, Image, image
-from .scope import Source, conjuncts
+from .scope import Source, as_written, conjuncts
 from .total import total
 
 VALUE, ROW = "value", "row"  # an own condition over the key's value (d.c), or over its public table's row
@@ -204,7 +204,7 @@ class _Pass:
                 links.append(self._linked(made))
                 linked |= {what for kind, what in atoms if kind == "public"}
             if sum(map(len, own)) + len(links) > before:
-                used.append(_as_written(written))
+                used.append(as_written(written))
         # A public table's keys come from one of its rows: tie them to it when the domain query
         # reads that table, or when it gives several keys.
         for alias, keys in self.public_keys.items():
@@ -298,8 +298,3 @@ def _key_column(col: exp.Column, n: int) -> bool:
     name = col.name
     return (not col.table and not col.this.args.get("quoted") and name[:1] == "k" and name[1:].isdigit()
             and int(name[1:]) < n)
-
-
-def _as_written(cond: exp.Expression) -> str:
-    """A condition as the analyst wrote it, without dpsql's table aliases."""
-    return cond.transform(lambda n: exp.column(n.name) if isinstance(n, exp.Column) else n).sql(dialect="postgres")
