@@ -77,10 +77,11 @@ from .sql.classify import (
 from .sql.clock import now as clock_now
 from .sql.clock import pinned
 from .sql.measures import COUNT_BITS, Count, Measure, squares_measure, sum_measure
+from .sql.narrow import narrowing
 from .sql.options import QueryOptions
 from .sql.pgfunctions import postgres_meaning
 from .sql.rewrite import declared_domain, rewrite
-from .sql.scope import Resolver, output_name
+from .sql.scope import Resolver, as_written, output_name
 from .sql.wrappers import column_probe, released_subquery, schema_probe
 from .targets import (
     batch_cost,
@@ -515,7 +516,8 @@ class Session:
             names, types = self._describe_tree(tree, stmt.options)
             return Result(names, types, [], "SELECT 0",
                           {"notice": "the group keys' declared values give no group under this expression (each "
-                                     "becomes NULL), so nothing was released or charged"})
+                                     "becomes NULL) or the query's conditions on them exclude every one, so nothing "
+                                     "was released or charged"})
         self._deadline.check()
         if auto:
             return self._kept(self._auto_answer(stmt, tree, plan, cal, options, bounded.domain), key)
@@ -527,7 +529,7 @@ class Session:
         charge = None if stopper is not None else pending.admitted()  # else admitted while the engine runs
         result = self._answer(plan, bounded, cal, charge, detail, pending, stopper)
         charge = pending.admitted()
-        dropped = self._plans.derived(plan, "dropped", lambda: [_unqualified_sql(k.expr) for k in plan.keys
+        dropped = self._plans.derived(plan, "dropped", lambda: [as_written(k.expr)[:80] for k in plan.keys
                                                                  if k.declared and _null_by_construction(k.expr)])
         if dropped:
             result.dp["notice"] = (f"rows where {' or '.join(dropped)} is NULL are in no group: a declared domain "
@@ -754,10 +756,11 @@ class Session:
 
     def _domain(self, plan: Plan) -> ResultSet:
         """The key tuples of the plan's declared domain, as the engine casts and lists them
-        (public data, free): kept per data version and keys' declarations, which the plans of
-        many query texts share (a dashboard's filters change the WHERE clause, not the keys), so
+        (public data, free), narrowed by the query's conditions on its keys (sql/narrow.py): kept
+        per data version, keys' declarations and narrowing, which the plans of many query texts
+        share (a dashboard's filters on other columns change the WHERE clause, not the keys), so
         that a new text does not build and generate the domain's SQL again (2-4 ms)."""
-        key = (self.engine.data_version(), tuple(k.declaration() for k in plan.keys))
+        key = (self.engine.data_version(), tuple(k.declaration() for k in plan.keys), narrowing(plan).signature())
         hit = self._plans.domains.get(key)
         if hit is None:
             hit = self.engine.execute(self.engine.prepare(declared_domain(plan), owned=True))
@@ -866,9 +869,10 @@ class Session:
         noisy = NoisyTable([list(c) for c in zip(*rows)] if rows else [[] for _ in rs.columns], list(rs.types), [], [], [])
         out = self._post.run(post, noisy)
         result = Result(out.names, out.types, out.rows, f"SELECT {len(out.rows)}")
-        if tree.args.get("where") is not None or tree.args.get("joins"):  # a cascading filter's: all keys regardless
-            result.dp = {"notice": "these are all the declared keys, whatever the WHERE clause or join: which of "
-                                   "them have rows is private (ask COUNT(*) ... GROUP BY for noisy counts); free"}
+        if tree.args.get("where") is not None or tree.args.get("joins"):  # a cascading filter's: all keys it allows
+            result.dp = {"notice": "these are all the declared keys that the conditions on the keys themselves and "
+                                   "joins with public tables allow, whatever the WHERE clause says of other columns: "
+                                   "which of them have rows is private (ask COUNT(*) ... GROUP BY for noisy counts); free"}
         return result
 
     def _outer_query(self, stmt: Query, tree: exp.Select, inner: exp.Select, alias: str) -> Result:
@@ -1054,6 +1058,8 @@ class Session:
             "ratios": [e.text for e in plan.estimates if family(e).centred_sum],
             "max_groups_per_unit": cal.groups_per_unit, "max_rows_per_group": plan.max_rows,
             "max_rows_per_unit": plan.total_rows if plan.total_bound else None,
+            "groups": self._domain(plan).row_count if plan.keys and plan.declared else None,
+            "narrowed_by": list(narrowing(plan).used),
             "auto_bounds": float(auto_bounds.SHARE) if self._auto_bounded(plan, cal, options or QueryOptions()) else None,
             "mechanisms": mechanisms,
             "selection": None if cal.selection is None else {
@@ -1241,12 +1247,6 @@ def budget_summary(policy: Policy, ledger: Ledger, user: str, detail: bool = Tru
     return out
 
 
-def _unqualified_sql(expr: exp.Expression) -> str:
-    """An expression as the analyst wrote it, without dpsql's table aliases (t0.age -> age)."""
-    plain = expr.transform(lambda n: exp.column(n.name) if isinstance(n, exp.Column) else n)
-    return plain.sql(dialect="postgres")[:80]
-
-
 def _null_by_construction(expr: exp.Expression) -> bool:
     """A key expression written to yield NULL for some rows (a NULL branch, NULLIF, a CASE
     without ELSE): PostgreSQL would show a NULL group, which a declared domain leaves out."""
@@ -1305,6 +1305,10 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
              (f"contribution bounds: {info['max_rows_per_unit']} row(s) per unit in all, in any groups "
               "(a unit with more has each row scaled down)" if info.get("max_rows_per_unit") else
               f"contribution bounds: {info['max_groups_per_unit']} group(s) per unit, {info['max_rows_per_group']} row(s) per group"),
+             *([f"groups: the {info['groups']} key tuple(s) of the declared domain"
+                + (f" that the conditions on the keys allow ({'; '.join(info['narrowed_by'])}), evaluated over the "
+                   "declared values and public tables only" if info.get("narrowed_by") else "")
+                + ", each answered with noise whether or not it has rows"] if info.get("groups") is not None else []),
              *([f"limits chosen when the query runs (dpsql.bounds = auto): {info['auto_bounds']:.0%} of its epsilon "
                 "profiles its rows, then a total bound on a unit's rows and clamps of summed values are chosen within "
                 "the policy's limits above; the noise below is at the policy's limits (the chosen ones are shown "

@@ -99,7 +99,8 @@ SURFACE = [
     ("SELECT COUNT(*) FROM people", 1),
     ("SELECT COUNT(*) FROM people WHERE age BETWEEN 30 AND 50 AND sex IN ('F', 'M')", 1),
     ("SELECT kind, COUNT(*) FROM events GROUP BY kind", 3),
-    ("SELECT kind, COUNT(*) FROM events WHERE kind = 'zz' GROUP BY kind", 3),
+    ("SELECT kind, COUNT(*) FROM events WHERE kind = 'a' GROUP BY kind", 1),  # a filter on the key narrows its domain
+    ("SELECT kind, COUNT(*) FROM events WHERE amount > 1e9 GROUP BY kind", 3),
     ("SELECT place, AVG(amount) FROM events GROUP BY place", 3),
     ("SELECT kind, place, COUNT(*) FROM events GROUP BY kind, place", 9),
     ("SELECT kind, COUNT(*) AS n FROM events GROUP BY 1 ORDER BY n DESC LIMIT 2", 2),

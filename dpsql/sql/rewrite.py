@@ -27,7 +27,9 @@ from .analyze import GroupKey, Plan
 from .bounding import SplitCopy, Stage, WeightedCopy
 from .build import dtype
 from .derived import Derived
+from .domains import COLUMN
 from .measures import Histogram, Measure, literal
+from .narrow import NONE, ROW, Narrowing, narrowing
 from .scope import Relation, Source, conjuncts
 from .total import total
 
@@ -61,7 +63,7 @@ def rewrite(plan: Plan, domain_size: int | None = None, salt: str | None = None,
     declared = [(i, k) for i, k in enumerate(plan.keys) if k.declared]
     # Only per-query bounding (and a split copy's heavy part) filters rows by the domain; a whole
     # weighted copy's rows are not filtered by key, and the session keeps the domain's groups.
-    ctes = [] if isinstance(weighting, WeightedCopy) else _domain_ctes(declared)
+    ctes = [] if isinstance(weighting, WeightedCopy) else _domain_ctes(declared, narrowing(plan) if declared else NONE)
     rows = _rows(plan, salt, weighting)
     if isinstance(weighting, SplitCopy):
         ctes.append(("light", _filtered(plan, rows, weighting, declared, light=True)))
@@ -101,28 +103,39 @@ def _from_totals(plan: Plan, copy: WeightedCopy) -> exp.Select:
 
 
 def declared_domain(plan: Plan) -> exp.Select:
-    """The cross product of the plan's declared key domains: the groups a GROUP BY over declared
-    keys releases whatever the data (policy values, or public tables'), so a query asking for
-    the keys alone is answered from it, free."""
+    """The key tuples a GROUP BY over declared keys releases whatever the data: the cross
+    product of the keys' domains (policy values, or public tables'), each narrowed by the
+    query's own conditions on it, and, where conditions tie keys to public tables, only the
+    tuples those tables have (sql/narrow.py). A query asking for the keys alone is answered
+    from it, free."""
     n = len(plan.keys)
-    return b.with_ctes(_domain_ctes(list(enumerate(plan.keys))),
-                       b.select([b.col(f"k{i}", "d") for i in range(n)], b.subquery(_domains_crossed(n), "d")))
+    narrowed = narrowing(plan)
+    ctes = _domain_ctes(list(enumerate(plan.keys)), narrowed)
+    if not narrowed.links:
+        return b.with_ctes(ctes, b.select([b.col(f"k{i}", "d") for i in range(n)], b.subquery(_domains_crossed(n), "d")))
+    keys = [b.col(f"k{i}", f"d{i}") for i in range(n)]
+    sources = [b.table(f"domain{i}", f"d{i}") for i in range(n)] + [b.table(t, a, quote=True) for a, t in narrowed.tables]
+    linked = b.select(keys, sources[0], joins=[b.join(s, kind="CROSS") for s in sources[1:]],
+                      where=[c.copy() for c in narrowed.links], distinct=True)
+    return b.with_ctes(ctes, linked)
 
 
-def _domain_ctes(keys: list[tuple[int, GroupKey]]) -> list[Stage]:
-    """Each declared domain once, as a CTE domain<i>: it filters the rows and supplies empty groups."""
-    return [(f"domain{i}", _domain_cte(i, k)) for i, k in keys]
+def _domain_ctes(keys: list[tuple[int, GroupKey]], narrowed: Narrowing = NONE) -> list[Stage]:
+    """Each declared domain once, as a CTE domain<i>, narrowed by the conditions on its key
+    alone: it filters the rows and supplies empty groups."""
+    return [(f"domain{i}", _domain_cte(i, k, narrowed)) for i, k in keys]
 
 
-_DOMAINS: dict[tuple[int, str], exp.Expression] = {}
+_DOMAINS: dict[tuple[int, str, str], exp.Expression] = {}
 DOMAINS_KEPT = 256
 
 
-def _domain_cte(i: int, key: GroupKey) -> exp.Select:
-    """Built once per position and declaration (the plans of many query texts share their
-    keys; a domain of many values is the largest part of a small bounded query), copied out."""
-    return _built_once(_DOMAINS, DOMAINS_KEPT, (i, key.declaration()),
-                       lambda: b.select([exp.Star()], b.subquery(_domain(key, i), f"dd{i}")))
+def _domain_cte(i: int, key: GroupKey, narrowed: Narrowing) -> exp.Select:
+    """Built once per position, declaration and narrowing (the plans of many query texts share
+    their keys; a domain of many values is the largest part of a small bounded query), copied out."""
+    own = narrowed.own[i] if i < len(narrowed.own) else None
+    return _built_once(_DOMAINS, DOMAINS_KEPT, (i, key.declaration(), narrowed.own_sql(i)),
+                       lambda: b.select([exp.Star()], b.subquery(_domain(key, i, own), f"dd{i}")))
 
 
 def _built_once(kept: dict, most: int, key: tuple, build: Callable[[], exp.Expression]) -> exp.Expression:
@@ -283,22 +296,41 @@ def _derived(d: Derived) -> exp.Select:
     return b.select(items, b.subquery(inner, "agg"), where=having)
 
 
-def _domain(key: GroupKey, i: int) -> exp.Expression:
+def _domain(key: GroupKey, i: int, own=None) -> exp.Expression:
     """A key's domain, each key once as the engine sees it: declared values are cast to the
     column's type and deduplicated there (' 1', '01' and 1 are one INTEGER key), so no group
-    can be released twice."""
+    can be released twice. `own` (narrow.Own): the query's conditions on this key alone, over
+    its value (domains.COLUMN) or its public table's row, keep the keys they can be true for."""
     k = b.col(f"k{i}")
     not_null = b.not_null(k.copy())
-    if key.domain is not None:
-        return b.select([k], b.subquery(_values(key.domain, key.type_name), f"d{i}", [f"k{i}"]), where=[not_null],
+
+    def narrowed(value: exp.Expression) -> list[exp.Expression]:
+        if own is None:
+            return []
+        if own.over == ROW:
+            return [c.copy() for c in own.conditions]
+        return [c.copy().transform(lambda n: value.copy() if n == COLUMN else n) for c in own.conditions]
+
+    if key.domain is not None and own is not None and own.image is not None:
+        # A domain from the key's form, narrowed to the keys its column's allowed values give.
+        f = b.neutral(total(own.image.expr))
+        given = b.select([f], b.subquery(_values(own.image.values, own.image.type_name), "d", ["c"]),
+                         where=narrowed(COLUMN))
+        return b.select([k], b.subquery(_values(key.domain, key.type_name), f"d{i}", [f"k{i}"]),
+                        where=[not_null, exp.In(this=k.copy(), query=exp.Subquery(this=given))],
                         distinct=not _distinct_as_cast(key.domain, key.type_name))
+    if key.domain is not None:
+        return b.select([k], b.subquery(_values(key.domain, key.type_name), f"d{i}", [f"k{i}"]),
+                        where=[not_null, *narrowed(k)], distinct=not _distinct_as_cast(key.domain, key.type_name))
     if key.image is not None:
         f = b.neutral(total(key.image.expr))
         return b.select([b.named(f, f"k{i}")], b.subquery(_values(key.image.values, key.image.type_name), "d", ["c"]),
-                        where=[b.not_null(f.copy())], distinct=True)
+                        where=[b.not_null(f.copy()), *narrowed(COLUMN)], distinct=True)
     table, column = key.domain_table
+    # A private column's keys_from values read as the column's own type, as its rows are.
+    value = b.quoted(column) if key.type_name is None else exp.TryCast(this=b.quoted(column), to=dtype(key.type_name))
     return b.select([b.named(b.quoted(column), f"k{i}")], b.table(table, quote=True),
-                    where=[b.not_null(b.quoted(column))], distinct=True)
+                    where=[b.not_null(b.quoted(column)), *narrowed(value)], distinct=True)
 
 
 # Unbounded text types by name: the dialect reads CHAR(n) and VARCHAR(n) as TEXT too, but on

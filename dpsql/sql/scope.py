@@ -403,6 +403,11 @@ def grouped_item(query: exp.Select, g: exp.Expression) -> exp.Expression:
     return g
 
 
+def as_written(expr: exp.Expression) -> str:
+    """An expression as the analyst wrote it, without dpsql's table aliases (t0.age -> age)."""
+    return expr.transform(lambda n: exp.column(n.name) if isinstance(n, exp.Column) else n).sql(dialect="postgres")
+
+
 def output_name(item: exp.Expression) -> str:
     """The column name PostgreSQL gives a select item."""
     if isinstance(item, exp.Alias):
