@@ -29,10 +29,13 @@ from .base import (
     files_version,
     is_coin,
     is_keyed_hash,
+    out_of_memory,
     quote,
+    statement_timeout,
     width_bucket_case,
 )
 from .scratch import ScratchDir
+from .watchdog import Watchdog
 
 # DuckDB's own default is 80 % of the machine's memory, which it then fills with cached blocks
 # (a weighted copy's build over 50M rows peaked at 2.6 GB). Joins, aggregations and sorts past the
@@ -99,6 +102,7 @@ class DuckDBEngine:
         self._reused_version: str | None = None
         self._reused_cells = 0
         self._reused_lock = threading.Lock()
+        self._watchdog = Watchdog(policy.engine.statement_timeout)
 
     def _attach_sources(self) -> None:
         db = self._policy.engine.database
@@ -199,10 +203,24 @@ class DuckDBEngine:
             raise OperationalError("canceling statement due to user request", sqlstate="57014") from None
         except duckdb.BinderException:
             raise bind_failure() from None
+        except duckdb.OutOfMemoryException:  # past [engine] memory_limit, spilling included
+            raise out_of_memory() from None
         except duckdb.Error:
             raise failure from None
         finally:
             self._running.pop(ident, None)
+
+    @contextlib.contextmanager
+    def _timed(self, cur: duckdb.DuckDBPyConnection) -> Iterator[None]:
+        """[engine] statement_timeout: the query is interrupted once it has run that long (a
+        weighted copy's build, which is not a query's, is not timed)."""
+        with self._watchdog.timed(cur.interrupt) as expired:
+            try:
+                yield
+            except duckdb.InterruptException:
+                if expired():
+                    raise statement_timeout() from None
+                raise
 
     def execute(self, sql: str, stop: threading.Event | None = None) -> ResultSet:
         """Run dpsql-built SQL; not started once `stop` is set (engines/base.py)."""
@@ -210,7 +228,7 @@ class DuckDBEngine:
             "the query failed while running in the engine",
             sqlstate="XX000",
             hint=ENGINE_FAILURE_HINT)
-        with self._tracked(failure) as cur:
+        with self._tracked(failure) as cur, self._timed(cur):
             if stop is not None and stop.is_set():
                 raise duckdb.InterruptException("stopped before it started")
             self._run(cur, sql)
@@ -379,6 +397,8 @@ class DuckDBEngine:
         """Close the connection and remove the scratch copies (idempotent)."""
         for cur in list(getattr(self, "_running", {}).values()):
             cur.interrupt()
+        if getattr(self, "_watchdog", None) is not None:
+            self._watchdog.close()
         self._con.close()
         self._scratch.close()
 
