@@ -18,6 +18,7 @@ from typing import Iterator, Mapping
 import duckdb
 from sqlglot import exp
 
+from .. import owner_only
 from ..config import Policy, check_against_schema
 from ..errors import OperationalError, PolicyError
 from ..sql.build import DUCKDB, dtype
@@ -79,12 +80,14 @@ class DuckDBEngine:
         # what scanning the source does (an in-memory copy was 3x slower); in memory with
         # [engine] scratch = "memory", for small tables.
         self._scratch = ScratchDir()
+        owner_only.make_dirs(self._scratch.file("spill"))  # 0700, where DuckDB would make it 0755
         config["temp_directory"] = str(self._scratch.file("spill"))
         self._con = duckdb.connect(":memory:", config=config)
         self._files: list[Path] = []
         target = ":memory:" if policy.engine.scratch == "memory" else str(self._scratch.file("weights.duckdb"))
         try:
             self._con.execute(f"ATTACH {_literal(target)} AS scratch")
+            self._scratch.protect()  # DuckDB created the file with the umask's mode, inside the 0700 directory
             self._attach_sources()
             self._schema = self._introspect()
         except duckdb.Error as e:
