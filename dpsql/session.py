@@ -130,6 +130,7 @@ class Session:
         self._plans = plan_cache.for_engine(self.engine)  # shared with every session over this engine
         self._deadline = policy.limits.deadline()  # the planning time budget of the statement under way
         self._headroom: tuple[Charge, bool] | None = None  # the last admitted query's charge, and room for its cost
+        self._shaping = _answer_shaping(policy)  # the policy's part of the answer cache's key
 
     def _defaults(self) -> Settings:
         return default_settings(self.policy, self.user)
@@ -1002,7 +1003,7 @@ class Session:
     def _cache_key(self, tree: exp.Query, options: QueryOptions) -> str:
         settings = {k: v for k, v in self._dp_settings().items() if k not in _ANSWER_NEUTRAL}
         text = json.dumps([tree.sql(dialect="postgres", normalize=True), settings, self.engine.data_version(),
-                           repr(options)])
+                           repr(options), self._shaping])
         return hashlib.sha256(text.encode()).hexdigest()
 
     def _receipted(self, cached: dict[str, Any]) -> bool:
@@ -1140,6 +1141,16 @@ def _charge_told(status: str) -> Iterator[None]:
         if e.sqlstate not in ("XX000", "42883", "57014", "53100", "53200"):  # cancelled, out of memory or disk
             raise
         raise OperationalError(e.message, sqlstate=e.sqlstate, hint=f"{e.hint}; {status}" if e.hint else status) from None
+
+
+def _answer_shaping(policy: Policy) -> str:
+    """What of the policy shapes an answer (each table's unit, limits, bounds, keys and types,
+    the join limit), as text the same in every process: a cached answer computed under other
+    bounds or limits is not served after the policy changes. Where a table's files live is not
+    part of it (the data version is)."""
+    tables = [(t.name, t.public, t.privacy_unit, t.max_groups, t.max_rows, t.max_contributions,
+               [repr(c) for c in t.columns.values()]) for t in policy.tables.values()]
+    return hashlib.sha256(repr((tables, policy.limits.max_join_rows)).encode()).hexdigest()
 
 
 def _shares(cost: Cost) -> list[tuple]:
