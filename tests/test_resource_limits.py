@@ -135,37 +135,26 @@ def _assert_failed_after_charge(conn, sqlstate: str, words: str) -> None:
     assert cur.fetchone() == (3,)
 
 
-def test_out_of_memory_after_the_charge_is_recorded_and_told(tmp_path):
-    policy = _heavy_db(tmp_path, engine='memory_limit = "4MB"\nthreads = 1')
+@pytest.mark.parametrize("engine,sql,sqlstate,message,hint,reason", [
+    ('memory_limit = "4MB"', SELF_JOIN, "53200", "out of memory: the query needed more memory than the engine may use",
+     "memory_limit", "out of memory"),
+    ("statement_timeout = 0.05", SLOW, "57014", "canceling statement due to statement timeout", "statement_timeout",
+     "statement timeout"),
+], ids=["out_of_memory", "statement_timeout"])
+def test_a_resource_limit_after_the_charge_is_recorded_and_told(tmp_path, engine, sql, sqlstate, message, hint,
+                                                                 reason):
+    policy = _heavy_db(tmp_path, engine=f"{engine}\nthreads = 1")
     conn = dpsql.connect(policy, user="alice")
     try:
         cur = conn.cursor()
         cur.execute("SET dpsql.bounds = policy")
         with pytest.raises(dpsql.OperationalError) as info:
-            cur.execute(SELF_JOIN)
+            cur.execute(sql)
         err = info.value
-        assert err.sqlstate == "53200"
-        assert err.message.startswith("out of memory")
-        assert "stays charged" in err.hint and "memory_limit" in err.hint
+        assert (err.sqlstate, err.message) == (sqlstate, message)
+        assert "stays charged" in err.hint and hint in err.hint
         assert "Traceback" not in str(err) and "duckdb" not in str(err).lower()
-        _assert_failed_after_charge(conn, "53200", "out of memory")
-    finally:
-        conn.close()
-
-
-def test_statement_timeout_after_the_charge_is_recorded_and_told(tmp_path):
-    policy = _heavy_db(tmp_path, engine="statement_timeout = 0.05\nthreads = 1")
-    conn = dpsql.connect(policy, user="alice")
-    try:
-        cur = conn.cursor()
-        cur.execute("SET dpsql.bounds = policy")
-        with pytest.raises(dpsql.OperationalError) as info:
-            cur.execute(SLOW)
-        err = info.value
-        assert err.sqlstate == "57014"
-        assert err.message == "canceling statement due to statement timeout"
-        assert "stays charged" in err.hint
-        _assert_failed_after_charge(conn, "57014", "statement timeout")
+        _assert_failed_after_charge(conn, sqlstate, reason)
     finally:
         conn.close()
 
