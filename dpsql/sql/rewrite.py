@@ -276,12 +276,17 @@ def _unit_rows(source: Source, keep: int) -> exp.Select:
     """A private table joined to other private tables: at most `keep` rows of each unit
     (scope.bound_unit_joins), the first by a hash of the row's values. A unit's rows kept
     depend on its own rows alone (the join's neighbours still differ by one unit), and are the
-    same on every run over the same data (a repeated query's result can be reused)."""
-    unit = b.quoted(source.table.privacy_unit)
-    order = exp.Order(expressions=[exp.Ordered(this=b.anonymous("DPSQL_HASH", *[b.quoted(c) for c in source.columns]))])
-    number = exp.Window(this=exp.RowNumber(), partition_by=[unit], order=order, over="OVER")
-    numbered = b.select([exp.Star(), b.named(number, "__dpsql_jn")], b.table(source.table.name, quote=True))
-    return b.select([exp.Star()], b.subquery(numbered, "j"), where=[exp.LTE(this=b.col("__dpsql_jn"), expression=b.node(keep))])
+    same on every run over the same data (a repeated query's result can be reused). Columns are
+    named and qualified, so that an engine that types columns by their source (PostgreSQL's
+    lowering) reads the table's types through it."""
+    names = list(source.columns)
+    order = exp.Order(expressions=[exp.Ordered(this=b.anonymous("DPSQL_HASH", *[b.quoted(c, "s") for c in names]))])
+    number = exp.Window(this=exp.RowNumber(), partition_by=[b.quoted(source.table.privacy_unit, "s")], order=order,
+                        over="OVER")
+    numbered = b.select([b.named(b.quoted(c, "s"), c) for c in names] + [b.named(number, "__dpsql_jn")],
+                        b.table(source.table.name, "s", quote=True))
+    return b.select([b.named(b.quoted(c, "j"), c) for c in names], b.subquery(numbered, "j"),
+                    where=[exp.LTE(this=b.col("__dpsql_jn", "j"), expression=b.node(keep))])
 
 
 def _derived(d: Derived) -> exp.Select:
