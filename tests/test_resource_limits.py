@@ -168,12 +168,16 @@ def test_statement_timeout_is_a_policy_key_of_duckdb(tmp_path):
         load_policy(policy)
 
 
-def test_out_of_memory_over_the_wire_keeps_the_connection(tmp_path):
+@pytest.mark.parametrize("workers", ["1", "2"])  # one process; a supervisor writing its workers' records
+def test_out_of_memory_over_the_wire_keeps_the_connection(tmp_path, workers):
+    from dpsql.accounting.ledger import Ledger
+
     from .server_fixture import Serve
 
     policy = _heavy_db(tmp_path, engine='memory_limit = "4MB"\nthreads = 1')
-    serve = Serve(policy, tmp_path / "ledger.sqlite")
+    serve = Serve(policy, tmp_path / "ledger.sqlite", "--workers", workers)
     try:
+        serve.wait_for("serving")
         with psycopg.connect(serve.dsn(), autocommit=True) as conn:
             conn.execute("SET dpsql.bounds = policy")
             with pytest.raises(psycopg.errors.OutOfMemory) as info:
@@ -186,3 +190,9 @@ def test_out_of_memory_over_the_wire_keeps_the_connection(tmp_path):
     finally:
         out = serve.stop()
     assert "Traceback" not in out
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    try:
+        failure = failure_of(ledger.history("alice")[-1]["released"])
+    finally:
+        ledger.close()
+    assert failure is not None and failure["sqlstate"] == "53200" and failure["resource_limit"]
