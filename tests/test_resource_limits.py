@@ -17,10 +17,12 @@ import textwrap
 import duckdb
 import psycopg
 import pytest
+from click.testing import CliRunner
 from sqlglot import exp
 
 import dpsql
 from dpsql.accounting.ledger import failure_of
+from dpsql.cli import main as cli
 from dpsql.config import load_policy
 from dpsql.console.audit import Search, search
 from dpsql.prepare import plan_query
@@ -130,6 +132,9 @@ def _assert_failed_after_charge(conn, sqlstate: str, words: str) -> None:
     assert conn.session.budget()["queries"] == 1
     records = [r for r in search(ledger, Search(kind="charges")) if r.charge_id == last["id"]]
     assert records[0].released == f"no: failed ({sqlstate}, resource limit)"
+    history = CliRunner().invoke(cli, ["budget", "history", "--policy", str(conn.session.policy.path), "alice"])
+    assert f"[charged; failed after its charge for a resource limit: {failure['reason']} (SQLSTATE {sqlstate}); " \
+           "nothing was released]" in history.output, history.output
     cur = conn.cursor()
     cur.execute("SELECT COUNT(*) FROM places")  # public: free, and the session still works
     assert cur.fetchone() == (3,)
