@@ -201,3 +201,33 @@ def test_out_of_memory_over_the_wire_keeps_the_connection(tmp_path, workers):
     finally:
         ledger.close()
     assert failure is not None and failure["sqlstate"] == "53200" and failure["resource_limit"]
+
+
+def test_the_watchdog_interrupts_only_what_outlives_it_and_rests_when_idle(monkeypatch):
+    import time
+
+    from dpsql.engines import watchdog
+
+    def until(condition, seconds: float = 10.0) -> float:
+        """Seconds until `condition` holds (polled; a busy host may wake the watchdog late)."""
+        start = time.monotonic()
+        while not condition():
+            assert time.monotonic() - start < seconds
+            time.sleep(0.005)
+        return time.monotonic() - start
+
+    monkeypatch.setattr(watchdog, "IDLE_EXIT", 0.2)
+    dog = watchdog.Watchdog(0.05)
+    interrupted = []
+    try:
+        with dog.timed(lambda: interrupted.append("slow")) as expired:
+            assert until(expired) >= 0.04  # never before its timeout
+        with dog.timed(lambda: interrupted.append("quick")) as expired:
+            pass
+        assert not expired() and interrupted == ["slow"]
+        until(lambda: dog._thread is None)  # no thread kept for an engine that runs nothing
+        with dog.timed(lambda: interrupted.append("again")) as expired:
+            until(expired)
+        assert interrupted == ["slow", "again"]
+    finally:
+        dog.close()

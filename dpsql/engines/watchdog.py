@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Callable, Iterator
 
+IDLE_EXIT = 60.0  # seconds without a query after which the thread ends
 
 class Watchdog:
     def __init__(self, seconds: float):
@@ -55,7 +56,11 @@ class Watchdog:
                     self._expired.add(token)
                     interrupt()  # DuckDB's interrupt only sets a flag: quick, and safe under the lock
                 first = next(iter(self._due.values()), None)
-                self._cond.wait(None if first is None else max(first[0] - now, 0.001))
+                if first is None and not self._cond.wait(IDLE_EXIT) and not self._due:
+                    break  # nothing to time for a while (an engine nobody closed, say): the next query starts one
+                if first is not None:
+                    self._cond.wait(max(first[0] - now, 0.001))
+            self._thread = None
 
     def close(self) -> None:
         with self._cond:
