@@ -147,7 +147,7 @@ def main() -> None:
     ap.add_argument("--servers", type=int, default=2)
     ap.add_argument("--workers", type=int, default=1, help="dpsql serve --workers of each server")
     args = ap.parse_args()
-    from dpsql.accounting.ledger import Ledger
+    from dpsql.accounting.ledger import Ledger, failure_of
 
     with tempfile.TemporaryDirectory() as d:
         policy = sample_policy(Path(d))
@@ -192,8 +192,10 @@ def main() -> None:
         led = Ledger(ledger)
         charged = {row["sql"].rsplit("soak ", 1)[-1].split(" ")[0] for user in ("alice", "bob")
                    for row in led.history(user) if "/* soak " in row["sql"]}
-        released = {row["sql"].rsplit("soak ", 1)[-1].split(" ")[0] for user in ("alice", "bob")
-                    for row in led.history(user) if "/* soak " in row["sql"] and row["released"] is not None}
+        rows = [row for user in ("alice", "bob") for row in led.history(user) if "/* soak " in row["sql"]]
+        released = {row["sql"].rsplit("soak ", 1)[-1].split(" ")[0] for row in rows
+                    if row["released"] is not None and failure_of(row["released"]) is None}
+        failed = sum(1 for row in rows if failure_of(row["released"]) is not None)
         violations = [m for m in answered if m not in charged]
         problems = led.verify()
         growth = [life[-1] - life[0] for s in servers for life in s.lives if len(life) > 1]
@@ -204,7 +206,8 @@ def main() -> None:
         print("|---|---|")
         for key in sorted(counts):
             print(f"| {key} | {counts[key]} |")
-        print(f"| DP charges recorded | {len(charged)} (with a recorded release: {len(released)}) |")
+        print(f"| DP charges recorded | {len(charged)} (with a recorded release: {len(released)}; recorded as failed "
+              f"after the charge: {failed}) |")
         print(f"| answers without a durable charge | {len(violations)} |")
         print(f"| ledger verify | {'ok' if not problems else '; '.join(problems[:3])} |")
         if longest:

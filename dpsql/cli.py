@@ -17,7 +17,7 @@ from . import __version__, owner_only, policy_report
 from .accounting.cost import Cost, Part, show
 from .accounting.filters import FILTERS, make_filter, simulate
 from .accounting.integrity import identity_file
-from .accounting.ledger import Ledger, open_ledger
+from .accounting.ledger import Ledger, failure_of, failure_text, open_ledger
 from .config import Policy, SchemaMismatch, default_reserve, exact, load_policy
 from .engines import Engine, open_engine
 from .errors import Error, invalid_parameter
@@ -305,7 +305,9 @@ def budget_history(policy: str, ledger: str | None, user: str, as_json: bool) ->
         return
     for r in rows:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["at"]))
-        status = "released" if r["released"] is not None else "charged, no answer recorded"
+        failure = failure_of(r["released"])
+        status = (failure_text(failure) if failure is not None else "released" if r["released"] is not None
+                  else "charged, no answer recorded")
         click.echo(f"#{r['id']} {when} epsilon={show(r['cost'].epsilon)} delta={show(r['cost'].delta)} "
                    f"[{status}] {' '.join(r['sql'].split())}")
     click.echo(f"({len(rows)} releases)")

@@ -346,7 +346,8 @@ def parse_policy(doc: Mapping[str, Any], path: Path, *, ledger_path: str | Path 
 def _parse_limits(r: _Reader) -> QueryLimits:
     """[limits]: what one statement may cost to read and plan (sql/limits.py)."""
     default = QueryLimits()
-    names = ("max_query_bytes", "max_tokens", "max_nodes", "max_in_list", "max_depth", "max_expression_depth")
+    names = ("max_query_bytes", "max_tokens", "max_nodes", "max_in_list", "max_depth", "max_expression_depth",
+             "max_join_rows")
     r.unknown_keys(set(names) | {"planning_seconds"})
     values = {name: r.integer(name, getattr(default, name)) for name in names}
     seconds = float(r.number("planning_seconds", Fraction(default.planning_seconds), positive=True))
@@ -362,7 +363,7 @@ def _section(reader: _Reader, key: str) -> Mapping[str, Any]:
 
 def _parse_engine(r: _Reader, base: Path) -> EngineConfig:
     kind = r.choice("kind", "duckdb", ENGINES)
-    allowed = {"duckdb": {"database", "threads", "memory_limit", "scratch"},
+    allowed = {"duckdb": {"database", "threads", "memory_limit", "scratch", "statement_timeout"},
                "postgres": {"url", "schema", "statement_timeout", "settings", "scratch_url", "scratch_schema"},
                "spark": {"master", "remote", "conf", "statement_timeout"}}[kind]
     r.unknown_keys(allowed | {"kind"})
@@ -422,7 +423,8 @@ def _parse_engine(r: _Reader, base: Path) -> EngineConfig:
     if memory is not None and not isinstance(memory, str):
         raise r.fail("memory_limit must be a string", 'for example memory_limit = "4GB"')
     scratch = r.choice("scratch", "disk", ("disk", "memory"))
-    return EngineConfig(kind=kind, database=db_path, threads=threads, memory_limit=memory, scratch=scratch)
+    return EngineConfig(kind=kind, database=db_path, threads=threads, memory_limit=memory, scratch=scratch,
+                        statement_timeout=timeout)
 
 
 RESERVE_SHARE = Fraction(1, 10)  # of delta, set aside by default for releases with a delta of their own

@@ -19,7 +19,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, NoReturn, Sequence
 
 import sqlglot
 from sqlglot import exp
@@ -134,6 +134,7 @@ class Session:
         self._plans = plan_cache.for_engine(self.engine)  # shared with every session over this engine
         self._deadline = policy.limits.deadline()  # the planning time budget of the statement under way
         self._headroom: tuple[Charge, bool] | None = None  # the last admitted query's charge, and room for its cost
+        self._shaping = _answer_shaping(policy)  # the policy's part of the answer cache's key
 
     def _defaults(self) -> Settings:
         return default_settings(self.policy, self.user)
@@ -575,14 +576,16 @@ class Session:
                                        json.dumps(_detail(policy_plan, at_rest), default=str), self.global_budget)
         charge = pending.admitted()
         try:
-            with _charge_told("the query's cost stays charged: its limits were being chosen from the data"):
-                profile = auto_bounds.noised(self._profile_rows(policy_plan, cols, top), cols, top, epsilon)
-                choice = auto_bounds.choose(policy_plan, profile, cols, top, epsilon, len(groups) if groups else 1)
-                plan, cal, bounded = self._plans.derived(policy_plan, f"chosen {choice.options(QueryOptions())}",
-                                                         lambda: self._chosen(tree, options, choice, rest))
-                if _shares(cal.cost) != _shares(at_rest.cost):
-                    raise OperationalError("the chosen limits changed the release's cost", sqlstate="XX000",
-                                           hint="this is a bug in dpsql, please report it")
+            profile = auto_bounds.noised(self._profile_rows(policy_plan, cols, top), cols, top, epsilon)
+            choice = auto_bounds.choose(policy_plan, profile, cols, top, epsilon, len(groups) if groups else 1)
+            plan, cal, bounded = self._plans.derived(policy_plan, f"chosen {choice.options(QueryOptions())}",
+                                                     lambda: self._chosen(tree, options, choice, rest))
+            if _shares(cal.cost) != _shares(at_rest.cost):
+                raise OperationalError("the chosen limits changed the release's cost", sqlstate="XX000",
+                                       hint="this is a bug in dpsql, please report it")
+        except Exception as e:
+            pending.durable()
+            self._failed(charge, e, "the query's cost stays charged: its limits were being chosen from the data")
         except BaseException:
             pending.durable()
             raise
@@ -687,11 +690,11 @@ class Session:
                 stopper.ended.set()
         if pending is not None:
             charge = pending.admitted()  # a refusal, or a ledger that cannot record it: raised here, first
+        if failure is not None:
+            if pending is not None:
+                pending.durable()  # raises instead, with nothing charged, if the commit fails
+            self._failed(charge, failure)
         try:
-            if failure is not None:
-                with _charge_told("the query's cost stays charged, because whether a query fails can depend on "
-                                  "the data"):
-                    raise failure
             out = self._post.run(plan.post, release(plan, cal, _released_groups(plan, bounded, rs), s.confidence,
                                                     charge, self.policy))
             left = charge.filter.remaining(charge.totals)
@@ -706,6 +709,19 @@ class Session:
               "ci": dict(out.ci), "confidence": s.confidence, "mechanism": s.mechanism, "cached": False,
               "noise": [dict(m) for m in detail["mechanisms"]], "receipt": charge.id}
         return Result(out.names, out.types, rows, f"SELECT {len(rows)}", dp)
+
+    def _failed(self, charge: Charge, failure: BaseException,
+                status: str = "the query's cost stays charged, because whether a query fails can depend on the data"
+                ) -> NoReturn:
+        """A query that fails after its charge (the engine's memory or time limit, a cancel, an
+        engine error): the charge stays, as whether it fails can depend on the data; its release
+        record says it failed and why (dpsql's own words), and the client gets the error with
+        its SQLSTATE and what happened to the budget."""
+        error = failure if isinstance(failure, Error) else None
+        self.ledger.record_failure(charge.id, error.sqlstate if error else "XX000",
+                                   error.message if error else "internal error")
+        with _charge_told(status):
+            raise failure
 
     def _run_bounded(self, plan: Plan, bounded: Bounded, stop: threading.Event | None = None) -> ResultSet:
         """The bounded query's exact result. When the data alone determines it (no sampling salt,
@@ -1010,7 +1026,7 @@ class Session:
     def _cache_key(self, tree: exp.Query, options: QueryOptions) -> str:
         settings = {k: v for k, v in self._dp_settings().items() if k not in _ANSWER_NEUTRAL}
         text = json.dumps([tree.sql(dialect="postgres", normalize=True), settings, self.engine.data_version(),
-                           repr(options)])
+                           repr(options), self._shaping])
         return hashlib.sha256(text.encode()).hexdigest()
 
     def _receipted(self, cached: dict[str, Any]) -> bool:
@@ -1147,9 +1163,19 @@ def _charge_told(status: str) -> Iterator[None]:
     try:
         yield
     except OperationalError as e:
-        if e.sqlstate not in ("XX000", "42883", "57014"):  # 57014: cancelled while the engine ran
+        if e.sqlstate not in ("XX000", "42883", "57014", "53100", "53200"):  # cancelled, out of memory or disk
             raise
         raise OperationalError(e.message, sqlstate=e.sqlstate, hint=f"{e.hint}; {status}" if e.hint else status) from None
+
+
+def _answer_shaping(policy: Policy) -> str:
+    """What of the policy shapes an answer (each table's unit, limits, bounds, keys and types,
+    the join limit), as text the same in every process: a cached answer computed under other
+    bounds or limits is not served after the policy changes. Where a table's files live is not
+    part of it (the data version is)."""
+    tables = [(t.name, t.public, t.privacy_unit, t.max_groups, t.max_rows, t.max_contributions,
+               [repr(c) for c in t.columns.values()]) for t in policy.tables.values()]
+    return hashlib.sha256(repr((tables, policy.limits.max_join_rows)).encode()).hexdigest()
 
 
 def _shares(cost: Cost) -> list[tuple]:

@@ -117,6 +117,29 @@ def test_the_cache_is_keyed_by_every_setting_that_changes_an_answer(conn):
     assert cur.dp["cached"] is True and conn.session.budget()["queries"] == spent
 
 
+def test_the_cache_is_keyed_by_the_policy_that_shapes_an_answer(small_policy, tmp_path):
+    """A cached answer outlives the process in the ledger: after the policy's bounds or limits
+    change, the repeated query runs anew at the new ones; under the same policy it is cached."""
+    query = "SELECT AVG(age) FROM people"
+    ledger = tmp_path / "kept.sqlite"
+
+    def run() -> bool:
+        conn = dpsql.connect(small_policy, user="alice", ledger=ledger)
+        try:
+            cur = conn.cursor()
+            cur.execute(query)
+            return cur.dp["cached"]
+        finally:
+            conn.close()
+
+    assert run() is False and run() is True
+    text = small_policy.read_text()
+    small_policy.write_text(text.replace("columns.age = { lower = 0, upper = 100 }", "columns.age = { lower = 0, upper = 90 }"))
+    assert run() is False and run() is True
+    small_policy.write_text(small_policy.read_text() + "\n[limits]\nmax_join_rows = 10000\n")
+    assert run() is False
+
+
 def test_budgets_are_per_analyst(small_policy):
     a = dpsql.connect(small_policy, user="alice")
     b = dpsql.connect(small_policy, user="bob")

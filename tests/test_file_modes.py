@@ -181,3 +181,27 @@ def test_serve_warns_at_start_and_serves(small_policy, tmp_path, workers):
         assert f"chmod 600 {identity_file(ledger)}" in server.output()
     finally:
         server.stop()
+
+
+def test_the_engines_scratch_is_owner_only(small_policy, umask):
+    """DuckDB's scratch (weighted copies of private tables, spills): its directories 0700 and the
+    files dpsql and DuckDB create there 0600, from the moment the engine opens (before: the
+    copies' database file and the owner file came out 0644 inside the 0700 directory, and the
+    spill directory 0755). Spill files DuckDB creates during a query take the umask's mode, inside
+    those directories, which no other user can enter."""
+    import dpsql
+
+    conn = dpsql.connect(small_policy, user="alice")
+    try:
+        root = conn.session.engine._scratch.path
+        opened = _entries(root) | {root}
+        assert {"weights.duckdb", "owner.pid", "spill"} <= _names(opened)
+        assert _open_modes(opened) == {}
+        cur = conn.cursor()
+        cur.execute("SET dpsql.bounds = policy")
+        cur.execute("SELECT kind, SUM(amount) FROM events GROUP BY kind")  # builds a weighted copy
+        built = _entries(root) | {root}
+        assert _open_modes(built) == {}
+    finally:
+        conn.close()
+    assert not root.exists()  # removed on close

@@ -144,8 +144,8 @@ def test_a_full_pending_pool_drops_its_longest_idle_connection():
         now = asyncio.get_running_loop().time()
         pool = SimpleNamespace(limits=Limits(max_pending=4, max_pending_per_address=3, pending_idle=1.0), pending={})
 
-        def pending(pid: int, address: str, idle: float) -> SimpleNamespace:
-            c = SimpleNamespace(pid=pid, address=address, heard=now - idle, dropped=False)
+        def pending(pid: int, address: str, idle: float, greeted: bool = True) -> SimpleNamespace:
+            c = SimpleNamespace(pid=pid, address=address, heard=now - idle, dropped=False, greeted=greeted)
             c.drop = lambda _now: (pool.pending.pop(pid), setattr(c, "dropped", True))
             pool.pending[pid] = c
             return c
@@ -160,6 +160,11 @@ def test_a_full_pending_pool_drops_its_longest_idle_connection():
         refusal = Server.make_room(pool, SimpleNamespace(address="c"))
         assert refusal == "sorry, too many connections are logging in; try again shortly"
         assert sorted(pool.pending) == [2, 3, 4, 6]
+        # one that never sent its first message whole goes first, however young; the oldest of them
+        pool.pending.clear()
+        greeted, young, younger = pending(7, "a", 5.0), pending(8, "a", 0.2, False), pending(9, "a", 0.1, False)
+        assert Server.make_room(pool, SimpleNamespace(address="a")) is None and young.dropped
+        assert not greeted.dropped and not younger.dropped
 
     asyncio.run(scenario())
 
@@ -314,13 +319,25 @@ def test_half_open_sockets_cannot_shut_the_door(small_policy, tmp_path):
         server.stop()
 
 
+def _greeted(server, n: int) -> list[socket.socket]:
+    """n connections that sent a whole startup packet (and got the SCRAM challenge), then stalled."""
+    socks = []
+    for _ in range(n):
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        sock.sendall(startup_packet("alice"))
+        sock.settimeout(10)
+        assert sock.recv(4096)[:1] == b"R"  # AuthenticationSASL: the startup packet was read whole
+        socks.append(sock)
+    return socks
+
+
 def test_one_address_cannot_take_the_whole_pending_pool(small_policy, tmp_path):
     """Four pending connections from one address are its share: a fifth waits while they are
-    active, and gets in once one of them has been idle for a second (that one is dropped)."""
+    active (each sent its startup packet within the last second), and gets in once one of them has been idle for a second (that one is dropped)."""
     server = Serve(small_policy, tmp_path / "l.sqlite", "--max-pending", "40", "--max-pending-per-address", "4",
                    "--login-timeout", "8")
     _login(server, "bob")  # the server is up and has closed Serve's own probe connection
-    socks = _half_open(server, 4)
+    socks = _greeted(server, 4)
     try:
         started = time.monotonic()
         _login(server, "bob")  # queued behind the four, not refused
@@ -345,6 +362,28 @@ def test_half_open_connections_never_take_analysts_slots(small_policy, tmp_path)
         with psycopg.connect(server.dsn()) as second:  # the second authenticated slot is still free
             assert second.execute("SELECT COUNT(*) FROM people").fetchone()[0] >= 0
         working.close()
+    finally:
+        for s in socks:
+            s.close()
+        server.stop()
+
+
+def test_two_hundred_fresh_half_open_sockets_never_shut_the_door(small_policy, tmp_path):
+    """The red team's case at the default caps (64 pending, 16 from one address): 200 sockets
+    that sent part of a startup packet, renewed as fast as the client can open them; a right
+    password from the same address gets in at once, without waiting for any of them to go
+    idle. A connection that has not completed its first message is dropped first, oldest first."""
+    server = Serve(small_policy, tmp_path / "l.sqlite", "--login-timeout", "8")
+    _login(server, "bob")  # the server is up and has closed Serve's own probe connection
+    socks = []
+    try:
+        for _ in range(3):
+            socks += _half_open(server, 200)  # opened within well under a second: none is idle
+            start = time.monotonic()
+            _login(server, "bob")
+            assert time.monotonic() - start < 1.0
+        with psycopg.connect(server.dsn()) as conn:  # and a session works behind them
+            assert conn.execute("SELECT COUNT(*) FROM people").fetchone()[0] >= 0
     finally:
         for s in socks:
             s.close()

@@ -81,6 +81,26 @@ _SCHEMA = [
         PRIMARY KEY (user_name, kind))""",
 ]
 
+# SQLSTATEs of a query stopped by a resource limit after its charge (out of memory, disk full,
+# statement timeout or a cancel); other failures after a charge are engine errors.
+RESOURCE_LIMITS = {"53100": "disk full", "53200": "out of memory", "57014": "statement timeout or cancel"}
+FAILED_PREFIX = '{"failed":'  # how a failure's release record starts (record_failure)
+
+
+def failure_of(released: Any) -> dict[str, Any] | None:
+    """The failure a release record holds (record_failure), or None for a release."""
+    if isinstance(released, dict) and isinstance(released.get("failed"), dict):
+        return released["failed"]
+    return None
+
+
+def failure_text(failure: Mapping[str, Any]) -> str:
+    """A failure record in words, for the audit log and the history."""
+    kind = "a resource limit" if failure.get("resource_limit") else "an engine failure"
+    return (f"charged; failed after its charge for {kind}: {failure.get('reason')} "
+            f"(SQLSTATE {failure.get('sqlstate')}); nothing was released")
+
+
 # Ordered migrations: MIGRATIONS[v] brings a version-v ledger to v + 1 (after a backup).
 # Version 1 (shipped before the meta table): no identity, no chain.
 _V1_TO_V2 = ["ALTER TABLE charges ADD COLUMN chain TEXT", "ALTER TABLE grants ADD COLUMN chain TEXT",
@@ -643,8 +663,8 @@ class Ledger:
     def release_recorded(self, user: str, charge_id: int) -> bool:
         """Whether the analyst's charge `charge_id` exists and its release was recorded (the
         receipt a cached answer carries)."""
-        row = self._exec(self._con(), "SELECT 1 FROM charges WHERE id = ? AND user_name = ? AND released IS NOT NULL",
-                         (charge_id, user)).fetchone()
+        row = self._exec(self._con(), "SELECT 1 FROM charges WHERE id = ? AND user_name = ? AND released IS NOT NULL "
+                         f"AND released NOT LIKE '{FAILED_PREFIX}%'", (charge_id, user)).fetchone()
         return row is not None
 
     def record_release(self, charge_id: int, released: Any) -> None:
@@ -658,6 +678,16 @@ class Ledger:
         except self._errors as e:
             raise OperationalError(f"the ledger could not record the release: {e}",
                                    hint="nothing was released; the query's cost stays charged") from None
+
+    def record_failure(self, charge_id: int, sqlstate: str, reason: str) -> None:
+        """A query that failed after its charge (a resource limit, an engine failure): its
+        release record says so, with the SQLSTATE and dpsql's own message (never the engine's),
+        so the audit log shows it charged and failed, nothing released. Best effort, as the
+        failure is told to the client either way and its charge is already durable."""
+        record = {"failed": {"sqlstate": sqlstate, "reason": reason, "resource_limit": sqlstate in RESOURCE_LIMITS}}
+        with contextlib.suppress(*self._errors, OperationalError):
+            self._write_lazily("UPDATE charges SET released = ? WHERE id = ? AND released IS NULL",
+                               (json.dumps(record), charge_id))
 
     def history(self, user: str | None = None) -> list[dict[str, Any]]:
         """The charges of `user` (None: of every analyst, as an auditor reads them), oldest first."""

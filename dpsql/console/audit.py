@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping
 from urllib.parse import urlencode
 
 from ..accounting.cost import show
-from ..accounting.ledger import Ledger
+from ..accounting.ledger import Ledger, failure_of
 from ..errors import invalid_parameter
 
 KINDS = ("all", "charges", "events")
@@ -68,13 +68,20 @@ def _day(text: str) -> float:
         raise invalid_parameter(f"{text!r} is not a date", hint="write dates as YYYY-MM-DD") from None
 
 
+def _released(released: Any) -> str:
+    failure = failure_of(released)
+    if failure is not None:
+        return f"no: failed ({failure.get('sqlstate')}{', resource limit' if failure.get('resource_limit') else ''})"
+    return "yes" if released is not None else "no"
+
+
 def search(ledger: Ledger, s: Search) -> list[Record]:
     """Every record that matches, newest first."""
     records: list[Record] = []
     if s.kind in ("all", "charges"):
         for h in ledger.history(s.user or None):
             records.append(Record(h["at"], "charge", h["user"], h["id"], show(h["cost"].epsilon), show(h["cost"].delta),
-                                  "yes" if h["released"] is not None else "no", h["sql"],
+                                  _released(h["released"]), h["sql"],
                                   detail=json.dumps(h["detail"], default=str)))
     if s.kind in ("all", "events"):
         for e in ledger.events(s.user or None):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..accounting.cost import show
-from ..accounting.ledger import Ledger
+from ..accounting.ledger import Ledger, failure_of, failure_text
 from . import results
 
 CACHE_EVENT = "answer from cache"  # the audit event of an answer the console served from the cache
@@ -57,6 +57,8 @@ def _charge(h: dict[str, Any], answer: dict[str, Any] | None, describe: Callable
     entry.noise = noise
     if released is None:
         entry.status = "charged; no answer was released (the query failed after its charge)"
+    elif failure_of(released) is not None:
+        entry.status = failure_text(failure_of(released))
     elif isinstance(released, dict) and "names" in released:  # one query: its rows, names and intervals
         entry.status = "released"
         entry.answers.append(results.table(released["names"], released["rows"], released.get("ci"), f"h{h['id']}",

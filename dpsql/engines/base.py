@@ -97,6 +97,19 @@ _DUCKDB_NAMES = {"INT": "INTEGER", "TEXT": "VARCHAR", "REAL": "FLOAT", "TIMESTAM
 ENGINE_FAILURE_HINT = "the engine's own message is withheld because it may quote private values"
 
 
+def out_of_memory() -> OperationalError:
+    """The engine ran out of memory (53200): its own message is withheld, as every engine
+    message is; that it happened is all the client learns."""
+    return OperationalError("out of memory: the query needed more memory than the engine may use", sqlstate="53200",
+                            hint="narrow the query (fewer groups or joined tables, a filter), or ask the operator to "
+                                 "raise the engine's memory limit ([engine] memory_limit, or work_mem)")
+
+
+def statement_timeout() -> OperationalError:
+    return OperationalError("canceling statement due to statement timeout", sqlstate="57014",
+                            hint="narrow the query, or ask the operator to raise [engine] statement_timeout")
+
+
 def canonical_type(type_name: str, dialect: str) -> str:
     """An engine's type name in the one spelling analysis and the wire codec read: DuckDB's
     (INTEGER, DOUBLE, VARCHAR, DATE, DECIMAL(p, s)...), see Engine.schema."""

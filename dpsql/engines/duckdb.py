@@ -18,6 +18,7 @@ from typing import Iterator, Mapping
 import duckdb
 from sqlglot import exp
 
+from .. import owner_only
 from ..config import Policy, check_against_schema
 from ..errors import OperationalError, PolicyError
 from ..sql.build import DUCKDB, dtype
@@ -29,10 +30,13 @@ from .base import (
     files_version,
     is_coin,
     is_keyed_hash,
+    out_of_memory,
     quote,
+    statement_timeout,
     width_bucket_case,
 )
 from .scratch import ScratchDir
+from .watchdog import Watchdog
 
 # DuckDB's own default is 80 % of the machine's memory, which it then fills with cached blocks
 # (a weighted copy's build over 50M rows peaked at 2.6 GB). Joins, aggregations and sorts past the
@@ -76,12 +80,14 @@ class DuckDBEngine:
         # what scanning the source does (an in-memory copy was 3x slower); in memory with
         # [engine] scratch = "memory", for small tables.
         self._scratch = ScratchDir()
+        owner_only.make_dirs(self._scratch.file("spill"))  # 0700, where DuckDB would make it 0755
         config["temp_directory"] = str(self._scratch.file("spill"))
         self._con = duckdb.connect(":memory:", config=config)
         self._files: list[Path] = []
         target = ":memory:" if policy.engine.scratch == "memory" else str(self._scratch.file("weights.duckdb"))
         try:
             self._con.execute(f"ATTACH {_literal(target)} AS scratch")
+            self._scratch.protect()  # DuckDB created the file with the umask's mode, inside the 0700 directory
             self._attach_sources()
             self._schema = self._introspect()
         except duckdb.Error as e:
@@ -99,6 +105,7 @@ class DuckDBEngine:
         self._reused_version: str | None = None
         self._reused_cells = 0
         self._reused_lock = threading.Lock()
+        self._watchdog = Watchdog(policy.engine.statement_timeout)
 
     def _attach_sources(self) -> None:
         db = self._policy.engine.database
@@ -200,10 +207,24 @@ class DuckDBEngine:
             raise OperationalError("canceling statement due to user request", sqlstate="57014") from None
         except duckdb.BinderException:
             raise bind_failure() from None
+        except duckdb.OutOfMemoryException:  # past [engine] memory_limit, spilling included
+            raise out_of_memory() from None
         except duckdb.Error:
             raise failure from None
         finally:
             self._running.pop(ident, None)
+
+    @contextlib.contextmanager
+    def _timed(self, cur: duckdb.DuckDBPyConnection) -> Iterator[None]:
+        """[engine] statement_timeout: the query is interrupted once it has run that long (a
+        weighted copy's build, which is not a query's, is not timed)."""
+        with self._watchdog.timed(cur.interrupt) as expired:
+            try:
+                yield
+            except duckdb.InterruptException:
+                if expired():
+                    raise statement_timeout() from None
+                raise
 
     def execute(self, sql: str, stop: threading.Event | None = None) -> ResultSet:
         """Run dpsql-built SQL; not started once `stop` is set (engines/base.py)."""
@@ -211,7 +232,7 @@ class DuckDBEngine:
             "the query failed while running in the engine",
             sqlstate="XX000",
             hint=ENGINE_FAILURE_HINT)
-        with self._tracked(failure) as cur:
+        with self._tracked(failure) as cur, self._timed(cur):
             if stop is not None and stop.is_set():
                 raise duckdb.InterruptException("stopped before it started")
             self._run(cur, sql)
@@ -380,6 +401,8 @@ class DuckDBEngine:
         """Close the connection and remove the scratch copies (idempotent)."""
         for cur in list(getattr(self, "_running", {}).values()):
             cur.interrupt()
+        if getattr(self, "_watchdog", None) is not None:
+            self._watchdog.close()
         self._con.close()
         self._scratch.close()
 

@@ -18,7 +18,7 @@ from sqlglot import exp
 
 from ..config import Policy, check_against_schema
 from ..errors import OperationalError, PolicyError
-from .base import ENGINE_FAILURE_HINT, ResultSet, canonical_type, quote
+from .base import ENGINE_FAILURE_HINT, ResultSet, canonical_type, out_of_memory, quote, statement_timeout
 from .pg_total import lower_for_postgres
 from .pg_weights import PgWeights
 
@@ -175,10 +175,14 @@ class PostgresEngine:
                 types = [self._type_name(d.type_code) for d in cur.description]
                 rows = cur.fetchall()
         except self._psycopg.errors.QueryCanceled as e:
-            user = "user request" in str(e)
-            raise OperationalError("canceling statement due to user request" if user else
-                                   "canceling statement due to statement timeout", sqlstate="57014") from None
-        except self._psycopg.Error:
+            if "user request" not in str(e):
+                raise statement_timeout() from None
+            raise OperationalError("canceling statement due to user request", sqlstate="57014") from None
+        except self._psycopg.Error as e:
+            if (e.sqlstate or "").startswith("53"):  # insufficient resources: out of memory, disk full
+                raise out_of_memory() if e.sqlstate == "53200" else OperationalError(
+                    "the engine ran out of resources (disk or connections) running the query", sqlstate=e.sqlstate,
+                    hint=ENGINE_FAILURE_HINT) from None
             raise OperationalError(
                 "the query failed while running in the engine", sqlstate="XX000",
                 hint=ENGINE_FAILURE_HINT) from None

@@ -37,7 +37,8 @@ class ScratchDir:
             os.chmod(self.path, owner_only.DIR_MODE)
             self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.path), ignore_errors=True)
             _live.add(self)
-            (self.path / OWNER).write_text(str(os.getpid()))
+            with os.fdopen(owner_only.create(self.path / OWNER), "w") as f:
+                f.write(str(os.getpid()))
 
     def file(self, name: str) -> Path:
         return self.path / name

@@ -41,6 +41,7 @@ from .base import (
     files_version,
     is_coin,
     is_keyed_hash,
+    out_of_memory,
     width_bucket_case,
 )
 from .scratch import ScratchDir
@@ -188,6 +189,8 @@ class SparkEngine:
             if self._running.get(ident) is None or "cancel" in type(e).__name__.lower() or "cancel" in str(e)[:200].lower():
                 raise OperationalError("canceling statement due to user request or statement timeout",
                                        sqlstate="57014") from None
+            if "OutOfMemory" in type(e).__name__ or "java.lang.OutOfMemoryError" in str(e):  # read, never passed on
+                raise out_of_memory() from None
             raise failure from None
         finally:
             timer.cancel()

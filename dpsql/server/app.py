@@ -214,10 +214,10 @@ class Server:
 
     def make_room(self, newcomer: "Connection") -> str | None:
         """Room among the pending connections for a newcomer, or why there is none. When the
-        pool, or the newcomer's address's share of it, is full, the connection in the way that
-        has been idle longest (`Limits.pending_idle`) is dropped: half-open sockets cannot shut
-        the door, and one address cannot take the whole pool. Refused only when every pending
-        connection in the way is active."""
+        pool, or the newcomer's address's share of it, is full, the oldest connection in the way
+        that has not sent its first message whole is dropped, else the one idle longest
+        (`Limits.pending_idle`): half-open sockets cannot shut the door, and one address cannot
+        take the whole pool. Refused only when every pending connection in the way is active."""
         mine = [c for c in self.pending.values() if c.address == newcomer.address]
         if len(mine) >= self.limits.max_pending_per_address:
             crowd, where = mine, " from this address"
@@ -226,7 +226,10 @@ class Server:
         else:
             return None
         now = asyncio.get_running_loop().time()
-        idle = [c for c in crowd if now - c.heard >= self.limits.pending_idle]
+        # A connection that has not sent its first message whole (a client sends it as soon as
+        # it connects) is a half-open socket: given up first, however young, so that fresh ones
+        # opened faster than they go idle cannot shut the door either.
+        idle = [c for c in crowd if not c.greeted] or [c for c in crowd if now - c.heard >= self.limits.pending_idle]
         if not idle:
             return f"sorry, too many connections are logging in{where}; try again shortly"
         min(idle, key=lambda c: c.heard).drop(now)
@@ -255,6 +258,7 @@ class Connection:
         self.pid = server.new_pid()
         self.address = _peer(writer)
         self.heard = asyncio.get_running_loop().time()  # the last complete read while logging in
+        self.greeted = False  # whether its first message (startup packet, encryption request) came whole
         self.deadline = self.heard + server.limits.login_timeout
         self._handshaking = False  # in a TLS handshake, where no ErrorResponse can be sent
         self._dropped = asyncio.Event()  # given up for a newcomer while logging in
@@ -403,6 +407,7 @@ class Connection:
             if length < 8 or length > 10_000:
                 raise codec.ProtocolError("invalid startup packet length")
             body = await self._read_exact(length - 4)
+            self.greeted = True
             code = struct.unpack("!i", body[:4])[0]
             if code in (codec.SSL_REQUEST, codec.GSSENC_REQUEST):
                 negotiations += 1

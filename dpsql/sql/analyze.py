@@ -41,6 +41,7 @@ from .scope import (
     Relation,
     Resolver,
     Source,
+    bound_unit_joins,
     check_unit_joins,
     column_bounds,
     conjuncts,
@@ -390,6 +391,7 @@ class _Analysis:
         if any(s.table.row_unit for s in private):
             raise unsupported("a table with privacy_unit = \"row\" cannot be joined with another private table")
         check_unit_joins(self.rel)
+        bound_unit_joins(self.rel, self.policy.limits)
         unit = driver.column(driver.table.privacy_unit)
         self.rel.where.append(b.not_null(unit.copy()))
         limits = [s.table.max_contributions for s in private]

@@ -18,7 +18,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
-from ..errors import forbidden, syntax_error, unsupported
+from ..errors import ProgrammingError, forbidden, syntax_error, unsupported
 from .allowlist import WRITTEN
 from .build import positionless
 from .clock import has_clock, is_clock
@@ -255,6 +255,8 @@ def classify_one(text: str, limits: QueryLimits = DEFAULT_LIMITS) -> Statement:
         return ShowCommand(m.group(1).lower())
     if first in _TRANSACTION_WORDS:
         return TransactionCommand(first)
+    if first in _PIVOT_WORDS:
+        raise pivot_refusal()
     if first == "EXPLAIN":
         rest = body[len("EXPLAIN"):].strip()
         if re.match(r"^(ANALYZE|\()", rest, re.I):
@@ -316,6 +318,20 @@ def _without_first_word(text: str, word: str) -> str:
     return text
 
 
+_PIVOT_WORDS = {"PIVOT", "UNPIVOT", "PIVOT_WIDER", "PIVOT_LONGER"}
+_QUOTED = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"")
+_PIVOT_SPELLING = re.compile(r"\b(?:UN)?PIVOT(?:_WIDER|_LONGER)?\b", re.I)
+
+
+def pivot_refusal() -> ProgrammingError:
+    """DuckDB's PIVOT (and UNPIVOT, PIVOT_WIDER, PIVOT_LONGER), in any position: without an IN
+    list, binding it reads the column's distinct values to name the result's columns, so even
+    a schema probe or a describe before the charge would read private rows."""
+    return forbidden("PIVOT and UNPIVOT are not allowed: DuckDB's PIVOT reads the data to name its columns",
+                     hint="group instead: SELECT key, COUNT(*) FROM t GROUP BY key (a declared key's values are its "
+                          "domain), one row per value; nothing was run or charged")
+
+
 def _parse(text: str, limits: QueryLimits) -> exp.Query:
     try:
         tree = sqlglot.parse_one(text, read=READ_DIALECT)
@@ -323,6 +339,8 @@ def _parse(text: str, limits: QueryLimits) -> exp.Query:
         raise syntax_error("the statement nests parentheses or function calls too deeply to read",
                            hint="simplify the statement (fewer levels of nesting); nothing was run or charged") from None
     except ParseError as e:
+        if _PIVOT_SPELLING.search(_QUOTED.sub("''", _strip_comments(text))):  # PIVOT_WIDER and friends, which sqlglot cannot read
+            raise pivot_refusal() from None
         detail = e.errors[0]["description"] if e.errors else str(e)
         raise syntax_error(f"syntax error: {detail}", hint="check the query near the position given") from None
     except TokenError as e:
@@ -331,6 +349,8 @@ def _parse(text: str, limits: QueryLimits) -> exp.Query:
         tree = tree.this  # (SELECT ...) as a whole statement, or a view's body in parentheses
     if not isinstance(tree, exp.Query):
         raise forbidden("only SELECT queries are allowed", hint=_ALLOWED_HINT)
+    if tree.find(exp.Pivot) is not None:  # anywhere: a subquery, a CTE, a join, a view's body
+        raise pivot_refusal()
     if tree.find(exp.Into) is not None:
         raise forbidden("SELECT ... INTO creates a table, and dpsql creates none",
                         hint="drop the INTO clause to have the answer returned")

@@ -28,6 +28,7 @@ from .scope import (
     Resolver,
     Scope,
     Source,
+    bound_unit_joins,
     check_unit_joins,
     column_bounds,
     grouped_item,
@@ -73,6 +74,7 @@ def per_unit_relation(resolver: Resolver, query: exp.Select, ctes: Mapping[str, 
     if len(units) > 1:
         raise unsupported("private tables with different privacy units cannot be joined")
     check_unit_joins(rel)
+    bound_unit_joins(rel, resolver.policy.limits)
     unit = _group_unit(query, group, scope, resolver, rel, unit_name)
     where = query.args.get("where")
     if where is not None:

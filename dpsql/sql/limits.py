@@ -4,7 +4,9 @@ A statement is refused (nothing charged, no worker held for long) when its text 
 (before tokenizing), it has too many tokens (before parsing), or its tree has too many nodes,
 too long an IN list, too deep a nesting of subqueries and CTEs, or too deep an expression (a
 chain of 2,000 ORs is 2,000 deep, and planning walks trees recursively) (before analysis); planning
-that outruns its time budget is refused before the charge. Every refusal names the limit, its
+that outruns its time budget is refused before the charge. A join of private tables keeps a
+public number of each unit's rows per table (max_join_rows), so the engine's work for one person
+cannot multiply with their rows. Every refusal names the limit, its
 value and the policy key that raises it. The limits depend on the policy only.
 """
 
@@ -31,6 +33,10 @@ class QueryLimits:
     max_depth: int = 16  # nested subqueries and CTEs
     max_expression_depth: int = 256  # nodes from the statement's root to its deepest leaf
     planning_seconds: float = 5.0
+    # One unit's rows in a join of private tables: each of k joined tables keeps at most the
+    # k-th root of it per unit (1,000 of two, 100 of three), so the join cannot multiply one
+    # person's rows past a public bound (rewrite._unit_rows)
+    max_join_rows: int = 1_000_000
 
     def text(self, text: str) -> None:
         size = len(text.encode("utf-8", "surrogatepass"))
@@ -70,6 +76,21 @@ class QueryLimits:
         if depth > self.max_depth:
             raise _limit("54001", f"subqueries and CTEs are nested {depth} deep; the limit is {self.max_depth}",
                          "max_depth")
+
+    def join_rows_each(self, tables: int) -> int:
+        """Rows of one unit each of `tables` private tables joined on the unit keeps: the
+        largest L with L ** tables <= max_join_rows."""
+        keep = max(1, int(self.max_join_rows ** (1 / tables)))
+        while keep > 1 and keep ** tables > self.max_join_rows:
+            keep -= 1
+        while (keep + 1) ** tables <= self.max_join_rows:
+            keep += 1
+        return keep
+
+    def join_too_wide(self, tables: int, keep: int, table: str, max_rows: int) -> ProgrammingError:
+        return _limit("54000", f"a join of {tables} private tables keeps at most {keep} rows of each privacy unit "
+                      f"per table (so that one unit's joined rows stay within max_join_rows = {self.max_join_rows}), "
+                      f"fewer than {table}'s max_rows = {max_rows}", "max_join_rows")
 
     def deadline(self) -> "Deadline":
         return Deadline(self.planning_seconds)

@@ -267,6 +267,8 @@ def _from(rel: Relation, row_id_source: str | None = None,
     def render(source: Source) -> exp.Expression:
         if source.derived is not None:
             return b.subquery(_derived(source.derived), source.alias)
+        if rel.unit_rows is not None and source.private:
+            return b.subquery(_unit_rows(source, rel.unit_rows), source.alias)
         if weights_table is not None and source.private:
             return b.qualified(weights_table, source.alias)
         if row_id_source == source.alias:
@@ -281,6 +283,23 @@ def _from(rel: Relation, row_id_source: str | None = None,
         joins.append(b.join(render(j.source), b.conjunction(on) if on else exp.true(),
                             kind="LEFT" if j.kind == "left" else None))
     return render(rel.sources[0]), joins
+
+
+def _unit_rows(source: Source, keep: int) -> exp.Select:
+    """A private table joined to other private tables: at most `keep` rows of each unit
+    (scope.bound_unit_joins), the first by a hash of the row's values. A unit's rows kept
+    depend on its own rows alone (the join's neighbours still differ by one unit), and are the
+    same on every run over the same data (a repeated query's result can be reused). Columns are
+    named and qualified, so that an engine that types columns by their source (PostgreSQL's
+    lowering) reads the table's types through it."""
+    names = list(source.columns)
+    order = exp.Order(expressions=[exp.Ordered(this=b.anonymous("DPSQL_HASH", *[b.quoted(c, "s") for c in names]))])
+    number = exp.Window(this=exp.RowNumber(), partition_by=[b.quoted(source.table.privacy_unit, "s")], order=order,
+                        over="OVER")
+    numbered = b.select([b.named(b.quoted(c, "s"), c) for c in names] + [b.named(number, "__dpsql_jn")],
+                        b.table(source.table.name, "s", quote=True))
+    return b.select([b.named(b.quoted(c, "j"), c) for c in names], b.subquery(numbered, "j"),
+                    where=[exp.LTE(this=b.col("__dpsql_jn", "j"), expression=b.node(keep))])
 
 
 def _derived(d: Derived) -> exp.Select:

@@ -25,6 +25,7 @@ from ..errors import (
 from .allowlist import check_tree, construct, contains_aggregate
 from .bounds import UNBOUNDED, Interval
 from .division import integer_division
+from .limits import QueryLimits
 from .literals import check_literals
 from .pgfunctions import postgres_meaning
 
@@ -62,6 +63,7 @@ class Relation:
     joins: list[JoinStep] = field(default_factory=list)
     where: list[exp.Expression] = field(default_factory=list)
     columns: dict[str, exp.Expression] = field(default_factory=dict)
+    unit_rows: int | None = None  # a join of private tables: rows of a unit each keeps (bound_unit_joins)
 
     @property
     def private_sources(self) -> list[Source]:
@@ -362,6 +364,24 @@ def check_unit_joins(rel: Relation) -> None:
         unit = private[0].table.privacy_unit
         raise forbidden("private tables can only be joined on their privacy unit",
                         hint=f"add the join condition ON a.{unit} = b.{unit}")
+
+
+def bound_unit_joins(rel: Relation, limits: QueryLimits) -> None:
+    """A join of k private tables (joined on their unit: check_unit_joins) multiplies each
+    unit's rows: n1 * n2 * ... rows for one person, so the engine's memory and time would grow
+    with the product of one person's row counts, and a query could fail after its charge
+    because of one person. Each table then brings at most L rows of a unit into the join (L the
+    k-th root of max_join_rows, rewrite._unit_rows), so a unit's joined rows are at most
+    max_join_rows, public; a join where L falls below a table's max_rows is refused here,
+    before anything runs or is charged. Per-unit subqueries (one row per unit) do not count."""
+    tables = [s for s in rel.private_sources if s.derived is None]
+    if len(tables) < 2:
+        return
+    keep = limits.join_rows_each(len(tables))
+    short = next((s.table for s in tables if keep < s.table.max_rows), None)
+    if short is not None:
+        raise limits.join_too_wide(len(tables), keep, short.name, short.max_rows)
+    rel.unit_rows = keep
 
 
 def conjuncts(e: exp.Expression) -> list[exp.Expression]:
