@@ -664,7 +664,7 @@ class Ledger:
         """Whether the analyst's charge `charge_id` exists and its release was recorded (the
         receipt a cached answer carries)."""
         row = self._exec(self._con(), "SELECT 1 FROM charges WHERE id = ? AND user_name = ? AND released IS NOT NULL "
-                         f"AND released NOT LIKE '{FAILED_PREFIX}%'", (charge_id, user)).fetchone()
+                         "AND released NOT LIKE ?", (charge_id, user, FAILED_PREFIX + "%")).fetchone()
         return row is not None
 
     def record_release(self, charge_id: int, released: Any) -> None:

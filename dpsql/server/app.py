@@ -124,6 +124,7 @@ class Server:
         self.executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dpsql")
         self.connections: dict[int, "Connection"] = {}  # authenticated
         self.pending: dict[int, "Connection"] = {}  # not yet authenticated: a cap of their own
+        self.ungreeted: dict[int, "Connection"] = {}  # connected, first message not yet whole
         self.throttle = LoginThrottle()
         # Shared by every worker: the mock verifiers of unknown users must not differ between them.
         self.secret = secret or secrets.token_bytes(32)
@@ -235,6 +236,23 @@ class Server:
         min(idle, key=lambda c: c.heard).drop(now)
         return None
 
+    def admit_ungreeted(self, newcomer: "Connection") -> None:
+        """A connection counts as pending only once its first message has come whole. Before
+        that it is one of the ungreeted, capped apart (`UNGREETED_SHARE` times the pending caps):
+        over a cap the oldest ungreeted one in the way is dropped, however young, so half-open
+        sockets opened as fast as a client can open them never shut the door, while a burst of
+        real clients, whose startup packets arrive at once, is never dropped for them."""
+        mine = [c for c in self.ungreeted.values() if c.address == newcomer.address]
+        if len(mine) >= UNGREETED_SHARE * self.limits.max_pending_per_address:
+            crowd = mine
+        elif len(self.ungreeted) >= UNGREETED_SHARE * self.limits.max_pending:
+            crowd = list(self.ungreeted.values())
+        else:
+            crowd = []
+        if crowd:
+            min(crowd, key=lambda c: c.heard).drop(asyncio.get_running_loop().time())
+        self.ungreeted[newcomer.pid] = newcomer
+
     def cancel(self, pid: int, key: int) -> None:
         if self.link is not None and not self.link.owns(pid):
             self.link.forward_cancel(pid, key)  # another worker serves that connection
@@ -248,6 +266,7 @@ _SET_LOCAL = re.compile(r"SET\s+LOCAL\s", re.I)  # matched after the leading com
 _CANCEL_BACKEND = re.compile(r"SELECT\s+(?:pg_catalog\.)?pg_cancel_backend\s*\(\s*(\d{1,10})\s*\)\s*;?", re.I)
 
 
+UNGREETED_SHARE = 4  # ungreeted connections allowed, as a multiple of the pending caps
 _ROOM_POLL = 0.05  # seconds between looks for a place among the pending connections
 
 
@@ -329,6 +348,7 @@ class Connection:
         """Give this pending connection up for a newcomer: a FATAL 53300 unless it is in a TLS
         handshake, then close. A login refusal it was held for is never sent."""
         self.server.pending.pop(self.pid, None)
+        self.server.ungreeted.pop(self.pid, None)
         self._dropped.set()
         log.info("dropped pending connection %s from %s, idle %.1f s", self.pid, self.address, now - self.heard)
         if not self._handshaking:
@@ -362,18 +382,16 @@ class Connection:
     async def run(self) -> None:
         server = self.server
         try:
-            # Half-open sockets fill this cap, never the authenticated analysts' one.
-            full = await self._wait_for_room()
-            if full is not None:
-                self.send(codec.error_response("53300", full, severity="FATAL"))
+            # Half-open sockets fill these caps, never the authenticated analysts' one.
+            if server._closing:
+                self.send(codec.error_response("53300", "sorry, the server is shutting down", severity="FATAL"))
                 await self.flush()
                 return
-            server.pending[self.pid] = self
-            self.heard = asyncio.get_running_loop().time()  # idle from here, not from the wait
+            server.admit_ungreeted(self)
             try:
-                remaining = max(self.deadline - self.heard, 0.0)
-                ok = await asyncio.wait_for(self.startup(), remaining)
+                ok = await asyncio.wait_for(self.startup(), server.limits.login_timeout)
             finally:
+                server.ungreeted.pop(self.pid, None)
                 server.pending.pop(self.pid, None)
             if not ok:
                 return
@@ -400,6 +418,19 @@ class Connection:
                 return full
             await asyncio.sleep(_ROOM_POLL)
 
+    async def _claim_pending(self) -> bool:
+        """The first message came whole: from the ungreeted to the pending connections, waiting
+        for a place there if need be; a FATAL 53300 if none comes in time."""
+        self.server.ungreeted.pop(self.pid, None)
+        full = await self._wait_for_room()
+        if full is not None:
+            self.send(codec.error_response("53300", full, severity="FATAL"))
+            await self.flush()
+            return False
+        self.server.pending[self.pid] = self
+        self.heard = asyncio.get_running_loop().time()  # idle from here, not from the wait
+        return True
+
     async def startup(self) -> bool:
         negotiations = 0  # SSLRequest and GSSENCRequest: a client sends each once at most
         while True:
@@ -407,7 +438,10 @@ class Connection:
             if length < 8 or length > 10_000:
                 raise codec.ProtocolError("invalid startup packet length")
             body = await self._read_exact(length - 4)
-            self.greeted = True
+            if not self.greeted:
+                self.greeted = True
+                if not await self._claim_pending():
+                    return False
             code = struct.unpack("!i", body[:4])[0]
             if code in (codec.SSL_REQUEST, codec.GSSENC_REQUEST):
                 negotiations += 1
