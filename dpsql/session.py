@@ -19,7 +19,8 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Iterator, Mapping, Sequence
+from functools import partial
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import sqlglot
 from sqlglot import exp
@@ -537,12 +538,6 @@ class Session:
             return False  # the query states its own limits (BigQuery's clause): they are kept as written
         if not auto_bounds.eligible(plan, s.mechanism) or any(p.kind != "laplace" for p in cal.cost.parts):
             return False
-        if not auto_bounds.columns(plan) and all(e.func == "count" for e in plan.estimates):
-            # Counts only: over groups, the policy's limits keep most rows at a noise the profile's
-            # own share would add to (on the sample, 13 % against 15-17 % chosen), and its per-group
-            # caps keep a unit's rows in each group, which no total bound weighs; ungrouped, a total
-            # bound may keep many more rows than the per-group cap of max_rows.
-            return auto_bounds.ceiling(plan) > 1 and not plan.keys
         return auto_bounds.ceiling(plan) > 1 or bool(auto_bounds.columns(plan))
 
     def _auto_answer(self, stmt: Query, tree: exp.Query, policy_plan: Plan, policy_cal: Calibration,
@@ -551,29 +546,45 @@ class Session:
         refusal or failure after it depends on the data); then the chosen plan's release."""
         s = self.settings
         top, cols = auto_bounds.ceiling(policy_plan), auto_bounds.columns(policy_plan)
+        correct = auto_bounds.corrected(policy_plan)
         epsilon = policy_cal.cost.epsilon
-        rest = auto_bounds.release_epsilon(epsilon)
+        rest = auto_bounds.release_epsilon(epsilon, correct)
         weights = measure_weights(policy_plan, options.weights)
         at_rest = calibrate(policy_plan, rest, Fraction(0), s.mechanism, policy_plan.literal_domain_size(), weights)
-        cost = Cost.of(auto_bounds.parts(epsilon, cols, top) + at_rest.cost.parts)
+        cost = Cost.of(auto_bounds.parts(epsilon, cols, top, correct) + at_rest.cost.parts)
         pending = self.ledger.charging(self.user.name, self.budget_policy, cost, stmt.sql,
                                        json.dumps(_detail(policy_plan, at_rest), default=str), self.global_budget)
         charge = pending.admitted()
         try:
             with _charge_told("the query's cost stays charged: its limits were being chosen from the data"):
                 profile = auto_bounds.noised(self._profile_rows(policy_plan, cols, top), cols, top, epsilon)
-                choice = auto_bounds.choose(policy_plan, profile, cols, top, epsilon, len(groups) if groups else 1)
+                choice = auto_bounds.choose(policy_plan, profile, cols, top, epsilon, len(groups) if groups else 1,
+                                            correct)
                 plan, cal, bounded = self._plans.derived(policy_plan, f"chosen {choice.options(QueryOptions())}",
                                                          lambda: self._chosen(tree, options, choice, rest))
                 if _shares(cal.cost) != _shares(at_rest.cost):
                     raise OperationalError("the chosen limits changed the release's cost", sqlstate="XX000",
                                            hint="this is a bug in dpsql, please report it")
+                correction = self._correction(policy_plan, choice, epsilon) if correct else None
         except BaseException:
             pending.durable()
             raise
-        result = self._answer(plan, bounded, cal, charge, _detail(plan, cal), pending)
-        result.dp["bounds"] = choice.describe()
+        result = self._answer(plan, bounded, cal, charge, _detail(plan, cal), pending,
+                              adjust=None if correction is None else partial(_corrected, plan, correction))
+        result.dp["bounds"] = choice.describe() | ({"correction": correction.describe()} if correction else {})
         return result, charge
+
+    def _correction(self, plan: Plan, choice: auto_bounds.Choice, epsilon: Fraction) -> auto_bounds.Correction:
+        """The rows the chosen total bound keeps and cuts (auto_bounds.Correction), noised: part of
+        the query's charge, drawn once it is durable."""
+        c, far = choice.max_contributions or 1, auto_bounds.reach(plan)
+        sql, timeless = self._plans.derived(plan, f"correction {c}", lambda: self._prepared(
+            auto_bounds.correction_query(plan, c, far)))
+        reused = getattr(self.engine, "execute_reused", None)
+        rs = reused(sql, self.user.name) if reused is not None and self.settings.reuse and timeless \
+            else self.engine.execute(sql)
+        row = next(zip(*rs.columns)) if rs.row_count else (0, 0)
+        return auto_bounds.noised_correction(row, c, far, epsilon, self.settings.confidence)
 
     def _chosen(self, tree: exp.Query, options: QueryOptions, choice: auto_bounds.Choice, rest: Fraction
                 ) -> tuple[Plan, Calibration, Bounded]:
@@ -646,7 +657,8 @@ class Session:
         return room if cost is last.cost or cost == last.cost else last.filter.admits_cost(last.totals, cost)
 
     def _answer(self, plan: Plan, bounded: Bounded, cal: Calibration, charge: Charge | None, detail: dict[str, Any],
-                pending: PendingCharge | None = None, stopper: _Stopper | None = None) -> Result:
+                pending: PendingCharge | None = None, stopper: _Stopper | None = None,
+                adjust: Callable[[NoisyTable], None] | None = None) -> Result:
         """Run the bounded query (prepared before the charge), have the release guard check it
         against the charge's receipt, noise it and post-process. A sampled plan gets a fresh
         secret salt here. With `pending`, the charge is admitted (written in its open
@@ -672,8 +684,10 @@ class Session:
                 with _charge_told("the query's cost stays charged, because whether a query fails can depend on "
                                   "the data"):
                     raise failure
-            out = self._post.run(plan.post, release(plan, cal, _released_groups(plan, bounded, rs), s.confidence,
-                                                    charge, self.policy))
+            noisy = release(plan, cal, _released_groups(plan, bounded, rs), s.confidence, charge, self.policy)
+            if adjust is not None:
+                adjust(noisy)  # post-processing of the noisy values (a correction of truncation)
+            out = self._post.run(plan.post, noisy)
             left = charge.filter.remaining(charge.totals)
             room = charge.filter.admits_cost(charge.totals, charge.cost) if pending is not None else None
         finally:
@@ -1125,6 +1139,14 @@ def _charge_told(status: str) -> Iterator[None]:
         if e.sqlstate not in ("XX000", "42883", "57014"):  # 57014: cancelled while the engine ran
             raise
         raise OperationalError(e.message, sqlstate=e.sqlstate, hint=f"{e.hint}; {status}" if e.hint else status) from None
+
+
+def _corrected(plan: Plan, correction: auto_bounds.Correction, noisy: NoisyTable) -> None:
+    """Counts and sums scaled by the correction of truncation, in place (post-processing)."""
+    for i, est in enumerate(plan.estimates):
+        if est.func in auto_bounds.CORRECTED:
+            noisy.estimates[i], noisy.intervals[i] = auto_bounds.scaled(
+                noisy.estimates[i], noisy.intervals[i], correction, noisy.estimate_types[i] == "BIGINT")
 
 
 def _shares(cost: Cost) -> list[tuple]:
