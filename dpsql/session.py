@@ -1050,6 +1050,10 @@ class Session:
             "max_groups_per_unit": cal.groups_per_unit, "max_rows_per_group": plan.max_rows,
             "max_rows_per_unit": plan.total_rows if plan.total_bound else None,
             "auto_bounds": float(auto_bounds.SHARE) if self._auto_bounded(plan, cal, options or QueryOptions()) else None,
+            "auto_release": float(1 / (1 - auto_bounds.SHARE - (auto_bounds.KEPT_SHARE + auto_bounds.EXCESS_SHARE
+                                                                 if auto_bounds.corrected(plan) else 0))),
+            "auto_correction": float(auto_bounds.KEPT_SHARE + auto_bounds.EXCESS_SHARE)
+            if self._auto_bounded(plan, cal, options or QueryOptions()) and auto_bounds.corrected(plan) else None,
             "mechanisms": mechanisms,
             "selection": None if cal.selection is None else {
                 "threshold": cal.selection.threshold, "scale": cal.selection.noise.scale,
@@ -1310,12 +1314,19 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
              *([f"limits chosen when the query runs (dpsql.bounds = auto): {info['auto_bounds']:.0%} of its epsilon "
                 "profiles its rows, then a total bound on a unit's rows and clamps of summed values are chosen within "
                 "the policy's limits above; the noise below is at the policy's limits (the chosen ones are shown "
-                "with the answer); SET dpsql.bounds = policy to keep them"] if info.get("auto_bounds") else [])]
+                "with the answer); SET dpsql.bounds = policy to keep them"] if info.get("auto_bounds") else []),
+             *([f"counts corrected for truncation (dpsql.bounds = auto): {info['auto_correction']:.0%} of its epsilon "
+                "counts the rows the chosen total bound keeps and those it cuts, and the counts are scaled by "
+                "(kept + cut) / kept; the release gets the rest"] if info.get("auto_correction") else [])]
     for m in info["mechanisms"]:
         share = (f"epsilon {m['epsilon']:.6g}" if m["epsilon"] is not None
                  else f"rho {m['rho']:.6g}" if m["rho"] is not None else "PLD-planned")
         lines.append(f"{m['measure']}: {share}, {m['noise']} noise, scale {m['scale']:.6g}, "
-                     f"L1 sensitivity {m['l1_sensitivity']:.6g}, {pct} error within ±{m['half_width']:.6g}")
+                     f"L1 sensitivity {m['l1_sensitivity']:.6g}, {pct} error within ±{m['half_width']:.6g}"
+                     + (f" (dpsql.bounds = auto: the release's share of epsilon at limits no looser than these "
+                        f"gives at most scale {m['scale'] * info['auto_release']:.6g}, ±"
+                        f"{m['half_width'] * info['auto_release']:.6g}, plus what the chosen limits cut)"
+                        if info.get("auto_bounds") else ""))
     if info.get("ratios"):
         lines.append(f"{', '.join(sorted(set(info['ratios'])))}: a ratio of the noisy totals above to the noisy count, "
                      "so its error shrinks as its group grows (about ±(total error + |value| × count error) / count)")
