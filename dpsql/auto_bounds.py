@@ -90,6 +90,7 @@ class Profile:
     steps: tuple[int, ...]
     rows: tuple[float, ...]
     values: tuple[tuple[float, ...], ...]
+    groups: tuple[float, ...] = ()  # noisy weighted rows of each released group, in no order
 
 
 @dataclass(frozen=True)
@@ -165,9 +166,10 @@ def steps(top: int) -> tuple[int, ...]:
 
 
 # The profile: SQL, noise, cost ------------------------------------------------------------
-def profile_query(plan: Plan, cols: Sequence[Column], top: int) -> exp.Select:
+def profile_query(plan: Plan, cols: Sequence[Column], top: int, by_group: bool = False) -> exp.Select:
     """One query over the plan's own `filtered` rows (the bounded query's CTEs up to it) giving
-    (kind, column, bin, mass) rows: kind 0 the row-count histogram, kind 1 + i column i's."""
+    (kind, column, bin, mass) rows: kind 0 the row-count histogram, kind 1 + i column i's, and
+    with `by_group` kind 1 + len(cols) the weighted rows of each group present (bin 0)."""
     row_bin = _bin(b.col("n"), steps(top))
     parts = [b.select([b.node(0), b.node(0), b.named(row_bin, "bin"), b.named(b.mul(b.count(), MASS), "mass")],
                       b.table("prof_units"), group=[row_bin.copy()])]
@@ -180,6 +182,13 @@ def profile_query(plan: Plan, cols: Sequence[Column], top: int) -> exp.Select:
                               joins=[b.join(b.table("prof_units", "u"),
                                             exp.EQ(this=b.col("unit", "f"), expression=b.col("unit", "u")))],
                               where=[b.not_null(v.copy())], group=[value_bin.copy()]))
+    if by_group:
+        keys = [b.col(f"k{i}", "f") for i in range(len(plan.keys))]
+        parts.append(b.select([b.node(1 + len(cols)), b.node(0), b.node(0), b.named(b.total(weight.copy()), "mass")],
+                              b.table("filtered", "f"),
+                              joins=[b.join(b.table("prof_units", "u"),
+                                            exp.EQ(this=b.col("unit", "f"), expression=b.col("unit", "u")))],
+                              group=keys))
     union = parts[0]
     for p in parts[1:]:
         union = exp.union(union, p, distinct=False)
@@ -203,10 +212,10 @@ def _bin(value: exp.Expression, uppers: Sequence[int]) -> exp.Expression:
     return b.case(*ifs, default=b.node(len(uppers)))
 
 
-def epsilons(epsilon: Fraction, cols: Sequence[Column], top: int) -> tuple[Fraction, ...]:
+def epsilons(epsilon: Fraction, cols: Sequence[Column], top: int, by_group: bool = False) -> tuple[Fraction, ...]:
     """The profile's share of `epsilon`, split equally over its histograms (the rows' only when
-    there is a total bound to choose)."""
-    count = len(cols) + (1 if top > 1 else 0)
+    there is a total bound to choose; the groups' when `by_group`)."""
+    count = len(cols) + (1 if top > 1 else 0) + (1 if by_group else 0)
     return tuple([epsilon * SHARE / count] * count)
 
 
@@ -214,29 +223,42 @@ def _part(e: Fraction) -> Part:
     return Part("laplace", e, rho=e * e / 2, noise_multiplier=float(1 / e))
 
 
-def parts(epsilon: Fraction, cols: Sequence[Column], top: int, correct: bool = False) -> tuple[Part, ...]:
+def parts(epsilon: Fraction, cols: Sequence[Column], top: int, correct: bool = False,
+          by_group: bool = False) -> tuple[Part, ...]:
     """The profile's parts of the query's cost: one Laplace mechanism per histogram, and the
     correction's two when the plan is `corrected`."""
     extra = (epsilon * KEPT_SHARE, epsilon * EXCESS_SHARE) if correct else ()
-    return tuple(_part(e) for e in epsilons(epsilon, cols, top) + extra)
+    return tuple(_part(e) for e in epsilons(epsilon, cols, top, by_group) + extra)
 
 
-def noised(rows: Sequence[tuple], cols: Sequence[Column], top: int, epsilon: Fraction) -> Profile:
+def noised(rows: Sequence[tuple], cols: Sequence[Column], top: int, epsilon: Fraction, groups: int = 0) -> Profile:
     """The profile's exact rows (profile_query's result) with every bin noised, empty ones
-    included, so which bins hold data is not told by their presence."""
+    included, so which bins hold data is not told by their presence. With `groups` (the size of
+    the released domain, public), the groups' masses are padded with empty ones to that many,
+    each noised, and kept in no order (a multiset of a noisy vector: post-processing)."""
     sizes = [len(steps(top)) + 1] + [VALUE_BINS] * len(cols)
     exact = [[0] * n for n in sizes]
+    present = []
     for kind, _, bin_, mass in rows:
-        exact[int(kind)][int(bin_)] += int(mass)
-    eps = list(epsilons(epsilon, cols, top))
+        if int(kind) == 1 + len(cols):
+            present.append(int(mass))
+        else:
+            exact[int(kind)][int(bin_)] += int(mass)
+    if groups:
+        exact.append(sorted(present)[-groups:] + [0] * max(groups - len(present), 0))
+    eps = list(epsilons(epsilon, cols, top, bool(groups)))
     noisy = []
     for i, hist in enumerate(exact):
         if i == 0 and top <= 1:
-            noisy.append(tuple(float(v) for v in hist))  # not released: no total bound to choose
+            noisy.append(())  # not released: no total bound to choose (filled in below)
             continue
         e = eps.pop(0)
         noisy.append(tuple(v / MASS for v in add_noise(hist, Noise("laplace", laplace_scale(MASS, e)))))
-    return Profile(steps(top), noisy[0], tuple(noisy[1:]))
+    by_group = tuple(sorted(noisy.pop())) if groups else ()
+    if top <= 1:  # one row a unit: the units are the released values' (or groups') total mass
+        released = noisy[1] if len(noisy) > 1 else by_group
+        noisy[0] = (max(sum(released), 0.0),) + (0.0,) * (len(steps(top)))
+    return Profile(steps(top), noisy[0], tuple(noisy[1:]), by_group)
 
 
 # The choice: a model of the error, minimised -----------------------------------------------
@@ -318,12 +340,13 @@ def choose(plan: Plan, profile: Profile, cols: Sequence[Column], top: int, epsil
     """The total bound and clamps that minimise the model's error at the release's epsilon
     (`epsilon` minus the profile's share, and the correction's when `correct`), over every
     candidate (the policy's own among them). `groups`: the groups the query releases (its
-    declared domain's size; public). Under a correction, what truncation cuts counts for
+    declared domain's size; public), of which the profile's group masses give the effective
+    number (`effective_groups`). Under a correction, what truncation cuts counts for
     RESIDUAL of itself, and the correction's own noise (its excess's scale over the rows) is
     added to each count."""
     release = float(release_epsilon(epsilon, correct))
     per_measure = release / max(len(plan.measures), 1)
-    groups = max(groups, 1)
+    groups = effective_groups(profile.groups, groups)
     rows = _rows(profile)
     terms = _terms(plan)
     values = {c.expr: _values(c, m) for c, m in zip(cols, profile.values)}
@@ -349,6 +372,17 @@ def choose(plan: Plan, profile: Profile, cols: Sequence[Column], top: int, epsil
                     per_measure, fix(top))
     clips = tuple((e, by_expr[e].lower, u) for e, u in sorted(clamps.items()) if u < by_expr[e].upper)
     return Choice(c if top > 1 else None, clips, err, policy, epsilon * SHARE, far if correct else None)
+
+
+def effective_groups(masses: Sequence[float], groups: int) -> float:
+    """How many groups the rows are spread over, from the groups' noisy masses (those below 0 as
+    empty): (Σ m)² / Σ m², which is the number of groups when they are equal and 1 when one
+    holds all; `groups` (the domain's size) without masses. Never above `groups`, nor below 1."""
+    m = [max(x, 0.0) for x in masses]
+    squares = sum(x * x for x in m)
+    if not m or squares <= 0:
+        return float(max(groups, 1))
+    return min(max(sum(m) ** 2 / squares, 1.0), float(max(groups, 1)))
 
 
 @dataclass(frozen=True)

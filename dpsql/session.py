@@ -551,13 +551,15 @@ class Session:
         rest = auto_bounds.release_epsilon(epsilon, correct)
         weights = measure_weights(policy_plan, options.weights)
         at_rest = calibrate(policy_plan, rest, Fraction(0), s.mechanism, policy_plan.literal_domain_size(), weights)
-        cost = Cost.of(auto_bounds.parts(epsilon, cols, top, correct) + at_rest.cost.parts)
+        by_group = len(groups) if groups and len(groups) > 1 else 0  # the domain's size: public
+        cost = Cost.of(auto_bounds.parts(epsilon, cols, top, correct, bool(by_group)) + at_rest.cost.parts)
         pending = self.ledger.charging(self.user.name, self.budget_policy, cost, stmt.sql,
                                        json.dumps(_detail(policy_plan, at_rest), default=str), self.global_budget)
         charge = pending.admitted()
         try:
             with _charge_told("the query's cost stays charged: its limits were being chosen from the data"):
-                profile = auto_bounds.noised(self._profile_rows(policy_plan, cols, top), cols, top, epsilon)
+                profile = auto_bounds.noised(self._profile_rows(policy_plan, cols, top, bool(by_group)), cols, top,
+                                             epsilon, by_group)
                 choice = auto_bounds.choose(policy_plan, profile, cols, top, epsilon, len(groups) if groups else 1,
                                             correct)
                 plan, cal, bounded = self._plans.derived(policy_plan, f"chosen {choice.options(QueryOptions())}",
@@ -596,11 +598,12 @@ class Session:
                         measure_weights(plan, options.weights))
         return plan, cal, self._built_bounded(plan, None, copies=False)
 
-    def _profile_rows(self, plan: Plan, cols: tuple[auto_bounds.Column, ...], top: int) -> list[tuple]:
+    def _profile_rows(self, plan: Plan, cols: tuple[auto_bounds.Column, ...], top: int, by_group: bool
+                      ) -> list[tuple]:
         """The profile's exact rows; like a bounded result, kept per analyst and data version when
         the data alone determines them (the noise is drawn afresh each time)."""
-        sql, timeless = self._plans.derived(plan, "profile", lambda: self._prepared(
-            auto_bounds.profile_query(plan, cols, top)))
+        sql, timeless = self._plans.derived(plan, f"profile {by_group}", lambda: self._prepared(
+            auto_bounds.profile_query(plan, cols, top, by_group)))
         reused = getattr(self.engine, "execute_reused", None)
         if reused is not None and self.settings.reuse and timeless:
             rs = reused(sql, self.user.name)
