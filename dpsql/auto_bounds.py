@@ -52,6 +52,9 @@ KEPT_SHARE = Fraction(1, 20)  # the rows C keeps, Σ min(n, C)
 REACH = 4  # the correction sees a unit's rows up to REACH times the policy's total bound
 RESIDUAL = Fraction(1, 10)  # of what truncation cuts, the model's bias left after the correction
 CORRECTED = ("count",)  # sums clip each unit's total (bounding.TotalCap), which keeps nearly all of it
+# COUNT(DISTINCT unit) by group: max_groups cuts the groups of a unit in more; corrected with the
+# groups it keeps and those it cuts up to the domain's size, each with this share of epsilon.
+UNITS_SHARE = Fraction(1, 10)
 MASS = 1024  # what one unit adds to each profile histogram
 VALUE_BINS = 32  # half-octaves of a column's range: candidate clamps from range / 2^15.5 to the whole range
 ROW_STEPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
@@ -124,6 +127,23 @@ def corrected(plan: Plan) -> bool:
 
 def reach(plan: Plan) -> int:
     return REACH * ceiling(plan)
+
+
+def counts_units(plan: Plan, mechanism: str) -> bool:
+    """Plans of units per group only (COUNT(DISTINCT unit) by declared keys) under per-group caps:
+    their limits stay the policy's, and the groups max_groups cuts are corrected for
+    (`groups_query`) when the domain has more groups than that."""
+    return (mechanism == "laplace" and plan.sample_rate is None and type(plan.bounding) in (PerGroupCap, TotalCap)
+            and plan.unit is not None and bool(plan.keys) and plan.declared
+            and all(s.derived is None for s in plan.relation.private_sources)
+            and all(e.func == "units" for e in plan.estimates))
+
+
+def correction_share(plan: Plan, mechanism: str = "laplace") -> Fraction:
+    """The share of a query's epsilon its correction spends (0: none)."""
+    if counts_units(plan, mechanism):
+        return 2 * UNITS_SHARE
+    return KEPT_SHARE + EXCESS_SHARE if corrected(plan) else Fraction(0)
 
 
 # What can be chosen ------------------------------------------------------------------------
@@ -501,11 +521,27 @@ def _factor(kept: float, excess: float, c: int, far: int) -> float:
     return min(max(1.0 + max(excess, 0.0) / max(kept, 1.0), 1.0), far / c)
 
 
-def noised_correction(row: Sequence, c: int, far: int, epsilon: Fraction, confidence: float) -> Correction:
+def groups_query(plan: Plan, g: int, far: int) -> exp.Select:
+    """Over the plan's `filtered` rows: the groups a limit of g groups keeps, Σ min(groups, g),
+    and those it cuts up to `far` (the domain's size), Σ min(groups, far) - min(groups, g), over
+    the units. One unit moves the first by at most g and the second by at most far - g."""
+    keys = [b.col(f"k{i}") for i in range(len(plan.keys))]
+    pairs = b.select([b.col("unit"), *keys], b.table("filtered"), distinct=True)
+    per_unit = b.select([b.col("unit"), b.named(b.count(), "groups")], b.subquery(pairs, "p"), group=["unit"])
+    n = b.col("groups")
+    kept = b.func("LEAST", n, g)
+    excess = b.binary(exp.Sub, b.func("LEAST", n.copy(), far), kept.copy())
+    query = b.select([b.named(b.func("COALESCE", b.total(kept), 0), "kept"),
+                      b.named(b.func("COALESCE", b.total(excess), 0), "excess")], b.subquery(per_unit, "g"))
+    return _with_filtered(plan, query)
+
+
+def noised_correction(row: Sequence, c: int, far: int, epsilon: Fraction, confidence: float,
+                      shares: tuple[Fraction, Fraction] = (KEPT_SHARE, EXCESS_SHARE)) -> Correction:
     """The correction query's exact row noised: each number with discrete Laplace noise of its
     sensitivity (c; far - c) over its share of the query's epsilon."""
-    kept_noise = Noise("laplace", laplace_scale(c, epsilon * KEPT_SHARE))
-    excess_noise = Noise("laplace", laplace_scale(max(far - c, 1), epsilon * EXCESS_SHARE))
+    kept_noise = Noise("laplace", laplace_scale(c, epsilon * shares[0]))
+    excess_noise = Noise("laplace", laplace_scale(max(far - c, 1), epsilon * shares[1]))
     kept = add_noise([int(row[0] or 0)], kept_noise)[0]
     excess = add_noise([int(row[1] or 0)], excess_noise)[0]
     return Correction(c, far, float(kept), float(excess), kept_noise.half_width(confidence),

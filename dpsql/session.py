@@ -536,15 +536,31 @@ class Session:
             return False
         if options.max_groups is not None or options.max_rows is not None:
             return False  # the query states its own limits (BigQuery's clause): they are kept as written
-        if not auto_bounds.eligible(plan, s.mechanism) or any(p.kind != "laplace" for p in cal.cost.parts):
+        if any(p.kind != "laplace" for p in cal.cost.parts):
+            return False
+        if auto_bounds.counts_units(plan, s.mechanism):
+            return cal.groups_per_unit < (plan.literal_domain_size() or cal.groups_per_unit + 1)
+        if not auto_bounds.eligible(plan, s.mechanism):
             return False
         return auto_bounds.ceiling(plan) > 1 or bool(auto_bounds.columns(plan))
+
+    def _auto_explained(self, plan: Plan, cal: Calibration, options: QueryOptions) -> dict[str, Any]:
+        """What EXPLAIN says of limits chosen per query: the profile's and the correction's shares
+        of epsilon, and by how much the release's smaller share scales the noise up."""
+        if not self._auto_bounded(plan, cal, options):
+            return {"auto_bounds": None, "auto_correction": None, "auto_release": 1.0}
+        fix = auto_bounds.correction_share(plan, self.settings.mechanism)
+        profile = Fraction(0) if auto_bounds.counts_units(plan, self.settings.mechanism) else auto_bounds.SHARE
+        return {"auto_bounds": float(profile) or None, "auto_correction": float(fix) or None,
+                "auto_release": float(1 / (1 - profile - fix))}
 
     def _auto_answer(self, stmt: Query, tree: exp.Query, policy_plan: Plan, policy_cal: Calibration,
                      options: QueryOptions, groups: tuple | None) -> tuple[Result, Charge]:
         """One charge for the profile and the release, durable before the profile runs (so no
         refusal or failure after it depends on the data); then the chosen plan's release."""
         s = self.settings
+        if auto_bounds.counts_units(policy_plan, s.mechanism):
+            return self._units_answer(stmt, policy_plan, policy_cal, options, groups)
         top, cols = auto_bounds.ceiling(policy_plan), auto_bounds.columns(policy_plan)
         correct = auto_bounds.corrected(policy_plan)
         epsilon = policy_cal.cost.epsilon
@@ -576,16 +592,47 @@ class Session:
         result.dp["bounds"] = choice.describe() | ({"correction": correction.describe()} if correction else {})
         return result, charge
 
+    def _units_answer(self, stmt: Query, plan: Plan, policy_cal: Calibration, options: QueryOptions,
+                      groups: tuple | None) -> tuple[Result, Charge]:
+        """Units per group at the policy's limits, corrected for the groups max_groups cuts: one
+        charge for the correction (auto_bounds.groups_query) and the release at the rest."""
+        s = self.settings
+        epsilon = policy_cal.cost.epsilon
+        g, far = policy_cal.groups_per_unit, max(len(groups or ()), policy_cal.groups_per_unit)
+        share = auto_bounds.correction_share(plan, s.mechanism)
+        at_rest = calibrate(plan, epsilon * (1 - share), Fraction(0), s.mechanism, plan.literal_domain_size(),
+                            measure_weights(plan, options.weights))
+        parts = tuple(auto_bounds._part(epsilon * auto_bounds.UNITS_SHARE) for _ in range(2))
+        pending = self.ledger.charging(self.user.name, self.budget_policy, Cost.of(parts + at_rest.cost.parts),
+                                       stmt.sql, json.dumps(_detail(plan, at_rest), default=str), self.global_budget)
+        charge = pending.admitted()
+        try:
+            with _charge_told("the query's cost stays charged: the groups its limits cut were being counted"):
+                row = self._correction_row(plan, f"groups {g} {far}", lambda: auto_bounds.groups_query(plan, g, far))
+                correction = auto_bounds.noised_correction(row, g, far, epsilon, s.confidence,
+                                                           (auto_bounds.UNITS_SHARE, auto_bounds.UNITS_SHARE))
+                bounded = self._bounded(plan, None)
+        except BaseException:
+            pending.durable()
+            raise
+        result = self._answer(plan, bounded, at_rest, charge, _detail(plan, at_rest), pending,
+                              adjust=partial(_corrected, plan, correction))
+        result.dp["bounds"] = {"max_groups": g, "correction": correction.describe()}
+        return result, charge
+
+    def _correction_row(self, plan: Plan, name: str, query) -> tuple:
+        """A correction query's exact row (kept per analyst and data version like a profile's)."""
+        sql, timeless = self._plans.derived(plan, name, lambda: self._prepared(query()))
+        reused = getattr(self.engine, "execute_reused", None)
+        rs = reused(sql, self.user.name) if reused is not None and self.settings.reuse and timeless \
+            else self.engine.execute(sql)
+        return next(zip(*rs.columns)) if rs.row_count else (0, 0)
+
     def _correction(self, plan: Plan, choice: auto_bounds.Choice, epsilon: Fraction) -> auto_bounds.Correction:
         """The rows the chosen total bound keeps and cuts (auto_bounds.Correction), noised: part of
         the query's charge, drawn once it is durable."""
         c, far = choice.max_contributions or 1, auto_bounds.reach(plan)
-        sql, timeless = self._plans.derived(plan, f"correction {c}", lambda: self._prepared(
-            auto_bounds.correction_query(plan, c, far)))
-        reused = getattr(self.engine, "execute_reused", None)
-        rs = reused(sql, self.user.name) if reused is not None and self.settings.reuse and timeless \
-            else self.engine.execute(sql)
-        row = next(zip(*rs.columns)) if rs.row_count else (0, 0)
+        row = self._correction_row(plan, f"correction {c}", lambda: auto_bounds.correction_query(plan, c, far))
         return auto_bounds.noised_correction(row, c, far, epsilon, self.settings.confidence)
 
     def _chosen(self, tree: exp.Query, options: QueryOptions, choice: auto_bounds.Choice, rest: Fraction
@@ -1052,11 +1099,7 @@ class Session:
             "ratios": [e.text for e in plan.estimates if family(e).centred_sum],
             "max_groups_per_unit": cal.groups_per_unit, "max_rows_per_group": plan.max_rows,
             "max_rows_per_unit": plan.total_rows if plan.total_bound else None,
-            "auto_bounds": float(auto_bounds.SHARE) if self._auto_bounded(plan, cal, options or QueryOptions()) else None,
-            "auto_release": float(1 / (1 - auto_bounds.SHARE - (auto_bounds.KEPT_SHARE + auto_bounds.EXCESS_SHARE
-                                                                 if auto_bounds.corrected(plan) else 0))),
-            "auto_correction": float(auto_bounds.KEPT_SHARE + auto_bounds.EXCESS_SHARE)
-            if self._auto_bounded(plan, cal, options or QueryOptions()) and auto_bounds.corrected(plan) else None,
+            **self._auto_explained(plan, cal, options or QueryOptions()),
             "mechanisms": mechanisms,
             "selection": None if cal.selection is None else {
                 "threshold": cal.selection.threshold, "scale": cal.selection.noise.scale,
@@ -1151,7 +1194,7 @@ def _charge_told(status: str) -> Iterator[None]:
 def _corrected(plan: Plan, correction: auto_bounds.Correction, noisy: NoisyTable) -> None:
     """Counts and sums scaled by the correction of truncation, in place (post-processing)."""
     for i, est in enumerate(plan.estimates):
-        if est.func in auto_bounds.CORRECTED:
+        if est.func in auto_bounds.CORRECTED + ("units",):
             noisy.estimates[i], noisy.intervals[i] = auto_bounds.scaled(
                 noisy.estimates[i], noisy.intervals[i], correction, noisy.estimate_types[i] == "BIGINT")
 
@@ -1319,7 +1362,7 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
                 "the policy's limits above; the noise below is at the policy's limits (the chosen ones are shown "
                 "with the answer); SET dpsql.bounds = policy to keep them"] if info.get("auto_bounds") else []),
              *([f"counts corrected for truncation (dpsql.bounds = auto): {info['auto_correction']:.0%} of its epsilon "
-                "counts the rows the chosen total bound keeps and those it cuts, and the counts are scaled by "
+                "counts the rows (or groups) a unit's limits keep and those they cut, and the counts are scaled by "
                 "(kept + cut) / kept; the release gets the rest"] if info.get("auto_correction") else [])]
     for m in info["mechanisms"]:
         share = (f"epsilon {m['epsilon']:.6g}" if m["epsilon"] is not None
@@ -1329,7 +1372,7 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
                      + (f" (dpsql.bounds = auto: the release's share of epsilon at limits no looser than these "
                         f"gives at most scale {m['scale'] * info['auto_release']:.6g}, ±"
                         f"{m['half_width'] * info['auto_release']:.6g}, plus what the chosen limits cut)"
-                        if info.get("auto_bounds") else ""))
+                        if info.get("auto_bounds") or info.get("auto_correction") else ""))
     if info.get("ratios"):
         lines.append(f"{', '.join(sorted(set(info['ratios'])))}: a ratio of the noisy totals above to the noisy count, "
                      "so its error shrinks as its group grows (about ±(total error + |value| × count error) / count)")

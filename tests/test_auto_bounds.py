@@ -222,3 +222,46 @@ def test_a_corrected_count_is_one_exact_charge(small_policy):
         assert "corrected for truncation" in text and "gives at most scale" in text
     finally:
         conn.close()
+
+
+UNITS_QUERIES = ["SELECT kind, COUNT(DISTINCT pid) FROM events GROUP BY kind",
+                 "SELECT kind, COUNT(DISTINCT pid) FROM events WHERE amount > 10 GROUP BY kind",
+                 "SELECT p.city, COUNT(DISTINCT e.pid) FROM events e JOIN people p ON e.pid = p.pid GROUP BY p.city"]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(**_neighbours)
+def test_one_unit_moves_the_groups_correction_by_at_most_its_sensitivities(units, target, rows, drop_row):
+    """COUNT(DISTINCT unit) by group: the groups a unit's limit keeps are noised for sensitivity
+    g (max_groups) and those it cuts for far - g (the domain's size minus g)."""
+    with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
+        a = Session(load_policy(_build(Path(d1), units, target, True, rows)), "alice")
+        b = Session(load_policy(_build(Path(d2), units, target, False, rows)), "alice")
+        try:
+            for q in UNITS_QUERIES:
+                plan = _plan(a, q)
+                if not auto_bounds.counts_units(plan, "laplace"):
+                    continue
+                g, far = plan.max_groups, plan.max_groups + 5
+                ka, ea = (int(v or 0) for v in a._rows_of(auto_bounds.groups_query(plan, g, far))[0])
+                kb, eb = (int(v or 0) for v in b._rows_of(auto_bounds.groups_query(plan, g, far))[0])
+                assert abs(ka - kb) <= g and abs(ea - eb) <= far - g, q
+        finally:
+            a.close()
+            b.close()
+
+
+def test_a_corrected_count_of_units_is_one_exact_charge(small_policy):
+    conn = dpsql.connect(small_policy, user="alice")
+    try:
+        cur = conn.cursor()
+        cur.execute("SET dpsql.cache = off")
+        plan = _plan(conn.session, UNITS_QUERIES[0])
+        assert auto_bounds.counts_units(plan, "laplace")
+        cur.execute(UNITS_QUERIES[0])
+        assert len(cur.fetchall()) == 3
+        assert cur.dp["bounds"]["max_groups"] == 2 and cur.dp["bounds"]["correction"]["reach"] == 3
+        assert cur.dp["cost"] == {"epsilon": 1.0, "delta": 0.0}
+        assert conn.session.budget()["epsilon"]["spent"] == Fraction(1)
+    finally:
+        conn.close()

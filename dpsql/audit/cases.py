@@ -185,4 +185,8 @@ CASES: tuple[Case, ...] = (
     # chosen total bound, the rows it keeps and those it cuts, and so the factor every group is
     # scaled by; all three are in the charge.
     Case("auto_count_by_kind", SKEWED, "SELECT kind, COUNT(*) FROM visits GROUP BY kind", group("a"), AUTO),
+    # People per group under auto: the policy's limits, corrected for the groups max_groups cuts
+    # (the target is in all three kinds, two allowed).
+    Case("auto_units_by_kind", SKEWED, "SELECT kind, COUNT(DISTINCT pid) FROM visits GROUP BY kind", group("a"),
+         AUTO),
 )
