@@ -3,6 +3,7 @@ sensitivity, the choice within the policy, and the whole path through a session.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from fractions import Fraction
 from pathlib import Path
@@ -120,24 +121,32 @@ def test_a_chosen_bound_is_clamped_to_the_policy(session):
     assert plan.total_rows == auto_bounds.ceiling(_plan(session, "SELECT COUNT(*) FROM events"))
 
 
-def test_the_profile_and_release_are_one_exact_charge(small_policy):
-    conn = dpsql.connect(small_policy, user="alice")
+@contextlib.contextmanager
+def _answered(policy, sql: str):
+    """A connection whose first query, `sql` over the three kinds at epsilon 1, was answered and
+    charged exactly its epsilon, once."""
+    conn = dpsql.connect(policy, user="alice")
     try:
         cur = conn.cursor()
         cur.execute("SET dpsql.cache = off")
-        cur.execute("SELECT kind, AVG(amount), SUM(amount) FROM events GROUP BY kind")
+        cur.execute(sql)
         assert len(cur.fetchall()) == 3
-        bounds = cur.dp["bounds"]
-        assert 1 <= bounds["max_contributions"] <= 6 and bounds["profile_epsilon"] == pytest.approx(0.1)
         assert cur.dp["cost"] == {"epsilon": 1.0, "delta": 0.0}
         assert conn.session.budget()["epsilon"]["spent"] == Fraction(1)
+        yield conn, cur
+    finally:
+        conn.close()
+
+
+def test_the_profile_and_release_are_one_exact_charge(small_policy):
+    with _answered(small_policy, "SELECT kind, AVG(amount), SUM(amount) FROM events GROUP BY kind") as (conn, cur):
+        bounds = cur.dp["bounds"]
+        assert 1 <= bounds["max_contributions"] <= 6 and bounds["profile_epsilon"] == pytest.approx(0.1)
         cur.execute("SET dpsql.bounds = policy")
         cur.execute("SELECT kind, AVG(amount), SUM(amount) FROM events GROUP BY kind")
         assert "bounds" not in cur.dp and conn.session.budget()["epsilon"]["spent"] == Fraction(2)
         cur.execute("SHOW dpsql.bounds")
         assert cur.fetchall() == [("policy",)]
-    finally:
-        conn.close()
 
 
 def test_a_bad_bounds_setting_is_refused_free(conn):
@@ -205,23 +214,14 @@ def test_the_correction_scales_counts_within_what_a_bound_can_cut():
 def test_a_corrected_count_is_one_exact_charge(small_policy):
     """A grouped count under auto: the profile, the correction and the release are one charge of
     the query's epsilon, and the answer says the bound and the correction it used."""
-    conn = dpsql.connect(small_policy, user="alice")
-    try:
-        cur = conn.cursor()
-        cur.execute("SET dpsql.cache = off")
-        cur.execute("SELECT kind, COUNT(*) FROM events GROUP BY kind")
-        assert len(cur.fetchall()) == 3
+    with _answered(small_policy, "SELECT kind, COUNT(*) FROM events GROUP BY kind") as (_, cur):
         bounds = cur.dp["bounds"]
         assert 1 <= bounds["max_contributions"] <= 6
         fix = bounds["correction"]
         assert fix["reach"] == auto_bounds.REACH * 6 and 1 <= fix["factor"] <= fix["reach"] / bounds["max_contributions"]
-        assert cur.dp["cost"] == {"epsilon": 1.0, "delta": 0.0}
-        assert conn.session.budget()["epsilon"]["spent"] == Fraction(1)
         cur.execute("EXPLAIN SELECT kind, COUNT(*) FROM events GROUP BY kind")
         text = "\n".join(r[0] for r in cur.fetchall())
         assert "corrected for truncation" in text and "gives at most scale" in text
-    finally:
-        conn.close()
 
 
 UNITS_QUERIES = ["SELECT kind, COUNT(DISTINCT pid) FROM events GROUP BY kind",
@@ -252,16 +252,6 @@ def test_one_unit_moves_the_groups_correction_by_at_most_its_sensitivities(units
 
 
 def test_a_corrected_count_of_units_is_one_exact_charge(small_policy):
-    conn = dpsql.connect(small_policy, user="alice")
-    try:
-        cur = conn.cursor()
-        cur.execute("SET dpsql.cache = off")
-        plan = _plan(conn.session, UNITS_QUERIES[0])
-        assert auto_bounds.counts_units(plan, "laplace")
-        cur.execute(UNITS_QUERIES[0])
-        assert len(cur.fetchall()) == 3
+    with _answered(small_policy, UNITS_QUERIES[0]) as (conn, cur):
+        assert auto_bounds.counts_units(_plan(conn.session, UNITS_QUERIES[0]), "laplace")
         assert cur.dp["bounds"]["max_groups"] == 2 and cur.dp["bounds"]["correction"]["reach"] == 3
-        assert cur.dp["cost"] == {"epsilon": 1.0, "delta": 0.0}
-        assert conn.session.budget()["epsilon"]["spent"] == Fraction(1)
-    finally:
-        conn.close()
