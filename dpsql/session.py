@@ -1368,11 +1368,12 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
         share = (f"epsilon {m['epsilon']:.6g}" if m["epsilon"] is not None
                  else f"rho {m['rho']:.6g}" if m["rho"] is not None else "PLD-planned")
         lines.append(f"{m['measure']}: {share}, {m['noise']} noise, scale {m['scale']:.6g}, "
-                     f"L1 sensitivity {m['l1_sensitivity']:.6g}, {pct} error within ±{m['half_width']:.6g}"
-                     + (f" (dpsql.bounds = auto: the release's share of epsilon at limits no looser than these "
-                        f"gives at most scale {m['scale'] * info['auto_release']:.6g}, ±"
-                        f"{m['half_width'] * info['auto_release']:.6g}, plus what the chosen limits cut)"
-                        if info.get("auto_bounds") or info.get("auto_correction") else ""))
+                     f"L1 sensitivity {m['l1_sensitivity']:.6g}, {pct} error within ±{m['half_width']:.6g}")
+    if info.get("auto_bounds") or info.get("auto_correction"):
+        lines.append(f"dpsql.bounds = auto: the release gets {1 / info['auto_release']:.0%} of the epsilon, at limits "
+                     f"no looser than these, so each noise above is at most {info['auto_release']:.4g} times as "
+                     "large (scale and interval), plus what the chosen limits cut; the limits, and any correction, "
+                     "come with the answer")
     if info.get("ratios"):
         lines.append(f"{', '.join(sorted(set(info['ratios'])))}: a ratio of the noisy totals above to the noisy count, "
                      "so its error shrinks as its group grows (about ±(total error + |value| × count error) / count)")

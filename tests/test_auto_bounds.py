@@ -221,7 +221,7 @@ def test_a_corrected_count_is_one_exact_charge(small_policy):
         assert fix["reach"] == auto_bounds.REACH * 6 and 1 <= fix["factor"] <= fix["reach"] / bounds["max_contributions"]
         cur.execute("EXPLAIN SELECT kind, COUNT(*) FROM events GROUP BY kind")
         text = "\n".join(r[0] for r in cur.fetchall())
-        assert "corrected for truncation" in text and "gives at most scale" in text
+        assert "corrected for truncation" in text and "at most 2.222 times" in text
 
 
 UNITS_QUERIES = ["SELECT kind, COUNT(DISTINCT pid) FROM events GROUP BY kind",
