@@ -117,6 +117,21 @@ class Choice:
                 "profile_epsilon": float(self.epsilon)}
 
 
+def told(bounds: dict) -> str:
+    """The chosen limits of an answer (its dp["bounds"]) in words, for a client's notice."""
+    parts = []
+    if bounds.get("max_contributions") is not None:
+        parts.append(f"at most {bounds['max_contributions']} row(s) per unit in all")
+    if bounds.get("max_groups") is not None:
+        parts.append(f"at most {bounds['max_groups']} group(s) per unit")
+    parts += [f"{expr} clamped to [{lo:g}, {hi:g}]" for expr, (lo, hi) in bounds.get("clamps", {}).items()]
+    fix = bounds.get("correction")
+    if fix:
+        lo, hi = fix["factor_interval"]
+        parts.append(f"counts scaled by {fix['factor']:.4g} ({lo:.4g} to {hi:.4g}) for what these limits cut")
+    return "limits chosen for this query (dpsql.bounds = auto): " + "; ".join(parts)
+
+
 def corrected(plan: Plan) -> bool:
     """Plans whose truncation is corrected (`Correction`): counts of rows only, over units that
     may have more rows than one. A total bound cuts a heavy unit's rows to C; a sum clips its
