@@ -45,6 +45,16 @@ from .sql.options import QueryOptions
 from .sql.rewrite import rewrite
 
 SHARE = Fraction(1, 10)  # of the query's epsilon spent on the profile
+# Counts and sums: the truncation a total bound C makes is corrected with the rows it cut,
+# released as two numbers over the profile's units (`Correction`) with these shares of epsilon.
+EXCESS_SHARE = Fraction(2, 5)  # the rows between C and the reach, Σ min(n, reach) - min(n, C)
+KEPT_SHARE = Fraction(1, 20)  # the rows C keeps, Σ min(n, C)
+REACH = 4  # the correction sees a unit's rows up to REACH times the policy's total bound
+RESIDUAL = Fraction(1, 10)  # of what truncation cuts, the model's bias left after the correction
+CORRECTED = ("count",)  # sums clip each unit's total (bounding.TotalCap), which keeps nearly all of it
+# COUNT(DISTINCT unit) by group: max_groups cuts the groups of a unit in more; corrected with the
+# groups it keeps and those it cuts up to the domain's size, each with this share of epsilon.
+UNITS_SHARE = Fraction(1, 10)
 MASS = 1024  # what one unit adds to each profile histogram
 VALUE_BINS = 32  # half-octaves of a column's range: candidate clamps from range / 2^15.5 to the whole range
 ROW_STEPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
@@ -83,6 +93,7 @@ class Profile:
     steps: tuple[int, ...]
     rows: tuple[float, ...]
     values: tuple[tuple[float, ...], ...]
+    groups: tuple[float, ...] = ()  # noisy weighted rows of each released group, in no order
 
 
 @dataclass(frozen=True)
@@ -95,6 +106,7 @@ class Choice:
     expected: float  # the model's relative error, summed over the query's aggregates
     policy_expected: float  # the same model at the policy's limits
     epsilon: Fraction  # spent on the profile
+    reach: int | None = None  # the correction's reach (None: not corrected)
 
     def options(self, base: QueryOptions) -> QueryOptions:
         return replace(base, max_contributions=self.max_contributions, clips=self.clips)
@@ -103,6 +115,50 @@ class Choice:
         return {"max_contributions": self.max_contributions,
                 "clamps": {expr: [lo, hi] for expr, lo, hi in self.clips},
                 "profile_epsilon": float(self.epsilon)}
+
+
+def told(bounds: dict) -> str:
+    """The chosen limits of an answer (its dp["bounds"]) in words, for a client's notice."""
+    parts = []
+    if bounds.get("max_contributions") is not None:
+        parts.append(f"at most {bounds['max_contributions']} row(s) per unit in all")
+    if bounds.get("max_groups") is not None:
+        parts.append(f"at most {bounds['max_groups']} group(s) per unit")
+    parts += [f"{expr} clamped to [{lo:g}, {hi:g}]" for expr, (lo, hi) in bounds.get("clamps", {}).items()]
+    fix = bounds.get("correction")
+    if fix:
+        lo, hi = fix["factor_interval"]
+        parts.append(f"counts scaled by {fix['factor']:.4g} ({lo:.4g} to {hi:.4g}) for what these limits cut")
+    return "limits chosen for this query (dpsql.bounds = auto): " + "; ".join(parts)
+
+
+def corrected(plan: Plan) -> bool:
+    """Plans whose truncation is corrected (`Correction`): counts of rows only, over units that
+    may have more rows than one. A total bound cuts a heavy unit's rows to C; a sum clips its
+    total to C times the clamp, which keeps far more; a mean, a spread or a quantile is a ratio,
+    which the cut barely moves."""
+    return ceiling(plan) > 1 and all(e.func in CORRECTED for e in plan.estimates)
+
+
+def reach(plan: Plan) -> int:
+    return REACH * ceiling(plan)
+
+
+def counts_units(plan: Plan, mechanism: str) -> bool:
+    """Plans of units per group only (COUNT(DISTINCT unit) by declared keys) under per-group caps:
+    their limits stay the policy's, and the groups max_groups cuts are corrected for
+    (`groups_query`) when the domain has more groups than that."""
+    return (mechanism == "laplace" and plan.sample_rate is None and type(plan.bounding) in (PerGroupCap, TotalCap)
+            and plan.unit is not None and bool(plan.keys) and plan.declared
+            and all(s.derived is None for s in plan.relation.private_sources)
+            and all(e.func == "units" for e in plan.estimates))
+
+
+def correction_share(plan: Plan, mechanism: str = "laplace") -> Fraction:
+    """The share of a query's epsilon its correction spends (0: none)."""
+    if counts_units(plan, mechanism):
+        return 2 * UNITS_SHARE
+    return KEPT_SHARE + EXCESS_SHARE if corrected(plan) else Fraction(0)
 
 
 # What can be chosen ------------------------------------------------------------------------
@@ -145,13 +201,10 @@ def steps(top: int) -> tuple[int, ...]:
 
 
 # The profile: SQL, noise, cost ------------------------------------------------------------
-def profile_query(plan: Plan, cols: Sequence[Column], top: int) -> exp.Select:
+def profile_query(plan: Plan, cols: Sequence[Column], top: int, by_group: bool = False) -> exp.Select:
     """One query over the plan's own `filtered` rows (the bounded query's CTEs up to it) giving
-    (kind, column, bin, mass) rows: kind 0 the row-count histogram, kind 1 + i column i's."""
-    bounded = rewrite(plan, plan.literal_domain_size())
-    ctes = bounded.args["with_"].expressions
-    kept = ctes[:[c.alias for c in ctes].index("filtered") + 1]
-    units = b.select([b.col("unit"), b.named(b.count(), "n")], b.table("filtered"), group=["unit"])
+    (kind, column, bin, mass) rows: kind 0 the row-count histogram, kind 1 + i column i's, and
+    with `by_group` kind 1 + len(cols) the weighted rows of each group present (bin 0)."""
     row_bin = _bin(b.col("n"), steps(top))
     parts = [b.select([b.node(0), b.node(0), b.named(row_bin, "bin"), b.named(b.mul(b.count(), MASS), "mass")],
                       b.table("prof_units"), group=[row_bin.copy()])]
@@ -164,12 +217,27 @@ def profile_query(plan: Plan, cols: Sequence[Column], top: int) -> exp.Select:
                               joins=[b.join(b.table("prof_units", "u"),
                                             exp.EQ(this=b.col("unit", "f"), expression=b.col("unit", "u")))],
                               where=[b.not_null(v.copy())], group=[value_bin.copy()]))
+    if by_group:
+        keys = [b.col(f"k{i}", "f") for i in range(len(plan.keys))]
+        parts.append(b.select([b.node(1 + len(cols)), b.node(0), b.node(0), b.named(b.total(weight.copy()), "mass")],
+                              b.table("filtered", "f"),
+                              joins=[b.join(b.table("prof_units", "u"),
+                                            exp.EQ(this=b.col("unit", "f"), expression=b.col("unit", "u")))],
+                              group=keys))
     union = parts[0]
     for p in parts[1:]:
         union = exp.union(union, p, distinct=False)
-    query = b.select([exp.Star()], b.subquery(union, "profile"))
-    for cte in kept:
+    return _with_filtered(plan, b.select([exp.Star()], b.subquery(union, "profile")))
+
+
+def _with_filtered(plan: Plan, query: exp.Select) -> exp.Select:
+    """`query` with the bounded query's CTEs up to `filtered` and `prof_units` (each unit's
+    row count n there)."""
+    bounded = rewrite(plan, plan.literal_domain_size())
+    ctes = bounded.args["with_"].expressions
+    for cte in ctes[:[c.alias for c in ctes].index("filtered") + 1]:
         query = query.with_(cte.alias, as_=cte.this.copy())
+    units = b.select([b.col("unit"), b.named(b.count(), "n")], b.table("filtered"), group=["unit"])
     return query.with_("prof_units", as_=units)
 
 
@@ -179,34 +247,53 @@ def _bin(value: exp.Expression, uppers: Sequence[int]) -> exp.Expression:
     return b.case(*ifs, default=b.node(len(uppers)))
 
 
-def epsilons(epsilon: Fraction, cols: Sequence[Column], top: int) -> tuple[Fraction, ...]:
+def epsilons(epsilon: Fraction, cols: Sequence[Column], top: int, by_group: bool = False) -> tuple[Fraction, ...]:
     """The profile's share of `epsilon`, split equally over its histograms (the rows' only when
-    there is a total bound to choose)."""
-    count = len(cols) + (1 if top > 1 else 0)
+    there is a total bound to choose; the groups' when `by_group`)."""
+    count = len(cols) + (1 if top > 1 else 0) + (1 if by_group else 0)
     return tuple([epsilon * SHARE / count] * count)
 
 
-def parts(epsilon: Fraction, cols: Sequence[Column], top: int) -> tuple[Part, ...]:
-    """The profile's parts of the query's cost: one Laplace mechanism per histogram."""
-    return tuple(Part("laplace", e, rho=e * e / 2, noise_multiplier=float(1 / e)) for e in epsilons(epsilon, cols, top))
+def _part(e: Fraction) -> Part:
+    return Part("laplace", e, rho=e * e / 2, noise_multiplier=float(1 / e))
 
 
-def noised(rows: Sequence[tuple], cols: Sequence[Column], top: int, epsilon: Fraction) -> Profile:
+def parts(epsilon: Fraction, cols: Sequence[Column], top: int, correct: bool = False,
+          by_group: bool = False) -> tuple[Part, ...]:
+    """The profile's parts of the query's cost: one Laplace mechanism per histogram, and the
+    correction's two when the plan is `corrected`."""
+    extra = (epsilon * KEPT_SHARE, epsilon * EXCESS_SHARE) if correct else ()
+    return tuple(_part(e) for e in epsilons(epsilon, cols, top, by_group) + extra)
+
+
+def noised(rows: Sequence[tuple], cols: Sequence[Column], top: int, epsilon: Fraction, groups: int = 0) -> Profile:
     """The profile's exact rows (profile_query's result) with every bin noised, empty ones
-    included, so which bins hold data is not told by their presence."""
+    included, so which bins hold data is not told by their presence. With `groups` (the size of
+    the released domain, public), the groups' masses are padded with empty ones to that many,
+    each noised, and kept in no order (a multiset of a noisy vector: post-processing)."""
     sizes = [len(steps(top)) + 1] + [VALUE_BINS] * len(cols)
     exact = [[0] * n for n in sizes]
+    present = []
     for kind, _, bin_, mass in rows:
-        exact[int(kind)][int(bin_)] += int(mass)
-    eps = list(epsilons(epsilon, cols, top))
+        if int(kind) == 1 + len(cols):
+            present.append(int(mass))
+        else:
+            exact[int(kind)][int(bin_)] += int(mass)
+    if groups:
+        exact.append(sorted(present)[-groups:] + [0] * max(groups - len(present), 0))
+    eps = list(epsilons(epsilon, cols, top, bool(groups)))
     noisy = []
     for i, hist in enumerate(exact):
         if i == 0 and top <= 1:
-            noisy.append(tuple(float(v) for v in hist))  # not released: no total bound to choose
+            noisy.append(())  # not released: no total bound to choose (filled in below)
             continue
         e = eps.pop(0)
         noisy.append(tuple(v / MASS for v in add_noise(hist, Noise("laplace", laplace_scale(MASS, e)))))
-    return Profile(steps(top), noisy[0], tuple(noisy[1:]))
+    by_group = tuple(sorted(noisy.pop())) if groups else ()
+    if top <= 1:  # one row a unit: the units are the released values' (or groups') total mass
+        released = noisy[1] if len(noisy) > 1 else by_group
+        noisy[0] = (max(sum(released), 0.0),) + (0.0,) * (len(steps(top)))
+    return Profile(steps(top), noisy[0], tuple(noisy[1:]), by_group)
 
 
 # The choice: a model of the error, minimised -----------------------------------------------
@@ -283,43 +370,79 @@ def _values(col: Column, mass: Sequence[float]) -> _Values:
     return _Values(mids, tuple(max(m, 0.0) for m in mass))
 
 
-def choose(plan: Plan, profile: Profile, cols: Sequence[Column], top: int, epsilon: Fraction, groups: int) -> Choice:
+def choose(plan: Plan, profile: Profile, cols: Sequence[Column], top: int, epsilon: Fraction, groups: int,
+           correct: bool = False) -> Choice:
     """The total bound and clamps that minimise the model's error at the release's epsilon
-    (`epsilon` minus the profile's share), over every candidate (the policy's own among them).
-    `groups`: the groups the query releases (its declared domain's size; public)."""
-    release = float(epsilon * (1 - SHARE))
+    (`epsilon` minus the profile's share, and the correction's when `correct`), over every
+    candidate (the policy's own among them). `groups`: the groups the query releases (its
+    declared domain's size; public), of which the profile's group masses give the effective
+    number (`effective_groups`). Under a correction, what truncation cuts counts for
+    RESIDUAL of itself, and the correction's own noise (its excess's scale over the rows) is
+    added to each count."""
+    release = float(release_epsilon(epsilon, correct))
     per_measure = release / max(len(plan.measures), 1)
-    groups = max(groups, 1)
+    groups = effective_groups(profile.groups, groups)
     rows = _rows(profile)
     terms = _terms(plan)
     values = {c.expr: _values(c, m) for c, m in zip(cols, profile.values)}
     by_expr = {c.expr: c for c in cols}
     candidates = steps(top) if top > 1 else (top,)
+    far = REACH * top
+
+    def fix(c: float) -> _Fix:
+        if not correct:
+            return _Fix()
+        return _Fix(float(RESIDUAL), (far - c) / float(epsilon * EXCESS_SHARE) / max(rows.kept(top), 1.0))
+
     best: tuple[float, int, dict[str, float]] | None = None
     for c in candidates:
-        clamps = {e: _best_clamp(terms, by_expr[e], values[e], rows, c, top, groups, per_measure) for e in by_expr}
-        err = _error(terms, by_expr, values, rows, c, top, clamps, groups, per_measure)
+        clamps = {e: _best_clamp(terms, by_expr[e], values[e], rows, c, top, groups, per_measure, fix(c))
+                  for e in by_expr}
+        err = _error(terms, by_expr, values, rows, c, top, clamps, groups, per_measure, fix(c))
         if best is None or err < best[0]:
             best = (err, c, clamps)
     assert best is not None
     err, c, clamps = best
-    policy = _error(terms, by_expr, values, rows, top, top, {e: by_expr[e].upper for e in by_expr}, groups, per_measure)
+    policy = _error(terms, by_expr, values, rows, top, top, {e: by_expr[e].upper for e in by_expr}, groups,
+                    per_measure, fix(top))
     clips = tuple((e, by_expr[e].lower, u) for e, u in sorted(clamps.items()) if u < by_expr[e].upper)
-    return Choice(c if top > 1 else None, clips, err, policy, epsilon * SHARE)
+    return Choice(c if top > 1 else None, clips, err, policy, epsilon * SHARE, far if correct else None)
 
 
-def _best_clamp(terms, col, values, rows, c, top, groups, per_measure) -> float:
+def effective_groups(masses: Sequence[float], groups: int) -> float:
+    """How many groups the rows are spread over, from the groups' noisy masses (those below 0 as
+    empty): (Σ m)² / Σ m², which is the number of groups when they are equal and 1 when one
+    holds all; `groups` (the domain's size) without masses. Never above `groups`, nor below 1."""
+    m = [max(x, 0.0) for x in masses]
+    squares = sum(x * x for x in m)
+    if not m or squares <= 0:
+        return float(max(groups, 1))
+    return min(max(sum(m) ** 2 / squares, 1.0), float(max(groups, 1)))
+
+
+@dataclass(frozen=True)
+class _Fix:
+    """How a correction changes the model: the share of truncation's cut left, the correction's
+    relative noise."""
+
+    residual: float = 1.0
+    noise: float = 0.0
+
+
+def _best_clamp(terms, col, values, rows, c, top, groups, per_measure, fix) -> float:
     scored = [(_error(terms, {col.expr: col}, {col.expr: values}, rows, c, top, {col.expr: u}, groups, per_measure,
-                      only=col.expr), u) for u in col.edges]
+                      fix, only=col.expr), u) for u in col.edges]
     return min(scored)[1]
 
 
 def _error(terms: Sequence[_Term], cols: dict, values: dict, rows: _Rows, c: float, top: int,
-           clamps: dict[str, float], groups: int, per_measure: float, only: str | None = None) -> float:
+           clamps: dict[str, float], groups: int, per_measure: float, fix: _Fix = _Fix(),
+           only: str | None = None) -> float:
     """The model's relative error summed over the plan's aggregates (those over column `only`,
     if given): a group's expected |Laplace noise| (its scale) plus what truncation to c rows and
     clamping at U cut, over the group's expected value; the units' rows spread evenly over the
-    groups."""
+    groups. Under a correction (`fix`), counts keep `fix.residual` of truncation's cut and gain
+    the correction's noise."""
     full = max(rows.kept(top), 1.0)
     kept = max(rows.kept(c), 1.0)
     lost = full - kept
@@ -333,7 +456,8 @@ def _error(terms: Sequence[_Term], cols: dict, values: dict, rows: _Rows, c: flo
             total += math.sqrt(t.bins) * c / per_measure / max(kept / groups, 1.0)
             continue
         if t.expr not in cols:  # a count, or a sum whose clamp is not chosen here: rows only
-            total += (lost / groups + c * t.bound / per_measure) / max(full / groups, 1.0)
+            fixed = fix if t.func in CORRECTED else _Fix()
+            total += (fixed.residual * lost / groups + c * t.bound / per_measure) / max(full / groups, 1.0) + fixed.noise
             continue
         col, v, u = cols[t.expr], values[t.expr], clamps[t.expr]
         mean, clamped = max(v.mean(col.upper), 1e-9), v.mean(u)
@@ -363,5 +487,90 @@ def _spread_error(col: Column, v: _Values, u: float, c: float, n: float, per_mea
     return error / 2 if root else error
 
 
-def release_epsilon(epsilon: Fraction) -> Fraction:
-    return epsilon * (1 - SHARE)
+def release_epsilon(epsilon: Fraction, correct: bool = False) -> Fraction:
+    return epsilon * (1 - SHARE - (KEPT_SHARE + EXCESS_SHARE if correct else 0))
+
+
+# The correction of truncation ---------------------------------------------------------------
+def correction_query(plan: Plan, c: int, far: int) -> exp.Select:
+    """Over the plan's `filtered` rows (as the profile): the rows a total bound c keeps,
+    Σ min(n, c), and the rows between c and `far`, Σ min(n, far) - min(n, c), over the units.
+    One unit moves the first by at most c and the second by at most far - c."""
+    n = b.col("n")
+    kept = b.func("LEAST", n, c)
+    excess = b.binary(exp.Sub, b.func("LEAST", n.copy(), far), kept.copy())
+    query = b.select([b.named(b.func("COALESCE", b.total(kept), 0), "kept"),
+                      b.named(b.func("COALESCE", b.total(excess), 0), "excess")], b.table("prof_units"))
+    return _with_filtered(plan, query)
+
+
+@dataclass(frozen=True)
+class Correction:
+    """The released rows a total bound c kept and those it cut up to the reach (both noisy),
+    with their noise's half-widths at the answer's confidence: counts and sums are scaled by
+    (kept + excess) / kept, on the model that a unit's cut rows fall in its groups as its kept
+    ones do (DESIGN §4)."""
+
+    c: int
+    reach: int
+    kept: float
+    excess: float
+    kept_hw: float
+    excess_hw: float
+
+    @property
+    def factor(self) -> float:
+        return _factor(self.kept, self.excess, self.c, self.reach)
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return (_factor(self.kept + self.kept_hw, self.excess - self.excess_hw, self.c, self.reach),
+                _factor(self.kept - self.kept_hw, self.excess + self.excess_hw, self.c, self.reach))
+
+    def describe(self) -> dict:
+        return {"reach": self.reach, "factor": self.factor, "factor_interval": list(self.interval)}
+
+
+def _factor(kept: float, excess: float, c: int, far: int) -> float:
+    """(kept + excess) / kept, within what a total bound can cut: 1 to far / c."""
+    return min(max(1.0 + max(excess, 0.0) / max(kept, 1.0), 1.0), far / c)
+
+
+def groups_query(plan: Plan, g: int, far: int) -> exp.Select:
+    """Over the plan's `filtered` rows: the groups a limit of g groups keeps, Σ min(groups, g),
+    and those it cuts up to `far` (the domain's size), Σ min(groups, far) - min(groups, g), over
+    the units. One unit moves the first by at most g and the second by at most far - g."""
+    keys = [b.col(f"k{i}") for i in range(len(plan.keys))]
+    pairs = b.select([b.col("unit"), *keys], b.table("filtered"), distinct=True)
+    per_unit = b.select([b.col("unit"), b.named(b.count(), "groups")], b.subquery(pairs, "p"), group=["unit"])
+    n = b.col("groups")
+    kept = b.func("LEAST", n, g)
+    excess = b.binary(exp.Sub, b.func("LEAST", n.copy(), far), kept.copy())
+    query = b.select([b.named(b.func("COALESCE", b.total(kept), 0), "kept"),
+                      b.named(b.func("COALESCE", b.total(excess), 0), "excess")], b.subquery(per_unit, "g"))
+    return _with_filtered(plan, query)
+
+
+def noised_correction(row: Sequence, c: int, far: int, epsilon: Fraction, confidence: float,
+                      shares: tuple[Fraction, Fraction] = (KEPT_SHARE, EXCESS_SHARE)) -> Correction:
+    """The correction query's exact row noised: each number with discrete Laplace noise of its
+    sensitivity (c; far - c) over its share of the query's epsilon."""
+    kept_noise = Noise("laplace", laplace_scale(c, epsilon * shares[0]))
+    excess_noise = Noise("laplace", laplace_scale(max(far - c, 1), epsilon * shares[1]))
+    kept = add_noise([int(row[0] or 0)], kept_noise)[0]
+    excess = add_noise([int(row[1] or 0)], excess_noise)[0]
+    return Correction(c, far, float(kept), float(excess), kept_noise.half_width(confidence),
+                      excess_noise.half_width(confidence))
+
+
+def scaled(values: Sequence, intervals: Sequence[tuple[float, float]], correction: Correction, integral: bool
+           ) -> tuple[list, list[tuple[float, float]]]:
+    """An estimate's values and intervals under the correction (post-processing): each value
+    times the factor; each interval the hull of its ends times the factor's interval's."""
+    f, (lo, hi) = correction.factor, correction.interval
+    out = [None if v is None else (round(v * f) if integral else v * f) for v in values]
+    cis = []
+    for a, z in intervals:
+        ends = [a * lo, a * hi, z * lo, z * hi]
+        cis.append((min(ends), max(ends)))
+    return out, cis

@@ -237,7 +237,8 @@ class _Quantile(Family):
     p times the total (linear within a bin). MIN and MAX (`extreme` -1 and 1) are the points
     where it first clears one bin's noise level from either end, so that noise in empty bins
     is not taken for data; a group whose noisy total is within the noise of a total (z *
-    sqrt(bins) standard deviations) gets NULL, as an empty group would.
+    sqrt(bins) standard deviations) gets NULL, as an empty group would. A quantile of integer
+    values (`est.integral`) is the integer nearest that point, its interval rounded outward.
     The interval is the range of points whose rank is within z * sqrt(bins) noise standard
     deviations: a normal approximation of a cumulative count's noise, so approximate, unlike
     the other intervals."""
@@ -270,9 +271,13 @@ class _Quantile(Family):
                 target = max(n - floor, n / 2)
             else:
                 target = est.quantile * n
-            vals.append(_point(edges, target, est.lower, width))
-            cis.append((_point(edges, target - spread, est.lower, width),
-                        _point(edges, target + spread, est.lower, width)))
+            value = _point(edges, target, est.lower, width)
+            lo, hi = _point(edges, target - spread, est.lower, width), _point(edges, target + spread, est.lower, width)
+            if est.integral:  # integer values: the integer the point is nearest, within the bounds
+                value, lo, hi = float(round(value)), float(math.floor(lo)), float(math.ceil(hi))
+                value, lo, hi = (min(max(x, est.lower), est.upper) for x in (value, lo, hi))
+            vals.append(value)
+            cis.append((lo, hi))
         return vals, cis
 
 

@@ -19,7 +19,8 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Iterator, Mapping, NoReturn, Sequence
+from functools import partial
+from typing import Any, Callable, Iterator, Mapping, NoReturn, Sequence
 
 import sqlglot
 from sqlglot import exp
@@ -551,47 +552,108 @@ class Session:
             return False
         if options.max_groups is not None or options.max_rows is not None:
             return False  # the query states its own limits (BigQuery's clause): they are kept as written
-        if not auto_bounds.eligible(plan, s.mechanism) or any(p.kind != "laplace" for p in cal.cost.parts):
+        if any(p.kind != "laplace" for p in cal.cost.parts):
             return False
-        if not auto_bounds.columns(plan) and all(e.func == "count" for e in plan.estimates):
-            # Counts only: over groups, the policy's limits keep most rows at a noise the profile's
-            # own share would add to (on the sample, 13 % against 15-17 % chosen), and its per-group
-            # caps keep a unit's rows in each group, which no total bound weighs; ungrouped, a total
-            # bound may keep many more rows than the per-group cap of max_rows.
-            return auto_bounds.ceiling(plan) > 1 and not plan.keys
+        if auto_bounds.counts_units(plan, s.mechanism):
+            return cal.groups_per_unit < (plan.literal_domain_size() or cal.groups_per_unit + 1)
+        if not auto_bounds.eligible(plan, s.mechanism):
+            return False
         return auto_bounds.ceiling(plan) > 1 or bool(auto_bounds.columns(plan))
+
+    def _auto_explained(self, plan: Plan, cal: Calibration, options: QueryOptions) -> dict[str, Any]:
+        """What EXPLAIN says of limits chosen per query: the profile's and the correction's shares
+        of epsilon, and by how much the release's smaller share scales the noise up."""
+        if not self._auto_bounded(plan, cal, options):
+            return {"auto_bounds": None, "auto_correction": None, "auto_release": 1.0}
+        fix = auto_bounds.correction_share(plan, self.settings.mechanism)
+        profile = Fraction(0) if auto_bounds.counts_units(plan, self.settings.mechanism) else auto_bounds.SHARE
+        return {"auto_bounds": float(profile) or None, "auto_correction": float(fix) or None,
+                "auto_release": float(1 / (1 - profile - fix))}
 
     def _auto_answer(self, stmt: Query, tree: exp.Query, policy_plan: Plan, policy_cal: Calibration,
                      options: QueryOptions, groups: tuple | None) -> tuple[Result, Charge]:
         """One charge for the profile and the release, durable before the profile runs (so no
         refusal or failure after it depends on the data); then the chosen plan's release."""
         s = self.settings
+        if auto_bounds.counts_units(policy_plan, s.mechanism):
+            return self._units_answer(stmt, policy_plan, policy_cal, options, groups)
         top, cols = auto_bounds.ceiling(policy_plan), auto_bounds.columns(policy_plan)
+        correct = auto_bounds.corrected(policy_plan)
         epsilon = policy_cal.cost.epsilon
-        rest = auto_bounds.release_epsilon(epsilon)
+        rest = auto_bounds.release_epsilon(epsilon, correct)
         weights = measure_weights(policy_plan, options.weights)
         at_rest = calibrate(policy_plan, rest, Fraction(0), s.mechanism, policy_plan.literal_domain_size(), weights)
-        cost = Cost.of(auto_bounds.parts(epsilon, cols, top) + at_rest.cost.parts)
+        by_group = len(groups) if groups and len(groups) > 1 else 0  # the domain's size: public
+        cost = Cost.of(auto_bounds.parts(epsilon, cols, top, correct, bool(by_group)) + at_rest.cost.parts)
         pending = self.ledger.charging(self.user.name, self.budget_policy, cost, stmt.sql,
                                        json.dumps(_detail(policy_plan, at_rest), default=str), self.global_budget)
         charge = pending.admitted()
         try:
-            profile = auto_bounds.noised(self._profile_rows(policy_plan, cols, top), cols, top, epsilon)
-            choice = auto_bounds.choose(policy_plan, profile, cols, top, epsilon, len(groups) if groups else 1)
+            profile = auto_bounds.noised(self._profile_rows(policy_plan, cols, top, bool(by_group)), cols, top,
+                                         epsilon, by_group)
+            choice = auto_bounds.choose(policy_plan, profile, cols, top, epsilon, len(groups) if groups else 1,
+                                        correct)
             plan, cal, bounded = self._plans.derived(policy_plan, f"chosen {choice.options(QueryOptions())}",
                                                      lambda: self._chosen(tree, options, choice, rest))
             if _shares(cal.cost) != _shares(at_rest.cost):
                 raise OperationalError("the chosen limits changed the release's cost", sqlstate="XX000",
                                        hint="this is a bug in dpsql, please report it")
+            correction = self._correction(policy_plan, choice, epsilon) if correct else None
         except Exception as e:
             pending.durable()
             self._failed(charge, e, "the query's cost stays charged: its limits were being chosen from the data")
         except BaseException:
             pending.durable()
             raise
-        result = self._answer(plan, bounded, cal, charge, _detail(plan, cal), pending)
-        result.dp["bounds"] = choice.describe()
+        result = self._answer(plan, bounded, cal, charge, _detail(plan, cal), pending,
+                              adjust=None if correction is None else partial(_corrected, plan, correction))
+        result.dp["bounds"] = choice.describe() | ({"correction": correction.describe()} if correction else {})
         return result, charge
+
+    def _units_answer(self, stmt: Query, plan: Plan, policy_cal: Calibration, options: QueryOptions,
+                      groups: tuple | None) -> tuple[Result, Charge]:
+        """Units per group at the policy's limits, corrected for the groups max_groups cuts: one
+        charge for the correction (auto_bounds.groups_query) and the release at the rest."""
+        s = self.settings
+        epsilon = policy_cal.cost.epsilon
+        g, far = policy_cal.groups_per_unit, max(len(groups or ()), policy_cal.groups_per_unit)
+        share = auto_bounds.correction_share(plan, s.mechanism)
+        at_rest = calibrate(plan, epsilon * (1 - share), Fraction(0), s.mechanism, plan.literal_domain_size(),
+                            measure_weights(plan, options.weights))
+        parts = tuple(auto_bounds._part(epsilon * auto_bounds.UNITS_SHARE) for _ in range(2))
+        pending = self.ledger.charging(self.user.name, self.budget_policy, Cost.of(parts + at_rest.cost.parts),
+                                       stmt.sql, json.dumps(_detail(plan, at_rest), default=str), self.global_budget)
+        charge = pending.admitted()
+        try:
+            row = self._correction_row(plan, f"groups {g} {far}", lambda: auto_bounds.groups_query(plan, g, far))
+            correction = auto_bounds.noised_correction(row, g, far, epsilon, s.confidence,
+                                                       (auto_bounds.UNITS_SHARE, auto_bounds.UNITS_SHARE))
+            bounded = self._bounded(plan, None)
+        except Exception as e:
+            pending.durable()
+            self._failed(charge, e, "the query's cost stays charged: the groups its limits cut were being counted")
+        except BaseException:
+            pending.durable()
+            raise
+        result = self._answer(plan, bounded, at_rest, charge, _detail(plan, at_rest), pending,
+                              adjust=partial(_corrected, plan, correction))
+        result.dp["bounds"] = {"max_groups": g, "correction": correction.describe()}
+        return result, charge
+
+    def _correction_row(self, plan: Plan, name: str, query) -> tuple:
+        """A correction query's exact row (kept per analyst and data version like a profile's)."""
+        sql, timeless = self._plans.derived(plan, name, lambda: self._prepared(query()))
+        reused = getattr(self.engine, "execute_reused", None)
+        rs = reused(sql, self.user.name) if reused is not None and self.settings.reuse and timeless \
+            else self.engine.execute(sql)
+        return next(zip(*rs.columns)) if rs.row_count else (0, 0)
+
+    def _correction(self, plan: Plan, choice: auto_bounds.Choice, epsilon: Fraction) -> auto_bounds.Correction:
+        """The rows the chosen total bound keeps and cuts (auto_bounds.Correction), noised: part of
+        the query's charge, drawn once it is durable."""
+        c, far = choice.max_contributions or 1, auto_bounds.reach(plan)
+        row = self._correction_row(plan, f"correction {c}", lambda: auto_bounds.correction_query(plan, c, far))
+        return auto_bounds.noised_correction(row, c, far, epsilon, self.settings.confidence)
 
     def _chosen(self, tree: exp.Query, options: QueryOptions, choice: auto_bounds.Choice, rest: Fraction
                 ) -> tuple[Plan, Calibration, Bounded]:
@@ -603,11 +665,12 @@ class Session:
                         measure_weights(plan, options.weights))
         return plan, cal, self._built_bounded(plan, None, copies=False)
 
-    def _profile_rows(self, plan: Plan, cols: tuple[auto_bounds.Column, ...], top: int) -> list[tuple]:
+    def _profile_rows(self, plan: Plan, cols: tuple[auto_bounds.Column, ...], top: int, by_group: bool
+                      ) -> list[tuple]:
         """The profile's exact rows; like a bounded result, kept per analyst and data version when
         the data alone determines them (the noise is drawn afresh each time)."""
-        sql, timeless = self._plans.derived(plan, "profile", lambda: self._prepared(
-            auto_bounds.profile_query(plan, cols, top)))
+        sql, timeless = self._plans.derived(plan, f"profile {by_group}", lambda: self._prepared(
+            auto_bounds.profile_query(plan, cols, top, by_group)))
         reused = getattr(self.engine, "execute_reused", None)
         if reused is not None and self.settings.reuse and timeless:
             rs = reused(sql, self.user.name)
@@ -669,7 +732,8 @@ class Session:
         return room if cost is last.cost or cost == last.cost else last.filter.admits_cost(last.totals, cost)
 
     def _answer(self, plan: Plan, bounded: Bounded, cal: Calibration, charge: Charge | None, detail: dict[str, Any],
-                pending: PendingCharge | None = None, stopper: _Stopper | None = None) -> Result:
+                pending: PendingCharge | None = None, stopper: _Stopper | None = None,
+                adjust: Callable[[NoisyTable], None] | None = None) -> Result:
         """Run the bounded query (prepared before the charge), have the release guard check it
         against the charge's receipt, noise it and post-process. A sampled plan gets a fresh
         secret salt here. With `pending`, the charge is admitted (written in its open
@@ -695,8 +759,10 @@ class Session:
                 pending.durable()  # raises instead, with nothing charged, if the commit fails
             self._failed(charge, failure)
         try:
-            out = self._post.run(plan.post, release(plan, cal, _released_groups(plan, bounded, rs), s.confidence,
-                                                    charge, self.policy))
+            noisy = release(plan, cal, _released_groups(plan, bounded, rs), s.confidence, charge, self.policy)
+            if adjust is not None:
+                adjust(noisy)  # post-processing of the noisy values (a correction of truncation)
+            out = self._post.run(plan.post, noisy)
             left = charge.filter.remaining(charge.totals)
             room = charge.filter.admits_cost(charge.totals, charge.cost) if pending is not None else None
         finally:
@@ -1076,7 +1142,7 @@ class Session:
             "max_rows_per_unit": plan.total_rows if plan.total_bound else None,
             "groups": self._domain(plan).row_count if plan.keys and plan.declared else None,
             "narrowed_by": list(narrowing(plan).used),
-            "auto_bounds": float(auto_bounds.SHARE) if self._auto_bounded(plan, cal, options or QueryOptions()) else None,
+            **self._auto_explained(plan, cal, options or QueryOptions()),
             "mechanisms": mechanisms,
             "selection": None if cal.selection is None else {
                 "threshold": cal.selection.threshold, "scale": cal.selection.noise.scale,
@@ -1176,6 +1242,14 @@ def _answer_shaping(policy: Policy) -> str:
     tables = [(t.name, t.public, t.privacy_unit, t.max_groups, t.max_rows, t.max_contributions,
                [repr(c) for c in t.columns.values()]) for t in policy.tables.values()]
     return hashlib.sha256(repr((tables, policy.limits.max_join_rows)).encode()).hexdigest()
+
+
+def _corrected(plan: Plan, correction: auto_bounds.Correction, noisy: NoisyTable) -> None:
+    """Counts and sums scaled by the correction of truncation, in place (post-processing)."""
+    for i, est in enumerate(plan.estimates):
+        if est.func in auto_bounds.CORRECTED + ("units",):
+            noisy.estimates[i], noisy.intervals[i] = auto_bounds.scaled(
+                noisy.estimates[i], noisy.intervals[i], correction, noisy.estimate_types[i] == "BIGINT")
 
 
 def _shares(cost: Cost) -> list[tuple]:
@@ -1338,12 +1412,20 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
              *([f"limits chosen when the query runs (dpsql.bounds = auto): {info['auto_bounds']:.0%} of its epsilon "
                 "profiles its rows, then a total bound on a unit's rows and clamps of summed values are chosen within "
                 "the policy's limits above; the noise below is at the policy's limits (the chosen ones are shown "
-                "with the answer); SET dpsql.bounds = policy to keep them"] if info.get("auto_bounds") else [])]
+                "with the answer); SET dpsql.bounds = policy to keep them"] if info.get("auto_bounds") else []),
+             *([f"counts corrected for truncation (dpsql.bounds = auto): {info['auto_correction']:.0%} of its epsilon "
+                "counts the rows (or groups) a unit's limits keep and those they cut, and the counts are scaled by "
+                "(kept + cut) / kept; the release gets the rest"] if info.get("auto_correction") else [])]
     for m in info["mechanisms"]:
         share = (f"epsilon {m['epsilon']:.6g}" if m["epsilon"] is not None
                  else f"rho {m['rho']:.6g}" if m["rho"] is not None else "PLD-planned")
         lines.append(f"{m['measure']}: {share}, {m['noise']} noise, scale {m['scale']:.6g}, "
                      f"L1 sensitivity {m['l1_sensitivity']:.6g}, {pct} error within ±{m['half_width']:.6g}")
+    if info.get("auto_bounds") or info.get("auto_correction"):
+        lines.append(f"dpsql.bounds = auto: the release gets {1 / info['auto_release']:.0%} of the epsilon, at limits "
+                     f"no looser than these, so each noise above is at most {info['auto_release']:.4g} times as "
+                     "large (scale and interval), plus what the chosen limits cut; the limits, and any correction, "
+                     "come with the answer")
     if info.get("ratios"):
         lines.append(f"{', '.join(sorted(set(info['ratios'])))}: a ratio of the noisy totals above to the noisy count, "
                      "so its error shrinks as its group grows (about ±(total error + |value| × count error) / count)")

@@ -3,6 +3,7 @@ sensitivity, the choice within the policy, and the whole path through a session.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from fractions import Fraction
 from pathlib import Path
@@ -120,24 +121,32 @@ def test_a_chosen_bound_is_clamped_to_the_policy(session):
     assert plan.total_rows == auto_bounds.ceiling(_plan(session, "SELECT COUNT(*) FROM events"))
 
 
-def test_the_profile_and_release_are_one_exact_charge(small_policy):
-    conn = dpsql.connect(small_policy, user="alice")
+@contextlib.contextmanager
+def _answered(policy, sql: str):
+    """A connection whose first query, `sql` over the three kinds at epsilon 1, was answered and
+    charged exactly its epsilon, once."""
+    conn = dpsql.connect(policy, user="alice")
     try:
         cur = conn.cursor()
         cur.execute("SET dpsql.cache = off")
-        cur.execute("SELECT kind, AVG(amount), SUM(amount) FROM events GROUP BY kind")
+        cur.execute(sql)
         assert len(cur.fetchall()) == 3
-        bounds = cur.dp["bounds"]
-        assert 1 <= bounds["max_contributions"] <= 6 and bounds["profile_epsilon"] == pytest.approx(0.1)
         assert cur.dp["cost"] == {"epsilon": 1.0, "delta": 0.0}
         assert conn.session.budget()["epsilon"]["spent"] == Fraction(1)
+        yield conn, cur
+    finally:
+        conn.close()
+
+
+def test_the_profile_and_release_are_one_exact_charge(small_policy):
+    with _answered(small_policy, "SELECT kind, AVG(amount), SUM(amount) FROM events GROUP BY kind") as (conn, cur):
+        bounds = cur.dp["bounds"]
+        assert 1 <= bounds["max_contributions"] <= 6 and bounds["profile_epsilon"] == pytest.approx(0.1)
         cur.execute("SET dpsql.bounds = policy")
         cur.execute("SELECT kind, AVG(amount), SUM(amount) FROM events GROUP BY kind")
         assert "bounds" not in cur.dp and conn.session.budget()["epsilon"]["spent"] == Fraction(2)
         cur.execute("SHOW dpsql.bounds")
         assert cur.fetchall() == [("policy",)]
-    finally:
-        conn.close()
 
 
 def test_a_bad_bounds_setting_is_refused_free(conn):
@@ -158,3 +167,91 @@ def test_the_policy_can_turn_choosing_off(tmp_path, small_policy):
         assert "bounds" not in cur.dp
     finally:
         conn.close()
+
+
+def _correction_row(session: Session, plan, c: int, far: int) -> tuple[int, int]:
+    rows = session._rows_of(auto_bounds.correction_query(plan, c, far))
+    return tuple(int(v or 0) for v in rows[0]) if rows else (0, 0)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(**_neighbours, c=st.sampled_from([1, 2, 3, 8, 40]))
+def test_one_unit_moves_the_correction_by_at_most_its_sensitivities(units, target, rows, drop_row, c):
+    """The correction's kept rows are noised for sensitivity c and its cut rows for reach - c:
+    check both on neighbouring databases, for every count the choice may correct."""
+    with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
+        a = Session(load_policy(_build(Path(d1), units, target, True, rows)), "alice")
+        b = Session(load_policy(_build(Path(d2), units, target, False, rows)), "alice")
+        try:
+            queries = [q for q in _eligible(a) if auto_bounds.corrected(_plan(a, q))]
+            assert queries
+            for q in queries:
+                plan = _plan(a, q)
+                far = auto_bounds.reach(plan)
+                cc = min(c, auto_bounds.ceiling(plan))
+                (ka, ea), (kb, eb) = _correction_row(a, plan, cc, far), _correction_row(b, plan, cc, far)
+                assert abs(ka - kb) <= cc, q
+                assert abs(ea - eb) <= far - cc, q
+        finally:
+            a.close()
+            b.close()
+
+
+def test_the_correction_scales_counts_within_what_a_bound_can_cut():
+    """The factor is (kept + cut) / kept, never below 1 nor above reach / c, whatever the noise;
+    an interval is scaled by the factor's interval's ends."""
+    fix = auto_bounds.Correction(c=4, reach=160, kept=1000.0, excess=500.0, kept_hw=10.0, excess_hw=100.0)
+    assert fix.factor == pytest.approx(1.5)
+    lo, hi = fix.interval
+    assert lo == pytest.approx(1 + 400 / 1010) and hi == pytest.approx(1 + 600 / 990)
+    assert auto_bounds.Correction(4, 160, -50.0, -20.0, 1.0, 1.0).factor == 1.0
+    assert auto_bounds.Correction(4, 160, 1.0, 10**9, 1.0, 1.0).factor == 40.0
+    values, cis = auto_bounds.scaled([100, None], [(90.0, 110.0), (-5.0, 5.0)], fix, integral=True)
+    assert values == [150, None]
+    assert cis[0] == pytest.approx((90 * lo, 110 * hi)) and cis[1] == pytest.approx((-5 * hi, 5 * hi))
+
+
+def test_a_corrected_count_is_one_exact_charge(small_policy):
+    """A grouped count under auto: the profile, the correction and the release are one charge of
+    the query's epsilon, and the answer says the bound and the correction it used."""
+    with _answered(small_policy, "SELECT kind, COUNT(*) FROM events GROUP BY kind") as (_, cur):
+        bounds = cur.dp["bounds"]
+        assert 1 <= bounds["max_contributions"] <= 6
+        fix = bounds["correction"]
+        assert fix["reach"] == auto_bounds.REACH * 6 and 1 <= fix["factor"] <= fix["reach"] / bounds["max_contributions"]
+        cur.execute("EXPLAIN SELECT kind, COUNT(*) FROM events GROUP BY kind")
+        text = "\n".join(r[0] for r in cur.fetchall())
+        assert "corrected for truncation" in text and "at most 2.222 times" in text
+
+
+UNITS_QUERIES = ["SELECT kind, COUNT(DISTINCT pid) FROM events GROUP BY kind",
+                 "SELECT kind, COUNT(DISTINCT pid) FROM events WHERE amount > 10 GROUP BY kind",
+                 "SELECT p.city, COUNT(DISTINCT e.pid) FROM events e JOIN people p ON e.pid = p.pid GROUP BY p.city"]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(**_neighbours)
+def test_one_unit_moves_the_groups_correction_by_at_most_its_sensitivities(units, target, rows, drop_row):
+    """COUNT(DISTINCT unit) by group: the groups a unit's limit keeps are noised for sensitivity
+    g (max_groups) and those it cuts for far - g (the domain's size minus g)."""
+    with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
+        a = Session(load_policy(_build(Path(d1), units, target, True, rows)), "alice")
+        b = Session(load_policy(_build(Path(d2), units, target, False, rows)), "alice")
+        try:
+            for q in UNITS_QUERIES:
+                plan = _plan(a, q)
+                if not auto_bounds.counts_units(plan, "laplace"):
+                    continue
+                g, far = plan.max_groups, plan.max_groups + 5
+                ka, ea = (int(v or 0) for v in a._rows_of(auto_bounds.groups_query(plan, g, far))[0])
+                kb, eb = (int(v or 0) for v in b._rows_of(auto_bounds.groups_query(plan, g, far))[0])
+                assert abs(ka - kb) <= g and abs(ea - eb) <= far - g, q
+        finally:
+            a.close()
+            b.close()
+
+
+def test_a_corrected_count_of_units_is_one_exact_charge(small_policy):
+    with _answered(small_policy, UNITS_QUERIES[0]) as (conn, cur):
+        assert auto_bounds.counts_units(_plan(conn.session, UNITS_QUERIES[0]), "laplace")
+        assert cur.dp["bounds"]["max_groups"] == 2 and cur.dp["bounds"]["correction"]["reach"] == 3

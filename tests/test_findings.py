@@ -171,7 +171,9 @@ def private_tmp(tmp_path, monkeypatch):
 
 def test_scratch_is_private_and_removed_on_close(small_policy, private_tmp):
     conn = dpsql.connect(small_policy, user="alice")
-    conn.cursor().execute("SELECT kind, COUNT(*) FROM events GROUP BY kind")
+    cur = conn.cursor()
+    cur.execute("SET dpsql.bounds = policy")  # the policy's limits read a weighted copy in the scratch
+    cur.execute("SELECT kind, COUNT(*) FROM events GROUP BY kind")
     (directory,) = _scratch_dirs(private_tmp)
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
     files = [p for p in directory.rglob("*") if p.is_file()]
@@ -236,7 +238,9 @@ def _engine_setting(policy: Path, line: str) -> None:
 def test_scratch_in_memory_leaves_nothing(small_policy, private_tmp):
     _engine_setting(small_policy, 'scratch = "memory"')
     conn = dpsql.connect(small_policy, user="alice")
-    conn.cursor().execute("SELECT kind, COUNT(*) FROM events GROUP BY kind")
+    cur = conn.cursor()
+    cur.execute("SET dpsql.bounds = policy")  # the policy's limits read a weighted copy in the scratch
+    cur.execute("SELECT kind, COUNT(*) FROM events GROUP BY kind")
     (directory,) = _scratch_dirs(private_tmp)  # only for spills, of which there were none
     assert [p.name for p in directory.rglob("*")] == ["owner.pid"]
     conn.close()
@@ -492,6 +496,7 @@ def test_a_weighted_copy_is_built_again_when_its_files_change_meanwhile(tmp_path
         assert engine._copies[table.split(".")[-1].strip('"')] == "v2"
         count = itertools.count()
         engine.data_version = lambda: f"v{next(count)}"  # a file written during every build
+        s.execute("SET dpsql.bounds = policy")  # the policy's limits read the weighted copy
         with pytest.raises(OperationalError) as err:
             s.execute("SELECT kind, COUNT(*) FROM events GROUP BY kind")
         assert err.value.sqlstate == "40001" and "nothing was charged" in err.value.hint

@@ -167,6 +167,17 @@ def test_a_multi_statement_string_is_one_planned_batch(serve):
         assert len(notices) == 2 and all("one charge for this batch of 2 queries" in n for n in notices), notices
 
 
+def test_a_notice_tells_the_limits_chosen_for_a_query(serve):
+    """Under dpsql.bounds = auto (the default) the released limits and correction reach the
+    client as a notice, beside the cost."""
+    with psycopg.connect(serve.dsn(), autocommit=True) as conn:
+        notices = []
+        conn.add_notice_handler(lambda d: notices.append(d.message_primary))
+        assert len(conn.execute("SELECT kind, COUNT(*) FROM events GROUP BY kind").fetchall()) == 3
+        told = [n for n in notices if "limits chosen for this query" in n]
+        assert len(told) == 1 and "row(s) per unit in all" in told[0] and "counts scaled by" in told[0], notices
+
+
 def test_explain_notice_says_what_is_left_and_whether_the_query_would_run(serve):
     with psycopg.connect(serve.dsn("bob"), autocommit=True) as conn:  # bob's budget: epsilon 2
         notices = []

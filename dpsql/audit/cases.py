@@ -181,4 +181,12 @@ CASES: tuple[Case, ...] = (
     Case("auto_sum", SKEWED, "SELECT SUM(amount) FROM visits", scalar, AUTO, quick_runs=600),
     Case("auto_avg", SKEWED, "SELECT kind, AVG(amount) FROM visits GROUP BY kind", group("a"), AUTO),
     Case("auto_count", SKEWED, "SELECT COUNT(*) FROM visits", scalar, AUTO),
+    # A count under chosen limits is corrected for truncation: the target (twenty rows) moves the
+    # chosen total bound, the rows it keeps and those it cuts, and so the factor every group is
+    # scaled by; all three are in the charge.
+    Case("auto_count_by_kind", SKEWED, "SELECT kind, COUNT(*) FROM visits GROUP BY kind", group("a"), AUTO),
+    # People per group under auto: the policy's limits, corrected for the groups max_groups cuts
+    # (the target is in all three kinds, two allowed).
+    Case("auto_units_by_kind", SKEWED, "SELECT kind, COUNT(DISTINCT pid) FROM visits GROUP BY kind", group("a"),
+         AUTO),
 )

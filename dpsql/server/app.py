@@ -22,7 +22,7 @@ from copy import deepcopy
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from .. import __version__
+from .. import __version__, auto_bounds
 from ..config import Policy
 from ..engines import open_engine
 from ..errors import Error, InternalError
@@ -689,6 +689,8 @@ class Connection:
             if result.dp.get("batch"):
                 origin = f"one charge for this batch of {result.dp['batch']} queries, {origin}"
             notices.append(f"dpsql: {origin}; remaining epsilon={left['epsilon']:g} delta={left['delta']:g}")
+        if result.dp and result.dp.get("bounds"):
+            notices.append(f"dpsql: {auto_bounds.told(result.dp['bounds'])}")
         if result.dp and result.dp.get("notice"):
             notices.append(f"dpsql: {result.dp['notice']}")
         return Answer(fields, result.rows, result.status, notices)

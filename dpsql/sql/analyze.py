@@ -65,6 +65,7 @@ class Estimate:
     upper: float = 0.0
     centre: float = 0.0
     quantile: float | None = None  # the fraction p of a quantile (0 for MIN, 1 for MAX)
+    integral: bool = False  # a quantile of integer values: answered as an integer
 
 
 @dataclass(frozen=True)
@@ -541,12 +542,13 @@ class _Analysis:
         return bounds
 
     def _add(self, func: str, text: str, value: exp.Expression | None = None, lower: float = 0.0,
-             upper: float = 0.0, quantile: float | None = None, categories: tuple | None = None) -> int:
+             upper: float = 0.0, quantile: float | None = None, categories: tuple | None = None,
+             whole: bool = False) -> int:
         """An estimate of the family `func`, over the measures the family asks for."""
         fam = FAMILIES[func]
         roles = fam.measures(value, lower, upper, self.count_bits, self.sample_rate is not None, categories)
         est = Estimate(func, text, lower=lower, upper=upper, centre=fam.centre(lower, upper), quantile=quantile,
-                       **{role: self._measure(m) for role, m in roles.items()})
+                       integral=whole, **{role: self._measure(m) for role, m in roles.items()})
         key = repr((est.func, est.count, est.total, est.squares, est.quantile))
         if key not in self._estimate_index:
             self._estimate_index[key] = len(self.estimates)
@@ -571,7 +573,8 @@ class _Analysis:
             raise ProgrammingError(f"{text}: {arg.sql(dialect='postgres')} has a single possible value {bounds.lo:g}",
                                    sqlstate="42P22", hint="a quantile needs bounds with lower < upper")
         func = {0.0: "min", 1.0: "max"}.get(fraction, "quantile") if name in ("MIN", "MAX") else "quantile"
-        return self._add(func, text, value, bounds.lo, bounds.hi, quantile=fraction)
+        return self._add(func, text, value, bounds.lo, bounds.hi, quantile=fraction,
+                         whole=integral(value, self.resolver.column_type))
 
     def _distinct(self, node: exp.Count, text: str) -> int:
         """COUNT(DISTINCT col) over a column with declared keys: a noisy row count per key (a
