@@ -23,6 +23,8 @@ from ..errors import OperationalError, PolicyError
 from ..sql.build import DUCKDB, dtype
 from .base import (
     ENGINE_FAILURE_HINT,
+    Capabilities,
+    Engine,
     ResultSet,
     built_at_one_version,
     coin_parts,
@@ -30,6 +32,7 @@ from .base import (
     is_coin,
     is_keyed_hash,
     quote,
+    register,
     width_bucket_case,
 )
 from .scratch import ScratchDir
@@ -57,9 +60,11 @@ def bind_failure() -> OperationalError:
                             hint="check the columns' types (\\d table in psql) and the functions' arguments")
 
 
-class DuckDBEngine:
+@register("duckdb")
+class DuckDBEngine(Engine):
     dialect = "duckdb"
-    overlaps_admission = True  # execute(sql, stop): see engines/base.py
+    capabilities = Capabilities(literal_sql=True, overlaps_admission=True, execute_reused=True, weighted_copy=True,
+                                weights_store_sums=True, copy_totals=True)
 
     def __init__(self, policy: Policy):
         self._policy = policy

@@ -24,6 +24,7 @@ import itertools
 import os
 import shutil
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -34,6 +35,8 @@ from ..errors import OperationalError, PolicyError
 from ..sql.build import dtype
 from .base import (
     ENGINE_FAILURE_HINT,
+    Capabilities,
+    Engine,
     ResultSet,
     built_at_one_version,
     canonical_type,
@@ -41,6 +44,7 @@ from .base import (
     files_version,
     is_coin,
     is_keyed_hash,
+    register,
     width_bucket_case,
 )
 from .scratch import ScratchDir
@@ -67,8 +71,12 @@ _EXTRACT = {"DAYOFYEAR": "DOY", "ISODOW": "DOW_ISO"}
 _DAY_OF_WEEK = ("DAYOFWEEK", "DOW", "WEEKDAY")
 
 
-class SparkEngine:
+@register("spark")
+class SparkEngine(Engine):
     dialect = "spark"
+    # Weighted copies on a local session over files only; they hold the weight only, and a SUM
+    # weights its row values (TotalCap's row form).
+    capabilities = Capabilities(literal_sql=True)
 
     def __init__(self, policy: Policy):
         try:
@@ -117,7 +125,7 @@ class SparkEngine:
             self._schema = self._introspect()
             if local and all(t.source is not None for t in policy.tables.values() if not t.public):
                 self._scratch = ScratchDir()
-                self.weighted_copy = self._weighted_copy
+                self.capabilities = replace(self.capabilities, weighted_copy=True)
         except PolicyError:
             raise
         except Exception as e:
@@ -204,11 +212,8 @@ class SparkEngine:
             columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
         return ResultSet(names, types, columns)
 
-    # Copies hold the weight only; a SUM weights its row values (TotalCap's row form).
-    weights_store_sums = False
-
-    def _weighted_copy(self, table: str, unit: str, limit: int, bits: int, sums: Mapping[str, str] | None = None,
-                       per_unit: Mapping[str, str] | None = None) -> str:
+    def weighted_copy(self, table: str, unit: str, limit: int, bits: int, sums: Mapping[str, str] | None = None,
+                      per_unit: Mapping[str, str] | None = None) -> str:
         """The rows of `table` with __dpsql_n (its unit's rows in the whole table) and
         __dpsql_w = (limit << bits) DIV max(__dpsql_n, limit), as of the current data version:
         written once per version as Parquet in the private scratch directory (see the module's
