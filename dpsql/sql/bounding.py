@@ -132,7 +132,7 @@ class PerGroupCap:
         not_null = b.not_null(b.col(f"v{j}"))
         cells = b.select([b.col("unit")] + cell + [b.named(b.count(), "c")], b.table("filtered"), where=[not_null],
                          group=["unit"] + keys + [f"v{j}"])
-        on = [exp.EQ(this=b.col("unit", "c"), expression=b.col("unit", "p"))]
+        on: list[exp.Expression] = [exp.EQ(this=b.col("unit", "c"), expression=b.col("unit", "p"))]
         on += [exp.NullSafeEQ(this=b.col(k, "c"), expression=b.col(k, "p")) for k in keys]
         joins = [b.join(b.table("per_unit", "p"), b.conjunction(on))]
         if self._joins_unit_groups:
@@ -365,8 +365,10 @@ def copy_column(m: Measure, limit: int, norm: str | None = None, weight: str = "
     total, the weight from its unit's sum of |value| in column `norm` (unit_norm), a bound for
     any grouping and filter), as the bounded query would apply them."""
     value = m.row_value()
+    assert value is not None  # a weighted copy stores measures that read a value
     w: exp.Expression = b.col(weight)
     if m.own_norm:
+        assert norm is not None  # the column of the unit's norm (unit_norm)
         w = own_weight(b.col(norm), limit * m.row_bound)
     return m.weighted_row(value, w)
 
