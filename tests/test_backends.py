@@ -24,6 +24,8 @@ from dpsql.sql.wrappers import released_subquery
 from .backends import READER, SAMPLE, load_into_postgres, postgres_policy, spark_policy
 from .test_corpus import ANSWERED
 
+pytestmark = [pytest.mark.backends, pytest.mark.slow]  # Spark starts per module; a Spark comparison ran 400-600 s
+
 SALTED = "TABLESAMPLE"  # a fresh secret salt per execution: each engine hashes differently, by design
 
 

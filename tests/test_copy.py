@@ -27,6 +27,8 @@ def test_options_and_escaping():
         copyout.parse("COPY people FROM STDIN")
 
 
+@pytest.mark.clients
+@pytest.mark.slow
 def test_psql_copy_and_psycopg_copy(serve, tmp_path):
     out = tmp_path / "counts.csv"
     done = subprocess.run(["psql", serve.dsn(), "-X", "-c",
@@ -50,6 +52,7 @@ def test_psql_copy_and_psycopg_copy(serve, tmp_path):
         assert pg.execute("SELECT queries FROM dpsql_budget").fetchone() == (2,)  # the \\copy and the first COPY
 
 
+@pytest.mark.slow
 def test_declare_fetch_close_charges_once(serve):
     with psycopg.connect(serve.dsn(), autocommit=True) as pg:
         pg.execute("BEGIN")

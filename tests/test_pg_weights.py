@@ -18,6 +18,8 @@ from dpsql.sql.classify import classify
 
 from .backends import READER, SAMPLE, SCRATCH, allow_scratch, load_into_postgres, postgres_policy
 
+pytestmark = pytest.mark.backends  # a throwaway PostgreSQL server
+
 
 @pytest.fixture(scope="module")
 def clinic(pg_server):

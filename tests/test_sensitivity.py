@@ -174,6 +174,8 @@ _schemas = itertools.count()
     ("postgres", "laplace", None, 6), ("postgres", "gaussian", None, 2), ("postgres", "gaussian", 4, 2),
     ("postgres-weighted", "laplace", None, 4), ("postgres-weighted", "gaussian", 4, 2),
     ("spark", "laplace", None, 1), ("spark", "gaussian", 4, 1)])
+@pytest.mark.backends
+@pytest.mark.slow
 def test_removing_one_unit_is_bounded_on_every_backend(backend, mechanism, contributions, examples, request):
     """The same property where the rewritten query runs on PostgreSQL and on Spark, fewer
     examples as each costs a round of real queries; with max_contributions and Gaussian noise,
