@@ -132,15 +132,20 @@ def _render(sessions) -> dict[str, str]:
     return out
 
 
-def test_bounded_sql_matches_the_golden_fixtures(sessions):
-    got = _render(sessions)
-    assert all(got[f"bounding/{name}.sql"] for name in STRATEGIES), "every strategy has a case"
+def _matches_the_fixtures(got: dict[str, str]) -> None:
+    """Each rendered text equals its fixture (rewritten first with DPSQL_UPDATE_GOLDEN=1)."""
     if os.environ.get("DPSQL_UPDATE_GOLDEN"):
         for name, text in got.items():
             (FIXTURES / name).parent.mkdir(exist_ok=True)
             (FIXTURES / name).write_text(text)
     for name, text in got.items():
         assert text == (FIXTURES / name).read_text(), name
+
+
+def test_bounded_sql_matches_the_golden_fixtures(sessions):
+    got = _render(sessions)
+    assert all(got[f"bounding/{name}.sql"] for name in STRATEGIES), "every strategy has a case"
+    _matches_the_fixtures(got)
 
 
 def _nodes(value) -> list:
@@ -238,12 +243,7 @@ def test_weighted_copy_sql_matches_the_golden_fixtures(sessions):
     """The SQL each engine runs to build a weighted copy, whose __dpsql_w (sql/bounding.py's
     row_weight) carries the total bound: integer division of a BIGINT in every dialect."""
     got = _render_copies(sessions)
-    if os.environ.get("DPSQL_UPDATE_GOLDEN"):
-        for name, text in got.items():
-            (FIXTURES / name).parent.mkdir(exist_ok=True)
-            (FIXTURES / name).write_text(text)
-    for name, text in got.items():
-        assert text == (FIXTURES / name).read_text(), name
+    _matches_the_fixtures(got)
     weights = {name: re.findall(r"\S+ AS BIGINT\) (\S+) GREATEST", text) for name, text in got.items()}
     assert {name: set(ops) for name, ops in weights.items()} == {
         "weighted_copy/duckdb.sql": {"//"}, "weighted_copy/postgres.sql": {"/"}, "weighted_copy/spark.sql": {"DIV"}}
