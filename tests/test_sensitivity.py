@@ -148,6 +148,7 @@ _neighbours = dict(units=st.lists(st.tuples(person, unit_events), min_size=0, ma
                    drop_row=st.integers(0, 14))
 
 
+@pytest.mark.slow  # 4 x 18 pairs of neighbouring databases, each a corpus of queries
 @pytest.mark.parametrize("mechanism,contributions", [("laplace", None), ("gaussian", None), ("laplace", 4),
                                                        ("gaussian", 4)])
 @settings(max_examples=18, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
