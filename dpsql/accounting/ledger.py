@@ -842,9 +842,7 @@ class PostgresLedger(Ledger):
         self._errors = (psycopg.Error,)
         self._local = threading.local()
         self._writer_lock = threading.Lock()
-        if identity is None:
-            raise OperationalError("a PostgreSQL ledger needs its identity file", hint="set [ledger] identity")
-        self.identity_path = identity
+        self.identity_path = identity  # type: ignore[assignment]  # None: not checked (_read_identity)
         try:
             ident = self._read_identity()
             self._open(ident, create)
