@@ -119,6 +119,7 @@ def calibrate(plan: Plan, epsilon: Fraction, delta: Fraction, mechanism: str,
         for m, w in zip(plan.measures, weights):
             eps = epsilon * w / whole
             l1 = plan.bounding.l1(m, domain_size)
+            assert l1 is not None  # only L2 clipping (Gaussian) leaves L1 unbounded
             noise = Noise("laplace", laplace_scale(l1, eps))
             measures.append(MeasureNoise(noise, l1, plan.bounding.l2_squared(m, domain_size), eps, None))
             parts.append(Part("laplace", eps, rho=eps * eps / 2, noise_multiplier=noise.scale / l1 if l1 else None))

@@ -108,7 +108,7 @@ class BudgetPolicy:
     filter: str
     epsilon: Fraction
     delta: Fraction
-    delta_reserve: Fraction | None = Fraction(0)  # None: the filter's default share (default_reserve)
+    delta_reserve: Fraction = Fraction(0)  # the parser puts the filter's default share (default_reserve)
     rdp_order: Fraction | None = None
     window: int | None = None  # seconds: the filter starts afresh every window (budget windows)
     lifetime_epsilon: Fraction | None = None  # a cap over all windows together, which never refreshes

@@ -93,8 +93,8 @@ def _unique_keys(plan: Plan, rs: ResultSet) -> None:
 
 
 def _limits(plan: Plan, policy: Policy) -> None:
-    private = [policy.table(s.table.name) for s in plan.relation.private_sources if s.derived is None]
-    private = [t for t in private if t is not None]
+    found = [policy.table(s.table.name) for s in plan.relation.private_sources if s.derived is None]
+    private = [t for t in found if t is not None]
     if not private:
         return  # a per-unit subquery's derived table: its limits are the base tables' (sql/derived.py)
     if plan.max_groups > max(t.max_groups for t in private) or plan.max_rows > max(t.max_rows for t in private):
@@ -107,7 +107,8 @@ def _limits(plan: Plan, policy: Policy) -> None:
 
 def _scales(plan: Plan, cal: Calibration, cost: Cost) -> None:
     laplace_eps, gauss_rho = Fraction(0), Fraction(0)
-    planned = [p.noise_multiplier for p in cost.parts if p.kind == "approx"]
+    multipliers = [p.noise_multiplier for p in cost.parts if p.kind == "approx"]
+    planned = [m for m in multipliers if m is not None] if None not in multipliers else []  # any missing: refused
     for m, mn in zip(plan.measures, cal.measures):
         scale = mn.noise.scale
         sensitive = m.row_bound > 0

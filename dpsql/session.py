@@ -431,7 +431,7 @@ class Session:
         too, and then builds the template, kept only if it reproduces both texts' bounded
         queries exactly and they were calibrated alike (else the shape is always planned in
         full). Only on engines that write a value's SQL apart from the query (`literal_sql`)."""
-        literal_sql = getattr(self.engine, "literal_sql", None)
+        literal_sql = self.engine.literal_sql if self.engine.capabilities.literal_sql else None
         if literal_sql is None:
             return self._planned(key, tree, options)
         marked, literals = slots.tagged(tree)  # a copy, planned as it is
@@ -643,7 +643,7 @@ class Session:
     def _correction_row(self, plan: Plan, name: str, query) -> tuple:
         """A correction query's exact row (kept per analyst and data version like a profile's)."""
         sql, timeless = self._plans.derived(plan, name, lambda: self._prepared(query()))
-        reused = getattr(self.engine, "execute_reused", None)
+        reused = self.engine.execute_reused if self.engine.capabilities.execute_reused else None
         rs = reused(sql, self.user.name) if reused is not None and self.settings.reuse and timeless \
             else self.engine.execute(sql)
         return next(zip(*rs.columns)) if rs.row_count else (0, 0)
@@ -671,7 +671,7 @@ class Session:
         the data alone determines them (the noise is drawn afresh each time)."""
         sql, timeless = self._plans.derived(plan, f"profile {by_group}", lambda: self._prepared(
             auto_bounds.profile_query(plan, cols, top, by_group)))
-        reused = getattr(self.engine, "execute_reused", None)
+        reused = self.engine.execute_reused if self.engine.capabilities.execute_reused else None
         if reused is not None and self.settings.reuse and timeless:
             rs = reused(sql, self.user.name)
         else:
@@ -726,7 +726,7 @@ class Session:
         after a refusal) always comes before any engine work; one it cannot (the budget spent
         meanwhile by another connection of the analyst, or the global budget by others) stops
         the query, and the next one waits for its admission again."""
-        if self._headroom is None or not getattr(self.engine, "overlaps_admission", False):
+        if self._headroom is None or not self.engine.capabilities.overlaps_admission:
             return False
         last, room = self._headroom
         return room if cost is last.cost or cost == last.cost else last.filter.admits_cost(last.totals, cost)
@@ -795,7 +795,7 @@ class Session:
         repeated query's from memory (unless SET dpsql.reuse = off: engine work every time, as
         benchmarks against a plain engine need); the noise is drawn afresh either way."""
         stoppable = () if stop is None else (stop,)  # only engines that overlap the admission take one
-        reused = getattr(self.engine, "execute_reused", None)
+        reused = self.engine.execute_reused if self.engine.capabilities.execute_reused else None
         if reused is not None and self.settings.reuse and plan.sample_rate is None and bounded.timeless:
             return reused(bounded.sql, self.user.name, *stoppable)
         return self.engine.execute(bounded.sql, *stoppable)
@@ -876,7 +876,7 @@ class Session:
         here) as the plan can use it: whole for a weightable plan, else split by its units' rows
         (filtered, per-group caps, joins on unique keys of public tables); None where neither
         applies."""
-        weighted_copy = getattr(self.engine, "weighted_copy", None)
+        weighted_copy = self.engine.weighted_copy if self.engine.capabilities.weighted_copy else None
         whole = plan.weightable()
         split = None if whole else plan.split_keys()
         if weighted_copy is None or (split is None and not whole):
@@ -891,7 +891,7 @@ class Session:
         stored = self._plans.stored.get((source.table.name, plan.total_rows))
         if stored is None:  # pure in the policy: once per table and limit
             # Nothing ready-weighted where the engine's copies hold the weights only (PostgreSQL, Spark).
-            measures = _precomputed(source.table) if getattr(self.engine, "weights_store_sums", True) else {}
+            measures = _precomputed(source.table) if self.engine.capabilities.weights_store_sums else {}
             norms = {name: f"{name}_norm" for name, m in measures.items() if m.own_norm}
             stored = self._plans.stored[(source.table.name, plan.total_rows)] = (
                 {name: copy_column(m, plan.total_rows, norms.get(name)).sql(dialect="duckdb")
@@ -902,7 +902,7 @@ class Session:
         if split is not None:
             return SplitCopy(plan.bounding, table, plan.bounding.light_rows(plan.literal_domain_size()),
                              distinct_units=plan.needs_selection)
-        totals = getattr(self.engine, "copy_totals", None)
+        totals = self.engine.copy_totals if self.engine.capabilities.copy_totals else None
         return WeightedCopy(plan.bounding, table, {j: stored[1][m.spec()] for j, m in enumerate(plan.measures)
                                                    if m.value is not None and m.spec() in stored[1]},
                             totals(table) if totals is not None else None)

@@ -35,6 +35,7 @@ def made_dirs(monkeypatch) -> list[Path]:
     return made
 
 
+@pytest.mark.slow
 def test_quick_audit_does_not_flag_dpsql(made_dirs):
     # Some of dpsql's mechanisms are exactly tight for the test the audit picks (a Laplace COUNT
     # at its optimal threshold), so at alpha = 0.05 a correct dpsql is flagged now and then

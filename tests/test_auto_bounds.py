@@ -41,6 +41,7 @@ def _profile(session: Session, plan, cols, top) -> list[list[int]]:
     return hists
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(**_neighbours)
 def test_one_unit_moves_each_profile_histogram_by_at_most_its_mass(units, target, rows, drop_row):
@@ -62,6 +63,7 @@ def test_one_unit_moves_each_profile_histogram_by_at_most_its_mass(units, target
             b.close()
 
 
+@pytest.mark.slow
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(**_neighbours, total=st.sampled_from([1, 2, 3, 5, 12, 10**6]), halvings=st.integers(0, 15))
 def test_one_unit_moves_a_release_with_chosen_limits_by_at_most_its_sensitivity(units, target, rows, drop_row,
@@ -98,6 +100,7 @@ profiles = st.tuples(st.lists(st.floats(-500, 5000), min_size=12, max_size=12),
                      st.lists(st.floats(-500, 5000), min_size=16, max_size=16))
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(profile=profiles, epsilon=st.sampled_from([Fraction(1, 100), Fraction(1, 10), Fraction(1), Fraction(10)]),
        groups=st.integers(1, 50))

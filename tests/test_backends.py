@@ -3,6 +3,7 @@ of the corpus, answers charged once, and each backend's own lockdown."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import time
@@ -22,6 +23,8 @@ from dpsql.sql.wrappers import released_subquery
 
 from .backends import READER, SAMPLE, load_into_postgres, postgres_policy, spark_policy
 from .test_corpus import ANSWERED
+
+pytestmark = [pytest.mark.backends, pytest.mark.slow]  # Spark starts per module; a Spark comparison ran 400-600 s
 
 SALTED = "TABLESAMPLE"  # a fresh secret salt per execution: each engine hashes differently, by design
 
@@ -47,9 +50,12 @@ def sessions(policies, tmp_path_factory):
     for name in ("duckdb", "spark"):
         out[f"{name}-weighted"] = Session(load_policy(policies[name], ledger_path=d / f"{name}-w.sqlite"), "alice")
     # Per-unit bounding in every query, as PostgreSQL without scratch_url does.
-    out["duckdb"].engine.weighted_copy = out["spark"].engine.weighted_copy = None
+    for name in ("duckdb", "spark"):
+        engine = out[name].engine
+        engine.capabilities = dataclasses.replace(engine.capabilities, weighted_copy=False)
     # Spark's weighted copies hold the weight only, as PostgreSQL's weighted tables do.
-    out["duckdb-weighted"].engine.weights_store_sums = False
+    engine = out["duckdb-weighted"].engine
+    engine.capabilities = dataclasses.replace(engine.capabilities, weights_store_sums=False)
     yield out
     for s in out.values():
         s.close()

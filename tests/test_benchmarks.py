@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # runs the quick benchmark
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

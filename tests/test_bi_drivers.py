@@ -13,6 +13,8 @@ import pytest
 
 from .server_fixture import PASSWORD
 
+pytestmark = [pytest.mark.clients, pytest.mark.slow]  # pgjdbc (javac, java) and psqlODBC against a dpsql serve each
+
 JDBC_JAR = Path("/usr/share/java/postgresql.jar")
 
 

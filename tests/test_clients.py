@@ -9,6 +9,8 @@ import pytest
 
 from .server_fixture import PASSWORD, Serve
 
+pytestmark = [pytest.mark.clients, pytest.mark.slow]  # asyncpg, pg8000, SQLAlchemy, pgcli against a dpsql serve each
+
 
 def test_asyncpg(serve):
     asyncpg = pytest.importorskip("asyncpg")

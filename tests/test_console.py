@@ -498,6 +498,8 @@ def _colours(browser, png: bytes) -> dict[str, int]:
         context.close()
 
 
+@pytest.mark.clients
+@pytest.mark.slow
 def test_browser_analyst_budget_explain_run_history(browser, live, tmp_path):
     tab = Tab(browser, live, "alice")
     try:
@@ -548,6 +550,8 @@ def test_browser_analyst_budget_explain_run_history(browser, live, tmp_path):
         tab.close()
 
 
+@pytest.mark.clients
+@pytest.mark.slow
 def test_browser_officer_grant_and_pages(browser, live, tmp_path):
     tab = Tab(browser, live, "carol")
     try:
@@ -568,6 +572,8 @@ def test_browser_officer_grant_and_pages(browser, live, tmp_path):
         tab.close()
 
 
+@pytest.mark.clients
+@pytest.mark.slow
 def test_browser_analyst_refused_officer_pages_and_csrf_less_posts(browser, live):
     tab = Tab(browser, live, "bob")
     try:

@@ -78,6 +78,8 @@ def test_csv_quote_escape_and_force_quote():
     assert copyout.encode(text, ["a b", "c"], [codec.TEXT, codec.INT8], [("x", 1)]) == [b"a b\tc\n", b"x\t1\n"]
 
 
+@pytest.mark.clients
+@pytest.mark.slow
 def test_psql_copy_and_psycopg_copy(serve, tmp_path):
     out = tmp_path / "counts.csv"
     done = subprocess.run(["psql", serve.dsn(), "-X", "-c",
@@ -102,6 +104,7 @@ def test_psql_copy_and_psycopg_copy(serve, tmp_path):
         assert pg.execute("SELECT queries FROM dpsql_budget").fetchone() == (2,)  # the \\copy and the first COPY
 
 
+@pytest.mark.slow
 def test_declare_fetch_close_charges_once(serve):
     with psycopg.connect(serve.dsn(), autocommit=True) as pg:
         pg.execute("BEGIN")

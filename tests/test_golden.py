@@ -132,15 +132,20 @@ def _render(sessions) -> dict[str, str]:
     return out
 
 
-def test_bounded_sql_matches_the_golden_fixtures(sessions):
-    got = _render(sessions)
-    assert all(got[f"bounding/{name}.sql"] for name in STRATEGIES), "every strategy has a case"
+def _matches_the_fixtures(got: dict[str, str]) -> None:
+    """Each rendered text equals its fixture (rewritten first with DPSQL_UPDATE_GOLDEN=1)."""
     if os.environ.get("DPSQL_UPDATE_GOLDEN"):
         for name, text in got.items():
             (FIXTURES / name).parent.mkdir(exist_ok=True)
             (FIXTURES / name).write_text(text)
     for name, text in got.items():
         assert text == (FIXTURES / name).read_text(), name
+
+
+def test_bounded_sql_matches_the_golden_fixtures(sessions):
+    got = _render(sessions)
+    assert all(got[f"bounding/{name}.sql"] for name in STRATEGIES), "every strategy has a case"
+    _matches_the_fixtures(got)
 
 
 def _nodes(value) -> list:
@@ -192,3 +197,53 @@ def test_duckdb_lowers_every_function_of_dpsql_even_nested_in_another(sessions):
     assert "DPSQL" not in lowered.upper() and lowered.count("HASH(") == 6 and "sha256" in lowered.lower()
     assert engine.prepare(tree.copy(), owned=True) == lowered
     assert tree.sql(dialect="duckdb") == sqlglot.parse_one(nested, read="duckdb").sql(dialect="duckdb")  # not owned
+
+
+# (policy variant, query) whose weighted copy the session builds: the copy-building SQL of every
+# engine with weighted copies, from the arguments the session gives DuckDB's (tests/fixtures/
+# weighted_copy/<engine>.sql). PostgreSQL's and Spark's copies store no sums (weights_store_sums).
+COPY_CASES = [
+    ("", "SELECT COUNT(*) FROM people"),
+    ("capped", "SELECT kind, COUNT(*), SUM(amount) FROM events GROUP BY kind"),
+]
+
+
+def _copy_arguments(sessions) -> list[tuple]:
+    """The weighted_copy calls the session makes for COPY_CASES, recorded on DuckDB's engine."""
+    calls: list[tuple] = []
+    for variant, sql in COPY_CASES:
+        session = sessions[variant]
+        session.execute("SET dpsql.mechanism = 'laplace'")
+        build = session.engine.weighted_copy
+        session.engine.weighted_copy = lambda *args: calls.append(args) or build(*args)
+        try:
+            plan, _ = session._prepare(classify(sql).tree)
+            assert session._weighting(plan) is not None, sql
+        finally:
+            del session.engine.weighted_copy
+    return calls
+
+
+def _render_copies(sessions) -> dict[str, str]:
+    from dpsql.engines.duckdb import copy_statements
+    from dpsql.engines.pg_weights import build_sql
+    from dpsql.engines.spark import copy_sql
+
+    out: dict[str, list[str]] = {"duckdb": [], "postgres": [], "spark": []}
+    for table, unit, limit, bits, sums, per_unit in _copy_arguments(sessions):
+        head = f"# {table}, unit {unit}, limit {limit}, {bits} bits\n"
+        statements = copy_statements(f"__dpsql_w_{table}_{limit}", table, unit, limit, bits, sums, per_unit)
+        out["duckdb"].append(head + "".join(f"{s};\n" for s in statements))
+        out["postgres"].append(f"{head}{build_sql('dpsql_scratch.copy', 'public', table, unit, limit, bits)};\n")
+        out["spark"].append(f"{head}{copy_sql(table, unit, limit, bits)};\n")
+    return {f"weighted_copy/{engine}.sql": "\n".join(blocks) for engine, blocks in out.items()}
+
+
+def test_weighted_copy_sql_matches_the_golden_fixtures(sessions):
+    """The SQL each engine runs to build a weighted copy, whose __dpsql_w (sql/bounding.py's
+    row_weight) carries the total bound: integer division of a BIGINT in every dialect."""
+    got = _render_copies(sessions)
+    _matches_the_fixtures(got)
+    weights = {name: re.findall(r"\S+ AS BIGINT\) (\S+) GREATEST", text) for name, text in got.items()}
+    assert {name: set(ops) for name, ops in weights.items()} == {
+        "weighted_copy/duckdb.sql": {"//"}, "weighted_copy/postgres.sql": {"/"}, "weighted_copy/spark.sql": {"DIV"}}

@@ -38,6 +38,7 @@ def _checked(duck_type: str, text: str) -> bool:
     return True
 
 
+@pytest.mark.backends
 def test_accepts_exactly_what_postgresql_accepts(pg_server):
     """Each input judged by a real PostgreSQL 15 (`SELECT '...'::type`) and by the pass alike:
     never a refusal of what PostgreSQL reads, never a pass of what it rejects."""

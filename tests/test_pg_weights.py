@@ -18,6 +18,8 @@ from dpsql.sql.classify import classify
 
 from .backends import READER, SAMPLE, SCRATCH, allow_scratch, load_into_postgres, postgres_policy
 
+pytestmark = pytest.mark.backends  # a throwaway PostgreSQL server
+
 
 @pytest.fixture(scope="module")
 def clinic(pg_server):
@@ -137,3 +139,33 @@ def test_the_scratch_role_is_not_the_reader(clinic, tmp_path):
     with pytest.raises(PolicyError) as err:
         Session(load_policy(_policy(tmp_path, reader, reader), ledger_path=tmp_path / "l.sqlite"), "alice")
     assert "the role that runs queries" in err.value.message and "CREATE ROLE dpsql_scratch" in err.value.hint
+
+
+def test_the_row_weight_is_exact_integer_floor_on_duckdb_and_postgres(clinic):
+    """sql/bounding.py's row_weight, as each engine generates it, is floor(C 2^b / max(N, C))
+    exactly, up to the largest limit whose C 2^b fits a BIGINT (no float rounding upward, no
+    overflow); a larger limit is refused before any SQL is built."""
+    import duckdb
+    from sqlglot import exp
+
+    from dpsql.engines.pg_total import lower_for_postgres
+    from dpsql.errors import OperationalError
+    from dpsql.sql import build as b
+    from dpsql.sql.bounding import BIGINT_MAX, row_weight
+
+    bits = 10
+    largest = BIGINT_MAX >> bits
+    cases = [(limit, n) for limit in (1, 6, 1000, largest - 1, largest)
+             for n in (1, 2, 5, 6, 7, 999, 1000, 1001, 3 * 2**40 + 1, largest, largest + 1, 2**62, BIGINT_MAX)]
+    duck = duckdb.connect()
+    with psycopg.connect(clinic[0]) as pg:
+        for limit, n in cases:
+            units = b.subquery(exp.Select(expressions=[b.named(b.cast(n, "BIGINT"), "__dpsql_n")]), "u")
+            query = b.select([b.named(row_weight(b.col("__dpsql_n", "u"), limit, bits), "w")], units)
+            want = (limit << bits) // max(n, limit)
+            duck_sql, pg_sql = query.sql(dialect="duckdb"), lower_for_postgres(query, {}).sql(dialect="postgres")
+            assert duck.execute(duck_sql).fetchone()[0] == want, (limit, n, duck_sql)
+            assert pg.execute(pg_sql).fetchone()[0] == want, (limit, n, pg_sql)
+    with pytest.raises(OperationalError) as refused:
+        row_weight(exp.column("__dpsql_n"), largest + 1, bits)
+    assert refused.value.sqlstate == "54000"

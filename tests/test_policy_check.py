@@ -285,6 +285,7 @@ def test_sample_data_report():
     assert ledger.exists() == had_ledger
 
 
+@pytest.mark.backends
 def test_postgres_reports_what_duckdb_does(pg_server, tmp_path):
     admin = pg_server.create_database("policy_check")
     load_into_postgres(admin)

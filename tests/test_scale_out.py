@@ -13,6 +13,8 @@ from .conftest import write_policy
 from .pgserver import PgServer
 from .server_fixture import Serve
 
+pytestmark = pytest.mark.slow  # 64 clients on two proxies: 947 s in the CI run
+
 
 @pytest.fixture
 def ledger_server():

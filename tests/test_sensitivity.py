@@ -148,6 +148,7 @@ _neighbours = dict(units=st.lists(st.tuples(person, unit_events), min_size=0, ma
                    drop_row=st.integers(0, 14))
 
 
+@pytest.mark.slow  # 4 x 18 pairs of neighbouring databases, each a corpus of queries
 @pytest.mark.parametrize("mechanism,contributions", [("laplace", None), ("gaussian", None), ("laplace", 4),
                                                        ("gaussian", 4)])
 @settings(max_examples=18, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -174,6 +175,8 @@ _schemas = itertools.count()
     ("postgres", "laplace", None, 6), ("postgres", "gaussian", None, 2), ("postgres", "gaussian", 4, 2),
     ("postgres-weighted", "laplace", None, 4), ("postgres-weighted", "gaussian", 4, 2),
     ("spark", "laplace", None, 1), ("spark", "gaussian", 4, 1)])
+@pytest.mark.backends
+@pytest.mark.slow
 def test_removing_one_unit_is_bounded_on_every_backend(backend, mechanism, contributions, examples, request):
     """The same property where the rewritten query runs on PostgreSQL and on Spark, fewer
     examples as each costs a round of real queries; with max_contributions and Gaussian noise,

@@ -15,6 +15,8 @@ import dpsql
 
 from .server_fixture import PASSWORD, Serve, assert_cancelled_midway
 
+pytestmark = pytest.mark.slow  # a dpsql serve process per test: 10-30 s each in the CI run
+
 
 def test_psycopg_simple_parameters_prepared_binary(serve):
     with psycopg.connect(serve.dsn(), autocommit=True) as conn:

@@ -12,9 +12,13 @@ import subprocess
 import time
 import urllib.request
 
+import pytest
+
 from .browser import launch
 from .server_fixture import PASSWORD, free_port
 from .tool_envs import SCRIPTS, python_tool
+
+pytestmark = [pytest.mark.clients, pytest.mark.slow]  # Superset in its own environment: 485 s in the CI run
 
 REQUIREMENTS = SCRIPTS / "superset" / "requirements.txt"
 ADMIN = ["--username", "admin", "--firstname", "Ada", "--lastname", "Admin", "--email", "admin@localhost",

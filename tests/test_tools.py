@@ -14,6 +14,8 @@ import pytest
 from .server_fixture import PASSWORD
 from .tool_envs import SCRIPTS, node_tool, python_tool
 
+pytestmark = [pytest.mark.clients, pytest.mark.slow]  # ibis, jupysql, harlequin, dbt, node clients in their own environments
+
 PSYCOPG = ["psycopg[binary]==3.3.9"]
 
 

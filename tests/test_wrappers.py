@@ -80,6 +80,7 @@ def test_per_unit_subqueries_keep_their_own_path(conn):
     assert len(cur.fetchall()) == 1 and "ci" in cur.dp  # a DP aggregate with its own interval
 
 
+@pytest.mark.slow
 def test_wrappers_and_probes_over_the_wire(serve):
     with psycopg.connect(serve.dsn(), autocommit=True) as pg:
         probe = pg.execute("SELECT * FROM people WHERE 1=0")

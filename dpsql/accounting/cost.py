@@ -80,7 +80,7 @@ class Cost:
         """ρ of the whole release when every part is zCDP without a δ of its own."""
         if any(p.rho is None or (p.kind != "gaussian" and p.delta) for p in self.parts):
             return None
-        return sum((p.rho for p in self.parts), Fraction(0))
+        return sum((p.rho for p in self.parts if p.rho is not None), Fraction(0))  # none is None here
 
     def to_json(self) -> str:
         return self._json

@@ -312,15 +312,21 @@ class RdpFilter(Filter):
             raise ValueError("the rdp filter needs 0 <= delta_reserve < delta")
 
     @property
+    def order(self) -> Fraction:
+        """α, set (and above 1) for this filter."""
+        assert self.rdp_order is not None  # __post_init__
+        return self.rdp_order
+
+    @property
     def bound(self) -> Fraction:
         d = float(self.delta - self.reserve)
-        return Fraction(float(self.epsilon) - math.log(1 / d) / (float(self.rdp_order) - 1))
+        return Fraction(float(self.epsilon) - math.log(1 / d) / (float(self.order) - 1))
 
     def admits(self, totals: Totals) -> bool:
         return totals.get("rdp") <= self.bound and totals.get("approx_delta") <= self.reserve
 
     def spent_text(self, totals: Totals) -> str:
-        return f"spent RDP epsilon at order {show(self.rdp_order)}={float(totals.get('rdp')):.6g} of {float(self.bound):.6g}"
+        return f"spent RDP epsilon at order {show(self.order)}={float(totals.get('rdp')):.6g} of {float(self.bound):.6g}"
 
 
 def _gdp_delta(eps: float, mu: float) -> float:

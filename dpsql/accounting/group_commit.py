@@ -53,23 +53,27 @@ class Pending:
     """A submitted job, seen from its submitter's thread."""
 
     def __init__(self, job: _Job):
-        self._job = job
+        self._job: _Job | None = job
 
     def ran(self) -> Any:
         """The work's result once it has run in the open transaction (its error, if it failed or
         the batch could not begin); the batch may still fail to commit."""
-        self._job.ran.wait()
+        self._live().ran.wait()
         return self._outcome()
 
     def committed(self) -> Any:
         """The work's result once its batch has committed (on disk when durable)."""
-        self._job.done.wait()
+        self._live().done.wait()
         return self._outcome()
 
-    def _outcome(self) -> Any:
+    def _live(self) -> _Job:
         job = self._job
         if job is None:
             raise RuntimeError("this job's error has been raised already")
+        return job
+
+    def _outcome(self) -> Any:
+        job = self._live()
         if job.error is None:
             return job.result
         # Raised once and forgotten: its traceback holds the caller's frames, which hold this
@@ -124,6 +128,9 @@ class GroupCommit:
 
     def _loop(self) -> None:
         stopping = False
+        job: _Job | None
+        more: _Job | None
+        batch: list[_Job] | None
         while not stopping:
             job = self._queue.get()
             if job is None:
@@ -146,7 +153,7 @@ class GroupCommit:
 
 
 def commit_batch(begin: Callable[[list[str], bool], ContextManager[Any]], first: str, batch: list[_Job],
-                 ran: Callable[[], None] | None = None) -> None:
+                 ran: Callable[[], object] | None = None) -> None:
     """Apply `batch` in one transaction, each job under its own savepoint, and commit it; every
     job is told (events, `failed`, `tell`) before this returns. The writer thread's work, and a
     supervisor's, which commits its workers' jobs on the thread that reads them (`ran()`: once

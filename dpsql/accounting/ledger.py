@@ -125,7 +125,7 @@ class _SumsTexts:
     parsing the fractions again was a fifth of a charge's own work. Bounded: emptied when full."""
 
     def __init__(self, size: int = 4096):
-        self._size, self._known = size, {}
+        self._size, self._known = size, dict[str, Mapping[str, Fraction]]()
 
     def parsed(self, text: str) -> Mapping[str, Fraction]:
         hit = self._known.get(text)
@@ -451,13 +451,16 @@ class Ledger:
         self._grouped = True
         self._start_writer()
 
-    def _start_writer(self) -> None:
+    def _start_writer(self) -> GroupCommit:
         """The writer thread. Charges always go through it (`charging`), so that their fsync
         overlaps the query's run; without group commit, release records and cached answers are
         written on the caller's own connection, which spares them a round trip to the thread."""
         with self._writer_lock:
-            if self._writer is None or self._writer_pid != os.getpid():  # a forked child has no thread
-                self._writer, self._writer_pid = _writer_for(self), os.getpid()
+            writer = self._writer
+            if writer is None or self._writer_pid != os.getpid():  # a forked child has no thread
+                writer = self._writer = _writer_for(self)
+                self._writer_pid = os.getpid()
+            return writer
 
     @contextlib.contextmanager
     def _write(self, users: list[str], durable: bool = True) -> Iterator[Any]:
@@ -630,8 +633,7 @@ class Ledger:
         remote = self._remote
         if remote is not None and self._remote_pid == os.getpid():
             return remote.start(job, failed)
-        self._start_writer()
-        return self._writer.start(list(job.users), lambda con: self._apply(con, job), durable=job.durable,
+        return self._start_writer().start(list(job.users), lambda con: self._apply(con, job), durable=job.durable,
                                   failed=failed)
 
     def use_writer(self, remote: Any) -> None:
@@ -870,7 +872,7 @@ class PostgresLedger(Ledger):
         self._errors = (psycopg.Error,)
         self._local = threading.local()
         self._writer_lock = threading.Lock()
-        self.identity_path = identity
+        self.identity_path = identity  # type: ignore[assignment]  # None: not checked (_read_identity)
         try:
             ident = self._read_identity()
             self._open(ident, create)
@@ -963,6 +965,8 @@ def open_ledger(path: Path | None, url: str | None, *, identity: Path | None = N
     default beside a SQLite ledger)."""
     if url:
         return PostgresLedger(url, identity or (identity_file(path) if path is not None else None), create=create)
+    if path is None:
+        raise OperationalError("no ledger to open", hint="set [ledger] path or url")
     return Ledger(path, identity, create=create)
 
 

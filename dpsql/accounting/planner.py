@@ -62,6 +62,7 @@ def batch_epsilon(mechanisms: Sequence[Planned], multiplier: float, delta: float
         p = _pld(mult)
         p = p.self_compose(count) if count > 1 else p
         total = p if total is None else total.compose(p)
+    assert total is not None  # _kind refused an empty batch
     return total.get_epsilon_for_delta(delta)
 
 

@@ -211,10 +211,9 @@ class WriterService:
                         self._selector.unregister(key.fileobj)
                         key.data.close()
                 if batch:
-                    commit_batch(self.ledger._write, GLOBAL, batch, ran=lambda: [link.flush() for link in links])
-                    for link in links:
-                        link.flush()
-                batch = links = []  # an idle writer holds no job's result or error
+                    commit_batch(self.ledger._write, GLOBAL, batch, ran=lambda: _flush(links))
+                    _flush(links)
+                batch, links = [], []  # an idle writer holds no job's result or error
         except Exception:
             log.exception("the ledger writer for the workers stopped")
         finally:
@@ -295,3 +294,9 @@ class _Link:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def _flush(links: list[_Link]) -> None:
+    """Send each link's buffered replies to its worker."""
+    for link in links:
+        link.flush()

@@ -5,26 +5,13 @@ from __future__ import annotations
 import sqlglot
 
 from ..config import Policy
-from .base import Engine, ResultSet
+from . import duckdb, postgres, spark  # noqa: F401  (each registers its engine; psycopg and pyspark load on open)
+from .base import ENGINES, Capabilities, Engine, ResultSet
 
 
 def open_engine(policy: Policy) -> Engine:
-    """The engine the policy names, opened and locked down (backends import lazily: psycopg
-    and pyspark are needed only by those who use them)."""
-    kind = policy.engine.kind
-    engine: Engine
-    if kind == "postgres":
-        from .postgres import PostgresEngine
-
-        engine = PostgresEngine(policy)
-    elif kind == "spark":
-        from .spark import SparkEngine
-
-        engine = SparkEngine(policy)
-    else:
-        from .duckdb import DuckDBEngine
-
-        engine = DuckDBEngine(policy)
+    """The engine the policy names (its registered class), opened and locked down."""
+    engine = ENGINES[policy.engine.kind](policy)
     # Parse and generate once before any server thread does: sqlglot sets up a dialect on its
     # first use, and 64 first queries arriving at once once failed to parse (a ParseError seen
     # once in tests/test_scale_out.py, not reproduced since).
@@ -32,4 +19,4 @@ def open_engine(policy: Policy) -> Engine:
     return engine
 
 
-__all__ = ["Engine", "ResultSet", "open_engine"]
+__all__ = ["ENGINES", "Capabilities", "Engine", "ResultSet", "open_engine"]

@@ -1,13 +1,15 @@
-"""What a backend offers the session: a dialect, the schema, and execution of rewritten SQL."""
+"""What a backend offers the session: a dialect, the schema, execution of rewritten SQL, and the
+optional parts it declares in its Capabilities."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import stat
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import sqlglot
 from sqlglot import exp
@@ -49,12 +51,43 @@ class ResultSet:
         return len(self.columns[0]) if self.columns else 0
 
 
-class Engine(Protocol):
+@dataclass(frozen=True)
+class Capabilities:
+    """What an engine offers beyond the methods every engine has, declared once per engine (and
+    per instance where it depends on the configuration: a PostgreSQL engine builds weighted
+    tables only with a scratch role). The session reads these flags, never the engine's
+    attributes, and calls the matching method only when its flag is set."""
+
+    literal_sql: bool = False  # literal_sql(literal): a literal's SQL apart from any query (sql/slots.py)
+    # execute(sql, stop) and execute_reused(sql, scope, stop) take a threading.Event checked once
+    # the query is registered for interrupt() and before it starts, so a query stopped by a
+    # refused charge (set, then interrupt()) never runs to its end, and interrupt() never reaches
+    # a later query: such an engine runs a query while the ledger admits its charge; others after.
+    overlaps_admission: bool = False
+    execute_reused: bool = False  # execute_reused(sql, scope[, stop]): exact results kept per data version
+    # weighted_copy(table, unit, limit, bits, sums, per_unit) -> a relation name holding the
+    # table's rows with __dpsql_n (rows of the unit) and __dpsql_w (sql/bounding.py's
+    # row_weight), kept per data version. Engines without it bound contributions with a
+    # per-unit aggregation instead.
+    weighted_copy: bool = False
+    # The weighted copy also stores the columns `sums` names (column -> SQL over the row,
+    # __dpsql_w and per_unit's aggregates over the unit's rows): ready-weighted values.
+    weights_store_sums: bool = False
+    copy_totals: bool = False  # copy_totals(copy): a one-row relation of a copy's column sums
+
+
+class Engine:
+    """The contract between the session and a backend: a dialect, the schema, execution of
+    dpsql-built SQL, and the optional parts its `capabilities` declare (engines/__init__.py
+    registers each engine under the name a policy's [engine] kind gives)."""
+
     dialect: str
+    capabilities: Capabilities = Capabilities()
 
     def schema(self) -> Mapping[str, Mapping[str, str]]:
         """table -> column -> type name in DuckDB's spelling (canonical_type), so analysis and
         the wire codec read one vocabulary whatever the backend; the policy's tables only."""
+        raise NotImplementedError
 
     def prepare(self, tree: exp.Expression, *, owned: bool = False) -> str:
         """The neutral tree (rewrite's, or a public query's) as this engine's SQL, with dpsql's
@@ -62,32 +95,40 @@ class Engine(Protocol):
         is called before anything is charged. `owned`: the caller hands the tree over (a tree
         rewrite() has just built), so it is lowered and generated in place instead of copied
         first (a copy of a bounded query's tree costs about as much as generating its SQL)."""
+        raise NotImplementedError
 
     def execute(self, sql: str) -> ResultSet:
         """Run a query built by dpsql (never the analyst's text)."""
+        raise NotImplementedError
 
     def describe(self, sql: str) -> tuple[list[str], list[str]]:
         """Names and types of a query's result, without executing it."""
+        raise NotImplementedError
 
     def interrupt(self, thread_ident: int) -> None:
         """Cancel the query running on that thread, if any."""
+        raise NotImplementedError
 
     def data_version(self) -> str:
         """Changes whenever the underlying data may have changed (keys the answer cache)."""
+        raise NotImplementedError
 
-    # Optional: weighted_copy(table, unit, limit, bits, sums, per_unit) -> a relation name
-    # holding the table's rows with __dpsql_n (rows of the unit), __dpsql_w = floor(limit *
-    # 2^bits / max(__dpsql_n, limit)) and the columns `sums` names (column -> SQL over the row,
-    # __dpsql_w and per_unit's aggregates over the unit's rows), kept per data version.
-    # Engines without it bound contributions with a per-unit aggregation instead.
-    #
-    # Optional: overlaps_admission = True, with execute(sql, stop) (and execute_reused(sql,
-    # scope, stop), if it has one): `stop`, a threading.Event, is checked once the query is
-    # registered for interrupt() and before it starts, so a query stopped by a refused charge
-    # (set, then interrupt()) never runs to its end, and interrupt() never reaches a later
-    # query. Such an engine runs a query while the ledger admits its charge; others after.
+    def close(self) -> None:
+        raise NotImplementedError
 
-    def close(self) -> None: ...
+    # Optional parts: called only where `capabilities` declares them.
+    def literal_sql(self, literal: exp.Literal) -> str:
+        raise NotImplementedError
+
+    def execute_reused(self, sql: str, scope: str, stop: threading.Event | None = None) -> ResultSet:
+        raise NotImplementedError
+
+    def weighted_copy(self, table: str, unit: str, limit: int, bits: int, sums: Mapping[str, str] | None = None,
+                      per_unit: Mapping[str, str] | None = None) -> str:
+        raise NotImplementedError
+
+    def copy_totals(self, copy: str) -> str | None:
+        raise NotImplementedError
 
 
 _DUCKDB_NAMES = {"INT": "INTEGER", "TEXT": "VARCHAR", "REAL": "FLOAT", "TIMESTAMPTZ": "TIMESTAMP WITH TIME ZONE"}
@@ -171,3 +212,15 @@ def _stat(path: Path) -> os.stat_result | None:
         return os.stat(path)
     except OSError:
         return None
+
+
+ENGINES: dict[str, type[Engine]] = {}  # [engine] kind -> the engine class (engines/__init__.py imports them all)
+E = TypeVar("E", bound=type[Engine])
+
+
+def register(kind: str) -> Callable[[E], E]:
+    """Class decorator: the engine a policy's `[engine] kind = "<kind>"` opens."""
+    def add(cls: E) -> E:
+        ENGINES[kind] = cls
+        return cls
+    return add

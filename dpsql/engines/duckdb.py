@@ -16,14 +16,19 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 import duckdb
+import sqlglot
 from sqlglot import exp
 
 from .. import owner_only
 from ..config import Policy, check_against_schema
 from ..errors import OperationalError, PolicyError
+from ..sql import build as b
+from ..sql.bounding import UNIT_ROWS, unit_rows, weighted_rows
 from ..sql.build import DUCKDB, dtype
 from .base import (
     ENGINE_FAILURE_HINT,
+    Capabilities,
+    Engine,
     ResultSet,
     built_at_one_version,
     coin_parts,
@@ -32,6 +37,7 @@ from .base import (
     is_keyed_hash,
     out_of_memory,
     quote,
+    register,
     statement_timeout,
     width_bucket_case,
 )
@@ -61,9 +67,11 @@ def bind_failure() -> OperationalError:
                             hint="check the columns' types (\\d table in psql) and the functions' arguments")
 
 
-class DuckDBEngine:
+@register("duckdb")
+class DuckDBEngine(Engine):
     dialect = "duckdb"
-    overlaps_admission = True  # execute(sql, stop): see engines/base.py
+    capabilities = Capabilities(literal_sql=True, overlaps_admission=True, execute_reused=True, weighted_copy=True,
+                                weights_store_sums=True, copy_totals=True)
 
     def __init__(self, policy: Policy):
         self._policy = policy
@@ -325,30 +333,11 @@ class DuckDBEngine:
             if self._copies.get(name) != version:
                 failure = OperationalError("could not prepare the table's contribution weights", sqlstate="XX000",
                                            hint="the engine's message is withheld; check the engine's memory_limit")
-                u = quote(unit)
-                units = f"scratch.main.{quote(name + '_units')}"
-                totals = "".join(f", {expr} AS {quote(col)}" for col, expr in per_unit.items())
-                carried = "".join(f", u.{quote(col)}" for col in per_unit)
-                extra = "".join(f", {expr} AS {quote(col)}" for col, expr in sums.items())
-                dropped = f" EXCLUDE ({', '.join(quote(c) for c in per_unit)})" if per_unit else ""
-
-                def rows(where: str) -> str:
-                    return (f"SELECT *{dropped}{extra} FROM (SELECT t.*, u.__dpsql_n{carried}, "
-                            f"CAST({limit << bits} AS BIGINT) // GREATEST(u.__dpsql_n, {limit}) AS __dpsql_w "
-                            f"FROM main.{quote(table)} AS t JOIN {units} AS u ON t.{u} = u.{u} WHERE {where}) AS weighted")
 
                 def build() -> None:  # reads the source four times: kept only at one data version
                     with self._tracked(failure) as cur:  # a CancelRequest interrupts the build too
-                        cur.execute(f"CREATE OR REPLACE TABLE {units} AS SELECT {u}, COUNT(*) AS __dpsql_n{totals} "
-                                    f"FROM main.{quote(table)} WHERE {u} IS NOT NULL GROUP BY {u}")
-                        # Three appends instead of a sort (which held the whole table in memory):
-                        # units of one row, then those within the limit, then the others, so a
-                        # split's tail (__dpsql_n > L) skips the row groups before it.
-                        cur.execute(f"CREATE OR REPLACE TABLE scratch.main.{quote(name)} AS {rows('u.__dpsql_n = 1')}")
-                        cur.execute(f"INSERT INTO scratch.main.{quote(name)} "
-                                    f"{rows(f'u.__dpsql_n > 1 AND u.__dpsql_n <= {limit}')}")
-                        cur.execute(f"INSERT INTO scratch.main.{quote(name)} {rows(f'u.__dpsql_n > {limit}')}")
-                        cur.execute(f"DROP TABLE {units}")
+                        for statement in copy_statements(name, table, unit, limit, bits, sums, per_unit):
+                            cur.execute(statement)
                         summed = ["__dpsql_w", *sums]
                         cur.execute(f"SELECT {', '.join(f'SUM({quote(c)})' for c in summed)} "
                                     f"FROM scratch.main.{quote(name)}")
@@ -405,6 +394,36 @@ class DuckDBEngine:
             self._watchdog.close()
         self._con.close()
         self._scratch.close()
+
+
+def copy_statements(name: str, table: str, unit: str, limit: int, bits: int, sums: Mapping[str, str],
+                    per_unit: Mapping[str, str]) -> list[str]:
+    """The statements that build weighted copy `name` of `table` in the scratch database
+    (DuckDBEngine.weighted_copy): its units' rows (and `per_unit` aggregates) in a table of
+    their own, then sql/bounding.py's weighted rows with the columns `sums` appended, in three
+    appends instead of a sort (which held the whole table in memory): units of one row, then
+    those within the limit, then the others, so a split's tail (__dpsql_n > limit) skips the
+    row groups before it. `sums` and `per_unit` are DuckDB SQL (the session's)."""
+    source = exp.Table(this=exp.to_identifier(table, quoted=True), db=exp.to_identifier("main"))
+    units = f"scratch.main.{quote(name + '_units')}"
+    aggregates = [exp.alias_(sqlglot.parse_one(e, dialect=DUCKDB), c, quoted=True) for c, e in per_unit.items()]
+    extra = [exp.alias_(sqlglot.parse_one(e, dialect=DUCKDB), c, quoted=True) for c, e in sums.items()]
+    star = exp.Star(except_=[b.quoted(c) for c in per_unit] or None)  # the aggregates, kept in the weighted sums only
+    n = b.col(UNIT_ROWS, "u")
+
+    def rows(where: exp.Expression) -> str:
+        weighted = weighted_rows(source, b.qualified(units, "u"), unit, limit, bits, list(per_unit), where)
+        return b.select([star.copy(), *[e.copy() for e in extra]], b.subquery(weighted, "weighted")).sql(dialect=DUCKDB)
+
+    single = exp.EQ(this=n.copy(), expression=b.node(1))
+    within = b.conjunction([exp.GT(this=n.copy(), expression=b.node(1)), exp.LTE(this=n.copy(), expression=b.node(limit))])
+    beyond = exp.GT(this=n.copy(), expression=b.node(limit))
+    copy = f"scratch.main.{quote(name)}"
+    return [f"CREATE OR REPLACE TABLE {units} AS {unit_rows(source, unit, aggregates).sql(dialect=DUCKDB)}",
+            f"CREATE OR REPLACE TABLE {copy} AS {rows(single)}",
+            f"INSERT INTO {copy} {rows(within)}",
+            f"INSERT INTO {copy} {rows(beyond)}",
+            f"DROP TABLE {units}"]
 
 
 def _lower(node: exp.Expression) -> exp.Expression:

@@ -3,7 +3,7 @@ built by a second role in a scratch schema, so that the role running analyst-der
 stays read-only.
 
 A weighted table holds a private table's rows with __dpsql_n (the rows of the row's unit in the
-whole table) and __dpsql_w = (limit << bits) / max(__dpsql_n, limit), built in one statement,
+whole table) and __dpsql_w = floor(limit * 2^bits / max(__dpsql_n, limit)) (sql/bounding.py's row_weight), built in one statement,
 so both come from one snapshot: the weights always match the rows they weight. Bounded queries
 then read only the weighted table (whole, or split by __dpsql_n), never the live table, so a
 result is a function of one snapshot. It is rebuilt when the data version changes (PostgreSQL's
@@ -23,11 +23,25 @@ import secrets
 import threading
 from typing import Any, Callable, Mapping
 
+from sqlglot import exp
+
 from ..errors import OperationalError, PolicyError
+from ..sql import build as b
+from ..sql.bounding import unit_rows, weighted_rows
 from .base import quote
+from .pg_total import lower_for_postgres
 
 LOCK_CLASS = 0x64707371  # 'dpsq': the first key of dpsql's two-key advisory locks
 PREFIX = "__dpsql_w_"
+
+
+def build_sql(target: str, schema: str, table: str, unit: str, limit: int, bits: int) -> str:
+    """The statement that builds weighted table `target` from `schema`.`table` in one snapshot:
+    sql/bounding.py's weighted rows, lowered for PostgreSQL (its integer division is `/` of
+    integers; DIV() would compute in NUMERIC)."""
+    source = exp.Table(this=exp.to_identifier(table, quoted=True), db=exp.to_identifier(schema, quoted=True))
+    rows = weighted_rows(source, b.subquery(unit_rows(source, unit), "u"), unit, limit, bits)
+    return f"CREATE UNLOGGED TABLE {target} AS {lower_for_postgres(rows, {}, copy=False).sql(dialect='postgres')}"
 
 
 def _lock_key(engine_id: str) -> int:
@@ -93,12 +107,8 @@ class PgWeights:
         name = self.name(table, limit, bits)
         with self._lock:
             if self._built.get(name, ("", ""))[0] != version:
-                u, target = quote(unit), f"{quote(self.schema)}.{quote(name)}"
-                source = f"{quote(self._source)}.{quote(table)}"
-                build = (f"CREATE UNLOGGED TABLE {target} AS SELECT t.*, u.__dpsql_n, "
-                         f"CAST({limit << bits} AS BIGINT) / GREATEST(u.__dpsql_n, {limit}) AS __dpsql_w "
-                         f"FROM {source} AS t JOIN (SELECT {u}, COUNT(*) AS __dpsql_n FROM {source} "
-                         f"WHERE {u} IS NOT NULL GROUP BY {u}) AS u ON t.{u} = u.{u}")
+                target = f"{quote(self.schema)}.{quote(name)}"
+                build = build_sql(target, self._source, table, unit, limit, bits)
                 self._register(self._con)
                 try:
                     with self._con.transaction():

@@ -12,19 +12,32 @@ from __future__ import annotations
 
 import sys
 import threading
+from dataclasses import replace
 from typing import Any, Mapping
 
 from sqlglot import exp
 
 from ..config import Policy, check_against_schema
 from ..errors import OperationalError, PolicyError
-from .base import ENGINE_FAILURE_HINT, ResultSet, canonical_type, out_of_memory, quote, statement_timeout
+from .base import (
+    ENGINE_FAILURE_HINT,
+    Capabilities,
+    Engine,
+    ResultSet,
+    canonical_type,
+    out_of_memory,
+    quote,
+    register,
+    statement_timeout,
+)
 from .pg_total import lower_for_postgres
 from .pg_weights import PgWeights
 
 
-class PostgresEngine:
+@register("postgres")
+class PostgresEngine(Engine):
     dialect = "postgres"
+    capabilities = Capabilities()  # weighted tables with [engine] scratch_url (they store no sums)
 
     def __init__(self, policy: Policy):
         import psycopg
@@ -47,7 +60,7 @@ class PostgresEngine:
                 self._weights = PgWeights(psycopg, self._config.scratch_url, self._config.scratch_schema,
                                           self._config.schema, reader, self._config.statement_timeout,
                                           self._building, self._config.conf)
-                self.weighted_copy = self._weighted_copy
+                self.capabilities = replace(self.capabilities, weighted_copy=True)
         except psycopg.Error as e:
             self.close()
             raise PolicyError(f"{policy.path}: cannot open the PostgreSQL engine: {type(e).__name__}: "
@@ -121,12 +134,10 @@ class PostgresEngine:
     def schema(self) -> Mapping[str, Mapping[str, str]]:
         return self._schema
 
-    # Weighted tables store no ready-weighted sums (a query weights its own values per row).
-    weights_store_sums = False
-
-    def _weighted_copy(self, table: str, unit: str, limit: int, bits: int, sums: Mapping[str, str] | None = None,
-                       per_unit: Mapping[str, str] | None = None) -> str:
-        """The weighted table of `table` as of the current data version (see pg_weights.py)."""
+    def weighted_copy(self, table: str, unit: str, limit: int, bits: int, sums: Mapping[str, str] | None = None,
+                      per_unit: Mapping[str, str] | None = None) -> str:
+        """The weighted table of `table` as of the current data version (see pg_weights.py): it
+        stores no ready-weighted sums (a query weights its own values per row)."""
         return self._weights.table(table, unit, limit, bits, self.data_version())
 
     def _building(self, con: Any | None) -> None:

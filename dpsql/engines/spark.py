@@ -24,6 +24,7 @@ import itertools
 import os
 import shutil
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -31,9 +32,13 @@ from sqlglot import exp
 
 from ..config import Policy, check_against_schema
 from ..errors import OperationalError, PolicyError, unsupported
+from ..sql import build as b
+from ..sql.bounding import unit_rows, weighted_rows
 from ..sql.build import dtype
 from .base import (
     ENGINE_FAILURE_HINT,
+    Capabilities,
+    Engine,
     ResultSet,
     built_at_one_version,
     canonical_type,
@@ -42,6 +47,7 @@ from .base import (
     is_coin,
     is_keyed_hash,
     out_of_memory,
+    register,
     width_bucket_case,
 )
 from .scratch import ScratchDir
@@ -68,8 +74,12 @@ _EXTRACT = {"DAYOFYEAR": "DOY", "ISODOW": "DOW_ISO", "ISOYEAR": "YEAROFWEEK"}
 _DAY_OF_WEEK = ("DAYOFWEEK", "DOW", "WEEKDAY")
 
 
-class SparkEngine:
+@register("spark")
+class SparkEngine(Engine):
     dialect = "spark"
+    # Weighted copies on a local session over files only; they hold the weight only, and a SUM
+    # weights its row values (TotalCap's row form).
+    capabilities = Capabilities(literal_sql=True)
 
     def __init__(self, policy: Policy):
         try:
@@ -118,7 +128,7 @@ class SparkEngine:
             self._schema = self._introspect()
             if local and all(t.source is not None for t in policy.tables.values() if not t.public):
                 self._scratch = ScratchDir()
-                self.weighted_copy = self._weighted_copy
+                self.capabilities = replace(self.capabilities, weighted_copy=True)
         except PolicyError:
             raise
         except Exception as e:
@@ -207,13 +217,10 @@ class SparkEngine:
             columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
         return ResultSet(names, types, columns)
 
-    # Copies hold the weight only; a SUM weights its row values (TotalCap's row form).
-    weights_store_sums = False
-
-    def _weighted_copy(self, table: str, unit: str, limit: int, bits: int, sums: Mapping[str, str] | None = None,
-                       per_unit: Mapping[str, str] | None = None) -> str:
+    def weighted_copy(self, table: str, unit: str, limit: int, bits: int, sums: Mapping[str, str] | None = None,
+                      per_unit: Mapping[str, str] | None = None) -> str:
         """The rows of `table` with __dpsql_n (its unit's rows in the whole table) and
-        __dpsql_w = (limit << bits) DIV max(__dpsql_n, limit), as of the current data version:
+        __dpsql_w (sql/bounding.py's row_weight), as of the current data version:
         written once per version as Parquet in the private scratch directory (see the module's
         docstring), under a view name no policy table has."""
         name = "__dpsql_w_" + hashlib.sha256(repr((table, limit, bits)).encode()).hexdigest()[:12]
@@ -224,16 +231,12 @@ class SparkEngine:
                 failure = OperationalError("could not prepare the table's contribution weights", sqlstate="XX000",
                                            hint="the engine's message is withheld; check the driver's memory and "
                                                 "the scratch directory's free space")
-                u, source = _quote(unit), _quote(table)
-                build_sql = (f"SELECT t.*, u.__dpsql_n, CAST({limit << bits} AS BIGINT) DIV "
-                             f"GREATEST(u.__dpsql_n, {limit}) AS __dpsql_w FROM {source} AS t "
-                             f"JOIN (SELECT {u}, COUNT(*) AS __dpsql_n FROM {source} WHERE {u} IS NOT NULL "
-                             f"GROUP BY {u}) AS u ON t.{u} = u.{u}")
+                rows_sql = copy_sql(table, unit, limit, bits)
 
                 def build() -> Path:  # the job reads the source twice (the rows, the counts)
                     files = self._scratch.file(f"{name}-{next(self._builds)}")
                     with self._job(failure):
-                        self._spark.sql(build_sql).write.parquet(str(files))
+                        self._spark.sql(rows_sql).write.parquet(str(files))
                     self._scratch.protect()
                     return files
 
@@ -290,8 +293,11 @@ class SparkEngine:
                     _LOCAL_DIR[0] = None
 
 
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
+def copy_sql(table: str, unit: str, limit: int, bits: int) -> str:
+    """The query whose rows a weighted copy holds: sql/bounding.py's weighted rows in Spark's
+    SQL (one job reads the source twice: the rows, the counts)."""
+    source = b.table(table, quote=True)
+    return weighted_rows(source, b.subquery(unit_rows(source, unit), "u"), unit, limit, bits).sql(dialect="spark")
 
 
 def _spark_type(name: str) -> str:

@@ -29,7 +29,7 @@ from .allowlist import (
     contains_aggregate,
     order_statistic,
 )
-from .bounding import Bounding, L2Clip, TotalCap, choose
+from .bounding import L2Clip, PerGroupCap, TotalCap, choose
 from .bounds import Interval, interval
 from .division import integer_division, integral
 from .domains import Image, column_values, image, literal_domain
@@ -105,7 +105,7 @@ class Plan:
     output_names: list[str]
     max_groups: int
     max_rows: int
-    bounding: Bounding
+    bounding: PerGroupCap  # choose()'s strategy; a weighted copy is chosen per run (rewrite's weighting)
     sample_rate: float | None = None  # privacy units are Poisson-sampled at this rate
     item_estimates: list[set[int]] = field(default_factory=list)  # per select item, the estimates it uses
     max_contributions: int | None = None

@@ -36,6 +36,7 @@ from typing import Mapping, Sequence
 
 from sqlglot import exp
 
+from ..errors import OperationalError
 from . import build as b
 from .measures import COUNT_BITS, Count, Histogram, Measure, weighted
 
@@ -131,7 +132,7 @@ class PerGroupCap:
         not_null = b.not_null(b.col(f"v{j}"))
         cells = b.select([b.col("unit")] + cell + [b.named(b.count(), "c")], b.table("filtered"), where=[not_null],
                          group=["unit"] + keys + [f"v{j}"])
-        on = [exp.EQ(this=b.col("unit", "c"), expression=b.col("unit", "p"))]
+        on: list[exp.Expression] = [exp.EQ(this=b.col("unit", "c"), expression=b.col("unit", "p"))]
         on += [exp.NullSafeEQ(this=b.col(k, "c"), expression=b.col(k, "p")) for k in keys]
         joins = [b.join(b.table("per_unit", "p"), b.conjunction(on))]
         if self._joins_unit_groups:
@@ -364,8 +365,10 @@ def copy_column(m: Measure, limit: int, norm: str | None = None, weight: str = "
     total, the weight from its unit's sum of |value| in column `norm` (unit_norm), a bound for
     any grouping and filter), as the bounded query would apply them."""
     value = m.row_value()
+    assert value is not None  # a weighted copy stores measures that read a value
     w: exp.Expression = b.col(weight)
     if m.own_norm:
+        assert norm is not None  # the column of the unit's norm (unit_norm)
         w = own_weight(b.col(norm), limit * m.row_bound)
     return m.weighted_row(value, w)
 
@@ -373,6 +376,47 @@ def copy_column(m: Measure, limit: int, norm: str | None = None, weight: str = "
 def unit_norm(m: Measure) -> exp.Expression:
     """A unit's sum of |per-row value| over the whole table, an aggregate (a SUM's own norm)."""
     return b.total(exp.Abs(this=exp.Paren(this=m.row_value())))
+
+
+# A weighted copy's columns (engines' weighted_copy): the rows of the row's unit in the whole
+# table, and the row's weight.
+UNIT_ROWS, ROW_WEIGHT = "__dpsql_n", "__dpsql_w"
+BIGINT_MAX = 2**63 - 1
+
+
+def row_weight(rows: exp.Expression, limit: int, bits: int = COUNT_BITS) -> exp.Expression:
+    """The per-row weight of a weighted copy, floor(C 2^b / max(N, C)) for C = `limit` and N =
+    `rows` (the row's unit's rows in the whole table, at least 1): a unit's n <= N rows weigh
+    n C 2^b / max(N, C) <= C 2^b together, so it adds at most C rows (WeightedCopy's bound).
+    Integers throughout: C 2^b a BIGINT constant, divided by a BIGINT with integer division
+    (IntDiv: DuckDB's //, Spark's DIV, PostgreSQL's / of integers after its lowering), which
+    truncates, the floor of a positive quotient. No float, so no engine rounds it upward."""
+    top = limit << bits
+    if top > BIGINT_MAX:  # it would not fit a BIGINT: an engine would fail, or Spark give NULL
+        raise OperationalError(f"a unit's row limit of {limit} is too large to weight rows with 64-bit integers",
+                               sqlstate="54000", hint=f"lower the table's max_contributions (or max_groups * "
+                                                      f"max_rows) below {BIGINT_MAX >> bits}; nothing was charged")
+    return b.idiv(b.cast(top, "BIGINT"), b.func("GREATEST", rows, limit))
+
+
+def unit_rows(source: exp.Table, unit: str, aggregates: Sequence[exp.Expression] = ()) -> exp.Select:
+    """Each unit's rows in `source` (column __dpsql_n) and `aggregates` over them, one row per
+    non-NULL unit (a row whose unit is NULL belongs to none, and is in no weighted copy)."""
+    return b.select([b.quoted(unit), b.named(b.count(), UNIT_ROWS), *aggregates], source,
+                    where=[b.not_null(b.quoted(unit))], group=[b.quoted(unit)])
+
+
+def weighted_rows(source: exp.Table, units: exp.Expression, unit: str, limit: int, bits: int = COUNT_BITS,
+                  carried: Sequence[str] = (), where: exp.Expression | None = None) -> exp.Select:
+    """The weighted copy's rows: those of `source` (as t) joined to their unit's in `units` (as
+    u, unit_rows'), with its __dpsql_n, the columns `carried` from it, and the weight
+    __dpsql_w (row_weight) of limit `limit`, `where` holds (all rows without one)."""
+    items = [exp.Column(this=exp.Star(), table=exp.to_identifier("t")), b.col(UNIT_ROWS, "u"),
+             *[b.quoted(c, "u") for c in carried], b.named(row_weight(b.col(UNIT_ROWS, "u"), limit, bits), ROW_WEIGHT)]
+    source = source.copy()
+    source.set("alias", exp.TableAlias(this=exp.to_identifier("t")))
+    on = exp.EQ(this=b.quoted(unit, "t"), expression=b.quoted(unit, "u"))
+    return b.select(items, source, joins=[b.join(units, on)], where=[where] if where is not None else None)
 
 
 Bounding = PerGroupCap | WeightedCopy | SplitCopy

@@ -5,7 +5,7 @@ transpile and lower them: engines/)."""
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Iterable, TypeVar
+from typing import Iterable, Sequence, TypeVar
 
 import sqlglot
 from sqlglot import exp
@@ -154,7 +154,7 @@ def not_null(x: Operand) -> Node:
     return exp.Not(this=exp.Is(this=node(x), expression=exp.Null()))
 
 
-def conjunction(conditions: list[Node]) -> Node:
+def conjunction(conditions: Sequence[Node]) -> Node:
     out = conditions[0]
     for c in conditions[1:]:
         out = exp.And(this=out, expression=c)
@@ -165,8 +165,9 @@ def named(x: Operand, name: str) -> Node:
     return exp.Alias(this=node(x), alias=exp.to_identifier(name))
 
 
-def select(items: list[Node], source: Node, *, where: list[Node] | None = None, group: list[Operand] | None = None,
-           joins: list[exp.Join] | None = None, qualify: Node | None = None, distinct: bool = False) -> exp.Select:
+def select(items: Sequence[Node], source: Node, *, where: Sequence[Node] | None = None,
+           group: Sequence[Operand] | None = None, joins: list[exp.Join] | None = None, qualify: Node | None = None,
+           distinct: bool = False) -> exp.Select:
     """One SELECT built in place (sqlglot's chained builders copy the tree at every step)."""
     q = exp.Select(expressions=items, from_=exp.From(this=source))
     if distinct:
