@@ -79,6 +79,7 @@ from .sql.options import QueryOptions
 from .sql.rewrite import declared_domain, rewrite
 from .sql.scope import Resolver, output_name
 from .sql.wrappers import released_subquery, schema_probe
+from .synopses import route as synopsis_route
 from .targets import (
     batch_cost,
     calibrate_planned,
@@ -470,6 +471,10 @@ class Session:
     def _query(self, stmt: Query, tree: exp.Query, text: str | None = None) -> Result:
         # A text planned before took the planned way then, and takes it again: the checks
         # below are pure functions of the tree, the policy and the settings its key holds.
+        if self.policy.synopses:  # answered free from a published synopsis when it is a function of one
+            answered = synopsis_route.answer(self, stmt, tree)
+            if answered is not None:
+                return answered
         options = stmt.options or QueryOptions()
         key = self._plan_key(tree, options, text) if text is not None else None
         planned = self._plans.plan(key) if key is not None else None
@@ -1060,7 +1065,8 @@ class Session:
         dp = None if info["public"] else {"cost": info["cost"], "remaining": info["remaining_after"], "explain": True,
                                           "admits_more": info["admits_more"], "admitted": info["admitted"],
                                           "remaining_now": info["remaining_now"]}
-        return Result(["QUERY PLAN"], ["VARCHAR"], [(line,) for line in explain_lines(info)], "EXPLAIN", dp)
+        lines = explain_lines(info) + (synopsis_route.explain(self, tree, options) if not info["public"] else [])
+        return Result(["QUERY PLAN"], ["VARCHAR"], [(line,) for line in lines], "EXPLAIN", dp)
 
     def close(self) -> None:
         owns_engine, owns_ledger = self._owns
