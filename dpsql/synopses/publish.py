@@ -163,7 +163,7 @@ def publish(session, name: str) -> Published:
                                hint="its cost stays charged, because whether a query fails can depend on the data")
     draws = [(measure_index(plan, j), e, n) for j in range(len(spec.measures)) for e, n in zip(epsilons[j], noises[j])]
     guard.check_synopsis(plan, rs, charge, policy, draws, cells)
-    exact = _cubes(plan, rs, values, sizes, len(spec.measures))
+    exact = exact_cubes(plan, rs, values, sizes, len(spec.measures))
     body = {"name": spec.name, "table": spec.table, "data_version": version, "charge_id": charge.id,
             "epsilon": float(spec.epsilon), "charged_to": spec.charged_to, "readers": list(spec.readers(policy.users)),
             "sizes": list(sizes), "published_at": time.time(),
@@ -180,8 +180,7 @@ def publish(session, name: str) -> Published:
             precision[mask] = 1.0 / (2.0 * (n.scale * unit) ** 2)
         lam = eigenvalues(precision, sizes)
         cube = reconstruct.least_squares(noisy, precision, lam, sizes)
-        lower = 0.0 if m.kind == "count" else policy.table(spec.table).columns[m.column].lower
-        if lower >= 0:
+        if m.kind == "count":  # not sums: clipping their many small noisy cells would bias every total up
             cube = reconstruct.non_negative(cube, lam)
         cube = reconstruct.rounded(cube)
         body["measures"].append({"name": m.name, "kind": m.kind, "column": m.column,
@@ -197,7 +196,7 @@ def _names(spec: SynopsisSpec, mask: int) -> list[str]:
     return [d.column for i, d in enumerate(spec.dimensions) if mask >> i & 1]
 
 
-def _cubes(plan: Plan, rs, values: list[list[Any]], sizes: tuple[int, ...], n_measures: int) -> list[np.ndarray]:
+def exact_cubes(plan: Plan, rs, values: list[list[Any]], sizes: tuple[int, ...], n_measures: int) -> list[np.ndarray]:
     """The bounded result as one exact integer cube per measure (never released)."""
     k = len(sizes)
     index = [{repr(v): i for i, v in enumerate(vs)} for vs in values]

@@ -90,7 +90,7 @@ def answer(session, stmt, tree: exp.Expression):
         return None
     stored = next(s for s in found if s.name == route.name)
     plan = _plan(session, stmt, tree)
-    return _result(session, plan, stored, route)
+    return result_from(session, plan, stored, route)
 
 
 def decide(session, stmt, tree: exp.Expression, found: list[store.Stored]) -> Route | None:
@@ -330,7 +330,7 @@ def _aligned(i: int, d: dict, values: list, op, bound: Any, bucket_value: bool) 
     return i, keep
 
 
-def _result(session, plan: Plan, stored: store.Stored, route: Route):
+def result_from(session, plan: Plan, stored: store.Stored, route: Route):
     from ..session import Result  # the session's own answer type (session imports this module lazily)
 
     body = stored.body
@@ -371,7 +371,7 @@ def _result(session, plan: Plan, stored: store.Stored, route: Route):
                 v = int(round(v)) if func == "count" else v
                 half = _half(math.sqrt(variance(eigen[name], sizes, selected)), confidence)
             vals.append(v)
-            cis.append((None, None) if v is None else (v - half, v + half))
+            cis.append((math.nan, math.nan) if v is None else (v - half, v + half))
         estimates.append(vals)
         intervals.append(cis)
         types.append(family(e).result_type)

@@ -79,8 +79,10 @@ def _all(ledger) -> dict[tuple[str, str], Stored]:
         hit = _cache.get(ledger)
         if hit is not None and now - hit[0] < FRESH_FOR:
             return hit[1]
-    _ensure(ledger)
-    rows = ledger._exec(ledger._con(), "SELECT name, data_version, at, charge_id, body FROM synopses").fetchall()
+    try:  # read without creating: a ledger nothing was published to has no table (and stays untouched)
+        rows = ledger._exec(ledger._con(), "SELECT name, data_version, at, charge_id, body FROM synopses").fetchall()
+    except ledger._errors:
+        rows = []
     found = {(r[0], r[1]): Stored(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows}
     with _lock:
         _cache[ledger] = (now, found)

@@ -17,10 +17,12 @@ cheap:
     Var = sum_T prod_{i in T} a_i (1 - a_i/n_i) * prod_{i not in T} a_i^2/n_i  /  lambda_T.
 
 The split minimises the expected error of the dashboard-like workload, every marginal of the
-dimensions with equality filters: the summed variance of every cell of every marginal, by
-exponentiated gradient on the simplex. (On the sample's patients cube that is nearly all on the
-full cube: with non-negativity after least squares, it gave the lowest median relative error
-of the weightings tried, per-marginal means and low-order marginals included.)
+dimensions with equality filters: the mean variance of a cell of each marginal, every marginal
+alike (a chart is one query whatever its number of groups), by exponentiated gradient on the
+simplex. On the sample's patients dashboard this gave a median relative error of 2.1 % against
+2.9 % for weighting every cell of every marginal alike (which puts nearly all of the epsilon on
+the full cube) and 2.3-3.0 % for the total, the 1-way marginals and the cube measured alike
+(simulated on the sample's cube, 15 runs each).
 The full cube always keeps a share, so every marginal is estimable.
 """
 
@@ -88,7 +90,7 @@ class Strategy:
         return [epsilon * s for s in self.shares]
 
 
-POWER = 1.0  # each marginal's cells weighted by their number: every cell of every marginal alike
+POWER = 0.0  # 0: each marginal's mean cell variance alike; 1: every cell of every marginal alike
 
 
 def workload_weights(sizes: tuple[int, ...], power: float | None = None) -> np.ndarray:
