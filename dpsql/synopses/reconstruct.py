@@ -6,7 +6,8 @@ breakdowns agree exactly across every query answered from it.
 
 Least squares uses the Gram matrix's eigenstructure (strategy.py): the solution of
 (A^T W A) x = A^T W y is sum_T P_T(A^T W y) / lambda_T, where P_T keeps, per dimension, the
-mean-free part (i in T) or the mean (i not in T): no matrix is ever formed.
+mean-free part (i in T) or the mean (i not in T). In an orthonormal basis per dimension whose
+first vector is the constant one, A^T W A is diagonal: no cube-sized matrix is ever formed.
 
 Non-negativity (counts, and sums of values bounded below by 0): the cube nearest the
 least-squares one in the estimator's own metric (A^T W A, so well-measured marginals such as
@@ -38,23 +39,33 @@ def marginal(cube: np.ndarray, mask: int) -> np.ndarray:
     return np.asarray(out)
 
 
+def _basis(n: int) -> np.ndarray:
+    """An orthonormal n x n matrix whose first row is the constant vector (the mean) and whose
+    other rows span the mean-free vectors."""
+    q, _ = np.linalg.qr(np.column_stack([np.ones(n), np.eye(n)[:, 1:]]))
+    return q.T
+
+
+def _transform(v: np.ndarray, bases: list[np.ndarray], inverse: bool = False) -> np.ndarray:
+    for i, h in enumerate(bases):
+        v = np.moveaxis(np.tensordot(h.T if inverse else h, v, axes=([1], [i])), 0, i)
+    return v
+
+
+def _diagonal(weights: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
+    """weights[T] at every basis vector of subspace T (T: the dimensions where it is mean-free)."""
+    t = np.zeros(sizes, dtype=int)
+    for i, n in enumerate(sizes):
+        shape = [1] * len(sizes)
+        shape[i] = n
+        t = t + (np.arange(n) > 0).astype(int).reshape(shape) * (1 << i)
+    return weights[t]
+
+
 def _apply(v: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """sum_T weights[T] * P_T v, by splitting v along each dimension into mean and mean-free
-    parts (2^k parts, each the cube's size)."""
-    k = v.ndim
-    parts = {0: v}
-    for i in range(k):
-        split = {}
-        for t, part in parts.items():
-            mean = part.mean(axis=i, keepdims=True)
-            split[t] = np.broadcast_to(mean, part.shape)
-            split[t | 1 << i] = part - mean
-        parts = split
-    out = np.zeros(v.shape)
-    for t, part in parts.items():
-        if weights[t] != 0:
-            out += weights[t] * part
-    return out
+    """sum_T weights[T] * P_T v: diagonal in the per-dimension (mean, mean-free) basis."""
+    bases = [_basis(n) for n in v.shape]
+    return _transform(_diagonal(weights, v.shape) * _transform(v, bases), bases, inverse=True)
 
 
 def least_squares(noisy: dict[int, np.ndarray], precision: dict[int, float], lam: np.ndarray,
@@ -71,11 +82,13 @@ def non_negative(x: np.ndarray, lam: np.ndarray) -> np.ndarray:
     """argmin over z >= 0 of (z - x)^T M (z - x), M = sum_T lam_T P_T; FISTA from max(x, 0)."""
     if np.all(x >= 0):
         return x.copy()
+    bases = [_basis(n) for n in x.shape]
+    diagonal = _diagonal(lam, x.shape)
     step = 1.0 / float(np.max(lam))
     z = np.maximum(x, 0.0)
     y, t = z, 1.0
     for _ in range(ITERATIONS):
-        grad = _apply(y - x, lam)
+        grad = _transform(diagonal * _transform(y - x, bases), bases, inverse=True)
         z_next = np.maximum(y - step * grad, 0.0)
         t_next = (1 + np.sqrt(1 + 4 * t * t)) / 2
         y = z_next + (t - 1) / t_next * (z_next - z)
