@@ -109,21 +109,22 @@ def relative_error(rows: list[tuple], truth: list[tuple]) -> float:
     return sum(abs(got.get(k, 0.0) - v) for k, v in want.items()) / total
 
 
-def _policy(directory: Path, larger: bool) -> Path:
+def _session(directory: Path, larger: bool, user: str, kind: str) -> Session:
+    """A session on a fresh ledger: bob's on the sample policy as it is (his budget of 5); for
+    the larger workload alice's on the sample with both synopses charged to her."""
+    ledger = directory / f"{kind}-{time.monotonic_ns()}.sqlite"
+    if not larger:
+        return Session(load_policy(sample.SAMPLE / "dpsql.toml", ledger_path=ledger), user)
     path = sample.write_policy(directory)
-    if larger:
-        text = path.read_text().replace('charged_to = "bob"', 'charged_to = "alice"')
-        path.write_text(text + VISITS_SYNOPSIS)
-    return path
+    text = path.read_text().replace('charged_to = "bob"', 'charged_to = "alice"')
+    path.write_text(text + VISITS_SYNOPSIS)
+    return Session(load_policy(path, ledger_path=ledger), user)
 
 
 def per_query(directory: Path, queries: list[str], user: str, epsilon: float | None, larger: bool,
               truths: list[list[tuple]]) -> dict[str, Any]:
     """Each query answered on its own (epsilon None: the policy's own per-query epsilon)."""
-    policy = load_policy(_policy(directory, larger), ledger_path=directory / f"pq-{time.monotonic_ns()}.sqlite")
-    if not larger:  # bob's own budget, as the policy gives it
-        policy = load_policy(sample.SAMPLE / "dpsql.toml", ledger_path=directory / f"pq-{time.monotonic_ns()}.sqlite")
-    session = Session(policy, user)
+    session = _session(directory, larger, user, "per-query")
     session.execute("SET dpsql.cache = off")
     if epsilon is not None:
         session.execute(f"SET dpsql.epsilon = {epsilon!r}")
@@ -142,11 +143,7 @@ def per_query(directory: Path, queries: list[str], user: str, epsilon: float | N
 def synopses(directory: Path, queries: list[str], user: str, names: list[str], larger: bool,
              truths: list[list[tuple]]) -> dict[str, Any]:
     """Synopses published (charged), then every query answered from them."""
-    ledger = directory / f"syn-{time.monotonic_ns()}.sqlite"
-    policy = load_policy(_policy(directory, larger), ledger_path=ledger)
-    if not larger:
-        policy = load_policy(sample.SAMPLE / "dpsql.toml", ledger_path=ledger)
-    session = Session(policy, user)
+    session = _session(directory, larger, user, "synopses")
     started = time.perf_counter()
     for n in names:
         pub.publish(session, n)
@@ -191,11 +188,8 @@ def _inconsistencies(answers: dict[str, list[tuple]]) -> int:
 def plain_cube(directory: Path, queries: list[str], user: str, names: list[str], larger: bool,
                truths: list[list[tuple]]) -> dict[str, Any]:
     """The full cube noised once per measure at the synopsis's epsilon, answered by sums."""
-    ledger = directory / f"cube-{time.monotonic_ns()}.sqlite"
-    policy = load_policy(_policy(directory, larger), ledger_path=ledger)
-    if not larger:
-        policy = load_policy(sample.SAMPLE / "dpsql.toml", ledger_path=ledger)
-    session = Session(policy, user)
+    session = _session(directory, larger, user, "cube")
+    policy = session.policy
     stored = {}
     for n in names:
         spec = policy.synopses[n]

@@ -313,6 +313,7 @@ def test_totals_and_breakdowns_agree_exactly(alice):
 
 GOLDEN = [
     ("SELECT COUNT(*) FROM people", True),
+    ("SELECT COUNT(1) AS n FROM people WHERE flag = false", True),
     ("SELECT g, COUNT(*) FROM people GROUP BY g ORDER BY 2 DESC LIMIT 2", True),
     ("SELECT g, flag, COUNT(*) AS n FROM people WHERE g = 'a' GROUP BY g, flag", True),
     ("SELECT FLOOR(age / 10) * 10 AS band, COUNT(*) FROM people GROUP BY 1", True),
@@ -332,6 +333,7 @@ GOLDEN = [
     ("SELECT SUM(LEAST(amount, 10)) FROM people", False),  # another clamp
     ("SELECT MEDIAN(amount) FROM people", False),
     ("SELECT COUNT(DISTINCT g) FROM people", False),
+    ("SELECT COUNT(amount) FROM people", False),  # NULLs are not counted: not the synopsis's count
     ("SELECT COUNT(*) FROM people WHERE g = 'a' OR flag", False),
     ("SELECT COUNT(*) FROM people p JOIN events e ON p.pid = e.pid", False),
     ("SELECT STDDEV(amount) FROM people", False),

@@ -177,7 +177,8 @@ def _estimate(plan: Plan, e, body: dict, policy) -> tuple[str, str] | None:
     table = policy.table(body["table"])
     if e.func == "count":
         m = plan.measures[e.count]
-        return ("count", "count") if isinstance(m, Count) and m.value is None and "count" in measures else None
+        every_row = m.value is None or (isinstance(m.value, exp.Literal) and not isinstance(m.value, exp.Null))
+        return ("count", "count") if isinstance(m, Count) and every_row and "count" in measures else None
     if e.func in ("sum", "avg"):
         m = plan.measures[e.total]
         if not isinstance(m, Sum) or not isinstance(m.value, exp.Column):
@@ -428,8 +429,10 @@ def explain(session, tree: exp.Expression, options) -> list[str]:
     lines = [f"route: synopsis {route.name}, free (instead of the per-query cost above)"]
     for func, name in route.estimates:
         half = _half(math.sqrt(variance(eigen[name], sizes, selected)), session.settings.confidence)
-        what = "SUM" if func == "avg" else func.upper()
-        lines.append(f"  {func}({name}) from the synopsis: {pct} error of its {what} within ±{half:.6g} per group, "
+        column = name[4:-1] if name.startswith("sum(") else "*"
+        label = "COUNT(*)" if func == "count" else f"{func.upper()}({column})"
+        part = f" (its SUM({column}); divided by the count)" if func == "avg" else ""
+        lines.append(f"  {label} from the synopsis{part}: {pct} error within ±{half:.6g} per group, "
                      "against the per-query error above")
     return lines
 
