@@ -79,6 +79,7 @@ from .sql.options import QueryOptions
 from .sql.rewrite import declared_domain, rewrite
 from .sql.scope import Resolver, output_name
 from .sql.wrappers import released_subquery, schema_probe
+from .synopses import publish as synopsis_publish
 from .synopses import route as synopsis_route
 from .targets import (
     batch_cost,
@@ -906,6 +907,17 @@ class Session:
             self.ledger.record_release(charge.id, {"rows": len(rows)})
             left = charge.filter.remaining(charge.totals)
             return LocalRelease(spec, rows, charge.id, {k: float(v) for k, v in left.items()})
+
+    def publish_synopsis(self, name: str):
+        """Publish the policy's synopsis `name` (dpsql/synopses/publish.py): one charge, to its
+        charged_to. An analyst publishes the synopses charged to them; a privacy officer any."""
+        with self._lock, _no_internals("the synopsis"):
+            spec = synopsis_publish.spec_of(self.policy, name)
+            if spec.charged_to != self.user.name and not self.user.officer:
+                raise forbidden(f"synopsis {spec.name} is charged to {spec.charged_to}, not to {self.user.name}",
+                                hint="its payer or a privacy officer publishes it (dpsql synopsis publish NAME)")
+            self._headroom = None  # _overlapping judges by the session's latest charge
+            return synopsis_publish.publish(self, spec.name)
 
     def _person_values(self, table: TablePolicy, spec: local.LocalSpec) -> list[list]:
         """Each person's (tuple of the columns, rows) counts, read from the engine."""

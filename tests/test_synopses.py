@@ -505,6 +505,22 @@ def test_end_to_end_through_dpsql_serve(world):
         server.stop()
 
 
+def test_analysts_publish_their_own_synopses_from_python(world):
+    import dpsql
+
+    conn = dpsql.connect(world, user="bob")
+    with pytest.raises(Error) as e:
+        conn.publish_synopsis("people_dash")  # charged to alice
+    assert e.value.sqlstate == "42501"
+    conn.close()
+    conn = dpsql.connect(world, user="alice")
+    assert conn.publish_synopsis("people_dash").epsilon == 1
+    cur = conn.cursor()
+    cur.execute("SELECT g, COUNT(*) FROM people GROUP BY g")
+    assert cur.connection.session.budget()["epsilon"]["spent"] == 1
+    conn.close()
+
+
 def test_errors_before_the_charge_cost_nothing(alice):
     with pytest.raises(Error) as e:
         pub.publish(alice, "missing")
