@@ -475,7 +475,7 @@ class Session:
         if self.policy.synopses:  # answered free from a published synopsis when it is a function of one
             answered = synopsis_route.answer(self, stmt, tree)
             if answered is not None:
-                return answered
+                return Result(answered.names, answered.types, answered.rows, f"SELECT {len(answered.rows)}", answered.dp)
         options = stmt.options or QueryOptions()
         key = self._plan_key(tree, options, text) if text is not None else None
         planned = self._plans.plan(key) if key is not None else None

@@ -80,8 +80,8 @@ def candidates(session, tree: exp.Expression) -> list[store.Stored]:
     return out
 
 
-def answer(session, stmt, tree: exp.Expression):
-    """The query's answer from a synopsis (a session Result), or None: the per-query way."""
+def answer(session, stmt, tree: exp.Expression) -> Answer | None:
+    """The query's answer from a synopsis, or None: the per-query way."""
     found = candidates(session, tree)
     if not found:
         return None
@@ -331,9 +331,18 @@ def _aligned(i: int, d: dict, values: list, op, bound: Any, bucket_value: bool) 
     return i, keep
 
 
-def result_from(session, plan: Plan, stored: store.Stored, route: Route):
-    from ..session import Result  # the session's own answer type (session imports this module lazily)
+@dataclass(frozen=True)
+class Answer:
+    """What the session returns for a query answered from a synopsis."""
 
+    names: list[str]
+    types: list[str]
+    rows: list[tuple]
+    dp: dict[str, Any]
+
+
+def result_from(session, plan: Plan, stored: store.Stored, route: Route) -> Answer:
+    """The query's answer from the synopsis's cube, through the query's own post-processing."""
     body = stored.body
     sizes = tuple(body["sizes"])
     values = [[decode(v) for v in d["values"]] for d in body["dimensions"]]
@@ -386,7 +395,7 @@ def result_from(session, plan: Plan, stored: store.Stored, route: Route):
           "ci": dict(out.ci), "confidence": confidence, "mechanism": "synopsis", "cached": False,
           "synopsis": route.name, "receipt": stored.charge_id,
           "notice": f"answered from synopsis {route.name} (published {published}), free"}
-    return Result(out.names, out.types, [tuple(r) for r in out.rows], f"SELECT {len(out.rows)}", dp)
+    return Answer(out.names, out.types, [tuple(r) for r in out.rows], dp)
 
 
 def _half(std: float, confidence: float) -> float:
