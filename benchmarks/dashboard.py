@@ -10,8 +10,9 @@ Two workloads over the sample hospital:
 - a larger one: 532 queries over patients and visits (every 0-2-way breakdown of the patients
   dimensions under no filter and each single-value filter, counts and income sums; visits by
   diagnosis and year, under no filter, each diagnosis and each year, with counts, sums and
-  averages of the stay), from patients_dashboard (0.5) and visits_dashboard (1.5: a visit
-  contributes up to 40 rows under the policy's limits), total epsilon 2.
+  averages of the stay), from patients_dashboard (epsilon raised to 1.5: two thirds of the
+  queries are over patients) and visits_dashboard (1.5: a patient contributes up to 40 visits
+  under the policy's limits), total epsilon 3.
 Ways of answering, each at the workload's total epsilon:
 - per query: every query its share of the total (and, for bob, the policy's own 0.1 a query
   until his budget of 5 runs out);
@@ -116,7 +117,8 @@ def _session(directory: Path, larger: bool, user: str, kind: str) -> Session:
     if not larger:
         return Session(load_policy(sample.SAMPLE / "dpsql.toml", ledger_path=ledger), user)
     path = sample.write_policy(directory)
-    text = path.read_text().replace('charged_to = "bob"', 'charged_to = "alice"')
+    text = path.read_text().replace('charged_to = "bob"', 'charged_to = "alice"').replace(
+        "epsilon = 0.5\ncharged_to", "epsilon = 1.5\ncharged_to")
     path.write_text(text + VISITS_SYNOPSIS)
     return Session(load_policy(path, ledger_path=ledger), user)
 
@@ -240,36 +242,44 @@ def summary(label: str, runs: list[dict[str, Any]], total: int, budget: float) -
             **{k: runs[0][k] for k in ("inconsistent", "free", "publish_s", "answer_ms") if k in runs[0]}}
 
 
-def measure(runs: int) -> dict[str, list[dict[str, Any]]]:
+def measure(runs: int, workloads: tuple[str, ...] = ("bob", "larger")) -> dict[str, list[dict[str, Any]]]:
     out = {}
     with tempfile.TemporaryDirectory() as d:
         directory = Path(d)
-        bob = bob_session()
-        bob_truth = truths(bob)
-        n = len(bob)
-        out["bob"] = [
-            summary("per query, the policy's 0.1 each (bob's budget 5)",
-                    [per_query(directory, bob, "bob", None, False, bob_truth) for _ in range(runs)], n, 5.0),
-            summary("per query, 0.5 / 66 each", [per_query(directory, bob, "bob", 0.5 / n, False, bob_truth)
-                                                 for _ in range(runs)], n, 5.0),
-            summary("synopsis patients_dashboard (0.5)",
-                    [synopses(directory, bob, "bob", ["patients_dashboard"], False, bob_truth) for _ in range(runs)],
-                    n, 5.0),
-            summary("plain noisy cube (0.5)",
-                    [plain_cube(directory, bob, "bob", ["patients_dashboard"], False, bob_truth) for _ in range(runs)],
-                    n, 5.0)]
-        big = larger_session()
-        big_truth = truths(big)
-        m = len(big)
-        names = ["patients_dashboard", "visits_dashboard"]
-        out["larger"] = [
-            summary(f"per query, 2.0 / {m} each", [per_query(directory, big, "alice", 2.0 / m, True, big_truth)
-                                                   for _ in range(runs)], m, 2.0),
-            summary("synopses (0.5 + 1.5)", [synopses(directory, big, "alice", names, True, big_truth)
-                                             for _ in range(runs)], m, 2.0),
-            summary("plain noisy cubes (0.5 + 1.5)", [plain_cube(directory, big, "alice", names, True, big_truth)
-                                                      for _ in range(runs)], m, 2.0)]
+        if "bob" in workloads:
+            out["bob"] = _bob(directory, runs)
+        if "larger" in workloads:
+            out["larger"] = _larger(directory, runs)
     return out
+
+
+def _bob(directory: Path, runs: int) -> list[dict[str, Any]]:
+    bob = bob_session()
+    truth = truths(bob)
+    n = len(bob)
+    return [
+        summary("per query, the policy's 0.1 each (bob's budget 5)",
+                [per_query(directory, bob, "bob", None, False, truth) for _ in range(runs)], n, 5.0),
+        summary("per query, 0.5 / 66 each",
+                [per_query(directory, bob, "bob", 0.5 / n, False, truth) for _ in range(runs)], n, 5.0),
+        summary("synopsis patients_dashboard (0.5)",
+                [synopses(directory, bob, "bob", ["patients_dashboard"], False, truth) for _ in range(runs)], n, 5.0),
+        summary("plain noisy cube (0.5)",
+                [plain_cube(directory, bob, "bob", ["patients_dashboard"], False, truth) for _ in range(runs)], n, 5.0)]
+
+
+def _larger(directory: Path, runs: int) -> list[dict[str, Any]]:
+    big = larger_session()
+    truth = truths(big)
+    m = len(big)
+    names = ["patients_dashboard", "visits_dashboard"]
+    return [
+        summary(f"per query, 3.0 / {m} each",
+                [per_query(directory, big, "alice", 3.0 / m, True, truth) for _ in range(runs)], m, 3.0),
+        summary("synopses (1.5 + 1.5)",
+                [synopses(directory, big, "alice", names, True, truth) for _ in range(runs)], m, 3.0),
+        summary("plain noisy cubes (1.5 + 1.5)",
+                [plain_cube(directory, big, "alice", names, True, truth) for _ in range(runs)], m, 3.0)]
 
 
 def table(results: dict[str, list[dict[str, Any]]], runs: int) -> str:
@@ -277,8 +287,10 @@ def table(results: dict[str, list[dict[str, Any]]], runs: int) -> str:
              "`python -m benchmarks.dashboard`. A query's relative error is sum |answer - truth| / sum |truth| over "
              "its groups, against the raw rows.", ""]
     for key, title in (("bob", "bob's 66-query session (six charts, unfiltered and per region), his budget 5"),
-                       ("larger", f"a larger session over patients and visits, total epsilon 2 ({len(larger_session())} "
+                       ("larger", f"a larger session over patients and visits, total epsilon 3 ({len(larger_session())} "
                                   "queries)")):
+        if key not in results:
+            continue
         lines += [f"{title}:", "", "| way | answered | median relative error | worst | epsilon spent | budget left "
                   "| totals ≠ breakdowns |", "|---|---|---|---|---|---|---|"]
         for r in results[key]:
@@ -293,9 +305,10 @@ def table(results: dict[str, list[dict[str, Any]]], runs: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--workload", choices=["bob", "larger", "both"], default="both")
     args = parser.parse_args()
     started = time.perf_counter()
-    results = measure(args.runs)
+    results = measure(args.runs, ("bob", "larger") if args.workload == "both" else (args.workload,))
     print(table(results, args.runs))
     print(f"({time.perf_counter() - started:.0f} s)")
 

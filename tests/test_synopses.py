@@ -70,7 +70,7 @@ SYNOPSES = """
 [synopses.people_dash]
 table = "people"
 dimensions = ["g", "flag", { column = "age", width = 10 }, { column = "day", unit = "month" }]
-measures = ["count", "sum(amount)"]
+measures = ["count", "sum(amount)", "sum(age)"]
 epsilon = 1
 charged_to = "alice"
 
@@ -174,7 +174,7 @@ def test_missing_key_and_the_issue_form(tmp_path):
         load_policy(path)
     spec = load_policy(make_world(tmp_path / "ok")).synopses["people_dash"]
     assert [d.describe() for d in spec.dimensions] == ["g", "flag", "age (width 10)", "day (by month)"]
-    assert [m.name for m in spec.measures] == ["count", "sum(amount)"] and spec.epsilon == 1
+    assert [m.name for m in spec.measures] == ["count", "sum(amount)", "sum(age)"] and spec.epsilon == 1
     sample = load_policy(ROOT / "sample_data" / "dpsql.toml").synopses["patients_dashboard"]
     assert sample.charged_to == "bob" and sample.epsilon == Fraction(1, 2)
 
@@ -327,6 +327,8 @@ GOLDEN = [
     ("SELECT g, COUNT(*) * 2 AS twice FROM people GROUP BY g HAVING COUNT(*) > 10", True),
     ("SELECT * FROM (SELECT g, COUNT(*) AS n FROM people GROUP BY g) AS t LIMIT 10", True),
     ("SELECT kind, COUNT(*), SUM(cost) FROM events GROUP BY kind", True),
+    ("SELECT SUM(age) FROM people", True),  # an integer column's: an integer
+    ("SELECT SUM(cost) FROM events WHERE kind = 'x'", True),
     ("SELECT COUNT(*) FROM people WHERE age >= 25", False),  # cuts a bucket
     ("SELECT age, COUNT(*) FROM people GROUP BY age", False),  # finer than the synopsis
     ("SELECT COUNT(*) FROM people WHERE amount > 50", False),  # not a dimension
@@ -366,6 +368,9 @@ def test_filters_select_the_right_cells(alice):
     assert spring.rows[0][0] == by_month[3] + by_month[4]
     none = alice.execute("SELECT COUNT(*) FROM people WHERE g = 'zzz'").rows[0][0]
     assert none == 0
+    ages = alice.execute("SELECT g, SUM(age) FROM people GROUP BY g").rows
+    assert all(isinstance(r[1], int) for r in ages)
+    assert sum(r[1] for r in ages) == alice.execute("SELECT SUM(age) FROM people").rows[0][0]
 
 
 def test_bob_cannot_read_alices_synopsis_and_a_stale_one_is_not_used(world):

@@ -179,7 +179,7 @@ def _estimate(plan: Plan, e, body: dict, policy) -> tuple[str, str] | None:
         m = plan.measures[e.count]
         every_row = m.value is None or (isinstance(m.value, exp.Literal) and not isinstance(m.value, exp.Null))
         return ("count", "count") if isinstance(m, Count) and every_row and "count" in measures else None
-    if e.func in ("sum", "avg"):
+    if e.func in ("sum", "whole_sum", "avg"):  # whole_sum: SUM of an integer column, an integer
         m = plan.measures[e.total]
         if not isinstance(m, Sum) or not isinstance(m.value, exp.Column):
             return None
@@ -378,7 +378,7 @@ def result_from(session, plan: Plan, stored: store.Stored, route: Route) -> Answ
                 half = None if v is None else _half(math.sqrt(vs + v * v * vc) / c, confidence)
             else:
                 v = float(arrays[name][at])
-                v = int(round(v)) if func == "count" else v
+                v = int(round(v)) if func in ("count", "whole_sum") else v
                 half = _half(math.sqrt(variance(eigen[name], sizes, selected)), confidence)
             vals.append(v)
             cis.append((math.nan, math.nan) if v is None else (v - half, v + half))
@@ -439,7 +439,7 @@ def explain(session, tree: exp.Expression, options) -> list[str]:
     for func, name in route.estimates:
         half = _half(math.sqrt(variance(eigen[name], sizes, selected)), session.settings.confidence)
         column = name[4:-1] if name.startswith("sum(") else "*"
-        label = "COUNT(*)" if func == "count" else f"{func.upper()}({column})"
+        label = "COUNT(*)" if func == "count" else f"{func.upper().replace('WHOLE_', '')}({column})"
         part = f" (its SUM({column}); divided by the count)" if func == "avg" else ""
         lines.append(f"  {label} from the synopsis{part}: {pct} error within ±{half:.6g} per group, "
                      "against the per-query error above")
