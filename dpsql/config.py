@@ -18,6 +18,7 @@ from typing import Any, Iterable, Mapping
 
 from .errors import PolicyError
 from .sql.limits import QueryLimits
+from .synopses.spec import parse_synopses
 
 ROW_UNIT = "row"
 MECHANISMS = ("laplace", "gaussian")
@@ -197,6 +198,7 @@ class Policy:
     # The ledger's identity file (its id and HMAC key): beside a SQLite ledger; for a shared
     # PostgreSQL ledger beside the policy, so every proxy serving this policy reads the same one.
     ledger_identity: Path | None = None
+    synopses: Mapping[str, Any] = field(default_factory=dict)  # name -> synopses.spec.SynopsisSpec
 
     def table(self, name: str) -> TablePolicy | None:
         return self.tables.get(name.lower())
@@ -277,7 +279,7 @@ def load_policy(path: str | Path, *, ledger_path: str | Path | None = None) -> P
 def parse_policy(doc: Mapping[str, Any], path: Path, *, ledger_path: str | Path | None = None) -> Policy:
     base = path.parent
     top = _Reader(path, "top level", doc)
-    top.unknown_keys({"engine", "privacy", "tables", "users", "ledger", "limits"})
+    top.unknown_keys({"engine", "privacy", "tables", "users", "ledger", "limits", "synopses"})
 
     engine = _parse_engine(_Reader(path, "[engine]", _section(top, "engine")), base)
     privacy = _parse_privacy(_Reader(path, "[privacy]", _section(top, "privacy")))
@@ -339,8 +341,9 @@ def parse_policy(doc: Mapping[str, Any], path: Path, *, ledger_path: str | Path 
     else:
         identity = Path(f"{ledger}.id")
     limits = _parse_limits(_Reader(path, "[limits]", _section(top, "limits")))
+    synopses = parse_synopses(doc.get("synopses"), path, tables, users)
     return Policy(path=path, engine=engine, privacy=privacy, tables=tables, users=users, ledger_path=ledger,
-                  ledger_url=url, limits=limits, ledger_identity=identity)
+                  ledger_url=url, limits=limits, ledger_identity=identity, synopses=synopses)
 
 
 def _parse_limits(r: _Reader) -> QueryLimits:

@@ -83,6 +83,11 @@ class Connection:
         (Session.randomized_response); `.estimates()` gives the debiased counts."""
         return self.session.randomized_response(table, columns, epsilon, method, epsilon_size, null_category)
 
+    def publish_synopsis(self, name: str):
+        """Publish the policy's synopsis `name`, charged once to its charged_to
+        (Session.publish_synopsis); then queries over it are answered from it, free."""
+        return self.session.publish_synopsis(name)
+
     def cursor(self) -> "Cursor":
         return Cursor(self)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .accounting.cost import Cost
 from .accounting.filters import amplified_epsilon
@@ -32,7 +32,7 @@ from .calibration import Calibration, one_coordinate
 from .config import Policy
 from .engines.base import ResultSet
 from .errors import InternalError
-from .mechanisms import rho_for
+from .mechanisms import Noise, rho_for
 from .sql.analyze import Plan
 
 
@@ -51,6 +51,32 @@ def check(plan: Plan, cal: Calibration, rs: ResultSet, charge: Charge, policy: P
     _unique_keys(plan, rs)
     _limits(plan, policy)
     _scales(plan, cal, charge.cost)
+
+
+def check_synopsis(plan: Plan, rs: ResultSet, charge: Charge, policy: Policy,
+                   draws: Sequence[tuple[int, Fraction, Noise]], cells: int) -> None:
+    """Raise ReleaseRefused unless noising a synopsis's marginals of `rs` (the bounded cube) with
+    `draws` (measure index, epsilon, noise: one per measured marginal) is what `charge` paid for:
+    a durable receipt; the cube's cells exactly its declared domain's, each key tuple once; the
+    policy's limits; every scale at least the measure's L1 sensitivity over the cube (which
+    bounds every marginal's) over its epsilon; the epsilons within the charged Laplace parts."""
+    if not isinstance(charge, Charge) or not isinstance(charge.id, int):
+        raise ReleaseRefused("no durable charge receipt")
+    if rs.row_count != cells:
+        raise ReleaseRefused(f"{rs.row_count} cells where the synopsis's domain has {cells}")
+    _unique_keys(plan, rs)
+    _limits(plan, policy)
+    spent = Fraction(0)
+    for j, epsilon, noise in draws:
+        l1 = plan.bounding.l1(plan.measures[j], cells)
+        if (l1 is None or noise.kind != "laplace" or not math.isfinite(noise.scale) or epsilon <= 0
+                or Fraction(noise.scale) < Fraction(l1) / epsilon):
+            raise ReleaseRefused(f"{plan.measures[j].describe()}: a marginal's Laplace scale below L1 sensitivity / "
+                                 "epsilon")
+        spent += epsilon
+    charged = sum((p.epsilon for p in charge.cost.parts if p.kind == "laplace"), Fraction(0))
+    if spent > charged or charged > charge.cost.epsilon:
+        raise ReleaseRefused("the synopsis's noise shares exceed the charged cost")
 
 
 def check_cached(cached: dict[str, Any], recorded: Callable[[int], bool]) -> None:

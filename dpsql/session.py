@@ -84,6 +84,8 @@ from .sql.pgfunctions import postgres_meaning
 from .sql.rewrite import declared_domain, rewrite
 from .sql.scope import Resolver, as_written, output_name
 from .sql.wrappers import column_probe, released_subquery, schema_probe
+from .synopses import publish as synopsis_publish
+from .synopses import route as synopsis_route
 from .targets import (
     batch_cost,
     calibrate_planned,
@@ -486,6 +488,10 @@ class Session:
     def _query(self, stmt: Query, tree: exp.Query, text: str | None = None) -> Result:
         # A text planned before took the planned way then, and takes it again: the checks
         # below are pure functions of the tree, the policy and the settings its key holds.
+        if self.policy.synopses:  # answered free from a published synopsis when it is a function of one
+            answered = synopsis_route.answer(self, stmt, tree)
+            if answered is not None:
+                return Result(answered.names, answered.types, answered.rows, f"SELECT {len(answered.rows)}", answered.dp)
         options = stmt.options or QueryOptions()
         key = self._plan_key(tree, options, text) if text is not None else None
         planned = self._plans.plan(key) if key is not None else None
@@ -1006,6 +1012,17 @@ class Session:
             left = charge.filter.remaining(charge.totals)
             return LocalRelease(spec, rows, charge.id, {k: float(v) for k, v in left.items()})
 
+    def publish_synopsis(self, name: str):
+        """Publish the policy's synopsis `name` (dpsql/synopses/publish.py): one charge, to its
+        charged_to. An analyst publishes the synopses charged to them; a privacy officer any."""
+        with self._lock, _no_internals("the synopsis"):
+            spec = synopsis_publish.spec_of(self.policy, name)
+            if spec.charged_to != self.user.name and not self.user.officer:
+                raise forbidden(f"synopsis {spec.name} is charged to {spec.charged_to}, not to {self.user.name}",
+                                hint="its payer or a privacy officer publishes it (dpsql synopsis publish NAME)")
+            self._headroom = None  # _overlapping judges by the session's latest charge
+            return synopsis_publish.publish(self, spec.name)
+
     def _person_values(self, table: TablePolicy, spec: local.LocalSpec) -> list[list]:
         """Each person's (tuple of the columns, rows) counts, read from the engine."""
         cols = [exp.column(c, quoted=True) for c in spec.columns]
@@ -1167,7 +1184,8 @@ class Session:
         dp = None if info["public"] else {"cost": info["cost"], "remaining": info["remaining_after"], "explain": True,
                                           "admits_more": info["admits_more"], "admitted": info["admitted"],
                                           "remaining_now": info["remaining_now"]}
-        return Result(["QUERY PLAN"], ["VARCHAR"], [(line,) for line in explain_lines(info)], "EXPLAIN", dp)
+        lines = explain_lines(info) + (synopsis_route.explain(self, tree, options) if not info["public"] else [])
+        return Result(["QUERY PLAN"], ["VARCHAR"], [(line,) for line in lines], "EXPLAIN", dp)
 
     def close(self) -> None:
         owns_engine, owns_ledger = self._owns

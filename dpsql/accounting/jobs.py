@@ -27,12 +27,16 @@ class ChargeJob:
     sql: str
     detail: str
     global_budget: BudgetPolicy | None = None
+    # Other analysts charged the same cost in the same transaction, each with a charge record of
+    # their own (a synopsis charged to "everyone"): all admitted, or none charged.
+    others: tuple[tuple[str, BudgetPolicy], ...] = ()
     durable = True
 
     @property
     def users(self) -> list[str]:
-        """The analysts whose locks the charge's transaction holds."""
-        return ([GLOBAL] if self.global_budget is not None else []) + [self.user]
+        """The analysts whose locks the charge's transaction holds, the global budget's first and
+        the others' in name order (so that two such charges never wait for each other)."""
+        return ([GLOBAL] if self.global_budget is not None else []) + sorted({self.user, *(u for u, _ in self.others)})
 
 
 @dataclass(frozen=True)

@@ -577,23 +577,27 @@ class Ledger:
         return self.charging(user, budget, cost, sql, detail, global_budget).durable()
 
     def charging(self, user: str, budget: BudgetPolicy, cost: Cost, sql: str, detail: dict[str, Any] | str,
-                 global_budget: BudgetPolicy | None = None, failed: Callable[[], None] | None = None
-                 ) -> PendingCharge:
+                 global_budget: BudgetPolicy | None = None, failed: Callable[[], None] | None = None,
+                 others: Sequence[tuple[str, BudgetPolicy]] = ()) -> PendingCharge:
         """`charge`, with its transaction on the ledger's writer thread: the caller learns at
         `admitted()` whether the filters admit it (a refusal raises there) and may run the query
         while the COMMIT reaches the disk; `durable()` must return before anything derived from
         the data leaves. `failed()` runs on the writer thread as soon as the charge is refused or
         cannot be recorded, before `admitted()` or `durable()` tell: a query that started before
         its admission is stopped by it. `detail` may be given as its JSON text already (a plan's
-        is the same for every execution)."""
+        is the same for every execution). `others`: analysts charged the same cost in the same
+        transaction (each with a charge record of their own): admitted together or not at all."""
         text = detail if isinstance(detail, str) else json.dumps(detail, default=str)
-        job = ChargeJob(user, budget, cost, sql, text, global_budget)
+        job = ChargeJob(user, budget, cost, sql, text, global_budget, tuple(others))
         return PendingCharge(self._submit(job, failed), self._errors)
 
     def _charge_in(self, con, job: ChargeJob) -> Charge:
-        """A charge job, applied in the writer's open transaction."""
+        """A charge job, applied in the writer's open transaction: every filter of the analyst
+        (and of the job's other analysts, and the global budget) is checked before anything is
+        written; then one charge record per analyst. Returns the first analyst's receipt."""
         user, cost = job.user, job.cost
-        checks = [(user, job.budget)] + ([(GLOBAL, job.global_budget)] if job.global_budget is not None else [])
+        payers = [(user, job.budget)] + [(u, b) for u, b in job.others if u != user]
+        checks = payers + ([(GLOBAL, job.global_budget)] if job.global_budget is not None else [])
         now = self.now(con)  # inside the transaction: every proxy sees one window
         results = []
         for who, b in checks:
@@ -609,16 +613,20 @@ class Ledger:
                     raise _refusal(who, user, flt, totals, cost, refresh, lifetime=seg == LIFETIME)
                 results.append((who, seg, flt, after))
         at, cost_text = time.time(), cost.to_json()
-        cur = self._exec(con, "INSERT INTO charges (user_name, segment, at, sql, cost, detail) "
-                              "VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
-                         (user, results[0][1], at, job.sql, cost_text, job.detail))
-        charge_id = cur.fetchone()[0]
-        chain = self._append(con, user, "charge",
-                             charge_record(charge_id, user, results[0][1], at, job.sql, cost_text, job.detail))
-        self._exec(con, "UPDATE charges SET chain = ? WHERE id = ?", (chain, charge_id))
+        receipts = {}
+        for who, _ in payers:
+            segment = next(seg for w, seg, _, _ in results if w == who)
+            cur = self._exec(con, "INSERT INTO charges (user_name, segment, at, sql, cost, detail) "
+                                  "VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+                             (who, segment, at, job.sql, cost_text, job.detail))
+            charge_id = cur.fetchone()[0]
+            chain = self._append(con, who, "charge",
+                                 charge_record(charge_id, who, segment, at, job.sql, cost_text, job.detail))
+            self._exec(con, "UPDATE charges SET chain = ? WHERE id = ?", (chain, charge_id))
+            receipts.setdefault(who, charge_id)
         for who, segment, _, after in results:
             self._put_totals(con, who, segment, after)
-        return Charge(charge_id, results[0][3], results[0][2], cost)
+        return Charge(receipts[user], results[0][3], results[0][2], cost)
 
     def _apply(self, con, job: ChargeJob | StatementJob) -> Any:
         """A job's work in the writer's open transaction (this process's writer, or the one a

@@ -36,6 +36,7 @@ from ..duck_rows import insert_rows
 from ..engines import open_engine
 from ..errors import BudgetExceeded
 from ..session import Result, Session
+from ..synopses.publish import publish
 from .cases import CASES, Case, World
 from .stats import Audit, audit
 
@@ -95,7 +96,7 @@ def write_dataset(world: World, directory: Path, name: str, with_target: bool) -
     policy = directory / f"{world.name}-{name}.toml"
     tables = "".join(f"\n[tables.{t}]\n{spec.policy}" for t, spec in world.tables.items())
     policy.write_text(POLICY.format(database=database.name, user=USER, ledger=f"{world.name}-{name}.ledger.sqlite")
-                      + tables, encoding="utf-8")
+                      + tables + world.synopses, encoding="utf-8")
     return policy
 
 
@@ -104,7 +105,8 @@ class _Analyst:
     refused (only delta can run out), it continues on a fresh ledger: the attacker's budget is
     not what is audited, the mechanism is."""
 
-    def __init__(self, policy_path: Path, settings: Mapping[str, str]):
+    def __init__(self, policy_path: Path, settings: Mapping[str, str], publish: str | None = None):
+        self.publish = publish
         self.policy: Policy = load_policy(policy_path)
         self.settings = {"dpsql.cache": "off", **settings}
         self.engine = open_engine(self.policy)
@@ -133,14 +135,26 @@ class _Analyst:
 
     def run(self, sql: str) -> Result:
         try:
-            result = self.session.execute(sql)
+            result = self._run(sql)
         except BudgetExceeded:
             self._drop_ledger()
             self.ledgers += 1
             self.session = self._open()
-            result = self.session.execute(sql)
+            result = self._run(sql)
         if result.dp is None or result.dp.get("cached"):
             raise RuntimeError(f"{sql!r} was not a fresh DP release; the audit needs independent runs")
+        return result
+
+    def _run(self, sql: str) -> Result:
+        """The query's answer; with a synopsis, published afresh (its charge is the run's) and the
+        query answered from it."""
+        if self.publish is None:
+            return self.session.execute(sql)
+        done = publish(self.session, self.publish)
+        result = self.session.execute(sql)
+        if (result.dp or {}).get("synopsis") != self.publish:
+            raise RuntimeError(f"{sql!r} was not answered from synopsis {self.publish}")
+        result.dp = {**result.dp, "cost": {"epsilon": done.epsilon, "delta": 0.0}}
         return result
 
     def close(self) -> None:
@@ -154,9 +168,10 @@ def run_case(case: Case, runs: int, directory: Path, alpha: float = 0.05,
              progress: Progress | None = None) -> CaseResult:
     """Run `case` `runs` times on each neighbour (alternating) and bound its epsilon."""
     start = time.perf_counter()
-    d = _Analyst(write_dataset(case.world, directory, f"{case.name}-d", True), case.settings)
+    d = _Analyst(write_dataset(case.world, directory, f"{case.name}-d", True), case.settings, case.publish)
     try:
-        d_prime = _Analyst(write_dataset(case.world, directory, f"{case.name}-d-prime", False), case.settings)
+        d_prime = _Analyst(write_dataset(case.world, directory, f"{case.name}-d-prime", False), case.settings,
+                           case.publish)
         try:
             values: tuple[list[float], list[float]] = ([], [])
             charged: set[tuple[float, float]] = set()

@@ -1,0 +1,227 @@
+"""Publishing a synopsis: ONE charge, durable before the data is read; the bounded cube; Laplace
+noise on each measured marginal (mechanisms.py, OpenDP's samplers), checked by the release
+guard first; least squares and non-negativity (post-processing); the result stored and its
+release recorded.
+
+Sensitivity. The cube is a GROUP BY over every dimension, planned and bounded as any query is
+(the table's max_groups/max_rows, the columns' bounds): one person changes the bounded cube's
+measure vector by at most its L1 sensitivity Delta (plan.bounding.l1). Every measured marginal
+sums cells of that cube, which cannot increase an L1 distance, so each marginal moves by at
+most Delta too, and marginal m measured at epsilon_m with Laplace scale Delta / epsilon_m is
+epsilon_m-DP; together (sequential composition) the sum of the epsilon_m, which is what is
+charged. Least squares, non-negativity and every answer are post-processing.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import sqlglot
+from sqlglot import exp
+
+from .. import guard
+from ..accounting.cost import Cost, Part
+from ..errors import Error, OperationalError, ProgrammingError, unsupported
+from ..mechanisms import Noise, add_noise, laplace_scale
+from ..prepare import plan_query
+from ..release import key_order
+from ..sql.analyze import Plan
+from ..sql.options import QueryOptions
+from ..sql.rewrite import declared_domain
+from . import reconstruct, store
+from .spec import EVERYONE, SynopsisSpec
+from .strategy import Strategy, choose, eigenvalues
+
+
+@dataclass(frozen=True)
+class Published:
+    name: str
+    charge_id: int
+    epsilon: float
+    data_version: str
+    cells: int
+    marginals: int
+    seconds: float
+
+
+def spec_of(policy, name: str) -> SynopsisSpec:
+    spec = policy.synopses.get(name.lower())
+    if spec is None:
+        known = ", ".join(sorted(policy.synopses)) or "none is declared"
+        raise ProgrammingError(f'synopsis "{name}" is not declared in {policy.path}', sqlstate="42704",
+                               hint=f"declared synopses: {known}; declare one as a [synopses.NAME] section")
+    return spec
+
+
+def dimension_sql(spec: SynopsisSpec, i: int) -> str:
+    """The GROUP BY expression of dimension i (the cube's, and a query's that matches it)."""
+    d = spec.dimensions[i]
+    col = f'"{d.column}"'
+    if d.width is not None:
+        w = int(d.width) if float(d.width).is_integer() else d.width
+        return f"FLOOR({col} / {w}) * {w}"
+    if d.unit is not None:
+        return f"DATE_TRUNC('{d.unit}', {col})"
+    return col
+
+
+def cube_query(spec: SynopsisSpec) -> exp.Select:
+    """SELECT <dimensions>, COUNT(*), SUM(col)... FROM table GROUP BY <dimensions>."""
+    dims = [f"{dimension_sql(spec, i)} AS d{i}" for i in range(len(spec.dimensions))]
+    measures = [("COUNT(*)" if m.kind == "count" else f'SUM("{m.column}")') + f" AS m{j}"
+                for j, m in enumerate(spec.measures)]
+    group = ", ".join(str(i + 1) for i in range(len(spec.dimensions)))
+    return sqlglot.parse_one(f'SELECT {", ".join(dims + measures)} FROM "{spec.table}" GROUP BY {group}',
+                             read="postgres")
+
+
+def cube_plan(spec: SynopsisSpec, policy, schema) -> Plan:
+    """The cube's plan at the policy's limits (pure: the policy and the schema)."""
+    try:
+        plan = plan_query(cube_query(spec), policy, schema, "laplace", QueryOptions())
+    except Error as e:
+        raise unsupported(f"synopsis {spec.name}: its cube cannot be planned: {e.message}",
+                          hint="bucket numeric dimensions of integer columns by width and date columns by unit; "
+                               "give every other dimension declared keys") from None
+    if not isinstance(plan, Plan) or not plan.declared or plan.sample_rate is not None:
+        raise unsupported(f"synopsis {spec.name}: a dimension has no declared domain",
+                          hint="width buckets need an integer column with bounds; dates need date bounds")
+    if len(plan.estimates) != len(spec.measures) or any(m.width != 1 for m in plan.measures):
+        raise unsupported(f"synopsis {spec.name}: its measures do not plan as one count or sum each")
+    return plan
+
+
+def measure_index(plan: Plan, j: int) -> int:
+    """The plan's measure that holds the synopsis's measure j."""
+    e = plan.estimates[j]
+    return e.count if e.func == "count" else e.total
+
+
+def domain_values(engine, plan: Plan) -> list[list[Any]]:
+    """Each dimension's values, as the engine lists the declared domain (public data, free)."""
+    rs = engine.execute(engine.prepare(declared_domain(plan), owned=True))
+    values = []
+    for col in rs.columns[:len(plan.keys)]:
+        seen = list(dict.fromkeys(col))
+        seen.sort(key=lambda v: key_order((v,)))
+        values.append(seen)
+    return values
+
+
+def strategy_for(spec: SynopsisSpec, sizes: tuple[int, ...]) -> tuple[Strategy, list[list[Fraction]]]:
+    """The marginals measured and each (measure, marginal)'s epsilon: the synopsis's epsilon
+    split equally among its measures, then by the strategy among marginals."""
+    strategy = choose(sizes)
+    per_measure = spec.epsilon / len(spec.measures)
+    return strategy, [strategy.epsilons(per_measure) for _ in spec.measures]
+
+
+def payers(spec: SynopsisSpec, policy) -> list[str]:
+    """Whose budgets are charged: the analyst named, or every analyst of the policy."""
+    return sorted(policy.users) if spec.charged_to == EVERYONE else [spec.charged_to]
+
+
+def publish(session, name: str) -> Published:
+    """Publish synopsis `name` for the data as it is now (replacing one of this data version)."""
+    start = time.perf_counter()
+    policy, engine, ledger = session.policy, session.engine, session.ledger
+    spec = spec_of(policy, name)
+    plan = cube_plan(spec, policy, engine.schema())
+    values = domain_values(engine, plan)
+    sizes = tuple(len(v) for v in values)
+    cells = int(np.prod(sizes))
+    strategy, epsilons = strategy_for(spec, sizes)
+    l1 = [plan.bounding.l1(plan.measures[measure_index(plan, j)], cells) for j in range(len(spec.measures))]
+    if any(x is None for x in l1):
+        raise unsupported(f"synopsis {spec.name}: a measure has no L1 sensitivity under the policy's limits")
+    noises = [[Noise("laplace", laplace_scale(l1[j], e)) for e in epsilons[j]] for j in range(len(spec.measures))]
+    session.bounded_sql(plan)  # the engine binds the bounded query before the charge: a refusal is free
+    version = engine.data_version()
+    parts = [Part("laplace", e, rho=e * e / 2, noise_multiplier=n.scale / l1[j])
+             for j in range(len(spec.measures)) for e, n in zip(epsilons[j], noises[j])]
+    cost = Cost.of(parts)
+    who = payers(spec, policy)
+    detail = {"synopsis": spec.name, "table": spec.table, "data_version": version,
+              "dimensions": [d.describe() for d in spec.dimensions], "measures": [m.name for m in spec.measures],
+              "marginals": [list(_names(spec, m)) for m in strategy.marginals],
+              "mechanisms": [{"measure": spec.measures[j].name, "marginal": "×".join(_names(spec, m)) or "total",
+                              "kind": "laplace", "epsilon": float(e), "scale": n.scale}
+                             for j in range(len(spec.measures))
+                             for m, e, n in zip(strategy.marginals, epsilons[j], noises[j])]}
+    pending = ledger.charging(who[0], policy.user(who[0]).budget, cost, f"SYNOPSIS PUBLISH {spec.name}", detail,
+                              policy.privacy.global_budget, others=[(u, policy.user(u).budget) for u in who[1:]])
+    charge = pending.durable()
+    try:
+        rs = session.bounded_result(plan)
+    except Error as e:
+        raise OperationalError(f"publishing synopsis {spec.name} failed: {e.message}", sqlstate=e.sqlstate,
+                               hint="its cost stays charged, because whether a query fails can depend on the data")
+    draws = [(measure_index(plan, j), e, n) for j in range(len(spec.measures)) for e, n in zip(epsilons[j], noises[j])]
+    guard.check_synopsis(plan, rs, charge, policy, draws, cells)
+    exact = exact_cubes(plan, rs, values, sizes, len(spec.measures))
+    body = {"name": spec.name, "table": spec.table, "data_version": version, "charge_id": charge.id,
+            "epsilon": float(spec.epsilon), "charged_to": spec.charged_to, "readers": list(spec.readers(policy.users)),
+            "sizes": list(sizes), "published_at": time.time(),
+            "dimensions": [{"column": d.column, "width": d.width, "unit": d.unit, "sql": dimension_sql(spec, i),
+                            "values": [encode(v) for v in values[i]]} for i, d in enumerate(spec.dimensions)],
+            "measures": []}
+    for j, m in enumerate(spec.measures):
+        unit = plan.measures[measure_index(plan, j)].unit_scale
+        noisy, precision = {}, {}
+        for mask, n in zip(strategy.marginals, noises[j]):
+            marg = reconstruct.marginal(exact[j], mask)
+            flat = [int(v) for v in np.ravel(marg)]
+            noisy[mask] = np.array(add_noise(flat, n), dtype=float).reshape(np.shape(marg)) * unit
+            precision[mask] = 1.0 / (2.0 * (n.scale * unit) ** 2)
+        lam = eigenvalues(precision, sizes)
+        cube = reconstruct.least_squares(noisy, precision, lam, sizes)
+        if m.kind == "count":  # not sums: clipping their many small noisy cells would bias every total up
+            cube = reconstruct.non_negative(cube, lam)
+        cube = reconstruct.rounded(cube)
+        body["measures"].append({"name": m.name, "kind": m.kind, "column": m.column,
+                                 "cube": [float(v) for v in np.ravel(cube)], "eigen": [float(v) for v in lam]})
+    store.put(ledger, spec.name, version, charge.id, body)
+    ledger.record_release(charge.id, {"synopsis": spec.name, "data_version": version, "cells": cells,
+                                      "measures": [m.name for m in spec.measures]})
+    return Published(spec.name, charge.id, float(cost.epsilon), version, cells, len(strategy.marginals),
+                     time.perf_counter() - start)
+
+
+def _names(spec: SynopsisSpec, mask: int) -> list[str]:
+    return [d.column for i, d in enumerate(spec.dimensions) if mask >> i & 1]
+
+
+def exact_cubes(plan: Plan, rs, values: list[list[Any]], sizes: tuple[int, ...], n_measures: int) -> list[np.ndarray]:
+    """The bounded result as one exact integer cube per measure (never released)."""
+    k = len(sizes)
+    index = [{repr(v): i for i, v in enumerate(vs)} for vs in values]
+    cubes = [np.zeros(sizes, dtype=object) for _ in range(n_measures)]
+    columns = [rs.columns[k + 1 + measure_index(plan, j)] for j in range(n_measures)]
+    for r in range(rs.row_count):
+        at = tuple(index[i][repr(rs.columns[i][r])] for i in range(k))
+        for j in range(n_measures):
+            cubes[j][at] = int(columns[j][r])
+    return cubes
+
+
+def encode(v: Any) -> Any:
+    """A dimension value as JSON holds it (dates tagged)."""
+    if isinstance(v, datetime.datetime):
+        return {"timestamp": v.isoformat()}
+    if isinstance(v, datetime.date):
+        return {"date": v.isoformat()}
+    return v
+
+
+def decode(v: Any) -> Any:
+    if isinstance(v, dict):
+        if "date" in v:
+            return datetime.date.fromisoformat(v["date"])
+        return datetime.datetime.fromisoformat(v["timestamp"])
+    return v
+

@@ -1,0 +1,533 @@
+"""Synopses (issue 34): policy parsing, sensitivity on neighbouring datasets, least squares and
+consistency, routing, free answers, charges (one analyst and everyone), staleness, accuracy
+with a stated false-positive rate, the CLI, and end to end through `dpsql serve`."""
+
+from __future__ import annotations
+
+import datetime
+import math
+import subprocess
+import sys
+import textwrap
+from fractions import Fraction
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pytest
+
+from dpsql import guard
+from dpsql.accounting.cost import Cost
+from dpsql.config import load_policy
+from dpsql.engines.base import ResultSet
+from dpsql.errors import BudgetExceeded, Error, PolicyError
+from dpsql.mechanisms import Noise
+from dpsql.session import Session
+from dpsql.synopses import publish as pub
+from dpsql.synopses import reconstruct, store, strategy
+
+from .conftest import ROOT
+
+POLICY = """
+[engine]
+database = "db.duckdb"
+
+[privacy]
+filter = "basic"
+epsilon = 10
+delta = 1e-6
+query_epsilon = 0.5
+{global_}
+
+[tables.people]
+privacy_unit = "pid"
+max_groups = 1
+max_rows = 1
+columns.g = {{ keys = ["a", "b", "c"] }}
+columns.flag = {{ keys = [true, false] }}
+columns.age = {{ lower = 0, upper = 59 }}
+columns.amount = {{ lower = 0, upper = 100 }}
+columns.day = {{ lower = 2024-01-01, upper = 2024-12-31 }}
+
+[tables.events]
+privacy_unit = "pid"
+max_groups = 2
+max_rows = 3
+columns.kind = {{ keys = ["x", "y", "z"] }}
+columns.cost = {{ lower = 0, upper = 10 }}
+
+[tables.places]
+public = true
+
+[users.alice]
+[users.bob]
+epsilon = 2
+
+{synopses}
+"""
+
+SYNOPSES = """
+[synopses.people_dash]
+table = "people"
+dimensions = ["g", "flag", { column = "age", width = 10 }, { column = "day", unit = "month" }]
+measures = ["count", "sum(amount)", "sum(age)"]
+epsilon = 1
+charged_to = "alice"
+
+[synopses.events_dash]
+table = "events"
+dimensions = ["kind"]
+measures = ["count", "sum(cost)"]
+epsilon = 1
+charged_to = "everyone"
+"""
+
+
+def people_rows(n: int = 3000, per_cell: int | None = None) -> list[tuple]:
+    rows = []
+    for i in range(n):
+        rows.append((i, "abc"[i % 3], i % 7 < 3, (i * 13) % 60, float((i * 31) % 101),
+                     datetime.date(2024, 1 + i % 12, 1 + i % 28)))
+    return rows
+
+
+def event_rows(people: int = 300) -> list[tuple]:
+    return [(p, "xyz"[(p + j) % 3], float((p * j) % 11)) for p in range(people) for j in range(p % 9)]
+
+
+def _values(rows: list[tuple]) -> str:
+    def lit(v):
+        if isinstance(v, bool):
+            return "TRUE" if v else "FALSE"
+        if isinstance(v, str):
+            return "'" + v.replace("'", "''") + "'"
+        if isinstance(v, datetime.date):
+            return f"DATE '{v.isoformat()}'"
+        return repr(v)
+    return ", ".join("(" + ", ".join(lit(v) for v in r) + ")" for r in rows)
+
+
+def make_world(directory: Path, people=None, events=None, synopses: str = SYNOPSES, global_: str = "") -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect(str(directory / "db.duckdb"))
+    con.execute("CREATE TABLE people (pid INTEGER, g VARCHAR, flag BOOLEAN, age INTEGER, amount DOUBLE, day DATE)")
+    con.execute("CREATE TABLE events (pid INTEGER, kind VARCHAR, cost DOUBLE)")
+    con.execute("CREATE TABLE places (name VARCHAR)")
+    con.execute(f"INSERT INTO people VALUES {_values(people_rows() if people is None else people)}")
+    ev = event_rows() if events is None else events
+    if ev:
+        con.execute(f"INSERT INTO events VALUES {_values(ev)}")
+    con.close()
+    path = directory / "policy.toml"
+    path.write_text(textwrap.dedent(POLICY.format(synopses=synopses, global_=global_)))
+    return path
+
+
+@pytest.fixture
+def world(tmp_path):
+    return make_world(tmp_path / "w")
+
+
+@pytest.fixture
+def alice(world):
+    s = Session(load_policy(world), "alice")
+    s.execute("SET dpsql.cache = off")
+    yield s
+    s.close()
+
+
+# Policy ---------------------------------------------------------------------------------------
+
+BAD = [
+    ('table = "nope"', "is not a table of the policy"),
+    ('table = "places"', "is public"),
+    ('dimensions = ["cost"]', "has no declared keys"),
+    ('dimensions = [{ column = "amount", unit = "month" }]', "has no date bounds"),
+    ('dimensions = [{ column = "g", width = 10 }]', "has no numeric bounds"),
+    ('dimensions = [{ column = "age", width = -1 }]', "must be a positive number"),
+    ('dimensions = ["g", "g"]', "listed twice"),
+    ('dimensions = []', "non-empty list"),
+    ('measures = ["avg(amount)"]', "is not count or sum(column)"),
+    ('measures = ["sum(g)"]', "has no numeric bounds"),
+    ('epsilon = 0', "must be a positive number"),
+    ('charged_to = "mallory"', "neither an analyst"),
+    ('colour = "red"', "unknown key 'colour'"),
+]
+
+
+@pytest.mark.parametrize("line,message", BAD)
+def test_policy_errors_name_the_place_and_the_fix(tmp_path, line, message):
+    key = line.split(" =")[0]
+    body = {"table": '"people"', "dimensions": '["g"]', "measures": '["count"]', "epsilon": "1",
+            "charged_to": '"alice"'}
+    lines = [f"{k} = {v}" for k, v in body.items() if k != key] + [line]
+    path = make_world(tmp_path, synopses="[synopses.s]\n" + "\n".join(lines) + "\n")
+    with pytest.raises(PolicyError) as e:
+        load_policy(path)
+    assert "[synopses.s]" in e.value.message and message in e.value.message
+    assert e.value.hint
+
+
+def test_missing_key_and_the_issue_form(tmp_path):
+    path = make_world(tmp_path, synopses='[synopses.s]\ntable = "people"\n')
+    with pytest.raises(PolicyError, match="missing dimensions"):
+        load_policy(path)
+    spec = load_policy(make_world(tmp_path / "ok")).synopses["people_dash"]
+    assert [d.describe() for d in spec.dimensions] == ["g", "flag", "age (width 10)", "day (by month)"]
+    assert [m.name for m in spec.measures] == ["count", "sum(amount)", "sum(age)"] and spec.epsilon == 1
+    sample = load_policy(ROOT / "sample_data" / "dpsql.toml").synopses["patients_dashboard"]
+    assert sample.charged_to == "bob" and sample.epsilon == Fraction(1, 2)
+
+
+# Strategy and least squares -----------------------------------------------------------------
+
+def test_variance_formula_matches_the_estimator():
+    """The closed-form variance of every marginal's cells equals q^T (A^T W A)^-1 q computed
+    from the explicit matrices."""
+    sizes = (3, 2, 4)
+    st = strategy.choose(sizes)
+    precision = {m: float(s) ** 2 / 2 + 0.1 for m, s in zip(st.marginals, st.shares)}
+    lam = strategy.eigenvalues(precision, sizes)
+    cells = int(np.prod(sizes))
+    gram = np.zeros((cells, cells))
+    for m, w in precision.items():
+        a = np.stack([reconstruct.marginal(e.reshape(sizes), m).ravel() for e in np.eye(cells)], axis=1)
+        gram += w * a.T @ a
+    inverse = np.linalg.inv(gram)
+    for sel in [(1, 1, 1), (3, 2, 4), (1, 2, 4), (2, 1, 3)]:
+        q = np.zeros(sizes)
+        q[tuple(slice(0, a) for a in sel)] = 1
+        assert strategy.variance(lam, sizes, sel) == pytest.approx(q.ravel() @ inverse @ q.ravel(), rel=1e-9)
+
+
+def test_least_squares_solves_the_normal_equations_and_projection_is_consistent():
+    sizes = (3, 4)
+    rng = np.random.default_rng(5)
+    precision = {0: 2.0, 1: 0.5, 2: 1.0, 3: 0.25}
+    lam = strategy.eigenvalues(precision, sizes)
+    noisy = {m: rng.normal(size=reconstruct.marginal(np.zeros(sizes), m).shape) * 5 + 3 for m in precision}
+    x = reconstruct.least_squares(noisy, precision, lam, sizes)
+    gradient = sum(w * reconstruct.expand(reconstruct.marginal(x, m) - noisy[m], m, sizes) for m, w in precision.items())
+    assert np.max(np.abs(gradient)) < 1e-9
+    z = reconstruct.rounded(reconstruct.non_negative(x, lam))
+    assert z.min() >= 0 and np.all(z == np.round(z))
+
+
+# Sensitivity on neighbouring datasets ---------------------------------------------------------
+
+@pytest.mark.parametrize("target", [0, 8, 17, 26, 299])
+def test_one_person_moves_every_marginal_by_at_most_the_sensitivity(tmp_path, target):
+    """D and D' differ in every row of one person (events: up to 8 rows, over the limits of 2
+    groups x 3 rows): each measured marginal of the bounded cube moves by at most the L1
+    sensitivity its noise is calibrated to."""
+    events = event_rows() + [(target, "x", 1000.0)] * 5
+    cubes = []
+    for name, rows in (("d", events), ("d-prime", [e for e in events if e[0] != target])):
+        policy = load_policy(make_world(tmp_path / name, events=rows))
+        s = Session(policy, "alice")
+        spec = policy.synopses["events_dash"]
+        plan = pub.cube_plan(spec, policy, s.engine.schema())
+        values = pub.domain_values(s.engine, plan)
+        sizes = tuple(len(v) for v in values)
+        exact = pub.exact_cubes(plan, s.bounded_result(plan), values, sizes, len(spec.measures))
+        l1 = [plan.bounding.l1(plan.measures[pub.measure_index(plan, j)], int(np.prod(sizes)))
+              for j in range(len(spec.measures))]
+        cubes.append((exact, l1, sizes))
+        s.close()
+    (d, l1, sizes), (d_prime, _, _) = cubes
+    moved = False
+    for j in range(len(d)):
+        for mask in strategy.masks(len(sizes)):
+            diff = reconstruct.marginal(d[j], mask) - reconstruct.marginal(d_prime[j], mask)
+            distance = int(np.sum(np.abs(np.asarray(diff, dtype=object))))
+            assert distance <= l1[j]
+            moved |= distance > 0
+    assert moved
+
+
+def test_the_guard_refuses_a_scale_below_the_sensitivity(alice):
+    spec = alice.policy.synopses["events_dash"]
+    plan = pub.cube_plan(spec, alice.policy, alice.engine.schema())
+    rs = alice.bounded_result(plan)
+    charge = alice.ledger.charge("alice", alice.budget_policy, Cost.pure(Fraction(1)), "test", {})
+    l1 = plan.bounding.l1(plan.measures[0], 3)
+    guard.check_synopsis(plan, rs, charge, alice.policy, [(0, Fraction(1), Noise("laplace", float(l1)))], 3)
+    with pytest.raises(guard.ReleaseRefused):
+        guard.check_synopsis(plan, rs, charge, alice.policy, [(0, Fraction(1), Noise("laplace", l1 / 2))], 3)
+    with pytest.raises(guard.ReleaseRefused):
+        guard.check_synopsis(plan, rs, charge, alice.policy, [(0, Fraction(2), Noise("laplace", l1 / 2.0))], 3)
+    with pytest.raises(guard.ReleaseRefused):
+        guard.check_synopsis(plan, ResultSet(rs.names, rs.types, [c[:2] for c in rs.columns]), charge, alice.policy,
+                             [(0, Fraction(1), Noise("laplace", float(l1)))], 3)
+
+
+# Publishing, charges and consistency ------------------------------------------------------------
+
+def test_publish_is_one_durable_charge_with_its_release_record(alice):
+    before = len(alice.ledger.history("alice"))
+    done = pub.publish(alice, "people_dash")
+    history = alice.ledger.history("alice")
+    assert len(history) == before + 1 and history[-1]["sql"] == "SYNOPSIS PUBLISH people_dash"
+    assert history[-1]["cost"].epsilon == 1 and history[-1]["released"]["synopsis"] == "people_dash"
+    assert done.charge_id == history[-1]["id"]
+    assert alice.budget()["epsilon"]["spent"] == 1
+    assert alice.ledger.verify() == []
+
+
+def test_charged_to_everyone_charges_every_analyst_and_the_global_budget_atomically(tmp_path):
+    path = make_world(tmp_path, global_="[privacy.global]\nepsilon = 100\n")
+    policy = load_policy(path)
+    s = Session(policy, "alice")
+    pub.publish(s, "events_dash")
+    for who in ("alice", "bob"):
+        assert s.ledger.spent(who, policy.user(who).budget).epsilon == 1
+    from dpsql.accounting.jobs import GLOBAL
+    assert s.ledger.spent(GLOBAL, policy.privacy.global_budget).epsilon == 1
+    assert s.ledger.verify() == []
+    pub.publish(s, "events_dash")  # bob (epsilon 2) has nothing left now: the third is refused for all
+    with pytest.raises(BudgetExceeded):
+        pub.publish(s, "events_dash")
+    assert s.ledger.spent("alice", policy.user("alice").budget).epsilon == 2
+    assert s.ledger.spent("bob", policy.user("bob").budget).epsilon == 2
+    assert s.ledger.verify() == []
+    s.close()
+
+
+def test_totals_and_breakdowns_agree_exactly(alice):
+    pub.publish(alice, "people_dash")
+    total = alice.execute("SELECT COUNT(*), SUM(amount) FROM people").rows[0]
+    for key in ("g", "flag", "FLOOR(age / 10) * 10", "DATE_TRUNC('month', day)"):
+        rows = alice.execute(f"SELECT {key} AS k, COUNT(*), SUM(amount) FROM people GROUP BY 1").rows
+        assert sum(r[1] for r in rows) == total[0] and sum(r[2] for r in rows) == total[1]
+    by_g = dict((r[0], (r[1], r[2])) for r in alice.execute("SELECT g, COUNT(*), SUM(amount) FROM people GROUP BY g").rows)
+    for g, (n, amount) in by_g.items():
+        rows = alice.execute(f"SELECT flag, COUNT(*), SUM(amount) FROM people WHERE g = '{g}' GROUP BY flag").rows
+        assert sum(r[1] for r in rows) == n and sum(r[2] for r in rows) == amount
+        assert alice.execute(f"SELECT COUNT(*) FROM people WHERE g = '{g}'").rows[0][0] == n
+    two = alice.execute("SELECT COUNT(*) FROM people WHERE g IN ('a', 'b')").rows[0][0]
+    assert two == by_g["a"][0] + by_g["b"][0]
+    assert all(r[1] >= 0 for r in alice.execute("SELECT g, COUNT(*) FROM people GROUP BY g").rows)
+
+
+# Routing ------------------------------------------------------------------------------------------
+
+GOLDEN = [
+    ("SELECT COUNT(*) FROM people", True),
+    ("SELECT COUNT(1) AS n FROM people WHERE flag = false", True),
+    ("SELECT g, COUNT(*) FROM people GROUP BY g ORDER BY 2 DESC LIMIT 2", True),
+    ("SELECT g, flag, COUNT(*) AS n FROM people WHERE g = 'a' GROUP BY g, flag", True),
+    ("SELECT FLOOR(age / 10) * 10 AS band, COUNT(*) FROM people GROUP BY 1", True),
+    ("SELECT COUNT(*) FROM people WHERE age >= 20 AND age < 40", True),
+    ("SELECT COUNT(*) FROM people WHERE age BETWEEN 20 AND 39", True),
+    ("SELECT COUNT(*) FROM people WHERE day >= DATE '2024-03-01' AND day < DATE '2024-05-01'", True),
+    ("SELECT DATE_TRUNC('month', day) AS m, SUM(amount) FROM people GROUP BY 1", True),
+    ("SELECT g, AVG(amount), DP_INTERVAL_LOW(AVG(amount)) FROM people GROUP BY g", True),
+    ("SELECT g, COUNT(*) FROM people WHERE g IN ('a', 'c') AND flag = true GROUP BY g", True),
+    ("SELECT g, COUNT(*) FROM people WHERE g <> 'a' GROUP BY g", True),
+    ("SELECT g, COUNT(*) * 2 AS twice FROM people GROUP BY g HAVING COUNT(*) > 10", True),
+    ("SELECT * FROM (SELECT g, COUNT(*) AS n FROM people GROUP BY g) AS t LIMIT 10", True),
+    ("SELECT kind, COUNT(*), SUM(cost) FROM events GROUP BY kind", True),
+    ("SELECT SUM(age) FROM people", True),  # an integer column's: an integer
+    ("SELECT SUM(cost) FROM events WHERE kind = 'x'", True),
+    ("SELECT COUNT(*) FROM people WHERE age >= 25", False),  # cuts a bucket
+    ("SELECT age, COUNT(*) FROM people GROUP BY age", False),  # finer than the synopsis
+    ("SELECT COUNT(*) FROM people WHERE amount > 50", False),  # not a dimension
+    ("SELECT SUM(LEAST(amount, 10)) FROM people", False),  # another clamp
+    ("SELECT MEDIAN(amount) FROM people", False),
+    ("SELECT COUNT(DISTINCT g) FROM people", False),
+    ("SELECT COUNT(amount) FROM people", False),  # NULLs are not counted: not the synopsis's count
+    ("SELECT COUNT(*) FROM people WHERE g = 'a' OR flag", False),
+    ("SELECT COUNT(*) FROM people p JOIN events e ON p.pid = e.pid", False),
+    ("SELECT STDDEV(amount) FROM people", False),
+    ("SELECT COUNT(*) FROM people WHERE day >= DATE '2024-03-15'", False),
+]
+
+
+@pytest.mark.parametrize("sql,routed", GOLDEN)
+def test_routing_decisions(alice, sql, routed):
+    pub.publish(alice, "people_dash")
+    pub.publish(alice, "events_dash")
+    spent = alice.budget()["epsilon"]["spent"]
+    r = alice.execute(sql)
+    assert (r.dp.get("synopsis") is not None) == routed, sql
+    if routed:
+        assert alice.budget()["epsilon"]["spent"] == spent and r.dp["cost"] == {"epsilon": 0.0, "delta": 0.0}
+        assert "answered from synopsis" in r.dp["notice"]
+    else:
+        assert alice.budget()["epsilon"]["spent"] > spent
+
+
+def test_filters_select_the_right_cells(alice):
+    pub.publish(alice, "people_dash")
+    by_band = dict(alice.execute("SELECT FLOOR(age / 10) * 10 AS b, COUNT(*) FROM people GROUP BY 1").rows)
+    assert alice.execute("SELECT COUNT(*) FROM people WHERE age >= 20 AND age < 40").rows[0][0] == by_band[20] + by_band[30]
+    assert alice.execute("SELECT COUNT(*) FROM people WHERE age BETWEEN 20 AND 39").rows[0][0] == by_band[20] + by_band[30]
+    months = alice.execute("SELECT DATE_TRUNC('month', day) AS m, COUNT(*) FROM people GROUP BY 1").rows
+    by_month = {m.month if hasattr(m, "month") else m: n for m, n in months}
+    spring = alice.execute("SELECT COUNT(*) FROM people WHERE day >= DATE '2024-03-01' AND day < DATE '2024-05-01'")
+    assert spring.rows[0][0] == by_month[3] + by_month[4]
+    none = alice.execute("SELECT COUNT(*) FROM people WHERE g = 'zzz'").rows[0][0]
+    assert none == 0
+    ages = alice.execute("SELECT g, SUM(age) FROM people GROUP BY g").rows
+    assert all(isinstance(r[1], int) for r in ages)
+    assert sum(r[1] for r in ages) == alice.execute("SELECT SUM(age) FROM people").rows[0][0]
+
+
+def test_bob_cannot_read_alices_synopsis_and_a_stale_one_is_not_used(world):
+    policy = load_policy(world)
+    a = Session(policy, "alice")
+    pub.publish(a, "people_dash")
+    assert a.execute("SELECT COUNT(*) FROM people").dp.get("synopsis") == "people_dash"
+    b = Session(policy, "bob")
+    assert b.execute("SELECT COUNT(*) FROM people").dp.get("synopsis") is None  # charged to alice: hers alone
+    b.close()
+    a.close()
+    con = duckdb.connect(str(world.parent / "db.duckdb"))  # the data changes
+    con.execute("INSERT INTO people VALUES (99999, 'a', true, 1, 1.0, DATE '2024-01-01')")
+    con.close()
+    store.FRESH_FOR = 0.0
+    try:
+        a = Session(policy, "alice")
+        r = a.execute("SELECT COUNT(*) FROM people")
+        assert r.dp.get("synopsis") is None and r.dp["cost"]["epsilon"] > 0
+        pub.publish(a, "people_dash")
+        assert a.execute("SELECT COUNT(*) FROM people").dp.get("synopsis") == "people_dash"
+        assert store.drop(a.ledger, "people_dash") == 2
+        assert a.execute("SELECT COUNT(*) FROM people").dp.get("synopsis") is None
+        a.close()
+    finally:
+        store.FRESH_FOR = 1.0
+
+
+def test_explain_names_the_route_and_both_errors(alice):
+    pub.publish(alice, "people_dash")
+    lines = [r[0] for r in alice.execute("EXPLAIN SELECT g, COUNT(*) FROM people GROUP BY g").rows]
+    assert any(line.startswith("route: synopsis people_dash, free") for line in lines)
+    assert any("error within ±" in line and "from the synopsis" in line for line in lines)
+    assert any(line.startswith("cost: epsilon=") for line in lines)  # the per-query way's cost and error
+    lines = [r[0] for r in alice.execute("EXPLAIN SELECT COUNT(*) FROM people WHERE age > 25").rows]
+    assert any(line.startswith("route: per query") for line in lines)
+    assert alice.budget()["epsilon"]["spent"] == 1
+
+
+# Accuracy -------------------------------------------------------------------------------------------
+
+def _laplace_sum_bound(coefficients: list[tuple[float, float, int]], fpr: float) -> float:
+    """t with P(|sum c_j Z_j| >= t) <= fpr for independent Z_j ~ Laplace(b_j), given as
+    (c, b, how many): E e^{s Z} = 1 / (1 - s^2 b^2) <= e^{2 s^2 b^2} for |s| b <= 1/2, so by
+    Chernoff P(S >= t) <= exp(-s t + 2 s^2 V), V = sum c^2 b^2, s <= 1 / (2 max |c| b)."""
+    v = sum(n * (c * b) ** 2 for c, b, n in coefficients)
+    top = max(abs(c) * b for c, b, _ in coefficients)
+    log_tail = math.log(2 / fpr)
+    t = math.sqrt(8 * v * log_tail)
+    if t / (4 * v) <= 1 / (2 * top):
+        return t
+    s = 1 / (2 * top)
+    return (log_tail + 2 * s * s * v) / s
+
+
+def test_published_total_is_within_its_bound_fpr_1e6(tmp_path):
+    """Every cell holds 150+ people, so no count is clipped (a negative cell would need a noise
+    beyond 30 scales, probability < 1e-12 over all cells): the published total is the least-
+    squares total, rounded, a linear combination of the marginals' Laplace noises with known
+    coefficients. Failing when it lies further than the bound that holds with probability
+    1 - 1e-6: a false positive at most once in a million runs."""
+    path = make_world(tmp_path, synopses="""
+[synopses.s]
+table = "people"
+dimensions = ["g", "flag"]
+measures = ["count"]
+epsilon = 0.5
+charged_to = "alice"
+""")
+    policy = load_policy(path)
+    s = Session(policy, "alice")
+    pub.publish(s, "s")
+    stored = store.current(s.ledger, "s", s.engine.data_version())
+    total = s.execute("SELECT COUNT(*) FROM people").rows[0][0]
+    truth = 3000
+    sizes = tuple(stored.body["sizes"])
+    lam = np.array(stored.body["measures"][0]["eigen"])
+    detail = s.ledger.history("alice")[-1]["detail"]
+    coefficients = []
+    for mech in detail["mechanisms"]:
+        names = [] if mech["marginal"] == "total" else mech["marginal"].split("×")
+        mask = sum(1 << i for i, d in enumerate(["g", "flag"]) if d in names)
+        b = mech["scale"] / 1024  # the count's integer units (2**10 a row)
+        w = 1 / (2 * b * b)
+        outside = math.prod(n for i, n in enumerate(sizes) if not mask >> i & 1)
+        cells = math.prod(n for i, n in enumerate(sizes) if mask >> i & 1)
+        coefficients.append((w * outside / lam[0], b, cells))
+    assert 2 * sum(n * (c * b) ** 2 for c, b, n in coefficients) == pytest.approx(
+        strategy.variance(lam, sizes, sizes), rel=1e-9)
+    assert abs(total - truth) <= _laplace_sum_bound(coefficients, 1e-6) + 0.5  # + rounding
+    s.close()
+
+
+# CLI and the server ---------------------------------------------------------------------------------
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dpsql.cli", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def test_cli_publish_list_drop(world):
+    out = _cli("synopsis", "list", "--policy", str(world))
+    assert "people_dash: people by g, flag, age (width 10), day (by month)" in out.stdout
+    assert "not published" in out.stdout
+    out = _cli("synopsis", "publish", "--policy", str(world), "people_dash")
+    assert out.returncode == 0 and "charged epsilon 1" in out.stdout, out.stderr
+    out = _cli("synopsis", "list", "--policy", str(world))
+    assert "people_dash" in out.stdout and ": published" in out.stdout
+    out = _cli("synopsis", "drop", "--policy", str(world), "people_dash")
+    assert "dropped synopsis people_dash (1 published version(s))" in out.stdout
+    out = _cli("synopsis", "publish", "--policy", str(world), "nope")
+    assert out.returncode == 1 and "ERROR [42704]" in out.stderr and "HINT" in out.stderr
+
+
+def test_end_to_end_through_dpsql_serve(world):
+    psycopg = pytest.importorskip("psycopg")
+    from .server_fixture import Serve
+
+    out = _cli("synopsis", "publish", "--policy", str(world), "--ledger", str(world.parent / "ledger.sqlite"),
+               "people_dash")
+    assert out.returncode == 0, out.stderr
+    server = Serve(world, world.parent / "ledger.sqlite")
+    try:
+        notices = []
+        with psycopg.connect(server.dsn("alice"), autocommit=True) as conn:
+            conn.add_notice_handler(lambda d: notices.append(d.message_primary))
+            cur = conn.cursor()
+            cur.execute("SHOW dpsql.budget")
+            before = cur.fetchone()[3]
+            cur.execute("SELECT g, COUNT(*) FROM people GROUP BY g ORDER BY g")
+            rows = cur.fetchall()
+            cur.execute("SELECT COUNT(*) FROM people WHERE g = %s", ("a",))
+            assert cur.fetchone()[0] == rows[0][1]
+            cur.execute("SHOW dpsql.budget")
+            assert cur.fetchone()[3] == before == 1.0
+        assert any("answered from synopsis people_dash" in n for n in notices)
+    finally:
+        server.stop()
+
+
+def test_analysts_publish_their_own_synopses_from_python(world):
+    import dpsql
+
+    conn = dpsql.connect(world, user="bob")
+    with pytest.raises(Error) as e:
+        conn.publish_synopsis("people_dash")  # charged to alice
+    assert e.value.sqlstate == "42501"
+    conn.close()
+    conn = dpsql.connect(world, user="alice")
+    assert conn.publish_synopsis("people_dash").epsilon == 1
+    cur = conn.cursor()
+    cur.execute("SELECT g, COUNT(*) FROM people GROUP BY g")
+    assert cur.connection.session.budget()["epsilon"]["spent"] == 1
+    conn.close()
+
+
+def test_errors_before_the_charge_cost_nothing(alice):
+    with pytest.raises(Error) as e:
+        pub.publish(alice, "missing")
+    assert e.value.sqlstate == "42704"
+    assert alice.budget()["epsilon"]["spent"] == 0
