@@ -193,9 +193,8 @@ def test_sqlalchemy_async_reflection(serve):
     assert [r[0] for r in out["grouped"]] == ["F", "M"]
 
 
-@pytest.mark.xfail(reason="asyncpg decodes int2vector (pg_index.indoption) as an array: the catalog's pg_type "
-                          "needs int2vector with typelem 21 (see the tools-protocol report)", strict=False)
 def test_sqlalchemy_async_get_indexes(serve):
+    """asyncpg decodes int2vector (pg_index.indoption) as an array of its typelem."""
     sqlalchemy = pytest.importorskip("sqlalchemy")
     from sqlalchemy.ext.asyncio import create_async_engine
 

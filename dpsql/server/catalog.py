@@ -349,6 +349,8 @@ BASE_TYPES = [
     (c.REGNAMESPACE, "regnamespace", 4, "N", 4090), (c.INT2VECTOR, "int2vector", -1, "A", 1006),
     (c.OIDVECTOR, "oidvector", -1, "A", 1013),
 ]
+# The vector types are arrays of their element (typelem), as asyncpg decodes pg_index.indoption.
+_VECTOR_ELEMENTS = {c.INT2VECTOR: c.INT2, c.OIDVECTOR: c.OID}
 # Pseudo-types drivers load by name (Npgsql: record, void): (oid, name, length, category, array oid).
 PSEUDO_TYPES = [(2249, "record", -1, "P", 2287), (2278, "void", 4, "P", 0), (c.UNKNOWN, "unknown", -2, "X", 0)]
 # Types whose I/O functions PostgreSQL names with an underscore (date_recv, not daterecv).
@@ -530,7 +532,7 @@ class Catalog:
         for oid, name, length, category, array in BASE_TYPES:
             io = f"{name}_" if name in _UNDERSCORED_IO else name  # ADBC maps types by typreceive's name
             types.append((oid, name, PG_CATALOG, OWNER, length, length in (1, 2, 4, 8), "b", category, False, True, ",",
-                          0, 0, array, f"{io}in", f"{io}out", f"{io}recv", f"{io}send", 0, -1, 0, 0, False,
+                          0, _VECTOR_ELEMENTS.get(oid, 0), array, f"{io}in", f"{io}out", f"{io}recv", f"{io}send", 0, -1, 0, 0, False,
                           "i", "p", None))
         for oid, name, length, category, array in PSEUDO_TYPES:
             io = f"{name}_" if name in _UNDERSCORED_IO else name
