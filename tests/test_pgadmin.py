@@ -1,0 +1,203 @@
+"""pgAdmin 4, for real, against `dpsql serve` of the sample hospital: installed from PyPI (pinned,
+in an environment of its own), run in server mode, the server registered with pgAdmin's own
+`setup.py load-servers`, then driven in headless Chromium as an analyst would: sign in, connect
+(the password typed into pgAdmin's dialog), expand the tree down to each table's columns, open
+the Query Tool on the database and run a DP query. Every statement pgAdmin sent is answered
+(`dpsql serve --log-statements` shows none refused), and the query is charged once."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import psycopg
+import pytest
+
+from .browser import launch
+from .conftest import ROOT, SAMPLE
+from .pgadmin import ANALYST, PgAdmin
+from .server_fixture import PASSWORD, Serve
+
+QUERY = "SELECT ward, COUNT(*) FROM visits GROUP BY ward"
+SHOT = ROOT / "docs" / "pgadmin.png"
+REFUSED = re.compile(r"statement \S+ \[\d+\] ([0-9A-Z]{5}): (.*)")
+
+STATE = """(name) => {
+  const e = [...document.querySelectorAll('.file-entry')].find(e => e.querySelector('.file-name')?.textContent === name);
+  const t = e && e.querySelector('.directory-toggle');
+  return !t ? 'none' : t.classList.contains('loading') ? 'loading' : t.classList.contains('open') ? 'open' : 'closed';
+}"""
+CHILDREN = """(name) => {
+  const all = [...document.querySelectorAll('.file-entry')];
+  const i = all.findIndex(e => e.querySelector('.file-name')?.textContent === name);
+  if (i < 0) return [];
+  const depth = +all[i].dataset.depth, out = [];
+  for (const e of all.slice(i + 1)) {
+    if (+e.dataset.depth <= depth) break;
+    if (+e.dataset.depth === depth + 1) out.push(e.querySelector('.file-name').textContent);
+  }
+  return out;
+}"""
+
+
+@pytest.fixture
+def hospital(tmp_path):
+    policy = tmp_path / "hospital.toml"
+    policy.write_text((SAMPLE / "dpsql.toml").read_text().replace('source = "', f'source = "{SAMPLE}/'))
+    s = Serve(policy, tmp_path / "ledger.sqlite", "--log-statements")
+    yield s
+    s.stop()
+
+
+def _spent(serve) -> float:
+    with psycopg.connect(serve.dsn()) as conn:
+        cur = conn.execute("SHOW dpsql.budget")
+        return dict(zip([d.name for d in cur.description], cur.fetchone()))["epsilon_spent"]
+
+
+def _node(page, name: str):
+    return page.locator(".file-entry", has=page.locator(f".file-name:text-is('{name}')")).first
+
+
+def _expand(page, name: str, attempts: int = 6) -> list[str]:
+    """Open the tree node `name` (its label is unique while the test runs) and return its
+    children's labels once they are drawn. A click made while pgAdmin is still loading the node
+    can be lost, and a database node that connects as it opens can end open with no children
+    drawn, so the node is opened again, a bounded number of times."""
+    _node(page, name).wait_for(timeout=60_000)
+    for attempt in range(attempts):
+        state = page.evaluate(STATE, name)
+        if state == "closed" or (state == "open" and attempt):  # open and empty: close, open again
+            _node(page, name).locator(".directory-toggle").click()
+            if state == "open":
+                page.wait_for_timeout(500)
+                _node(page, name).locator(".directory-toggle").click()
+        try:
+            found = page.wait_for_function(f"(name) => ({STATE})(name) === 'open' && ({CHILDREN})(name).length > 0 "
+                                           f"&& ({CHILDREN})(name)", arg=name, timeout=15_000)
+            return found.json_value()
+        except Exception:  # playwright's TimeoutError: try again
+            continue
+    raise AssertionError(f"pgAdmin's tree did not open {name!r}:\n{page.inner_text('body')[:2000]}")
+
+
+def _open(page, path: list[str]) -> list[str]:
+    """Open each node of `path` in turn (pgAdmin may close one as it connects to the database
+    below it) and return the last one's children."""
+    children = []
+    for name in path:
+        children = _expand(page, name)
+    return children
+
+
+def _sign_in(page, url: str) -> None:
+    page.goto(url + "/login")
+    page.fill("input[name=email]", ANALYST[0])
+    page.fill("input[name=password]", ANALYST[1])
+    page.click("button[type=submit]")
+    page.wait_for_url(lambda u: "/login" not in u, timeout=60_000)
+    page.locator(".pg-sp-container").wait_for(state="hidden", timeout=90_000)  # "Loading pgAdmin 4 ..."
+
+
+def _connect(page) -> None:
+    """Open the server group: pgAdmin selects the server and asks for its password (or does once
+    the server is clicked), in one dialog or, from several panes at once, more."""
+    from playwright.sync_api import TimeoutError as PageTimeout
+
+    _node(page, "Servers").locator(".directory-toggle").click()
+    password = page.locator("input[type=password]:visible")
+    try:
+        password.first.wait_for(timeout=15_000)
+    except PageTimeout:
+        _node(page, "dpsql hospital").locator(".directory-toggle").click()
+        password.first.wait_for(timeout=60_000)
+    for _ in range(4):
+        if not password.count():
+            return
+        password.last.fill(PASSWORD)
+        page.locator("button[data-test=save]:visible").last.click()
+        page.wait_for_timeout(2000)
+    assert not password.count(), "pgAdmin kept asking for the password"
+
+
+def test_pgadmin_tree_and_query_tool(hospital, tmp_path):
+    started = time.monotonic()
+    before = _spent(hospital)
+    with PgAdmin() as pga:
+        pga.register({"1": {"Name": "dpsql hospital", "Group": "Servers", "Host": "127.0.0.1",
+                            "Port": hospital.port, "MaintenanceDB": "dpsql", "Username": "alice",
+                            "SSLMode": "disable"}})
+        pga.start()
+        try:
+            columns, rows, messages = _drive(pga.url, tmp_path / "pgadmin-failed.png")
+        except BaseException:
+            print(pga.output())
+            raise
+    log = hospital.output()
+    refused = [m.groups() for m in REFUSED.finditer(log)]
+    assert not refused, json.dumps(refused, indent=1)
+    assert columns["patients"] == ["patient_id", "age", "sex", "region", "insurance", "income", "smoker"]
+    assert columns["visits"] == ["visit_id", "patient_id", "visit_date", "ward", "diagnosis", "cost",
+                                 "length_of_stay"]
+    assert columns["wards"] == ["name", "building", "floor", "specialty"]
+    assert rows == 12, rows  # one noisy count per ward of the public wards table
+    assert "dpsql: cost epsilon=0.1" in messages, messages
+    assert _spent(hospital) == pytest.approx(before + 0.1)  # charged once, however pgAdmin fetched it
+    assert SHOT.stat().st_size > 20_000
+    print(f"pgAdmin end to end in {time.monotonic() - started:.0f} s")
+
+
+def _drive(url: str, failed) -> tuple[dict[str, list[str]], int, str]:
+    """Sign in, connect, walk the tree, run the query; the table columns seen, the number of
+    result rows and the Messages pane's text (on failure, a screenshot at `failed`). No request
+    may leave the machine."""
+    from playwright.sync_api import sync_playwright
+
+    outside, errors, columns = [], [], {}
+    with sync_playwright() as p:
+        browser = launch(p)
+        try:
+            context = browser.new_context(viewport={"width": 1400, "height": 900})
+
+            def route(r):
+                local = r.request.url.startswith((url, "data:", "blob:", "ws://127.0.0.1"))
+                if not local:
+                    outside.append(r.request.url)
+                return r.continue_() if local else r.abort()
+
+            context.route("**/*", route)
+            page = context.new_page()
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            _sign_in(page, url)
+            _connect(page)
+            path = ["dpsql hospital", "Databases", "dpsql"]
+            assert _open(page, path)
+            assert "public" in _open(page, path + ["Schemas"])
+            assert "Tables" in _open(page, path + ["Schemas", "public"])
+            tables = path + ["Schemas", "public", "Tables"]
+            assert _open(page, tables) == ["patients", "visits", "wards"]
+            for table in ("patients", "visits", "wards"):
+                columns[table] = _open(page, tables + [table, "Columns"])
+                _node(page, table).locator(".directory-toggle").click()  # closed: one "Columns" at a time
+            _node(page, "dpsql").locator(".file-name").click()
+            page.locator('[data-label="Query Tool"]').click()
+            editor = page.locator(".cm-content:visible").first
+            editor.wait_for(timeout=60_000)
+            editor.click()
+            page.keyboard.type(QUERY)
+            page.keyboard.press("F5")
+            page.get_by_text(re.compile(r"Total rows: \d+")).wait_for(timeout=90_000)
+            rows = page.locator("[role=row][aria-rowindex]:visible").count() - 1  # less the header
+            page.wait_for_timeout(500)
+            page.screenshot(path=str(SHOT))
+            page.get_by_text("Messages", exact=True).click()
+            messages = page.locator("[role=tabpanel]:visible").last.inner_text()
+        except BaseException:
+            page.screenshot(path=str(failed))
+            raise
+        finally:
+            browser.close()
+    assert not outside, outside
+    assert not errors, errors
+    return columns, rows, messages
