@@ -21,7 +21,7 @@ from .server_fixture import PASSWORD, Serve
 
 QUERY = "SELECT ward, COUNT(*) FROM visits GROUP BY ward"
 SHOT = ROOT / "docs" / "pgadmin.png"
-REFUSED = re.compile(r"statement \S+ \[\d+\] ([0-9A-Z]{5}): (.*)")
+REFUSED = re.compile(r"statement \S+ \[\d+\] ((?=[A-Z]*\d)[0-9A-Z]{5}): (.*)")  # a SQLSTATE, not a tag
 
 STATE = """(name) => {
   const e = [...document.querySelectorAll('.file-entry')].find(e => e.querySelector('.file-name')?.textContent === name);
@@ -89,6 +89,17 @@ def _open(page, path: list[str]) -> list[str]:
     for name in path:
         children = _expand(page, name)
     return children
+
+
+def _query_tool(page, seconds: float = 60):
+    """The Query Tool's frame, once pgAdmin has opened it."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        frames = [f for f in page.frames if "sqleditor" in f.url]
+        if frames:
+            return frames[-1]
+        page.wait_for_timeout(250)
+    raise AssertionError(f"no Query Tool frame: {[f.url for f in page.frames]}")
 
 
 def _sign_in(page, url: str) -> None:
@@ -182,17 +193,22 @@ def _drive(url: str, failed) -> tuple[dict[str, list[str]], int, str]:
                 _node(page, table).locator(".directory-toggle").click()  # closed: one "Columns" at a time
             _node(page, "dpsql").locator(".file-name").click()
             page.locator('[data-label="Query Tool"]').click()
-            editor = page.locator(".cm-content:visible").first
+            tool = _query_tool(page)  # an iframe of its own
+            editor = tool.locator(".cm-content").first
             editor.wait_for(timeout=60_000)
             editor.click()
             page.keyboard.type(QUERY)
             page.keyboard.press("F5")
-            page.get_by_text(re.compile(r"Total rows: \d+")).wait_for(timeout=90_000)
-            rows = page.locator("[role=row][aria-rowindex]:visible").count() - 1  # less the header
+            total = tool.get_by_text(re.compile(r"Total rows: [1-9]")).first
+            total.wait_for(timeout=90_000)
+            rows = tool.locator("[role=row][aria-rowindex]").count() - 1  # drawn, less the header
+            assert total.text_content().strip() == f"Total rows: {rows}", total.text_content()
             page.wait_for_timeout(500)
             page.screenshot(path=str(SHOT))
-            page.get_by_text("Messages", exact=True).click()
-            messages = page.locator("[role=tabpanel]:visible").last.inner_text()
+            tool.get_by_text("Messages", exact=True).click()
+            notice = tool.get_by_text(re.compile(r"dpsql: cost epsilon")).first
+            notice.wait_for(timeout=30_000)
+            messages = notice.text_content()
         except BaseException:
             page.screenshot(path=str(failed))
             raise
