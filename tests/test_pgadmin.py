@@ -20,7 +20,6 @@ from .pgadmin import ANALYST, PgAdmin
 from .server_fixture import PASSWORD, Serve
 
 QUERY = "SELECT ward, COUNT(*) FROM visits GROUP BY ward"
-SHOT = ROOT / "docs" / "pgadmin.png"
 REFUSED = re.compile(r"statement \S+ \[\d+\] ((?=[A-Z]*\d)[0-9A-Z]{5}): (.*)")  # a SQLSTATE, not a tag
 
 STATE = """(name) => {
@@ -141,7 +140,7 @@ def test_pgadmin_tree_and_query_tool(hospital, tmp_path):
                             "SSLMode": "disable"}})
         pga.start()
         try:
-            columns, rows, messages = _drive(pga.url, tmp_path / "pgadmin-failed.png")
+            columns, rows, messages = _drive(pga.url, tmp_path / "pgadmin.png")
         except BaseException:
             print(pga.output())
             raise
@@ -155,14 +154,14 @@ def test_pgadmin_tree_and_query_tool(hospital, tmp_path):
     assert rows == 12, rows  # one noisy count per ward of the public wards table
     assert "dpsql: cost epsilon=0.1" in messages, messages
     assert _spent(hospital) == pytest.approx(before + 0.1)  # charged once, however pgAdmin fetched it
-    assert SHOT.stat().st_size > 20_000
+    assert (tmp_path / "pgadmin.png").stat().st_size > 20_000  # docs/pgadmin.png is one of these
     print(f"pgAdmin end to end in {time.monotonic() - started:.0f} s")
 
 
-def _drive(url: str, failed) -> tuple[dict[str, list[str]], int, str]:
+def _drive(url: str, shot) -> tuple[dict[str, list[str]], int, str]:
     """Sign in, connect, walk the tree, run the query; the table columns seen, the number of
-    result rows and the Messages pane's text (on failure, a screenshot at `failed`). No request
-    may leave the machine."""
+    result rows and the Messages pane's text; a screenshot of the result at `shot` (on failure,
+    of the failure). No request may leave the machine."""
     from playwright.sync_api import sync_playwright
 
     outside, errors, columns = [], [], {}
@@ -204,16 +203,23 @@ def _drive(url: str, failed) -> tuple[dict[str, list[str]], int, str]:
             rows = tool.locator("[role=row][aria-rowindex]").count() - 1  # drawn, less the header
             assert total.text_content().strip() == f"Total rows: {rows}", total.text_content()
             page.wait_for_timeout(500)
-            page.screenshot(path=str(SHOT))
+            page.screenshot(path=str(shot))
             tool.get_by_text("Messages", exact=True).click()
             notice = tool.get_by_text(re.compile(r"dpsql: cost epsilon")).first
             notice.wait_for(timeout=30_000)
             messages = notice.text_content()
         except BaseException:
-            page.screenshot(path=str(failed))
+            page.screenshot(path=str(shot))
             raise
         finally:
             browser.close()
     assert not outside, outside
     assert not errors, errors
     return columns, rows, messages
+
+
+def test_screenshot_for_the_readme_is_there():
+    """docs/pgadmin.png, shown in the README, is a screenshot the test above took (copied by hand)."""
+    shot = ROOT / "docs" / "pgadmin.png"
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and 20_000 < shot.stat().st_size < 400_000
+    assert "docs/pgadmin.png" in (ROOT / "README.md").read_text()
