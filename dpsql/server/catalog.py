@@ -423,14 +423,19 @@ CREATE MACRO pgc_to_regtype(t) AS (SELECT oid FROM pgc.pg_type WHERE typname = t
 CREATE MACRO pgc_to_regclass(t) AS (SELECT oid FROM pgc.pg_class WHERE relname = t);
 CREATE MACRO pgc_aclexplode(a) AS unnest(CAST([] AS STRUCT(grantor BIGINT, grantee BIGINT, privilege_type VARCHAR, is_grantable BOOLEAN)[]));
 CREATE MACRO pgc_pg_get_function_identity_arguments(o) AS NULL::VARCHAR;
+CREATE MACRO pgc_pg_get_functiondef(o) AS error('{no_source}');
+CREATE MACRO pgc_pg_get_function_sqlbody(o) AS NULL::VARCHAR;
+CREATE MACRO pgc_setting_of(n) AS (SELECT setting FROM pgc.pg_settings WHERE name = n);
 CREATE MACRO pgc_pg_is_wal_replay_paused() AS false;
 CREATE MACRO pgc_pg_blocking_pids(p) AS CAST([] AS INTEGER[]);
 CREATE MACRO pgc_acldefault(k, r) AS CAST(NULL AS VARCHAR[]);
 CREATE MACRO pgc_to_char(v, f) AS CAST(v AS VARCHAR);
 """
 
-# What PostgreSQL answers with a function's source (psql's \sf, \ef; pgAdmin's function pane).
-_FUNCTION_SOURCES = {"pg_get_functiondef", "pg_get_function_sqlbody"}
+# What psql's \sf and \ef ask for a function's source: refused when evaluated (\df+ names
+# pg_get_function_sqlbody too, for SQL-bodied functions only, of which there are none).
+_NO_SOURCE = ("functions have no source here: dpsql is a proxy, and the functions a query may use are the "
+              "database's built-ins (\\df name shows one)")
 _REWRITTEN_FUNCTIONS = {m.group(1) for m in re.finditer(r"CREATE MACRO pgc_(\w+)", _MACROS)}
 # Rewritten inside a catalog query, but not what makes a query one (analysts' SQL uses them too).
 _GENERAL_FUNCTIONS = {"to_char"}
@@ -564,7 +569,7 @@ class Catalog:
                     for k, v in sorted(_SETTINGS.items())]
         self._insert("pg_settings", settings)
         self._insert("pg_show_all_settings", settings)  # pg_settings is PostgreSQL's view of this function
-        for stmt in _MACROS.strip().split(";\n"):
+        for stmt in _MACROS.replace("{no_source}", _NO_SOURCE.replace("'", "''")).strip().split(";\n"):
             if stmt.strip():
                 con.execute(stmt)
 
@@ -639,6 +644,9 @@ class Catalog:
             result_names = [d[0] for d in cur.description]
             duck = [str(d[1]) for d in cur.description]
         except duckdb.Error as e:
+            if _NO_SOURCE in str(e):
+                raise Error(_NO_SOURCE, sqlstate="0A000",
+                            hint="the README's 'What SQL is answered' lists the functions queries may use") from None
             # The emulation holds no data, but an engine's text is never a client's business.
             log.info("catalog query not supported (%s): %s", type(e).__name__, str(e).splitlines()[0])
             missing = _missing_name(str(e).splitlines()[0], sql)
@@ -740,10 +748,6 @@ class Catalog:
                 return _unnest_rows(node)
             if isinstance(node, exp.Func):
                 name = _func_name(node)
-                if name in _FUNCTION_SOURCES:
-                    raise Error("functions have no source here: dpsql is a proxy, and the functions a query may use "
-                                "are the database's built-ins (\\df name shows one)", sqlstate="0A000",
-                                hint="the README's 'What SQL is answered' lists the functions queries may use")
                 if name in ("json_build_object", "json_object", "jsonb_build_object"):
                     return exp.Cast(this=exp.Null(), to=exp.DataType.build("VARCHAR"))
                 if name in _SESSION_FUNCTIONS:
@@ -789,7 +793,11 @@ class Catalog:
                                    hint=f"use SET {setting} = ...; SHOW {setting} gives its value")
         if name == "set_config" and len(args) > 1 and isinstance(args[1], exp.Literal):
             return exp.Literal.string(args[1].name)
+        if name == "current_setting" and args and not isinstance(args[0], exp.Literal):  # \dconfig: s.name
+            return exp.Anonymous(this="pgc_setting_of", expressions=[args[0]])
         value = session.setting(setting) if session is not None else None
+        if value is None:  # what pg_settings lists (psql's \dconfig: bytea_output)
+            value = next((v for k, v in _SETTINGS.items() if k.lower() == setting), None)
         return exp.Literal.string(value) if value is not None else exp.Null()
 
 
@@ -879,6 +887,9 @@ _ARRAY_TYPES = {c.TEXT: c.TEXT_ARRAY, c.NAME: c.NAME_ARRAY, c.INT2: c.INT2_ARRAY
 
 def _is_star(node: exp.Expression) -> bool:
     return isinstance(node, exp.Star) or (isinstance(node, exp.Column) and isinstance(node.this, exp.Star))
+
+
+_ELEMENT_TYPES = {array: element for element, array in reversed(list(_ARRAY_TYPES.items()))}
 
 
 def _pg_name(node: exp.Expression) -> str:
@@ -1199,8 +1210,10 @@ def _type_of(node: exp.Expression, sources: dict[str, str], select: exp.Select) 
                 }.get(target)
     if isinstance(node, exp.Dot) and isinstance(node.expression, exp.Expression):
         return _type_of(node.expression, sources, select)
-    if isinstance(node, exp.ArrayAgg):
-        inner = _type_of(node.this.this if isinstance(node.this, exp.Order) else node.this, sources, select)
+    if isinstance(node, exp.ArrayAgg) or (isinstance(node, exp.Anonymous) and node.name.lower() == "array_agg"
+                                          and node.expressions):  # pg_catalog.array_agg(...) parses as a name
+        arg = node.this if isinstance(node, exp.ArrayAgg) else node.expressions[0]
+        inner = _type_of(arg.this if isinstance(arg, exp.Order) else arg, sources, select)
         return _ARRAY_TYPES.get(inner) if inner is not None else None
     if isinstance(node, exp.Array) and len(node.expressions) == 1 and isinstance(node.expressions[0], (exp.Select, exp.Subquery)):
         sub = node.expressions[0].this if isinstance(node.expressions[0], exp.Subquery) else node.expressions[0]
@@ -1209,6 +1222,10 @@ def _type_of(node: exp.Expression, sources: dict[str, str], select: exp.Select) 
             return _ARRAY_TYPES.get(inner) if inner is not None else None
     if isinstance(node, (exp.Predicate, exp.Not, exp.And, exp.Or)):
         return c.BOOL
+    if isinstance(node, (exp.Explode, exp.Unnest)) or (isinstance(node, exp.Anonymous) and node.name.lower() == "unnest"):
+        args = node.expressions if isinstance(node, (exp.Anonymous, exp.Unnest)) else [node.this]
+        inner = _type_of(args[0], sources, select) if len(args) == 1 else None
+        return _ELEMENT_TYPES.get(inner) if inner is not None else None
     if isinstance(node, exp.Anonymous) and str(node.name).lower().startswith("pgc_"):
         return FUNCTION_TYPES.get(str(node.name).lower()[4:])
     if isinstance(node, exp.Func):
