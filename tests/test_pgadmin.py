@@ -11,14 +11,15 @@ import json
 import re
 import time
 
-import psycopg
 import pytest
 
-from .browser import launch
-from .conftest import ROOT, SAMPLE
+from . import test_tool_catalogs as catalogs
+from .browser import launch, local_only
+from .conftest import ROOT
 from .pgadmin import ANALYST, PgAdmin
-from .server_fixture import PASSWORD, Serve
+from .server_fixture import PASSWORD
 
+hospital_serve, _spent = catalogs.hospital_serve, catalogs._spent  # dpsql serve of the sample hospital
 QUERY = "SELECT ward, COUNT(*) FROM visits GROUP BY ward"
 REFUSED = re.compile(r"statement \S+ \[\d+\] ((?=[A-Z]*\d)[0-9A-Z]{5}): (.*)")  # a SQLSTATE, not a tag
 
@@ -38,21 +39,6 @@ CHILDREN = """(name) => {
   }
   return out;
 }"""
-
-
-@pytest.fixture
-def hospital(tmp_path):
-    policy = tmp_path / "hospital.toml"
-    policy.write_text((SAMPLE / "dpsql.toml").read_text().replace('source = "', f'source = "{SAMPLE}/'))
-    s = Serve(policy, tmp_path / "ledger.sqlite", "--log-statements")
-    yield s
-    s.stop()
-
-
-def _spent(serve) -> float:
-    with psycopg.connect(serve.dsn()) as conn:
-        cur = conn.execute("SHOW dpsql.budget")
-        return dict(zip([d.name for d in cur.description], cur.fetchone()))["epsilon_spent"]
 
 
 def _node(page, name: str):
@@ -131,7 +117,8 @@ def _connect(page) -> None:
     assert not password.count(), "pgAdmin kept asking for the password"
 
 
-def test_pgadmin_tree_and_query_tool(hospital, tmp_path):
+def test_pgadmin_tree_and_query_tool(hospital_serve, tmp_path):
+    hospital = hospital_serve
     started = time.monotonic()
     before = _spent(hospital)
     with PgAdmin() as pga:
@@ -169,14 +156,7 @@ def _drive(url: str, shot) -> tuple[dict[str, list[str]], int, str]:
         browser = launch(p)
         try:
             context = browser.new_context(viewport={"width": 1400, "height": 900})
-
-            def route(r):
-                local = r.request.url.startswith((url, "data:", "blob:", "ws://127.0.0.1"))
-                if not local:
-                    outside.append(r.request.url)
-                return r.continue_() if local else r.abort()
-
-            context.route("**/*", route)
+            outside = local_only(context, url)
             page = context.new_page()
             page.on("pageerror", lambda e: errors.append(str(e)))
             _sign_in(page, url)
