@@ -17,3 +17,18 @@ def launch(playwright):
     if not Path(CHROMIUM).exists():
         pytest.fail("no system Chromium: tests/setup.sh installs Debian's chromium")
     return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+
+def local_only(context, url: str, also: tuple[str, ...] = ()) -> list[str]:
+    """Let the browser context reach only `url` (and data:, blob:, `also`): every other request is
+    aborted and listed in the returned list, for the test to assert it stays empty."""
+    outside: list[str] = []
+
+    def route(r):
+        local = r.request.url.startswith((url, "data:", "blob:", *also))
+        if not local:
+            outside.append(r.request.url)
+        return r.continue_() if local else r.abort()
+
+    context.route("**/*", route)
+    return outside

@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from .browser import launch
+from .browser import launch, local_only
 from .server_fixture import PASSWORD, free_port
 from .tool_envs import SCRIPTS, python_tool
 
@@ -124,14 +124,7 @@ def _dashboard_in_a_browser(url: str, dashboard: int, shot) -> None:
         browser = launch(p)
         try:
             context = browser.new_context(viewport={"width": 1400, "height": 900})
-
-            def route(r):
-                local = r.request.url.startswith((url, "data:", "blob:"))
-                if not local:
-                    outside.append(r.request.url)
-                return r.continue_() if local else r.abort()
-
-            context.route("**/*", route)
+            outside = local_only(context, url)
             page = context.new_page()
             page.on("pageerror", lambda e: errors.append(str(e)))
             _log_in(page, url)
