@@ -137,8 +137,10 @@ def test_selection_threshold_at_extreme_scales_and_deltas_ends_and_stays_safe():
 
 
 def _noise_through_queries(session, sql: str, runs: int):
-    """Released value minus the exact pre-noise value, in the measure's integer units."""
+    """Released value minus the exact pre-noise value, in the measure's integer units (at the
+    policy's limits: the noise of limits chosen per query is tested in test_auto_bounds)."""
     session.execute("SET dpsql.cache = off")
+    session.execute("SET dpsql.bounds = policy")
     tree = classify(sql).tree
     plan, cal = session._prepare(tree)
     truth = session.engine.execute(session.engine.prepare(rewrite(plan, plan.literal_domain_size())))
@@ -176,8 +178,11 @@ def test_gaussian_query_noise(session):
 
 def test_intervals_cover_the_truth(session):
     """95 % intervals of COUNT and AVG contain the exact value in at least 95 % of runs
-    (binomial test at 1e-6 against coverage 0.95)."""
+    (binomial test at 1e-6 against coverage 0.95), at the policy's limits: an interval covers
+    the value at the limits the answer used, and limits chosen per query may clamp tighter
+    (DESIGN §10)."""
     session.execute("SET dpsql.cache = off")
+    session.execute("SET dpsql.bounds = policy")
     session.execute("SET dpsql.epsilon = 0.3")
     exact = session.engine.execute("SELECT COUNT(*), AVG(LEAST(GREATEST(age, 0), 100)) FROM people").columns
     true_count, true_avg = exact[0][0], exact[1][0]

@@ -94,14 +94,23 @@ def test_results_are_kept_apart_per_analyst(tmp_path):
     alice.close()
 
 
-def test_sampled_and_clock_dependent_queries_are_recomputed(tmp_path):
+def test_sampled_queries_are_recomputed_and_clock_ones_keyed_by_their_time(tmp_path):
+    """A sample is drawn afresh each time; the clock is read once per statement and written in
+    as a literal (sql/clock.py), so a clock query's exact result is kept under that literal:
+    the next day's CURRENT_DATE is another key."""
+    import datetime
+
     s = _session(tmp_path)
     s.execute("SET dpsql.cache = off")
     s.execute("SELECT COUNT(*) FROM t TABLESAMPLE BERNOULLI (50)")
-    s.execute("SELECT COUNT(*) FROM t WHERE d < CURRENT_DATE")
     assert s.engine._reused == {}
+    s.execute("SELECT COUNT(*) FROM t WHERE d < CURRENT_DATE")
+    today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    yesterday = (datetime.datetime.now(datetime.timezone.utc).date() - datetime.timedelta(days=1)).isoformat()
+    (key,) = s.engine._reused  # (a run across midnight UTC reads either day)
+    assert today in key[1] or yesterday in key[1]
     s.execute("SELECT COUNT(*) FROM t WHERE d < DATE '2020-06-01'")
-    assert len(s.engine._reused) == 1
+    assert len(s.engine._reused) == 2
     s.close()
 
 

@@ -613,7 +613,7 @@ class Ledger:
                     raise _refusal(who, user, flt, totals, cost, refresh, lifetime=seg == LIFETIME)
                 results.append((who, seg, flt, after))
         at, cost_text = time.time(), cost.to_json()
-        receipts = {}
+        receipts: dict[str, int] = {}
         for who, _ in payers:
             segment = next(seg for w, seg, _, _ in results if w == who)
             cur = self._exec(con, "INSERT INTO charges (user_name, segment, at, sql, cost, detail) "
