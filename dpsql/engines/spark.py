@@ -317,8 +317,9 @@ def _lower(node: exp.Expression) -> Any:
     if isinstance(node, exp.Cast) and node.to.is_type("bigint") and isinstance(node.this, exp.Round) \
             and node.this.args.get("decimals") is None:  # the rewrite's fixed-point values
         return exp.Cast(this=_half_away_from_zero(node.this.this.transform(_lower, copy=True)), to=node.to.copy())
-    if isinstance(node, exp.Try):
-        return node.this.transform(_lower, copy=True)
+    if isinstance(node, exp.Try):  # its parentheses kept: TRY(a OR b) AND c is not a OR b AND c
+        inner = node.this.transform(_lower, copy=True)
+        return exp.Paren(this=inner) if isinstance(inner, (exp.Binary, exp.Unary)) else inner
     if is_coin(node):  # the first 60 bits of SHA-256(salt || ':' || unit), as sql/rewrite.py defines it
         text, _ = coin_parts(node)
         digits = exp.Substring(this=exp.Anonymous(this="sha2", expressions=[text, exp.Literal.number(256)]),
