@@ -594,7 +594,8 @@ class Session:
         pending = self.ledger.charging(self.user.name, self.budget_policy, cost, stmt.sql,
                                        json.dumps(_detail(policy_plan, at_rest), default=str), self.global_budget)
         charge = pending.admitted()
-        try:
+        with self._charged_work(pending, charge, "the query's cost stays charged: its limits were being chosen "
+                                                 "from the data"):
             profile = auto_bounds.noised(self._profile_rows(policy_plan, cols, top, bool(by_group)), cols, top,
                                          epsilon, by_group)
             choice = auto_bounds.choose(policy_plan, profile, cols, top, epsilon, len(groups) if groups else 1,
@@ -605,12 +606,6 @@ class Session:
                 raise OperationalError("the chosen limits changed the release's cost", sqlstate="XX000",
                                        hint="this is a bug in dpsql, please report it")
             correction = self._correction(policy_plan, choice, epsilon) if correct else None
-        except Exception as e:
-            pending.durable()
-            self._failed(charge, e, "the query's cost stays charged: its limits were being chosen from the data")
-        except BaseException:
-            pending.durable()
-            raise
         result = self._answer(plan, bounded, cal, charge, _detail(plan, cal), pending,
                               adjust=None if correction is None else partial(_corrected, plan, correction))
         result.dp["bounds"] = choice.describe() | ({"correction": correction.describe()} if correction else {})
@@ -630,28 +625,35 @@ class Session:
         pending = self.ledger.charging(self.user.name, self.budget_policy, Cost.of(parts + at_rest.cost.parts),
                                        stmt.sql, json.dumps(_detail(plan, at_rest), default=str), self.global_budget)
         charge = pending.admitted()
-        try:
+        with self._charged_work(pending, charge, "the query's cost stays charged: the groups its limits cut were "
+                                                 "being counted"):
             row = self._correction_row(plan, f"groups {g} {far}", lambda: auto_bounds.groups_query(plan, g, far))
             correction = auto_bounds.noised_correction(row, g, far, epsilon, s.confidence,
                                                        (auto_bounds.UNITS_SHARE, auto_bounds.UNITS_SHARE))
             bounded = self._bounded(plan, None)
-        except Exception as e:
-            pending.durable()
-            self._failed(charge, e, "the query's cost stays charged: the groups its limits cut were being counted")
-        except BaseException:
-            pending.durable()
-            raise
         result = self._answer(plan, bounded, at_rest, charge, _detail(plan, at_rest), pending,
                               adjust=partial(_corrected, plan, correction))
         result.dp["bounds"] = {"max_groups": g, "correction": correction.describe()}
         return result, charge
 
+    @contextlib.contextmanager
+    def _charged_work(self, pending: PendingCharge, charge: Charge, status: str) -> Iterator[None]:
+        """Data-dependent work between a charge's admission and its answer: a failure stays
+        charged and is recorded as such (_failed); an interrupt is raised once the charge is
+        durable."""
+        try:
+            yield
+        except Exception as e:
+            pending.durable()
+            self._failed(charge, e, status)
+        except BaseException:
+            pending.durable()
+            raise
+
     def _correction_row(self, plan: Plan, name: str, query) -> tuple:
         """A correction query's exact row (kept per analyst and data version like a profile's)."""
         sql, timeless = self._plans.derived(plan, name, lambda: self._prepared(query()))
-        reused = self.engine.execute_reused if self.engine.capabilities.execute_reused else None
-        rs = reused(sql, self.user.name) if reused is not None and self.settings.reuse and timeless \
-            else self.engine.execute(sql)
+        rs = self._exact(sql, timeless)
         return next(zip(*rs.columns)) if rs.row_count else (0, 0)
 
     def _correction(self, plan: Plan, choice: auto_bounds.Choice, epsilon: Fraction) -> auto_bounds.Correction:
@@ -677,11 +679,7 @@ class Session:
         the data alone determines them (the noise is drawn afresh each time)."""
         sql, timeless = self._plans.derived(plan, f"profile {by_group}", lambda: self._prepared(
             auto_bounds.profile_query(plan, cols, top, by_group)))
-        reused = self.engine.execute_reused if self.engine.capabilities.execute_reused else None
-        if reused is not None and self.settings.reuse and timeless:
-            rs = reused(sql, self.user.name)
-        else:
-            rs = self.engine.execute(sql)
+        rs = self._exact(sql, timeless)
         return list(zip(*rs.columns)) if rs.row_count else []
 
     def _prepared(self, tree: exp.Select) -> tuple[str, bool]:
@@ -801,10 +799,14 @@ class Session:
         repeated query's from memory (unless SET dpsql.reuse = off: engine work every time, as
         benchmarks against a plain engine need); the noise is drawn afresh either way."""
         stoppable = () if stop is None else (stop,)  # only engines that overlap the admission take one
-        reused = self.engine.execute_reused if self.engine.capabilities.execute_reused else None
-        if reused is not None and self.settings.reuse and plan.sample_rate is None and bounded.timeless:
-            return reused(bounded.sql, self.user.name, *stoppable)
-        return self.engine.execute(bounded.sql, *stoppable)
+        return self._exact(bounded.sql, plan.sample_rate is None and bounded.timeless, *stoppable)
+
+    def _exact(self, sql: str, reusable: bool, *stop: threading.Event) -> ResultSet:
+        """The engine's exact result of `sql`, kept per analyst and data version (execute_reused)
+        where the engine can, the session allows it and the data alone determines it."""
+        if reusable and self.settings.reuse and self.engine.capabilities.execute_reused:
+            return self.engine.execute_reused(sql, self.user.name, *stop)
+        return self.engine.execute(sql, *stop)
 
     def _bounded(self, plan: Plan, salt: str | None) -> Bounded:
         """The plan's bounded query in the engine's SQL, memoised per plan (salted ones, new for
