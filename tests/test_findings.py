@@ -304,8 +304,8 @@ def test_server_shutdown_removes_scratch(small_policy, tmp_path):
             c.execute("SELECT kind, COUNT(*) FROM events GROUP BY kind").fetchall()
         assert len(_scratch_dirs(base)) == 1
     finally:
-        server.stop()
-    assert server.proc.returncode == 0
+        out = server.stop()
+    assert server.proc.returncode == 0, out
     assert _scratch_dirs(base) == []
 
 

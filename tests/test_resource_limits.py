@@ -231,3 +231,34 @@ def test_the_watchdog_interrupts_only_what_outlives_it_and_rests_when_idle(monke
         assert interrupted == ["slow", "again"]
     finally:
         dog.close()
+
+
+def test_the_watchdog_holds_no_interrupt_once_its_query_ends_and_close_waits_for_it():
+    """A server aborted at exit ("terminate called ... exception not rethrown"): the watchdog's
+    thread still held the last query's interrupt, a bound method of a DuckDB cursor, and dropped
+    it while the interpreter exited, where the cursor's destructor cannot take the GIL back."""
+    import gc
+    import time
+    import weakref
+
+    from dpsql.engines import watchdog
+
+    class Cursor:
+        def interrupt(self) -> None:
+            pass
+
+    dog = watchdog.Watchdog(0.05)
+    cursor = Cursor()
+    gone = weakref.ref(cursor)
+    with dog.timed(cursor.interrupt) as expired:
+        while not expired():
+            time.sleep(0.005)
+    with dog.timed(Cursor().interrupt):
+        pass
+    del cursor
+    time.sleep(0.1)  # the thread has looped and is asleep again
+    gc.collect()
+    assert gone() is None and dog._thread is not None
+    thread = dog._thread
+    dog.close()
+    assert not thread.is_alive() and dog._thread is None

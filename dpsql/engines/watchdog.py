@@ -15,6 +15,8 @@ import time
 from typing import Callable, Iterator
 
 IDLE_EXIT = 60.0  # seconds without a query after which the thread ends
+CLOSE_WAIT = 5.0  # seconds close() waits for the thread
+
 
 class Watchdog:
     def __init__(self, seconds: float):
@@ -48,21 +50,36 @@ class Watchdog:
     def _run(self) -> None:
         with self._cond:
             while not self._closed:
-                now = time.monotonic()
-                for token, (deadline, interrupt) in list(self._due.items()):
-                    if deadline > now:
-                        break
-                    del self._due[token]
-                    self._expired.add(token)
-                    interrupt()  # DuckDB's interrupt only sets a flag: quick, and safe under the lock
+                self._interrupt_expired()
                 first = next(iter(self._due.values()), None)
-                if first is None and not self._cond.wait(IDLE_EXIT) and not self._due:
+                wait = None if first is None else max(first[0] - time.monotonic(), 0.001)
+                del first  # no interrupt (a bound method of an engine's cursor) is held while asleep
+                if wait is None and not self._cond.wait(IDLE_EXIT) and not self._due:
                     break  # nothing to time for a while (an engine nobody closed, say): the next query starts one
-                if first is not None:
-                    self._cond.wait(max(first[0] - now, 0.001))
+                if wait is not None:
+                    self._cond.wait(wait)
             self._thread = None
 
+    def _interrupt_expired(self) -> None:
+        """Interrupt what has outlived its deadline (under the lock). A function of its own so
+        that the interrupts it touches are released when it returns: a cursor whose last
+        reference ended on this thread while the interpreter exits would be destroyed where
+        DuckDB cannot take the GIL back, and the process would abort."""
+        now = time.monotonic()
+        for token, (deadline, interrupt) in list(self._due.items()):
+            if deadline > now:
+                break
+            del self._due[token]
+            self._expired.add(token)
+            interrupt()  # DuckDB's interrupt only sets a flag: quick, and safe under the lock
+
     def close(self) -> None:
+        """Stop the thread and wait (briefly) until it has ended, so that it ends before the
+        engine it watches is torn down, never during the interpreter's exit."""
         with self._cond:
             self._closed = True
+            self._due.clear()
             self._cond.notify()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(CLOSE_WAIT)
