@@ -35,7 +35,7 @@ from ..sql.options import QueryOptions
 from ..sql.rewrite import declared_domain
 from . import reconstruct, store
 from .spec import EVERYONE, SynopsisSpec
-from .strategy import Strategy, choose, eigenvalues
+from .strategy import Charts, Strategy, choose, default_charts, eigenvalues
 
 
 @dataclass(frozen=True)
@@ -113,10 +113,19 @@ def domain_values(engine, plan: Plan) -> list[list[Any]]:
     return values
 
 
+def charts_of(spec: SynopsisSpec) -> Charts:
+    """The class of charts the strategy is tuned to: the declared charts (else every chart of at
+    most two dimensions), filtered on the declared filters."""
+    k = len(spec.dimensions)
+    groupings = default_charts(k).groupings if spec.charts is None else \
+        tuple(dict.fromkeys(sum(1 << i for i in c) for c in spec.charts))
+    return Charts(groupings, sum(1 << i for i in spec.filters))
+
+
 def strategy_for(spec: SynopsisSpec, sizes: tuple[int, ...]) -> tuple[Strategy, list[list[Fraction]]]:
     """The marginals measured and each (measure, marginal)'s epsilon: the synopsis's epsilon
     split equally among its measures, then by the strategy among marginals."""
-    strategy = choose(sizes)
+    strategy = choose(sizes, charts_of(spec))
     per_measure = spec.epsilon / len(spec.measures)
     return strategy, [strategy.epsilons(per_measure) for _ in spec.measures]
 

@@ -6,6 +6,9 @@
     measures = ["count", "sum(income)"]
     epsilon = 0.5
     charged_to = "bob"          # an analyst, or "everyone"
+    # optional, to tune what is measured (strategy.py) to the dashboard's charts:
+    charts = [["region"], ["sex"], ["region", "sex"], ["age"], []]  # GROUP BY of each chart
+    filters = ["region"]        # dimensions the charts are filtered on (one value at a time)
 
 A dimension is a column with declared keys, or a bounded numeric column bucketed by `width`,
 or a date column bucketed by `unit` = "month" or "year". A measure is `count` or `sum(col)`
@@ -66,13 +69,16 @@ class SynopsisSpec:
     measures: tuple[Measure, ...]
     epsilon: Fraction
     charged_to: str
+    charts: tuple[tuple[int, ...], ...] | None = None  # each declared chart's dimensions (indexes)
+    filters: tuple[int, ...] = ()  # dimensions (indexes) the charts are filtered on
 
     def readers(self, users: Mapping[str, Any]) -> tuple[str, ...]:
         """The analysts who may read it: whoever paid for it."""
         return tuple(users) if self.charged_to == EVERYONE else (self.charged_to,)
 
 
-ALLOWED = ("table", "dimensions", "measures", "epsilon", "charged_to")
+REQUIRED = ("table", "dimensions", "measures", "epsilon", "charged_to")
+ALLOWED = REQUIRED + ("charts", "filters")
 
 
 def parse_synopses(raw: Any, path: Path, tables: Mapping[str, Any], users: Mapping[str, Any]
@@ -100,7 +106,7 @@ def _parse_one(name: str, body: Mapping[str, Any], where: str, tables: Mapping[s
     extra = sorted(set(body) - set(ALLOWED))
     if extra:
         raise _fail(where, f"unknown key {extra[0]!r}", f"allowed keys here are: {', '.join(ALLOWED)}")
-    for key in ALLOWED:
+    for key in REQUIRED:
         if key not in body:
             raise _fail(where, f"missing {key}", 'see the example in README: table, dimensions, measures, epsilon, '
                                                  'charged_to')
@@ -139,7 +145,38 @@ def _parse_one(name: str, body: Mapping[str, Any], where: str, tables: Mapping[s
     if cells > MAX_CELLS:
         raise _fail(where, f"the full cube has {cells} cells, more than {MAX_CELLS}",
                     "use fewer dimensions or wider buckets")
-    return SynopsisSpec(name, table.name, dimensions, measures, epsilon, who)
+    charts = None if "charts" not in body else tuple(_chart(c, where, names) for c in _list(body, "charts", where))
+    if charts == ():
+        raise _fail(where, "charts is empty", 'leave it out (every chart of one or two dimensions), or list the '
+                                              'charts: [["region"], ["region", "sex"], []]')
+    filters = tuple(sorted({_index(f, where, names, "filters") for f in _list(body, "filters", where)}))
+    return SynopsisSpec(name, table.name, dimensions, measures, epsilon, who, charts, filters)
+
+
+def _list(body: Mapping[str, Any], key: str, where: str) -> list:
+    raw = body.get(key, [])
+    if not isinstance(raw, list):
+        raise _fail(where, f"{key} must be a list",
+                    'for example charts = [["region"], ["region", "sex"]] and filters = ["region"]')
+    return raw
+
+
+def _index(raw: Any, where: str, names: list[str], key: str) -> int:
+    """The dimension a chart or filter names (its column, as listed in dimensions)."""
+    if not isinstance(raw, str) or raw.lower() not in names:
+        raise _fail(where, f"{key}: {raw!r} is not one of the dimensions", f"name one of: {', '.join(names)}")
+    return names.index(raw.lower())
+
+
+def _chart(raw: Any, where: str, names: list[str]) -> tuple[int, ...]:
+    """A declared chart: the dimensions it groups by ([] is the total)."""
+    if not isinstance(raw, list):
+        raise _fail(where, f"charts: {raw!r} is not a list of dimensions",
+                    'write each chart as the list of the dimensions it groups by: [["region"], ["region", "sex"], []]')
+    dims = tuple(sorted({_index(d, where, names, "charts") for d in raw}))
+    if len(dims) != len(raw):
+        raise _fail(where, f"charts: {raw!r} names a dimension twice", "list each dimension of a chart once")
+    return dims
 
 
 def _dimension(raw: Any, where: str, table: Any) -> Dimension:
