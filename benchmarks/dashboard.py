@@ -59,7 +59,11 @@ dimensions = ["diagnosis", { column = "visit_date", unit = "year" }]
 measures = ["count", "sum(length_of_stay)"]
 epsilon = 1.5
 charged_to = "alice"
+filters = ["diagnosis", "visit_date"]
 """
+# the larger session's charts are filtered on one value of another dimension: declared, so the
+# strategy is tuned to that class of charts (the charts themselves are the default, 0-2 ways)
+PATIENTS_FILTERS = 'filters = ["region", "sex", "smoker"]\n'
 
 
 def bob_session() -> list[str]:
@@ -117,7 +121,7 @@ def _session(directory: Path, larger: bool, user: str, kind: str) -> Session:
     if not larger:
         return Session(load_policy(sample.SAMPLE / "dpsql.toml", ledger_path=ledger), user)
     path = sample.write_policy(directory)
-    text = path.read_text().replace('charged_to = "bob"', 'charged_to = "alice"').replace(
+    text = path.read_text().replace('charged_to = "bob"', 'charged_to = "alice"\n' + PATIENTS_FILTERS).replace(
         "epsilon = 0.5\ncharged_to", "epsilon = 1.5\ncharged_to")
     path.write_text(text + VISITS_SYNOPSIS)
     return Session(load_policy(path, ledger_path=ledger), user)
