@@ -152,6 +152,12 @@ BAD = [
     ('epsilon = 0', "must be a positive number"),
     ('charged_to = "mallory"', "neither an analyst"),
     ('colour = "red"', "unknown key 'colour'"),
+    ('charts = [["nope"]]', "'nope' is not one of the dimensions"),
+    ('charts = ["g"]', "is not a list of dimensions"),
+    ('charts = [["g", "g"]]', "names a dimension twice"),
+    ('charts = []', "charts is empty"),
+    ('filters = ["nope"]', "'nope' is not one of the dimensions"),
+    ('filters = "g"', "filters must be a list"),
 ]
 
 
@@ -177,6 +183,51 @@ def test_missing_key_and_the_issue_form(tmp_path):
     assert [m.name for m in spec.measures] == ["count", "sum(amount)", "sum(age)"] and spec.epsilon == 1
     sample = load_policy(ROOT / "sample_data" / "dpsql.toml").synopses["patients_dashboard"]
     assert sample.charged_to == "bob" and sample.epsilon == Fraction(1, 2)
+    assert sample.charts is None and sample.filters == ()  # the issue's form: the default class of charts
+
+
+def test_declared_charts_and_filters_tune_the_strategy(tmp_path):
+    """charts and filters are optional; declared, they are the class the strategy is tuned to."""
+    path = make_world(tmp_path, synopses="""
+[synopses.s]
+table = "people"
+dimensions = ["g", "flag", { column = "age", width = 10 }]
+measures = ["count"]
+epsilon = 1
+charged_to = "alice"
+charts = [["g"], ["flag", "g"], []]
+filters = ["AGE"]
+""")
+    spec = load_policy(path).synopses["s"]
+    assert spec.charts == ((0,), (0, 1), ()) and spec.filters == (2,)
+    charts = pub.charts_of(spec)
+    assert charts == strategy.Charts((1, 3, 0), 4)
+    assert strategy.chart_marginals(charts, 3) == {1: 1, 5: 1, 3: 1, 7: 1, 0: 1, 4: 1}
+    tuned = strategy.choose((3, 2, 6), charts)
+    assert set(tuned.marginals) <= {0, 1, 3, 4, 5, 7} and 7 in tuned.marginals  # the charts' marginals, the cube
+
+
+SIZES = [(10, 3, 2, 12), (3, 2, 6, 12), (12, 2), (5,), (4, 3, 2, 2, 3)]
+
+
+@pytest.mark.parametrize("sizes", SIZES)
+def test_the_chosen_strategy_is_no_worse_than_the_full_cube_on_its_class(sizes):
+    """The strategy's expected error on its class of charts (data-independent) is at most that
+    of the full cube alone and of the class's marginals measured alike; its shares are exact,
+    positive and sum to 1, and the full cube keeps at least FULL_SHARE."""
+    k = len(sizes)
+    full = (1 << k) - 1
+    classes = [strategy.default_charts(k), strategy.Charts(strategy.default_charts(k).groupings, full),
+               strategy.Charts(tuple(strategy.masks(k)), 0), strategy.Charts((1, 0), 0)]
+    for charts in classes:
+        chosen = strategy.choose(sizes, charts)
+        assert sum(chosen.shares) == 1 and all(s > 0 for s in chosen.shares)
+        assert full in chosen.marginals
+        assert chosen.shares[chosen.marginals.index(full)] >= Fraction(str(strategy.FULL_SHARE)) - Fraction(
+            len(chosen.marginals), strategy.DENOMINATOR)  # each other share rounded to 1/DENOMINATOR
+        error = strategy.expected_error(strategy._dense(chosen, k), sizes, charts)
+        for other in strategy.candidates(sizes, charts):
+            assert error <= strategy.expected_error(strategy._dense(other, k), sizes, charts) + 1e-12
 
 
 # Strategy and least squares -----------------------------------------------------------------
@@ -462,6 +513,54 @@ charged_to = "alice"
         strategy.variance(lam, sizes, sizes), rel=1e-9)
     assert abs(total - truth) <= _laplace_sum_bound(coefficients, 1e-6) + 0.5  # + rounding
     s.close()
+
+
+def _binomial_threshold(n: int, p: float, fpr: float) -> int:
+    """The least t with P(Binomial(n, p) > t) <= fpr."""
+    tail = 1.0
+    for t in range(n + 1):
+        tail -= math.comb(n, t) * p ** t * (1 - p) ** (n - t)
+        if tail <= fpr:
+            return t
+    return n
+
+
+def test_intervals_cover_the_truth_through_least_squares_and_non_negativity_fpr_1e6():
+    """The whole pipeline after the bounded cube (discrete Laplace on each measured marginal of a
+    tuned strategy, least squares, non-negativity, rounding) on a cube with empty and small
+    cells, 120 independent runs; for each of six queries and two confidences, its interval (the
+    route's, from the estimator's variance) misses the truth in at most as many runs as a
+    Binomial(120, 1 - confidence) exceeds with probability 1e-6 / 12 (union bound over the 12:
+    a false positive at most once in a million runs)."""
+    from dpsql.mechanisms import add_noise, laplace_scale
+    from dpsql.synopses.route import _half
+
+    sizes = (3, 2, 4)
+    truth = np.array([[[40, 0, 25, 3], [12, 30, 0, 55]], [[8, 2, 0, 60], [35, 1, 20, 9]],
+                      [[0, 0, 44, 17], [5, 26, 3, 70]]])
+    chosen = strategy.choose(sizes, strategy.Charts((1, 2, 3, 4, 0), 1))
+    assert len(chosen.marginals) > 1  # a combination of measurements, not one
+    noises = [Noise("laplace", laplace_scale(1, Fraction(1) * s)) for s in chosen.shares]
+    precision = {m: 1 / (2 * n.scale ** 2) for m, n in zip(chosen.marginals, noises)}
+    lam = strategy.eigenvalues(precision, sizes)
+    every = slice(None)
+    queries = [((3, 2, 4), (every, every, every)), ((1, 2, 4), (0, every, every)), ((1, 1, 4), (2, 1, every)),
+               ((1, 1, 1), (0, 0, 1)), ((3, 2, 1), (every, every, 3)), ((1, 1, 1), (1, 1, 3))]
+    runs, confidences = 120, (0.5, 0.95)
+    misses = {(q, c): 0 for q in range(len(queries)) for c in confidences}
+    for _ in range(runs):
+        noisy = {}
+        for m, n in zip(chosen.marginals, noises):
+            exact = reconstruct.marginal(truth, m)
+            noisy[m] = np.array(add_noise([int(v) for v in np.ravel(exact)], n), dtype=float).reshape(np.shape(exact))
+        cube = reconstruct.rounded(reconstruct.non_negative(reconstruct.least_squares(noisy, precision, lam, sizes), lam))
+        for q, (selected, at) in enumerate(queries):
+            error = abs(float(np.sum(cube[at])) - float(np.sum(truth[at])))
+            for c in confidences:
+                misses[q, c] += error > _half(math.sqrt(strategy.variance(lam, sizes, selected)), c)
+    for (q, c), missed in misses.items():
+        assert missed <= _binomial_threshold(runs, 1 - c, 1e-6 / len(misses)), (queries[q], c, missed)
+    assert sum(misses[q, 0.5] for q in range(len(queries))) > 0  # the check can fail: misses happen
 
 
 # CLI and the server ---------------------------------------------------------------------------------

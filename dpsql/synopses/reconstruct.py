@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 ITERATIONS = 3000
-TOLERANCE = 1e-9
+TOLERANCE = 1e-6  # of the largest cell: cells are rounded to whole numbers after
 
 
 def expand(values: np.ndarray, mask: int, sizes: tuple[int, ...]) -> np.ndarray:

@@ -44,6 +44,7 @@ import numpy as np
 MIN_SHARE = 0.01  # a marginal below this share of the epsilon is not measured (not the full cube)
 FULL_SHARE = 0.02  # the full cube's share at least: every query over the dimensions estimable
 STEPS = 1000
+DENOMINATOR = 10_000  # shares are exact multiples of 1/10,000
 TINY = 1e-9  # no share reaches 0 while optimising (every lambda stays finite)
 
 
@@ -187,20 +188,24 @@ def _optimised(sizes: tuple[int, ...], charts: Charts) -> np.ndarray:
 
 
 def _exact(shares: dict[int, float]) -> Strategy:
-    """Shares as exact fractions summing to 1 (every one > 0), the marginals in mask order."""
+    """Shares as exact multiples of 1/DENOMINATOR summing to 1 (every one > 0), in mask order."""
     kept = sorted(shares)
     total = sum(shares[m] for m in kept)
-    exact = [Fraction(shares[m] / total).limit_denominator(10_000) for m in kept[:-1]]
-    exact.append(1 - sum(exact, Fraction(0)))
-    if any(s <= 0 for s in exact):  # cannot happen with shares of at least MIN_SHARE, but never charge a share <= 0
-        exact = [Fraction(1, len(kept))] * len(kept)
-    return Strategy(tuple(kept), tuple(exact))
+    units = [max(1, round(shares[m] / total * DENOMINATOR)) for m in kept[:-1]]
+    units.append(DENOMINATOR - sum(units))
+    if units[-1] <= 0:  # cannot happen with shares of at least MIN_SHARE, but never charge a share <= 0
+        units = [1] * len(kept)
+    return Strategy(tuple(kept), tuple(Fraction(u, sum(units)) for u in units))
 
 
 def _kept(shares: np.ndarray, full: int) -> dict[int, float]:
-    """Marginals of at least MIN_SHARE, and the full cube at FULL_SHARE at least."""
-    kept = {m: float(s) for m, s in enumerate(shares) if s >= MIN_SHARE}
-    kept[full] = max(kept.get(full, 0.0), FULL_SHARE)
+    """Marginals of at least MIN_SHARE, the full cube with FULL_SHARE at least (of the total)."""
+    kept = {m: float(s) for m, s in enumerate(shares) if s >= MIN_SHARE and m != full}
+    rest = sum(kept.values())
+    cube = float(shares[full])
+    if rest > 0 and cube < FULL_SHARE / (1 - FULL_SHARE) * rest:
+        cube = FULL_SHARE / (1 - FULL_SHARE) * rest
+    kept[full] = cube
     return kept
 
 
