@@ -144,7 +144,8 @@ SKEWED = World("skewed", {
 
 # The hospital's people with a synopsis over them, charged to the auditor: every run publishes
 # it afresh (the charge), then reads the target's group from it (least squares, non-negativity
-# and rounding included).
+# and rounding included). Its declared chart (the total) makes the strategy measure two
+# marginals (the total, and the cube at its least share), so every answer combines both.
 SYNOPSIS = World("synopsis", {"people": HOSPITAL.tables["people"]}, """
 [synopses.audit]
 table = "people"
@@ -152,6 +153,7 @@ dimensions = ["sex"]
 measures = ["count", "sum(income)"]
 epsilon = 1
 charged_to = "auditor"
+charts = [[]]
 """)
 
 

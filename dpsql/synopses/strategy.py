@@ -19,18 +19,21 @@ cheap:
 
 The workload is a class of charts: a chart groups by some dimensions G, unfiltered or under an
 equality filter on one value of each dimension in F; one of its groups is a cell of the
-marginal G u F. By default every chart of at most two dimensions, unfiltered or under one
-filter on any other dimension (a dashboard's breakdowns and its filters); a synopsis may
-declare its own (`charts`, `filters`: spec.py). The split minimises the sum over the class of
-log Var(a chart's group), i.e. the geometric mean of the charts' expected errors: the median
-relative error is what a dashboard feels, and a mean of squared errors is dominated by the
-largest charts (it puts the whole epsilon on the full cube, which serves 1-2-way charts badly).
-It is the same for relative errors under any scale of the data (counts and sums alike).
-Minimised by exponentiated gradient on the simplex of shares over all 2^k marginals; the
-result is kept only if its expected error beats the candidates it is compared with (the full
-cube alone, and every marginal of the class measured alike), so it is never worse than them on
-the class. The full cube always keeps a share (FULL_SHARE at least), so every query over the
-dimensions is estimable, whatever the declared charts.
+marginal G u F. By default every chart of at most two dimensions, unfiltered (a filter on a
+charted dimension selects that chart's own cells); a synopsis may declare its own (`charts`,
+`filters`: spec.py). The split minimises the mean over the class of each chart's expected
+standard deviation divided by what the full cube alone would give it: for any data, a chart's
+relative error scales with its standard deviation, so this is the class's mean relative error
+measured against the plain noisy cube's, and the full cube itself scores exactly 1 (the chosen
+strategy is never worse on the class). A mean of variances (HDMM's total squared error, every
+cell alike) is dominated by the charts with the most cells and puts the whole epsilon on the
+full cube, which serves 1-2-way charts badly; a mean of log variances (the geometric mean)
+tolerates a few charts made far worse than the cube (filtered 2-way charts), which the median of
+a mixed dashboard then reads (simulated on the sample, DESIGN 8d). Minimised by exponentiated
+gradient on the simplex of shares over all 2^k marginals from two starts, then compared with
+the candidates (the full cube alone, and every marginal of the class measured alike): the least
+expected error wins. The full cube always keeps a share (FULL_SHARE at least), so every query
+over the dimensions is estimable, whatever the declared charts.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ MIN_SHARE = 0.01  # a marginal below this share of the epsilon is not measured (
 FULL_SHARE = 0.02  # the full cube's share at least: every query over the dimensions estimable
 STEPS = 1000
 DENOMINATOR = 10_000  # shares are exact multiples of 1/10,000
+POWER = 1.0  # the mean of (std ratio) ** POWER over the charts; 0: of its log
 TINY = 1e-9  # no share reaches 0 while optimising (every lambda stays finite)
 
 
@@ -141,17 +145,32 @@ def _contains(k: int) -> np.ndarray:
     return np.array([[1.0 if t & ~m == 0 else 0.0 for t in masks(k)] for m in masks(k)])  # [m, T]
 
 
+def _cube_variances(sizes: tuple[int, ...], c: np.ndarray) -> np.ndarray:
+    """Each chart's group variance under the full cube alone (epsilon 1, Laplace): the baseline
+    a chart's error is measured against (a scale, so the objective is the same for any data)."""
+    lam = eigenvalues({(1 << len(sizes)) - 1: 0.5}, sizes)
+    return np.sum(np.where(c > 0, c / lam, 0.0), axis=1)
+
+
+def _score(v: np.ndarray, base: np.ndarray, counts: np.ndarray) -> tuple[float, np.ndarray]:
+    """The class's error from its charts' variances v, and its derivative in each v: the mean
+    over charts of (std / the full cube's std) ** POWER, its log when POWER is 0."""
+    ratio = v / base
+    if POWER == 0:
+        return float(np.sum(counts * np.log(ratio))), counts / v
+    return float(np.sum(counts * ratio ** (POWER / 2)) / POWER), counts * ratio ** (POWER / 2) / v / 2
+
+
 def expected_error(shares: np.ndarray, sizes: tuple[int, ...], charts: Charts) -> float:
-    """The class's error under shares (one per marginal mask, summing to 1): the mean over its
-    charts of log Var(a group), at sensitivity 1 and epsilon 1 (Laplace); inf if one is not
-    estimable."""
+    """The class's error under shares (one per marginal mask, summing to 1), at sensitivity 1 and
+    epsilon 1 (Laplace), per chart: inf if one is not estimable."""
     c, counts = _workload(sizes, charts)
     lam = _contains(len(sizes)).T @ (np.asarray(shares, dtype=float) ** 2 / 2 * _outside(sizes))
     live = c > 0
     if np.any(live & (lam <= 0)):
         return math.inf
     v = np.sum(np.where(live, c / np.where(lam > 0, lam, 1.0), 0.0), axis=1)
-    return float(np.sum(counts * np.log(v)) / np.sum(counts))
+    return _score(v, _cube_variances(sizes, c), counts)[0] / float(np.sum(counts))
 
 
 def _starts(k: int) -> list[np.ndarray]:
@@ -169,6 +188,7 @@ def _optimised(sizes: tuple[int, ...], charts: Charts) -> np.ndarray:
     c, counts = _workload(sizes, charts)
     live = c > 0
     outside, contains = _outside(sizes), _contains(k)
+    base = _cube_variances(sizes, c)
     best, best_error = np.full(1 << k, 1.0 / (1 << k)), math.inf
     for start in _starts(k):
         share = start / start.sum()
@@ -176,10 +196,10 @@ def _optimised(sizes: tuple[int, ...], charts: Charts) -> np.ndarray:
             lam = contains.T @ (share * share / 2 * outside)
             inverse = np.where(lam > 0, 1 / np.where(lam > 0, lam, 1.0), 0.0)
             v = np.sum(np.where(live, c * inverse, 0.0), axis=1)
-            error = float(np.sum(counts * np.log(v)))
+            error, dv = _score(v, base, counts)
             if error < best_error:
                 best, best_error = share.copy(), error
-            g = (counts / v) @ c  # d error / d (1/lambda_T)
+            g = dv @ c  # d error / d (1/lambda_T)
             # d error / d share_m = - sum_{T in m} g_T / lambda_T^2 * outside_m * share_m
             grad = -(contains @ (g * inverse * inverse)) * outside * share
             share = np.maximum(share * np.exp(-0.5 * grad / (np.max(np.abs(grad)) or 1.0)), TINY)
