@@ -158,6 +158,7 @@ BAD = [
     ('charts = []', "charts is empty"),
     ('filters = ["nope"]', "'nope' is not one of the dimensions"),
     ('filters = "g"', "filters must be a list"),
+    ('dimensions = ["g", "flag", "age", "amount", "day", "a", "b", "c", "d", "e", "f"]', "11 dimensions, more than 10"),
 ]
 
 

@@ -30,6 +30,7 @@ from ..errors import PolicyError
 EVERYONE = "everyone"
 DATE_UNITS = ("month", "year")
 MAX_CELLS = 1_000_000  # the full cube's cells: its least squares runs in memory
+MAX_DIMENSIONS = 10  # the strategy weighs all 2^k marginals (about 4 s at 10)
 _SUM = re.compile(r"sum\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)", re.IGNORECASE)
 
 
@@ -121,6 +122,9 @@ def _parse_one(name: str, body: Mapping[str, Any], where: str, tables: Mapping[s
     if not isinstance(dims_raw, list) or not dims_raw:
         raise _fail(where, "dimensions must be a non-empty list",
                     'for example dimensions = ["region", { column = "age", width = 10 }]')
+    if len(dims_raw) > MAX_DIMENSIONS:
+        raise _fail(where, f"{len(dims_raw)} dimensions, more than {MAX_DIMENSIONS}",
+                    "split the dashboard into synopses of fewer dimensions")
     dimensions = tuple(_dimension(d, where, table) for d in dims_raw)
     names = [d.column for d in dimensions]
     if len(set(names)) != len(names):
