@@ -279,16 +279,7 @@ def synopsis_list(policy: str, ledger: str | None, as_json: bool) -> None:
     except Error as e:
         _fail(e)
         return
-    rows = []
-    for name, spec in sorted(pol.synopses.items()):
-        mine = sorted((s for s in stored if s.name == name), key=lambda s: s.at)
-        current = [s for s in mine if s.data_version == version]
-        state = "published" if current else ("stale (the data changed: publish again)" if mine else "not published")
-        rows.append({"name": name, "table": spec.table, "epsilon": float(spec.epsilon), "charged_to": spec.charged_to,
-                     "dimensions": [d.describe() for d in spec.dimensions],
-                     "measures": [m.name for m in spec.measures], "state": state,
-                     "published_at": current[-1].at if current else None,
-                     "receipt": current[-1].charge_id if current else None})
+    rows = store.status(pol.synopses, stored, version)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

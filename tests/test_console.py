@@ -34,6 +34,14 @@ from .conftest import ROOT, default_events, default_people, make_db, write_polic
 from .server_fixture import PASSWORD, Serve, free_port
 
 OFFICER = "\n[users.carol]\nofficer = true\n"
+SYNOPSIS = """
+[synopses.by_sex]
+table = "people"
+dimensions = ["sex"]
+measures = ["count"]
+epsilon = 0.5
+charged_to = "bob"
+"""
 QUERY = "SELECT sex, COUNT(*) AS n, AVG(age) AS mean_age FROM people GROUP BY sex"
 
 
@@ -41,7 +49,7 @@ QUERY = "SELECT sex, COUNT(*) AS n, AVG(age) AS mean_age FROM people GROUP BY se
 def console_policy(tmp_path: Path) -> Path:
     make_db(tmp_path / "db.duckdb", default_people(), default_events(),
             rows=[((i % 21) - 10.0, 1 + i % 3) for i in range(300)])
-    return write_policy(tmp_path, epsilon=10.0, extra=OFFICER)
+    return write_policy(tmp_path, epsilon=10.0, extra=OFFICER + SYNOPSIS)
 
 
 @pytest.fixture
@@ -145,7 +153,8 @@ def test_logout_ends_the_login_and_its_session(client):
 def test_every_post_without_the_csrf_token_is_refused(client, server):
     _login(client)
     posts = {r.path for r in client.app.routes if "POST" in (getattr(r, "methods", None) or ())}
-    assert posts == {"/login", "/logout", "/explain", "/run", "/run/confirm", "/officer/grants"}
+    assert posts == {"/login", "/logout", "/explain", "/run", "/run/confirm", "/officer/grants",
+                     "/officer/synopses/publish", "/officer/synopses/drop"}
     for path in posts:
         assert getattr(next(r.endpoint for r in client.app.routes
                              if getattr(r, "path", "") == path and "POST" in r.methods), "csrf_protected")
@@ -243,6 +252,39 @@ def test_grant_recorded_with_reason_and_officer(client, server):
     assert "Granted to bob" in page.text and "pilot study, approved" in page.text and "carol" in page.text
     refused = _post(client, "/officer/grants", {"user": "bob", "epsilon": "1", "reason": ""}, "/officer/grants")
     assert refused.status_code == 400 and "needs a reason" in refused.text and len(server.ledger.grants("bob")) == 1
+
+
+def test_officer_publishes_and_drops_a_synopsis(client, server):
+    """Publish from the console: one charge to the synopsis's payer (bob, not the officer), then
+    bob's query over it is answered free; drop: answers go the per-query way, the charge stays."""
+    from dpsql.session import Session
+
+    _login(client, "bob")
+    assert client.get("/officer/synopses").status_code == 403
+    client.post("/logout", data={"csrf": _token(client, "/budget")})
+    _login(client, "carol")
+    page = client.get("/officer/synopses")
+    assert page.status_code == 200 and "by_sex" in page.text and "not published" in page.text
+    r = _post(client, "/officer/synopses/publish", {"name": "by_sex"}, "/officer/synopses")
+    assert r.status_code == 303
+    history = server.ledger.history("bob")
+    assert [h["sql"] for h in history] == ["SYNOPSIS PUBLISH by_sex"] and history[0]["cost"].epsilon == Fraction(1, 2)
+    assert server.ledger.history("carol") == []
+    page = client.get(r.headers["location"])
+    assert "Published by_sex" in page.text and ">published, " in page.text
+    bob = Session(server.policy, "bob")
+    try:
+        answered = bob.execute("SELECT sex, COUNT(*) FROM people GROUP BY sex")
+        assert answered.dp["synopsis"] == "by_sex" and len(server.ledger.history("bob")) == 1  # free
+        refused = _post(client, "/officer/synopses/publish", {"name": "nope"}, "/officer/synopses")
+        assert refused.status_code == 400 and 'synopsis "nope" is not declared' in html.unescape(refused.text)
+        r = _post(client, "/officer/synopses/drop", {"name": "by_sex"}, "/officer/synopses")
+        assert r.status_code == 303 and "Dropped by_sex" in client.get(r.headers["location"]).text
+        time.sleep(1.1)  # a process trusts its list of published synopses for a second (store.FRESH_FOR)
+        again = bob.execute("SELECT sex, COUNT(*) FROM people GROUP BY sex")
+        assert again.dp.get("synopsis") is None and len(server.ledger.history("bob")) == 2  # charged per query
+    finally:
+        bob.close()
 
 
 def test_audit_log_search_and_csv_export(client, server):

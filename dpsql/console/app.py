@@ -22,7 +22,7 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..server.app import Server
-from . import analyst, charts, officer
+from . import analyst, charts, officer, synopses
 from .logins import LIFETIME, Logins
 from .web import Console, current, log, render
 
@@ -81,6 +81,9 @@ ROUTES = [
     Route("/officer/audit.csv", officer.audit_csv),
     Route("/officer/policy", officer.policy_page),
     Route("/officer/ledger", officer.ledger_page),
+    Route("/officer/synopses", synopses.synopses_page, methods=["GET"]),
+    Route("/officer/synopses/publish", synopses.publish_submit, methods=["POST"]),
+    Route("/officer/synopses/drop", synopses.drop_submit, methods=["POST"]),
     Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
 ]
 

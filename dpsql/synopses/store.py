@@ -92,3 +92,19 @@ def _all(ledger) -> dict[tuple[str, str], Stored]:
 def _forget(ledger) -> None:
     with _lock:
         _cache.pop(ledger, None)
+
+
+def status(specs: dict[str, Any], stored: list[Stored], version: str) -> list[dict[str, Any]]:
+    """Each declared synopsis (spec.py's SynopsisSpec by name) and whether it is published for
+    the data version `version`, stale (published for another), or not published."""
+    rows = []
+    for name, spec in sorted(specs.items()):
+        mine = sorted((s for s in stored if s.name == name), key=lambda s: s.at)
+        current = [s for s in mine if s.data_version == version]
+        state = "published" if current else ("stale (the data changed: publish again)" if mine else "not published")
+        rows.append({"name": name, "table": spec.table, "epsilon": float(spec.epsilon), "charged_to": spec.charged_to,
+                     "dimensions": [d.describe() for d in spec.dimensions],
+                     "measures": [m.name for m in spec.measures], "state": state,
+                     "published_at": current[-1].at if current else None,
+                     "receipt": current[-1].charge_id if current else None})
+    return rows
