@@ -45,10 +45,11 @@ from .sql.options import QueryOptions
 from .sql.rewrite import rewrite
 
 SHARE = Fraction(1, 10)  # of the query's epsilon spent on the profile
-# Counts and sums: the truncation a total bound C makes is corrected with the rows it cut,
-# released as two numbers over the profile's units (`Correction`) with these shares of epsilon.
-EXCESS_SHARE = Fraction(2, 5)  # the rows between C and the reach, Σ min(n, reach) - min(n, C)
-KEPT_SHARE = Fraction(1, 20)  # the rows C keeps, Σ min(n, C)
+# Counts: the truncation a total bound C makes is corrected with the rows it cut, released as two
+# numbers over the profile's units (`Correction`), the kept rows Σ min(n, C) and the excess
+# Σ min(n, reach) - min(n, C); their shares of epsilon and the release's are chosen per query by
+# `split`, from the policy and the query only.
+KEPT_WEIGHT = Fraction(1, 2)  # the model's excess / kept, by which the kept rows' noise moves the factor
 REACH = 4  # the correction sees a unit's rows up to REACH times the policy's total bound
 RESIDUAL = Fraction(1, 10)  # of what truncation cuts, the model's bias left after the correction
 CORRECTED = ("count",)  # sums clip each unit's total (bounding.TotalCap), which keeps nearly all of it
@@ -132,12 +133,33 @@ def told(bounds: dict) -> str:
     return "limits chosen for this query (dpsql.bounds = auto): " + "; ".join(parts)
 
 
-def corrected(plan: Plan) -> bool:
-    """Plans whose truncation is corrected (`Correction`): counts of rows only, over units that
-    may have more rows than one. A total bound cuts a heavy unit's rows to C; a sum clips its
-    total to C times the clamp, which keeps far more; a mean, a spread or a quantile is a ratio,
-    which the cut barely moves."""
-    return ceiling(plan) > 1 and all(e.func in CORRECTED for e in plan.estimates)
+def corrected(plan: Plan, groups: int = 1) -> tuple[Fraction, ...]:
+    """The correction's (kept, excess) shares of the query's epsilon (`split`) for plans whose
+    truncation is corrected (`Correction`), () for the others: counts of rows only, over units
+    that may have more rows than one. A total bound cuts a heavy unit's rows to C; a sum clips
+    its total to C times the clamp, which keeps far more; a mean, a spread or a quantile is a
+    ratio, which the cut barely moves. `groups`: the size of the released domain (public)."""
+    if ceiling(plan) > 1 and all(e.func in CORRECTED for e in plan.estimates):
+        return split(ceiling(plan), reach(plan), groups)
+    return ()
+
+
+def split(top: int, far: int, groups: int) -> tuple[Fraction, Fraction]:
+    """The (kept, excess) shares of a corrected count's epsilon, the release getting the rest
+    after the profile's SHARE: those that minimise the model's standard deviation of a group's
+    relative error, Σ_i (a_i / ε_i)² under Σ_i ε_i fixed, whose minimum is at ε_i ∝ a_i^(2/3).
+    All three noises are over the same rows (N, the query's kept rows), so N cancels and the
+    choice depends on the policy and the query only: a group holds N / groups rows and its noise
+    has scale C / ε_release, so a_release = C * groups; the factor (kept + excess) / kept moves
+    by the excess's noise over N, a_excess = reach - C, and by the kept rows' times excess /
+    kept, a_kept = C * KEPT_WEIGHT. C is not known before the profile: the model takes the
+    candidates' middle on a log scale, sqrt(top)."""
+    c = math.sqrt(top)
+    weights = [(c * max(groups, 1)) ** (2 / 3), (c * float(KEPT_WEIGHT)) ** (2 / 3), max(far - c, 1.0) ** (2 / 3)]
+    rest = 1 - SHARE
+    kept = rest * Fraction(weights[1] / sum(weights)).limit_denominator(1000)
+    excess = rest * Fraction(weights[2] / sum(weights)).limit_denominator(1000)
+    return kept, excess
 
 
 def reach(plan: Plan) -> int:
@@ -154,11 +176,12 @@ def counts_units(plan: Plan, mechanism: str) -> bool:
             and all(e.func == "units" for e in plan.estimates))
 
 
-def correction_share(plan: Plan, mechanism: str = "laplace") -> Fraction:
-    """The share of a query's epsilon its correction spends (0: none)."""
+def correction_share(plan: Plan, mechanism: str = "laplace", groups: int = 1) -> Fraction:
+    """The share of a query's epsilon its correction spends (0: none); `groups`: the size of the
+    released domain (public)."""
     if counts_units(plan, mechanism):
         return 2 * UNITS_SHARE
-    return KEPT_SHARE + EXCESS_SHARE if corrected(plan) else Fraction(0)
+    return sum(corrected(plan, groups), Fraction(0))
 
 
 # What can be chosen ------------------------------------------------------------------------
@@ -258,11 +281,11 @@ def _part(e: Fraction) -> Part:
     return Part("laplace", e, rho=e * e / 2, noise_multiplier=float(1 / e))
 
 
-def parts(epsilon: Fraction, cols: Sequence[Column], top: int, correct: bool = False,
+def parts(epsilon: Fraction, cols: Sequence[Column], top: int, correct: Sequence[Fraction] = (),
           by_group: bool = False) -> tuple[Part, ...]:
     """The profile's parts of the query's cost: one Laplace mechanism per histogram, and the
-    correction's two when the plan is `corrected`."""
-    extra = (epsilon * KEPT_SHARE, epsilon * EXCESS_SHARE) if correct else ()
+    correction's two at its shares `correct` (`corrected`) when there is one."""
+    extra = tuple(epsilon * share for share in correct)
     return tuple(_part(e) for e in epsilons(epsilon, cols, top, by_group) + extra)
 
 
@@ -371,9 +394,9 @@ def _values(col: Column, mass: Sequence[float]) -> _Values:
 
 
 def choose(plan: Plan, profile: Profile, cols: Sequence[Column], top: int, epsilon: Fraction, groups: int,
-           correct: bool = False) -> Choice:
+           correct: Sequence[Fraction] = ()) -> Choice:
     """The total bound and clamps that minimise the model's error at the release's epsilon
-    (`epsilon` minus the profile's share, and the correction's when `correct`), over every
+    (`epsilon` minus the profile's share, and the correction's shares `correct`), over every
     candidate (the policy's own among them). `groups`: the groups the query releases (its
     declared domain's size; public), of which the profile's group masses give the effective
     number (`effective_groups`). Under a correction, what truncation cuts counts for
@@ -392,7 +415,7 @@ def choose(plan: Plan, profile: Profile, cols: Sequence[Column], top: int, epsil
     def fix(c: float) -> _Fix:
         if not correct:
             return _Fix()
-        return _Fix(float(RESIDUAL), (far - c) / float(epsilon * EXCESS_SHARE) / max(rows.kept(top), 1.0))
+        return _Fix(float(RESIDUAL), (far - c) / float(epsilon * correct[1]) / max(rows.kept(top), 1.0))
 
     best: tuple[float, int, dict[str, float]] | None = None
     for c in candidates:
@@ -487,8 +510,10 @@ def _spread_error(col: Column, v: _Values, u: float, c: float, n: float, per_mea
     return error / 2 if root else error
 
 
-def release_epsilon(epsilon: Fraction, correct: bool = False) -> Fraction:
-    return epsilon * (1 - SHARE - (KEPT_SHARE + EXCESS_SHARE if correct else 0))
+def release_epsilon(epsilon: Fraction, correct: Sequence[Fraction] = ()) -> Fraction:
+    """What the release gets of a query's epsilon: the rest after the profile and the
+    correction's shares `correct`."""
+    return epsilon * (1 - SHARE - sum(correct, Fraction(0)))
 
 
 # The correction of truncation ---------------------------------------------------------------
@@ -552,7 +577,7 @@ def groups_query(plan: Plan, g: int, far: int) -> exp.Select:
 
 
 def noised_correction(row: Sequence, c: int, far: int, epsilon: Fraction, confidence: float,
-                      shares: tuple[Fraction, Fraction] = (KEPT_SHARE, EXCESS_SHARE)) -> Correction:
+                      shares: Sequence[Fraction]) -> Correction:
     """The correction query's exact row noised: each number with discrete Laplace noise of its
     sensitivity (c; far - c) over its share of the query's epsilon."""
     kept_noise = Noise("laplace", laplace_scale(c, epsilon * shares[0]))

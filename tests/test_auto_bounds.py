@@ -224,7 +224,35 @@ def test_a_corrected_count_is_one_exact_charge(small_policy):
         assert fix["reach"] == auto_bounds.REACH * 6 and 1 <= fix["factor"] <= fix["reach"] / bounds["max_contributions"]
         cur.execute("EXPLAIN SELECT kind, COUNT(*) FROM events GROUP BY kind")
         text = "\n".join(r[0] for r in cur.fetchall())
-        assert "corrected for truncation" in text and "at most 2.222 times" in text
+        release = 1 / float(auto_bounds.release_epsilon(Fraction(1), auto_bounds.split(6, 24, 3)))
+        assert "corrected for truncation" in text and f"at most {release:.4g} times" in text
+
+
+def _spread(top: int, far: int, groups: int, shares: tuple[float, float, float]) -> float:
+    """The split's objective (auto_bounds.split): Σ (a_i / ε_i)² at C = sqrt(top)."""
+    c = top ** 0.5
+    a = (c * groups, c * float(auto_bounds.KEPT_WEIGHT), far - c)
+    return sum((x / e) ** 2 for x, e in zip(a, shares))
+
+
+@pytest.mark.parametrize("top,groups", [(2, 1), (6, 3), (40, 1), (40, 12), (40, 36), (400, 1000)])
+def test_the_correction_split_minimises_its_model(top, groups):
+    """The shares are the model's minimum (no split on a grid does better, beyond the shares'
+    rounding), all positive, within what the profile leaves, and a larger domain gives the
+    release (whose noise is per group) more."""
+    far = auto_bounds.REACH * top
+    kept, excess = auto_bounds.split(top, far, groups)
+    rest = 1 - auto_bounds.SHARE
+    assert kept > 0 and excess > 0 and kept + excess < rest
+    chosen = _spread(top, far, groups, (float(rest - kept - excess), float(kept), float(excess)))
+    grid = [i / 40 for i in range(1, 40)]
+    for r in grid:
+        for k in grid:
+            if r + k < 1:
+                other = tuple(float(rest) * x for x in (r, k, 1 - r - k))
+                assert chosen <= _spread(top, far, groups, other) * 1.01
+    wider = auto_bounds.release_epsilon(Fraction(1), auto_bounds.split(top, far, groups * 2))
+    assert wider > auto_bounds.release_epsilon(Fraction(1), (kept, excess))
 
 
 UNITS_QUERIES = ["SELECT kind, COUNT(DISTINCT pid) FROM events GROUP BY kind",
