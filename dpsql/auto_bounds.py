@@ -163,7 +163,12 @@ def split(top: int, far: int, groups: int) -> tuple[Fraction, Fraction]:
 
 
 def reach(plan: Plan) -> int:
-    return REACH * ceiling(plan)
+    """The correction's widest reach for a plan (the choice may take a lower one: `reaches`)."""
+    return reach_of(ceiling(plan))
+
+
+def reach_of(top: int) -> int:
+    return REACH * top
 
 
 def counts_units(plan: Plan, mechanism: str) -> bool:
@@ -410,26 +415,37 @@ def choose(plan: Plan, profile: Profile, cols: Sequence[Column], top: int, epsil
     values = {c.expr: _values(c, m) for c, m in zip(cols, profile.values)}
     by_expr = {c.expr: c for c in cols}
     candidates = steps(top) if top > 1 else (top,)
-    far = REACH * top
 
-    def fix(c: float) -> _Fix:
+    def fix(c: float, far: int) -> _Fix:
         if not correct:
             return _Fix()
-        return _Fix(float(RESIDUAL), (far - c) / float(epsilon * correct[1]) / max(rows.kept(top), 1.0))
+        # Rows beyond the reach stay cut: those between it and the policy's bound (from the
+        # profile), and, below the bound, those of units beyond it (the model: as many again).
+        beyond = (rows.kept(top) - rows.kept(far) + rows.units[-1] * top) if far < reach_of(top) else 0.0
+        return _Fix(float(RESIDUAL), (far - c) / float(epsilon * correct[1]) / max(rows.kept(top), 1.0),
+                    beyond)
 
-    best: tuple[float, int, dict[str, float]] | None = None
+    best: tuple[float, int, int, dict[str, float]] | None = None
     for c in candidates:
-        clamps = {e: _best_clamp(terms, by_expr[e], values[e], rows, c, top, groups, per_measure, fix(c))
-                  for e in by_expr}
-        err = _error(terms, by_expr, values, rows, c, top, clamps, groups, per_measure, fix(c))
-        if best is None or err < best[0]:
-            best = (err, c, clamps)
+        for far in (reaches(top, c) if correct else (reach_of(top),)):
+            clamps = {e: _best_clamp(terms, by_expr[e], values[e], rows, c, top, groups, per_measure, fix(c, far))
+                      for e in by_expr}
+            err = _error(terms, by_expr, values, rows, c, top, clamps, groups, per_measure, fix(c, far))
+            if best is None or err < best[0]:
+                best = (err, c, far, clamps)
     assert best is not None
-    err, c, clamps = best
+    err, c, far, clamps = best
     policy = _error(terms, by_expr, values, rows, top, top, {e: by_expr[e].upper for e in by_expr}, groups,
-                    per_measure, fix(top))
+                    per_measure, fix(top, reach_of(top)))
     clips = tuple((e, by_expr[e].lower, u) for e, u in sorted(clamps.items()) if u < by_expr[e].upper)
     return Choice(c if top > 1 else None, clips, err, policy, epsilon * SHARE, far if correct else None)
+
+
+def reaches(top: int, c: int) -> tuple[int, ...]:
+    """The correction's candidate reaches for a total bound c: the candidate bounds above c, and
+    REACH times the policy's bound. A lower reach lowers the excess's sensitivity (reach - c)
+    when the profile shows few units with more rows than it."""
+    return tuple(r for r in steps(top) if r > c) + (reach_of(top),)
 
 
 def effective_groups(masses: Sequence[float], groups: int) -> float:
@@ -450,6 +466,7 @@ class _Fix:
 
     residual: float = 1.0
     noise: float = 0.0
+    beyond: float = 0.0  # rows the correction does not see (beyond its reach)
 
 
 def _best_clamp(terms, col, values, rows, c, top, groups, per_measure, fix) -> float:
@@ -480,7 +497,8 @@ def _error(terms: Sequence[_Term], cols: dict, values: dict, rows: _Rows, c: flo
             continue
         if t.expr not in cols:  # a count, or a sum whose clamp is not chosen here: rows only
             fixed = fix if t.func in CORRECTED else _Fix()
-            total += (fixed.residual * lost / groups + c * t.bound / per_measure) / max(full / groups, 1.0) + fixed.noise
+            total += ((fixed.residual * lost + fixed.beyond) / groups + c * t.bound / per_measure) / max(full / groups, 1.0) \
+                + fixed.noise
             continue
         col, v, u = cols[t.expr], values[t.expr], clamps[t.expr]
         mean, clamped = max(v.mean(col.upper), 1e-9), v.mean(u)

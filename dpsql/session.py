@@ -661,8 +661,8 @@ class Session:
                     ) -> auto_bounds.Correction:
         """The rows the chosen total bound keeps and cuts (auto_bounds.Correction), noised: part of
         the query's charge, drawn once it is durable."""
-        c, far = choice.max_contributions or 1, auto_bounds.reach(plan)
-        row = self._correction_row(plan, f"correction {c}", lambda: auto_bounds.correction_query(plan, c, far))
+        c, far = choice.max_contributions or 1, choice.reach or auto_bounds.reach(plan)
+        row = self._correction_row(plan, f"correction {c} {far}", lambda: auto_bounds.correction_query(plan, c, far))
         return auto_bounds.noised_correction(row, c, far, epsilon, self.settings.confidence, shares)
 
     def _chosen(self, tree: exp.Query, options: QueryOptions, choice: auto_bounds.Choice, rest: Fraction

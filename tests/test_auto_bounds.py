@@ -119,6 +119,21 @@ def test_the_choice_never_exceeds_the_policy(session, profile, epsilon, groups):
     assert choice.epsilon == epsilon * auto_bounds.SHARE
 
 
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(st.floats(-500, 5000), min_size=12, max_size=12),
+       epsilon=st.sampled_from([Fraction(1, 100), Fraction(1, 10), Fraction(1), Fraction(10)]), groups=st.integers(1, 50))
+def test_a_chosen_reach_is_above_the_bound_and_never_above_the_widest(session, rows, epsilon, groups):
+    """Whatever the noisy profile says, a corrected count's reach is one of its candidates: above
+    the chosen total bound (so the excess's sensitivity reach - c is positive) and at most REACH
+    times the policy's bound."""
+    plan = _plan(session, "SELECT kind, COUNT(*) FROM events GROUP BY kind")
+    top = auto_bounds.ceiling(plan)
+    p = auto_bounds.Profile(auto_bounds.steps(top), tuple(rows[:len(auto_bounds.steps(top)) + 1]), ())
+    choice = auto_bounds.choose(plan, p, (), top, epsilon, groups, auto_bounds.corrected(plan, groups))
+    assert choice.reach in auto_bounds.reaches(top, choice.max_contributions)
+    assert choice.max_contributions < choice.reach <= auto_bounds.reach(plan)
+
+
 def test_a_chosen_bound_is_clamped_to_the_policy(session):
     plan = _plan(session, "SELECT COUNT(*) FROM events", QueryOptions(max_contributions=10**9))
     assert plan.total_rows == auto_bounds.ceiling(_plan(session, "SELECT COUNT(*) FROM events"))
@@ -178,10 +193,11 @@ def _correction_row(session: Session, plan, c: int, far: int) -> tuple[int, int]
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(**_neighbours, c=st.sampled_from([1, 2, 3, 8, 40]))
-def test_one_unit_moves_the_correction_by_at_most_its_sensitivities(units, target, rows, drop_row, c):
+@given(**_neighbours, c=st.sampled_from([1, 2, 3, 8, 40]), lower=st.booleans())
+def test_one_unit_moves_the_correction_by_at_most_its_sensitivities(units, target, rows, drop_row, c, lower):
     """The correction's kept rows are noised for sensitivity c and its cut rows for reach - c:
-    check both on neighbouring databases, for every count the choice may correct."""
+    check both on neighbouring databases, for every count the choice may correct, at the widest
+    reach or (`lower`) the lowest the choice may take for c (auto_bounds.reaches)."""
     with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
         a = Session(load_policy(_build(Path(d1), units, target, True, rows)), "alice")
         b = Session(load_policy(_build(Path(d2), units, target, False, rows)), "alice")
@@ -190,8 +206,8 @@ def test_one_unit_moves_the_correction_by_at_most_its_sensitivities(units, targe
             assert queries
             for q in queries:
                 plan = _plan(a, q)
-                far = auto_bounds.reach(plan)
                 cc = min(c, auto_bounds.ceiling(plan))
+                far = auto_bounds.reaches(auto_bounds.ceiling(plan), cc)[0] if lower else auto_bounds.reach(plan)
                 (ka, ea), (kb, eb) = _correction_row(a, plan, cc, far), _correction_row(b, plan, cc, far)
                 assert abs(ka - kb) <= cc, q
                 assert abs(ea - eb) <= far - cc, q
@@ -221,7 +237,8 @@ def test_a_corrected_count_is_one_exact_charge(small_policy):
         bounds = cur.dp["bounds"]
         assert 1 <= bounds["max_contributions"] <= 6
         fix = bounds["correction"]
-        assert fix["reach"] == auto_bounds.REACH * 6 and 1 <= fix["factor"] <= fix["reach"] / bounds["max_contributions"]
+        assert fix["reach"] in auto_bounds.reaches(6, bounds["max_contributions"])
+        assert 1 <= fix["factor"] <= fix["reach"] / bounds["max_contributions"]
         cur.execute("EXPLAIN SELECT kind, COUNT(*) FROM events GROUP BY kind")
         text = "\n".join(r[0] for r in cur.fetchall())
         release = 1 / float(auto_bounds.release_epsilon(Fraction(1), auto_bounds.split(6, 24, 3)))
@@ -286,3 +303,17 @@ def test_a_corrected_count_of_units_is_one_exact_charge(small_policy):
     with _answered(small_policy, UNITS_QUERIES[0]) as (conn, cur):
         assert auto_bounds.counts_units(_plan(conn.session, UNITS_QUERIES[0]), "laplace")
         assert cur.dp["bounds"]["max_groups"] == 2 and cur.dp["bounds"]["correction"]["reach"] == 3
+
+
+def test_a_correction_is_counted_at_the_reach_chosen(session):
+    """The exact kept and cut rows are kept per bound *and* reach: the same bound with another
+    reach counts its own cut rows (at an epsilon so large the noise is below one row)."""
+    plan = _plan(session, "SELECT kind, COUNT(*) FROM events GROUP BY kind")
+    shares = auto_bounds.corrected(plan, 3)
+    got = {}
+    for far in (2, auto_bounds.reach(plan), 2):
+        choice = auto_bounds.Choice(1, (), 0.0, 0.0, Fraction(0), far)
+        fix = session._correction(plan, choice, Fraction(10**9), shares)
+        assert (round(fix.kept), round(fix.excess)) == _correction_row(session, plan, 1, far)
+        got.setdefault(far, round(fix.excess))
+    assert got[2] < got[auto_bounds.reach(plan)]
