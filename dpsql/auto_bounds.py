@@ -10,7 +10,10 @@ the limits that minimise a model of its error (noise plus what truncation and cl
 - a total bound C on a unit's rows in the whole query (TotalCap: a unit with n > C rows has
   each of its rows weighted C / n), at most the policy's total bound
   (max_contributions, or max_groups * max_rows);
-- for each summed column with lower bound >= 0, an upper clamp U at most the policy's upper bound.
+- for each summed column with lower bound >= 0, an upper clamp U at most the policy's upper bound,
+  when a mean or a spread reads the column: a SUM alone keeps the policy's, since under a total
+  bound it clips each unit's total at C * U (TotalCap's own norm), and a lower U only cuts more
+  of the same unit totals for the same sensitivity C * U as a lower C.
 
 The profile is two kinds of histogram over fixed, public bins, each with L1 sensitivity MASS
 under adding or removing one unit, noised with discrete Laplace noise (OpenDP):
@@ -75,6 +78,7 @@ class Column:
     upper: float
     centre: float
     bits: int
+    shared: bool = True  # also a mean's or a spread's, which see the clamp row by row
 
     @property
     def edges(self) -> tuple[float, ...]:
@@ -219,7 +223,8 @@ def columns(plan: Plan) -> tuple[Column, ...]:
         if not isinstance(m, Sum) or m.value is None or m.lower < 0 or m.upper <= m.lower:
             continue
         expr = m.value.sql(dialect="postgres")
-        out.setdefault(expr, Column(est.total, expr, m.lower, m.upper, m.centre, m.bits))
+        col = out.setdefault(expr, Column(est.total, expr, m.lower, m.upper, m.centre, m.bits, shared=False))
+        out[expr] = replace(col, shared=col.shared or est.func not in ("sum", "whole_sum"))
     return tuple(out.values())
 
 
@@ -429,7 +434,7 @@ def choose(plan: Plan, profile: Profile, cols: Sequence[Column], top: int, epsil
     for c in candidates:
         for far in (reaches(top, c) if correct else (reach_of(top),)):
             clamps = {e: _best_clamp(terms, by_expr[e], values[e], rows, c, top, groups, per_measure, fix(c, far))
-                      for e in by_expr}
+                      if by_expr[e].shared else by_expr[e].upper for e in by_expr}
             err = _error(terms, by_expr, values, rows, c, top, clamps, groups, per_measure, fix(c, far))
             if best is None or err < best[0]:
                 best = (err, c, far, clamps)

@@ -134,6 +134,24 @@ def test_a_chosen_reach_is_above_the_bound_and_never_above_the_widest(session, r
     assert choice.max_contributions < choice.reach <= auto_bounds.reach(plan)
 
 
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(profile=profiles, epsilon=st.sampled_from([Fraction(1, 100), Fraction(1, 10), Fraction(1)]))
+def test_a_column_only_summed_keeps_the_policys_clamp(session, profile, epsilon):
+    """A SUM alone clips unit totals at C * U: its clamp stays the policy's (C is chosen), while
+    the same column under an AVG is the column whose clamp is chosen."""
+    rows, values = profile
+    for sql, shared in (("SELECT kind, SUM(amount) FROM events GROUP BY kind", False),
+                        ("SELECT kind, SUM(amount), AVG(amount) FROM events GROUP BY kind", True)):
+        plan = _plan(session, sql)
+        cols, top = auto_bounds.columns(plan), auto_bounds.ceiling(plan)
+        assert [c.shared for c in cols] == [shared]
+        p = auto_bounds.Profile(auto_bounds.steps(top), tuple(rows[:len(auto_bounds.steps(top)) + 1]),
+                                (tuple(values) + (0.0,) * (auto_bounds.VALUE_BINS - len(values)),))
+        choice = auto_bounds.choose(plan, p, cols, top, epsilon, 3)
+        if not shared:
+            assert choice.clips == ()
+
+
 def test_a_chosen_bound_is_clamped_to_the_policy(session):
     plan = _plan(session, "SELECT COUNT(*) FROM events", QueryOptions(max_contributions=10**9))
     assert plan.total_rows == auto_bounds.ceiling(_plan(session, "SELECT COUNT(*) FROM events"))
