@@ -112,6 +112,7 @@ class Choice:
     policy_expected: float  # the same model at the policy's limits
     epsilon: Fraction  # spent on the profile
     reach: int | None = None  # the correction's reach (None: not corrected)
+    bias: float = 0.0  # the part of `expected` the chosen limits cut (the rest: noise)
 
     def options(self, base: QueryOptions) -> QueryOptions:
         return replace(base, max_contributions=self.max_contributions, clips=self.clips)
@@ -119,7 +120,9 @@ class Choice:
     def describe(self) -> dict:
         return {"max_contributions": self.max_contributions,
                 "clamps": {expr: [lo, hi] for expr, lo, hi in self.clips},
-                "profile_epsilon": float(self.epsilon)}
+                "profile_epsilon": float(self.epsilon),
+                "expected": {"bias": self.bias, "noise": max(self.expected - self.bias, 0.0),
+                             "at_policy_limits": self.policy_expected}}
 
 
 def told(bounds: dict) -> str:
@@ -130,6 +133,10 @@ def told(bounds: dict) -> str:
     if bounds.get("max_groups") is not None:
         parts.append(f"at most {bounds['max_groups']} group(s) per unit")
     parts += [f"{expr} clamped to [{lo:g}, {hi:g}]" for expr, (lo, hi) in bounds.get("clamps", {}).items()]
+    if (model := bounds.get("expected")) is not None:
+        parts.append(f"the profile's model expects a relative error of about {model['bias']:.1%} cut by these limits "
+                     f"and {model['noise']:.1%} of noise (summed over the aggregates; "
+                     f"{model['at_policy_limits']:.1%} at the policy's limits)")
     fix = bounds.get("correction")
     if fix:
         lo, hi = fix["factor_interval"]
@@ -442,8 +449,11 @@ def choose(plan: Plan, profile: Profile, cols: Sequence[Column], top: int, epsil
     err, c, far, clamps = best
     policy = _error(terms, by_expr, values, rows, top, top, {e: by_expr[e].upper for e in by_expr}, groups,
                     per_measure, fix(top, reach_of(top)))
+    # The same model without noise: what the chosen limits cut (a correction's residual included).
+    bias = _error(terms, by_expr, values, rows, c, top, clamps, groups, math.inf, replace(fix(c, far), noise=0.0))
     clips = tuple((e, by_expr[e].lower, u) for e, u in sorted(clamps.items()) if u < by_expr[e].upper)
-    return Choice(c if top > 1 else None, clips, err, policy, epsilon * SHARE, far if correct else None)
+    return Choice(c if top > 1 else None, clips, err, policy, epsilon * SHARE, far if correct else None,
+                  min(bias, err))
 
 
 def reaches(top: int, c: int) -> tuple[int, ...]:

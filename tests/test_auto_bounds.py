@@ -178,6 +178,9 @@ def test_the_profile_and_release_are_one_exact_charge(small_policy):
     with _answered(small_policy, "SELECT kind, AVG(amount), SUM(amount) FROM events GROUP BY kind") as (conn, cur):
         bounds = cur.dp["bounds"]
         assert 1 <= bounds["max_contributions"] <= 6 and bounds["profile_epsilon"] == pytest.approx(0.1)
+        model = bounds["expected"]  # the profile's model of the chosen limits' error: bias and noise
+        assert model["bias"] >= 0 and model["noise"] >= 0 and model["at_policy_limits"] > 0
+        assert f"{model['bias']:.1%} cut by these limits" in auto_bounds.told(bounds)
         cur.execute("SET dpsql.bounds = policy")
         cur.execute("SELECT kind, AVG(amount), SUM(amount) FROM events GROUP BY kind")
         assert "bounds" not in cur.dp and conn.session.budget()["epsilon"]["spent"] == Fraction(2)
@@ -335,3 +338,17 @@ def test_a_correction_is_counted_at_the_reach_chosen(session):
         assert (round(fix.kept), round(fix.excess)) == _correction_row(session, plan, 1, far)
         got.setdefault(far, round(fix.excess))
     assert got[2] < got[auto_bounds.reach(plan)]
+
+
+def test_the_models_bias_is_what_remains_without_noise(session):
+    """The chosen limits' bias is the model's error at an infinite epsilon: below the whole
+    error, and all of it when the epsilon is so large the noise vanishes."""
+    plan = _plan(session, "SELECT kind, SUM(amount), AVG(amount), COUNT(*) FROM events GROUP BY kind")
+    cols, top = auto_bounds.columns(plan), auto_bounds.ceiling(plan)
+    rows = tuple([50.0, 40.0, 30.0, 20.0, 10.0, 5.0][:len(auto_bounds.steps(top))] + [3.0])
+    values = tuple(float(100 - 3 * i) for i in range(auto_bounds.VALUE_BINS))
+    p = auto_bounds.Profile(auto_bounds.steps(top), rows, (values,))
+    small = auto_bounds.choose(plan, p, cols, top, Fraction(1, 10), 3)
+    assert 0 <= small.bias <= small.expected
+    huge = auto_bounds.choose(plan, p, cols, top, Fraction(10**12), 3)
+    assert huge.expected - huge.bias < 1e-6
