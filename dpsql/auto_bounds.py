@@ -43,8 +43,10 @@ from .mechanisms import Noise, add_noise, laplace_scale
 from .sql import build as b
 from .sql.analyze import Plan
 from .sql.bounding import PerGroupCap, TotalCap
+from .sql.bounds import Interval
 from .sql.measures import Sum
 from .sql.options import QueryOptions
+from .sql.ranges import narrowed
 from .sql.rewrite import rewrite
 
 SHARE = Fraction(1, 10)  # of the query's epsilon spent on the profile
@@ -79,6 +81,7 @@ class Column:
     centre: float
     bits: int
     shared: bool = True  # also a mean's or a spread's, which see the clamp row by row
+    declared: tuple[float, float] = (0.0, 0.0)  # the policy's bounds (lower, upper: narrowed by the WHERE)
 
     @property
     def edges(self) -> tuple[float, ...]:
@@ -221,7 +224,9 @@ def eligible(plan: Plan, mechanism: str, sampled: bool = False) -> bool:
 
 def columns(plan: Plan) -> tuple[Column, ...]:
     """The summed columns whose clamp can be chosen: a lower bound of at least 0 (a clamp of the
-    upper side only), a range, and each column once."""
+    upper side only), a range, and each column once. Their bounds are the policy's narrowed by
+    what the query's WHERE says of the column (sql/ranges.py: from the query's text only), so
+    that `WHERE cost > 2000` centres a mean of cost in [2000, U] and bins its values there."""
     out: dict[str, Column] = {}
     for est in plan.estimates:
         if est.func not in SUMMED or est.total is None:
@@ -230,7 +235,12 @@ def columns(plan: Plan) -> tuple[Column, ...]:
         if not isinstance(m, Sum) or m.value is None or m.lower < 0 or m.upper <= m.lower:
             continue
         expr = m.value.sql(dialect="postgres")
-        col = out.setdefault(expr, Column(est.total, expr, m.lower, m.upper, m.centre, m.bits, shared=False))
+        lo, hi = m.lower, m.upper
+        if isinstance(m.value, exp.Column):
+            narrow = narrowed(m.value, Interval(m.lower, m.upper), plan.relation.where)
+            lo, hi = narrow.lo, narrow.hi
+        col = out.setdefault(expr, Column(est.total, expr, lo, hi, m.centre, m.bits, shared=False,
+                                          declared=(m.lower, m.upper)))
         out[expr] = replace(col, shared=col.shared or est.func not in ("sum", "whole_sum"))
     return tuple(out.values())
 
@@ -451,7 +461,8 @@ def choose(plan: Plan, profile: Profile, cols: Sequence[Column], top: int, epsil
                     per_measure, fix(top, reach_of(top)))
     # The same model without noise: what the chosen limits cut (a correction's residual included).
     bias = _error(terms, by_expr, values, rows, c, top, clamps, groups, math.inf, replace(fix(c, far), noise=0.0))
-    clips = tuple((e, by_expr[e].lower, u) for e, u in sorted(clamps.items()) if u < by_expr[e].upper)
+    clips = tuple((e, by_expr[e].lower, u) for e, u in sorted(clamps.items())
+                  if u < by_expr[e].declared[1] or by_expr[e].lower > by_expr[e].declared[0])
     return Choice(c if top > 1 else None, clips, err, policy, epsilon * SHARE, far if correct else None,
                   min(bias, err))
 

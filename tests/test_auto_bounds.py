@@ -352,3 +352,19 @@ def test_the_models_bias_is_what_remains_without_noise(session):
     assert 0 <= small.bias <= small.expected
     huge = auto_bounds.choose(plan, p, cols, top, Fraction(10**12), 3)
     assert huge.expected - huge.bias < 1e-6
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(profile=profiles, epsilon=st.sampled_from([Fraction(1, 100), Fraction(1, 10), Fraction(1)]))
+def test_a_filter_narrows_the_columns_range_before_the_choice(session, profile, epsilon):
+    """WHERE 5 <= amount < 20: the column's candidate clamps and bins are within [5, 20] (from the
+    query's text alone), and the chosen clamp says so, within the policy's bounds."""
+    plan = _plan(session, "SELECT kind, AVG(amount) FROM events WHERE amount >= 5 AND amount < 20 GROUP BY kind")
+    (col,), top = auto_bounds.columns(plan), auto_bounds.ceiling(plan)
+    assert (col.lower, col.upper) == (5.0, 20.0) and col.declared[0] <= 5.0 and 20.0 < col.declared[1]
+    assert 5.0 < min(col.edges) and max(col.edges) == 20.0
+    rows, values = profile
+    p = auto_bounds.Profile(auto_bounds.steps(top), tuple(rows[:len(auto_bounds.steps(top)) + 1]),
+                            (tuple(values) + (0.0,) * (auto_bounds.VALUE_BINS - len(values)),))
+    (expr, lo, hi), = auto_bounds.choose(plan, p, (col,), top, epsilon, 3).clips
+    assert expr == col.expr and lo == 5.0 and 5.0 < hi <= 20.0
