@@ -195,6 +195,15 @@ def counts_units(plan: Plan, mechanism: str) -> bool:
             and all(e.func == "units" for e in plan.estimates))
 
 
+def profiled_groups(plan: Plan, groups: int) -> int:
+    """The number of group masses the profile releases (0: none): the released domain's size
+    (public) when it has more than one group, but none for a corrected count, whose truncation
+    the correction undoes wherever the rows fall, and whose reach (`reaches`) needs the row-count
+    histogram's epsilon more: its last bin, the units beyond the policy's bound, is what a lower
+    reach leaves cut."""
+    return groups if groups > 1 and not corrected(plan) else 0
+
+
 def correction_share(plan: Plan, mechanism: str = "laplace", groups: int = 1) -> Fraction:
     """The share of a query's epsilon its correction spends (0: none); `groups`: the size of the
     released domain (public)."""

@@ -590,7 +590,7 @@ class Session:
         rest = auto_bounds.release_epsilon(epsilon, correct)
         weights = measure_weights(policy_plan, options.weights)
         at_rest = calibrate(policy_plan, rest, Fraction(0), s.mechanism, policy_plan.literal_domain_size(), weights)
-        by_group = len(groups) if groups and len(groups) > 1 else 0  # the domain's size: public
+        by_group = auto_bounds.profiled_groups(policy_plan, len(groups) if groups else 0)  # public
         cost = Cost.of(auto_bounds.parts(epsilon, cols, top, correct, bool(by_group)) + at_rest.cost.parts)
         pending = self.ledger.charging(self.user.name, self.budget_policy, cost, stmt.sql,
                                        json.dumps(_detail(policy_plan, at_rest), default=str), self.global_budget)

@@ -368,3 +368,14 @@ def test_a_filter_narrows_the_columns_range_before_the_choice(session, profile, 
                             (tuple(values) + (0.0,) * (auto_bounds.VALUE_BINS - len(values)),))
     (expr, lo, hi), = auto_bounds.choose(plan, p, (col,), top, epsilon, 3).clips
     assert expr == col.expr and lo == 5.0 and 5.0 < hi <= 20.0
+
+
+def test_a_corrected_count_profiles_no_group_masses(session):
+    """A corrected count's profile is its row-count histogram alone (its epsilon undivided);
+    other plans over a domain of several groups also release the groups' masses."""
+    count = _plan(session, "SELECT kind, COUNT(*) FROM events GROUP BY kind")
+    total = _plan(session, "SELECT kind, SUM(amount) FROM events GROUP BY kind")
+    assert auto_bounds.corrected(count, 3) and auto_bounds.profiled_groups(count, 3) == 0
+    assert auto_bounds.profiled_groups(total, 3) == 3 and auto_bounds.profiled_groups(total, 1) == 0
+    top = auto_bounds.ceiling(count)
+    assert auto_bounds.epsilons(Fraction(1), (), top, False) == (auto_bounds.SHARE,)
