@@ -10,7 +10,10 @@ the limits that minimise a model of its error (noise plus what truncation and cl
 - a total bound C on a unit's rows in the whole query (TotalCap: a unit with n > C rows has
   each of its rows weighted C / n), at most the policy's total bound
   (max_contributions, or max_groups * max_rows);
-- for each summed column with lower bound >= 0, an upper clamp U at most the policy's upper bound.
+- for each summed column with lower bound >= 0, an upper clamp U at most the policy's upper bound,
+  when a mean or a spread reads the column: a SUM alone keeps the policy's, since under a total
+  bound it clips each unit's total at C * U (TotalCap's own norm), and a lower U only cuts more
+  of the same unit totals for the same sensitivity C * U as a lower C.
 
 The profile is two kinds of histogram over fixed, public bins, each with L1 sensitivity MASS
 under adding or removing one unit, noised with discrete Laplace noise (OpenDP):
@@ -40,15 +43,18 @@ from .mechanisms import Noise, add_noise, laplace_scale
 from .sql import build as b
 from .sql.analyze import Plan
 from .sql.bounding import PerGroupCap, TotalCap
+from .sql.bounds import Interval
 from .sql.measures import Sum
 from .sql.options import QueryOptions
+from .sql.ranges import narrowed
 from .sql.rewrite import rewrite
 
 SHARE = Fraction(1, 10)  # of the query's epsilon spent on the profile
-# Counts and sums: the truncation a total bound C makes is corrected with the rows it cut,
-# released as two numbers over the profile's units (`Correction`) with these shares of epsilon.
-EXCESS_SHARE = Fraction(2, 5)  # the rows between C and the reach, Σ min(n, reach) - min(n, C)
-KEPT_SHARE = Fraction(1, 20)  # the rows C keeps, Σ min(n, C)
+# Counts: the truncation a total bound C makes is corrected with the rows it cut, released as two
+# numbers over the profile's units (`Correction`), the kept rows Σ min(n, C) and the excess
+# Σ min(n, reach) - min(n, C); their shares of epsilon and the release's are chosen per query by
+# `split`, from the policy and the query only.
+KEPT_WEIGHT = Fraction(1, 2)  # the model's excess / kept, by which the kept rows' noise moves the factor
 REACH = 4  # the correction sees a unit's rows up to REACH times the policy's total bound
 RESIDUAL = Fraction(1, 10)  # of what truncation cuts, the model's bias left after the correction
 CORRECTED = ("count",)  # sums clip each unit's total (bounding.TotalCap), which keeps nearly all of it
@@ -74,6 +80,8 @@ class Column:
     upper: float
     centre: float
     bits: int
+    shared: bool = True  # also a mean's or a spread's, which see the clamp row by row
+    declared: tuple[float, float] = (0.0, 0.0)  # the policy's bounds (lower, upper: narrowed by the WHERE)
 
     @property
     def edges(self) -> tuple[float, ...]:
@@ -107,6 +115,7 @@ class Choice:
     policy_expected: float  # the same model at the policy's limits
     epsilon: Fraction  # spent on the profile
     reach: int | None = None  # the correction's reach (None: not corrected)
+    bias: float = 0.0  # the part of `expected` the chosen limits cut (the rest: noise)
 
     def options(self, base: QueryOptions) -> QueryOptions:
         return replace(base, max_contributions=self.max_contributions, clips=self.clips)
@@ -114,7 +123,9 @@ class Choice:
     def describe(self) -> dict:
         return {"max_contributions": self.max_contributions,
                 "clamps": {expr: [lo, hi] for expr, lo, hi in self.clips},
-                "profile_epsilon": float(self.epsilon)}
+                "profile_epsilon": float(self.epsilon),
+                "expected": {"bias": self.bias, "noise": max(self.expected - self.bias, 0.0),
+                             "at_policy_limits": self.policy_expected}}
 
 
 def told(bounds: dict) -> str:
@@ -125,6 +136,10 @@ def told(bounds: dict) -> str:
     if bounds.get("max_groups") is not None:
         parts.append(f"at most {bounds['max_groups']} group(s) per unit")
     parts += [f"{expr} clamped to [{lo:g}, {hi:g}]" for expr, (lo, hi) in bounds.get("clamps", {}).items()]
+    if (model := bounds.get("expected")) is not None:
+        parts.append(f"the profile's model expects a relative error of about {model['bias']:.1%} cut by these limits "
+                     f"and {model['noise']:.1%} of noise (summed over the aggregates; "
+                     f"{model['at_policy_limits']:.1%} at the policy's limits)")
     fix = bounds.get("correction")
     if fix:
         lo, hi = fix["factor_interval"]
@@ -132,16 +147,42 @@ def told(bounds: dict) -> str:
     return "limits chosen for this query (dpsql.bounds = auto): " + "; ".join(parts)
 
 
-def corrected(plan: Plan) -> bool:
-    """Plans whose truncation is corrected (`Correction`): counts of rows only, over units that
-    may have more rows than one. A total bound cuts a heavy unit's rows to C; a sum clips its
-    total to C times the clamp, which keeps far more; a mean, a spread or a quantile is a ratio,
-    which the cut barely moves."""
-    return ceiling(plan) > 1 and all(e.func in CORRECTED for e in plan.estimates)
+def corrected(plan: Plan, groups: int = 1) -> tuple[Fraction, ...]:
+    """The correction's (kept, excess) shares of the query's epsilon (`split`) for plans whose
+    truncation is corrected (`Correction`), () for the others: counts of rows only, over units
+    that may have more rows than one. A total bound cuts a heavy unit's rows to C; a sum clips
+    its total to C times the clamp, which keeps far more; a mean, a spread or a quantile is a
+    ratio, which the cut barely moves. `groups`: the size of the released domain (public)."""
+    if ceiling(plan) > 1 and all(e.func in CORRECTED for e in plan.estimates):
+        return split(ceiling(plan), reach(plan), groups)
+    return ()
+
+
+def split(top: int, far: int, groups: int) -> tuple[Fraction, Fraction]:
+    """The (kept, excess) shares of a corrected count's epsilon, the release getting the rest
+    after the profile's SHARE: those that minimise the model's standard deviation of a group's
+    relative error, Σ_i (a_i / ε_i)² under Σ_i ε_i fixed, whose minimum is at ε_i ∝ a_i^(2/3).
+    All three noises are over the same rows (N, the query's kept rows), so N cancels and the
+    choice depends on the policy and the query only: a group holds N / groups rows and its noise
+    has scale C / ε_release, so a_release = C * groups; the factor (kept + excess) / kept moves
+    by the excess's noise over N, a_excess = reach - C, and by the kept rows' times excess /
+    kept, a_kept = C * KEPT_WEIGHT. C is not known before the profile: the model takes the
+    candidates' middle on a log scale, sqrt(top)."""
+    c = math.sqrt(top)
+    weights = [(c * max(groups, 1)) ** (2 / 3), (c * float(KEPT_WEIGHT)) ** (2 / 3), max(far - c, 1.0) ** (2 / 3)]
+    rest = 1 - SHARE
+    kept = rest * Fraction(weights[1] / sum(weights)).limit_denominator(1000)
+    excess = rest * Fraction(weights[2] / sum(weights)).limit_denominator(1000)
+    return kept, excess
 
 
 def reach(plan: Plan) -> int:
-    return REACH * ceiling(plan)
+    """The correction's widest reach for a plan (the choice may take a lower one: `reaches`)."""
+    return reach_of(ceiling(plan))
+
+
+def reach_of(top: int) -> int:
+    return REACH * top
 
 
 def counts_units(plan: Plan, mechanism: str) -> bool:
@@ -154,11 +195,21 @@ def counts_units(plan: Plan, mechanism: str) -> bool:
             and all(e.func == "units" for e in plan.estimates))
 
 
-def correction_share(plan: Plan, mechanism: str = "laplace") -> Fraction:
-    """The share of a query's epsilon its correction spends (0: none)."""
+def profiled_groups(plan: Plan, groups: int) -> int:
+    """The number of group masses the profile releases (0: none): the released domain's size
+    (public) when it has more than one group, but none for a corrected count, whose truncation
+    the correction undoes wherever the rows fall, and whose reach (`reaches`) needs the row-count
+    histogram's epsilon more: its last bin, the units beyond the policy's bound, is what a lower
+    reach leaves cut."""
+    return groups if groups > 1 and not corrected(plan) else 0
+
+
+def correction_share(plan: Plan, mechanism: str = "laplace", groups: int = 1) -> Fraction:
+    """The share of a query's epsilon its correction spends (0: none); `groups`: the size of the
+    released domain (public)."""
     if counts_units(plan, mechanism):
         return 2 * UNITS_SHARE
-    return KEPT_SHARE + EXCESS_SHARE if corrected(plan) else Fraction(0)
+    return sum(corrected(plan, groups), Fraction(0))
 
 
 # What can be chosen ------------------------------------------------------------------------
@@ -182,7 +233,9 @@ def eligible(plan: Plan, mechanism: str, sampled: bool = False) -> bool:
 
 def columns(plan: Plan) -> tuple[Column, ...]:
     """The summed columns whose clamp can be chosen: a lower bound of at least 0 (a clamp of the
-    upper side only), a range, and each column once."""
+    upper side only), a range, and each column once. Their bounds are the policy's narrowed by
+    what the query's WHERE says of the column (sql/ranges.py: from the query's text only), so
+    that `WHERE cost > 2000` centres a mean of cost in [2000, U] and bins its values there."""
     out: dict[str, Column] = {}
     for est in plan.estimates:
         if est.func not in SUMMED or est.total is None:
@@ -191,7 +244,13 @@ def columns(plan: Plan) -> tuple[Column, ...]:
         if not isinstance(m, Sum) or m.value is None or m.lower < 0 or m.upper <= m.lower:
             continue
         expr = m.value.sql(dialect="postgres")
-        out.setdefault(expr, Column(est.total, expr, m.lower, m.upper, m.centre, m.bits))
+        lo, hi = m.lower, m.upper
+        if isinstance(m.value, exp.Column):
+            narrow = narrowed(m.value, Interval(m.lower, m.upper), plan.relation.where)
+            lo, hi = narrow.lo, narrow.hi
+        col = out.setdefault(expr, Column(est.total, expr, lo, hi, m.centre, m.bits, shared=False,
+                                          declared=(m.lower, m.upper)))
+        out[expr] = replace(col, shared=col.shared or est.func not in ("sum", "whole_sum"))
     return tuple(out.values())
 
 
@@ -258,11 +317,11 @@ def _part(e: Fraction) -> Part:
     return Part("laplace", e, rho=e * e / 2, noise_multiplier=float(1 / e))
 
 
-def parts(epsilon: Fraction, cols: Sequence[Column], top: int, correct: bool = False,
+def parts(epsilon: Fraction, cols: Sequence[Column], top: int, correct: Sequence[Fraction] = (),
           by_group: bool = False) -> tuple[Part, ...]:
     """The profile's parts of the query's cost: one Laplace mechanism per histogram, and the
-    correction's two when the plan is `corrected`."""
-    extra = (epsilon * KEPT_SHARE, epsilon * EXCESS_SHARE) if correct else ()
+    correction's two at its shares `correct` (`corrected`) when there is one."""
+    extra = tuple(epsilon * share for share in correct)
     return tuple(_part(e) for e in epsilons(epsilon, cols, top, by_group) + extra)
 
 
@@ -371,9 +430,9 @@ def _values(col: Column, mass: Sequence[float]) -> _Values:
 
 
 def choose(plan: Plan, profile: Profile, cols: Sequence[Column], top: int, epsilon: Fraction, groups: int,
-           correct: bool = False) -> Choice:
+           correct: Sequence[Fraction] = ()) -> Choice:
     """The total bound and clamps that minimise the model's error at the release's epsilon
-    (`epsilon` minus the profile's share, and the correction's when `correct`), over every
+    (`epsilon` minus the profile's share, and the correction's shares `correct`), over every
     candidate (the policy's own among them). `groups`: the groups the query releases (its
     declared domain's size; public), of which the profile's group masses give the effective
     number (`effective_groups`). Under a correction, what truncation cuts counts for
@@ -387,26 +446,41 @@ def choose(plan: Plan, profile: Profile, cols: Sequence[Column], top: int, epsil
     values = {c.expr: _values(c, m) for c, m in zip(cols, profile.values)}
     by_expr = {c.expr: c for c in cols}
     candidates = steps(top) if top > 1 else (top,)
-    far = REACH * top
 
-    def fix(c: float) -> _Fix:
+    def fix(c: float, far: int) -> _Fix:
         if not correct:
             return _Fix()
-        return _Fix(float(RESIDUAL), (far - c) / float(epsilon * EXCESS_SHARE) / max(rows.kept(top), 1.0))
+        # Rows beyond the reach stay cut: those between it and the policy's bound (from the
+        # profile), and, below the bound, those of units beyond it (the model: as many again).
+        beyond = (rows.kept(top) - rows.kept(far) + rows.units[-1] * top) if far < reach_of(top) else 0.0
+        return _Fix(float(RESIDUAL), (far - c) / float(epsilon * correct[1]) / max(rows.kept(top), 1.0),
+                    beyond)
 
-    best: tuple[float, int, dict[str, float]] | None = None
+    best: tuple[float, int, int, dict[str, float]] | None = None
     for c in candidates:
-        clamps = {e: _best_clamp(terms, by_expr[e], values[e], rows, c, top, groups, per_measure, fix(c))
-                  for e in by_expr}
-        err = _error(terms, by_expr, values, rows, c, top, clamps, groups, per_measure, fix(c))
-        if best is None or err < best[0]:
-            best = (err, c, clamps)
+        for far in (reaches(top, c) if correct else (reach_of(top),)):
+            clamps = {e: _best_clamp(terms, by_expr[e], values[e], rows, c, top, groups, per_measure, fix(c, far))
+                      if by_expr[e].shared else by_expr[e].upper for e in by_expr}
+            err = _error(terms, by_expr, values, rows, c, top, clamps, groups, per_measure, fix(c, far))
+            if best is None or err < best[0]:
+                best = (err, c, far, clamps)
     assert best is not None
-    err, c, clamps = best
+    err, c, far, clamps = best
     policy = _error(terms, by_expr, values, rows, top, top, {e: by_expr[e].upper for e in by_expr}, groups,
-                    per_measure, fix(top))
-    clips = tuple((e, by_expr[e].lower, u) for e, u in sorted(clamps.items()) if u < by_expr[e].upper)
-    return Choice(c if top > 1 else None, clips, err, policy, epsilon * SHARE, far if correct else None)
+                    per_measure, fix(top, reach_of(top)))
+    # The same model without noise: what the chosen limits cut (a correction's residual included).
+    bias = _error(terms, by_expr, values, rows, c, top, clamps, groups, math.inf, replace(fix(c, far), noise=0.0))
+    clips = tuple((e, by_expr[e].lower, u) for e, u in sorted(clamps.items())
+                  if u < by_expr[e].declared[1] or by_expr[e].lower > by_expr[e].declared[0])
+    return Choice(c if top > 1 else None, clips, err, policy, epsilon * SHARE, far if correct else None,
+                  min(bias, err))
+
+
+def reaches(top: int, c: int) -> tuple[int, ...]:
+    """The correction's candidate reaches for a total bound c: the candidate bounds above c, and
+    REACH times the policy's bound. A lower reach lowers the excess's sensitivity (reach - c)
+    when the profile shows few units with more rows than it."""
+    return tuple(r for r in steps(top) if r > c) + (reach_of(top),)
 
 
 def effective_groups(masses: Sequence[float], groups: int) -> float:
@@ -427,6 +501,7 @@ class _Fix:
 
     residual: float = 1.0
     noise: float = 0.0
+    beyond: float = 0.0  # rows the correction does not see (beyond its reach)
 
 
 def _best_clamp(terms, col, values, rows, c, top, groups, per_measure, fix) -> float:
@@ -457,7 +532,8 @@ def _error(terms: Sequence[_Term], cols: dict, values: dict, rows: _Rows, c: flo
             continue
         if t.expr not in cols:  # a count, or a sum whose clamp is not chosen here: rows only
             fixed = fix if t.func in CORRECTED else _Fix()
-            total += (fixed.residual * lost / groups + c * t.bound / per_measure) / max(full / groups, 1.0) + fixed.noise
+            total += ((fixed.residual * lost + fixed.beyond) / groups + c * t.bound / per_measure) / max(full / groups, 1.0) \
+                + fixed.noise
             continue
         col, v, u = cols[t.expr], values[t.expr], clamps[t.expr]
         mean, clamped = max(v.mean(col.upper), 1e-9), v.mean(u)
@@ -487,8 +563,10 @@ def _spread_error(col: Column, v: _Values, u: float, c: float, n: float, per_mea
     return error / 2 if root else error
 
 
-def release_epsilon(epsilon: Fraction, correct: bool = False) -> Fraction:
-    return epsilon * (1 - SHARE - (KEPT_SHARE + EXCESS_SHARE if correct else 0))
+def release_epsilon(epsilon: Fraction, correct: Sequence[Fraction] = ()) -> Fraction:
+    """What the release gets of a query's epsilon: the rest after the profile and the
+    correction's shares `correct`."""
+    return epsilon * (1 - SHARE - sum(correct, Fraction(0)))
 
 
 # The correction of truncation ---------------------------------------------------------------
@@ -552,7 +630,7 @@ def groups_query(plan: Plan, g: int, far: int) -> exp.Select:
 
 
 def noised_correction(row: Sequence, c: int, far: int, epsilon: Fraction, confidence: float,
-                      shares: tuple[Fraction, Fraction] = (KEPT_SHARE, EXCESS_SHARE)) -> Correction:
+                      shares: Sequence[Fraction]) -> Correction:
     """The correction query's exact row noised: each number with discrete Laplace noise of its
     sensitivity (c; far - c) over its share of the query's epsilon."""
     kept_noise = Noise("laplace", laplace_scale(c, epsilon * shares[0]))

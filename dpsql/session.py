@@ -571,7 +571,8 @@ class Session:
         of epsilon, and by how much the release's smaller share scales the noise up."""
         if not self._auto_bounded(plan, cal, options):
             return {"auto_bounds": None, "auto_correction": None, "auto_release": 1.0}
-        fix = auto_bounds.correction_share(plan, self.settings.mechanism)
+        fix = auto_bounds.correction_share(plan, self.settings.mechanism,
+                                          self._domain(plan).row_count if plan.keys and plan.declared else 1)
         profile = Fraction(0) if auto_bounds.counts_units(plan, self.settings.mechanism) else auto_bounds.SHARE
         return {"auto_bounds": float(profile) or None, "auto_correction": float(fix) or None,
                 "auto_release": float(1 / (1 - profile - fix))}
@@ -584,12 +585,12 @@ class Session:
         if auto_bounds.counts_units(policy_plan, s.mechanism):
             return self._units_answer(stmt, policy_plan, policy_cal, options, groups)
         top, cols = auto_bounds.ceiling(policy_plan), auto_bounds.columns(policy_plan)
-        correct = auto_bounds.corrected(policy_plan)
+        correct = auto_bounds.corrected(policy_plan, len(groups) if groups else 1)
         epsilon = policy_cal.cost.epsilon
         rest = auto_bounds.release_epsilon(epsilon, correct)
         weights = measure_weights(policy_plan, options.weights)
         at_rest = calibrate(policy_plan, rest, Fraction(0), s.mechanism, policy_plan.literal_domain_size(), weights)
-        by_group = len(groups) if groups and len(groups) > 1 else 0  # the domain's size: public
+        by_group = auto_bounds.profiled_groups(policy_plan, len(groups) if groups else 0)  # public
         cost = Cost.of(auto_bounds.parts(epsilon, cols, top, correct, bool(by_group)) + at_rest.cost.parts)
         pending = self.ledger.charging(self.user.name, self.budget_policy, cost, stmt.sql,
                                        json.dumps(_detail(policy_plan, at_rest), default=str), self.global_budget)
@@ -605,7 +606,7 @@ class Session:
             if _shares(cal.cost) != _shares(at_rest.cost):
                 raise OperationalError("the chosen limits changed the release's cost", sqlstate="XX000",
                                        hint="this is a bug in dpsql, please report it")
-            correction = self._correction(policy_plan, choice, epsilon) if correct else None
+            correction = self._correction(policy_plan, choice, epsilon, correct) if correct else None
         result = self._answer(plan, bounded, cal, charge, _detail(plan, cal), pending,
                               adjust=None if correction is None else partial(_corrected, plan, correction))
         result.dp["bounds"] = choice.describe() | ({"correction": correction.describe()} if correction else {})
@@ -656,12 +657,13 @@ class Session:
         rs = self._exact(sql, timeless)
         return next(zip(*rs.columns)) if rs.row_count else (0, 0)
 
-    def _correction(self, plan: Plan, choice: auto_bounds.Choice, epsilon: Fraction) -> auto_bounds.Correction:
+    def _correction(self, plan: Plan, choice: auto_bounds.Choice, epsilon: Fraction, shares: tuple[Fraction, ...]
+                    ) -> auto_bounds.Correction:
         """The rows the chosen total bound keeps and cuts (auto_bounds.Correction), noised: part of
         the query's charge, drawn once it is durable."""
-        c, far = choice.max_contributions or 1, auto_bounds.reach(plan)
-        row = self._correction_row(plan, f"correction {c}", lambda: auto_bounds.correction_query(plan, c, far))
-        return auto_bounds.noised_correction(row, c, far, epsilon, self.settings.confidence)
+        c, far = choice.max_contributions or 1, choice.reach or auto_bounds.reach(plan)
+        row = self._correction_row(plan, f"correction {c} {far}", lambda: auto_bounds.correction_query(plan, c, far))
+        return auto_bounds.noised_correction(row, c, far, epsilon, self.settings.confidence, shares)
 
     def _chosen(self, tree: exp.Query, options: QueryOptions, choice: auto_bounds.Choice, rest: Fraction
                 ) -> tuple[Plan, Calibration, Bounded]:

@@ -119,6 +119,39 @@ def test_the_choice_never_exceeds_the_policy(session, profile, epsilon, groups):
     assert choice.epsilon == epsilon * auto_bounds.SHARE
 
 
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(st.floats(-500, 5000), min_size=12, max_size=12),
+       epsilon=st.sampled_from([Fraction(1, 100), Fraction(1, 10), Fraction(1), Fraction(10)]), groups=st.integers(1, 50))
+def test_a_chosen_reach_is_above_the_bound_and_never_above_the_widest(session, rows, epsilon, groups):
+    """Whatever the noisy profile says, a corrected count's reach is one of its candidates: above
+    the chosen total bound (so the excess's sensitivity reach - c is positive) and at most REACH
+    times the policy's bound."""
+    plan = _plan(session, "SELECT kind, COUNT(*) FROM events GROUP BY kind")
+    top = auto_bounds.ceiling(plan)
+    p = auto_bounds.Profile(auto_bounds.steps(top), tuple(rows[:len(auto_bounds.steps(top)) + 1]), ())
+    choice = auto_bounds.choose(plan, p, (), top, epsilon, groups, auto_bounds.corrected(plan, groups))
+    assert choice.reach in auto_bounds.reaches(top, choice.max_contributions)
+    assert choice.max_contributions < choice.reach <= auto_bounds.reach(plan)
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(profile=profiles, epsilon=st.sampled_from([Fraction(1, 100), Fraction(1, 10), Fraction(1)]))
+def test_a_column_only_summed_keeps_the_policys_clamp(session, profile, epsilon):
+    """A SUM alone clips unit totals at C * U: its clamp stays the policy's (C is chosen), while
+    the same column under an AVG is the column whose clamp is chosen."""
+    rows, values = profile
+    for sql, shared in (("SELECT kind, SUM(amount) FROM events GROUP BY kind", False),
+                        ("SELECT kind, SUM(amount), AVG(amount) FROM events GROUP BY kind", True)):
+        plan = _plan(session, sql)
+        cols, top = auto_bounds.columns(plan), auto_bounds.ceiling(plan)
+        assert [c.shared for c in cols] == [shared]
+        p = auto_bounds.Profile(auto_bounds.steps(top), tuple(rows[:len(auto_bounds.steps(top)) + 1]),
+                                (tuple(values) + (0.0,) * (auto_bounds.VALUE_BINS - len(values)),))
+        choice = auto_bounds.choose(plan, p, cols, top, epsilon, 3)
+        if not shared:
+            assert choice.clips == ()
+
+
 def test_a_chosen_bound_is_clamped_to_the_policy(session):
     plan = _plan(session, "SELECT COUNT(*) FROM events", QueryOptions(max_contributions=10**9))
     assert plan.total_rows == auto_bounds.ceiling(_plan(session, "SELECT COUNT(*) FROM events"))
@@ -145,6 +178,9 @@ def test_the_profile_and_release_are_one_exact_charge(small_policy):
     with _answered(small_policy, "SELECT kind, AVG(amount), SUM(amount) FROM events GROUP BY kind") as (conn, cur):
         bounds = cur.dp["bounds"]
         assert 1 <= bounds["max_contributions"] <= 6 and bounds["profile_epsilon"] == pytest.approx(0.1)
+        model = bounds["expected"]  # the profile's model of the chosen limits' error: bias and noise
+        assert model["bias"] >= 0 and model["noise"] >= 0 and model["at_policy_limits"] > 0
+        assert f"{model['bias']:.1%} cut by these limits" in auto_bounds.told(bounds)
         cur.execute("SET dpsql.bounds = policy")
         cur.execute("SELECT kind, AVG(amount), SUM(amount) FROM events GROUP BY kind")
         assert "bounds" not in cur.dp and conn.session.budget()["epsilon"]["spent"] == Fraction(2)
@@ -178,10 +214,11 @@ def _correction_row(session: Session, plan, c: int, far: int) -> tuple[int, int]
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(**_neighbours, c=st.sampled_from([1, 2, 3, 8, 40]))
-def test_one_unit_moves_the_correction_by_at_most_its_sensitivities(units, target, rows, drop_row, c):
+@given(**_neighbours, c=st.sampled_from([1, 2, 3, 8, 40]), lower=st.booleans())
+def test_one_unit_moves_the_correction_by_at_most_its_sensitivities(units, target, rows, drop_row, c, lower):
     """The correction's kept rows are noised for sensitivity c and its cut rows for reach - c:
-    check both on neighbouring databases, for every count the choice may correct."""
+    check both on neighbouring databases, for every count the choice may correct, at the widest
+    reach or (`lower`) the lowest the choice may take for c (auto_bounds.reaches)."""
     with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
         a = Session(load_policy(_build(Path(d1), units, target, True, rows)), "alice")
         b = Session(load_policy(_build(Path(d2), units, target, False, rows)), "alice")
@@ -190,8 +227,8 @@ def test_one_unit_moves_the_correction_by_at_most_its_sensitivities(units, targe
             assert queries
             for q in queries:
                 plan = _plan(a, q)
-                far = auto_bounds.reach(plan)
                 cc = min(c, auto_bounds.ceiling(plan))
+                far = auto_bounds.reaches(auto_bounds.ceiling(plan), cc)[0] if lower else auto_bounds.reach(plan)
                 (ka, ea), (kb, eb) = _correction_row(a, plan, cc, far), _correction_row(b, plan, cc, far)
                 assert abs(ka - kb) <= cc, q
                 assert abs(ea - eb) <= far - cc, q
@@ -221,10 +258,39 @@ def test_a_corrected_count_is_one_exact_charge(small_policy):
         bounds = cur.dp["bounds"]
         assert 1 <= bounds["max_contributions"] <= 6
         fix = bounds["correction"]
-        assert fix["reach"] == auto_bounds.REACH * 6 and 1 <= fix["factor"] <= fix["reach"] / bounds["max_contributions"]
+        assert fix["reach"] in auto_bounds.reaches(6, bounds["max_contributions"])
+        assert 1 <= fix["factor"] <= fix["reach"] / bounds["max_contributions"]
         cur.execute("EXPLAIN SELECT kind, COUNT(*) FROM events GROUP BY kind")
         text = "\n".join(r[0] for r in cur.fetchall())
-        assert "corrected for truncation" in text and "at most 2.222 times" in text
+        release = 1 / float(auto_bounds.release_epsilon(Fraction(1), auto_bounds.split(6, 24, 3)))
+        assert "corrected for truncation" in text and f"at most {release:.4g} times" in text
+
+
+def _spread(top: int, far: int, groups: int, shares: tuple[float, float, float]) -> float:
+    """The split's objective (auto_bounds.split): Σ (a_i / ε_i)² at C = sqrt(top)."""
+    c = top ** 0.5
+    a = (c * groups, c * float(auto_bounds.KEPT_WEIGHT), far - c)
+    return sum((x / e) ** 2 for x, e in zip(a, shares))
+
+
+@pytest.mark.parametrize("top,groups", [(2, 1), (6, 3), (40, 1), (40, 12), (40, 36), (400, 1000)])
+def test_the_correction_split_minimises_its_model(top, groups):
+    """The shares are the model's minimum (no split on a grid does better, beyond the shares'
+    rounding), all positive, within what the profile leaves, and a larger domain gives the
+    release (whose noise is per group) more."""
+    far = auto_bounds.REACH * top
+    kept, excess = auto_bounds.split(top, far, groups)
+    rest = 1 - auto_bounds.SHARE
+    assert kept > 0 and excess > 0 and kept + excess < rest
+    chosen = _spread(top, far, groups, (float(rest - kept - excess), float(kept), float(excess)))
+    grid = [i / 40 for i in range(1, 40)]
+    for r in grid:
+        for k in grid:
+            if r + k < 1:
+                other = tuple(float(rest) * x for x in (r, k, 1 - r - k))
+                assert chosen <= _spread(top, far, groups, other) * 1.01
+    wider = auto_bounds.release_epsilon(Fraction(1), auto_bounds.split(top, far, groups * 2))
+    assert wider > auto_bounds.release_epsilon(Fraction(1), (kept, excess))
 
 
 UNITS_QUERIES = ["SELECT kind, COUNT(DISTINCT pid) FROM events GROUP BY kind",
@@ -258,3 +324,58 @@ def test_a_corrected_count_of_units_is_one_exact_charge(small_policy):
     with _answered(small_policy, UNITS_QUERIES[0]) as (conn, cur):
         assert auto_bounds.counts_units(_plan(conn.session, UNITS_QUERIES[0]), "laplace")
         assert cur.dp["bounds"]["max_groups"] == 2 and cur.dp["bounds"]["correction"]["reach"] == 3
+
+
+def test_a_correction_is_counted_at_the_reach_chosen(session):
+    """The exact kept and cut rows are kept per bound *and* reach: the same bound with another
+    reach counts its own cut rows (at an epsilon so large the noise is below one row)."""
+    plan = _plan(session, "SELECT kind, COUNT(*) FROM events GROUP BY kind")
+    shares = auto_bounds.corrected(plan, 3)
+    got = {}
+    for far in (2, auto_bounds.reach(plan), 2):
+        choice = auto_bounds.Choice(1, (), 0.0, 0.0, Fraction(0), far)
+        fix = session._correction(plan, choice, Fraction(10**9), shares)
+        assert (round(fix.kept), round(fix.excess)) == _correction_row(session, plan, 1, far)
+        got.setdefault(far, round(fix.excess))
+    assert got[2] < got[auto_bounds.reach(plan)]
+
+
+def test_the_models_bias_is_what_remains_without_noise(session):
+    """The chosen limits' bias is the model's error at an infinite epsilon: below the whole
+    error, and all of it when the epsilon is so large the noise vanishes."""
+    plan = _plan(session, "SELECT kind, SUM(amount), AVG(amount), COUNT(*) FROM events GROUP BY kind")
+    cols, top = auto_bounds.columns(plan), auto_bounds.ceiling(plan)
+    rows = tuple([50.0, 40.0, 30.0, 20.0, 10.0, 5.0][:len(auto_bounds.steps(top))] + [3.0])
+    values = tuple(float(100 - 3 * i) for i in range(auto_bounds.VALUE_BINS))
+    p = auto_bounds.Profile(auto_bounds.steps(top), rows, (values,))
+    small = auto_bounds.choose(plan, p, cols, top, Fraction(1, 10), 3)
+    assert 0 <= small.bias <= small.expected
+    huge = auto_bounds.choose(plan, p, cols, top, Fraction(10**12), 3)
+    assert huge.expected - huge.bias < 1e-6
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(profile=profiles, epsilon=st.sampled_from([Fraction(1, 100), Fraction(1, 10), Fraction(1)]))
+def test_a_filter_narrows_the_columns_range_before_the_choice(session, profile, epsilon):
+    """WHERE 5 <= amount < 20: the column's candidate clamps and bins are within [5, 20] (from the
+    query's text alone), and the chosen clamp says so, within the policy's bounds."""
+    plan = _plan(session, "SELECT kind, AVG(amount) FROM events WHERE amount >= 5 AND amount < 20 GROUP BY kind")
+    (col,), top = auto_bounds.columns(plan), auto_bounds.ceiling(plan)
+    assert (col.lower, col.upper) == (5.0, 20.0) and col.declared[0] <= 5.0 and 20.0 < col.declared[1]
+    assert 5.0 < min(col.edges) and max(col.edges) == 20.0
+    rows, values = profile
+    p = auto_bounds.Profile(auto_bounds.steps(top), tuple(rows[:len(auto_bounds.steps(top)) + 1]),
+                            (tuple(values) + (0.0,) * (auto_bounds.VALUE_BINS - len(values)),))
+    (expr, lo, hi), = auto_bounds.choose(plan, p, (col,), top, epsilon, 3).clips
+    assert expr == col.expr and lo == 5.0 and 5.0 < hi <= 20.0
+
+
+def test_a_corrected_count_profiles_no_group_masses(session):
+    """A corrected count's profile is its row-count histogram alone (its epsilon undivided);
+    other plans over a domain of several groups also release the groups' masses."""
+    count = _plan(session, "SELECT kind, COUNT(*) FROM events GROUP BY kind")
+    total = _plan(session, "SELECT kind, SUM(amount) FROM events GROUP BY kind")
+    assert auto_bounds.corrected(count, 3) and auto_bounds.profiled_groups(count, 3) == 0
+    assert auto_bounds.profiled_groups(total, 3) == 3 and auto_bounds.profiled_groups(total, 1) == 0
+    top = auto_bounds.ceiling(count)
+    assert auto_bounds.epsilons(Fraction(1), (), top, False) == (auto_bounds.SHARE,)

@@ -38,6 +38,9 @@ QUERIES = [
     "SELECT place, COUNT(*), SUM(amount) FROM events GROUP BY place",
     "SELECT kind, place, AVG(amount) FROM events GROUP BY kind, place",
     "SELECT kind, COUNT(*) FROM events WHERE amount > 10 GROUP BY kind",
+    # the WHERE narrows the summed column's bounds (sql/ranges.py): the clamp and sensitivity follow
+    "SELECT kind, SUM(amount), AVG(amount) FROM events WHERE amount < 20 AND 5 <= amount GROUP BY kind",
+    "SELECT MEDIAN(amount), STDDEV(amount) FROM events WHERE amount BETWEEN 10 AND 30",
     "SELECT p.sex, COUNT(*), SUM(e.amount) FROM people p JOIN events e ON p.pid = e.pid GROUP BY p.sex",
     "SELECT p.city, COUNT(*), AVG(e.amount) FROM people p JOIN events e ON p.pid = e.pid GROUP BY p.city",
     "SELECT pl.region, SUM(e.amount) FROM events e JOIN places pl ON e.place = pl.name GROUP BY pl.region",
