@@ -16,11 +16,11 @@ import click
 from . import __version__, owner_only, policy_report
 from .accounting.cost import Cost, Part, show
 from .accounting.filters import FILTERS, make_filter, simulate
-from .accounting.integrity import identity_file
-from .accounting.ledger import Ledger, failure_of, failure_text, open_ledger
 from .config import Policy, SchemaMismatch, default_reserve, exact, load_policy
 from .engines import Engine, open_engine
 from .errors import Error, invalid_parameter
+from .ledger import Ledger, failure_of, failure_text, open_ledger
+from .ledger.integrity import identity_file
 from .mechanisms import rho_for
 from .planning import plan_report
 from .server.scram import make_verifier

@@ -132,11 +132,11 @@ class Server:
         self._server: asyncio.base_events.Server | None = None
         self._more: list[asyncio.base_events.Server] = []  # a worker's further listening sockets
         self._closing = False
-        from ..accounting.ledger import open_ledger
+        from ..ledger import open_ledger
 
         self.ledger = open_ledger(policy.ledger_path, policy.ledger_url, identity=policy.ledger_identity)
         if link is not None and link.ledger >= 0:  # the supervisor's writer: one for every worker
-            from ..accounting.remote_writer import RemoteWriter
+            from ..ledger.remote_writer import RemoteWriter
 
             self.ledger.use_writer(RemoteWriter(socket.socket(fileno=link.ledger)))
         else:
