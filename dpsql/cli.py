@@ -533,8 +533,8 @@ def serve(policy: str, ledger: str | None, host: str, port: int, tls_cert: str |
           login_timeout: float, login_delay: float, login_lockout_after: int, log_statements: bool, http: str | None,
           workers: int) -> None:
     """Serve the PostgreSQL wire protocol: psql, JDBC, ODBC and every Postgres driver connect unchanged."""
-    from .server.app import run
     from .server.launch import ServeOptions, build_server, checked, ensure_logins
+    from .server.listener import run
 
     options = ServeOptions(policy, ledger, host, port, tls_cert, tls_key, require_tls, max_connections, max_pending,
                            max_pending_per_address, login_timeout, login_delay, login_lockout_after, log_statements,

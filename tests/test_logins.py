@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import psycopg
 import pytest
 
-from dpsql.server.app import Limits, Server
+from dpsql.server.listener import Limits, Server
 from dpsql.server.throttle import ADMITTED, LoginThrottle
 
 from .server_fixture import PASSWORD, Serve, frame, messages, startup_packet

@@ -14,7 +14,7 @@ from typing import Any, Callable
 from ..config import Policy, load_policy
 from ..errors import invalid_parameter
 from ..ledger import Ledger
-from .app import Limits, Server, tls_context
+from .listener import Limits, Server, tls_context
 from .scram import make_verifier
 from .throttle import LoginThrottle
 from .worker_link import WorkerLink

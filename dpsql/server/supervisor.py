@@ -23,8 +23,8 @@ from typing import Callable
 from ..errors import OperationalError
 from ..ledger import Ledger
 from ..ledger.remote_writer import WriterService
-from .app import Limits
 from .launch import ServeOptions
+from .listener import Limits
 from .worker_link import WorkerLink
 
 READY_SECONDS = 120.0  # a worker opens its engine (no weighted copy yet) well within this
