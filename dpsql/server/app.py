@@ -1,4 +1,4 @@
-"""`dpsql serve`: the PostgreSQL wire protocol (3.0) over asyncio, one Session per connection.
+"""`dpsql serve`: one PostgreSQL wire protocol (3.0) connection over asyncio, with its own Session.
 
 Engine work runs on a thread pool, never on the event loop. Describe never executes and never
 charges. Errors carry SQLSTATEs; in the extended protocol an error skips to the next Sync, as
