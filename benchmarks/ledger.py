@@ -17,8 +17,8 @@ from pathlib import Path
 
 from dpsql.accounting.cost import Cost, Part
 from dpsql.accounting.filters import FILTERS, make_filter, simulate
-from dpsql.accounting.ledger import Ledger, PostgresLedger
 from dpsql.config import BudgetPolicy
+from dpsql.ledger import Ledger, PostgresLedger
 from dpsql.mechanisms import rho_for
 
 

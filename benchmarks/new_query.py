@@ -31,8 +31,8 @@ import duckdb
 
 import dpsql
 from dpsql import mechanisms, postprocess
-from dpsql.accounting.ledger import Ledger, PendingCharge
 from dpsql.engines.duckdb import DuckDBEngine
+from dpsql.ledger import Ledger, PendingCharge
 from dpsql.postprocess import PostProcessor
 
 from . import rewrite_overhead

@@ -147,7 +147,7 @@ def main() -> None:
     ap.add_argument("--servers", type=int, default=2)
     ap.add_argument("--workers", type=int, default=1, help="dpsql serve --workers of each server")
     args = ap.parse_args()
-    from dpsql.accounting.ledger import Ledger, failure_of
+    from dpsql.ledger import Ledger, failure_of
 
     with tempfile.TemporaryDirectory() as d:
         policy = sample_policy(Path(d))

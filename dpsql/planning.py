@@ -8,12 +8,12 @@ from fractions import Fraction
 from typing import Any, Sequence
 
 from .accounting.filters import Totals
-from .accounting.ledger import segment_filter
 from .calibration import (
     calibrate,
     needs_delta,
 )
 from .errors import invalid_parameter, unsupported
+from .ledger import segment_filter
 from .prepare import plan_query
 from .session import Session
 from .sql.analyze import Plan, PublicQuery

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import guard
-from .accounting.ledger import Charge
 from .calibration import Calibration
 from .config import Policy
 from .engines.base import ResultSet
 from .families import family
+from .ledger import Charge
 from .mechanisms import add_noise
 from .sql.analyze import Plan
 from .sql.measures import Histogram

@@ -28,7 +28,6 @@ from sqlglot import exp
 from . import auto_bounds, guard, local, plan_cache
 from .accounting.cost import Cost, show
 from .accounting.filters import PAIR_FILTERS, Filter, Totals, simulate
-from .accounting.ledger import Charge, Ledger, PendingCharge, open_ledger, window_of
 from .calibration import Calibration, calibrate, measure_weights
 from .config import MECHANISMS, BudgetPolicy, Policy, TablePolicy, UserPolicy
 from .empty_groups import with_empty_groups
@@ -45,6 +44,7 @@ from .errors import (
     unsupported,
 )
 from .families import family
+from .ledger import Charge, Ledger, PendingCharge, open_ledger, window_of
 from .plan_cache import UNUSABLE, Bounded, Seen, Template
 from .postprocess import PostProcessor, is_trivial
 from .prepare import (

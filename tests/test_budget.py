@@ -9,9 +9,9 @@ import pytest
 import dpsql
 from dpsql.accounting.cost import Cost
 from dpsql.accounting.filters import BasicFilter, Totals
-from dpsql.accounting.ledger import Ledger
 from dpsql.config import BudgetPolicy
 from dpsql.errors import PolicyError
+from dpsql.ledger import Ledger
 
 from .conftest import write_policy
 
@@ -182,7 +182,7 @@ def test_ledger_survives_reopen(tmp_path):
 @pytest.fixture(params=["sqlite", "postgres"])
 def any_ledger(request, tmp_path):
     if request.param == "postgres":
-        from dpsql.accounting.ledger import PostgresLedger
+        from dpsql.ledger import PostgresLedger
 
         led = PostgresLedger(request.getfixturevalue("pg_ledger_url"))
     else:

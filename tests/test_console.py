@@ -25,7 +25,7 @@ from dpsql.config import BudgetPolicy, load_policy
 from dpsql.console import create_app, timeline
 from dpsql.console.audit import Record, csv_text
 from dpsql.errors import PolicyError
-from dpsql.server.app import Server
+from dpsql.server.listener import Server
 from dpsql.server.scram import Verifier, make_verifier, password_matches
 from dpsql.server.throttle import LoginThrottle
 

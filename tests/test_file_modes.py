@@ -18,9 +18,9 @@ import pytest
 
 from dpsql import owner_only
 from dpsql.accounting.cost import Cost
-from dpsql.accounting.integrity import identity_file
-from dpsql.accounting.ledger import Ledger, PostgresLedger
 from dpsql.config import BudgetPolicy
+from dpsql.ledger import Ledger, PostgresLedger
+from dpsql.ledger.integrity import identity_file
 
 from .conftest import ROOT
 from .server_fixture import Serve

@@ -135,7 +135,7 @@ def test_query_options_bound_like_the_same_policy(tmp_path):
 
 
 def _ledger(tmp_path: Path, policy: Path):
-    from dpsql.accounting.ledger import open_ledger
+    from dpsql.ledger import open_ledger
 
     return open_ledger(tmp_path / f"{policy.stem}.sqlite", None)
 

@@ -1,4 +1,4 @@
-"""Group commit (accounting/group_commit.py): one writer turns many sessions' charges into one
+"""Group commit (ledger/group_commit.py): one writer turns many sessions' charges into one
 transaction without changing what is charged, refused or durable."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from fractions import Fraction
 
 import pytest
 
-from dpsql.accounting.group_commit import GroupCommit
 from dpsql.config import load_policy
 from dpsql.engines.duckdb import DuckDBEngine
+from dpsql.ledger.group_commit import GroupCommit
 from dpsql.session import Session
 
 from .test_concurrency import race, race_policy  # noqa: F401 - the SQLite and PostgreSQL ledgers

@@ -14,8 +14,8 @@ import pytest
 
 from dpsql.config import load_policy
 from dpsql.server import copyout
-from dpsql.server.app import Server
 from dpsql.server.catalog import Catalog
+from dpsql.server.listener import Server
 from dpsql.server.scram import make_verifier
 from dpsql.server.throttle import LoginThrottle
 from dpsql.session import Session

@@ -12,9 +12,9 @@ import pytest
 
 import dpsql
 from dpsql.accounting.cost import Cost
-from dpsql.accounting.integrity import identity_file
-from dpsql.accounting.ledger import Ledger, LedgerError, PostgresLedger
 from dpsql.config import BudgetPolicy
+from dpsql.ledger import Ledger, LedgerError, PostgresLedger
+from dpsql.ledger.integrity import identity_file
 
 from .conftest import ROOT, SAMPLE
 

@@ -15,7 +15,7 @@ from scipy.stats import chi2, norm
 
 import dpsql
 from dpsql import local
-from dpsql.accounting.ledger import Ledger
+from dpsql.ledger import Ledger
 
 from .conftest import make_db, write_policy
 

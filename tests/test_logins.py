@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import psycopg
 import pytest
 
-from dpsql.server.app import Limits, Server
+from dpsql.server.listener import Limits, Server
 from dpsql.server.throttle import ADMITTED, LoginThrottle
 
 from .server_fixture import PASSWORD, Serve, frame, messages, startup_packet
@@ -213,7 +213,7 @@ def test_failed_logins_back_off_lock_out_and_are_audited(small_policy, tmp_path)
         assert 'too many failed logins for user "alice"' in message and elapsed < 2  # refused at once (a hold: 3.2 s)
     finally:
         server.stop()
-    from dpsql.accounting.ledger import Ledger
+    from dpsql.ledger import Ledger
 
     events = Ledger(tmp_path / "l.sqlite").events("alice")
     assert [e["kind"] for e in events].count("login failed") == 5 and events[-1]["kind"] == "login locked out"

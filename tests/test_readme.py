@@ -10,7 +10,7 @@ from .conftest import ROOT
 
 def _policy_keys() -> set[str]:
     """Every key the policy parser accepts, read from its own allow lists."""
-    source = (ROOT / "dpsql" / "config.py").read_text()
+    source = "\n".join(p.read_text() for p in sorted((ROOT / "dpsql" / "config").glob("*.py")))
     keys: set[str] = set()
     for block in re.findall(r"unknown_keys\(([^)]*)\)", source) + re.findall(r'allowed = (\{.*?\})\[kind\]', source, re.S):
         keys |= set(re.findall(r'"([a-z_]+)"', block))

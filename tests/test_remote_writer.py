@@ -1,4 +1,4 @@
-"""One ledger writer for every worker (accounting/remote_writer.py): the supervisor's service
+"""One ledger writer for every worker (ledger/remote_writer.py): the supervisor's service
 applies the jobs its workers send over socket pairs. These tests run both ends in one process,
 each end with its own Ledger object on the same real ledger (SQLite and PostgreSQL), as the
 supervisor and the workers open it, and check that nothing changes in what is charged, refused
@@ -18,11 +18,11 @@ from fractions import Fraction
 import pytest
 
 from dpsql.accounting.cost import Cost
-from dpsql.accounting.ledger import Ledger, open_ledger
-from dpsql.accounting.remote_writer import RemoteWriter, WriterService
 from dpsql.config import BudgetPolicy, load_policy
 from dpsql.engines.duckdb import DuckDBEngine
 from dpsql.errors import BudgetExceeded, OperationalError
+from dpsql.ledger import Ledger, open_ledger
+from dpsql.ledger.remote_writer import RemoteWriter, WriterService
 from dpsql.session import Session
 
 from .test_concurrency import race, race_policy  # noqa: F401 - the SQLite and PostgreSQL ledgers

@@ -21,10 +21,10 @@ from click.testing import CliRunner
 from sqlglot import exp
 
 import dpsql
-from dpsql.accounting.ledger import failure_of
 from dpsql.cli import main as cli
 from dpsql.config import load_policy
 from dpsql.console.audit import Search, search
+from dpsql.ledger import failure_of
 from dpsql.prepare import plan_query
 from dpsql.session import Session
 from dpsql.sql.classify import classify
@@ -175,7 +175,7 @@ def test_statement_timeout_is_a_policy_key_of_duckdb(tmp_path):
 
 @pytest.mark.parametrize("workers", ["1", "2"])  # one process; a supervisor writing its workers' records
 def test_out_of_memory_over_the_wire_keeps_the_connection(tmp_path, workers):
-    from dpsql.accounting.ledger import Ledger
+    from dpsql.ledger import Ledger
 
     from .server_fixture import Serve
 

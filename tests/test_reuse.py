@@ -43,7 +43,7 @@ columns.d = { lower = 2020-01-01, upper = 2021-12-31 }
 
 
 def _ledger(tmp_path: Path):
-    from dpsql.accounting.ledger import open_ledger
+    from dpsql.ledger import open_ledger
 
     return open_ledger(tmp_path / "ledger.sqlite", None)
 

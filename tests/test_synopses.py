@@ -333,7 +333,7 @@ def test_charged_to_everyone_charges_every_analyst_and_the_global_budget_atomica
     pub.publish(s, "events_dash")
     for who in ("alice", "bob"):
         assert s.ledger.spent(who, policy.user(who).budget).epsilon == 1
-    from dpsql.accounting.jobs import GLOBAL
+    from dpsql.ledger.jobs import GLOBAL
     assert s.ledger.spent(GLOBAL, policy.privacy.global_budget).epsilon == 1
     assert s.ledger.verify() == []
     pub.publish(s, "events_dash")  # bob (epsilon 2) has nothing left now: the third is refused for all

@@ -9,9 +9,9 @@ from fractions import Fraction
 import pytest
 
 import dpsql
-from dpsql.accounting.ledger import WINDOW_EPOCH, Ledger
 from dpsql.config import load_policy
 from dpsql.errors import PolicyError
+from dpsql.ledger import WINDOW_EPOCH, Ledger
 
 from .conftest import write_policy
 
@@ -117,7 +117,7 @@ def test_window_settings_are_checked(small_policy):
 def test_the_postgres_ledger_uses_the_server_clock(pg_ledger_url):
     import time
 
-    from dpsql.accounting.ledger import PostgresLedger
+    from dpsql.ledger import PostgresLedger
 
     ledger = PostgresLedger(pg_ledger_url)
     assert abs(ledger.now() - time.time()) < 60

@@ -256,7 +256,7 @@ def test_a_worker_that_cannot_start_stops_the_server(small_policy, tmp_path, scr
 
 
 def test_writers_wait_their_turn_on_the_ledger_lock_file(tmp_path):
-    from dpsql.accounting.ledger import Ledger
+    from dpsql.ledger import Ledger
 
     ledger = Ledger(tmp_path / "l.sqlite")
     lock = tmp_path / "l.sqlite-writers"
@@ -292,7 +292,7 @@ def test_failed_logins_before_a_lockout_are_split_among_workers(small_policy, tm
     finally:
         s.stop()
     assert sum("password authentication failed" in m for m in messages) == 4  # 2 per worker: 4 in all
-    from dpsql.accounting.ledger import Ledger
+    from dpsql.ledger import Ledger
 
     events = Ledger(tmp_path / "l.sqlite").events("alice")
     assert [e["kind"] for e in events].count("login failed") == 4

@@ -30,11 +30,11 @@ from typing import Callable, Iterable, Mapping
 
 import duckdb
 
-from ..accounting.ledger import open_ledger
 from ..config import Policy, load_policy
 from ..duck_rows import insert_rows
 from ..engines import open_engine
 from ..errors import BudgetExceeded
+from ..ledger import open_ledger
 from ..session import Result, Session
 from ..synopses.publish import publish
 from .cases import CASES, Case, World

@@ -21,7 +21,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..server.app import Server
+from ..server.listener import Server
 from . import analyst, charts, officer, synopses
 from .logins import LIFETIME, Logins
 from .web import Console, current, log, render

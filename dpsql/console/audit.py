@@ -14,8 +14,8 @@ from typing import Any, Iterable, Mapping
 from urllib.parse import urlencode
 
 from ..accounting.cost import show
-from ..accounting.ledger import Ledger, failure_of
 from ..errors import invalid_parameter
+from ..ledger import Ledger, failure_of
 
 KINDS = ("all", "charges", "events")
 

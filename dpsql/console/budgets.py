@@ -9,10 +9,10 @@ from typing import Any
 from markupsafe import Markup
 
 from ..accounting.cost import Cost
-from ..accounting.ledger import GLOBAL, Ledger
 from ..config import BudgetPolicy, Policy
 from ..engines import Engine
 from ..errors import Error
+from ..ledger import GLOBAL, Ledger
 from ..prepare import prepare
 from ..session import admits_more, budget_summary, default_settings
 from ..sql.classify import Query, classify

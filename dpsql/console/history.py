@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..accounting.cost import show
-from ..accounting.ledger import Ledger, failure_of, failure_text
+from ..ledger import Ledger, failure_of, failure_text
 from . import results
 
 CACHE_EVENT = "answer from cache"  # the audit event of an answer the console served from the cache

@@ -14,10 +14,10 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from ..accounting.cost import show
-from ..accounting.ledger import Ledger
 from ..config import Policy, exact
 from ..engines import Engine
 from ..errors import Error, invalid_parameter
+from ..ledger import Ledger
 from ..session import budget_summary
 from . import audit, budgets, policy_view
 from .logins import Login

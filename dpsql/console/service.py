@@ -14,7 +14,7 @@ from typing import Iterator
 import uvicorn
 
 from ..errors import OperationalError
-from ..server.app import Server
+from ..server.listener import Server
 from .app import LOOPBACK_NAMES, create_app
 from .logins import close
 from .web import log
@@ -32,7 +32,7 @@ class _Embedded(uvicorn.Server):
 
 
 class ConsoleService:
-    """The web console beside a wire Server (dpsql.server.app.Service)."""
+    """The web console beside a wire Server (dpsql.server.listener.Service)."""
 
     def __init__(self, server: Server, host: str, port: int, certfile: str | None = None, keyfile: str | None = None):
         self.server = server

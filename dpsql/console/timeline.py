@@ -14,8 +14,8 @@ from typing import Any, Sequence
 
 from ..accounting.cost import Cost
 from ..accounting.filters import Filter, Totals
-from ..accounting.ledger import segment_filter, window_of
 from ..config import BudgetPolicy
+from ..ledger import segment_filter, window_of
 
 MAX_POINTS = 400  # points drawn; every charge is still replayed
 LEAD = 5.0  # seconds at least of the untouched budget drawn before the first event

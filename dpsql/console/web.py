@@ -17,7 +17,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
 from ..errors import Error
-from ..server.app import Server
+from ..server.listener import Server
 from . import csrf
 from .logins import Login, Logins, close
 

@@ -1,5 +1,5 @@
 """COPY (<query>) TO STDOUT: the statement's options, and its rows in PostgreSQL's text, CSV and
-binary COPY formats (pure: no I/O; app.py sends CopyOutResponse, CopyData, CopyDone)."""
+binary COPY formats (pure: no I/O; messages.py sends CopyOutResponse, CopyData, CopyDone)."""
 
 from __future__ import annotations
 

@@ -11,10 +11,10 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..accounting.ledger import Ledger
 from ..config import Policy, load_policy
 from ..errors import invalid_parameter
-from .app import Limits, Server, tls_context
+from ..ledger import Ledger
+from .listener import Limits, Server, tls_context
 from .scram import make_verifier
 from .throttle import LoginThrottle
 from .worker_link import WorkerLink

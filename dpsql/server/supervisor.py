@@ -3,7 +3,7 @@ process is bound by Python's GIL). The supervisor opens no engine and no session
 listening sockets (a set per worker on the one port, which the kernel spreads connections
 over), starts the workers, restarts one that dies, and stops them all on SIGTERM or Ctrl-C. It
 also writes every worker's charges, release records and cached answers, with one ledger writer
-for all of them (accounting/remote_writer.py): one transaction per batch, so the budget holds
+for all of them (ledger/remote_writer.py): one transaction per batch, so the budget holds
 across workers as it does across one process's connections, and no worker waits for
 another's lock."""
 
@@ -20,11 +20,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..accounting.ledger import Ledger
-from ..accounting.remote_writer import WriterService
 from ..errors import OperationalError
-from .app import Limits
+from ..ledger import Ledger
+from ..ledger.remote_writer import WriterService
 from .launch import ServeOptions
+from .listener import Limits
 from .worker_link import WorkerLink
 
 READY_SECONDS = 120.0  # a worker opens its engine (no weighted copy yet) well within this
@@ -75,7 +75,7 @@ class _Worker:
 @dataclass
 class Supervisor:
     """`ledger`: the shared ledger, whose one writer thread here writes every worker's charges,
-    release records and cached answers (accounting/remote_writer.py); None: each worker writes
+    release records and cached answers (ledger/remote_writer.py); None: each worker writes
     its own."""
 
     options: ServeOptions

@@ -8,8 +8,8 @@ import json
 import sys
 
 from ..errors import Error
-from .app import run
 from .launch import ServeOptions, build_server
+from .listener import run
 from .worker_link import WorkerLink
 
 

@@ -1,7 +1,7 @@
 """The ledger's hot writes as plain values: a charge, and a statement written lazily (a release
 record, a cached answer). A value, unlike a closure, can be handed to the writer of another
 process: `dpsql serve --workers N` sends its workers' jobs to one writer in the supervisor
-(dpsql/accounting/remote_writer.py), so that one transaction and one fsync cover the charges of
+(dpsql/ledger/remote_writer.py), so that one transaction and one fsync cover the charges of
 every worker and no worker waits for another's lock. The ledger applies a job (Ledger._apply)
 wherever its writer runs."""
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..accounting.cost import Cost
 from ..config import BudgetPolicy
-from .cost import Cost
 
 GLOBAL = "*global*"  # the global budget's name in the ledger: its lock is taken before any analyst's
 

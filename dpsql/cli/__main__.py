@@ -1,0 +1,5 @@
+"""python -m dpsql.cli"""
+
+from . import main
+
+main()
