@@ -12,9 +12,10 @@ from ..errors import invalid_parameter, unsupported
 from ..plan_cache import Bounded
 from ..prepare import plan_query, positive, probability, within_cap
 from ..sql.analyze import Plan, PublicQuery, touches_private
-from ..sql.classify import Query, classify, classify_one
+from ..sql.classify import Query, classify
 from ..sql.clock import now as clock_now
 from ..sql.clock import pinned
+from ..sql.route import Routed
 from ..targets import batch_cost, calibrate_planned, planned_mechanisms, pld_multiplier
 from .answer import answer, noise_detail
 from .bounded import bounded_query
@@ -24,10 +25,11 @@ if TYPE_CHECKING:
     from .pipeline import Session
 
 
-def batchable(policy: Policy, statements: Sequence[str]) -> bool:
-    """Whether the statements are all DP queries, which a script answers as one batch."""
-    kinds = [classify_one(st, policy.limits) for st in statements]
-    return all(isinstance(k, Query) and touches_private(k.tree, policy) for k in kinds)
+def batchable(policy: Policy, routes: Sequence[Routed]) -> bool:
+    """Whether the statements are all DP queries, which a script answers as one batch (the first
+    refused one's refusal is raised)."""
+    read = [r.checked() if r.statement is not None or r.error is not None else None for r in routes]
+    return all(isinstance(s, Query) and touches_private(s.tree, policy) for s in read)
 
 
 def answer_batch(session: Session, sqls: Sequence[str], epsilon: float | Fraction | None,

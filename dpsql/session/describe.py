@@ -11,7 +11,7 @@ from ..errors import BUDGET_RELATION
 from ..families import family
 from ..prepare import plan_query
 from ..sql.analyze import PublicQuery, check_rows_query, touches_private
-from ..sql.classify import Explain, SetCommand, ShowCommand, TransactionCommand, ViewCommand, classify
+from ..sql.classify import Explain, SetCommand, ShowCommand, Statement, TransactionCommand, ViewCommand
 from ..sql.clock import now as clock_now
 from ..sql.clock import pinned
 from ..sql.options import QueryOptions
@@ -28,9 +28,9 @@ if TYPE_CHECKING:
 Shape = tuple[list[str], list[str]]
 
 
-def describe_statement(session: Session, sql: str, params: Sequence[Any] | Mapping[str, Any] | None) -> Shape | None:
-    """What `sql` would return (None: no rows)."""
-    stmt = classify(sql, session.policy.limits)
+def describe_statement(session: Session, stmt: Statement, params: Sequence[Any] | Mapping[str, Any] | None
+                       ) -> Shape | None:
+    """What the statement would return (None: no rows)."""
     if isinstance(stmt, (SetCommand, TransactionCommand, ViewCommand)):
         return None
     if isinstance(stmt, ShowCommand):  # SHOW's own answer (free, no data): Describe matches it, SHOW ALL too

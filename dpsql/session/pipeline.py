@@ -26,10 +26,11 @@ from ..errors import Error, InternalError, forbidden
 from ..postprocess import PostProcessor
 from ..prepare import Settings, prepare
 from ..sql.analyze import Plan, PublicQuery
-from ..sql.classify import Explain, Query, SetCommand, ShowCommand, TransactionCommand, ViewCommand, split_statements
+from ..sql.classify import Query, Statement, split_statements
 from ..sql.clock import now as clock_now
 from ..sql.clock import pinned
 from ..sql.options import QueryOptions
+from ..sql.route import Entry, Kind, Routed, empty_refusal
 from ..sql.scope import as_written
 from ..synopses import publish as synopsis_publish
 from ..synopses import route as synopsis_route
@@ -67,43 +68,77 @@ class Session:
         self._shaping = answer_cache.answer_shaping(policy)  # the policy's part of the answer cache's key
 
     # Entry points --------------------------------------------------------------------------
-    def execute(self, sql: str, params: Params = None) -> Result:
-        """Run one statement. Raises dpsql.errors.Error subclasses only."""
+    def execute(self, sql: str | Routed, params: Params = None) -> Result:
+        """Run one statement (its text, or its route from `route`). Raises dpsql.errors.Error
+        subclasses only."""
         with self._lock, no_internals("the query"):
             return self._execute(sql, params)
 
-    def describe(self, sql: str, params: Params = None) -> tuple[list[str], list[str]] | None:
+    def describe(self, sql: str | Routed, params: Params = None) -> tuple[list[str], list[str]] | None:
         """Names and types of what `sql` would return (None: no rows), without running it or
         charging anything: the wire protocol's Describe."""
         with self._lock:
             try:
-                return describe.describe_statement(self, sql, params)
+                routed = sql if isinstance(sql, Routed) else self.route(sql)
+                if routed.statement is None and routed.error is None:  # empty, or a front end's own route
+                    if routed.kind == Kind.EMPTY:
+                        raise empty_refusal()
+                    routed = self.route(routed.text)
+                return describe.describe_statement(self, routed.checked(), params)
             except Error:
                 raise
             except Exception as e:
                 raise InternalError("internal error while describing the query", hint=type(e).__name__) from e
 
-    def _classify(self, sql: str):
-        return self._statements.classify(sql)
+    def route(self, text: str, entries: Sequence[Entry] = ()) -> Routed:
+        """The statement's way (sql/route.py), with a front end's own `entries`; kept for queries."""
+        return self._statements.route(text, entries)
+
+    def route_one(self, part: str, entries: Sequence[Entry] = ()) -> Routed:
+        """The way of one statement split from a script."""
+        return self._statements.route_one(part, entries)
+
+    def _classify(self, sql: str) -> Statement:
+        return self.route(sql).checked()
 
     # classify -> route ---------------------------------------------------------------------
-    def _execute(self, sql: str, params) -> Result:
+    def _execute(self, sql: str | Routed, params) -> Result:
         self._deadline = self.policy.limits.deadline()
-        stmt = self._classify(sql)
-        if isinstance(stmt, SetCommand):
-            if params:
-                raise forbidden("parameters are not allowed in SET")
-            self.settings, status = settings.assign(self.settings, self.policy, self.user, stmt)
-            return Result(status=status)
-        if isinstance(stmt, ShowCommand):
-            return self.show(stmt.name)
-        if isinstance(stmt, TransactionCommand):
-            return Result(status=stmt.verb)
-        if isinstance(stmt, ViewCommand):
-            return Result(status=self._views.apply(stmt, self.policy))
-        if isinstance(stmt, Explain):
-            tree = self._views.expand(bind_parameters(stmt.query.tree, params))
-            return explain.explain_result(self, tree, stmt.query.options)
+        routed = sql if isinstance(sql, Routed) else self.route(sql)
+        return _ANSWERS.get(routed.kind, Session._unrouted)(self, routed, params)
+
+    def _set(self, routed: Routed, params) -> Result:
+        stmt = routed.checked()
+        if params:
+            raise forbidden("parameters are not allowed in SET")
+        self.settings, status = settings.assign(self.settings, self.policy, self.user, stmt)
+        return Result(status=status)
+
+    def _show(self, routed: Routed, params) -> Result:
+        return self.show(routed.checked().name)
+
+    def _transaction(self, routed: Routed, params) -> Result:
+        return Result(status=routed.checked().verb)  # no-ops: dpsql is read-only
+
+    def _view(self, routed: Routed, params) -> Result:
+        return Result(status=self._views.apply(routed.checked(), self.policy))
+
+    def _explain(self, routed: Routed, params) -> Result:
+        stmt = routed.checked()
+        tree = self._views.expand(bind_parameters(stmt.query.tree, params))
+        return explain.explain_result(self, tree, stmt.query.options)
+
+    def _unrouted(self, routed: Routed, params) -> Result:
+        """What the session does not answer: refused (a front end's own route, answered by it)."""
+        if routed.kind == Kind.EMPTY:
+            raise empty_refusal()
+        if routed.error is None:  # a front end's route (catalog, advisory lock) reached the session: a query here
+            return self._execute(self.route(routed.text), params)
+        raise routed.error
+
+    def _statement(self, routed: Routed, params) -> Result:
+        stmt = routed.checked()
+        sql = routed.text
         tree = bind_parameters(stmt.tree, params) if params or stmt.placeholders else stmt.tree
         expanded = self._views.expand(tree)
         if stmt.clocked or expanded is not stmt.tree:
@@ -260,10 +295,11 @@ class Session:
             return self.execute_batch(statements)
         return [self.execute(st) for st in statements]
 
-    def batchable(self, statements: Sequence[str]) -> bool:
-        """Whether the statements are all DP queries, which a script answers as one batch."""
+    def batchable(self, statements: Sequence[str] | Sequence[Routed]) -> bool:
+        """Whether the statements (texts, or their routes) are all DP queries, which a script
+        answers as one batch."""
         with self._lock:
-            return batch.batchable(self.policy, statements)
+            return batch.batchable(self.policy, [s if isinstance(s, Routed) else self.route_one(s) for s in statements])
 
     def execute_batch(self, sqls: Sequence[str], epsilon: float | Fraction | None = None,
                       delta: float | Fraction | None = None, weights: Sequence[float] | None = None) -> list[Result]:
@@ -278,3 +314,10 @@ class Session:
             self.ledger.close()
         if owns_engine:
             self.engine.close()
+
+
+# The session's answer to each route (sql/route.py); the others are refused (`_unrouted`).
+_ANSWERS = {Kind.SET: Session._set, Kind.SET_LOCAL: Session._set, Kind.SHOW: Session._show,
+            Kind.BEGIN: Session._transaction, Kind.COMMIT: Session._transaction, Kind.ROLLBACK: Session._transaction,
+            Kind.SAVEPOINT: Session._transaction, Kind.NO_OP: Session._transaction, Kind.VIEW: Session._view,
+            Kind.EXPLAIN: Session._explain, Kind.QUERY: Session._statement}
