@@ -33,7 +33,6 @@ from ..sql.options import QueryOptions
 from ..sql.route import Entry, Kind, Routed, empty_refusal
 from ..sql.scope import as_written
 from ..synopses import publish as synopsis_publish
-from ..synopses import route as synopsis_route
 from . import answer_cache, auto, batch, bounded, describe, explain, randomized, routes, settings, shapes, weighting
 from .answer import answer, noise_detail, null_by_construction, record
 from .boundary import no_internals
@@ -151,10 +150,9 @@ class Session:
     def _query(self, stmt: Query, tree: exp.Query, text: str | None = None) -> Result:
         # A text planned before took the planned way then, and takes it again: the checks
         # below are pure functions of the tree, the policy and the settings its key holds.
-        if self.policy.synopses:  # answered free from a published synopsis when it is a function of one
-            answered = synopsis_route.answer(self, stmt, tree)
-            if answered is not None:
-                return Result(answered.names, answered.types, answered.rows, f"SELECT {len(answered.rows)}", answered.dp)
+        answered = routes.early(self, stmt, tree)  # a published synopsis's answer, free (routes.EARLY)
+        if answered is not None:
+            return answered
         options = stmt.options or QueryOptions()
         key = self._plan_key(tree, options, text) if text is not None else None
         planned = self._plans.plan(key) if key is not None else None

@@ -1,13 +1,18 @@
-"""Answers of queries that are not planned as a DP aggregate: the budget relation, a tool's
-schema or column probe, a DP query used as a derived table, a declared domain's keys. Each is
-free but the derived table's inner query, which is answered and charged as any DP query."""
+"""The query routes: a bound query's way (`way`, a pure function of the tree and the policy),
+and the answers of those not planned as a DP aggregate: the budget relation, a tool's schema or
+column probe, a DP query used as a derived table, a declared domain's keys. Each is free but the
+derived table's inner query, answered and charged as any DP query. Ways tried before the plan
+cache (a published synopsis's answer) are entries of EARLY."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
 
 from sqlglot import exp
 
+from ..config import Policy
 from ..errors import BUDGET_RELATION, Error
 from ..prepare import plan_query
 from ..release import NoisyTable, key_order
@@ -15,6 +20,7 @@ from ..sql.analyze import Plan, touches_private
 from ..sql.classify import Query
 from ..sql.options import QueryOptions
 from ..sql.wrappers import column_probe, released_subquery, schema_probe
+from ..synopses import route as synopsis_route
 from .bounded import key_domain
 from .budget import budget_result
 from .charging import charge_told
@@ -26,26 +32,87 @@ if TYPE_CHECKING:
     from .pipeline import Session
 
 
-def routed(session: Session, stmt: Query, tree: exp.Query) -> Result | None:
-    """The answer of a query that is not planned as a DP aggregate: the budget relation, a
-    tool's schema probe, a DP query used as a derived table, a declared domain's keys."""
+class Way(enum.Enum):
+    """A query's way once its parameters are bound (sql/route.py routed the statement)."""
+
+    SYNOPSIS = "synopsis"  # a function of a published synopsis: answered free from it
+    BUDGET = "budget relation"  # dpsql.budget: the analyst's own budget, free
+    PLANNED = "planned"  # public tables only, or a DP aggregate: planned (prepare.py)
+    SCHEMA_PROBE = "schema probe"  # a tool asking for the columns: no rows
+    COLUMN_PROBE = "column probe"  # rows of a private table asked for: its columns only
+    DERIVED = "derived table"  # a DP query used as a derived table: the outer query over its release
+    KEYS = "declared keys"  # keys without an aggregate: the declared domain if it has one, else planned
+
+
+def way(tree: exp.Query, policy: Policy) -> tuple[Way, Any]:
+    """The way of a bound query, from the tree and the policy alone (pure), with what its
+    answer needs (the derived table's inner query and alias)."""
     if reads_budget(tree):
-        r = budget_result(session.policy, session.ledger, session.user.name)
-        return over_rows(session._post, tree, BUDGET_RELATION, r.names, r.types, r.rows)
-    if not touches_private(tree, session.policy):
-        return None
-    if schema_probe(tree) is not None:  # a tool asking for the columns: answered free, no rows
-        names, types = describe_tree(session, tree, stmt.options)
-        return Result(names, types, [], "SELECT 0")
+        return Way.BUDGET, None
+    if not touches_private(tree, policy):
+        return Way.PLANNED, None
+    if schema_probe(tree) is not None:
+        return Way.SCHEMA_PROBE, None
     if column_probe(tree):
-        names, types = describe_tree(session, tree, stmt.options)
-        return Result(names, types, [], "SELECT 0",
-                      {"notice": "rows of a private table are never shown: this answer has its columns only; "
-                                 "ask for an aggregate, e.g. SELECT COUNT(*) FROM " + tree.args["from_"].this.name})
-    wrapped = released_subquery(tree, session.policy)
+        return Way.COLUMN_PROBE, None
+    wrapped = released_subquery(tree, policy)
     if wrapped is not None:
-        return derived_table(session, stmt, tree, *wrapped)
-    return declared_keys(session, tree, stmt.options)
+        return Way.DERIVED, wrapped
+    return Way.KEYS, None
+
+
+@dataclass(frozen=True)
+class Early:
+    """A way tried before the plan cache, when the policy has what it needs (`applies`, public
+    metadata only); its answer None lets the query go on its way."""
+
+    way: Way
+    applies: Callable[[Policy], bool]
+    answer: Callable[[Session, Query, exp.Query], Result | None]
+
+
+def _synopsis(session: Session, stmt: Query, tree: exp.Query) -> Result | None:
+    answered = synopsis_route.answer(session, stmt, tree)
+    if answered is None:
+        return None
+    return Result(answered.names, answered.types, answered.rows, f"SELECT {len(answered.rows)}", answered.dp)
+
+
+EARLY = (Early(Way.SYNOPSIS, lambda policy: bool(policy.synopses), _synopsis),)
+
+
+def early(session: Session, stmt: Query, tree: exp.Query) -> Result | None:
+    """The answer of the first early way that applies and answers, or None."""
+    for route in EARLY:
+        if route.applies(session.policy):
+            answered = route.answer(session, stmt, tree)
+            if answered is not None:
+                return answered
+    return None
+
+
+def routed(session: Session, stmt: Query, tree: exp.Query) -> Result | None:
+    """The answer of a query that is not planned as a DP aggregate (None: it is planned)."""
+    kind, detail = way(tree, session.policy)
+    answer = _ANSWERS.get(kind)
+    return None if answer is None else answer(session, stmt, tree, detail)
+
+
+def _budget(session: Session, stmt: Query, tree: exp.Query, detail: Any) -> Result:
+    r = budget_result(session.policy, session.ledger, session.user.name)
+    return over_rows(session._post, tree, BUDGET_RELATION, r.names, r.types, r.rows)
+
+
+def _schema_probe(session: Session, stmt: Query, tree: exp.Query, detail: Any) -> Result:
+    names, types = describe_tree(session, tree, stmt.options)
+    return Result(names, types, [], "SELECT 0")
+
+
+def _column_probe(session: Session, stmt: Query, tree: exp.Query, detail: Any) -> Result:
+    names, types = describe_tree(session, tree, stmt.options)
+    return Result(names, types, [], "SELECT 0",
+                  {"notice": "rows of a private table are never shown: this answer has its columns only; "
+                             "ask for an aggregate, e.g. SELECT COUNT(*) FROM " + tree.args["from_"].this.name})
 
 
 def declared_keys(session: Session, tree: exp.Query, options: QueryOptions) -> Result | None:
@@ -91,3 +158,10 @@ def derived_table(session: Session, stmt: Query, tree: exp.Select, inner: exp.Se
     result = over_rows(session._post, tree, alias, inner_result.names, inner_result.types, inner_result.rows)
     result.dp = {k: v for k, v in (inner_result.dp or {}).items() if k != "ci"}
     return result
+
+
+_ANSWERS: dict[Way, Callable[[Session, Query, exp.Query, Any], Result | None]] = {
+    Way.BUDGET: _budget, Way.SCHEMA_PROBE: _schema_probe, Way.COLUMN_PROBE: _column_probe,
+    Way.DERIVED: lambda session, stmt, tree, wrapped: derived_table(session, stmt, tree, *wrapped),
+    Way.KEYS: lambda session, stmt, tree, detail: declared_keys(session, tree, stmt.options),
+}
