@@ -18,6 +18,7 @@ from dpsql.calibration import calibrate
 from dpsql.config import load_policy
 from dpsql.prepare import plan_query
 from dpsql.session import Session
+from dpsql.session.auto import correction_of, rows_of
 from dpsql.sql.bounding import TotalCap
 from dpsql.sql.classify import classify
 from dpsql.sql.options import QueryOptions
@@ -34,7 +35,7 @@ def _eligible(session: Session) -> list[str]:
 
 
 def _profile(session: Session, plan, cols, top) -> list[list[int]]:
-    rows = session._rows_of(auto_bounds.profile_query(plan, cols, top))
+    rows = rows_of(session, auto_bounds.profile_query(plan, cols, top))
     hists = [[0] * (len(auto_bounds.steps(top)) + 1)] + [[0] * auto_bounds.VALUE_BINS for _ in cols]
     for kind, _, bin_, mass in rows:
         hists[int(kind)][int(bin_)] += int(mass)
@@ -209,7 +210,7 @@ def test_the_policy_can_turn_choosing_off(tmp_path, small_policy):
 
 
 def _correction_row(session: Session, plan, c: int, far: int) -> tuple[int, int]:
-    rows = session._rows_of(auto_bounds.correction_query(plan, c, far))
+    rows = rows_of(session, auto_bounds.correction_query(plan, c, far))
     return tuple(int(v or 0) for v in rows[0]) if rows else (0, 0)
 
 
@@ -312,8 +313,8 @@ def test_one_unit_moves_the_groups_correction_by_at_most_its_sensitivities(units
                 if not auto_bounds.counts_units(plan, "laplace"):
                     continue
                 g, far = plan.max_groups, plan.max_groups + 5
-                ka, ea = (int(v or 0) for v in a._rows_of(auto_bounds.groups_query(plan, g, far))[0])
-                kb, eb = (int(v or 0) for v in b._rows_of(auto_bounds.groups_query(plan, g, far))[0])
+                ka, ea = (int(v or 0) for v in rows_of(a, auto_bounds.groups_query(plan, g, far))[0])
+                kb, eb = (int(v or 0) for v in rows_of(b, auto_bounds.groups_query(plan, g, far))[0])
                 assert abs(ka - kb) <= g and abs(ea - eb) <= far - g, q
         finally:
             a.close()
@@ -334,7 +335,7 @@ def test_a_correction_is_counted_at_the_reach_chosen(session):
     got = {}
     for far in (2, auto_bounds.reach(plan), 2):
         choice = auto_bounds.Choice(1, (), 0.0, 0.0, Fraction(0), far)
-        fix = session._correction(plan, choice, Fraction(10**9), shares)
+        fix = correction_of(session, plan, choice, Fraction(10**9), shares)
         assert (round(fix.kept), round(fix.excess)) == _correction_row(session, plan, 1, far)
         got.setdefault(far, round(fix.excess))
     assert got[2] < got[auto_bounds.reach(plan)]

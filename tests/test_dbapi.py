@@ -173,10 +173,10 @@ def test_count_distinct_units_is_unbiased_when_no_unit_is_truncated(conn):
 def test_setting_hints_list_every_dpsql_setting(conn):
     """Both hints that list the settable names (an engine setting, an unknown dpsql one) name
     every setting SHOW ALL has, from one table."""
-    from dpsql.session import DP_SETTINGS
+    from dpsql.session import DP_SETTINGS, settings
 
     cur = conn.cursor()
-    assert tuple(conn.session._dp_settings()) == DP_SETTINGS
+    assert tuple(settings.values(conn.session.settings)) == DP_SETTINGS
     for sql in ("SET work_mem = 1", "SHOW dpsql.nosuch"):
         with pytest.raises(dpsql.Error) as info:
             cur.execute(sql)

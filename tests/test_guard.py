@@ -13,6 +13,7 @@ from dpsql.engines.base import ResultSet
 from dpsql.guard import ReleaseRefused, check
 from dpsql.mechanisms import Noise
 from dpsql.release import release
+from dpsql.session import answer_cache
 from dpsql.sql.classify import classify
 
 GROUPED = "SELECT kind, COUNT(*), SUM(amount) FROM events GROUP BY kind"
@@ -97,7 +98,7 @@ def test_a_cached_answer_needs_its_receipt(session):
     session.execute("SET dpsql.cache = on")
     first = session.execute("SELECT COUNT(*) FROM people")
     assert session.execute("SELECT COUNT(*) FROM people").dp["cached"]
-    key = session._cache_key(classify("SELECT COUNT(*) FROM people").tree, classify("SELECT 1").options)
+    key = answer_cache.cache_key(session, classify("SELECT COUNT(*) FROM people").tree, classify("SELECT 1").options)
     entry = session.ledger.cache_get(session.user.name, key)
     assert entry["dp"]["receipt"] == first.dp["receipt"]
     for forged in (None, first.dp["receipt"] + 1000):

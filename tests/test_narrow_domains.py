@@ -15,9 +15,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from dpsql import session as session_module
 from dpsql.config import load_policy
 from dpsql.session import Session
+from dpsql.session import bounded as bounded_module
 from dpsql.sql import rewrite as rewrite_module
 from dpsql.sql.classify import classify
 from dpsql.sql.narrow import NONE, narrowing
@@ -259,7 +259,7 @@ def test_values_of_kept_groups_are_unchanged(tmp_path, monkeypatch):
             plan, _ = narrowed._prepare(classify(sql).tree)
             kept = narrowed.bounded_result(plan)
             monkeypatch.setattr(rewrite_module, "narrowing", lambda plan: NONE)
-            monkeypatch.setattr(session_module, "narrowing", lambda plan: NONE)
+            monkeypatch.setattr(bounded_module, "narrowing", lambda plan: NONE)
             whole = plain.bounded_result(plain._prepare(classify(sql).tree)[0])
             monkeypatch.undo()
             n = len(plan.keys)

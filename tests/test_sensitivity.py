@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from dpsql.config import load_policy
 from dpsql.empty_groups import with_empty_groups
 from dpsql.session import Session
+from dpsql.session.bounded import key_domain
 from dpsql.sql.bounding import L2Clip, SplitCopy, TotalCap, WeightedCopy
 from dpsql.sql.classify import classify
 from dpsql.sql.rewrite import rewrite
@@ -232,7 +233,7 @@ def test_a_heavy_unit_is_truncated(tmp_path):
         plan, cal = s._prepare(classify("SELECT kind, COUNT(*), SUM(amount) FROM events GROUP BY kind").tree)
         assert isinstance(plan.bounding, TotalCap) == (mechanism == "laplace")
         exact = s.engine.execute(s.engine.prepare(rewrite(plan, plan.literal_domain_size())))
-        got = _by_group(with_empty_groups(exact, 1, list(zip(*s._domain(plan).columns))), 1)
+        got = _by_group(with_empty_groups(exact, 1, list(zip(*key_domain(s, plan).columns))), 1)
         assert got[("a",)][1] == rows * 2 ** plan.measures[0].bits  # fixed-point count
         # Its SUM: at most its row limit times the bound (50, all its values here), short of it by
         # at most one step of the 2^-10 weight under the total bound.
@@ -377,7 +378,7 @@ def test_split_copy_equals_per_query_bounding(tmp_path, mechanism, contributions
             got = s.engine.execute(s.engine.prepare(rewrite(plan, domain, None, weighting)))
             want = s.engine.execute(s.engine.prepare(rewrite(plan, domain)))
             if plan.keys and plan.declared:  # as released: the domain's groups, no others
-                domain = list(zip(*s._domain(plan).columns))
+                domain = list(zip(*key_domain(s, plan).columns))
                 got, want = (with_empty_groups(rs, len(plan.keys), domain) for rs in (got, want))
             n = len(plan.keys) + (0 if plan.needs_selection else 1)  # unit counts compared where released from
             by_key = [dict(zip(list(zip(*rs.columns[:len(plan.keys)])) if plan.keys else [()], zip(*rs.columns[n:])))

@@ -180,7 +180,7 @@ def test_splicing_touches_the_markers_only():
 
 
 def test_an_outer_part_that_cannot_be_computed_is_refused_free_for_every_text_of_a_shape(small_policy):
-    """The outer part's check is kept per outer part once it passes (session._check_post); one
+    """The outer part's check is kept per outer part once it passes (session/bounded.py check_post); one
     that fails is refused again for every text, and nothing is charged."""
     from dpsql.errors import ProgrammingError
 

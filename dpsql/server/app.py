@@ -13,12 +13,13 @@ import re
 import secrets
 import ssl
 from copy import deepcopy
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from .. import auto_bounds
 from ..errors import Error, InternalError
 from ..session import Result, Session
 from ..sql.classify import first_word, split_statements, without_leading_comments
+from ..sql.route import Entry, Kind, Routed, word_kind
 from . import codec, copyout, resets
 from .catalog import is_catalog_query
 from .cursors import Cursors
@@ -33,12 +34,11 @@ log = logging.getLogger("dpsql.server")
 statements = logging.getLogger("dpsql.statements")  # every statement and its outcome (serve --log-statements)
 
 
-# Statements the connection answers itself (transactions, cursors, COPY), never batched.
-_WIRE_STATEMENTS = {"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE", "DECLARE",
-                    "FETCH", "MOVE", "CLOSE", "COPY"} | resets.WORDS
+# Statements the connection answers itself (transactions, cursors, COPY), never batched nor described.
+_WIRE_KINDS = {Kind.BEGIN, Kind.COMMIT, Kind.ROLLBACK, Kind.SAVEPOINT, Kind.DECLARE, Kind.FETCH, Kind.MOVE, Kind.CLOSE,
+               Kind.COPY, Kind.DISCARD, Kind.DEALLOCATE, Kind.NOTIFICATIONS}
 
 
-_SET_LOCAL = re.compile(r"SET\s+LOCAL\s", re.I)  # matched after the leading comments
 _CANCEL_BACKEND = re.compile(r"SELECT\s+(?:pg_catalog\.)?pg_cancel_backend\s*\(\s*(\d{1,10})\s*\)\s*;?", re.I)
 
 
@@ -136,11 +136,11 @@ class Connection(Transport, Login, Messages):
             notices.append(f"dpsql: {result.dp['notice']}")
         return Answer(fields, result.rows, result.status, notices)
 
-    def run_statement(self, sql: str, params: list[Any] | None = None) -> Answer:
+    def run_statement(self, sql: str, params: list[Any] | None = None, routed: Routed | None = None) -> Answer:
         """One statement, logged with its outcome (command tag or SQLSTATE) when the operator
         asked for it. A failure inside dpsql becomes an XX000 error with a reference (`internal`)."""
         try:
-            answer = self._run_statement(sql, params)
+            answer = self._run_statement(sql, params, routed)
         except Exception as e:
             error = self.internal(e, sql)
             if self.server.log_statements:
@@ -178,78 +178,90 @@ class Connection(Transport, Login, Messages):
         self._before_transaction = self._before_local = None
         self.status = "I"
 
-    def _run_statement(self, sql: str, params: list[Any] | None = None) -> Answer:
-        """One statement, on a worker thread: catalog queries and transaction control here,
-        everything else through the analyst's Session."""
-        session = self.session
-        word = first_word(sql)
-        if self.status == "E" and word not in ("ROLLBACK", "ABORT", "COMMIT", "END"):
+    def _run_statement(self, sql: str, params: list[Any] | None = None, routed: Routed | None = None) -> Answer:
+        """One statement, on a worker thread, answered as its route says (sql/route.py): what the
+        connection answers itself here (_WIRE_ANSWERS), everything else by the analyst's Session."""
+        routed = routed or self.session.route(sql, WIRE_ROUTES)
+        if self.status == "E" and routed.kind not in (Kind.ROLLBACK, Kind.COMMIT):
             raise Error("current transaction is aborted, commands ignored until end of transaction block",
                         sqlstate="25P02")
-        if word in ("BEGIN", "START"):
-            if self.status == "I":
-                self._before_transaction, self._before_local = deepcopy(session.settings), None
+        answer = _WIRE_ANSWERS.get(routed.kind)
+        if answer is not None:
+            return answer(self, routed, params)
+        return self._answer_session(self.session.execute(routed, params or None))
+
+    def _begin(self, routed: Routed, params: list[Any] | None) -> Answer:
+        if self.status == "I":
+            self._before_transaction, self._before_local = deepcopy(self.session.settings), None
+        self.status = "T"
+        return Answer(None, [], "BEGIN")
+
+    def _commit(self, routed: Routed, params: list[Any] | None) -> Answer:
+        tag = "ROLLBACK" if self.status == "E" else "COMMIT"
+        self._end_transaction(committed=tag == "COMMIT")
+        return Answer(None, [], tag)
+
+    def _rollback(self, routed: Routed, params: list[Any] | None) -> Answer:
+        if "TO" in routed.text.upper().split():
             self.status = "T"
-            return Answer(None, [], "BEGIN")
-        if word in ("COMMIT", "END"):
-            tag = "ROLLBACK" if self.status == "E" else "COMMIT"
-            self._end_transaction(committed=tag == "COMMIT")
-            return Answer(None, [], tag)
-        if word in ("ROLLBACK", "ABORT"):
-            if "TO" in sql.upper().split():
-                self.status = "T"
-                return Answer(None, [], "ROLLBACK")
-            self._end_transaction(committed=False)
             return Answer(None, [], "ROLLBACK")
-        if word == "SET" and _SET_LOCAL.match(without_leading_comments(sql)):
-            if self.status == "I":  # as PostgreSQL: outside a transaction block it has no effect
-                return Answer(None, [], "SET", ["SET LOCAL has no effect outside a transaction block"])
-            if self._before_local is None:
-                self._before_local = deepcopy(session.settings)
-        if word in ("SAVEPOINT", "RELEASE"):
-            return Answer(None, [], word)
-        if word == "DISCARD":
-            return Answer(None, [], f"DISCARD {self._discard(resets.discard(sql))}")
-        if word == "DEALLOCATE":
-            name = resets.deallocated(sql)
-            if name is None:
-                self.statements.clear()
-                return Answer(None, [], "DEALLOCATE ALL")
-            if self.statements.pop(name, None) is None:
-                raise Error(f'prepared statement "{name}" does not exist', sqlstate="26000")
-            return Answer(None, [], "DEALLOCATE")
-        if word in ("UNLISTEN", "LISTEN", "NOTIFY"):
-            return Answer(None, [], resets.notifications(sql))
-        lock = resets.advisory(sql)
-        if lock is not None:  # granted at once: dpsql is read-only, the lock guards nothing in it
-            return Answer([codec.Field(lock.column, lock.oid)], [(lock.value,)], "SELECT 1")
-        if word == "DECLARE":
-            name, query = Cursors.declared(sql)
-            inner = self.run_statement(query, params)
-            if inner.fields is None:
-                raise Error("DECLARE CURSOR needs a query that returns rows", sqlstate="42601")
-            self.cursors.add(name, inner.fields, inner.rows)
-            return Answer(None, [], "DECLARE CURSOR", inner.notices)
-        if word in ("FETCH", "MOVE"):
-            fields, rows, tag = self.cursors.fetch(sql)
-            return Answer(fields if word == "FETCH" else None, rows, tag)
-        if word == "CLOSE":
-            self.cursors.close(sql)
-            return Answer(None, [], "CLOSE CURSOR")
-        if word == "COPY":
-            copy = copyout.parse(sql)
-            inner = self.run_statement(copy.query, params)
-            if inner.fields is None:
-                raise Error("COPY needs a query that returns rows", sqlstate="42601")
-            return Answer(inner.fields, inner.rows, f"COPY {len(inner.rows)}", inner.notices, copy)
-        signal = _CANCEL_BACKEND.fullmatch(without_leading_comments(sql).strip())
-        if signal:  # pgAdmin's Query Tool cancels through another connection of the same analyst
-            return Answer([codec.Field("pg_cancel_backend", codec.BOOL)], [(self._cancel_backend(int(signal[1])),)],
-                          "SELECT 1")
-        if is_catalog_query(sql):
-            names, oids, rows = self.server.catalog.answer(sql, params or [], session, self.user, self.pid)
-            return Answer([codec.Field(n, o) for n, o in zip(names, oids)], rows, f"SELECT {len(rows)}")
-        return self._answer_session(session.execute(sql, params or None))
+        self._end_transaction(committed=False)
+        return Answer(None, [], "ROLLBACK")
+
+    def _set_local(self, routed: Routed, params: list[Any] | None) -> Answer:
+        if self.status == "I":  # as PostgreSQL: outside a transaction block it has no effect
+            return Answer(None, [], "SET", ["SET LOCAL has no effect outside a transaction block"])
+        if self._before_local is None:
+            self._before_local = deepcopy(self.session.settings)
+        return self._answer_session(self.session.execute(routed, params or None))
+
+    def _savepoint(self, routed: Routed, params: list[Any] | None) -> Answer:
+        return Answer(None, [], first_word(routed.text))
+
+    def _deallocate(self, routed: Routed, params: list[Any] | None) -> Answer:
+        name = resets.deallocated(routed.text)
+        if name is None:
+            self.statements.clear()
+            return Answer(None, [], "DEALLOCATE ALL")
+        if self.statements.pop(name, None) is None:
+            raise Error(f'prepared statement "{name}" does not exist', sqlstate="26000")
+        return Answer(None, [], "DEALLOCATE")
+
+    def _advisory(self, routed: Routed, params: list[Any] | None) -> Answer:
+        lock = routed.detail  # granted at once: dpsql is read-only, the lock guards nothing in it
+        return Answer([codec.Field(lock.column, lock.oid)], [(lock.value,)], "SELECT 1")
+
+    def _declare(self, routed: Routed, params: list[Any] | None) -> Answer:
+        name, query = Cursors.declared(routed.text)
+        inner = self.run_statement(query, params)
+        if inner.fields is None:
+            raise Error("DECLARE CURSOR needs a query that returns rows", sqlstate="42601")
+        self.cursors.add(name, inner.fields, inner.rows)
+        return Answer(None, [], "DECLARE CURSOR", inner.notices)
+
+    def _fetch(self, routed: Routed, params: list[Any] | None) -> Answer:
+        fields, rows, tag = self.cursors.fetch(routed.text)
+        return Answer(fields if routed.kind == Kind.FETCH else None, rows, tag)
+
+    def _close(self, routed: Routed, params: list[Any] | None) -> Answer:
+        self.cursors.close(routed.text)
+        return Answer(None, [], "CLOSE CURSOR")
+
+    def _copy(self, routed: Routed, params: list[Any] | None) -> Answer:
+        copy = copyout.parse(routed.text)
+        inner = self.run_statement(copy.query, params)
+        if inner.fields is None:
+            raise Error("COPY needs a query that returns rows", sqlstate="42601")
+        return Answer(inner.fields, inner.rows, f"COPY {len(inner.rows)}", inner.notices, copy)
+
+    def _signal(self, routed: Routed, params: list[Any] | None) -> Answer:
+        # pgAdmin's Query Tool cancels through another connection of the same analyst
+        return Answer([codec.Field("pg_cancel_backend", codec.BOOL)],
+                      [(self._cancel_backend(int(routed.detail[1])),)], "SELECT 1")
+
+    def _catalog(self, routed: Routed, params: list[Any] | None) -> Answer:
+        names, oids, rows = self.server.catalog.answer(routed.text, params or [], self.session, self.user, self.pid)
+        return Answer([codec.Field(n, o) for n, o in zip(names, oids)], rows, f"SELECT {len(rows)}")
 
     def _discard(self, what: str) -> str:
         """DISCARD ALL is, as in PostgreSQL, CLOSE ALL, RESET ALL, DEALLOCATE ALL and DISCARD TEMP
@@ -282,23 +294,26 @@ class Connection(Transport, Login, Messages):
         and a failing statement ends the script with its error after the answers before it (a
         query that ran was charged: its answer must reach the analyst)."""
         statements = split_statements(text, self.server.policy.limits)
-        wire = any(first_word(s) in _WIRE_STATEMENTS or resets.advisory(s) is not None for s in statements)
-        if (len(statements) > 1 and not wire and not any(is_catalog_query(s) for s in statements)
-                and self.session.batchable(statements)):
-            try:
-                batch = [self._answer_session(r) for r in self.session.execute_batch(statements)]
-            except Exception as e:
-                error = self.internal(e, text)
-                self._log_batch(statements, [_outcome(error)] * len(statements))
-                if error is e:
-                    raise
-                raise error from e
-            self._log_batch(statements, [a.tag for a in batch])
-            return batch, None
+        routes = [self.session.route_one(s, WIRE_ROUTES) for s in statements]
+        if len(routes) > 1 and not any(r.kind in _WIRE_KINDS or r.kind in (Kind.ADVISORY, Kind.CATALOG) for r in routes):
+            refused = next((r.error for r in routes if r.error is not None), None)
+            if refused is not None:  # a script with a statement dpsql refuses runs none of them
+                raise refused
+            if self.session.batchable(routes):
+                try:
+                    batch = [self._answer_session(r) for r in self.session.execute_batch(statements)]
+                except Exception as e:
+                    error = self.internal(e, text)
+                    self._log_batch(statements, [_outcome(error)] * len(statements))
+                    if error is e:
+                        raise
+                    raise error from e
+                self._log_batch(statements, [a.tag for a in batch])
+                return batch, None
         answers: list[Answer] = []
-        for statement in statements:
+        for statement, routed in zip(statements, routes):
             try:
-                answers.append(self.run_statement(statement))
+                answers.append(self.run_statement(statement, routed=routed))
             except Error as e:
                 return answers, e
         return answers, None
@@ -310,7 +325,7 @@ class Connection(Transport, Login, Messages):
                 statements.info("%s [%s] %s: %s", self.user, self.pid, outcome, _one_line(text))
 
     def describe_statement(self, sql: str, params: list[Any] | None) -> list[codec.Field] | None:
-        if first_word(sql) == "FETCH":  # its shape is the cursor's, which a new DECLARE may change
+        if word_kind(sql) == Kind.FETCH:  # its shape is the cursor's, which a new DECLARE may change
             return self.cursors.fields_of(sql)
         if sql in self._shapes:
             return self._shapes[sql]
@@ -329,24 +344,42 @@ class Connection(Transport, Login, Messages):
         return fields
 
     def _describe_uncached(self, sql: str, params: list[Any] | None) -> list[codec.Field] | None:
-        word = first_word(sql)
-        if word in _WIRE_STATEMENTS or word in ("SET", "RESET"):  # FETCH: describe_statement
-            return None
-        if not split_statements(sql, self.server.policy.limits):  # ";" (SQLAlchemy's asyncpg ping): NoData
-            return None
-        lock = resets.advisory(sql)
-        if lock is not None:
-            return [codec.Field(lock.column, lock.oid)]
-        if is_catalog_query(sql):
+        routed = self.session.route(sql, WIRE_ROUTES)
+        if routed.kind in _WIRE_KINDS or routed.kind in (Kind.SET, Kind.SET_LOCAL, Kind.NO_OP, Kind.EMPTY):
+            return None  # FETCH: describe_statement; ";" (SQLAlchemy's asyncpg ping): NoData
+        if routed.kind == Kind.ADVISORY:
+            return [codec.Field(routed.detail.column, routed.detail.oid)]
+        if routed.kind == Kind.CATALOG:
             names, oids, _ = self.server.catalog.answer(sql, params or [], self.session, self.user, self.pid)
             return [codec.Field(n, o) for n, o in zip(names, oids)]
-        described = self.session.describe(sql, params)
+        described = self.session.describe(routed, params)
         if described is None:
             return None
         return [codec.Field(n, codec.oid_of(t)) for n, t in zip(*described)]
 
     # Simple query --------------------------------------------------------------------------
     # Extended query ------------------------------------------------------------------------
+
+def _cancel_pid(text: str) -> re.Match | None:
+    return _CANCEL_BACKEND.fullmatch(without_leading_comments(text).strip())
+
+
+# The wire's own routes among SELECT-shaped statements, tried before the session's, in order.
+WIRE_ROUTES = (Entry(Kind.ADVISORY, resets.advisory), Entry(Kind.CANCEL_BACKEND, _cancel_pid),
+               Entry(Kind.CATALOG, is_catalog_query))
+
+# What the connection answers itself, by route; every other route is the session's.
+_WIRE_ANSWERS: dict[Kind, Callable[[Connection, Routed, list[Any] | None], Answer]] = {
+    Kind.BEGIN: Connection._begin, Kind.COMMIT: Connection._commit, Kind.ROLLBACK: Connection._rollback,
+    Kind.SET_LOCAL: Connection._set_local, Kind.SAVEPOINT: Connection._savepoint,
+    Kind.DISCARD: lambda c, r, p: Answer(None, [], f"DISCARD {c._discard(resets.discard(r.text))}"),
+    Kind.DEALLOCATE: Connection._deallocate,
+    Kind.NOTIFICATIONS: lambda c, r, p: Answer(None, [], resets.notifications(r.text)),
+    Kind.ADVISORY: Connection._advisory, Kind.DECLARE: Connection._declare, Kind.FETCH: Connection._fetch, Kind.MOVE: Connection._fetch,
+    Kind.CLOSE: Connection._close, Kind.COPY: Connection._copy, Kind.CANCEL_BACKEND: Connection._signal,
+    Kind.CATALOG: Connection._catalog,
+}
+
 
 def _one_line(sql: str) -> str:
     """A statement as the operator's log shows it: on one line, at most 4000 characters."""

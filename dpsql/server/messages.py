@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import Error
-from ..sql.classify import first_word, split_statements
+from ..sql.classify import split_statements
+from ..sql.route import Kind, word_kind
 from . import codec, copyout
 from .params import infer_parameter_types
 
@@ -34,7 +35,7 @@ _BUFFERED = {b"P", b"B", b"D", b"E", b"C"}
 def _session_setting(text: str, local_ledger: bool) -> bool:
     """SET, RESET or SHOW of one setting; SHOW dpsql.budget too when the ledger is a local SQLite
     file (a WAL read of a few rows, ~0.1 ms, that never waits for writers), not across a network."""
-    return (first_word(text) in ("SET", "RESET", "SHOW") and ";" not in text and len(text) < 1000
+    return (word_kind(text) in (Kind.SET, Kind.SET_LOCAL, Kind.SHOW) and ";" not in text and len(text) < 1000
             and (local_ledger or "budget" not in text.lower()))
 
 
@@ -261,7 +262,7 @@ class Messages:
     async def _shape(self, sql: str, params: list[Any] | None) -> list[codec.Field] | None:
         """A statement's result shape: a known one on the loop (psycopg 3 describes every
         statement it sends, SET and SHOW included), a new one on a worker thread."""
-        if sql in self._shapes and first_word(sql) != "FETCH":
+        if sql in self._shapes and word_kind(sql) != Kind.FETCH:
             return self._shapes[sql]
         return await self.run_blocking(self.describe_statement, sql, params)
 
