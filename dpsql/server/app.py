@@ -69,6 +69,7 @@ class Answer:
     tag: str
     notices: list[str] = field(default_factory=list)
     copy: copyout.Copy | None = None  # sent as COPY TO STDOUT data, not as rows
+    empty: bool = False  # an empty statement (comments, semicolons): EmptyQueryResponse
 
 
 # Statements the connection answers itself (transactions, cursors, COPY), never batched nor described.
@@ -707,7 +708,7 @@ class Connection:
             if error is e:
                 raise
             raise error from e
-        if self.server.log_statements:
+        if self.server.log_statements and not answer.empty:
             statements.info("%s [%s] %s: %s", self.user, self.pid, answer.tag, _one_line(sql))
         return answer
 
@@ -741,6 +742,8 @@ class Connection:
         """One statement, on a worker thread, answered as its route says (sql/route.py): what the
         connection answers itself here (_WIRE_ANSWERS), everything else by the analyst's Session."""
         routed = routed or self.session.route(sql, WIRE_ROUTES)
+        if routed.kind == Kind.EMPTY:
+            return Answer(None, [], "", empty=True)
         if self.status == "E" and routed.kind not in (Kind.ROLLBACK, Kind.COMMIT):
             raise Error("current transaction is aborted, commands ignored until end of transaction block",
                         sqlstate="25P02")
@@ -918,13 +921,12 @@ class Connection:
 
     # Simple query --------------------------------------------------------------------------
     async def simple_query(self, text: str) -> None:
-        if not split_statements(text, self.server.policy.limits):
-            self.send(codec.message(b"I"))
-            return
         if _session_setting(text, self.server.local_ledger):  # no engine, no waiting: on the loop, no thread hop
             answers, error = self.run_script(text)
         else:
             answers, error = await self.run_blocking(self.run_script, text)
+        if not answers and error is None:  # nothing but comments and semicolons
+            self.send(codec.message(b"I"))
         for a in answers:
             self._send_answer(a, [], 0, 0, describe=True)
         if error is not None:
@@ -1032,13 +1034,14 @@ class Connection:
         if portal is None:
             raise Error(f'portal "{name}" does not exist', sqlstate="34000")
         if portal.answer is None:
-            if not split_statements(portal.stmt.sql, self.server.policy.limits):
-                self.send(codec.message(b"I"))
-                return
             if not portal.params and _session_setting(portal.stmt.sql, self.server.local_ledger):
                 portal.answer = self.run_statement(portal.stmt.sql)  # as in a simple query: on the loop
             else:
                 portal.answer = await self.run_blocking(self.run_statement, portal.stmt.sql, portal.params or None)
+            if portal.answer.empty:
+                portal.answer = None
+                self.send(codec.message(b"I"))
+                return
         portal.pos = self._send_answer(portal.answer, portal.result_formats, portal.pos, limit, describe=False)
 
     async def _shape(self, sql: str, params: list[Any] | None) -> list[codec.Field] | None:
