@@ -148,7 +148,7 @@ class Connection(Transport, Login, Messages):
             if error is e:
                 raise
             raise error from e
-        if self.server.log_statements:
+        if self.server.log_statements and not answer.empty:
             statements.info("%s [%s] %s: %s", self.user, self.pid, answer.tag, _one_line(sql))
         return answer
 
@@ -182,6 +182,8 @@ class Connection(Transport, Login, Messages):
         """One statement, on a worker thread, answered as its route says (sql/route.py): what the
         connection answers itself here (_WIRE_ANSWERS), everything else by the analyst's Session."""
         routed = routed or self.session.route(sql, WIRE_ROUTES)
+        if routed.kind == Kind.EMPTY:
+            return Answer(None, [], "", empty=True)
         if self.status == "E" and routed.kind not in (Kind.ROLLBACK, Kind.COMMIT):
             raise Error("current transaction is aborted, commands ignored until end of transaction block",
                         sqlstate="25P02")

@@ -26,6 +26,7 @@ class Answer:
     tag: str
     notices: list[str] = field(default_factory=list)
     copy: copyout.Copy | None = None  # sent as COPY TO STDOUT data, not as rows
+    empty: bool = False  # an empty statement (comments, semicolons): EmptyQueryResponse
 
 
 # Extended-query messages whose answers wait for the client's Sync or Flush, as PostgreSQL's do.
@@ -137,13 +138,12 @@ class Messages:
         return ""
 
     async def simple_query(self, text: str) -> None:
-        if not split_statements(text, self.server.policy.limits):
-            self.send(codec.message(b"I"))
-            return
         if _session_setting(text, self.server.local_ledger):  # no engine, no waiting: on the loop, no thread hop
             answers, error = self.run_script(text)
         else:
             answers, error = await self.run_blocking(self.run_script, text)
+        if not answers and error is None:  # nothing but comments and semicolons
+            self.send(codec.message(b"I"))
         for a in answers:
             self._send_answer(a, [], 0, 0, describe=True)
         if error is not None:
@@ -250,13 +250,14 @@ class Messages:
         if portal is None:
             raise Error(f'portal "{name}" does not exist', sqlstate="34000")
         if portal.answer is None:
-            if not split_statements(portal.stmt.sql, self.server.policy.limits):
-                self.send(codec.message(b"I"))
-                return
             if not portal.params and _session_setting(portal.stmt.sql, self.server.local_ledger):
                 portal.answer = self.run_statement(portal.stmt.sql)  # as in a simple query: on the loop
             else:
                 portal.answer = await self.run_blocking(self.run_statement, portal.stmt.sql, portal.params or None)
+            if portal.answer.empty:
+                portal.answer = None
+                self.send(codec.message(b"I"))
+                return
         portal.pos = self._send_answer(portal.answer, portal.result_formats, portal.pos, limit, describe=False)
 
     async def _shape(self, sql: str, params: list[Any] | None) -> list[codec.Field] | None:

@@ -289,9 +289,10 @@ class Session:
         statements = split_statements(text, self.policy.limits)
         if len(statements) <= 1:
             return [self.execute(text)]
-        if self.batchable(statements):
+        routes = [self.route_one(st) for st in statements]  # split once: each part routed as it is
+        if self.batchable(routes):
             return self.execute_batch(statements)
-        return [self.execute(st) for st in statements]
+        return [self.execute(r) for r in routes]
 
     def batchable(self, statements: Sequence[str] | Sequence[Routed]) -> bool:
         """Whether the statements (texts, or their routes) are all DP queries, which a script

@@ -3,6 +3,7 @@ resends the same texts."""
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Sequence
 
@@ -21,6 +22,7 @@ class Statements:
     def __init__(self, limits: QueryLimits, size: int = STATEMENT_CACHE_SIZE):
         self.limits, self.size = limits, size
         self._kept: OrderedDict[tuple[str, Sequence[Entry], bool], Routed] = OrderedDict()
+        self._lock = threading.Lock()  # the wire routes outside the session's lock
 
     def route(self, text: str, entries: Sequence[Entry] = ()) -> Routed:
         """A statement's way (a text of several statements is refused)."""
@@ -32,16 +34,18 @@ class Statements:
 
     def _routed(self, text: str, entries: Sequence[Entry], whole: bool) -> Routed:
         key = (text, entries, whole)
-        hit = self._kept.get(key)
-        if hit is not None:
-            self._kept.move_to_end(key)
-            return hit
+        with self._lock:
+            hit = self._kept.get(key)
+            if hit is not None:
+                self._kept.move_to_end(key)
+                return hit
         read = self._classify
         routed = route(text, self.limits, entries, read) if whole else route_one(text, self.limits, entries, read)
         if routed.kind == Kind.QUERY and routed.error is None:
-            self._kept[key] = routed
-            if len(self._kept) > self.size:
-                self._kept.popitem(last=False)
+            with self._lock:
+                self._kept[key] = routed
+                if len(self._kept) > self.size:
+                    self._kept.popitem(last=False)
         return routed
 
     def _classify(self, text: str):

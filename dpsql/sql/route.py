@@ -68,6 +68,7 @@ _KEYWORDS = {"DISCARD": Kind.DISCARD, "DEALLOCATE": Kind.DEALLOCATE, "LISTEN": K
              "FETCH": Kind.FETCH, "MOVE": Kind.MOVE, "CLOSE": Kind.CLOSE, "COPY": Kind.COPY}
 _VERBS = {"BEGIN": Kind.BEGIN, "START": Kind.BEGIN, "COMMIT": Kind.COMMIT, "END": Kind.COMMIT,
           "ROLLBACK": Kind.ROLLBACK, "ABORT": Kind.ROLLBACK, "SAVEPOINT": Kind.SAVEPOINT, "RELEASE": Kind.SAVEPOINT}
+_WIRE_ONLY = frozenset(_KEYWORDS.values())
 _KINDS: dict[type, Kind] = {SetCommand: Kind.SET, ShowCommand: Kind.SHOW, ViewCommand: Kind.VIEW,
                             Explain: Kind.EXPLAIN, Query: Kind.QUERY}
 _SET_LOCAL = re.compile(r"SET\s+LOCAL\s", re.I)  # matched after the leading comments
@@ -143,7 +144,7 @@ def route_one(text: str, limits: QueryLimits, entries: Sequence[Entry] = (),
               classify: Callable[[str], Statement] | None = None) -> Routed:
     """The way of one statement split from a script (split_statements' part: not split again)."""
     kind = word_kind(text)
-    if kind in _KEYWORDS.values():
+    if kind is not None and kind in _WIRE_ONLY:
         return _refused_to_session(kind, text, limits)
     if kind is None and entries:
         body = without_leading_comments(text)
