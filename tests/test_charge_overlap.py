@@ -7,6 +7,7 @@ ledger's transactions and watch a real DuckDB engine."""
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import gc
 import os
 import signal
@@ -246,6 +247,7 @@ def test_a_forked_child_charges_through_a_writer_of_its_own(tight_policy, tmp_pa
     if pid == 0:  # the child: answer within the time limit or fail
         code = 1
         try:
+            faulthandler.dump_traceback_later(50)  # where it hangs, if it does: every thread's stack
             signal.alarm(60)
             cur.execute("SELECT COUNT(*) FROM people WHERE age > 10")
             code = 0 if cur.fetchall() else 1

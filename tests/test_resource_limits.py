@@ -12,6 +12,7 @@ and, where a limit is hit after the charge, recorded as such and told with a SQL
 
 from __future__ import annotations
 
+import signal
 import textwrap
 
 import duckdb
@@ -262,3 +263,32 @@ def test_the_watchdog_holds_no_interrupt_once_its_query_ends_and_close_waits_for
     thread = dog._thread
     dog.close()
     assert not thread.is_alive() and dog._thread is None
+
+
+def test_a_forked_child_times_its_queries_with_a_watchdog_of_its_own():
+    """fork() copies the watchdog's lock as it is: held, when the parent's thread was inside
+    its loop at that instant, and then for ever in the child (a forked child's query hung)."""
+    import os
+    import time
+
+    from dpsql.engines import watchdog
+
+    dog = watchdog.Watchdog(0.05)
+    with dog.timed(lambda: None):
+        pass
+    dog._cond.acquire()  # as the parent's thread holds it while it interrupts what expired
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            signal.alarm(20)
+            with dog.timed(lambda: None) as expired:
+                while not expired():
+                    time.sleep(0.005)
+            code = 0
+        finally:
+            os._exit(code)
+    dog._cond.release()
+    _, status = os.waitpid(pid, 0)
+    dog.close()
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import threading
 import time
 from typing import Callable, Iterator
@@ -27,12 +28,15 @@ class Watchdog:
         self._tokens = itertools.count()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._pid = os.getpid()
 
     @contextlib.contextmanager
     def timed(self, interrupt: Callable[[], None]) -> Iterator[Callable[[], bool]]:
         """Within the block, `interrupt` is called once the timeout has passed; yields a
         function that tells whether it was (the block's interrupt was the timeout's)."""
         token = next(self._tokens)
+        if self._pid != os.getpid():
+            self._forked()
         with self._cond:
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(target=self._run, name="dpsql-statement-timeout", daemon=True)
@@ -46,6 +50,13 @@ class Watchdog:
             with self._cond:
                 self._due.pop(token, None)
                 self._expired.discard(token)
+
+    def _forked(self) -> None:
+        """In a child of fork(): the parent's thread does not exist here, and its lock may have
+        been held by that thread at the fork, and so would stay held for ever: start afresh."""
+        self._cond = threading.Condition()
+        self._due, self._expired, self._thread = {}, set(), None
+        self._pid = os.getpid()
 
     def _run(self) -> None:
         with self._cond:
