@@ -19,7 +19,8 @@ import pytest
 
 import dpsql
 from dpsql.config import load_policy
-from dpsql.errors import OperationalError
+from dpsql.engines import open_engine
+from dpsql.errors import OperationalError, PolicyError
 from dpsql.session import Session
 
 from .backends import SAMPLE, move_policy, spark_engine, spark_policy
@@ -122,6 +123,15 @@ def test_the_cluster_listens_on_loopback_only(spark_cluster, cluster_sessions):
     pids = spark_cluster.pids() + [engine._spark.sparkContext._gateway.proc.pid]
     addresses = [a for pid in pids for a in _listening(pid)]
     assert len(addresses) >= 6 and set(addresses) <= LOOPBACK, addresses
+
+
+def test_a_second_master_in_one_process_is_refused(cluster_sessions, tmp_path):
+    """One SparkContext per process: a local policy beside the cluster's is refused, not quietly
+    run on the cluster's context."""
+    with pytest.raises(PolicyError, match="already runs Spark with master") as info:
+        open_engine(load_policy(spark_policy(tmp_path)))  # master = "local[2]"
+    assert "one master per process" in (info.value.hint or "")
+    assert cluster_sessions["cluster"].execute("SELECT COUNT(*) FROM wards").rows  # the cluster's context lives on
 
 
 def _big_events(directory: Path, rows: int) -> Path:
