@@ -4,7 +4,9 @@ JVMs of their own, with work and local directories under one temporary directory
 
 Every JVM is started in a process group of its own (a worker's executors are its children, in
 its group), and stop() ends each group: SIGTERM, then SIGKILL after a bounded wait, so that no
-JVM outlives the tests, whether they pass or fail."""
+JVM outlives the tests, whether they pass or fail. Should the test process itself be killed,
+the kernel sends the master and workers SIGKILL (PR_SET_PDEATHSIG), and executors exit when
+their worker goes."""
 
 from __future__ import annotations
 
@@ -55,7 +57,8 @@ class SparkCluster:
         log = open(self.dir / f"{name}.log", "wb")
         try:
             return subprocess.Popen([str(spark_home() / "bin" / "spark-class"), *args], env=self._env(name),
-                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                    preexec_fn=_die_with_parent)  # spark-class execs the JVM: it keeps this
         finally:
             log.close()
 
@@ -63,10 +66,10 @@ class SparkCluster:
         try:
             self._master = self._launch("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                                                    "--port", str(self.port), "--webui-port", str(free_port())])
-            self._wait(lambda: _accepts(self.port), "the master", self._master)
+            self.wait_for(lambda: _accepts(self.port), "the master", self._master)
             for i in range(len(self.workers)):
                 self.start_worker(i)
-            self._wait(lambda: self.alive_workers() == len(self.workers), "the workers")
+            self.wait_for(lambda: self.alive_workers() == len(self.workers), "the workers")
         except BaseException:
             self.stop()
             raise
@@ -86,7 +89,7 @@ class SparkCluster:
         assert proc is not None
         proc.kill()
         proc.wait(timeout=30)
-        self._wait(lambda: self.alive_workers() == sum(w is not None and w.poll() is None for w in self.workers),
+        self.wait_for(lambda: self.alive_workers() == sum(w is not None and w.poll() is None for w in self.workers),
                    "the master to drop the killed worker", timeout=120)
 
     def executors(self, i: int) -> list[int]:
@@ -118,7 +121,7 @@ class SparkCluster:
             return -1
         return sum(w.get("state") == "ALIVE" for w in status.get("workers", []))
 
-    def _wait(self, ready, what: str, proc: subprocess.Popen | None = None, timeout: float = 120) -> None:
+    def wait_for(self, ready, what: str, proc: subprocess.Popen | None = None, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
         while not ready():
             if proc is not None and proc.poll() is not None:
@@ -146,6 +149,14 @@ class SparkCluster:
         while any(_group_alive(p.pid) for p in procs) and time.monotonic() < deadline:
             time.sleep(0.1)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the process that started it dies (Linux)."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:

@@ -190,4 +190,4 @@ def test_a_worker_killed_mid_query_is_retried_or_fails_once_charged(spark_cluste
     finally:
         conn.close()
         spark_cluster.start_worker(1)  # for the tests after this one
-        spark_cluster._wait(lambda: spark_cluster.alive_workers() == 2, "the restarted worker")
+        spark_cluster.wait_for(lambda: spark_cluster.alive_workers() == 2, "the restarted worker")
