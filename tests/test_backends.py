@@ -202,6 +202,21 @@ def test_spark_keeps_ansi_off_and_files_unreadable(policies, tmp_path):
         engine.close()
 
 
+def test_spark_statement_timeout_cancels_the_running_job(tmp_path):
+    """statement_timeout stops a Spark job that runs on (SQLSTATE 57014) within about a second."""
+    policy = spark_policy(tmp_path)
+    policy.write_text(policy.read_text().replace('master = "local[2]"\n', 'master = "local[2]"\nstatement_timeout = 3\n'))
+    engine = open_engine(load_policy(policy))
+    try:
+        started = time.monotonic()
+        with pytest.raises(OperationalError) as info:  # about 20 s of hashing on local[2]
+            engine.execute("SELECT SUM(CAST(sha2(CAST(id AS STRING), 256) < 'a' AS INT)) FROM range(0, 200000000)")
+        assert info.value.sqlstate == "57014" and time.monotonic() - started < 8
+        assert engine.execute("SELECT 1 AS a").columns == [[1]]  # the engine goes on
+    finally:
+        engine.close()
+
+
 @pytest.fixture(scope="module")
 def spark_connect_url(tmp_path_factory):
     """A Spark Connect server of pyspark's own distribution, in the foreground on a free port."""

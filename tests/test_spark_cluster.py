@@ -144,12 +144,15 @@ def _big_events(directory: Path, rows: int) -> Path:
     return write_policy(directory)
 
 
-def test_a_worker_killed_mid_query_is_retried_or_fails_once_charged(spark_cluster, cluster_sessions, tmp_path):
-    """A worker JVM (and with it its executor) SIGKILLed while a query's tasks run on it: Spark
-    runs the lost tasks again on the other worker and the answer is released once, or the query
-    fails with a SQLSTATE and nothing released. Either way the ledger holds one charge (a
-    failure after the charge stays charged: whether it fails can depend on the data)."""
-    policy = move_policy(_big_events(tmp_path, 6_000_000), "spark", engine=spark_engine(spark_cluster.url, APP_CONF))
+def _killed_mid_query(spark_cluster, tmp_path: Path, workers: list[int], rows: int,
+                      timeout: float | None = None) -> tuple[dict[str, object], list[dict]]:
+    """A grouped query over `rows` events on the cluster, its workers `workers` SIGKILLed (their
+    executors with them) while its tasks run; what the client saw, and the ledger's charges.
+    The killed workers are started again afterwards."""
+    engine = spark_engine(spark_cluster.url, APP_CONF)
+    if timeout is not None:
+        engine += f"statement_timeout = {timeout}\n"
+    policy = move_policy(_big_events(tmp_path, rows), "spark", engine=engine)
     conn = dpsql.connect(policy, user="alice", ledger=tmp_path / "ledger.sqlite")
     conn.session.engine._spark.conf.set("spark.sql.files.maxPartitionBytes", "2m")  # many tasks, on both executors
     outcome: dict[str, object] = {}
@@ -167,27 +170,66 @@ def test_a_worker_killed_mid_query_is_retried_or_fails_once_charged(spark_cluste
         query = threading.Thread(target=run)
         query.start()
         deadline = time.monotonic() + 120
-        while not (tracker.getActiveStageIds() and spark_cluster.executors(1)):
+        while not (_charges(tmp_path / "ledger.sqlite") and tracker.getActiveStageIds()
+                   and all(spark_cluster.executors(i) for i in workers)):  # the bounded query, after its charge
             assert query.is_alive() and time.monotonic() < deadline, f"the query ended first: {outcome}"
             time.sleep(0.2)
-        time.sleep(1.0)  # tasks running on both executors
+        time.sleep(1.0)  # tasks running on the executors
         assert query.is_alive(), "the query ended before the worker was killed: make it longer"
-        spark_cluster.kill_worker(1)
+        for i in workers:
+            spark_cluster.kill_worker(i)
         query.join(timeout=300)
         assert not query.is_alive()
-        history = conn.session.ledger.history("alice")
-        assert len(history) == 1 and conn.session.budget()["queries"] == 1
-        released = history[0]["released"]
-        if "rows" in outcome:  # retried: one release, the three groups
-            assert sorted(r[0] for r in outcome["rows"]) == ["a", "b", "c"]
-            assert "failed" not in released and len(released["rows"]) == 3
-        else:
-            error = outcome["error"]
-            assert isinstance(error, OperationalError) and error.sqlstate, error
-            assert released == {"failed": {"sqlstate": error.sqlstate, "reason": released["failed"]["reason"],
-                                           "resource_limit": released["failed"]["resource_limit"]}}
-        print(f"\nworker killed mid-query: {'retried, answered' if 'rows' in outcome else outcome['error']!r}")
+        return outcome, conn.session.ledger.history("alice")
     finally:
         conn.close()
-        spark_cluster.start_worker(1)  # for the tests after this one
-        spark_cluster.wait_for(lambda: spark_cluster.alive_workers() == 2, "the restarted worker")
+        for i in workers:  # for the tests after this one
+            spark_cluster.start_worker(i)
+        spark_cluster.wait_for(lambda: spark_cluster.alive_workers() == 2, "the restarted workers")
+
+
+def _charges(ledger: Path) -> int:
+    """Charges in the ledger file, read apart from the session (SQLite, WAL)."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{ledger}?mode=ro", uri=True)
+    try:
+        return con.execute("SELECT COUNT(*) FROM charges").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+    finally:
+        con.close()
+
+
+def _failed_once(outcome: dict[str, object], history: list[dict]) -> OperationalError:
+    """A failure the client saw with a SQLSTATE, and one charge recorded as failed, nothing released."""
+    error = outcome["error"]
+    assert isinstance(error, OperationalError) and error.sqlstate, error
+    assert len(history) == 1
+    assert history[0]["released"] == {"failed": {"sqlstate": error.sqlstate,
+                                                 "reason": history[0]["released"]["failed"]["reason"],
+                                                 "resource_limit": history[0]["released"]["failed"]["resource_limit"]}}
+    return error
+
+
+def test_a_worker_killed_mid_query_is_retried_or_fails_once_charged(spark_cluster, tmp_path):
+    """One worker JVM (and with it its executor) SIGKILLed while a query's tasks run on it:
+    Spark runs the lost tasks again on the other worker and the answer is released once, or
+    the query fails with a SQLSTATE and nothing released. Either way the ledger holds one charge
+    (a failure after the charge stays charged: whether it fails can depend on the data)."""
+    outcome, history = _killed_mid_query(spark_cluster, tmp_path, [1], 6_000_000)
+    if "rows" in outcome:  # retried: one release, the three groups
+        assert sorted(r[0] for r in outcome["rows"]) == ["a", "b", "c"]
+        assert len(history) == 1 and "failed" not in history[0]["released"]
+        assert len(history[0]["released"]["rows"]) == 3
+    else:
+        _failed_once(outcome, history)
+    print(f"\nworker killed mid-query: {'retried, answered' if 'rows' in outcome else outcome['error']!r}")
+
+
+def test_every_worker_killed_mid_query_fails_at_the_timeout_once_charged(spark_cluster, tmp_path):
+    """Both workers killed mid-query: no executor is left to run the tasks again, the job waits
+    for one until the statement timeout cancels it (57014), and the charge stays, recorded as
+    failed, nothing released."""
+    outcome, history = _killed_mid_query(spark_cluster, tmp_path, [0, 1], 3_000_000, timeout=25)
+    assert _failed_once(outcome, history).sqlstate == "57014"

@@ -112,6 +112,7 @@ class SparkEngine(Engine):
         for key, value in {**_DEFAULTS, **(_LOCAL if local else {}), **cfg.conf, **_FIXED}.items():
             builder = builder.config(key, value)
         self._policy = policy
+        self._remote = bool(cfg.remote)
         self._timeout = cfg.statement_timeout
         self._files: list[Path] = []
         self._tags = itertools.count()
@@ -200,9 +201,9 @@ class SparkEngine(Engine):
         statement timeout interrupts; the engine's own message never reaches the client."""
         tag = f"dpsql-{next(self._tags)}"
         ident = threading.get_ident()
-        self._spark.addTag(tag)
+        self._add_tag(tag)
         self._running[ident] = tag
-        timer = threading.Timer(self._timeout, self._spark.interruptTag, args=(tag,))
+        timer = threading.Timer(self._timeout, self.interrupt, args=(ident,))  # 57014, as a cancel
         timer.daemon = True
         timer.start()
         try:
@@ -217,7 +218,29 @@ class SparkEngine(Engine):
         finally:
             timer.cancel()
             self._running.pop(ident, None)
+            self._remove_tag(tag)
+
+    # Job tags. Spark Connect's are the session's (addTag, interruptTag). A classic session's
+    # SparkSession.addTag did not reach the job toArrow starts on a thread of its own (a statement
+    # timeout let a query run on), while the SparkContext's job tags, local properties that
+    # threads started later inherit, do.
+    def _add_tag(self, tag: str) -> None:
+        if self._remote:
+            self._spark.addTag(tag)
+        else:
+            self._spark.sparkContext.addJobTag(tag)
+
+    def _remove_tag(self, tag: str) -> None:
+        if self._remote:
             self._spark.removeTag(tag)
+        else:
+            self._spark.sparkContext.removeJobTag(tag)
+
+    def _cancel(self, tag: str) -> None:
+        if self._remote:
+            self._spark.interruptTag(tag)
+        else:
+            self._spark.sparkContext.cancelJobsWithTag(tag)
 
     def execute(self, sql: str) -> ResultSet:
         with self._job(OperationalError("the query failed while running in the engine", sqlstate="XX000",
@@ -275,7 +298,7 @@ class SparkEngine(Engine):
     def interrupt(self, thread_ident: int) -> None:
         tag = self._running.pop(thread_ident, None)
         if tag is not None:
-            self._spark.interruptTag(tag)
+            self._cancel(tag)
 
     def data_version(self) -> str:
         """The source files' sizes and times (a metastore table's changes are not seen)."""
