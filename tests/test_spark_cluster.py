@@ -2,9 +2,10 @@
 JVMs of their own; tests/spark_cluster.py): the driver in this process with `master =
 "spark://..."`, and behind a Spark Connect server whose master is the cluster. The same
 pre-noise values as DuckDB (which a local Spark matches, tests/test_backends.py) per unit and
-over weighted copies in a scratch_dir every executor reads; answers charged once; and a worker
-killed mid-query: Spark runs the query again elsewhere or it fails with a SQLSTATE, one charge
-either way and nothing released twice."""
+over weighted copies in a scratch_dir every executor reads; answers charged once; a worker
+killed mid-query, after the charge: Spark runs the lost tasks again elsewhere or the query fails
+with a SQLSTATE, one charge either way and nothing released twice; and every worker killed: the
+statement timeout cancels the waiting job (57014), charged, nothing released."""
 
 from __future__ import annotations
 
