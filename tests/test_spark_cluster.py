@@ -145,15 +145,23 @@ def _big_events(directory: Path, rows: int) -> Path:
     return write_policy(directory)
 
 
-def _killed_mid_query(spark_cluster, tmp_path: Path, workers: list[int], rows: int,
+@pytest.fixture(scope="module")
+def big_events(spark_cluster, tmp_path_factory) -> Path:
+    """6M events over 200 people on the cluster, bounded per unit in every query: a query of
+    15-25 s on the two 1-core executors, loaded machine or not."""
+    d = tmp_path_factory.mktemp("big")
+    return move_policy(_big_events(d, 6_000_000), "spark", engine=spark_engine(spark_cluster.url, APP_CONF))
+
+
+def _killed_mid_query(spark_cluster, policy: Path, tmp_path: Path, workers: list[int],
                       timeout: float | None = None) -> tuple[dict[str, object], list[dict]]:
-    """A grouped query over `rows` events on the cluster, its workers `workers` SIGKILLed (their
-    executors with them) while its tasks run; what the client saw, and the ledger's charges.
-    The killed workers are started again afterwards."""
-    engine = spark_engine(spark_cluster.url, APP_CONF)
+    """A grouped query over the big events, its workers `workers` SIGKILLed (their executors
+    with them) while its tasks run after its charge; what the client saw, and the ledger's
+    charges. The killed workers are started again afterwards."""
     if timeout is not None:
-        engine += f"statement_timeout = {timeout}\n"
-    policy = move_policy(_big_events(tmp_path, rows), "spark", engine=engine)
+        text = policy.read_text().replace("[engine]\n", f"[engine]\nstatement_timeout = {timeout}\n", 1)
+        policy = policy.parent / "timed.toml"
+        policy.write_text(text)
     conn = dpsql.connect(policy, user="alice", ledger=tmp_path / "ledger.sqlite")
     conn.session.engine._spark.conf.set("spark.sql.files.maxPartitionBytes", "2m")  # many tasks, on both executors
     outcome: dict[str, object] = {}
@@ -174,8 +182,8 @@ def _killed_mid_query(spark_cluster, tmp_path: Path, workers: list[int], rows: i
         while not (_charges(tmp_path / "ledger.sqlite") and tracker.getActiveStageIds()
                    and all(spark_cluster.executors(i) for i in workers)):  # the bounded query, after its charge
             assert query.is_alive() and time.monotonic() < deadline, f"the query ended first: {outcome}"
-            time.sleep(0.2)
-        time.sleep(1.0)  # tasks running on the executors
+            time.sleep(0.05)
+        time.sleep(0.5)  # tasks running on the executors
         assert query.is_alive(), "the query ended before the worker was killed: make it longer"
         for i in workers:
             spark_cluster.kill_worker(i)
@@ -213,12 +221,12 @@ def _failed_once(outcome: dict[str, object], history: list[dict]) -> Operational
     return error
 
 
-def test_a_worker_killed_mid_query_is_retried_or_fails_once_charged(spark_cluster, tmp_path):
+def test_a_worker_killed_mid_query_is_retried_or_fails_once_charged(spark_cluster, big_events, tmp_path):
     """One worker JVM (and with it its executor) SIGKILLed while a query's tasks run on it:
     Spark runs the lost tasks again on the other worker and the answer is released once, or
     the query fails with a SQLSTATE and nothing released. Either way the ledger holds one charge
     (a failure after the charge stays charged: whether it fails can depend on the data)."""
-    outcome, history = _killed_mid_query(spark_cluster, tmp_path, [1], 6_000_000)
+    outcome, history = _killed_mid_query(spark_cluster, big_events, tmp_path, [1])
     if "rows" in outcome:  # retried: one release, the three groups
         assert sorted(r[0] for r in outcome["rows"]) == ["a", "b", "c"]
         assert len(history) == 1 and "failed" not in history[0]["released"]
@@ -228,9 +236,9 @@ def test_a_worker_killed_mid_query_is_retried_or_fails_once_charged(spark_cluste
     print(f"\nworker killed mid-query: {'retried, answered' if 'rows' in outcome else outcome['error']!r}")
 
 
-def test_every_worker_killed_mid_query_fails_at_the_timeout_once_charged(spark_cluster, tmp_path):
+def test_every_worker_killed_mid_query_fails_at_the_timeout_once_charged(spark_cluster, big_events, tmp_path):
     """Both workers killed mid-query: no executor is left to run the tasks again, the job waits
     for one until the statement timeout cancels it (57014), and the charge stays, recorded as
     failed, nothing released."""
-    outcome, history = _killed_mid_query(spark_cluster, tmp_path, [0, 1], 3_000_000, timeout=25)
+    outcome, history = _killed_mid_query(spark_cluster, big_events, tmp_path, [0, 1], timeout=25)
     assert _failed_once(outcome, history).sqlstate == "57014"
