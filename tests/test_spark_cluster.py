@@ -175,7 +175,12 @@ def _killed_mid_query(spark_cluster, policy: Path, tmp_path: Path, workers: list
             outcome["error"] = e
 
     try:
-        tracker = conn.session.engine._spark.sparkContext.statusTracker()
+        context = conn.session.engine._spark.sparkContext
+        tracker = context.statusTracker()
+        # An executor on each worker, registered with the driver (the driver counts as one),
+        # before the query starts: a worker started again gets its executor only seconds later.
+        spark_cluster.wait_for(lambda: context._jsc.sc().statusTracker().getExecutorInfos().__len__() >= 3
+                               and all(spark_cluster.executors(i) for i in (0, 1)), "an executor on each worker")
         query = threading.Thread(target=run)
         query.start()
         deadline = time.monotonic() + 120
