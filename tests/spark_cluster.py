@@ -23,9 +23,11 @@ from .server_fixture import free_port
 
 DAEMON_MEMORY = "256m"  # the master's and workers' own heaps; executors get spark.executor.memory
 WORKER_CORES = 2  # two applications at once (the driver's and a Spark Connect server's), 1 core each
-WORKER_MEMORY = "1g"
-# An application's share: one 1-core executor per worker (a standalone master spreads them out).
-APP_CONF = {"spark.executor.memory": "512m", "spark.executor.cores": "1", "spark.cores.max": "2",
+WORKER_MEMORY = "1200m"
+# An application's share: one 1-core executor per worker, never two on one (2 x 700m do not fit
+# in a worker's 1200m), so that a killed worker's executor comes back on that worker only;
+# the Spark Connect server's executors (480m) fit beside one.
+APP_CONF = {"spark.executor.memory": "700m", "spark.executor.cores": "1", "spark.cores.max": "2",
             "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
             "spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false"}
 
@@ -215,7 +217,7 @@ def connect_server(master: str, port: int, log: Path) -> subprocess.Popen:
     home = spark_home()
     env = {**os.environ, "SPARK_HOME": str(home), "SPARK_NO_DAEMONIZE": "1", "SPARK_LOCAL_IP": "127.0.0.1",
            "SPARK_LOG_DIR": str(log.parent)}
-    conf = {**(APP_CONF if master.startswith("spark://") else {"spark.sql.shuffle.partitions": "2",
+    conf = {**({**APP_CONF, "spark.executor.memory": "480m"} if master.startswith("spark://") else {"spark.sql.shuffle.partitions": "2",
                                                                "spark.ui.enabled": "false",
                                                                "spark.driver.host": "127.0.0.1",
                                                                "spark.driver.bindAddress": "127.0.0.1"}),
