@@ -78,13 +78,22 @@ def postgres_policy(directory: Path, reader_url: str, extra: str = "") -> Path:
     return path
 
 
-def spark_policy(directory: Path, extra: str = "") -> Path:
-    """The sample policy on a local Spark session (sources resolve against sample_data)."""
+def spark_engine(master: str = "local[2]", conf: dict[str, str] | None = None, scratch_dir: Path | None = None) -> str:
+    """An [engine] section for Spark: a local session by default, or a cluster's master (with
+    its application's conf, tests/spark_cluster.py, and a scratch_dir for weighted copies)."""
+    conf = conf or {"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false"}
+    text = f'[engine]\nkind = "spark"\nmaster = "{master}"\n'
+    if scratch_dir is not None:
+        text += f'scratch_dir = "{scratch_dir}"\n'
+    return text + "conf = { " + ", ".join(f'"{k}" = "{v}"' for k, v in conf.items()) + " }\n"
+
+
+def spark_policy(directory: Path, extra: str = "", engine: str | None = None, name: str = "dpsql-spark") -> Path:
+    """The sample policy on Spark (sources resolve against sample_data): a local session, or `engine`."""
     text = (SAMPLE / "dpsql.toml").read_text()
     text = re.sub(r'(?m)^source = "(.*)"', lambda m: f'source = "{SAMPLE / m.group(1)}"', text)
-    path = directory / "dpsql-spark.toml"
-    path.write_text('[engine]\nkind = "spark"\nmaster = "local[2]"\n'
-                    'conf = { "spark.sql.shuffle.partitions" = "4", "spark.ui.enabled" = "false" }\n\n' + text + extra)
+    path = directory / f"{name}.toml"
+    path.write_text((engine or spark_engine()) + "\n" + text + extra)
     return path
 
 
@@ -124,9 +133,10 @@ def duckdb_to_parquet(db_path: Path, directory: Path) -> dict[str, Path]:
 
 
 def move_policy(policy: Path, backend: str, *, reader_url: str | None = None, schema: str | None = None,
-                scratch_url: str | None = None) -> Path:
+                scratch_url: str | None = None, engine: str | None = None) -> Path:
     """A policy over `[engine] database = "db.duckdb"` (tests/conftest.py) moved onto another
-    backend holding the same tables: PostgreSQL (schema) or Spark (Parquet files beside it)."""
+    backend holding the same tables: PostgreSQL (schema) or Spark (Parquet files beside it; a
+    local session, or `engine`)."""
     text = policy.read_text()
     db = policy.parent / "db.duckdb"
     if backend == "postgres":
@@ -135,8 +145,7 @@ def move_policy(policy: Path, backend: str, *, reader_url: str | None = None, sc
             engine += f'scratch_url = "{scratch_url}"\n'
     else:
         files = duckdb_to_parquet(db, policy.parent)
-        engine = ('[engine]\nkind = "spark"\nmaster = "local[2]"\n'
-                  'conf = { "spark.sql.shuffle.partitions" = "2", "spark.ui.enabled" = "false" }\n')
+        engine = engine or spark_engine(conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"})
         for name, path in files.items():
             text = re.sub(rf'(?m)^\[tables\.{name}\]\n', f'[tables.{name}]\nsource = "{path}"\n', text)
     text = re.sub(r'(?m)^\[engine\]\ndatabase = "db.duckdb"\n', engine, text)

@@ -128,6 +128,19 @@ def pg_server():
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def spark_cluster():
+    """A Spark standalone master and two workers on 127.0.0.1 (tests/spark_cluster.py), stopped
+    at the end however the tests went."""
+    from .spark_cluster import SparkCluster
+
+    cluster = SparkCluster().start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 @pytest.fixture
 def pg_ledger_url(pg_server, request):
     name = "ledger_" + "".join(c if c.isalnum() else "_" for c in request.node.name.lower())[:50]

@@ -202,39 +202,31 @@ def test_spark_keeps_ansi_off_and_files_unreadable(policies, tmp_path):
         engine.close()
 
 
+def test_spark_statement_timeout_cancels_the_running_job(tmp_path):
+    """statement_timeout stops a Spark job that runs on (SQLSTATE 57014) within about a second."""
+    policy = spark_policy(tmp_path)
+    policy.write_text(policy.read_text().replace('master = "local[2]"\n', 'master = "local[2]"\nstatement_timeout = 3\n'))
+    engine = open_engine(load_policy(policy))
+    try:
+        started = time.monotonic()
+        with pytest.raises(OperationalError) as info:  # about 20 s of hashing on local[2]
+            engine.execute("SELECT SUM(CAST(sha2(CAST(id AS STRING), 256) < 'a' AS INT)) FROM range(0, 200000000)")
+        assert info.value.sqlstate == "57014" and time.monotonic() - started < 8
+        assert engine.execute("SELECT 1 AS a").columns == [[1]]  # the engine goes on
+    finally:
+        engine.close()
+
+
 @pytest.fixture(scope="module")
-def spark_connect_url():
+def spark_connect_url(tmp_path_factory):
     """A Spark Connect server of pyspark's own distribution, in the foreground on a free port."""
-    import os
-    import socket
-    import subprocess
+    from .server_fixture import free_port
+    from .spark_cluster import connect_server, stop_group
 
-    import pyspark
-
-    home = Path(pyspark.__file__).parent
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_NO_DAEMONIZE": "1", "SPARK_LOCAL_IP": "127.0.0.1"}
-    proc = subprocess.Popen([str(home / "sbin" / "start-connect-server.sh"), "--master", "local[2]",
-                             "--conf", f"spark.connect.grpc.binding.port={port}",
-                             "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-                             "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
-                             "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.ui.enabled=false"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            assert proc.poll() is None, "the Spark Connect server exited"
-            time.sleep(0.5)
+    port = free_port()
+    proc = connect_server("local[2]", port, tmp_path_factory.mktemp("connect") / "server.log")
     yield f"sc://127.0.0.1:{port}"
-    import signal
-
-    os.killpg(proc.pid, signal.SIGTERM)
-    proc.wait(timeout=60)
+    stop_group(proc)
 
 
 _CONNECT_CHECK = """
@@ -253,23 +245,32 @@ session.close()
 def test_spark_connect_gives_the_same_values(spark_connect_url, sessions, policies, tmp_path):
     """The same queries through Spark Connect (in a process of its own: pyspark allows one kind
     of session per process) give DuckDB's pre-noise values, and an answer is charged once."""
+    got = through_connect(policies["spark"], spark_connect_url, CONNECT_QUERIES, tmp_path)
+    assert got["rows"] == [repr(_rows(sessions["duckdb"], sql)) for sql in CONNECT_QUERIES]
+    assert got["answer_rows"] == 3 and got["charged"] == 1
+
+
+CONNECT_QUERIES = ["SELECT diagnosis, COUNT(*), AVG(cost) FROM visits GROUP BY diagnosis",
+                   "SELECT p.sex, AVG(v.length_of_stay) FROM visits v JOIN patients p USING (patient_id) "
+                   "GROUP BY p.sex",
+                   "SELECT MEDIAN(age) FROM patients"]
+
+
+def through_connect(spark_policy: Path, url: str, queries: list[str], tmp_path: Path) -> dict:
+    """_CONNECT_CHECK on a Spark policy turned to `remote = url`: the queries' pre-noise rows,
+    and one answer's rows and charge."""
     import json
     import subprocess
     import sys
 
-    text = policies["spark"].read_text()
     remote = tmp_path / "connect.toml"
-    remote.write_text(re.sub(r'(?m)^master = .*\nconf = .*\n', f'remote = "{spark_connect_url}"\n', text))
-    queries = ["SELECT diagnosis, COUNT(*), AVG(cost) FROM visits GROUP BY diagnosis",
-               "SELECT p.sex, AVG(v.length_of_stay) FROM visits v JOIN patients p USING (patient_id) GROUP BY p.sex",
-               "SELECT MEDIAN(age) FROM patients"]
+    text = spark_policy.read_text()
+    remote.write_text(re.sub(r'(?m)^master = .*\n(scratch_dir = .*\n)?conf = .*\n', f'remote = "{url}"\n', text))
     done = subprocess.run([sys.executable, "-c", _CONNECT_CHECK, str(remote), str(tmp_path / "ledger.sqlite"),
                            json.dumps(queries)], capture_output=True, text=True, timeout=300,
                           cwd=Path(__file__).resolve().parent.parent)
     assert done.returncode == 0, done.stderr[-2000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
-    assert got["rows"] == [repr(_rows(sessions["duckdb"], sql)) for sql in queries]
-    assert got["answer_rows"] == 3 and got["charged"] == 1
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def test_repeated_and_evicted_query_texts_keep_their_own_results(tmp_path):

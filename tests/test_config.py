@@ -117,3 +117,19 @@ def test_sample_policy_loads():
 def test_exact_reads_decimals_as_people_mean_them():
     assert exact(0.001) * 1000 == 1
     assert exact(0.1) + exact(0.2) == exact(0.3)
+
+
+def test_spark_scratch_dir_is_a_path_with_a_master(tmp_path):
+    """[engine] scratch_dir (Spark on a cluster): resolved against the policy's directory; with
+    remote (Spark Connect, whose executors dpsql's driver does not direct) or as a non-path, refused."""
+    for engine, fragment in [('remote = "sc://h:15002"\nscratch_dir = "s"', "scratch_dir must be a directory path"),
+                             ('master = "spark://h:7077"\nscratch_dir = 3', "scratch_dir must be a directory path")]:
+        p = tmp_path / "bad.toml"
+        p.write_text(f'[engine]\nkind = "spark"\n{engine}\n[tables.wards]\npublic = true\n')
+        with pytest.raises(PolicyError) as info:
+            load_policy(p)
+        assert fragment in str(info.value) and "every executor" in (info.value.hint or "")
+    p = tmp_path / "ok.toml"
+    p.write_text('[engine]\nkind = "spark"\nmaster = "spark://h:7077"\nscratch_dir = "shared"\n'
+                 '[tables.wards]\npublic = true\n')
+    assert load_policy(p).engine.scratch_dir == tmp_path.resolve() / "shared"

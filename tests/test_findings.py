@@ -200,10 +200,14 @@ def test_scratch_removed_at_exit_and_swept_after_a_kill(small_policy, tmp_path):
     killed = _run_build(small_policy, base, "os.kill(os.getpid(), 9)")
     assert killed.returncode == -9
     (orphan,) = _scratch_dirs(base)
-    assert (orphan / "owner.pid").read_text() == killed.stdout.split()[0]
+    assert (orphan / "owner.pid").read_text().split("\n")[0] == killed.stdout.split()[0]
+    # a directory another host owns (a shared scratch_dir) is that host's to sweep
+    foreign = base / "dpsql-engine-elsewhere"
+    foreign.mkdir(mode=0o700)
+    (foreign / "owner.pid").write_text(f"{killed.stdout.split()[0]}\nsome-other-host")
     done = _run_build(small_policy, base, "conn.close()")  # a new engine sweeps the orphan
     assert done.returncode == 0, done.stderr
-    assert _scratch_dirs(base) == []
+    assert _scratch_dirs(base) == [foreign]
 
 
 def test_engines_opened_by_many_threads_at_once_keep_their_scratch_directories(tmp_path):

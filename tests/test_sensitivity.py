@@ -178,7 +178,7 @@ _schemas = itertools.count()
 @pytest.mark.parametrize("backend,mechanism,contributions,examples", [
     ("postgres", "laplace", None, 6), ("postgres", "gaussian", None, 2), ("postgres", "gaussian", 4, 2),
     ("postgres-weighted", "laplace", None, 4), ("postgres-weighted", "gaussian", 4, 2),
-    ("spark", "laplace", None, 1), ("spark", "gaussian", 4, 1)])
+    ("spark", "laplace", None, 1), ("spark", "gaussian", 4, 1), ("spark-cluster", "laplace", None, 1)])
 @pytest.mark.backends
 @pytest.mark.slow
 def test_removing_one_unit_is_bounded_on_every_backend(backend, mechanism, contributions, examples, request):
@@ -186,8 +186,16 @@ def test_removing_one_unit_is_bounded_on_every_backend(backend, mechanism, contr
     examples as each costs a round of real queries; with max_contributions and Gaussian noise,
     the L2 clip. `postgres` bounds per unit in every query; `postgres-weighted` reads weighted
     tables that a second role builds ([engine] scratch_url), and a local Spark reads Parquet
-    weighted copies in its scratch directory, whole or split."""
+    weighted copies in its scratch directory, whole or split; `spark-cluster`, a standalone
+    cluster's executors, in its scratch_dir."""
     admin = reader = None
+    engine = None
+    if backend == "spark-cluster":
+        from .backends import spark_engine
+        from .spark_cluster import APP_CONF
+
+        cluster = request.getfixturevalue("spark_cluster")
+        engine = spark_engine(cluster.url, {**APP_CONF, "spark.sql.shuffle.partitions": "2"}, cluster.scratch)
     weighted_tables = backend == "postgres-weighted"
     if backend.startswith("postgres"):
         admin = request.getfixturevalue("pg_server").create_database(
@@ -201,8 +209,8 @@ def test_removing_one_unit_is_bounded_on_every_backend(backend, mechanism, contr
             schema = f"ex{next(_schemas)}"
             duckdb_to_postgres(directory / "db.duckdb", admin, schema)
             scratch = allow_scratch(admin, schema) if weighted_tables else None
-        moved = move_policy(policy, "postgres" if schema else backend, reader_url=reader, schema=schema,
-                            scratch_url=scratch)
+        moved = move_policy(policy, "postgres" if schema else "spark" if engine else backend, reader_url=reader,
+                            schema=schema, scratch_url=scratch, engine=engine)
         return Session(load_policy(moved), "alice")
 
     @settings(max_examples=examples, deadline=None, database=None,
@@ -214,7 +222,9 @@ def test_removing_one_unit_is_bounded_on_every_backend(backend, mechanism, contr
             without = session(Path(d2), units, target, False, [r for i, r in enumerate(rows) if i != drop_row])
             try:
                 weighted = _check_neighbours(with_target, without, mechanism)
-                assert weighted > 0 if weighted_tables or backend == "spark" else weighted == 0
+                assert weighted > 0 if weighted_tables or backend.startswith("spark") else weighted == 0
+                if engine is not None:  # the copies were the executors', under the cluster's scratch_dir
+                    assert with_target.engine._copies and with_target.engine._scratch.path.parent == cluster.scratch
             finally:
                 with_target.close()
                 without.close()

@@ -133,7 +133,7 @@ def _parse_engine(r: _Reader, base: Path) -> EngineConfig:
     kind = r.choice("kind", "duckdb", ENGINES)
     allowed = {"duckdb": {"database", "threads", "memory_limit", "scratch", "statement_timeout"},
                "postgres": {"url", "schema", "statement_timeout", "settings", "scratch_url", "scratch_schema"},
-               "spark": {"master", "remote", "conf", "statement_timeout"}}[kind]
+               "spark": {"master", "remote", "conf", "statement_timeout", "scratch_dir"}}[kind]
     r.unknown_keys(allowed | {"kind"})
     timeout = float(r.number("statement_timeout", Fraction(300), positive=True))
     if kind == "postgres":
@@ -175,9 +175,15 @@ def _parse_engine(r: _Reader, base: Path) -> EngineConfig:
         conf = r.data.get("conf", {})
         if not isinstance(conf, dict) or not all(isinstance(v, (str, int, float, bool)) for v in conf.values()):
             raise r.fail("conf must be a table of Spark settings", 'for example conf = { "spark.driver.memory" = "4g" }')
+        scratch_dir = r.data.get("scratch_dir")
+        if scratch_dir is not None and (remote is not None or not isinstance(scratch_dir, str) or not scratch_dir):
+            raise r.fail("scratch_dir must be a directory path, with master (not remote)",
+                         'for example scratch_dir = "/shared/dpsql-scratch": mounted at this path on the driver '
+                         "and every executor (weighted copies are written and read there)")
         return EngineConfig(kind=kind, master=master if master or remote else "local[*]", remote=remote,
                             conf={str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in conf.items()},
-                            statement_timeout=timeout)
+                            statement_timeout=timeout,
+                            scratch_dir=None if scratch_dir is None else (base / scratch_dir).resolve())
     database = r.data.get("database")
     db_path = None
     if database is not None:

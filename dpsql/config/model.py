@@ -158,6 +158,7 @@ class EngineConfig:
     scratch: str = "disk"  # duckdb: where weighted copies live, "disk" (a private temp dir) or "memory"
     scratch_url: str | None = None  # postgres: a second role that builds weighted tables (pg_weights.py)
     scratch_schema: str = "dpsql_scratch"  # postgres: where it builds them
+    scratch_dir: Path | None = None  # spark on a cluster: weighted copies in a directory every executor sees
 
 
 @dataclass(frozen=True)

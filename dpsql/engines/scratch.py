@@ -3,7 +3,9 @@
 A copy of a private table is as private as the table, so its directory is created 0700 and
 removed on every way out: the engine's close(), garbage collection of an engine nobody closed
 (a DB-API connection left open), interpreter exit, and, after a crash or SIGKILL, the next
-start-up's sweep, which removes the directories whose owning process is gone.
+start-up's sweep, which removes the directories whose owning process is gone. A directory
+may sit on a filesystem other machines share (a Spark cluster's scratch_dir): its owner file
+names the host too, and a sweep judges only its own host's directories.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -38,7 +41,7 @@ class ScratchDir:
             self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.path), ignore_errors=True)
             _live.add(self)
             with os.fdopen(owner_only.create(self.path / OWNER), "w") as f:
-                f.write(str(os.getpid()))
+                f.write(f"{os.getpid()}\n{socket.gethostname()}")
 
     def file(self, name: str) -> Path:
         return self.path / name
@@ -58,9 +61,12 @@ class ScratchDir:
 
 def _owner_alive(directory: Path) -> bool:
     try:
-        pid = int((directory / OWNER).read_text())
+        pid_text, _, host = (directory / OWNER).read_text().partition("\n")
+        pid = int(pid_text)
     except (OSError, ValueError):
         return time.time() - directory.stat().st_mtime < ORPHAN_AGE
+    if host and host != socket.gethostname():
+        return True  # another machine's process: only that machine can tell
     if pid == os.getpid():
         return any(s.path == directory for s in list(_live))
     try:

@@ -7,13 +7,18 @@ failing cast, a division by zero or an overflow gives NULL (or wraps) instead of
 which is what the rewrite's TRY asks for. Reading files by path from SQL is disabled; dpsql
 only ever sends its own rewritten queries, which name the policy's tables.
 
-A local session whose private tables all come from files gets weighted copies, as DuckDB's:
-each unit's rows counted and weighted in one job and written as Parquet into the engine's
-private scratch directory, then read back, held in memory (MEMORY_ONLY: an evicted partition is
-read again from the same immutable files, never recomputed from the live source, so a copy is
-one snapshot) and queried under a temporary view. The copy counts only if the source files'
-version is the same after the write as before. A cluster or Spark Connect has no storage dpsql
-knows its executors share, so it bounds per unit in every query.
+A session whose private tables all come from files gets weighted copies, as DuckDB's, where
+its executors can all read what they write: a local session (the driver is the only
+executor), or a cluster master with `scratch_dir`, a directory mounted at the same path on
+the driver and every executor. Each unit's rows are counted and weighted in one job and
+written as Parquet into the engine's private scratch directory (a 0700 directory under
+scratch_dir, or under the system's temp dir), then read back, held in memory (MEMORY_ONLY: an
+evicted or lost partition is read again from the same immutable files, never recomputed from
+the live source, so a copy is one snapshot) and queried under a temporary view. The copy counts
+only if the source files' version is the same after the write as before. A cluster without
+scratch_dir, and Spark Connect (whose driver is another process's), bound per unit in every
+query. The driver's own spark.local.dir (shuffle and result blocks it holds) is a private
+directory too; executors' are their cluster manager's (a standalone worker's work dir).
 """
 
 from __future__ import annotations
@@ -77,7 +82,8 @@ _DAY_OF_WEEK = ("DAYOFWEEK", "DOW", "WEEKDAY")
 @register("spark")
 class SparkEngine(Engine):
     dialect = "spark"
-    # Weighted copies on a local session over files only; they hold the weight only, and a SUM
+    # Weighted copies over files only, where executors share the scratch directory (the module's
+    # docstring); they hold the weight only, and a SUM
     # weights its row values (TotalCap's row form).
     capabilities = Capabilities(literal_sql=True)
 
@@ -97,6 +103,7 @@ class SparkEngine(Engine):
         local = not cfg.remote and (cfg.master or "").startswith("local")
         if local:  # the JVM's own choice of address, before it starts (the driver's settings follow)
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        if not cfg.remote:  # the driver is this process: its blocks and spills hold rows
             if "spark.local.dir" not in cfg.conf:
                 with _LIVE_LOCK:
                     if _LOCAL_DIR[0] is None or _LOCAL_DIR[0].closed:
@@ -105,6 +112,7 @@ class SparkEngine(Engine):
         for key, value in {**_DEFAULTS, **(_LOCAL if local else {}), **cfg.conf, **_FIXED}.items():
             builder = builder.config(key, value)
         self._policy = policy
+        self._remote = bool(cfg.remote)
         self._timeout = cfg.statement_timeout
         self._files: list[Path] = []
         self._tags = itertools.count()
@@ -115,6 +123,10 @@ class SparkEngine(Engine):
         self._builds = itertools.count()
         try:
             root = builder.getOrCreate()
+            if not cfg.remote and root.sparkContext.master != cfg.master:
+                # one SparkContext per process: getOrCreate would hand back the other master's
+                raise PolicyError(f"{policy.path}: this process already runs Spark with master = "
+                                  f"\"{root.sparkContext.master}\"", hint="open policies with one master per process")
             # Its own session (temp views, settings) over the process's one SparkContext, so
             # that two policies in one process do not see each other's tables.
             self._spark = root if cfg.remote else root.newSession()
@@ -126,8 +138,9 @@ class SparkEngine(Engine):
                 root.sparkContext.setLogLevel("ERROR")
             self._register()
             self._schema = self._introspect()
-            if local and all(t.source is not None for t in policy.tables.values() if not t.public):
-                self._scratch = ScratchDir()
+            if (local or (cfg.scratch_dir is not None and not cfg.remote)) \
+                    and all(t.source is not None for t in policy.tables.values() if not t.public):
+                self._scratch = ScratchDir(None if local else str(cfg.scratch_dir))
                 self.capabilities = replace(self.capabilities, weighted_copy=True)
         except PolicyError:
             raise
@@ -188,9 +201,9 @@ class SparkEngine(Engine):
         statement timeout interrupts; the engine's own message never reaches the client."""
         tag = f"dpsql-{next(self._tags)}"
         ident = threading.get_ident()
-        self._spark.addTag(tag)
+        self._add_tag(tag)
         self._running[ident] = tag
-        timer = threading.Timer(self._timeout, self._spark.interruptTag, args=(tag,))
+        timer = threading.Timer(self._timeout, self.interrupt, args=(ident,))  # 57014, as a cancel
         timer.daemon = True
         timer.start()
         try:
@@ -205,7 +218,29 @@ class SparkEngine(Engine):
         finally:
             timer.cancel()
             self._running.pop(ident, None)
+            self._remove_tag(tag)
+
+    # Job tags. Spark Connect's are the session's (addTag, interruptTag). A classic session's
+    # SparkSession.addTag did not reach the job toArrow starts on a thread of its own (a statement
+    # timeout let a query run on), while the SparkContext's job tags, local properties that
+    # threads started later inherit, do.
+    def _add_tag(self, tag: str) -> None:
+        if self._remote:
+            self._spark.addTag(tag)
+        else:
+            self._spark.sparkContext.addJobTag(tag)
+
+    def _remove_tag(self, tag: str) -> None:
+        if self._remote:
             self._spark.removeTag(tag)
+        else:
+            self._spark.sparkContext.removeJobTag(tag)
+
+    def _cancel(self, tag: str) -> None:
+        if self._remote:
+            self._spark.interruptTag(tag)
+        else:
+            self._spark.sparkContext.cancelJobsWithTag(tag)
 
     def execute(self, sql: str) -> ResultSet:
         with self._job(OperationalError("the query failed while running in the engine", sqlstate="XX000",
@@ -236,7 +271,7 @@ class SparkEngine(Engine):
                 def build() -> Path:  # the job reads the source twice (the rows, the counts)
                     files = self._scratch.file(f"{name}-{next(self._builds)}")
                     with self._job(failure):
-                        self._spark.sql(rows_sql).write.parquet(str(files))
+                        self._spark.sql(rows_sql).write.parquet(files.as_uri())  # never the cluster's default FS
                     self._scratch.protect()
                     return files
 
@@ -245,7 +280,7 @@ class SparkEngine(Engine):
                 from pyspark import StorageLevel
 
                 with self._job(failure):
-                    frame = self._spark.read.parquet(str(files)).persist(StorageLevel.MEMORY_ONLY)
+                    frame = self._spark.read.parquet(files.as_uri()).persist(StorageLevel.MEMORY_ONLY)
                     frame.createOrReplaceTempView(name)
                 if held is not None:  # a query still reading the old copy keeps its files: dropped at close
                     held[1].unpersist()
@@ -263,7 +298,7 @@ class SparkEngine(Engine):
     def interrupt(self, thread_ident: int) -> None:
         tag = self._running.pop(thread_ident, None)
         if tag is not None:
-            self._spark.interruptTag(tag)
+            self._cancel(tag)
 
     def data_version(self) -> str:
         """The source files' sizes and times (a metastore table's changes are not seen)."""
