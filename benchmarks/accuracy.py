@@ -34,27 +34,36 @@ def measure(runs: int, epsilon: float) -> list[dict]:
         cur = sample.cursor(Path(d))
         cur.execute(f"SET dpsql.epsilon = {epsilon}")
         for label, agg in QUERIES:
-            truth = dict(truth_db.execute(
-                f"SELECT region, {agg} FROM patients GROUP BY region").fetchall())
+            truth = dict(truth_db.execute(f"SELECT region, {agg} FROM patients GROUP BY region").fetchall())
             errors = []
             started = time.perf_counter()
             for _ in range(runs):
                 cur.execute(f"SELECT region, {agg} FROM patients GROUP BY region")
                 for region, value in cur.fetchall():
                     errors.append(abs((value if value is not None else 0) - truth[region]) / abs(truth[region]))
-            results.append({"aggregate": label, "median_rel_error": statistics.median(errors),
-                             "p90_rel_error": statistics.quantiles(errors, n=10)[-1],
-                             "ms_per_query": (time.perf_counter() - started) * 1000 / runs})
+            results.append(
+                {
+                    "aggregate": label,
+                    "median_rel_error": statistics.median(errors),
+                    "p90_rel_error": statistics.quantiles(errors, n=10)[-1],
+                    "ms_per_query": (time.perf_counter() - started) * 1000 / runs,
+                }
+            )
     return results
 
 
 def table(results: list[dict], runs: int, epsilon: float) -> str:
-    lines = [f"Sample hospital, GROUP BY region (10 keys), epsilon = {epsilon:g} per query, {runs} runs, "
-             "relative error vs the raw data",
-             "", "| aggregate | median relative error | 90th percentile | ms per query |", "|---|---|---|---|"]
+    lines = [
+        f"Sample hospital, GROUP BY region (10 keys), epsilon = {epsilon:g} per query, {runs} runs, "
+        "relative error vs the raw data",
+        "",
+        "| aggregate | median relative error | 90th percentile | ms per query |",
+        "|---|---|---|---|",
+    ]
     for r in results:
-        lines.append(f"| {r['aggregate']} | {r['median_rel_error']:.2%} | {r['p90_rel_error']:.2%} | "
-                     f"{r['ms_per_query']:.1f} |")
+        lines.append(
+            f"| {r['aggregate']} | {r['median_rel_error']:.2%} | {r['p90_rel_error']:.2%} | {r['ms_per_query']:.1f} |"
+        )
     return "\n".join(lines)
 
 

@@ -86,8 +86,10 @@ def policies(db: Path, rows: int, pg_reader: str | None, work: Path) -> dict[str
     spark_body = body.replace("[tables.events]\n", f'[tables.events]\nsource = "{events}"\n')
     spark_body = spark_body.replace("[tables.groups]\n", f'[tables.groups]\nsource = "{groups}"\n')
     s = work / f"spark_{rows}.toml"
-    s.write_text('[engine]\nkind = "spark"\nmaster = "local[2]"\n'
-                 'conf = { "spark.driver.memory" = "4g", "spark.sql.shuffle.partitions" = "4" }\n' + spark_body)
+    s.write_text(
+        '[engine]\nkind = "spark"\nmaster = "local[2]"\n'
+        'conf = { "spark.driver.memory" = "4g", "spark.sql.shuffle.partitions" = "4" }\n' + spark_body
+    )
     out["spark"] = s
     return out
 
@@ -131,8 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--work", type=Path, default=Path(".bench"))
     ap.add_argument("--out", type=Path, default=HERE / "BACKENDS.md")
-    ap.add_argument("--backends", default="duckdb,postgres,postgres-per-unit,spark",
-                    help="a comma-separated subset")
+    ap.add_argument("--backends", default="duckdb,postgres,postgres-per-unit,spark", help="a comma-separated subset")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     started = time.time()
@@ -192,11 +193,14 @@ def report(results: dict[int, list[dict]], args, seconds: float) -> str:
             x = rs[i]
             cells.append(f"{x['plain_ms']:.1f} / {x['dpsql_ms']:.1f} ({x['ratio']:.1f}x)")
         lines.append(f"| {r['backend']} | {r['query']} | " + " | ".join(cells) + " |")
-    lines += ["", "DuckDB bounds one-table queries with its weighted copies, `postgres` with weighted tables that a "
-              "second role builds once per data version (`[engine] scratch_url`), and a local Spark with Parquet "
-              "weighted copies in its private scratch directory; `postgres-per-unit` bounds with a per-person "
-              "aggregation in every query (see README, \"Where the data lives\").",
-              ""]
+    lines += [
+        "",
+        "DuckDB bounds one-table queries with its weighted copies, `postgres` with weighted tables that a "
+        "second role builds once per data version (`[engine] scratch_url`), and a local Spark with Parquet "
+        "weighted copies in its private scratch directory; `postgres-per-unit` bounds with a per-person "
+        'aggregation in every query (see README, "Where the data lives").',
+        "",
+    ]
     return "\n".join(lines)
 
 

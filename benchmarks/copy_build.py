@@ -52,8 +52,13 @@ def child(db: Path) -> dict:
         cur.fetchall()
         second_s = time.perf_counter() - t
         cur.connection.close()
-    return {"plain_s": plain_s, "first_s": first_s, "second_s": second_s,
-            "rss_before_mb": rss_before / 1024, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {
+        "plain_s": plain_s,
+        "first_s": first_s,
+        "second_s": second_s,
+        "rss_before_mb": rss_before / 1024,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 def main() -> None:
@@ -70,11 +75,19 @@ def main() -> None:
     for rows in args.rows:
         print(f"generating {rows:,} rows ...", file=sys.stderr, flush=True)
         db = data.generate(args.work, rows)
-        out = subprocess.run([sys.executable, "-m", "benchmarks.copy_build", "--child", str(db)], cwd=ROOT,
-                             check=True, capture_output=True, text=True)
+        out = subprocess.run(
+            [sys.executable, "-m", "benchmarks.copy_build", "--child", str(db)],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         r = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"| {rows:,} | {r['plain_s'] * 1000:.0f} ms | {r['first_s']:.1f} s | {r['second_s'] * 1000:.0f} ms "
-              f"({r['second_s'] / r['plain_s']:.1f}x) | {r['peak_rss_mb']:,.0f} MB |", flush=True)
+        print(
+            f"| {rows:,} | {r['plain_s'] * 1000:.0f} ms | {r['first_s']:.1f} s | {r['second_s'] * 1000:.0f} ms "
+            f"({r['second_s'] / r['plain_s']:.1f}x) | {r['peak_rss_mb']:,.0f} MB |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -47,8 +47,20 @@ from . import sample
 
 REGIONS = ["North", "South", "East", "West", "Central", "Coast", "Valley", "Highlands", "Lakes", "Islands"]
 SEXES = ["F", "M", "X"]
-DIAGNOSES = ["infection", "injury", "cardiac", "respiratory", "digestive", "neoplasm", "mental", "musculoskeletal",
-             "pregnancy", "skin", "neurological", "checkup"]
+DIAGNOSES = [
+    "infection",
+    "injury",
+    "cardiac",
+    "respiratory",
+    "digestive",
+    "neoplasm",
+    "mental",
+    "musculoskeletal",
+    "pregnancy",
+    "skin",
+    "neurological",
+    "checkup",
+]
 BAND = "FLOOR(age / 10) * 10"
 YEAR = "DATE_TRUNC('year', visit_date)"
 
@@ -71,21 +83,27 @@ def bob_session() -> list[str]:
     """The issue's 66 queries: six charts, unfiltered and once per region."""
     out = []
     for where in [""] + [f" WHERE region = '{r}'" for r in REGIONS]:
-        out += [f"SELECT region, COUNT(*) FROM patients{where} GROUP BY region",
-                f"SELECT sex, COUNT(*) FROM patients{where} GROUP BY sex",
-                f"SELECT smoker, COUNT(*) FROM patients{where} GROUP BY smoker",
-                f"SELECT region, sex, COUNT(*) FROM patients{where} GROUP BY region, sex",
-                f"SELECT {BAND} AS band, COUNT(*) FROM patients{where} GROUP BY 1",
-                f"SELECT SUM(income) FROM patients{where}"]
+        out += [
+            f"SELECT region, COUNT(*) FROM patients{where} GROUP BY region",
+            f"SELECT sex, COUNT(*) FROM patients{where} GROUP BY sex",
+            f"SELECT smoker, COUNT(*) FROM patients{where} GROUP BY smoker",
+            f"SELECT region, sex, COUNT(*) FROM patients{where} GROUP BY region, sex",
+            f"SELECT {BAND} AS band, COUNT(*) FROM patients{where} GROUP BY 1",
+            f"SELECT SUM(income) FROM patients{where}",
+        ]
     return out
 
 
 def larger_session() -> list[str]:
     """500+ queries over patients and visits."""
     dims = {"region": "region", "sex": "sex", "smoker": "smoker", "band": BAND}
-    groupings = [()] + [(d,) for d in dims] + [(a, b) for i, a in enumerate(dims) for b in list(dims)[i + 1:]]
-    filters = [""] + [f" WHERE region = '{r}'" for r in REGIONS] + [f" WHERE sex = '{s}'" for s in SEXES] + \
-        [" WHERE smoker = true", " WHERE smoker = false"]
+    groupings = [()] + [(d,) for d in dims] + [(a, b) for i, a in enumerate(dims) for b in list(dims)[i + 1 :]]
+    filters = (
+        [""]
+        + [f" WHERE region = '{r}'" for r in REGIONS]
+        + [f" WHERE sex = '{s}'" for s in SEXES]
+        + [" WHERE smoker = true", " WHERE smoker = false"]
+    )
     out = []
     for g in groupings:
         keys = ", ".join(f"{dims[d]} AS {d}" for d in g)
@@ -95,9 +113,14 @@ def larger_session() -> list[str]:
                 out.append(f"SELECT {keys + ', ' if keys else ''}{agg} FROM patients{where}{group}")
     vgroups = [(), ("diagnosis",), ("year",), ("diagnosis", "year")]
     vdims = {"diagnosis": "diagnosis", "year": YEAR}
-    vfilters = [""] + [f" WHERE diagnosis = '{d}'" for d in DIAGNOSES] + \
-        [" WHERE visit_date >= DATE '2023-01-01' AND visit_date < DATE '2024-01-01'",
-         " WHERE visit_date >= DATE '2024-01-01' AND visit_date < DATE '2025-01-01'"]
+    vfilters = (
+        [""]
+        + [f" WHERE diagnosis = '{d}'" for d in DIAGNOSES]
+        + [
+            " WHERE visit_date >= DATE '2023-01-01' AND visit_date < DATE '2024-01-01'",
+            " WHERE visit_date >= DATE '2024-01-01' AND visit_date < DATE '2025-01-01'",
+        ]
+    )
     for g in vgroups:
         keys = ", ".join(f"{vdims[d]} AS {d}" for d in g)
         group = f" GROUP BY {', '.join(str(i + 1) for i in range(len(g)))}" if g else ""
@@ -132,14 +155,18 @@ def _session(directory: Path, larger: bool, user: str, kind: str) -> Session:
         return Session(load_policy(sample.SAMPLE / "dpsql.toml", ledger_path=ledger), user)
     path = sample.write_policy(directory)
     patients, visits = split_epsilon(larger_session())
-    text = path.read_text().replace('charged_to = "bob"', 'charged_to = "alice"\n' + PATIENTS_FILTERS).replace(
-        "epsilon = 0.5\ncharged_to", f"epsilon = {patients}\ncharged_to")
+    text = (
+        path.read_text()
+        .replace('charged_to = "bob"', 'charged_to = "alice"\n' + PATIENTS_FILTERS)
+        .replace("epsilon = 0.5\ncharged_to", f"epsilon = {patients}\ncharged_to")
+    )
     path.write_text(text + VISITS_SYNOPSIS.replace("{epsilon}", repr(visits)))
     return Session(load_policy(path, ledger_path=ledger), user)
 
 
-def per_query(directory: Path, queries: list[str], user: str, epsilon: float | None, larger: bool,
-              truths: list[list[tuple]]) -> dict[str, Any]:
+def per_query(
+    directory: Path, queries: list[str], user: str, epsilon: float | None, larger: bool, truths: list[list[tuple]]
+) -> dict[str, Any]:
     """Each query answered on its own (epsilon None: the policy's own per-query epsilon)."""
     session = _session(directory, larger, user, "per-query")
     session.execute("SET dpsql.cache = off")
@@ -157,8 +184,9 @@ def per_query(directory: Path, queries: list[str], user: str, epsilon: float | N
     return {"answered": len(errors), "errors": errors, "spent": spent}
 
 
-def synopses(directory: Path, queries: list[str], user: str, names: list[str], larger: bool,
-             truths: list[list[tuple]]) -> dict[str, Any]:
+def synopses(
+    directory: Path, queries: list[str], user: str, names: list[str], larger: bool, truths: list[list[tuple]]
+) -> dict[str, Any]:
     """Synopses published (charged), then every query answered from them."""
     session = _session(directory, larger, user, "synopses")
     started = time.perf_counter()
@@ -180,8 +208,15 @@ def synopses(directory: Path, queries: list[str], user: str, names: list[str], l
     mismatch = _inconsistencies(answers)
     spent = float(session.budget()["epsilon"]["spent"])
     session.close()
-    return {"answered": len(errors), "errors": errors, "spent": spent, "free": free, "inconsistent": mismatch,
-            "publish_s": published, "answer_ms": answering * 1000 / max(1, len(errors))}
+    return {
+        "answered": len(errors),
+        "errors": errors,
+        "spent": spent,
+        "free": free,
+        "inconsistent": mismatch,
+        "publish_s": published,
+        "answer_ms": answering * 1000 / max(1, len(errors)),
+    }
 
 
 def _inconsistencies(answers: dict[str, list[tuple]]) -> int:
@@ -202,8 +237,9 @@ def _inconsistencies(answers: dict[str, list[tuple]]) -> int:
     return bad
 
 
-def plain_cube(directory: Path, queries: list[str], user: str, names: list[str], larger: bool,
-               truths: list[list[tuple]]) -> dict[str, Any]:
+def plain_cube(
+    directory: Path, queries: list[str], user: str, names: list[str], larger: bool, truths: list[list[tuple]]
+) -> dict[str, Any]:
     """The full cube noised once per measure at the synopsis's epsilon, answered by sums."""
     session = _session(directory, larger, user, "cube")
     policy = session.policy
@@ -222,11 +258,20 @@ def plain_cube(directory: Path, queries: list[str], user: str, names: list[str],
             noise = Noise("laplace", laplace_scale(plan.bounding.l1(pm, int(np.prod(sizes))), eps))
             noisy = np.array(add_noise([int(v) for v in np.ravel(exact[j])], noise), dtype=float) * pm.unit_scale
             lam = eigenvalues({full: 1.0 / (2 * (noise.scale * pm.unit_scale) ** 2)}, sizes)
-            measures.append({"name": m.name, "kind": m.kind, "column": m.column, "cube": list(noisy),
-                             "eigen": list(lam)})
-        body = {"name": n, "table": spec.table, "readers": [user], "sizes": list(sizes), "measures": measures,
-                "dimensions": [{"column": d.column, "width": d.width, "unit": d.unit,
-                                "values": [pub.encode(v) for v in values[i]]} for i, d in enumerate(spec.dimensions)]}
+            measures.append(
+                {"name": m.name, "kind": m.kind, "column": m.column, "cube": list(noisy), "eigen": list(lam)}
+            )
+        body = {
+            "name": n,
+            "table": spec.table,
+            "readers": [user],
+            "sizes": list(sizes),
+            "measures": measures,
+            "dimensions": [
+                {"column": d.column, "width": d.width, "unit": d.unit, "values": [pub.encode(v) for v in values[i]]}
+                for i, d in enumerate(spec.dimensions)
+            ],
+        }
         stored[n] = store.Stored(n, session.engine.data_version(), time.time(), 0, body)
     errors = []
     for q, truth in zip(queries, truths):
@@ -251,10 +296,15 @@ def truths(queries: list[str]) -> list[list[tuple]]:
 
 def summary(label: str, runs: list[dict[str, Any]], total: int, budget: float) -> dict[str, Any]:
     errors = [e for r in runs for e in r["errors"]]
-    return {"way": label, "answered": f"{round(statistics.mean(r['answered'] for r in runs))}/{total}",
-            "median": statistics.median(errors) if errors else None, "worst": max(errors) if errors else None,
-            "spent": statistics.mean(r["spent"] for r in runs), "left": 1 - statistics.mean(r["spent"] for r in runs) / budget,
-            **{k: runs[0][k] for k in ("inconsistent", "free", "publish_s", "answer_ms") if k in runs[0]}}
+    return {
+        "way": label,
+        "answered": f"{round(statistics.mean(r['answered'] for r in runs))}/{total}",
+        "median": statistics.median(errors) if errors else None,
+        "worst": max(errors) if errors else None,
+        "spent": statistics.mean(r["spent"] for r in runs),
+        "left": 1 - statistics.mean(r["spent"] for r in runs) / budget,
+        **{k: runs[0][k] for k in ("inconsistent", "free", "publish_s", "answer_ms") if k in runs[0]},
+    }
 
 
 def measure(runs: int, workloads: tuple[str, ...] = ("bob", "larger")) -> dict[str, list[dict[str, Any]]]:
@@ -273,14 +323,31 @@ def _bob(directory: Path, runs: int) -> list[dict[str, Any]]:
     truth = truths(bob)
     n = len(bob)
     return [
-        summary("per query, the policy's 0.1 each (bob's budget 5)",
-                [per_query(directory, bob, "bob", None, False, truth) for _ in range(runs)], n, 5.0),
-        summary("per query, 0.5 / 66 each",
-                [per_query(directory, bob, "bob", 0.5 / n, False, truth) for _ in range(runs)], n, 5.0),
-        summary("synopsis patients_dashboard (0.5)",
-                [synopses(directory, bob, "bob", ["patients_dashboard"], False, truth) for _ in range(runs)], n, 5.0),
-        summary("plain noisy cube (0.5)",
-                [plain_cube(directory, bob, "bob", ["patients_dashboard"], False, truth) for _ in range(runs)], n, 5.0)]
+        summary(
+            "per query, the policy's 0.1 each (bob's budget 5)",
+            [per_query(directory, bob, "bob", None, False, truth) for _ in range(runs)],
+            n,
+            5.0,
+        ),
+        summary(
+            "per query, 0.5 / 66 each",
+            [per_query(directory, bob, "bob", 0.5 / n, False, truth) for _ in range(runs)],
+            n,
+            5.0,
+        ),
+        summary(
+            "synopsis patients_dashboard (0.5)",
+            [synopses(directory, bob, "bob", ["patients_dashboard"], False, truth) for _ in range(runs)],
+            n,
+            5.0,
+        ),
+        summary(
+            "plain noisy cube (0.5)",
+            [plain_cube(directory, bob, "bob", ["patients_dashboard"], False, truth) for _ in range(runs)],
+            n,
+            5.0,
+        ),
+    ]
 
 
 def _larger(directory: Path, runs: int) -> list[dict[str, Any]]:
@@ -289,33 +356,61 @@ def _larger(directory: Path, runs: int) -> list[dict[str, Any]]:
     m = len(big)
     names = ["patients_dashboard", "visits_dashboard"]
     return [
-        summary(f"per query, {TOTAL} / {m} each",
-                [per_query(directory, big, "alice", TOTAL / m, True, truth) for _ in range(runs)], m, TOTAL),
-        summary("synopses ({} + {})".format(*split_epsilon(big)),
-                [synopses(directory, big, "alice", names, True, truth) for _ in range(runs)], m, TOTAL),
-        summary("plain noisy cubes ({} + {})".format(*split_epsilon(big)),
-                [plain_cube(directory, big, "alice", names, True, truth) for _ in range(runs)], m, TOTAL)]
+        summary(
+            f"per query, {TOTAL} / {m} each",
+            [per_query(directory, big, "alice", TOTAL / m, True, truth) for _ in range(runs)],
+            m,
+            TOTAL,
+        ),
+        summary(
+            "synopses ({} + {})".format(*split_epsilon(big)),
+            [synopses(directory, big, "alice", names, True, truth) for _ in range(runs)],
+            m,
+            TOTAL,
+        ),
+        summary(
+            "plain noisy cubes ({} + {})".format(*split_epsilon(big)),
+            [plain_cube(directory, big, "alice", names, True, truth) for _ in range(runs)],
+            m,
+            TOTAL,
+        ),
+    ]
 
 
 def table(results: dict[str, list[dict[str, Any]]], runs: int) -> str:
-    lines = [f"## Dashboards: per query against synopses at the same total epsilon ({runs} runs each)", "",
-             "`python -m benchmarks.dashboard`. A query's relative error is sum |answer - truth| / sum |truth| over "
-             "its groups, against the raw rows.", ""]
-    for key, title in (("bob", "bob's 66-query session (six charts, unfiltered and per region), his budget 5"),
-                       ("larger", f"a larger session over patients and visits, total epsilon 3 ({len(larger_session())} "
-                                  "queries)")):
+    lines = [
+        f"## Dashboards: per query against synopses at the same total epsilon ({runs} runs each)",
+        "",
+        "`python -m benchmarks.dashboard`. A query's relative error is sum |answer - truth| / sum |truth| over "
+        "its groups, against the raw rows.",
+        "",
+    ]
+    for key, title in (
+        ("bob", "bob's 66-query session (six charts, unfiltered and per region), his budget 5"),
+        ("larger", f"a larger session over patients and visits, total epsilon 3 ({len(larger_session())} queries)"),
+    ):
         if key not in results:
             continue
-        lines += [f"{title}:", "", "| way | answered | median relative error | worst | epsilon spent | budget left "
-                  "| totals ≠ breakdowns |", "|---|---|---|---|---|---|---|"]
+        lines += [
+            f"{title}:",
+            "",
+            "| way | answered | median relative error | worst | epsilon spent | budget left | totals ≠ breakdowns |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for r in results[key]:
             med = "-" if r["median"] is None else f"{r['median']:.2%}"
             worst = "-" if r["worst"] is None else f"{r['worst']:.2%}"
-            lines.append(f"| {r['way']} | {r['answered']} | {med} | {worst} | {r['spent']:.3g} | {r['left']:.0%} | "
-                         f"{r.get('inconsistent', '')} |")
+            lines.append(
+                f"| {r['way']} | {r['answered']} | {med} | {worst} | {r['spent']:.3g} | {r['left']:.0%} | "
+                f"{r.get('inconsistent', '')} |"
+            )
         lines.append("")
-        lines += [f"{r['way']}: published in {r['publish_s']:.1f} s, {r['answer_ms']:.1f} ms a query answered "
-                  "from it (first run)." for r in results[key] if "publish_s" in r] + [""]
+        lines += [
+            f"{r['way']}: published in {r['publish_s']:.1f} s, {r['answer_ms']:.1f} ms a query answered "
+            "from it (first run)."
+            for r in results[key]
+            if "publish_s" in r
+        ] + [""]
     return "\n".join(lines)
 
 

@@ -42,8 +42,10 @@ def generate(directory: Path, rows: int, seed: int = 7) -> Path:
                DATE '2024-01-01' + CAST(hash(i, {seed + 6}) % 366 AS INTEGER) AS day
         FROM range({rows}) AS t(i)
     """)
-    con.execute("CREATE TABLE groups AS SELECT 'g' || CAST(i AS VARCHAR) AS grp, 'r' || CAST(i % 3 AS VARCHAR) AS region "
-                "FROM range(10) AS t(i)")
+    con.execute(
+        "CREATE TABLE groups AS SELECT 'g' || CAST(i AS VARCHAR) AS grp, 'r' || CAST(i % 3 AS VARCHAR) AS region "
+        "FROM range(10) AS t(i)"
+    )
     con.execute(f"COPY events TO '{directory / f'events_{rows}.parquet'}' (FORMAT parquet)")
     con.close()
     tmp.rename(db)

@@ -28,12 +28,15 @@ def run(rows: int, keys: list[int], repeat: int) -> list[dict]:
         for k in keys:
             db = work / f"k{k}.duckdb"
             con = duckdb.connect(str(db))
-            con.execute(f"CREATE TABLE t AS SELECT range AS pid, 'k' || CAST(range % {k} AS VARCHAR) AS key "
-                        f"FROM range({rows})")
+            con.execute(
+                f"CREATE TABLE t AS SELECT range AS pid, 'k' || CAST(range % {k} AS VARCHAR) AS key FROM range({rows})"
+            )
             con.close()
             policy = work / f"k{k}.toml"
-            policy.write_text(f'[engine]\ndatabase = "{db.name}"\n[privacy]\nepsilon = 1000000\ndelta = 1e-5\nbounds = "policy"\n'
-                              '[tables.t]\nprivacy_unit = "pid"\n[users.a]\n')
+            policy.write_text(
+                f'[engine]\ndatabase = "{db.name}"\n[privacy]\nepsilon = 1000000\ndelta = 1e-5\nbounds = "policy"\n'
+                '[tables.t]\nprivacy_unit = "pid"\n[users.a]\n'
+            )
             conn = dpsql.connect(policy, user="a", ledger=work / f"k{k}.sqlite")
             cur = conn.cursor()
             cur.execute("SET dpsql.cache = off")
@@ -64,8 +67,10 @@ def main() -> None:
     print("| keys | plain DuckDB | dpsql | ratio | keys released |")
     print("|---|---|---|---|---|")
     for r in run(args.rows, args.keys, args.repeat):
-        print(f"| {r['keys']:,} | {r['plain_ms']:.0f} ms | {r['dpsql_ms']:.0f} ms | {r['dpsql_ms'] / r['plain_ms']:.1f}x "
-              f"| {r['released']:,} |")
+        print(
+            f"| {r['keys']:,} | {r['plain_ms']:.0f} ms | {r['dpsql_ms']:.0f} ms | {r['dpsql_ms'] / r['plain_ms']:.1f}x "
+            f"| {r['released']:,} |"
+        )
 
 
 if __name__ == "__main__":

@@ -41,10 +41,10 @@ SHAPES = {
     "grouped COUNT, WHERE": "SELECT g, COUNT(*) FROM t WHERE v > {i} GROUP BY g",
     "COUNT+SUM+AVG, WHERE": "SELECT g, COUNT(*), SUM(v), AVG(v) FROM t WHERE v < {big} GROUP BY g",
     "ungrouped COUNT, WHERE": "SELECT COUNT(*) FROM t WHERE v > {i}",
-    "HAVING, ORDER BY, LIMIT": ("SELECT g, SUM(v) AS s FROM t WHERE v <> {i} GROUP BY g "
-                                "HAVING SUM(v) > 0 ORDER BY s DESC LIMIT 5"),
-    "public JOIN": ("SELECT r.region, COUNT(*) FROM t JOIN regions r ON t.g = r.g "
-                    "WHERE t.v > {i} GROUP BY r.region"),
+    "HAVING, ORDER BY, LIMIT": (
+        "SELECT g, SUM(v) AS s FROM t WHERE v <> {i} GROUP BY g HAVING SUM(v) > 0 ORDER BY s DESC LIMIT 5"
+    ),
+    "public JOIN": ("SELECT r.region, COUNT(*) FROM t JOIN regions r ON t.g = r.g WHERE t.v > {i} GROUP BY r.region"),
     "undeclared keys": "SELECT h, COUNT(*) FROM t WHERE v > {i} GROUP BY h",
 }
 
@@ -58,7 +58,9 @@ def build(directory: Path, rows: int) -> Path:
     con.execute("UPDATE t SET h = hash(id, 4) % 200")
     con.execute("CREATE TABLE regions AS SELECT 'g' || i AS g, 'r' || (i % 3) AS region FROM range(10) r(i)")
     con.close()
-    text = policy.read_text().replace("query_epsilon = 1.0\n", "query_epsilon = 1.0\ndelta = 1e-2\nquery_delta = 1e-9\n")
+    text = policy.read_text().replace(
+        "query_epsilon = 1.0\n", "query_epsilon = 1.0\ndelta = 1e-2\nquery_delta = 1e-9\n"
+    )
     policy.write_text(text + "[tables.regions]\npublic = true\n")
     return policy
 
@@ -82,6 +84,7 @@ class Clock:
                 self.spent[kind] += time.perf_counter() - t
                 self.spent[kind + " cpu"] += time.thread_time() - cpu
                 self._depth -= 1
+
         return timed
 
 
@@ -94,9 +97,11 @@ class _TimedConnection:
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._con, name)
         if name in ("execute", "executemany"):
+
             def call(*args: Any) -> Any:
                 self._clock.wrap("engine", attr)(*args)
                 return self
+
             return call
         if name.startswith("fetch"):
             return self._clock.wrap("engine", attr)
@@ -105,10 +110,16 @@ class _TimedConnection:
 
 @contextmanager
 def instrumented(clock: Clock) -> Iterator[None]:
-    patches: list[tuple[Any, str, str]] = [(DuckDBEngine, "execute", "engine"), (DuckDBEngine, "describe", "engine"),
-               (DuckDBEngine, "weighted_copy", "engine"), (Ledger, "charge", "ledger"),
-               (Ledger, "charging", "ledger"), (PendingCharge, "admitted", "ledger"),
-               (PendingCharge, "durable", "ledger"), (Ledger, "record_release", "ledger")]
+    patches: list[tuple[Any, str, str]] = [
+        (DuckDBEngine, "execute", "engine"),
+        (DuckDBEngine, "describe", "engine"),
+        (DuckDBEngine, "weighted_copy", "engine"),
+        (Ledger, "charge", "ledger"),
+        (Ledger, "charging", "ledger"),
+        (PendingCharge, "admitted", "ledger"),
+        (PendingCharge, "durable", "ledger"),
+        (Ledger, "record_release", "ledger"),
+    ]
     patches.append((postprocess, "insert_rows", "engine"))
     patches.append((mechanisms, "sample", "noise"))  # the noisy table's rows into the scratch DuckDB
     saved = [(cls, name, getattr(cls, name)) for cls, name, _ in patches]
@@ -134,8 +145,14 @@ def measure(cur: Any, clock: Clock, texts: list[str], into: dict[str, list[float
         total, total_cpu = time.perf_counter() - t, time.thread_time() - cpu
         engine, ledger, noise = clock.spent["engine"], clock.spent["ledger"], clock.spent["noise"]
         python_cpu = total_cpu - clock.spent["engine cpu"] - clock.spent["ledger cpu"] - clock.spent["noise cpu"]
-        for k, v in (("total", total), ("engine", engine), ("ledger", ledger), ("noise", noise),
-                     ("python", total - engine - ledger - noise), ("python cpu", python_cpu)):
+        for k, v in (
+            ("total", total),
+            ("engine", engine),
+            ("ledger", ledger),
+            ("noise", noise),
+            ("python", total - engine - ledger - noise),
+            ("python cpu", python_cpu),
+        ):
             into.setdefault(k, []).append(v * 1000)
 
 
@@ -144,10 +161,17 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument("--texts", type=int, default=60, help="new query texts per shape")
     ap.add_argument("--rounds", type=int, default=6, help="rounds over the shapes, interleaved")
-    ap.add_argument("--shapes", action="store_true",
-                    help="every new text a new shape too (a term with its own constant), so none has a template")
-    ap.add_argument("--out", type=Path, help="also write the table here, as Markdown, with the machine's load (appended as a "
-                         "section of its own if the file exists)")
+    ap.add_argument(
+        "--shapes",
+        action="store_true",
+        help="every new text a new shape too (a term with its own constant), so none has a template",
+    )
+    ap.add_argument(
+        "--out",
+        type=Path,
+        help="also write the table here, as Markdown, with the machine's load (appended as a "
+        "section of its own if the file exists)",
+    )
     args = ap.parse_args()
     lines: list[str] = []
     load = os.getloadavg()
@@ -167,12 +191,16 @@ def main() -> None:
         cur = conn.cursor()
         cur.execute("SET dpsql.cache = off")
         clock = Clock()
-        say(f"{args.rows:,} rows, median of {args.texts} new texts per shape, ms "
-              f"(python = total - engine - ledger - noise, wall;\n"
-              f"cpu = the same in this thread's CPU time, which a busy host's stolen time does not inflate)")
+        say(
+            f"{args.rows:,} rows, median of {args.texts} new texts per shape, ms "
+            f"(python = total - engine - ledger - noise, wall;\n"
+            f"cpu = the same in this thread's CPU time, which a busy host's stolen time does not inflate)"
+        )
         say(f"{'':<26} {'new text':^48}   {'same text':^15}")
-        say(f"{'shape':<26} {'total':>7} {'engine':>7} {'ledger':>7} {'noise':>7} {'python':>7} {'cpu':>7}"
-              f"   {'total':>7} {'python':>7}")
+        say(
+            f"{'shape':<26} {'total':>7} {'engine':>7} {'ledger':>7} {'noise':>7} {'python':>7} {'cpu':>7}"
+            f"   {'total':>7} {'python':>7}"
+        )
         new: dict[str, dict[str, list[float]]] = {name: {} for name in SHAPES}
         same: dict[str, dict[str, list[float]]] = {name: {} for name in SHAPES}
         with instrumented(clock):
@@ -183,28 +211,32 @@ def main() -> None:
             per_round = max(args.texts // args.rounds, 1)
             for r in range(args.rounds):  # shapes interleaved, so that each sees the same load
                 for name, shape in SHAPES.items():
-                    measure(cur, clock, [text(shape, k) for k in range(r * per_round, (r + 1) * per_round)],
-                            new[name])
+                    measure(cur, clock, [text(shape, k) for k in range(r * per_round, (r + 1) * per_round)], new[name])
                     measure(cur, clock, [shape.format(i=0, big=100_000)] * per_round, same[name])
         worst = 0.0
         for name in SHAPES:
             n = {k: statistics.median(v) for k, v in new[name].items()}
             s = {k: statistics.median(v) for k, v in same[name].items()}
             worst = max(worst, n["python"])
-            say(f"{name:<26} {n['total']:7.2f} {n['engine']:7.2f} {n['ledger']:7.2f} {n['noise']:7.2f}"
-                  f" {n['python']:7.2f}"
-                  f" {n['python cpu']:7.2f}"
-                  f"   {s['total']:7.2f} {s['python']:7.2f}")
+            say(
+                f"{name:<26} {n['total']:7.2f} {n['engine']:7.2f} {n['ledger']:7.2f} {n['noise']:7.2f}"
+                f" {n['python']:7.2f}"
+                f" {n['python cpu']:7.2f}"
+                f"   {s['total']:7.2f} {s['python']:7.2f}"
+            )
         conn.close()
         say(f"worst python per new text: {worst:.2f} ms")
     if args.out is not None:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
         title = "" if args.out.exists() else "# What a new query text costs in Python\n\n"
         with args.out.open("a") as out:  # a second run (--shapes) adds its own section
-            out.write(f"{title}## `python -m benchmarks.new_query --texts {args.texts}"
-                      f"{' --shapes' if args.shapes else ''}`\n\nAt {commit or 'an unknown commit'}, "
-                      f"{os.cpu_count()} cores, load average {load[0]:.2f} before and "
-                      f"{os.getloadavg()[0]:.2f} after.\n\n```\n" + "\n".join(lines) + "\n```\n\n")
+            out.write(
+                f"{title}## `python -m benchmarks.new_query --texts {args.texts}"
+                f"{' --shapes' if args.shapes else ''}`\n\nAt {commit or 'an unknown commit'}, "
+                f"{os.cpu_count()} cores, load average {load[0]:.2f} before and "
+                f"{os.getloadavg()[0]:.2f} after.\n\n```\n" + "\n".join(lines) + "\n```\n\n"
+            )
+
 
 if __name__ == "__main__":
     main()

@@ -61,21 +61,40 @@ def peer_tables(rows: int) -> dict:
     """The benchmark data as the peers see it (benchmarks/peers/worker.py): the policy's bounds,
     keys and limits; the public groups table row-private for both (as it has always been run here)."""
     lo, hi = VALUE_BOUNDS
-    events = {"uid": {"type": "int"}, "grp": {"type": "string", "keys": KEYS},
-              "value": {"type": "float", "lower": lo, "upper": hi}, "day": {"type": "datetime"}}
+    events = {
+        "uid": {"type": "int"},
+        "grp": {"type": "string", "keys": KEYS},
+        "value": {"type": "float", "lower": lo, "upper": hi},
+        "day": {"type": "datetime"},
+    }
     groups = {"grp": {"type": "string", "keys": KEYS}, "region": {"type": "string", "keys": REGIONS}}
-    return {"events": {"rows": rows, "unit": "uid", "max_ids": MAX_GROUPS * MAX_ROWS, "columns": events},
-            "groups": {"rows": len(KEYS), "unit": "row", "columns": groups}}
+    return {
+        "events": {"rows": rows, "unit": "uid", "max_ids": MAX_GROUPS * MAX_ROWS, "columns": events},
+        "groups": {"rows": len(KEYS), "unit": "row", "columns": groups},
+    }
 
 
-def run_peer(python: Path, system: str, db: Path, rows: int, queries, latency_runs: int, accuracy_runs: int,
-             budget: bool) -> dict:
-    job = {"system": system, "db": str(db), "tables": peer_tables(rows), "epsilon": EPSILON, "delta": DELTA,
-           "latency_runs": latency_runs, "accuracy_runs": accuracy_runs, "max_ids": MAX_GROUPS * MAX_ROWS,
-           "max_groups": MAX_GROUPS,
-           "budget_epsilon": BUDGET_QUERY_EPSILON if budget else None, "budget_delta": BUDGET_QUERY_DELTA,
-           "queries": [{"name": q.name, "sql": q.smartnoise if system == "smartnoise" else q.qrlew}
-                       for q in queries if (q.smartnoise if system == "smartnoise" else q.qrlew)]}
+def run_peer(
+    python: Path, system: str, db: Path, rows: int, queries, latency_runs: int, accuracy_runs: int, budget: bool
+) -> dict:
+    job = {
+        "system": system,
+        "db": str(db),
+        "tables": peer_tables(rows),
+        "epsilon": EPSILON,
+        "delta": DELTA,
+        "latency_runs": latency_runs,
+        "accuracy_runs": accuracy_runs,
+        "max_ids": MAX_GROUPS * MAX_ROWS,
+        "max_groups": MAX_GROUPS,
+        "budget_epsilon": BUDGET_QUERY_EPSILON if budget else None,
+        "budget_delta": BUDGET_QUERY_DELTA,
+        "queries": [
+            {"name": q.name, "sql": q.smartnoise if system == "smartnoise" else q.qrlew}
+            for q in queries
+            if (q.smartnoise if system == "smartnoise" else q.qrlew)
+        ],
+    }
     return run_job(python, job)
 
 
@@ -132,8 +151,15 @@ def main(argv: list[str] | None = None) -> None:
     started = time.time()
     python = None if args.no_peers else peers_python(args.work / "peers-venv")
     peers = [] if args.no_peers else ["smartnoise", "qrlew"]
-    results: dict = {"latency": {}, "scale": {}, "accuracy": {}, "errors": {}, "charged": {}, "budget": {},
-                     "throughput": {}}
+    results: dict = {
+        "latency": {},
+        "scale": {},
+        "accuracy": {},
+        "errors": {},
+        "charged": {},
+        "budget": {},
+        "throughput": {},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for rows in sizes:
@@ -148,21 +174,28 @@ def main(argv: list[str] | None = None) -> None:
             for q in queries:
                 try:
                     cur.execute(q.sql)
-                    floor, ms = interleaved_ms([lambda: con.execute(q.sql).fetchall(), lambda: cur.execute(q.sql)],
-                                               side_by_side_runs)
+                    floor, ms = interleaved_ms(
+                        [lambda: con.execute(q.sql).fetchall(), lambda: cur.execute(q.sql)], side_by_side_runs
+                    )
                     results["scale"].setdefault(q.name, {}).setdefault("duckdb", {})[rows] = floor
                     results["scale"][q.name].setdefault("dpsql", {})[rows] = ms
                     results["charged"].setdefault(q.name, {})["dpsql"] = cur.dp["cost"]["epsilon"]
                 except dpsql.Error as e:
                     results["scale"].setdefault(q.name, {}).setdefault("duckdb", {})[rows] = median_ms(
-                        lambda: con.execute(q.sql).fetchall(), side_by_side_runs)
+                        lambda: con.execute(q.sql).fetchall(), side_by_side_runs
+                    )
                     results["errors"].setdefault(q.name, {})["dpsql"] = str(e).splitlines()[0]
             if rows == main_size:
                 log(f"{rows:,} rows: dpsql accuracy ({accuracy_runs} runs per query)")
                 dpsql_accuracy(cur, con, queries, accuracy_runs, results, "dpsql")
                 log(f"{rows:,} rows: dpsql serve + psycopg, and throughput with {clients} clients")
                 with serve(policy, tmp / f"served_{rows}.sqlite") as dsn:
-                    setup = ("SET dpsql.cache = off", "SET dpsql.reuse = off", f"SET dpsql.epsilon = {EPSILON}", f"SET dpsql.delta = {DELTA}")
+                    setup = (
+                        "SET dpsql.cache = off",
+                        "SET dpsql.reuse = off",
+                        f"SET dpsql.epsilon = {EPSILON}",
+                        f"SET dpsql.delta = {DELTA}",
+                    )
                     with psycopg.connect(dsn, autocommit=True) as conn:
                         for s in setup:
                             conn.execute(s)
@@ -171,51 +204,78 @@ def main(argv: list[str] | None = None) -> None:
                                 continue
                             conn.execute(q.sql).fetchall()
                             results["latency"].setdefault(q.name, {})["dpsql serve"] = median_ms(
-                                lambda: conn.execute(q.sql).fetchall(), latency_runs)
+                                lambda: conn.execute(q.sql).fetchall(), latency_runs
+                            )
                     for n in clients:
                         results["throughput"][n] = throughput(dsn, THROUGHPUT, n, seconds, setup)
                 results["budget"]["dpsql"] = dpsql_budget(cur)
             for system in peers:
                 log(f"{rows:,} rows: {system}")
-                out = run_peer(python, system, db, rows, queries, latency_runs,
-                               accuracy_runs if rows == main_size else 0, budget=rows == main_size)
+                out = run_peer(
+                    python,
+                    system,
+                    db,
+                    rows,
+                    queries,
+                    latency_runs,
+                    accuracy_runs if rows == main_size else 0,
+                    budget=rows == main_size,
+                )
                 for q in queries:
                     entry = out.get(q.name)
                     if entry is None or entry["error"]:
                         results["errors"].setdefault(q.name, {})[system] = (
-                            entry["error"] if entry else "no way to write this query")
+                            entry["error"] if entry else "no way to write this query"
+                        )
                         continue
-                    results["scale"].setdefault(q.name, {}).setdefault(system, {})[rows] = statistics.median(entry["ms"])
+                    results["scale"].setdefault(q.name, {}).setdefault(system, {})[rows] = statistics.median(
+                        entry["ms"]
+                    )
                     if rows != main_size:
                         continue
                     results["accuracy"].setdefault(q.name, {})[system] = statistics.median(
-                        relative_errors(entry["answers"], truth(con, q.sql)))
+                        relative_errors(entry["answers"], truth(con, q.sql))
+                    )
                     spend = entry["spend"]
                     results["charged"].setdefault(q.name, {})[system] = (
-                        spend["charged"][0] if "charged" in spend else event_epsilon(spend["event"], DELTA))
+                        spend["charged"][0] if "charged" in spend else event_epsilon(spend["event"], DELTA)
+                    )
                     results["budget"].setdefault(system, {})[q.name] = peer_budget(system, entry["budget_cost"])
             if rows == main_size:
                 # Gaussian noise at the budget Qrlew (Gaussian too) charged for the same query, by
                 # the PLD of its own event (epsilon = 1 where Qrlew could not answer).
                 log(f"{rows:,} rows: dpsql accuracy with Gaussian noise at Qrlew's charge")
                 cur.execute("SET dpsql.mechanism = 'gaussian'")
-                dpsql_accuracy(cur, con, queries, accuracy_runs, results, "dpsql gaussian",
-                               {q: c["qrlew"] for q, c in results["charged"].items() if "qrlew" in c})
+                dpsql_accuracy(
+                    cur,
+                    con,
+                    queries,
+                    accuracy_runs,
+                    results,
+                    "dpsql gaussian",
+                    {q: c["qrlew"] for q, c in results["charged"].items() if "qrlew" in c},
+                )
                 cur.execute("SET dpsql.mechanism = 'laplace'")
                 cur.execute(f"SET dpsql.epsilon = {EPSILON}")
             con.close()
-    results["meta"] = {"sizes": sizes, "main_size": main_size, "latency_runs": latency_runs,
-                       "side_by_side_runs": side_by_side_runs,
-                       "accuracy_runs": accuracy_runs, "seconds": round(time.time() - started),
-                       "command": "python -m benchmarks" + (" --quick" if args.quick else ""),
-                       "peers": peer_versions(python) if python else {}}
+    results["meta"] = {
+        "sizes": sizes,
+        "main_size": main_size,
+        "latency_runs": latency_runs,
+        "side_by_side_runs": side_by_side_runs,
+        "accuracy_runs": accuracy_runs,
+        "seconds": round(time.time() - started),
+        "command": "python -m benchmarks" + (" --quick" if args.quick else ""),
+        "peers": peer_versions(python) if python else {},
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_keeping(args.out, report(results), KEPT_SECTIONS)  # the utility benchmark's own section stays
     (args.out.with_suffix(".json")).write_text(json.dumps(results, indent=1, default=str))
     if python:
         plot = args.out.with_name("latency_vs_rows.png")
-        subprocess.run([str(python), str(HERE / "peers" / "plot.py"), str(args.out.with_suffix(".json")), str(plot)],
-                       check=True)
+        subprocess.run(
+            [str(python), str(HERE / "peers" / "plot.py"), str(args.out.with_suffix(".json")), str(plot)], check=True
+        )
     log(f"done in {time.time() - started:.0f} s: {args.out}")
 
 
@@ -230,7 +290,9 @@ def dpsql_accuracy(cur, con, queries, runs: int, results: dict, system: str, eps
         for _ in range(runs):
             cur.execute(q.sql)
             answers.append([list(r) for r in cur.fetchall()])
-        results["accuracy"].setdefault(q.name, {})[system] = statistics.median(relative_errors(answers, truth(con, q.sql)))
+        results["accuracy"].setdefault(q.name, {})[system] = statistics.median(
+            relative_errors(answers, truth(con, q.sql))
+        )
         results["charged"].setdefault(q.name, {})[system] = cur.dp["cost"]["epsilon"]
 
 
@@ -248,7 +310,9 @@ def dpsql_budget(cur) -> dict:
             # Filters other than basic composition keep part of delta for the releases' own
             # delta (partition selection, Gaussian noise): half of it here, as delta_reserve.
             delta = Fraction(repr(BUDGET[1]))
-            f = make_filter(kind, Fraction(repr(BUDGET[0])), delta, reserve=delta / 2 if kind != "basic" else Fraction(0))
+            f = make_filter(
+                kind, Fraction(repr(BUDGET[0])), delta, reserve=delta / 2 if kind != "basic" else Fraction(0)
+            )
             out[f"{kind} ({mechanism})"] = simulate(f, cal.cost)
     session.execute("SET dpsql.mechanism = 'laplace'")
     session.execute(f"SET dpsql.epsilon = {EPSILON}")
@@ -276,23 +340,30 @@ def report(r: dict) -> str:
     main_size = m["main_size"]
     systems = ["dpsql", "smartnoise", "qrlew"]
     lines = [
-        "# Benchmarks: dpsql vs plain DuckDB, SmartNoise SQL and Qrlew", "",
+        "# Benchmarks: dpsql vs plain DuckDB, SmartNoise SQL and Qrlew",
+        "",
         f"Produced by `{m['command']}` in {m['seconds']} s on {platform.node() or 'a machine'}: "
         f"{platform.processor() or platform.machine()}, {_cores()} cores, Python {platform.python_version()}, "
         f"DuckDB {duckdb.__version__}, dpsql {dpsql.__version__}; peers: "
-        + ", ".join(f"{k} {v}" for k, v in sorted(m["peers"].items())) + ".",
+        + ", ".join(f"{k} {v}" for k, v in sorted(m["peers"].items()))
+        + ".",
         "",
         f"Data: `benchmarks/data.py` (seeded), one private table of events, about 5 per person, a 10-key group "
         f"column, a lognormal value clamped to {VALUE_BOUNDS}, at most {MAX_GROUPS} groups x {MAX_ROWS} rows per "
         f"person ({MAX_GROUPS * MAX_ROWS} rows in all for the peers), and a public table of groups. "
         f"Every query is charged epsilon = {EPSILON:g} (delta {DELTA:g} where needed).",
-        "", f"## Latency at {main_size:,} rows (ms; x = ratio to plain DuckDB)", "",
+        "",
+        f"## Latency at {main_size:,} rows (ms; x = ratio to plain DuckDB)",
+        "",
         f"Median of {m['side_by_side_runs']} rounds that run plain DuckDB and dpsql (DB-API) in "
         f"turn; median of {m['latency_runs']} runs for dpsql serve and for each peer. dpsql runs with "
         f"SET dpsql.reuse = off: its engine computes every query, as plain DuckDB does (an unfiltered, "
         f"ungrouped query reads the totals stored with the weighted copy, as plain DuckDB answers COUNT(*) "
-        f"from its table statistics).", "",
-        "| query | DuckDB | dpsql DB-API | dpsql serve + psycopg | SmartNoise | Qrlew |", "|---|---|---|---|---|---|"]
+        f"from its table statistics).",
+        "",
+        "| query | DuckDB | dpsql DB-API | dpsql serve + psycopg | SmartNoise | Qrlew |",
+        "|---|---|---|---|---|---|",
+    ]
     for q in QUERIES:
         scale = r["scale"].get(q.name, {})
         floor = scale.get("duckdb", {}).get(main_size)
@@ -300,16 +371,21 @@ def report(r: dict) -> str:
             continue
         cells = [f"{floor:.1f}"]
         for key in ("dpsql", "dpsql serve", "smartnoise", "qrlew"):
-            ms = (r["latency"].get(q.name, {}).get(key) if key == "dpsql serve"
-                  else scale.get(key, {}).get(main_size))
+            ms = r["latency"].get(q.name, {}).get(key) if key == "dpsql serve" else scale.get(key, {}).get(main_size)
             cells.append(f"{ms:.1f} ({ms / floor:.1f}x)" if ms is not None else _refused(r, q.name, key))
         lines.append(f"| {q.label} | " + " | ".join(cells) + " |")
-    lines += ["", f"## Accuracy at {main_size:,} rows: median relative error over {m['accuracy_runs']} runs "
-              "(and the epsilon each system charged)", "",
-              "dpsql with Laplace noise (as SmartNoise) at epsilon = 1, and with Gaussian noise (as Qrlew) at the "
-              "epsilon Qrlew charged for the same query (PLD of its event at delta "
-              f"{DELTA:g}; dpsql charges a Gaussian through zCDP, so the same epsilon buys it ~7% more noise).", "",
-              "| query | dpsql, Laplace | dpsql, Gaussian | SmartNoise | Qrlew |", "|---|---|---|---|---|"]
+    lines += [
+        "",
+        f"## Accuracy at {main_size:,} rows: median relative error over {m['accuracy_runs']} runs "
+        "(and the epsilon each system charged)",
+        "",
+        "dpsql with Laplace noise (as SmartNoise) at epsilon = 1, and with Gaussian noise (as Qrlew) at the "
+        "epsilon Qrlew charged for the same query (PLD of its event at delta "
+        f"{DELTA:g}; dpsql charges a Gaussian through zCDP, so the same epsilon buys it ~7% more noise).",
+        "",
+        "| query | dpsql, Laplace | dpsql, Gaussian | SmartNoise | Qrlew |",
+        "|---|---|---|---|---|",
+    ]
     for q in QUERIES:
         cells = []
         for s in ["dpsql", "dpsql gaussian", "smartnoise", "qrlew"]:
@@ -317,17 +393,32 @@ def report(r: dict) -> str:
             charged = r["charged"].get(q.name, {}).get(s)
             cells.append(f"{err:.3%} (eps {charged:.3g})" if err is not None else _refused(r, q.name, s))
         lines.append(f"| {q.label} | " + " | ".join(cells) + " |")
-    lines += ["", f"## Budget: epsilon = {BUDGET_QUERY_EPSILON} queries (grouped COUNT) from a "
-              f"({BUDGET[0]:g}, {BUDGET[1]:g}) budget", "", "| system and accounting | queries |", "|---|---|"]
+    lines += [
+        "",
+        f"## Budget: epsilon = {BUDGET_QUERY_EPSILON} queries (grouped COUNT) from a "
+        f"({BUDGET[0]:g}, {BUDGET[1]:g}) budget",
+        "",
+        "| system and accounting | queries |",
+        "|---|---|",
+    ]
     for name, n in r["budget"].get("dpsql", {}).items():
         lines.append(f"| dpsql, {name} filter | {n:,} |")
     for s in ("smartnoise", "qrlew"):
         n = r["budget"].get(s, {}).get("count_by_grp")
         if n is not None:
-            how = "basic composition of its reported cost" if s == "smartnoise" else "PLD composition of its reported events"
+            how = (
+                "basic composition of its reported cost"
+                if s == "smartnoise"
+                else "PLD composition of its reported events"
+            )
             lines.append(f"| {s}, {how} (query delta {BUDGET_QUERY_DELTA:g}) | {n:,} |")
-    lines += ["", "## Scale: grouped queries, median ms (x = ratio to plain DuckDB at that size)", "",
-              "| query | rows | DuckDB | dpsql | SmartNoise | Qrlew |", "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Scale: grouped queries, median ms (x = ratio to plain DuckDB at that size)",
+        "",
+        "| query | rows | DuckDB | dpsql | SmartNoise | Qrlew |",
+        "|---|---|---|---|---|---|",
+    ]
     for name in SCALE:
         scale = r["scale"].get(name, {})
         for rows in m["sizes"]:
@@ -340,9 +431,15 @@ def report(r: dict) -> str:
                 cells.append(f"{ms:.1f} ({ms / floor:.1f}x)" if ms is not None else _refused(r, name, s))
             label = next(q.label for q in QUERIES if q.name == name)
             lines.append(f"| {label} | {rows:,} | {floor:.1f} | " + " | ".join(cells) + " |")
-    lines += ["", "![latency vs rows](latency_vs_rows.png)", "",
-              f"## Throughput of dpsql serve at {main_size:,} rows (grouped COUNT, cache and reuse off: the engine runs every query; psycopg clients)", "",
-              "| clients | queries per second |", "|---|---|"]
+    lines += [
+        "",
+        "![latency vs rows](latency_vs_rows.png)",
+        "",
+        f"## Throughput of dpsql serve at {main_size:,} rows (grouped COUNT, cache and reuse off: the engine runs every query; psycopg clients)",
+        "",
+        "| clients | queries per second |",
+        "|---|---|",
+    ]
     for n, qps in r["throughput"].items():
         lines.append(f"| {n} | {qps:.1f} |")
     refusals = [(q, s, e) for q, errs in r["errors"].items() for s, e in errs.items()]

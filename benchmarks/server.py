@@ -44,8 +44,14 @@ def postgres_with_patients(server) -> str:
 
     url = server.create_database("bench_server")
     rel = duckdb.sql(f"SELECT * FROM read_parquet('{SAMPLE / 'patients.parquet'}')")
-    types = {"VARCHAR": "text", "BIGINT": "bigint", "INTEGER": "integer", "DOUBLE": "double precision",
-             "BOOLEAN": "boolean", "DATE": "date"}
+    types = {
+        "VARCHAR": "text",
+        "BIGINT": "bigint",
+        "INTEGER": "integer",
+        "DOUBLE": "double precision",
+        "BOOLEAN": "boolean",
+        "DATE": "date",
+    }
     columns = ", ".join(f'"{n}" {types.get(str(t), "text")}' for n, t in zip(rel.columns, rel.types))
     with psycopg.connect(url, autocommit=True) as c:
         c.execute(f"CREATE TABLE patients ({columns})")
@@ -60,21 +66,35 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--clients", type=int, default=32)
-    ap.add_argument("--no-postgres", dest="postgres", action="store_false",
-                    help="skip the side-by-side run against PostgreSQL 15")
+    ap.add_argument(
+        "--no-postgres", dest="postgres", action="store_false", help="skip the side-by-side run against PostgreSQL 15"
+    )
     ap.add_argument("--seconds", type=float, default=10)
-    ap.add_argument("--rounds", type=int, default=3,
-                    help="against PostgreSQL: rounds of every variant side by side (the host's speed drifts)")
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 2,
-                    help="processes of the second dpsql serve compared with PostgreSQL (default: one per core)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="against PostgreSQL: rounds of every variant side by side (the host's speed drifts)",
+    )
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 2,
+        help="processes of the second dpsql serve compared with PostgreSQL (default: one per core)",
+    )
     ap.add_argument("--out", type=Path, help="also write the output to this Markdown file (benchmarks/SERVER.md)")
     args = ap.parse_args()
     try:
         run(args)
     finally:
         if args.out is not None:
-            args.out.write_text("# `python -m benchmarks.server " + " ".join(sys.argv[1:]) + "`\n\n"
-                                + "\n\n".join(_SAID).replace("|\n\n|", "|\n|") + "\n")
+            args.out.write_text(
+                "# `python -m benchmarks.server "
+                + " ".join(sys.argv[1:])
+                + "`\n\n"
+                + "\n\n".join(_SAID).replace("|\n\n|", "|\n|")
+                + "\n"
+            )
 
 
 _SAID: list[str] = []
@@ -102,8 +122,10 @@ def run(args) -> None:
             for _ in range(5):
                 cur.execute(QUERY)
             embedded = median_ms(lambda: cur.execute(QUERY), args.n)
-            say(f"median round-trip over psycopg: SHOW dpsql.budget {show:.2f} ms, DP query {wire:.2f} ms; "
-                  f"same DP query through the embedded DB-API {embedded:.2f} ms (wire/embedded {wire / embedded:.2f}x)")
+            say(
+                f"median round-trip over psycopg: SHOW dpsql.budget {show:.2f} ms, DP query {wire:.2f} ms; "
+                f"same DP query through the embedded DB-API {embedded:.2f} ms (wire/embedded {wire / embedded:.2f}x)"
+            )
             for clients in sorted({1, 8, args.clients}):
                 qps = throughput(dsn, QUERY, clients, args.seconds, setup=("SET dpsql.cache = off",))
                 say(f"{clients} concurrent clients: {qps:.1f} DP queries/s (one process, {QUERY})")
@@ -119,32 +141,51 @@ def against_postgres(servers: dict[str, str], args) -> None:
     server = PgServer().start()
     try:
         pg = postgres_with_patients(server)
-        say(f"\n{GROUPED}: dpsql serve (DP, cache off) vs PostgreSQL 15 (plain), same harness and rows; "
-              f"{args.rounds} rounds of {args.seconds:g} s each, every variant once per round: medians over rounds, "
-              f"and the median (min-max) of each round's ratio; load average {os.getloadavg()[0]:.2f} at the start")
+        say(
+            f"\n{GROUPED}: dpsql serve (DP, cache off) vs PostgreSQL 15 (plain), same harness and rows; "
+            f"{args.rounds} rounds of {args.seconds:g} s each, every variant once per round: medians over rounds, "
+            f"and the median (min-max) of each round's ratio; load average {os.getloadavg()[0]:.2f} at the start"
+        )
         variants = [(name, reuse) for name in servers for reuse in ("on", "off")]
-        header = (["clients"] + [f"{name}, reuse {reuse}: q/s, p50 / p99 ms" for name, reuse in variants]
-                  + ["PostgreSQL: q/s, p50 / p99 ms"] + [f"{name}, reuse {reuse} / PostgreSQL" for name, reuse in variants])
+        header = (
+            ["clients"]
+            + [f"{name}, reuse {reuse}: q/s, p50 / p99 ms" for name, reuse in variants]
+            + ["PostgreSQL: q/s, p50 / p99 ms"]
+            + [f"{name}, reuse {reuse} / PostgreSQL" for name, reuse in variants]
+        )
         say("\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
         for clients in sorted({1, 8, args.clients}):
             rounds = []
             for r in range(args.rounds):  # side by side: every variant once per round, in a rotating order
                 order = list(range(len(variants) + 1))
-                order = order[r % len(order):] + order[:r % len(order)]
+                order = order[r % len(order) :] + order[: r % len(order)]
                 got: dict[int, tuple[float, float, float]] = {}
                 for i in order:
                     if i == len(variants):
                         got[i] = load(pg, GROUPED, clients, args.seconds)
                     else:
                         name, reuse = variants[i]
-                        got[i] = load(servers[name], GROUPED, clients, args.seconds,
-                                      setup=("SET dpsql.cache = off", f"SET dpsql.reuse = {reuse}"))
+                        got[i] = load(
+                            servers[name],
+                            GROUPED,
+                            clients,
+                            args.seconds,
+                            setup=("SET dpsql.cache = off", f"SET dpsql.reuse = {reuse}"),
+                        )
                 rounds.append([got[i] for i in range(len(variants) + 1)])
-            runs = [tuple(statistics.median(rd[i][k] for rd in rounds) for k in range(3))
-                    for i in range(len(variants) + 1)]
+            runs = [
+                tuple(statistics.median(rd[i][k] for rd in rounds) for k in range(3)) for i in range(len(variants) + 1)
+            ]
             ratios = [[rd[i][0] / rd[-1][0] for rd in rounds] for i in range(len(variants))]
-            say("| " + " | ".join([f"{clients:>7}"] + [f"{r[0]:7.1f}, {r[1]:6.2f} / {r[2]:7.2f}" for r in runs]
-                                  + [f"{statistics.median(x):.2f} ({min(x):.2f}-{max(x):.2f})" for x in ratios]) + " |")
+            say(
+                "| "
+                + " | ".join(
+                    [f"{clients:>7}"]
+                    + [f"{r[0]:7.1f}, {r[1]:6.2f} / {r[2]:7.2f}" for r in runs]
+                    + [f"{statistics.median(x):.2f} ({min(x):.2f}-{max(x):.2f})" for x in ratios]
+                )
+                + " |"
+            )
     finally:
         server.stop()
 

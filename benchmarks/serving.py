@@ -34,11 +34,43 @@ def free_port() -> int:
 @contextlib.contextmanager
 def serve(policy: Path, ledger: Path, user: str = "alice", *extra: str) -> Iterator[str]:
     """Start `dpsql serve` (with `extra` options) on a free port with one analyst; yield a psycopg DSN."""
-    subprocess.run([sys.executable, "-m", "dpsql.cli", "users", "add", "-p", str(policy), "--ledger", str(ledger),
-                    user, "--password-stdin"], input=PASSWORD + "\n", text=True, check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dpsql.cli",
+            "users",
+            "add",
+            "-p",
+            str(policy),
+            "--ledger",
+            str(ledger),
+            user,
+            "--password-stdin",
+        ],
+        input=PASSWORD + "\n",
+        text=True,
+        check=True,
+        capture_output=True,
+    )
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "dpsql.cli", "serve", "-p", str(policy), "--ledger", str(ledger),
-                               "--port", str(port), *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dpsql.cli",
+            "serve",
+            "-p",
+            str(policy),
+            "--ledger",
+            str(ledger),
+            "--port",
+            str(port),
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     dsn = f"host=127.0.0.1 port={port} dbname=dpsql user={user} password={PASSWORD} sslmode=disable"
     try:
         for _ in range(200):
@@ -58,8 +90,7 @@ def throughput(dsn: str, query: str, clients: int, seconds: float, setup: tuple[
     return load(dsn, query, clients, seconds, setup)[0]
 
 
-def load(dsn: str, query: str, clients: int, seconds: float, setup: tuple[str, ...] = ()
-         ) -> tuple[float, float, float]:
+def load(dsn: str, query: str, clients: int, seconds: float, setup: tuple[str, ...] = ()) -> tuple[float, float, float]:
     """(queries per second, median ms, 99th percentile ms) of `clients` concurrent psycopg
     connections each sending `query` back to back for `seconds` (then they stop)."""
     latencies: list[list[float]] = [[] for _ in range(clients)]

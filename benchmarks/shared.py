@@ -52,6 +52,7 @@ class Score:
     """One query's answers against the truth: a relative error per (run, true group), the share of
     those the answer left out or NULL, and the groups answered that the truth does not have, per
     answer."""
+
     errors: list[float]
     missing: float
     spurious: float
@@ -98,8 +99,12 @@ def run_job(python: Path, job: dict) -> dict:
     with tempfile.TemporaryDirectory() as d:
         job_file, out_file = Path(d) / "job.json", Path(d) / "out.json"
         job_file.write_text(json.dumps(job))
-        proc = subprocess.run([str(python), str(HERE / "peers" / "worker.py"), str(job_file), str(out_file)],
-                              capture_output=True, text=True, env=dict(os.environ, RUST_BACKTRACE="0"))
+        proc = subprocess.run(
+            [str(python), str(HERE / "peers" / "worker.py"), str(job_file), str(out_file)],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, RUST_BACKTRACE="0"),
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"{job['system']} worker failed: {proc.stderr[-2000:]}")
         return json.loads(out_file.read_text())

@@ -34,14 +34,21 @@ import psycopg
 
 from .serving import PASSWORD, free_port, sample_policy
 
-QUERIES = ["SELECT sex, COUNT(*), AVG(age) FROM patients GROUP BY sex",
-           "SELECT diagnosis, COUNT(*) FROM visits WHERE cost > 500 GROUP BY diagnosis",
-           "SELECT COUNT(*), SUM(income) FROM patients WHERE age > 40",
-           "SELECT ward, AVG(length_of_stay) FROM visits GROUP BY ward"]
-HOSTILE = ["SELECT COUNT(*) FROM patients WHERE age < " + "+".join(["1"] * 1_000_000),
-           "SELECT COUNT(*) FROM patients WHERE age IN (" + ",".join(map(str, range(100_000))) + ")",
-           "SELECT * FROM patients", "SELECT COUNT(* FROM patients", "SELECT SUM(patient_id) FROM patients",
-           "COPY patients TO '/tmp/x'", "SELECT pg_sleep(10)"]
+QUERIES = [
+    "SELECT sex, COUNT(*), AVG(age) FROM patients GROUP BY sex",
+    "SELECT diagnosis, COUNT(*) FROM visits WHERE cost > 500 GROUP BY diagnosis",
+    "SELECT COUNT(*), SUM(income) FROM patients WHERE age > 40",
+    "SELECT ward, AVG(length_of_stay) FROM visits GROUP BY ward",
+]
+HOSTILE = [
+    "SELECT COUNT(*) FROM patients WHERE age < " + "+".join(["1"] * 1_000_000),
+    "SELECT COUNT(*) FROM patients WHERE age IN (" + ",".join(map(str, range(100_000))) + ")",
+    "SELECT * FROM patients",
+    "SELECT COUNT(* FROM patients",
+    "SELECT SUM(patient_id) FROM patients",
+    "COPY patients TO '/tmp/x'",
+    "SELECT pg_sleep(10)",
+]
 
 
 class Server:
@@ -53,10 +60,26 @@ class Server:
         self.lives: list[list[int]] = []  # RSS samples (kB) of each life
 
     def start(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "dpsql.cli", "serve", "-p", str(self.policy), "--ledger",
-                                      str(self.ledger), "--port", str(self.port), "--host", "127.0.0.1",
-                                      "--workers", str(self.workers)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "dpsql.cli",
+                "serve",
+                "-p",
+                str(self.policy),
+                "--ledger",
+                str(self.ledger),
+                "--port",
+                str(self.port),
+                "--host",
+                "127.0.0.1",
+                "--workers",
+                str(self.workers),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         self.lives.append([])
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -94,7 +117,9 @@ class Server:
     def sample(self) -> None:
         try:
             status = Path(f"/proc/{self.proc.pid}/status").read_text()
-            self.lives[-1].append(int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS"))))
+            self.lives[-1].append(
+                int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS")))
+            )
         except (OSError, StopIteration, AttributeError):
             pass
 
@@ -102,8 +127,9 @@ class Server:
         return f"host=127.0.0.1 port={self.port} dbname=dpsql user={user} password={PASSWORD} sslmode=disable"
 
 
-def client(server: Server, user: str, stop: float, seed: int, answered: list[str], counts: dict[str, int],
-           lock: threading.Lock) -> None:
+def client(
+    server: Server, user: str, stop: float, seed: int, answered: list[str], counts: dict[str, int], lock: threading.Lock
+) -> None:
     rng = random.Random(seed)
     conn = None
     while time.monotonic() < stop:
@@ -153,9 +179,25 @@ def main() -> None:
         policy = sample_policy(Path(d))
         ledger = Path(d) / "ledger.sqlite"
         for user in ("alice", "bob"):
-            subprocess.run([sys.executable, "-m", "dpsql.cli", "users", "add", "-p", str(policy), "--ledger",
-                            str(ledger), user, "--password-stdin"], input=PASSWORD + "\n", text=True, check=True,
-                           capture_output=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "dpsql.cli",
+                    "users",
+                    "add",
+                    "-p",
+                    str(policy),
+                    "--ledger",
+                    str(ledger),
+                    user,
+                    "--password-stdin",
+                ],
+                input=PASSWORD + "\n",
+                text=True,
+                check=True,
+                capture_output=True,
+            )
         servers = [Server(policy, ledger, args.workers) for _ in range(args.servers)]
         for s in servers:
             s.start()
@@ -163,8 +205,13 @@ def main() -> None:
         answered: list[str] = []
         counts: dict[str, int] = {}
         lock = threading.Lock()
-        threads = [threading.Thread(target=client, args=(servers[i % len(servers)], ("alice", "bob")[i % 2], stop, i,
-                                                         answered, counts, lock)) for i in range(args.clients)]
+        threads = [
+            threading.Thread(
+                target=client,
+                args=(servers[i % len(servers)], ("alice", "bob")[i % 2], stop, i, answered, counts, lock),
+            )
+            for i in range(args.clients)
+        ]
         for t in threads:
             t.start()
         rng, kills, worker_kills = random.Random(7), 0, 0
@@ -182,37 +229,54 @@ def main() -> None:
                     victim.start()
                 kills += 1
                 next_kill = time.monotonic() + rng.expovariate(1 / args.kill_every)
-            print(f"\r{int(stop - time.monotonic()):>4} s left, {len(answered)} answers, {kills} kills",
-                  end="", file=sys.stderr, flush=True)
+            print(
+                f"\r{int(stop - time.monotonic()):>4} s left, {len(answered)} answers, {kills} kills",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
         for t in threads:
             t.join(60)
         for s in servers:
             s.stop()
         print(file=sys.stderr)
         led = Ledger(ledger)
-        charged = {row["sql"].rsplit("soak ", 1)[-1].split(" ")[0] for user in ("alice", "bob")
-                   for row in led.history(user) if "/* soak " in row["sql"]}
+        charged = {
+            row["sql"].rsplit("soak ", 1)[-1].split(" ")[0]
+            for user in ("alice", "bob")
+            for row in led.history(user)
+            if "/* soak " in row["sql"]
+        }
         rows = [row for user in ("alice", "bob") for row in led.history(user) if "/* soak " in row["sql"]]
-        released = {row["sql"].rsplit("soak ", 1)[-1].split(" ")[0] for row in rows
-                    if row["released"] is not None and failure_of(row["released"]) is None}
+        released = {
+            row["sql"].rsplit("soak ", 1)[-1].split(" ")[0]
+            for row in rows
+            if row["released"] is not None and failure_of(row["released"]) is None
+        }
         failed = sum(1 for row in rows if failure_of(row["released"]) is not None)
         violations = [m for m in answered if m not in charged]
         problems = led.verify()
         growth = [life[-1] - life[0] for s in servers for life in s.lives if len(life) > 1]
         longest = max((life for s in servers for life in s.lives), key=len)
         workers = f" of {args.workers} workers each" if args.workers > 1 else ""
-        print(f"| {args.clients} clients, {args.servers} servers{workers} on one SQLite ledger, {args.minutes:g} min, "
-              f"{kills} SIGKILLs ({worker_kills} of a single worker) | |")
+        print(
+            f"| {args.clients} clients, {args.servers} servers{workers} on one SQLite ledger, {args.minutes:g} min, "
+            f"{kills} SIGKILLs ({worker_kills} of a single worker) | |"
+        )
         print("|---|---|")
         for key in sorted(counts):
             print(f"| {key} | {counts[key]} |")
-        print(f"| DP charges recorded | {len(charged)} (with a recorded release: {len(released)}; recorded as failed "
-              f"after the charge: {failed}) |")
+        print(
+            f"| DP charges recorded | {len(charged)} (with a recorded release: {len(released)}; recorded as failed "
+            f"after the charge: {failed}) |"
+        )
         print(f"| answers without a durable charge | {len(violations)} |")
         print(f"| ledger verify | {'ok' if not problems else '; '.join(problems[:3])} |")
         if longest:
-            print(f"| server RSS over its longest life ({len(longest)} s) | {longest[0] / 1024:.0f} -> "
-                  f"{longest[-1] / 1024:.0f} MB (largest growth of any life: {max(growth, default=0) / 1024:.0f} MB) |")
+            print(
+                f"| server RSS over its longest life ({len(longest)} s) | {longest[0] / 1024:.0f} -> "
+                f"{longest[-1] / 1024:.0f} MB (largest growth of any life: {max(growth, default=0) / 1024:.0f} MB) |"
+            )
         if violations or problems:
             sys.exit(1)
 

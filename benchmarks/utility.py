@@ -67,36 +67,60 @@ QUERIES = [
     _q("stay_avg_by_ward", "SELECT ward, AVG(length_of_stay) AS avg_stay FROM visits GROUP BY ward"),
     _q("cost_stddev_by_diagnosis", "SELECT diagnosis, STDDEV(cost) AS sd_cost FROM visits GROUP BY diagnosis"),
     _q("cost_median_by_ward", "SELECT ward, MEDIAN(cost) AS median_cost FROM visits GROUP BY ward"),
-    _q("stay_median_by_diagnosis",
-       "SELECT diagnosis, MEDIAN(length_of_stay) AS median_stay FROM visits GROUP BY diagnosis"),
+    _q(
+        "stay_median_by_diagnosis",
+        "SELECT diagnosis, MEDIAN(length_of_stay) AS median_stay FROM visits GROUP BY diagnosis",
+    ),
     _q("visits_by_month", f"SELECT {_MONTH} AS month, COUNT(*) AS visits FROM visits GROUP BY {_MONTH}"),
-    _q("cost_by_month_2024", f"SELECT {_MONTH} AS month, SUM(cost) AS total_cost FROM visits "
-                             f"WHERE visit_date >= '2024-01-01' GROUP BY {_MONTH}"),
-    _q("visits_by_diagnosis_h1_2024", "SELECT diagnosis, COUNT(*) AS visits FROM visits "
-                                      "WHERE visit_date BETWEEN '2024-01-01' AND '2024-06-30' GROUP BY diagnosis"),
-    _q("icu_stay_by_quarter", "SELECT date_trunc('quarter', visit_date) AS quarter, AVG(length_of_stay) AS avg_stay "
-                              "FROM visits WHERE ward = 'Intensive Care' GROUP BY date_trunc('quarter', visit_date)"),
+    _q(
+        "cost_by_month_2024",
+        f"SELECT {_MONTH} AS month, SUM(cost) AS total_cost FROM visits "
+        f"WHERE visit_date >= '2024-01-01' GROUP BY {_MONTH}",
+    ),
+    _q(
+        "visits_by_diagnosis_h1_2024",
+        "SELECT diagnosis, COUNT(*) AS visits FROM visits "
+        "WHERE visit_date BETWEEN '2024-01-01' AND '2024-06-30' GROUP BY diagnosis",
+    ),
+    _q(
+        "icu_stay_by_quarter",
+        "SELECT date_trunc('quarter', visit_date) AS quarter, AVG(length_of_stay) AS avg_stay "
+        "FROM visits WHERE ward = 'Intensive Care' GROUP BY date_trunc('quarter', visit_date)",
+    ),
     _q("costly_visits_by_ward", "SELECT ward, COUNT(*) AS visits FROM visits WHERE cost > 2000 GROUP BY ward"),
     _q("total_cost", "SELECT SUM(cost) AS total_cost FROM visits"),
     _q("patients_seen", "SELECT COUNT(DISTINCT patient_id) AS patients FROM visits"),
     _q("patients_by_ward", "SELECT ward, COUNT(DISTINCT patient_id) AS patients FROM visits GROUP BY ward"),
-    _q("visits_per_patient", "SELECT AVG(n) AS visits_per_patient FROM "
-                             "(SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id) AS t"),
+    _q(
+        "visits_per_patient",
+        "SELECT AVG(n) AS visits_per_patient FROM "
+        "(SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id) AS t",
+    ),
     # visits joined with patients on the privacy unit
     _q("cost_by_region", f"SELECT p.region, SUM(v.cost) AS total_cost {_VISITS_PATIENTS} GROUP BY p.region"),
     _q("cost_avg_by_smoker", f"SELECT p.smoker, AVG(v.cost) AS avg_cost {_VISITS_PATIENTS} GROUP BY p.smoker"),
-    _q("visits_by_sex_diagnosis", f"SELECT p.sex, v.diagnosis, COUNT(*) AS visits {_VISITS_PATIENTS} "
-                                  "GROUP BY p.sex, v.diagnosis"),
-    _q("visits_2023_by_region", f"SELECT p.region, COUNT(*) AS visits {_VISITS_PATIENTS} "
-                                "WHERE v.visit_date < '2024-01-01' GROUP BY p.region"),
-    _q("child_cost_by_ward", f"SELECT v.ward, AVG(v.cost) AS avg_cost {_VISITS_PATIENTS} WHERE p.age < 16 "
-                             "GROUP BY v.ward"),
+    _q(
+        "visits_by_sex_diagnosis",
+        f"SELECT p.sex, v.diagnosis, COUNT(*) AS visits {_VISITS_PATIENTS} GROUP BY p.sex, v.diagnosis",
+    ),
+    _q(
+        "visits_2023_by_region",
+        f"SELECT p.region, COUNT(*) AS visits {_VISITS_PATIENTS} WHERE v.visit_date < '2024-01-01' GROUP BY p.region",
+    ),
+    _q(
+        "child_cost_by_ward",
+        f"SELECT v.ward, AVG(v.cost) AS avg_cost {_VISITS_PATIENTS} WHERE p.age < 16 GROUP BY v.ward",
+    ),
     # visits joined with the public wards
     _q("cost_by_building", f"SELECT w.building, SUM(v.cost) AS total_cost {_VISITS_WARDS} GROUP BY w.building"),
-    _q("stay_avg_by_specialty", f"SELECT w.specialty, AVG(v.length_of_stay) AS avg_stay {_VISITS_WARDS} "
-                                "GROUP BY w.specialty"),
-    _q("building_a_visits_by_floor", f"SELECT w.floor, COUNT(*) AS visits {_VISITS_WARDS} WHERE w.building = 'A' "
-                                     "GROUP BY w.floor"),
+    _q(
+        "stay_avg_by_specialty",
+        f"SELECT w.specialty, AVG(v.length_of_stay) AS avg_stay {_VISITS_WARDS} GROUP BY w.specialty",
+    ),
+    _q(
+        "building_a_visits_by_floor",
+        f"SELECT w.floor, COUNT(*) AS visits {_VISITS_WARDS} WHERE w.building = 'A' GROUP BY w.floor",
+    ),
     # patients alone: one row each; age in [0, 110], income in [0, 300000]
     _q("income_avg_by_region", "SELECT region, AVG(income) AS avg_income FROM patients GROUP BY region"),
     _q("income_median_by_region", "SELECT region, MEDIAN(income) AS median_income FROM patients GROUP BY region"),
@@ -117,6 +141,7 @@ def tables_in(sql: str) -> list[str]:
 class Cell:
     """One system's result on one query: its median relative error, the share of true groups it
     left out or NULL, and spurious groups per answer; or the reason it gave for refusing."""
+
     error: float | None = None
     missing: float = 0.0
     spurious: float = 0.0
@@ -159,8 +184,16 @@ def run_dpsql(cur, settings: list[str], query: Query, runs: int, exact: dict, ch
 
 
 # Peers --------------------------------------------------------------------------------------------
-_PEER_TYPES = {"BIGINT": "int", "INTEGER": "int", "DOUBLE": "float", "FLOAT": "float", "VARCHAR": "string",
-               "DATE": "datetime", "TIMESTAMP": "datetime", "BOOLEAN": "boolean"}
+_PEER_TYPES = {
+    "BIGINT": "int",
+    "INTEGER": "int",
+    "DOUBLE": "float",
+    "FLOAT": "float",
+    "VARCHAR": "string",
+    "DATE": "datetime",
+    "TIMESTAMP": "datetime",
+    "BOOLEAN": "boolean",
+}
 
 
 def _keys(column, con) -> list | None:
@@ -180,8 +213,10 @@ def peer_tables(p: Policy, con) -> dict:
     out = {}
     for name, table in p.tables.items():
         columns = {}
-        for column, sql_type in con.execute("SELECT column_name, data_type FROM information_schema.columns "
-                                            f"WHERE table_name = '{name}' ORDER BY ordinal_position").fetchall():
+        for column, sql_type in con.execute(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            f"WHERE table_name = '{name}' ORDER BY ordinal_position"
+        ).fetchall():
             declared = table.columns.get(column)
             spec = {"type": _PEER_TYPES[sql_type]}
             if declared is not None and declared.lower is not None:
@@ -189,12 +224,17 @@ def peer_tables(p: Policy, con) -> dict:
             if (keys := _keys(declared, con)) is not None:
                 spec["keys"] = keys
             columns[column] = spec
-        undeclared = any(c["type"] in ("string", "boolean") and "keys" not in c and n != table.privacy_unit
-                         for n, c in columns.items())
-        out[name] = {"rows": con.execute(f"SELECT COUNT(*) FROM {name}").fetchone()[0],
-                     "unit": None if table.public else table.privacy_unit,
-                     "max_ids": table.max_contributions or table.max_rows,
-                     "censor_dims": undeclared and not table.public, "columns": columns}
+        undeclared = any(
+            c["type"] in ("string", "boolean") and "keys" not in c and n != table.privacy_unit
+            for n, c in columns.items()
+        )
+        out[name] = {
+            "rows": con.execute(f"SELECT COUNT(*) FROM {name}").fetchone()[0],
+            "unit": None if table.public else table.privacy_unit,
+            "max_ids": table.max_contributions or table.max_rows,
+            "censor_dims": undeclared and not table.public,
+            "columns": columns,
+        }
     return out
 
 
@@ -207,13 +247,17 @@ def qrlew_limits(p: Policy, sql: str) -> dict:
 
 def limits(p: Policy) -> str:
     """What each system is told a patient may contribute, in words, for the report."""
+
     def rows(n: int, what: str = "row") -> str:
         return f"{n} {what}{'s' * (n != 1)}"
 
     return "; ".join(
         f"{n}: dpsql {rows(t.max_rows)} in each of at most {rows(t.max_groups, 'group')}, SmartNoise "
         f"{rows(t.max_contributions or t.max_rows)} in all, Qrlew {rows(t.max_groups * t.max_rows)} in at most "
-        f"{rows(t.max_groups, 'group')}" for n, t in p.tables.items() if not t.public)
+        f"{rows(t.max_groups, 'group')}"
+        for n, t in p.tables.items()
+        if not t.public
+    )
 
 
 def smartnoise_sql(p: Policy, sql: str) -> str:
@@ -223,14 +267,31 @@ def smartnoise_sql(p: Policy, sql: str) -> str:
 
 def run_peer(python: Path, system: str, p: Policy, con, queries: list[Query], runs: int, exacts: dict) -> dict:
     """Each query's Cell for one peer, from one worker run over the whole workload."""
-    job = {"system": system, "setup": sample.setup_statements(p), "tables": peer_tables(p, con),
-           "epsilon": float(p.privacy.query_epsilon), "delta": float(p.privacy.default_query_delta),
-           "latency_runs": 0, "accuracy_runs": runs, "budget_epsilon": None,
-           "queries": [{"name": q.name, "sql": smartnoise_sql(p, q.sql) if system == "smartnoise" else q.sql,
-                        **qrlew_limits(p, q.sql)} for q in queries]}
+    job = {
+        "system": system,
+        "setup": sample.setup_statements(p),
+        "tables": peer_tables(p, con),
+        "epsilon": float(p.privacy.query_epsilon),
+        "delta": float(p.privacy.default_query_delta),
+        "latency_runs": 0,
+        "accuracy_runs": runs,
+        "budget_epsilon": None,
+        "queries": [
+            {
+                "name": q.name,
+                "sql": smartnoise_sql(p, q.sql) if system == "smartnoise" else q.sql,
+                **qrlew_limits(p, q.sql),
+            }
+            for q in queries
+        ],
+    }
     out = run_job(python, job)
-    return {q.name: Cell(refused=out[q.name]["error"]) if out[q.name]["error"]
-            else _cell(out[q.name]["answers"], exacts[q.name]) for q in queries}
+    return {
+        q.name: Cell(refused=out[q.name]["error"])
+        if out[q.name]["error"]
+        else _cell(out[q.name]["answers"], exacts[q.name])
+        for q in queries
+    }
 
 
 # The run ------------------------------------------------------------------------------------------
@@ -249,12 +310,17 @@ def measure(queries: list[Query], runs: int, python: Path | None) -> tuple[dict[
             log(f"{name}: {len(queries)} queries x {runs} runs")
             results[name] = {q.name: run_dpsql(cur, settings, q, runs, exacts[q.name], charged) for q in queries}
         cur.connection.close()
-    for name, system in (PEERS.items() if python else []):
+    for name, system in PEERS.items() if python else []:
         log(f"{name}: {len(queries)} queries x {runs} runs")
         results[name] = run_peer(python, system, p, con, queries, runs, exacts)
-    meta = {"epsilon": float(p.privacy.query_epsilon), "delta": float(p.privacy.default_query_delta),
-            "charged": sorted(charged), "auto": AUTO in variants, "limits": limits(p),
-            "truth_groups": {k: len(v) for k, v in exacts.items()}}
+    meta = {
+        "epsilon": float(p.privacy.query_epsilon),
+        "delta": float(p.privacy.default_query_delta),
+        "charged": sorted(charged),
+        "auto": AUTO in variants,
+        "limits": limits(p),
+        "truth_groups": {k: len(v) for k, v in exacts.items()},
+    }
     return results, meta
 
 
@@ -262,8 +328,12 @@ def summary(cells: dict[str, Cell]) -> dict:
     """Median over queries (a refusal as 100 %), the worst query, and how many are above THRESHOLD."""
     counted = {name: c.counted for name, c in cells.items()}
     worst = max(counted, key=counted.get)
-    return {"median": statistics.median(counted.values()), "worst": (worst, counted[worst]),
-            "above": sum(v > THRESHOLD for v in counted.values()), "of": len(counted)}
+    return {
+        "median": statistics.median(counted.values()),
+        "worst": (worst, counted[worst]),
+        "above": sum(v > THRESHOLD for v in counted.values()),
+        "of": len(counted),
+    }
 
 
 def _pct(x: float) -> str:
@@ -276,22 +346,28 @@ def table(results: dict[str, dict[str, Cell]], queries: list[Query]) -> list[str
     lines = ["| query | " + " | ".join(systems) + " |", "|---" * (len(systems) + 1) + "|"]
     for q in queries:
         cells = [results[s][q.name] for s in systems]
-        lines.append(f"| {q.name} | " + " | ".join("refused" if c.error is None else _pct(c.error) for c in cells)
-                     + " |")
+        lines.append(
+            f"| {q.name} | " + " | ".join("refused" if c.error is None else _pct(c.error) for c in cells) + " |"
+        )
     sums = [summary(results[s]) for s in systems]
     lines.append("| **median over queries** | " + " | ".join(_pct(s["median"]) for s in sums) + " |")
     lines.append("| **worst query** | " + " | ".join(f"{_pct(s['worst'][1])} ({s['worst'][0]})" for s in sums) + " |")
-    lines.append(f"| **queries above {THRESHOLD:.0%}** | " + " | ".join(f"{s['above']} of {s['of']}" for s in sums)
-                 + " |")
+    lines.append(
+        f"| **queries above {THRESHOLD:.0%}** | " + " | ".join(f"{s['above']} of {s['of']}" for s in sums) + " |"
+    )
     common = [q.name for q in queries if all(results[s][q.name].error is not None for s in systems)]
     if 0 < len(common) < len(queries):  # refusals aside: the systems on the same footing
-        lines.append(f"| **median over the {len(common)} queries every system answers** | " + " | ".join(
-            _pct(statistics.median(results[s][name].error for name in common)) for s in systems) + " |")
+        lines.append(
+            f"| **median over the {len(common)} queries every system answers** | "
+            + " | ".join(_pct(statistics.median(results[s][name].error for name in common)) for s in systems)
+            + " |"
+        )
     return lines
 
 
-def _per_query(results: dict[str, dict[str, Cell]], queries: list[Query], meta: dict, field: str, title: str,
-               show) -> list[str]:
+def _per_query(
+    results: dict[str, dict[str, Cell]], queries: list[Query], meta: dict, field: str, title: str, show
+) -> list[str]:
     """A table of one Cell field, for the queries where some system has it nonzero."""
     systems = list(results)
     rows = [q for q in queries if any(getattr(results[s][q.name], field) for s in systems)]
@@ -300,8 +376,11 @@ def _per_query(results: dict[str, dict[str, Cell]], queries: list[Query], meta: 
     lines = ["", title, "", "| query | true groups | " + " | ".join(systems) + " |", "|---" * (len(systems) + 2) + "|"]
     for q in rows:
         cells = [results[s][q.name] for s in systems]
-        lines.append(f"| {q.name} | {meta['truth_groups'][q.name]} | "
-                     + " | ".join("refused" if c.refused else show(getattr(c, field)) for c in cells) + " |")
+        lines.append(
+            f"| {q.name} | {meta['truth_groups'][q.name]} | "
+            + " | ".join("refused" if c.refused else show(getattr(c, field)) for c in cells)
+            + " |"
+        )
     return lines
 
 
@@ -315,38 +394,77 @@ def details(results: dict[str, dict[str, Cell]], queries: list[Query], meta: dic
     """Spurious groups, refusals and the workload itself, under the table."""
     systems = list(results)
     lines = []
-    lines += _per_query(results, queries, meta, "missing", "Groups missing or NULL, as a share of the true groups "
-                        "over the runs (each counted as 100 % above):", _pct)
-    lines += _per_query(results, queries, meta, "spurious", "Spurious groups per answer (groups answered that the "
-                        "exact answer does not have; not counted in the errors above):", "{:.1f}".format)
-    refusals = [(q.name, s, _plain_error(results[s][q.name].refused)) for q in queries for s in systems
-                if results[s][q.name].refused]
+    lines += _per_query(
+        results,
+        queries,
+        meta,
+        "missing",
+        "Groups missing or NULL, as a share of the true groups over the runs (each counted as 100 % above):",
+        _pct,
+    )
+    lines += _per_query(
+        results,
+        queries,
+        meta,
+        "spurious",
+        "Spurious groups per answer (groups answered that the "
+        "exact answer does not have; not counted in the errors above):",
+        "{:.1f}".format,
+    )
+    refusals = [
+        (q.name, s, _plain_error(results[s][q.name].refused))
+        for q in queries
+        for s in systems
+        if results[s][q.name].refused
+    ]
     if refusals:
-        lines += ["", "Refusals (each counted as 100 % in the summary):", "", "| query | system | its error |",
-                  "|---|---|---|"]
+        lines += [
+            "",
+            "Refusals (each counted as 100 % in the summary):",
+            "",
+            "| query | system | its error |",
+            "|---|---|---|",
+        ]
         lines += [f"| {q} | {s} | {e} |" for q, s, e in refusals]
-    lines += ["", "The workload (`benchmarks/utility.py`; the exact answer is the same SQL on plain DuckDB over the "
-              "raw files):", "", "| query | SQL |", "|---|---|"]
+    lines += [
+        "",
+        "The workload (`benchmarks/utility.py`; the exact answer is the same SQL on plain DuckDB over the raw files):",
+        "",
+        "| query | SQL |",
+        "|---|---|",
+    ]
     lines += [f"| {q.name} | `{q.sql}` |" for q in queries]
     return lines
 
 
-def report(results: dict, queries: list[Query], meta: dict, command: str, load: float, seconds: float,
-           versions: dict) -> str:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=HERE).stdout.strip() or "an unknown commit"
-    auto = ("" if meta["auto"] else " This build does not accept `SET dpsql.bounds`, so only its current "
-            "behaviour (the policy's limits) runs; the harness adds the column `dpsql (auto)` when it does.")
-    peers = (", ".join(f"{k} {v}" for k, v in sorted(versions.items())) if versions else "not run (`--no-peers`)")
-    lines = [SECTION, "",
-             f"`{command}` at {commit}, {os.cpu_count()} cores, load average {load:.2f} at the start, {seconds:.0f} s; "
-             f"peers: {peers}.", "",
-             f"Each query at the sample policy's query_epsilon = {meta['epsilon']:g} (dpsql charged "
-             f"{', '.join(f'{c:g}' for c in meta['charged']) or '-'}; peers asked ε = {meta['epsilon']:g}, "
-             f"δ = {meta['delta']:g}), {meta['runs']} runs, cache off. Median relative error over the true "
-             "groups and the runs, against the same SQL on plain DuckDB over the raw data (clipping and "
-             "truncation count as error); a missing or NULL group counts as 100 %. The policy's bounds and keys "
-             f"for every system; per privacy unit, {meta['limits']}." + auto, ""]
+def report(
+    results: dict, queries: list[Query], meta: dict, command: str, load: float, seconds: float, versions: dict
+) -> str:
+    commit = (
+        subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
+        or "an unknown commit"
+    )
+    auto = (
+        ""
+        if meta["auto"]
+        else " This build does not accept `SET dpsql.bounds`, so only its current "
+        "behaviour (the policy's limits) runs; the harness adds the column `dpsql (auto)` when it does."
+    )
+    peers = ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) if versions else "not run (`--no-peers`)"
+    lines = [
+        SECTION,
+        "",
+        f"`{command}` at {commit}, {os.cpu_count()} cores, load average {load:.2f} at the start, {seconds:.0f} s; "
+        f"peers: {peers}.",
+        "",
+        f"Each query at the sample policy's query_epsilon = {meta['epsilon']:g} (dpsql charged "
+        f"{', '.join(f'{c:g}' for c in meta['charged']) or '-'}; peers asked ε = {meta['epsilon']:g}, "
+        f"δ = {meta['delta']:g}), {meta['runs']} runs, cache off. Median relative error over the true "
+        "groups and the runs, against the same SQL on plain DuckDB over the raw data (clipping and "
+        "truncation count as error); a missing or NULL group counts as 100 %. The policy's bounds and keys "
+        f"for every system; per privacy unit, {meta['limits']}." + auto,
+        "",
+    ]
     return "\n".join(lines + table(results, queries) + details(results, queries, meta)) + "\n"
 
 
@@ -367,8 +485,9 @@ def main(argv: list[str] | None = None) -> None:
     results, meta = measure(queries, args.runs, python)
     meta["runs"] = args.runs
     command = "python -m benchmarks.utility " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = report(results, queries, meta, command.strip(), load, time.time() - started,
-                  peer_versions(python) if python else {})
+    text = report(
+        results, queries, meta, command.strip(), load, time.time() - started, peer_versions(python) if python else {}
+    )
     print(text)
     if args.out:
         args.out.write_text(replace_section(args.out.read_text() if args.out.exists() else "", text))

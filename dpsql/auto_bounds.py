@@ -90,7 +90,7 @@ class Column:
 
     def threshold(self, edge: float) -> int:
         """An edge in the fixed-point units of v{j}, rounded as the measure rounds a value."""
-        return round((edge - self.centre) * 2.0 ** self.bits)
+        return round((edge - self.centre) * 2.0**self.bits)
 
 
 @dataclass(frozen=True)
@@ -121,11 +121,16 @@ class Choice:
         return replace(base, max_contributions=self.max_contributions, clips=self.clips)
 
     def describe(self) -> dict:
-        return {"max_contributions": self.max_contributions,
-                "clamps": {expr: [lo, hi] for expr, lo, hi in self.clips},
-                "profile_epsilon": float(self.epsilon),
-                "expected": {"bias": self.bias, "noise": max(self.expected - self.bias, 0.0),
-                             "at_policy_limits": self.policy_expected}}
+        return {
+            "max_contributions": self.max_contributions,
+            "clamps": {expr: [lo, hi] for expr, lo, hi in self.clips},
+            "profile_epsilon": float(self.epsilon),
+            "expected": {
+                "bias": self.bias,
+                "noise": max(self.expected - self.bias, 0.0),
+                "at_policy_limits": self.policy_expected,
+            },
+        }
 
 
 def told(bounds: dict) -> str:
@@ -137,9 +142,11 @@ def told(bounds: dict) -> str:
         parts.append(f"at most {bounds['max_groups']} group(s) per unit")
     parts += [f"{expr} clamped to [{lo:g}, {hi:g}]" for expr, (lo, hi) in bounds.get("clamps", {}).items()]
     if (model := bounds.get("expected")) is not None:
-        parts.append(f"the profile's model expects a relative error of about {model['bias']:.1%} cut by these limits "
-                     f"and {model['noise']:.1%} of noise (summed over the aggregates; "
-                     f"{model['at_policy_limits']:.1%} at the policy's limits)")
+        parts.append(
+            f"the profile's model expects a relative error of about {model['bias']:.1%} cut by these limits "
+            f"and {model['noise']:.1%} of noise (summed over the aggregates; "
+            f"{model['at_policy_limits']:.1%} at the policy's limits)"
+        )
     fix = bounds.get("correction")
     if fix:
         lo, hi = fix["factor_interval"]
@@ -189,10 +196,16 @@ def counts_units(plan: Plan, mechanism: str) -> bool:
     """Plans of units per group only (COUNT(DISTINCT unit) by declared keys) under per-group caps:
     their limits stay the policy's, and the groups max_groups cuts are corrected for
     (`groups_query`) when the domain has more groups than that."""
-    return (mechanism == "laplace" and plan.sample_rate is None and type(plan.bounding) in (PerGroupCap, TotalCap)
-            and plan.unit is not None and bool(plan.keys) and plan.declared
-            and all(s.derived is None for s in plan.relation.private_sources)
-            and all(e.func == "units" for e in plan.estimates))
+    return (
+        mechanism == "laplace"
+        and plan.sample_rate is None
+        and type(plan.bounding) in (PerGroupCap, TotalCap)
+        and plan.unit is not None
+        and bool(plan.keys)
+        and plan.declared
+        and all(s.derived is None for s in plan.relation.private_sources)
+        and all(e.func == "units" for e in plan.estimates)
+    )
 
 
 def profiled_groups(plan: Plan, groups: int) -> int:
@@ -216,19 +229,25 @@ def correction_share(plan: Plan, mechanism: str = "laplace", groups: int = 1) ->
 def ceiling(plan: Plan) -> int:
     """The policy's total bound on a unit's rows for the plan's private tables (what the release
     guard allows)."""
-    return max((s.table.max_contributions or s.table.max_groups * s.table.max_rows)
-               for s in plan.relation.private_sources)
+    return max(
+        (s.table.max_contributions or s.table.max_groups * s.table.max_rows) for s in plan.relation.private_sources
+    )
 
 
 def eligible(plan: Plan, mechanism: str, sampled: bool = False) -> bool:
     """Plans whose limits this module can choose: Laplace noise, one unit per person bounded per
     query (per-group caps or a total bound; not partition selection, rows as units, L2 clipping or
     a per-unit subquery), no sampling, only aggregates the error model knows."""
-    return (mechanism == "laplace" and not sampled and plan.sample_rate is None
-            and type(plan.bounding) in (PerGroupCap, TotalCap) and plan.unit is not None
-            and all(s.derived is None for s in plan.relation.private_sources)
-            and (not plan.keys or plan.declared)
-            and all(e.func in SUMMED + QUANTILES + ("count",) for e in plan.estimates))
+    return (
+        mechanism == "laplace"
+        and not sampled
+        and plan.sample_rate is None
+        and type(plan.bounding) in (PerGroupCap, TotalCap)
+        and plan.unit is not None
+        and all(s.derived is None for s in plan.relation.private_sources)
+        and (not plan.keys or plan.declared)
+        and all(e.func in SUMMED + QUANTILES + ("count",) for e in plan.estimates)
+    )
 
 
 def columns(plan: Plan) -> tuple[Column, ...]:
@@ -248,8 +267,9 @@ def columns(plan: Plan) -> tuple[Column, ...]:
         if isinstance(m.value, exp.Column):
             narrow = narrowed(m.value, Interval(m.lower, m.upper), plan.relation.where)
             lo, hi = narrow.lo, narrow.hi
-        col = out.setdefault(expr, Column(est.total, expr, lo, hi, m.centre, m.bits, shared=False,
-                                          declared=(m.lower, m.upper)))
+        col = out.setdefault(
+            expr, Column(est.total, expr, lo, hi, m.centre, m.bits, shared=False, declared=(m.lower, m.upper))
+        )
         out[expr] = replace(col, shared=col.shared or est.func not in ("sum", "whole_sum"))
     return tuple(out.values())
 
@@ -265,24 +285,40 @@ def profile_query(plan: Plan, cols: Sequence[Column], top: int, by_group: bool =
     (kind, column, bin, mass) rows: kind 0 the row-count histogram, kind 1 + i column i's, and
     with `by_group` kind 1 + len(cols) the weighted rows of each group present (bin 0)."""
     row_bin = _bin(b.col("n"), steps(top))
-    parts = [b.select([b.node(0), b.node(0), b.named(row_bin, "bin"), b.named(b.mul(b.count(), MASS), "mass")],
-                      b.table("prof_units"), group=[row_bin.copy()])]
+    parts = [
+        b.select(
+            [b.node(0), b.node(0), b.named(row_bin, "bin"), b.named(b.mul(b.count(), MASS), "mass")],
+            b.table("prof_units"),
+            group=[row_bin.copy()],
+        )
+    ]
     weight = b.idiv(MASS, b.col("n", "u"))
     for i, c in enumerate(cols):
         v = b.col(f"v{c.j}", "f")
         value_bin = _bin(v, tuple(c.threshold(e) for e in c.edges[:-1]))
-        parts.append(b.select([b.node(1 + i), b.node(c.j), b.named(value_bin, "bin"), b.named(b.total(weight), "mass")],
-                              b.table("filtered", "f"),
-                              joins=[b.join(b.table("prof_units", "u"),
-                                            exp.EQ(this=b.col("unit", "f"), expression=b.col("unit", "u")))],
-                              where=[b.not_null(v.copy())], group=[value_bin.copy()]))
+        parts.append(
+            b.select(
+                [b.node(1 + i), b.node(c.j), b.named(value_bin, "bin"), b.named(b.total(weight), "mass")],
+                b.table("filtered", "f"),
+                joins=[
+                    b.join(b.table("prof_units", "u"), exp.EQ(this=b.col("unit", "f"), expression=b.col("unit", "u")))
+                ],
+                where=[b.not_null(v.copy())],
+                group=[value_bin.copy()],
+            )
+        )
     if by_group:
         keys = [b.col(f"k{i}", "f") for i in range(len(plan.keys))]
-        parts.append(b.select([b.node(1 + len(cols)), b.node(0), b.node(0), b.named(b.total(weight.copy()), "mass")],
-                              b.table("filtered", "f"),
-                              joins=[b.join(b.table("prof_units", "u"),
-                                            exp.EQ(this=b.col("unit", "f"), expression=b.col("unit", "u")))],
-                              group=keys))
+        parts.append(
+            b.select(
+                [b.node(1 + len(cols)), b.node(0), b.node(0), b.named(b.total(weight.copy()), "mass")],
+                b.table("filtered", "f"),
+                joins=[
+                    b.join(b.table("prof_units", "u"), exp.EQ(this=b.col("unit", "f"), expression=b.col("unit", "u")))
+                ],
+                group=keys,
+            )
+        )
     union = parts[0]
     for p in parts[1:]:
         union = exp.union(union, p, distinct=False)
@@ -294,7 +330,7 @@ def _with_filtered(plan: Plan, query: exp.Select) -> exp.Select:
     row count n there)."""
     bounded = rewrite(plan, plan.literal_domain_size())
     ctes = bounded.args["with_"].expressions
-    for cte in ctes[:[c.alias for c in ctes].index("filtered") + 1]:
+    for cte in ctes[: [c.alias for c in ctes].index("filtered") + 1]:
         query = query.with_(cte.alias, as_=cte.this.copy())
     units = b.select([b.col("unit"), b.named(b.count(), "n")], b.table("filtered"), group=["unit"])
     return query.with_("prof_units", as_=units)
@@ -317,8 +353,9 @@ def _part(e: Fraction) -> Part:
     return Part("laplace", e, rho=e * e / 2, noise_multiplier=float(1 / e))
 
 
-def parts(epsilon: Fraction, cols: Sequence[Column], top: int, correct: Sequence[Fraction] = (),
-          by_group: bool = False) -> tuple[Part, ...]:
+def parts(
+    epsilon: Fraction, cols: Sequence[Column], top: int, correct: Sequence[Fraction] = (), by_group: bool = False
+) -> tuple[Part, ...]:
     """The profile's parts of the query's cost: one Laplace mechanism per histogram, and the
     correction's two at its shares `correct` (`corrected`) when there is one."""
     extra = tuple(epsilon * share for share in correct)
@@ -429,8 +466,15 @@ def _values(col: Column, mass: Sequence[float]) -> _Values:
     return _Values(mids, tuple(max(m, 0.0) for m in mass))
 
 
-def choose(plan: Plan, profile: Profile, cols: Sequence[Column], top: int, epsilon: Fraction, groups: int,
-           correct: Sequence[Fraction] = ()) -> Choice:
+def choose(
+    plan: Plan,
+    profile: Profile,
+    cols: Sequence[Column],
+    top: int,
+    epsilon: Fraction,
+    groups: int,
+    correct: Sequence[Fraction] = (),
+) -> Choice:
     """The total bound and clamps that minimise the model's error at the release's epsilon
     (`epsilon` minus the profile's share, and the correction's shares `correct`), over every
     candidate (the policy's own among them). `groups`: the groups the query releases (its
@@ -453,27 +497,42 @@ def choose(plan: Plan, profile: Profile, cols: Sequence[Column], top: int, epsil
         # Rows beyond the reach stay cut: those between it and the policy's bound (from the
         # profile), and, below the bound, those of units beyond it (the model: as many again).
         beyond = (rows.kept(top) - rows.kept(far) + rows.units[-1] * top) if far < reach_of(top) else 0.0
-        return _Fix(float(RESIDUAL), (far - c) / float(epsilon * correct[1]) / max(rows.kept(top), 1.0),
-                    beyond)
+        return _Fix(float(RESIDUAL), (far - c) / float(epsilon * correct[1]) / max(rows.kept(top), 1.0), beyond)
 
     best: tuple[float, int, int, dict[str, float]] | None = None
     for c in candidates:
-        for far in (reaches(top, c) if correct else (reach_of(top),)):
-            clamps = {e: _best_clamp(terms, by_expr[e], values[e], rows, c, top, groups, per_measure, fix(c, far))
-                      if by_expr[e].shared else by_expr[e].upper for e in by_expr}
+        for far in reaches(top, c) if correct else (reach_of(top),):
+            clamps = {
+                e: _best_clamp(terms, by_expr[e], values[e], rows, c, top, groups, per_measure, fix(c, far))
+                if by_expr[e].shared
+                else by_expr[e].upper
+                for e in by_expr
+            }
             err = _error(terms, by_expr, values, rows, c, top, clamps, groups, per_measure, fix(c, far))
             if best is None or err < best[0]:
                 best = (err, c, far, clamps)
     assert best is not None
     err, c, far, clamps = best
-    policy = _error(terms, by_expr, values, rows, top, top, {e: by_expr[e].upper for e in by_expr}, groups,
-                    per_measure, fix(top, reach_of(top)))
+    policy = _error(
+        terms,
+        by_expr,
+        values,
+        rows,
+        top,
+        top,
+        {e: by_expr[e].upper for e in by_expr},
+        groups,
+        per_measure,
+        fix(top, reach_of(top)),
+    )
     # The same model without noise: what the chosen limits cut (a correction's residual included).
     bias = _error(terms, by_expr, values, rows, c, top, clamps, groups, math.inf, replace(fix(c, far), noise=0.0))
-    clips = tuple((e, by_expr[e].lower, u) for e, u in sorted(clamps.items())
-                  if u < by_expr[e].declared[1] or by_expr[e].lower > by_expr[e].declared[0])
-    return Choice(c if top > 1 else None, clips, err, policy, epsilon * SHARE, far if correct else None,
-                  min(bias, err))
+    clips = tuple(
+        (e, by_expr[e].lower, u)
+        for e, u in sorted(clamps.items())
+        if u < by_expr[e].declared[1] or by_expr[e].lower > by_expr[e].declared[0]
+    )
+    return Choice(c if top > 1 else None, clips, err, policy, epsilon * SHARE, far if correct else None, min(bias, err))
 
 
 def reaches(top: int, c: int) -> tuple[int, ...]:
@@ -505,14 +564,41 @@ class _Fix:
 
 
 def _best_clamp(terms, col, values, rows, c, top, groups, per_measure, fix) -> float:
-    scored = [(_error(terms, {col.expr: col}, {col.expr: values}, rows, c, top, {col.expr: u}, groups, per_measure,
-                      fix, only=col.expr), u) for u in col.edges]
+    scored = [
+        (
+            _error(
+                terms,
+                {col.expr: col},
+                {col.expr: values},
+                rows,
+                c,
+                top,
+                {col.expr: u},
+                groups,
+                per_measure,
+                fix,
+                only=col.expr,
+            ),
+            u,
+        )
+        for u in col.edges
+    ]
     return min(scored)[1]
 
 
-def _error(terms: Sequence[_Term], cols: dict, values: dict, rows: _Rows, c: float, top: int,
-           clamps: dict[str, float], groups: int, per_measure: float, fix: _Fix = _Fix(),
-           only: str | None = None) -> float:
+def _error(
+    terms: Sequence[_Term],
+    cols: dict,
+    values: dict,
+    rows: _Rows,
+    c: float,
+    top: int,
+    clamps: dict[str, float],
+    groups: int,
+    per_measure: float,
+    fix: _Fix = _Fix(),
+    only: str | None = None,
+) -> float:
     """The model's relative error summed over the plan's aggregates (those over column `only`,
     if given): a group's expected |Laplace noise| (its scale) plus what truncation to c rows and
     clamping at U cut, over the group's expected value; the units' rows spread evenly over the
@@ -532,8 +618,9 @@ def _error(terms: Sequence[_Term], cols: dict, values: dict, rows: _Rows, c: flo
             continue
         if t.expr not in cols:  # a count, or a sum whose clamp is not chosen here: rows only
             fixed = fix if t.func in CORRECTED else _Fix()
-            total += ((fixed.residual * lost + fixed.beyond) / groups + c * t.bound / per_measure) / max(full / groups, 1.0) \
-                + fixed.noise
+            total += ((fixed.residual * lost + fixed.beyond) / groups + c * t.bound / per_measure) / max(
+                full / groups, 1.0
+            ) + fixed.noise
             continue
         col, v, u = cols[t.expr], values[t.expr], clamps[t.expr]
         mean, clamped = max(v.mean(col.upper), 1e-9), v.mean(u)
@@ -577,8 +664,13 @@ def correction_query(plan: Plan, c: int, far: int) -> exp.Select:
     n = b.col("n")
     kept = b.func("LEAST", n, c)
     excess = b.binary(exp.Sub, b.func("LEAST", n.copy(), far), kept.copy())
-    query = b.select([b.named(b.func("COALESCE", b.total(kept), 0), "kept"),
-                      b.named(b.func("COALESCE", b.total(excess), 0), "excess")], b.table("prof_units"))
+    query = b.select(
+        [
+            b.named(b.func("COALESCE", b.total(kept), 0), "kept"),
+            b.named(b.func("COALESCE", b.total(excess), 0), "excess"),
+        ],
+        b.table("prof_units"),
+    )
     return _with_filtered(plan, query)
 
 
@@ -602,8 +694,10 @@ class Correction:
 
     @property
     def interval(self) -> tuple[float, float]:
-        return (_factor(self.kept + self.kept_hw, self.excess - self.excess_hw, self.c, self.reach),
-                _factor(self.kept - self.kept_hw, self.excess + self.excess_hw, self.c, self.reach))
+        return (
+            _factor(self.kept + self.kept_hw, self.excess - self.excess_hw, self.c, self.reach),
+            _factor(self.kept - self.kept_hw, self.excess + self.excess_hw, self.c, self.reach),
+        )
 
     def describe(self) -> dict:
         return {"reach": self.reach, "factor": self.factor, "factor_interval": list(self.interval)}
@@ -624,25 +718,33 @@ def groups_query(plan: Plan, g: int, far: int) -> exp.Select:
     n = b.col("groups")
     kept = b.func("LEAST", n, g)
     excess = b.binary(exp.Sub, b.func("LEAST", n.copy(), far), kept.copy())
-    query = b.select([b.named(b.func("COALESCE", b.total(kept), 0), "kept"),
-                      b.named(b.func("COALESCE", b.total(excess), 0), "excess")], b.subquery(per_unit, "g"))
+    query = b.select(
+        [
+            b.named(b.func("COALESCE", b.total(kept), 0), "kept"),
+            b.named(b.func("COALESCE", b.total(excess), 0), "excess"),
+        ],
+        b.subquery(per_unit, "g"),
+    )
     return _with_filtered(plan, query)
 
 
-def noised_correction(row: Sequence, c: int, far: int, epsilon: Fraction, confidence: float,
-                      shares: Sequence[Fraction]) -> Correction:
+def noised_correction(
+    row: Sequence, c: int, far: int, epsilon: Fraction, confidence: float, shares: Sequence[Fraction]
+) -> Correction:
     """The correction query's exact row noised: each number with discrete Laplace noise of its
     sensitivity (c; far - c) over its share of the query's epsilon."""
     kept_noise = Noise("laplace", laplace_scale(c, epsilon * shares[0]))
     excess_noise = Noise("laplace", laplace_scale(max(far - c, 1), epsilon * shares[1]))
     kept = add_noise([int(row[0] or 0)], kept_noise)[0]
     excess = add_noise([int(row[1] or 0)], excess_noise)[0]
-    return Correction(c, far, float(kept), float(excess), kept_noise.half_width(confidence),
-                      excess_noise.half_width(confidence))
+    return Correction(
+        c, far, float(kept), float(excess), kept_noise.half_width(confidence), excess_noise.half_width(confidence)
+    )
 
 
-def scaled(values: Sequence, intervals: Sequence[tuple[float, float]], correction: Correction, integral: bool
-           ) -> tuple[list, list[tuple[float, float]]]:
+def scaled(
+    values: Sequence, intervals: Sequence[tuple[float, float]], correction: Correction, integral: bool
+) -> tuple[list, list[tuple[float, float]]]:
     """An estimate's values and intervals under the correction (post-processing): each value
     times the factor; each interval the hull of its ends times the factor's interval's."""
     f, (lo, hi) = correction.factor, correction.interval

@@ -69,8 +69,10 @@ def measure_weights(plan: Plan, weights: Sequence[float] | None) -> list[Fractio
         return [Fraction(1)] * len(plan.measures)
     items = [ests for ests in plan.item_estimates if ests]  # group keys take no weight
     if len(weights) > len(items):
-        raise invalid_parameter(f"{len(weights)} weights for {len(items)} aggregate select items",
-                                hint="give at most one weight per aggregate in the select list, in order")
+        raise invalid_parameter(
+            f"{len(weights)} weights for {len(items)} aggregate select items",
+            hint="give at most one weight per aggregate in the select list, in order",
+        )
     out = [Fraction(0)] * len(plan.measures)
     for w, ests in zip(list(weights) + [1.0] * len(items), items):
         for e in ests:
@@ -83,9 +85,15 @@ def measures_of(est: Estimate) -> list[int]:
     return [i for i in (est.count, est.total, est.squares) if i is not None]
 
 
-def calibrate(plan: Plan, epsilon: Fraction, delta: Fraction, mechanism: str,
-              domain_size: int | None = None, weights: Sequence[Fraction] | None = None,
-              exact_curve: bool = False) -> Calibration:
+def calibrate(
+    plan: Plan,
+    epsilon: Fraction,
+    delta: Fraction,
+    mechanism: str,
+    domain_size: int | None = None,
+    weights: Sequence[Fraction] | None = None,
+    exact_curve: bool = False,
+) -> Calibration:
     """Split (epsilon, delta) over the plan's measures in proportion to `weights` (equal by
     default), with one equal share for partition selection when it is needed. `exact_curve`:
     the filters charged compose (ε, δ) pairs, so a Gaussian part that fits the discrete
@@ -108,11 +116,14 @@ def calibrate(plan: Plan, epsilon: Fraction, delta: Fraction, mechanism: str,
         if not math.isfinite(scale) or scale > MAX_SCALE:
             raise ProgrammingError(
                 f"grouping by {', '.join(k.name for k in plan.keys if not k.declared)}: the noise partition selection "
-                f"needs at this epsilon (scale {scale:.3g}) is too large to be useful", sqlstate="22003",
-                hint="raise epsilon (SET dpsql.epsilon = 0.1), or declare the keys in the policy; nothing was charged")
-        selection = Selection(Noise("laplace", scale), selection_threshold(scale, sel_delta / groups), sel_eps, sel_delta)
-        parts.append(Part("selection", sel_eps, sel_delta, rho=sel_eps * sel_eps / 2,
-                          noise_multiplier=scale / groups))
+                f"needs at this epsilon (scale {scale:.3g}) is too large to be useful",
+                sqlstate="22003",
+                hint="raise epsilon (SET dpsql.epsilon = 0.1), or declare the keys in the policy; nothing was charged",
+            )
+        selection = Selection(
+            Noise("laplace", scale), selection_threshold(scale, sel_delta / groups), sel_eps, sel_delta
+        )
+        parts.append(Part("selection", sel_eps, sel_delta, rho=sel_eps * sel_eps / 2, noise_multiplier=scale / groups))
         delta_used += sel_delta
     measures = []
     if mechanism == "laplace":
@@ -130,8 +141,10 @@ def calibrate(plan: Plan, epsilon: Fraction, delta: Fraction, mechanism: str,
             raise _needs_delta(plan)
         rho_total = rho_for(gauss_eps, gauss_delta)
         if rho_total <= 0:
-            raise invalid_parameter("epsilon and delta are too small for Gaussian noise",
-                                    hint="raise dpsql.epsilon or dpsql.delta, or SET dpsql.mechanism = 'laplace'")
+            raise invalid_parameter(
+                "epsilon and delta are too small for Gaussian noise",
+                hint="raise dpsql.epsilon or dpsql.delta, or SET dpsql.mechanism = 'laplace'",
+            )
         for m, w in zip(plan.measures, weights):
             rho = rho_total * w / sum(weights)
             l2_squared = plan.bounding.l2_squared(m, domain_size)
@@ -140,8 +153,11 @@ def calibrate(plan: Plan, epsilon: Fraction, delta: Fraction, mechanism: str,
         if exact_curve:
             measures, rho_total = _by_curve(measures, gauss_eps, gauss_delta, rho_total)
         # Gaussian measures compose into one Gaussian mechanism of the summed rho.
-        parts.append(Part("gaussian", gauss_eps, gauss_delta, rho=rho_total,
-                          noise_multiplier=1 / math.sqrt(2 * float(rho_total))))
+        parts.append(
+            Part(
+                "gaussian", gauss_eps, gauss_delta, rho=rho_total, noise_multiplier=1 / math.sqrt(2 * float(rho_total))
+            )
+        )
     cost = Cost.of(parts)
     if plan.sample_rate is not None:
         cost = sampled_cost(cost, Fraction(repr(plan.sample_rate)))
@@ -149,8 +165,9 @@ def calibrate(plan: Plan, epsilon: Fraction, delta: Fraction, mechanism: str,
     return Calibration(measures, selection, cost, groups)
 
 
-def _by_curve(measures: list[MeasureNoise], epsilon: Fraction, delta: Fraction, rho: Fraction
-              ) -> tuple[list[MeasureNoise], Fraction]:
+def _by_curve(
+    measures: list[MeasureNoise], epsilon: Fraction, delta: Fraction, rho: Fraction
+) -> tuple[list[MeasureNoise], Fraction]:
     """The Gaussian part recalibrated by the discrete Gaussian's exact (ε, δ) curve when it is
     one measure whose unit moves one coordinate (L2² = L1², so the release is one-dimensional
     for any neighbour), else unchanged. The part's ρ is then the true Δ²/2σ² (larger than the
@@ -185,13 +202,17 @@ def check_scales(plan: Plan, measures: Sequence[MeasureNoise]) -> None:
         if span > MAX_VALUE:
             raise ProgrammingError(
                 f"{m.describe()}: its values may reach {span:.3g}, beyond the ±2^53 that sums keep exactly",
-                sqlstate="22003", hint="declare tighter bounds for the value, or clamp it in the query with "
-                                       "LEAST(GREATEST(x, low), high); nothing was charged")
+                sqlstate="22003",
+                hint="declare tighter bounds for the value, or clamp it in the query with "
+                "LEAST(GREATEST(x, low), high); nothing was charged",
+            )
         if not math.isfinite(scale * m.unit_scale) or scale > MAX_SCALE:
             raise ProgrammingError(
                 f"{m.describe()}: the noise this needs (scale {scale * m.unit_scale:.3g}) is too large to be useful",
-                sqlstate="22003", hint="raise epsilon (SET dpsql.epsilon = 0.1), lower the weight of this query in its "
-                                       "batch, or declare tighter bounds for the value; nothing was charged")
+                sqlstate="22003",
+                hint="raise epsilon (SET dpsql.epsilon = 0.1), lower the weight of this query in its "
+                "batch, or declare tighter bounds for the value; nothing was charged",
+            )
 
 
 def sampled_cost(cost: Cost, rate: Fraction) -> Cost:
@@ -208,5 +229,8 @@ def _needs_delta(plan: Plan):
             f"grouping by {', '.join(undeclared)} needs delta > 0: the groups that exist are private, "
             "so they are released by partition selection",
             hint=f"declare the keys in the policy (columns.{undeclared[0]} = {{ keys = [...] }}), "
-                 "or SET dpsql.delta = 1e-8")
-    return invalid_parameter("Gaussian noise needs delta > 0", hint="SET dpsql.delta = 1e-8, or SET dpsql.mechanism = 'laplace'")
+            "or SET dpsql.delta = 1e-8",
+        )
+    return invalid_parameter(
+        "Gaussian noise needs delta > 0", hint="SET dpsql.delta = 1e-8, or SET dpsql.mechanism = 'laplace'"
+    )

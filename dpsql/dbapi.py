@@ -1,9 +1,9 @@
 """PEP 249 (DB-API 2.0) over an embedded Session: dpsql without a server.
 
-    conn = dpsql.connect("policy.toml", user="alice")
-    cur = conn.cursor()
-    cur.execute("SELECT sex, AVG(age) FROM patients GROUP BY sex")
-    cur.fetchall(); cur.dp["ci"]
+conn = dpsql.connect("policy.toml", user="alice")
+cur = conn.cursor()
+cur.execute("SELECT sex, AVG(age) FROM patients GROUP BY sex")
+cur.fetchall(); cur.dp["ci"]
 """
 
 from __future__ import annotations
@@ -34,8 +34,25 @@ class _TypeSet(frozenset):
 
 STRING = _TypeSet({"VARCHAR", "TEXT", "CHAR", "BPCHAR", "STRING", "UUID", "ENUM"})
 BINARY = _TypeSet({"BLOB", "BYTEA", "BINARY", "VARBINARY"})
-NUMBER = _TypeSet({"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
-                   "UBIGINT", "FLOAT", "DOUBLE", "REAL", "DECIMAL", "NUMERIC", "BOOLEAN"})
+NUMBER = _TypeSet(
+    {
+        "TINYINT",
+        "SMALLINT",
+        "INTEGER",
+        "BIGINT",
+        "HUGEINT",
+        "UTINYINT",
+        "USMALLINT",
+        "UINTEGER",
+        "UBIGINT",
+        "FLOAT",
+        "DOUBLE",
+        "REAL",
+        "DECIMAL",
+        "NUMERIC",
+        "BOOLEAN",
+    }
+)
 DATETIME = _TypeSet({"DATE", "TIME", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "INTERVAL", "TIMESTAMPTZ"})
 ROWID = _TypeSet({"ROWID"})
 
@@ -77,8 +94,15 @@ class Connection:
             raise InterfaceError("the connection is closed")
         return self._session
 
-    def randomized_response(self, table: str, columns: list[str], epsilon: float, method: str = "auto",
-                            epsilon_size: float | None = None, null_category: bool = True):
+    def randomized_response(
+        self,
+        table: str,
+        columns: list[str],
+        epsilon: float,
+        method: str = "auto",
+        epsilon_size: float | None = None,
+        null_category: bool = True,
+    ):
         """One randomized row per person of `table` over `columns`, charged at epsilon
         (Session.randomized_response); `.estimates()` gives the debiased counts."""
         return self.session.randomized_response(table, columns, epsilon, method, epsilon_size, null_category)
@@ -136,8 +160,13 @@ class Cursor:
         self._show(self.connection.session.execute(operation, parameters))
         return self
 
-    def execute_batch(self, operations: Sequence[str], epsilon: float | None = None, delta: float | None = None,
-                      weights: Sequence[float] | None = None) -> list[list[tuple]]:
+    def execute_batch(
+        self,
+        operations: Sequence[str],
+        epsilon: float | None = None,
+        delta: float | None = None,
+        weights: Sequence[float] | None = None,
+    ) -> list[list[tuple]]:
         """Answer several DP queries calibrated jointly (PLD planning), charged once as one
         (epsilon, delta) release. The cursor holds the first result; nextset() moves on."""
         if self._closed:
@@ -179,13 +208,13 @@ class Cursor:
     def fetchmany(self, size: int | None = None) -> list[tuple]:
         rows = self._rows()
         size = self.arraysize if size is None else size
-        out = rows[self._pos:self._pos + size]
+        out = rows[self._pos : self._pos + size]
         self._pos += len(out)
         return out
 
     def fetchall(self) -> list[tuple]:
         rows = self._rows()
-        out = rows[self._pos:]
+        out = rows[self._pos :]
         self._pos = len(rows)
         return out
 

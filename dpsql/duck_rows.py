@@ -30,5 +30,5 @@ def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Seque
 def insert_in_chunks(con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Sequence[Any]], width: int) -> None:
     marks = "(" + ", ".join("?" * width) + ")"
     for start in range(0, len(rows), CHUNK):
-        part = rows[start:start + CHUNK]
+        part = rows[start : start + CHUNK]
         con.execute(f"INSERT INTO {table} VALUES {', '.join([marks] * len(part))}", [v for r in part for v in r])

@@ -99,9 +99,11 @@ BUDGET_RELATION = "dpsql_budget"  # SELECT ... FROM dpsql_budget: SHOW dpsql.bud
 
 def undefined_table(name: str) -> ProgrammingError:
     if name.lower() == BUDGET_RELATION:  # the session answers it read on its own, never inside another query
-        return unsupported(f"{BUDGET_RELATION} can only be read on its own, not joined, nested or in a WITH clause",
-                           hint=f"SELECT * FROM {BUDGET_RELATION} (filtering and ordering it is fine), then use its "
-                                "values in your next query")
+        return unsupported(
+            f"{BUDGET_RELATION} can only be read on its own, not joined, nested or in a WITH clause",
+            hint=f"SELECT * FROM {BUDGET_RELATION} (filtering and ordering it is fine), then use its "
+            "values in your next query",
+        )
     return ProgrammingError(
         f'relation "{name}" does not exist',
         sqlstate="42P01",

@@ -45,8 +45,15 @@ class Family:
     targetable = False  # dpsql.target_error sizes epsilon for its COUNT and SUM estimates
     centred_sum = False  # its sum is centred in the bounds (an AVG), so a plain SUM of the same column can serve
 
-    def measures(self, value: exp.Expression | None, lower: float, upper: float, bits: int, sampled: bool,
-                 categories: tuple | None) -> Roles:
+    def measures(
+        self,
+        value: exp.Expression | None,
+        lower: float,
+        upper: float,
+        bits: int,
+        sampled: bool,
+        categories: tuple | None,
+    ) -> Roles:
         """The measures an aggregate of `value` (bounded to [lower, upper]) is estimated from;
         `bits`: a count's fractional bits, `sampled`: under TABLESAMPLE."""
         raise NotImplementedError
@@ -104,11 +111,15 @@ class _Sum(Family):
         total below zero is moved to zero, with its interval (post-processing, and closer)."""
         vals, cis = super().estimate(plan, est, noisy, noises, confidence)
         if est.lower >= 0:
-            return ([None if v is None else max(0.0, v) for v in vals],
-                    [None if ci is None else (max(0.0, ci[0]), max(0.0, ci[1])) for ci in cis])
+            return (
+                [None if v is None else max(0.0, v) for v in vals],
+                [None if ci is None else (max(0.0, ci[0]), max(0.0, ci[1])) for ci in cis],
+            )
         if est.upper <= 0:
-            return ([None if v is None else min(0.0, v) for v in vals],
-                    [None if ci is None else (min(0.0, ci[0]), min(0.0, ci[1])) for ci in cis])
+            return (
+                [None if v is None else min(0.0, v) for v in vals],
+                [None if ci is None else (min(0.0, ci[0]), min(0.0, ci[1])) for ci in cis],
+            )
         return vals, cis
 
 
@@ -121,8 +132,10 @@ class _WholeSum(_Sum):
 
     def estimate(self, plan, est, noisy, noises, confidence):
         vals, cis = super().estimate(plan, est, noisy, noises, confidence)
-        return ([None if v is None else math.floor(v + 0.5) for v in vals],
-                [None if ci is None else (float(math.floor(ci[0])), float(math.ceil(ci[1]))) for ci in cis])
+        return (
+            [None if v is None else math.floor(v + 0.5) for v in vals],
+            [None if ci is None else (float(math.floor(ci[0])), float(math.ceil(ci[1]))) for ci in cis],
+        )
 
 
 class _Average(Family):
@@ -162,8 +175,11 @@ class _Variance(Family):
 
     def measures(self, value, lower, upper, bits, sampled, categories):
         centre = self.centre(lower, upper)
-        return {"total": sum_measure(value, lower, upper, centre), "count": Count(value, bits=bits),
-                "squares": squares_measure(value, lower, upper)}
+        return {
+            "total": sum_measure(value, lower, upper, centre),
+            "count": Count(value, bits=bits),
+            "squares": squares_measure(value, lower, upper),
+        }
 
     def centre(self, lower, upper):
         return (lower + upper) / 2
@@ -210,8 +226,11 @@ class _Distinct(Family):
     result_type = "BIGINT"
 
     def measures(self, value, lower, upper, bits, sampled, categories):
-        return {"count": Histogram(value, 0.0, float(len(categories)), bits=bits, bins=len(categories),
-                                   categories=categories)}
+        return {
+            "count": Histogram(
+                value, 0.0, float(len(categories)), bits=bits, bins=len(categories), categories=categories
+            )
+        }
 
     def exact(self, plan, est, noisy, noises, confidence):
         m = plan.measures[est.count]
@@ -282,15 +301,29 @@ class _Quantile(Family):
 
 
 FAMILIES: dict[str, Family] = {
-    "count": _Count(), "units": _UnitCount(), "sum": _Sum(), "whole_sum": _WholeSum(), "avg": _Average(), "distinct": _Distinct(),
-    "var_pop": _Variance(sample=False, root=False), "var_samp": _Variance(sample=True, root=False),
-    "stddev_pop": _Variance(sample=False, root=True), "stddev_samp": _Variance(sample=True, root=True),
-    "quantile": _Quantile(), "min": _Quantile(extreme=-1), "max": _Quantile(extreme=1),
+    "count": _Count(),
+    "units": _UnitCount(),
+    "sum": _Sum(),
+    "whole_sum": _WholeSum(),
+    "avg": _Average(),
+    "distinct": _Distinct(),
+    "var_pop": _Variance(sample=False, root=False),
+    "var_samp": _Variance(sample=True, root=False),
+    "stddev_pop": _Variance(sample=False, root=True),
+    "stddev_samp": _Variance(sample=True, root=True),
+    "quantile": _Quantile(),
+    "min": _Quantile(extreme=-1),
+    "max": _Quantile(extreme=1),
 }
 
 
-SPREAD_FUNCTIONS = {exp.VariancePop: "var_pop", exp.Variance: "var_samp", exp.StddevPop: "stddev_pop",
-                    exp.Stddev: "stddev_samp", exp.StddevSamp: "stddev_samp"}
+SPREAD_FUNCTIONS = {
+    exp.VariancePop: "var_pop",
+    exp.Variance: "var_samp",
+    exp.StddevPop: "stddev_pop",
+    exp.Stddev: "stddev_samp",
+    exp.StddevSamp: "stddev_samp",
+}
 
 
 def family(est: Estimate) -> Family:

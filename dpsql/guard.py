@@ -40,8 +40,10 @@ class ReleaseRefused(InternalError):
     """A release that does not match its charge: nothing is released."""
 
     def __init__(self, why: str):
-        super().__init__(f"release refused by the guard: {why}; nothing was released",
-                         hint="this is a bug in dpsql, please report it; the query's cost stays charged")
+        super().__init__(
+            f"release refused by the guard: {why}; nothing was released",
+            hint="this is a bug in dpsql, please report it; the query's cost stays charged",
+        )
 
 
 def check(plan: Plan, cal: Calibration, rs: ResultSet, charge: Charge, policy: Policy) -> None:
@@ -53,8 +55,9 @@ def check(plan: Plan, cal: Calibration, rs: ResultSet, charge: Charge, policy: P
     _scales(plan, cal, charge.cost)
 
 
-def check_synopsis(plan: Plan, rs: ResultSet, charge: Charge, policy: Policy,
-                   draws: Sequence[tuple[int, Fraction, Noise]], cells: int) -> None:
+def check_synopsis(
+    plan: Plan, rs: ResultSet, charge: Charge, policy: Policy, draws: Sequence[tuple[int, Fraction, Noise]], cells: int
+) -> None:
     """Raise ReleaseRefused unless noising a synopsis's marginals of `rs` (the bounded cube) with
     `draws` (measure index, epsilon, noise: one per measured marginal) is what `charge` paid for:
     a durable receipt; the cube's cells exactly its declared domain's, each key tuple once; the
@@ -69,10 +72,16 @@ def check_synopsis(plan: Plan, rs: ResultSet, charge: Charge, policy: Policy,
     spent = Fraction(0)
     for j, epsilon, noise in draws:
         l1 = plan.bounding.l1(plan.measures[j], cells)
-        if (l1 is None or noise.kind != "laplace" or not math.isfinite(noise.scale) or epsilon <= 0
-                or Fraction(noise.scale) < Fraction(l1) / epsilon):
-            raise ReleaseRefused(f"{plan.measures[j].describe()}: a marginal's Laplace scale below L1 sensitivity / "
-                                 "epsilon")
+        if (
+            l1 is None
+            or noise.kind != "laplace"
+            or not math.isfinite(noise.scale)
+            or epsilon <= 0
+            or Fraction(noise.scale) < Fraction(l1) / epsilon
+        ):
+            raise ReleaseRefused(
+                f"{plan.measures[j].describe()}: a marginal's Laplace scale below L1 sensitivity / epsilon"
+            )
         spent += epsilon
     charged = sum((p.epsilon for p in charge.cost.parts if p.kind == "laplace"), Fraction(0))
     if spent > charged or charged > charge.cost.epsilon:
@@ -182,4 +191,3 @@ def _gaussian_pairs(cal: Calibration, cost: Cost) -> None:
             continue
         if m is None or discrete_gaussian_delta(float(p.epsilon), m.noise.scale, m.l1) > float(p.delta):
             raise ReleaseRefused("a Gaussian part charged less (epsilon, delta) than its noise allows")
-

@@ -84,20 +84,32 @@ class LocalSpec:
         return (n * q * (1 - q) + count * (p * (1 - p) - q * (1 - q))) / (p - q) ** 2
 
 
-def spec(table: str, columns: Sequence[str], keys: Sequence[Sequence[Any]], epsilon: Fraction,
-         method: str = "auto", epsilon_size: Fraction | None = None, null_category: bool = True) -> LocalSpec:
+def spec(
+    table: str,
+    columns: Sequence[str],
+    keys: Sequence[Sequence[Any]],
+    epsilon: Fraction,
+    method: str = "auto",
+    epsilon_size: Fraction | None = None,
+    null_category: bool = True,
+) -> LocalSpec:
     """The release's categories and method (auto: whichever of k-RR and OUE has the smaller
     variance at this epsilon and domain size); epsilon_size defaults to a tenth of epsilon."""
     if method not in ("auto", "krr", "oue"):
         raise ProgrammingError(f"unknown method {method!r}", sqlstate="22023", hint="use auto, krr or oue")
     size_eps = epsilon * SIZE_SHARE if epsilon_size is None else epsilon_size
     if epsilon <= 0 or not 0 < size_eps < epsilon:
-        raise ProgrammingError("epsilon must be positive, and the size's share of it between 0 and epsilon",
-                               sqlstate="22023", hint="for example --epsilon 1 (the size takes a tenth by default)")
+        raise ProgrammingError(
+            "epsilon must be positive, and the size's share of it between 0 and epsilon",
+            sqlstate="22023",
+            hint="for example --epsilon 1 (the size takes a tenth by default)",
+        )
     size = math.prod(len(k) for k in keys) + (1 if null_category else 0)
     if size > MAX_CATEGORIES:
-        raise unsupported(f"{size} categories (the cross product of the columns' keys); at most {MAX_CATEGORIES}",
-                          hint="release fewer columns together, or columns with fewer keys")
+        raise unsupported(
+            f"{size} categories (the cross product of the columns' keys); at most {MAX_CATEGORIES}",
+            hint="release fewer columns together, or columns with fewer keys",
+        )
     categories = tuple(itertools.product(*keys)) + (((None,) * len(columns),) if null_category else ())
     if method == "auto":
         e = math.exp(float(epsilon - size_eps))
@@ -174,6 +186,13 @@ def estimates(rows: Sequence[Any], s: LocalSpec, confidence: float = 0.95) -> li
     for values, o in zip(s.categories, observed(rows, s)):
         est = (o - q * n) / (p - q)
         half = z * math.sqrt(max(s.variance(n, min(max(est, 0.0), n)), 0.0))
-        out.append({**dict(zip(s.columns, values)), "estimate": est, "ci_low": est - half, "ci_high": est + half,
-                    "observed": o})
+        out.append(
+            {
+                **dict(zip(s.columns, values)),
+                "estimate": est,
+                "ci_low": est - half,
+                "ci_high": est + half,
+                "observed": o,
+            }
+        )
     return out

@@ -20,11 +20,17 @@ FORMATS = {".parquet": "PARQUET", ".csv": "CSV"}
 def check_target(path: Path) -> None:
     """Refuse an output the release could not be written to, before anything is charged."""
     if path.suffix.lower() not in FORMATS:
-        raise ProgrammingError(f"{path.name}: write the release to a .parquet or .csv file", sqlstate="22023",
-                               hint="for example --out patients_rr.parquet; nothing was charged")
+        raise ProgrammingError(
+            f"{path.name}: write the release to a .parquet or .csv file",
+            sqlstate="22023",
+            hint="for example --out patients_rr.parquet; nothing was charged",
+        )
     if not path.parent.is_dir() or not os.access(path.parent, os.W_OK):
-        raise ProgrammingError(f"{path.parent} is not a writable directory", sqlstate="58030",
-                               hint="create it, or choose another --out; nothing was charged")
+        raise ProgrammingError(
+            f"{path.parent} is not a writable directory",
+            sqlstate="58030",
+            hint="create it, or choose another --out; nothing was charged",
+        )
 
 
 def write_table(path: Path, names: Sequence[str], types: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
@@ -41,8 +47,11 @@ def write_table(path: Path, names: Sequence[str], types: Sequence[str], rows: Se
             target = str(written).replace("'", "''")
             con.execute(f"COPY release TO '{target}' (FORMAT {fmt}{', HEADER' if fmt == 'CSV' else ''})")
     except (duckdb.Error, OSError) as e:
-        raise OperationalError(f"could not write {path}: {type(e).__name__}", sqlstate="58030",
-                               hint="the release stays charged; check the disk and write it again from Python") from None
+        raise OperationalError(
+            f"could not write {path}: {type(e).__name__}",
+            sqlstate="58030",
+            hint="the release stays charged; check the disk and write it again from Python",
+        ) from None
     finally:
         con.close()
 
@@ -56,19 +65,27 @@ def check_register(policy_path: Path, names: Sequence[str]) -> None:
     text = policy_path.read_text()
     for name in names:
         if not re.fullmatch(r"[a-z_][a-z0-9_]*", name):
-            raise ProgrammingError(f"{name!r} is not a plain table name", sqlstate="42602",
-                                   hint="use lower-case letters, digits and underscores; nothing was charged")
+            raise ProgrammingError(
+                f"{name!r} is not a plain table name",
+                sqlstate="42602",
+                hint="use lower-case letters, digits and underscores; nothing was charged",
+            )
         if re.search(rf"^\[tables\.{re.escape(name)}\]", text, re.M):
-            raise ProgrammingError(f"the policy already has a table {name}", sqlstate="42P07",
-                                   hint="choose another --register name; nothing was charged")
+            raise ProgrammingError(
+                f"the policy already has a table {name}",
+                sqlstate="42P07",
+                hint="choose another --register name; nothing was charged",
+            )
 
 
 def register(policy_path: Path, tables: Mapping[str, Path]) -> None:
     """Append [tables.NAME] public = true, source = "..." for each released file."""
     check_register(policy_path, list(tables))
     text = policy_path.read_text()
-    blocks = "".join(f'\n[tables.{name}]  # a randomized-response release: public\npublic = true\nsource = "{p}"\n'
-                     for name, p in tables.items())
+    blocks = "".join(
+        f'\n[tables.{name}]  # a randomized-response release: public\npublic = true\nsource = "{p}"\n'
+        for name, p in tables.items()
+    )
     policy_path.write_text(text.rstrip("\n") + "\n" + blocks)
 
 

@@ -115,6 +115,8 @@ def loose(paths: Iterable[Path]) -> list[str]:
             continue
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
             can = [what for what, bits in _OTHERS_CAN if mode & bits]
-            warnings.append(f"{p} has mode {mode:04o}: users other than its owner can {' and '.join(can) or 'use'} "
-                            f"it; make it private with: chmod 600 {p}")
+            warnings.append(
+                f"{p} has mode {mode:04o}: users other than its owner can {' and '.join(can) or 'use'} "
+                f"it; make it private with: chmod 600 {p}"
+            )
     return warnings

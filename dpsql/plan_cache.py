@@ -26,6 +26,7 @@ SIZE = 256  # query shapes (with their settings) whose plan and calibration are 
 class Bounded:
     """A plan's bounded query without salt; `timeless`: the data alone determines its result
     (no clock); `domain`: over declared keys, the domain's key tuples as the engine lists them."""
+
     sql: str
     timeless: bool
     domain: tuple[tuple, ...] | None = None
@@ -35,6 +36,7 @@ class Bounded:
 class Seen:
     """The first text of a query shape (sql/slots.py), planned in full: its calibration, its
     bounded query and its slots' values as the engine writes them."""
+
     cal: Any
     sql: str
     values: tuple[str, ...]
@@ -44,6 +46,7 @@ class Seen:
 class Template:
     """A query shape's plan and calibration, and its bounded query with a marker for each slot
     (`splice` puts a text's values in their place); `timeless` as in Bounded."""
+
     plan: Any
     cal: Any
     sql: str
@@ -114,7 +117,6 @@ class PlanCache:
                 self._derived.clear()
             self._derived[(id(obj), kind)] = (obj, value)
         return value
-
 
 
 _caches: "weakref.WeakKeyDictionary[Any, PlanCache]" = weakref.WeakKeyDictionary()

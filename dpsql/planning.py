@@ -38,7 +38,9 @@ def _plans(session: Session, sqls: Sequence[str]) -> list[Plan]:
     return plans
 
 
-def separate_epsilon(session: Session, plans: list[Plan], epsilon: Fraction, delta: Fraction) -> tuple[Fraction, Fraction]:
+def separate_epsilon(
+    session: Session, plans: list[Plan], epsilon: Fraction, delta: Fraction
+) -> tuple[Fraction, Fraction]:
     """The largest per-query (ε_q, δ_q) such that charging every query of the batch one by one
     fits in a fresh (ε, δ) budget under the analyst's filter."""
     mech = session.settings.mechanism
@@ -80,12 +82,24 @@ def plan_report(session: Session, sqls: Sequence[str], epsilon: Fraction, delta:
         for m, a, b in zip(p.measures, planned.measures, separate.measures):
             if b.noise.scale:
                 ratios.append(a.noise.scale / b.noise.scale)
-            measures.append({"measure": m.describe(), "pld_scale": a.noise.scale * m.unit_scale,
-                             "separate_scale": b.noise.scale * m.unit_scale,
-                             "pld_half_width": a.noise.half_width(conf) * m.unit_scale,
-                             "separate_half_width": b.noise.half_width(conf) * m.unit_scale})
+            measures.append(
+                {
+                    "measure": m.describe(),
+                    "pld_scale": a.noise.scale * m.unit_scale,
+                    "separate_scale": b.noise.scale * m.unit_scale,
+                    "pld_half_width": a.noise.half_width(conf) * m.unit_scale,
+                    "separate_half_width": b.noise.half_width(conf) * m.unit_scale,
+                }
+            )
         queries.append({"sql": sql, "measures": measures})
     saving = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else 1.0
-    return {"epsilon": float(epsilon), "delta": float(delta), "noise_multiplier": multiplier,
-            "filter": session.budget_policy.filter, "separate_epsilon": float(eps_q), "confidence": conf,
-            "queries": queries, "saving": saving}
+    return {
+        "epsilon": float(epsilon),
+        "delta": float(delta),
+        "noise_multiplier": multiplier,
+        "filter": session.budget_policy.filter,
+        "separate_epsilon": float(eps_q),
+        "confidence": conf,
+        "queries": queries,
+        "saving": saving,
+    }

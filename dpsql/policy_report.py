@@ -41,6 +41,7 @@ COLUMN_QUANTILES = (0.01, 0.5, 0.99)  # of a bounded column's values
 
 # Pure: distributions and what a limit cuts -------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Histogram:
     """Items (units, or one unit's rows under one key) by their size (rows, or distinct keys):
@@ -157,6 +158,7 @@ def _plain(value: Any) -> Any:
 
 # The engine's part: histograms and clipping counts -------------------------------------------
 
+
 def _rows_of(engine: Engine, tree: exp.Select) -> list[tuple]:
     rs = engine.execute(engine.prepare(tree, owned=True))
     return list(zip(*rs.columns)) if rs.row_count else []
@@ -172,8 +174,11 @@ def _unit(table: TablePolicy) -> exp.Column:
 
 def _histogram(engine: Engine, per_item: exp.Select) -> Histogram:
     """`per_item` gives one row per item with its `item_size` and its rows `n`: grouped by size."""
-    tree = b.select([b.col("item_size"), b.named(b.count(), "items"), b.named(b.total("n"), "held")],
-                    b.subquery(per_item, "per_item"), group=["item_size"])
+    tree = b.select(
+        [b.col("item_size"), b.named(b.count(), "items"), b.named(b.total("n"), "held")],
+        b.subquery(per_item, "per_item"),
+        group=["item_size"],
+    )
     rows = _rows_of(engine, tree)
     return Histogram({int(s): int(k) for s, k, _ in rows}, {int(s): int(r) for s, _, r in rows})
 
@@ -190,32 +195,45 @@ def _in_domain(col: ColumnPolicy) -> exp.Expression:
 
 def units_by_rows(engine: Engine, table: TablePolicy) -> Histogram:
     """Units by their rows in the table (what the total bound caps)."""
-    per_unit = b.select([_unit(table), b.named(b.count(), "item_size"), b.named(b.count(), "n")], _table(table),
-                        where=[b.not_null(_unit(table))], group=[_unit(table)])
+    per_unit = b.select(
+        [_unit(table), b.named(b.count(), "item_size"), b.named(b.count(), "n")],
+        _table(table),
+        where=[b.not_null(_unit(table))],
+        group=[_unit(table)],
+    )
     return _histogram(engine, per_unit)
 
 
 def cells_by_rows(engine: Engine, table: TablePolicy, col: ColumnPolicy) -> Histogram:
     """Each unit's rows under each key of the column (what max_rows caps)."""
     key = exp.column(col.name, quoted=True)
-    per_cell = b.select([_unit(table), key, b.named(b.count(), "item_size"), b.named(b.count(), "n")], _table(table),
-                        where=[b.not_null(_unit(table)), _in_domain(col)], group=[_unit(table), key.copy()])
+    per_cell = b.select(
+        [_unit(table), key, b.named(b.count(), "item_size"), b.named(b.count(), "n")],
+        _table(table),
+        where=[b.not_null(_unit(table)), _in_domain(col)],
+        group=[_unit(table), key.copy()],
+    )
     return _histogram(engine, per_cell)
 
 
 def units_by_keys(engine: Engine, table: TablePolicy, col: ColumnPolicy) -> Histogram:
     """Units by the distinct keys of the column they reach (what max_groups caps), with their rows."""
     distinct = exp.Count(this=exp.Distinct(expressions=[exp.column(col.name, quoted=True)]))
-    per_unit = b.select([_unit(table), b.named(distinct, "item_size"), b.named(b.count(), "n")], _table(table),
-                        where=[b.not_null(_unit(table)), _in_domain(col)], group=[_unit(table)])
+    per_unit = b.select(
+        [_unit(table), b.named(distinct, "item_size"), b.named(b.count(), "n")],
+        _table(table),
+        where=[b.not_null(_unit(table)), _in_domain(col)],
+        group=[_unit(table)],
+    )
     return _histogram(engine, per_unit)
 
 
 def row_counts(engine: Engine, table: TablePolicy) -> tuple[int, int]:
     """The table's rows, and those with a privacy unit (the rows any query counts)."""
     counted = b.count() if table.row_unit else b.count(_unit(table))
-    ((rows, with_unit),) = _rows_of(engine, b.select([b.named(b.count(), "all_rows"), b.named(counted, "counted")],
-                                                     _table(table)))
+    ((rows, with_unit),) = _rows_of(
+        engine, b.select([b.named(b.count(), "all_rows"), b.named(counted, "counted")], _table(table))
+    )
     return int(rows), int(with_unit)
 
 
@@ -233,31 +251,40 @@ class Clipping:
     quantiles: tuple[Any, ...] = ()
 
     def shares(self) -> dict[str, float | None]:
-        return {"null_share": share(self.rows - self.present, self.rows),
-                "below_lower_share": share(self.below, self.present),
-                "above_upper_share": share(self.above, self.present),
-                "sum_clipped_share": None if self.mass is None else share(self.moved, self.mass)}
+        return {
+            "null_share": share(self.rows - self.present, self.rows),
+            "below_lower_share": share(self.below, self.present),
+            "above_upper_share": share(self.above, self.present),
+            "sum_clipped_share": None if self.mass is None else share(self.moved, self.mass),
+        }
 
 
 def bounds_of(col: ColumnPolicy) -> tuple[Any, Any]:
     return col.dates if col.dates is not None else (col.lower, col.upper)
 
 
-def clipping(engine: Engine, table: TablePolicy, col: ColumnPolicy, bounds: tuple[Any, Any],
-             quantiles: tuple[float, ...] = ()) -> Clipping:
+def clipping(
+    engine: Engine, table: TablePolicy, col: ColumnPolicy, bounds: tuple[Any, Any], quantiles: tuple[float, ...] = ()
+) -> Clipping:
     """One pass over the column's counted rows: what `bounds` clip, and the quantiles asked for."""
     x = exp.column(col.name, quoted=True)
     low, high = (literal(v) for v in bounds)
-    items = [b.named(b.count(), "all_rows"), b.named(b.count(x.copy()), "present"),
-             b.named(b.count(b.case((exp.LT(this=x.copy(), expression=low.copy()), 1))), "below"),
-             b.named(b.count(b.case((exp.GT(this=x.copy(), expression=high.copy()), 1))), "above")]
+    items = [
+        b.named(b.count(), "all_rows"),
+        b.named(b.count(x.copy()), "present"),
+        b.named(b.count(b.case((exp.LT(this=x.copy(), expression=low.copy()), 1))), "below"),
+        b.named(b.count(b.case((exp.GT(this=x.copy(), expression=high.copy()), 1))), "above"),
+    ]
     if col.dates is None:
         value = b.cast(x.copy(), "DOUBLE")
         clamped = b.func("LEAST", b.func("GREATEST", value.copy(), low.copy()), high.copy())
-        items += [b.named(b.total(exp.Abs(this=value.copy())), "mass"),
-                  b.named(b.total(exp.Abs(this=b.binary(exp.Sub, value, clamped))), "moved")]
-    items += [b.named(exp.PercentileDisc(this=x.copy(), expression=b.node(q)), f"q{i}")
-              for i, q in enumerate(quantiles)]
+        items += [
+            b.named(b.total(exp.Abs(this=value.copy())), "mass"),
+            b.named(b.total(exp.Abs(this=b.binary(exp.Sub, value, clamped))), "moved"),
+        ]
+    items += [
+        b.named(exp.PercentileDisc(this=x.copy(), expression=b.node(q)), f"q{i}") for i, q in enumerate(quantiles)
+    ]
     where = [] if table.row_unit else [b.not_null(_unit(table))]
     (row,) = _rows_of(engine, b.select(items, _table(table), where=where))
     rows, present, below, above = (int(v) for v in row[:4])
@@ -268,8 +295,10 @@ def clipping(engine: Engine, table: TablePolicy, col: ColumnPolicy, bounds: tupl
 
 # The report: JSON-ready dicts ----------------------------------------------------------------
 
-def report(engine: Engine, policy: Policy, keep: float = KEEP,
-           progress: Callable[[str], None] = lambda text: None) -> dict[str, Any]:
+
+def report(
+    engine: Engine, policy: Policy, keep: float = KEEP, progress: Callable[[str], None] = lambda text: None
+) -> dict[str, Any]:
     """The owner's report on every private table of the policy (public tables hold nobody)."""
     private = [t for t in policy.tables.values() if not t.public]
     tables = []
@@ -282,8 +311,13 @@ def report(engine: Engine, policy: Policy, keep: float = KEEP,
 def table_report(engine: Engine, table: TablePolicy, keep: float) -> dict[str, Any]:
     """One private table: its rows and units, what its limits cut, and limits that keep `keep`."""
     rows, counted = row_counts(engine, table)
-    out: dict[str, Any] = {"table": table.name, "privacy_unit": table.privacy_unit, "rows": rows,
-                           "rows_without_unit": rows - counted, "units": counted}
+    out: dict[str, Any] = {
+        "table": table.name,
+        "privacy_unit": table.privacy_unit,
+        "rows": rows,
+        "rows_without_unit": rows - counted,
+        "units": counted,
+    }
     suggestions: list[dict[str, Any]] = []
     if not table.row_unit:  # a table whose every row is its own unit has no contribution limits to check
         units = units_by_rows(engine, table)
@@ -295,8 +329,9 @@ def table_report(engine: Engine, table: TablePolicy, keep: float) -> dict[str, A
         caps = [(c, cells_by_rows(engine, table, c), units_by_keys(engine, table, c)) for c in keyed]
         out["keys"] = [key_report(table, c, cells, reach, counted, units.total_items) for c, cells, reach in caps]
         if caps:
-            suggestions += cap_suggestions(table, [(cells, reach) for _, cells, reach in caps], counted,
-                                           units.total_items, keep)
+            suggestions += cap_suggestions(
+                table, [(cells, reach) for _, cells, reach in caps], counted, units.total_items, keep
+            )
     out["columns"] = []
     for col in (c for c in table.columns.values() if c.bounded or c.dates is not None):
         column, suggestion = column_report(engine, table, col, keep)
@@ -315,32 +350,65 @@ def total_limit(table: TablePolicy) -> int:
 def total_bound(table: TablePolicy, units: Histogram, counted: int) -> dict[str, Any]:
     """What the total bound cuts: rows beyond it, units over it and the rows those hold."""
     limit = total_limit(table)
-    return {"limit": limit, "declared": table.max_contributions is not None,
-            "rows_cut": units.excess(limit), "rows_cut_share": share(units.excess(limit), counted),
-            "units_over": units.over(limit), "units_over_share": share(units.over(limit), units.total_items),
-            "rows_of_units_over_share": share(units.rows_over(limit), counted)}
+    return {
+        "limit": limit,
+        "declared": table.max_contributions is not None,
+        "rows_cut": units.excess(limit),
+        "rows_cut_share": share(units.excess(limit), counted),
+        "units_over": units.over(limit),
+        "units_over_share": share(units.over(limit), units.total_items),
+        "rows_of_units_over_share": share(units.rows_over(limit), counted),
+    }
 
 
-def key_report(table: TablePolicy, col: ColumnPolicy, cells: Histogram, reach: Histogram, counted: int,
-               unit_count: int) -> dict[str, Any]:
+def key_report(
+    table: TablePolicy, col: ColumnPolicy, cells: Histogram, reach: Histogram, counted: int, unit_count: int
+) -> dict[str, Any]:
     """What the per-group caps cut when grouping by one declared-key column (rows outside its
     domain are in no group, as in a query)."""
     domain = f"{col.keys_from[0]}.{col.keys_from[1]}" if col.keys_from else f"{len(col.keys)} keys"
-    return {"column": col.name, "domain": domain,
-            "rows_outside_domain_share": share(counted - cells.total_rows, counted),
-            "rows_per_unit_and_key": {"p50": cells.quantile(0.5), "p99": cells.quantile(0.99), "max": cells.largest},
-            "max_rows": {"limit": table.max_rows, "rows_cut": cells.excess(table.max_rows),
-                         "rows_cut_share": share(cells.excess(table.max_rows), counted)},
-            "keys_per_unit": {"p50": reach.quantile(0.5), "p99": reach.quantile(0.99), "max": reach.largest},
-            "max_groups": {"limit": table.max_groups, "units_over": reach.over(table.max_groups),
-                           "units_over_share": share(reach.over(table.max_groups), unit_count),
-                           "rows_of_units_over_share": share(reach.rows_over(table.max_groups), counted)}}
+    return {
+        "column": col.name,
+        "domain": domain,
+        "rows_outside_domain_share": share(counted - cells.total_rows, counted),
+        "rows_per_unit_and_key": {"p50": cells.quantile(0.5), "p99": cells.quantile(0.99), "max": cells.largest},
+        "max_rows": {
+            "limit": table.max_rows,
+            "rows_cut": cells.excess(table.max_rows),
+            "rows_cut_share": share(cells.excess(table.max_rows), counted),
+        },
+        "keys_per_unit": {"p50": reach.quantile(0.5), "p99": reach.quantile(0.99), "max": reach.largest},
+        "max_groups": {
+            "limit": table.max_groups,
+            "units_over": reach.over(table.max_groups),
+            "units_over_share": share(reach.over(table.max_groups), unit_count),
+            "rows_of_units_over_share": share(reach.rows_over(table.max_groups), counted),
+        },
+    }
 
 
-def _suggestion(limit: str, current: Any, suggested: Any, rule: str, cut_of: str, cut_now: float,
-                cut_suggested: float, noise_ratio: float | None, **more: Any) -> dict[str, Any]:
-    return {"limit": limit, "current": current, "suggested": suggested, "rule": rule, "cut_of": cut_of,
-            "cut_now": cut_now, "cut_suggested": cut_suggested, "noise_ratio": noise_ratio, **more}
+def _suggestion(
+    limit: str,
+    current: Any,
+    suggested: Any,
+    rule: str,
+    cut_of: str,
+    cut_now: float,
+    cut_suggested: float,
+    noise_ratio: float | None,
+    **more: Any,
+) -> dict[str, Any]:
+    return {
+        "limit": limit,
+        "current": current,
+        "suggested": suggested,
+        "rule": rule,
+        "cut_of": cut_of,
+        "cut_now": cut_now,
+        "cut_suggested": cut_suggested,
+        "noise_ratio": noise_ratio,
+        **more,
+    }
 
 
 def _at_most(keep: float) -> str:
@@ -350,13 +418,21 @@ def _at_most(keep: float) -> str:
 def total_bound_suggestion(table: TablePolicy, units: Histogram, counted: int, keep: float) -> dict[str, Any]:
     """A total bound that cuts at most 1 - keep of the rows; noise under a total bound scales with it."""
     now, then = total_limit(table), keeping_rows(units, keep, counted)
-    return _suggestion("max_contributions", now, then,
-                       f"the smallest total bound that cuts {_at_most(keep)} of rows", "rows",
-                       share(units.excess(now), counted), share(units.excess(then), counted), share(then, now))
+    return _suggestion(
+        "max_contributions",
+        now,
+        then,
+        f"the smallest total bound that cuts {_at_most(keep)} of rows",
+        "rows",
+        share(units.excess(now), counted),
+        share(units.excess(then), counted),
+        share(then, now),
+    )
 
 
-def cap_suggestions(table: TablePolicy, caps: list[tuple[Histogram, Histogram]], counted: int, unit_count: int,
-                    keep: float) -> list[dict[str, Any]]:
+def cap_suggestions(
+    table: TablePolicy, caps: list[tuple[Histogram, Histogram]], counted: int, unit_count: int, keep: float
+) -> list[dict[str, Any]]:
     """max_rows and max_groups that fit every declared-key column (the largest any column needs),
     with the worst column's cuts; per-group noise scales with each."""
     rows_then = max(keeping_rows(cells, keep, counted) for cells, _ in caps)
@@ -364,32 +440,60 @@ def cap_suggestions(table: TablePolicy, caps: list[tuple[Histogram, Histogram]],
     rows_cut = [max(share(cells.excess(limit), counted) for cells, _ in caps) for limit in (table.max_rows, rows_then)]
     over = [max(share(reach.over(limit), unit_count) for _, reach in caps) for limit in (table.max_groups, groups_then)]
     return [
-        _suggestion("max_rows", table.max_rows, rows_then,
-                    f"the smallest max_rows that cuts {_at_most(keep)} of rows under each declared-key column",
-                    "rows", *rows_cut, share(rows_then, table.max_rows)),
-        _suggestion("max_groups", table.max_groups, groups_then,
-                    f"the smallest max_groups that {_at_most(keep)} of units exceed under each declared-key column",
-                    "units", *over, share(groups_then, table.max_groups)),
+        _suggestion(
+            "max_rows",
+            table.max_rows,
+            rows_then,
+            f"the smallest max_rows that cuts {_at_most(keep)} of rows under each declared-key column",
+            "rows",
+            *rows_cut,
+            share(rows_then, table.max_rows),
+        ),
+        _suggestion(
+            "max_groups",
+            table.max_groups,
+            groups_then,
+            f"the smallest max_groups that {_at_most(keep)} of units exceed under each declared-key column",
+            "units",
+            *over,
+            share(groups_then, table.max_groups),
+        ),
     ]
 
 
-def column_report(engine: Engine, table: TablePolicy, col: ColumnPolicy, keep: float
-                  ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def column_report(
+    engine: Engine, table: TablePolicy, col: ColumnPolicy, keep: float
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """What a column's bounds clip, and bounds from its quantiles at 1 - keep and keep, with what
     those would clip and how they would scale a SUM's and an AVG's noise. Date bounds get no
     suggestion: they are a public calendar for grouping, and no noise depends on them."""
     now = bounds_of(col)
     clip = clipping(engine, table, col, now, COLUMN_QUANTILES + (float(spared(keep)), keep))
     p_low, p50, p_high, q_low, q_high = clip.quantiles
-    column = {"column": col.name, "kind": "numeric" if col.dates is None else "date",
-              "lower": now[0], "upper": now[1], **clip.shares(), "p1": p_low, "p50": p50, "p99": p_high}
+    column = {
+        "column": col.name,
+        "kind": "numeric" if col.dates is None else "date",
+        "lower": now[0],
+        "upper": now[1],
+        **clip.shares(),
+        "p1": p_low,
+        "p50": p50,
+        "p99": p_high,
+    }
     if col.dates is not None or q_low is None:  # a calendar, or no values to suggest from
         return column, None
     then = suggested_bounds(q_low, q_high, isinstance(q_low, int))
     after = clipping(engine, table, col, then)
     return column, _suggestion(
-        f"columns.{col.name}", list(now), list(then), f"lower and upper at the values' {float(spared(keep)):g} and "
-        f"{keep:g} quantiles, rounded out to two significant digits: {_at_most(keep)} clipped on each side", "values",
-        *(share(c.below + c.above, c.present) for c in (clip, after)), sum_noise_ratio(now, then),
-        avg_noise_ratio=avg_noise_ratio(now, then), sum_clipped_now=clip.shares()["sum_clipped_share"],
-        sum_clipped_suggested=after.shares()["sum_clipped_share"])
+        f"columns.{col.name}",
+        list(now),
+        list(then),
+        f"lower and upper at the values' {float(spared(keep)):g} and "
+        f"{keep:g} quantiles, rounded out to two significant digits: {_at_most(keep)} clipped on each side",
+        "values",
+        *(share(c.below + c.above, c.present) for c in (clip, after)),
+        sum_noise_ratio(now, then),
+        avg_noise_ratio=avg_noise_ratio(now, then),
+        sum_clipped_now=clip.shares()["sum_clipped_share"],
+        sum_clipped_suggested=after.shares()["sum_clipped_share"],
+    )

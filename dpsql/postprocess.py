@@ -33,8 +33,11 @@ def _columns(noisy: NoisyTable) -> list[tuple[str, str, list[Any]]]:
     cols = [(f"k{i}", t, c) for i, (t, c) in enumerate(zip(noisy.key_types, noisy.keys))]
     cols += [(f"a{i}", t, c) for i, (t, c) in enumerate(zip(noisy.estimate_types, noisy.estimates))]
     # each estimate's interval, for DP_INTERVAL_LOW / DP_INTERVAL_HIGH (sql/outer.py)
-    cols += [(f"a{i}_{end}", "DOUBLE", [ci[k] for ci in cis]) for i, cis in enumerate(noisy.intervals)
-             for k, end in ((0, "lo"), (1, "hi"))]
+    cols += [
+        (f"a{i}_{end}", "DOUBLE", [ci[k] for ci in cis])
+        for i, cis in enumerate(noisy.intervals)
+        for k, end in ((0, "lo"), (1, "hi"))
+    ]
     return cols
 
 
@@ -51,8 +54,9 @@ class PostProcessor:
 
     def _scratch(self) -> duckdb.DuckDBPyConnection:
         if self._con is None:
-            con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
-                                                     "autoload_known_extensions": False})
+            con = duckdb.connect(
+                ":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+            )
             con.execute("SET enable_external_access = false")
             con.execute("SET lock_configuration = true")
             self._con = con
@@ -74,7 +78,9 @@ class PostProcessor:
             ci[name] = _intervals(item.this, order, noisy, by_name)
         return Output(names, types, [tuple(_finite(v) for v in r) for r in rows], ci)
 
-    def describe(self, post: exp.Select, key_types: list[str], estimate_types: list[str]) -> tuple[list[str], list[str]]:
+    def describe(
+        self, post: exp.Select, key_types: list[str], estimate_types: list[str]
+    ) -> tuple[list[str], list[str]]:
         """Output names and types, from a noisy table of one NULL row: nothing private is
         involved, and whatever fails for every value (a bad ORDER BY position, 'abc' + a count)
         fails here, before any charge."""
@@ -84,8 +90,9 @@ class PostProcessor:
         _, types, _ = self._run_sql(post, cols, 1)
         return [i.alias for i in post.expressions], types
 
-    def run_released(self, outer: exp.Select, alias: str, names: list[str], types: list[str],
-                     rows: list[tuple]) -> tuple[list[str], list[str], list[tuple]]:
+    def run_released(
+        self, outer: exp.Select, alias: str, names: list[str], types: list[str], rows: list[tuple]
+    ) -> tuple[list[str], list[str], list[tuple]]:
         """An outer query over a DP query's released rows, held as the table `alias` (names made
         unique as DuckDB needs): post-processing, so its messages may be shown."""
         con = self._scratch()
@@ -102,11 +109,17 @@ class PostProcessor:
             insert_rows(con, table, rows, len(unique))
             cur = con.execute(outer.sql(dialect="duckdb"))
             out = cur.fetchall()
-            return [d[0] for d in cur.description], [str(d[1]) for d in cur.description], [
-                tuple(_finite(v) for v in r) for r in out]
+            return (
+                [d[0] for d in cur.description],
+                [str(d[1]) for d in cur.description],
+                [tuple(_finite(v) for v in r) for r in out],
+            )
         except duckdb.Error as e:
-            raise OperationalError(f"the outer query over the released rows failed: {e}", sqlstate="22000",
-                                   hint="it runs over the inner query's released columns only") from None
+            raise OperationalError(
+                f"the outer query over the released rows failed: {e}",
+                sqlstate="22000",
+                hint="it runs over the inner query's released columns only",
+            ) from None
         finally:
             con.execute(f"DROP TABLE IF EXISTS {table}")
 
@@ -115,8 +128,11 @@ class PostProcessor:
         defs = ", ".join(f"{name} {t}" for name, t, _ in cols)
         con.execute(f"CREATE OR REPLACE TEMP TABLE noisy ({defs}{', ' if defs else ''}__row BIGINT)")
         if n_rows:
-            data = ([(*r, i) for i, r in enumerate(zip(*[c for _, _, c in cols]))] if cols
-                    else [(i,) for i in range(n_rows)])
+            data = (
+                [(*r, i) for i, r in enumerate(zip(*[c for _, _, c in cols]))]
+                if cols
+                else [(i,) for i in range(n_rows)]
+            )
             insert_rows(con, "noisy", data, len(cols) + 1)
         query = post.copy()
         query.set("expressions", [*query.expressions, exp.column("__row")])
@@ -150,6 +166,7 @@ def _intervals(node: exp.Expression, order: list[int], noisy: NoisyTable, by_nam
         return [_finite_interval(noisy.intervals[i][r]) for r in order]
     out = []
     for r in order:
+
         def lookup(col: exp.Column, r=r) -> Interval:
             name = col.name
             if name.startswith("a") and name[1:].isdigit() and name in by_name:
@@ -160,6 +177,7 @@ def _intervals(node: exp.Expression, order: list[int], noisy: NoisyTable, by_nam
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
                     return Interval(float(v), float(v))
             return UNBOUNDED
+
         iv = interval(node, lookup)
         out.append((iv.lo, iv.hi) if iv.finite else None)
     return out

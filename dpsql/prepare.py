@@ -35,14 +35,37 @@ from .targets import (
 
 # Ordinary PostgreSQL client settings: accepted and remembered, never passed to the engine.
 CLIENT_SETTINGS = {
-    "client_encoding": "UTF8", "datestyle": "ISO, MDY", "timezone": "UTC", "search_path": '"$user", public',
-    "application_name": "", "extra_float_digits": "1", "statement_timeout": "0", "intervalstyle": "postgres",
-    "standard_conforming_strings": "on", "client_min_messages": "notice", "bytea_output": "hex",
-    "lock_timeout": "0", "idle_in_transaction_session_timeout": "0", "default_transaction_isolation": "read committed",
-    "transaction_isolation": "read committed", "default_transaction_read_only": "on", "transaction_read_only": "on",
-    "server_version": "15.0", "server_version_num": "150000", "server_encoding": "UTF8", "integer_datetimes": "on", "max_identifier_length": "63",
-    "is_superuser": "off", "jit": "off", "geqo": "on", "lc_messages": "C", "lc_monetary": "C", "lc_numeric": "C",
-    "lc_time": "C", "row_security": "on", "session_authorization": "",
+    "client_encoding": "UTF8",
+    "datestyle": "ISO, MDY",
+    "timezone": "UTC",
+    "search_path": '"$user", public',
+    "application_name": "",
+    "extra_float_digits": "1",
+    "statement_timeout": "0",
+    "intervalstyle": "postgres",
+    "standard_conforming_strings": "on",
+    "client_min_messages": "notice",
+    "bytea_output": "hex",
+    "lock_timeout": "0",
+    "idle_in_transaction_session_timeout": "0",
+    "default_transaction_isolation": "read committed",
+    "transaction_isolation": "read committed",
+    "default_transaction_read_only": "on",
+    "transaction_read_only": "on",
+    "server_version": "15.0",
+    "server_version_num": "150000",
+    "server_encoding": "UTF8",
+    "integer_datetimes": "on",
+    "max_identifier_length": "63",
+    "is_superuser": "off",
+    "jit": "off",
+    "geqo": "on",
+    "lc_messages": "C",
+    "lc_monetary": "C",
+    "lc_numeric": "C",
+    "lc_time": "C",
+    "row_security": "on",
+    "session_authorization": "",
 }
 
 
@@ -63,29 +86,42 @@ class Settings:
     client: dict[str, str] = field(default_factory=lambda: dict(CLIENT_SETTINGS))
 
 
-def plan_query(tree: exp.Query, policy: Policy, schema: Mapping[str, Mapping[str, str]], mechanism: str,
-               options: QueryOptions | None = None) -> Plan | PublicQuery:
+def plan_query(
+    tree: exp.Query,
+    policy: Policy,
+    schema: Mapping[str, Mapping[str, str]],
+    mechanism: str,
+    options: QueryOptions | None = None,
+) -> Plan | PublicQuery:
     """The final, frozen plan of one query (its options and the mechanism applied before any
     bounding or precision choice)."""
     return analyze(tree, policy, schema, options or QueryOptions(), mechanism)
 
 
-def prepare(tree: exp.Query, policy: Policy, schema: Mapping[str, Mapping[str, str]], settings: Settings,
-            options: QueryOptions | None = None) -> tuple[Plan | PublicQuery, Calibration | None]:
+def prepare(
+    tree: exp.Query,
+    policy: Policy,
+    schema: Mapping[str, Mapping[str, str]],
+    settings: Settings,
+    options: QueryOptions | None = None,
+) -> tuple[Plan | PublicQuery, Calibration | None]:
     """Plan and calibrate one query at the session's (or the query's own) epsilon and delta."""
     options = options or QueryOptions()
     s = settings
     plan = plan_query(tree, policy, schema, s.mechanism, options)
     if isinstance(plan, PublicQuery):
         return plan, None
-    epsilon = within_cap(policy, s.epsilon if options.epsilon is None
-                         else positive(options.epsilon, "epsilon", "write OPTIONS (epsilon = 0.1)"))
+    epsilon = within_cap(
+        policy,
+        s.epsilon if options.epsilon is None else positive(options.epsilon, "epsilon", "write OPTIONS (epsilon = 0.1)"),
+    )
     delta = s.delta if options.delta is None else probability(str(float(options.delta)), "delta")
     domain = plan.literal_domain_size()
     if s.planner == "pld" and len(plan.measures) > 1:
         if options.weights:
-            raise invalid_parameter("weights apply to the filter planner",
-                                    hint="SET dpsql.planner = 'filter', or drop the weights")
+            raise invalid_parameter(
+                "weights apply to the filter planner", hint="SET dpsql.planner = 'filter', or drop the weights"
+            )
         if delta <= 0:
             raise invalid_parameter("the PLD planner needs delta > 0", hint="SET dpsql.delta = 1e-8")
         mechanisms = planned_mechanisms(plan, s.mechanism, domain)
@@ -95,10 +131,14 @@ def prepare(tree: exp.Query, policy: Policy, schema: Mapping[str, Mapping[str, s
     delta = delta if needs_delta(plan, s.mechanism) else Fraction(0)
     weights = measure_weights(plan, options.weights)
     if s.target_error is not None and options.epsilon is None:
-        epsilon = epsilon_for_target(plan, s.target_error, delta, s.mechanism, domain, weights, s.confidence,
-                                     exact_curve=s.exact_curve)
-        within_cap(policy, epsilon, hint="raise dpsql.target_error: a smaller error costs more epsilon than one "
-                                         "query may spend")
+        epsilon = epsilon_for_target(
+            plan, s.target_error, delta, s.mechanism, domain, weights, s.confidence, exact_curve=s.exact_curve
+        )
+        within_cap(
+            policy,
+            epsilon,
+            hint="raise dpsql.target_error: a smaller error costs more epsilon than one query may spend",
+        )
     return plan, calibrate(plan, epsilon, delta, s.mechanism, domain, weights, s.exact_curve)
 
 
@@ -109,14 +149,18 @@ def within_cap(policy: Policy, epsilon: Fraction, hint: str | None = None) -> Fr
     """`epsilon`, refused (free) above the policy's max_query_epsilon: the most one release may
     spend, so that no single answer is nearly exact however large the analyst's budget."""
     if epsilon > EPSILON_CEILING:
-        raise invalid_parameter(f"epsilon={float(epsilon):g} is beyond any privacy guarantee; a query may spend at most "
-                                f"epsilon={float(EPSILON_CEILING):g}",
-                                hint=hint or "SET dpsql.epsilon to a value such as 1 or less; nothing was charged")
+        raise invalid_parameter(
+            f"epsilon={float(epsilon):g} is beyond any privacy guarantee; a query may spend at most "
+            f"epsilon={float(EPSILON_CEILING):g}",
+            hint=hint or "SET dpsql.epsilon to a value such as 1 or less; nothing was charged",
+        )
     cap = policy.privacy.max_query_epsilon
     if cap is not None and epsilon > cap:
-        raise invalid_parameter(f"a query may spend at most epsilon={float(cap):g} (max_query_epsilon in the policy); "
-                                f"this one asks for {float(epsilon):g}",
-                                hint=hint or f"SET dpsql.epsilon = {float(cap):g} or less; nothing was charged")
+        raise invalid_parameter(
+            f"a query may spend at most epsilon={float(cap):g} (max_query_epsilon in the policy); "
+            f"this one asks for {float(epsilon):g}",
+            hint=hint or f"SET dpsql.epsilon = {float(cap):g} or less; nothing was charged",
+        )
     return epsilon
 
 
@@ -139,8 +183,9 @@ def open_unit(value: str, name: str) -> float:
     except ValueError:
         v = math.nan
     if not 0 < v < 1:
-        raise invalid_parameter(f"{name} must be greater than 0 and below 1, not {value!r}",
-                                hint=f"for example SET {name} = 0.95")
+        raise invalid_parameter(
+            f"{name} must be greater than 0 and below 1, not {value!r}", hint=f"for example SET {name} = 0.95"
+        )
     return v
 
 

@@ -54,8 +54,9 @@ def _sort_by_keys(rows: list[tuple], n_keys: int) -> None:
         rows.sort(key=lambda r: key_order(r[:n_keys]))
 
 
-def release(plan: Plan, cal: Calibration, rs: ResultSet, confidence: float, charge: Charge,
-            policy: Policy) -> NoisyTable:
+def release(
+    plan: Plan, cal: Calibration, rs: ResultSet, confidence: float, charge: Charge, policy: Policy
+) -> NoisyTable:
     """Noise the bounded query's result: only with the receipt of its durable charge, and only
     once the release guard has checked the result against it (no noise is drawn before)."""
     guard.check(plan, cal, rs, charge, policy)
@@ -73,7 +74,7 @@ def release(plan: Plan, cal: Calibration, rs: ResultSet, confidence: float, char
     noisy: list = []
     at = n_keys + 1
     for m, mn in zip(plan.measures, cal.measures):
-        cols = [add_noise(col, mn.noise) for col in columns[at:at + m.width]]
+        cols = [add_noise(col, mn.noise) for col in columns[at : at + m.width]]
         noisy.append(cols if isinstance(m, Histogram) else cols[0])
         at += m.width
 

@@ -18,25 +18,38 @@ from .sql.analyze import Plan
 from .sql.measures import Histogram
 
 
-def epsilon_for_target(plan: Plan, target: float, delta: Fraction, mechanism: str, domain_size: int | None,
-                       weights: Sequence[Fraction] | None, confidence: float,
-                       ceiling: Fraction = Fraction(100), exact_curve: bool = False) -> Fraction:
+def epsilon_for_target(
+    plan: Plan,
+    target: float,
+    delta: Fraction,
+    mechanism: str,
+    domain_size: int | None,
+    weights: Sequence[Fraction] | None,
+    confidence: float,
+    ceiling: Fraction = Fraction(100),
+    exact_curve: bool = False,
+) -> Fraction:
     """The smallest epsilon (3 significant digits, rounded up) at which every COUNT and SUM of
     the plan is within ±target of its pre-noise value at the confidence level. Pure: it only
     calibrates, so choosing it reveals nothing and costs nothing."""
     targeted = sorted({m for e in plan.estimates if family(e).targetable for m in measures_of(e)})
     if not targeted:
-        raise invalid_parameter("dpsql.target_error applies to COUNT and SUM",
-                                hint="SET dpsql.target_error = 0 to turn it off, and set dpsql.epsilon instead")
+        raise invalid_parameter(
+            "dpsql.target_error applies to COUNT and SUM",
+            hint="SET dpsql.target_error = 0 to turn it off, and set dpsql.epsilon instead",
+        )
 
     def meets(eps: Fraction) -> bool:
         cal = calibrate(plan, eps, delta, mechanism, domain_size, weights, exact_curve)
-        return all(cal.measures[m].noise.half_width(confidence) * plan.measures[m].unit_scale <= target
-                   for m in targeted)
+        return all(
+            cal.measures[m].noise.half_width(confidence) * plan.measures[m].unit_scale <= target for m in targeted
+        )
 
     if not meets(ceiling):
-        raise invalid_parameter(f"no epsilon up to {ceiling} gives a {confidence:.0%} error within ±{target:g}",
-                                hint="raise dpsql.target_error, or group by fewer keys")
+        raise invalid_parameter(
+            f"no epsilon up to {ceiling} gives a {confidence:.0%} error within ±{target:g}",
+            hint="raise dpsql.target_error, or group by fewer keys",
+        )
     lo, hi = 1e-9, float(ceiling)
     for _ in range(80):
         mid = math.sqrt(lo * hi)
@@ -45,11 +58,14 @@ def epsilon_for_target(plan: Plan, target: float, delta: Fraction, mechanism: st
         else:
             lo = mid
     digits = 2 - math.floor(math.log10(hi))
-    eps = Fraction(math.ceil(hi * 10**digits)) / 10**digits if digits >= 0 else Fraction(math.ceil(hi / 10**-digits) * 10**-digits)
+    eps = (
+        Fraction(math.ceil(hi * 10**digits)) / 10**digits
+        if digits >= 0
+        else Fraction(math.ceil(hi / 10**-digits) * 10**-digits)
+    )
     while not meets(eps):  # rounding up keeps it met; guard float edge cases all the same
-        eps += Fraction(1, 10**max(digits, 0))
+        eps += Fraction(1, 10 ** max(digits, 0))
     return eps
-
 
 
 def planned_mechanisms(plan: Plan, mechanism: str, domain_size: int | None, weight: float = 1.0) -> list[Planned]:
@@ -60,17 +76,22 @@ def planned_mechanisms(plan: Plan, mechanism: str, domain_size: int | None, weig
     if plan.sample_rate is not None:
         raise invalid_parameter("TABLESAMPLE queries cannot be PLD-planned", hint="run the sampled query on its own")
     if plan.needs_selection:
-        raise invalid_parameter("partition selection cannot be PLD-planned",
-                                hint="declare the group keys in the policy, or run this query on its own")
+        raise invalid_parameter(
+            "partition selection cannot be PLD-planned",
+            hint="declare the group keys in the policy, or run this query on its own",
+        )
     if any(isinstance(m, Histogram) for m in plan.measures):
-        raise invalid_parameter("quantiles cannot be PLD-planned yet",
-                                hint="SET dpsql.planner = 'filter' for this query, or send it outside the batch")
+        raise invalid_parameter(
+            "quantiles cannot be PLD-planned yet",
+            hint="SET dpsql.planner = 'filter' for this query, or send it outside the batch",
+        )
     per_measure = plan.bounding.planned_copies(mechanism, domain_size)
     return [Planned(mechanism, weight) for m in plan.measures if m.row_bound for _ in range(per_measure)]
 
 
-def calibrate_planned(plan: Plan, mechanism: str, multiplier: float, domain_size: int | None,
-                      weight: float = 1.0) -> Calibration:
+def calibrate_planned(
+    plan: Plan, mechanism: str, multiplier: float, domain_size: int | None, weight: float = 1.0
+) -> Calibration:
     """Noise for a plan's measures at a common PLD-planned multiplier (scale: multiplier / weight
     times the sensitivity the bounding plans it at, rounded up); the cost is charged by the caller, once for the
     whole batch."""
@@ -78,8 +99,15 @@ def calibrate_planned(plan: Plan, mechanism: str, multiplier: float, domain_size
     for m in plan.measures:
         sensitivity = plan.bounding.planned(m, mechanism, domain_size)
         scale = math.nextafter(multiplier / weight * sensitivity, math.inf) if sensitivity else 0.0
-        measures.append(MeasureNoise(Noise(mechanism, scale), plan.bounding.l1(m, domain_size),
-                                     plan.bounding.l2_squared(m, domain_size), None, None))
+        measures.append(
+            MeasureNoise(
+                Noise(mechanism, scale),
+                plan.bounding.l1(m, domain_size),
+                plan.bounding.l2_squared(m, domain_size),
+                None,
+                None,
+            )
+        )
     check_scales(plan, measures)
     return Calibration(measures, None, Cost(Fraction(0)), plan.groups_per_unit(domain_size), weight)
 

@@ -32,8 +32,20 @@ WARDS = [
     ("Psychiatry", "D", 2, "mental health"),
     ("Radiology", "D", 0, "imaging"),
 ]
-DIAGNOSES = ["infection", "injury", "cardiac", "respiratory", "digestive", "neoplasm", "mental",
-             "musculoskeletal", "pregnancy", "skin", "neurological", "checkup"]
+DIAGNOSES = [
+    "infection",
+    "injury",
+    "cardiac",
+    "respiratory",
+    "digestive",
+    "neoplasm",
+    "mental",
+    "musculoskeletal",
+    "pregnancy",
+    "skin",
+    "neurological",
+    "checkup",
+]
 
 
 def generate(out: Path) -> None:
@@ -63,17 +75,37 @@ def generate(out: Path) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     con = duckdb.connect()
-    con.register("patients_np", {
-        "patient_id": pid, "age": age, "sex": sex.astype(object), "region": region.astype(object),
-        "insurance": insurance.astype(object), "income": income, "smoker": smoker,
-    })
-    con.register("visits_np", {
-        "visit_id": np.arange(1, n + 1), "patient_id": v_pid, "day": day,
-        "ward": ward.astype(object), "diagnosis": diagnosis.astype(object), "cost": cost, "length_of_stay": stay,
-    })
-    con.execute(f"COPY (SELECT * FROM patients_np ORDER BY patient_id) TO '{out / 'patients.parquet'}' (FORMAT parquet, COMPRESSION zstd)")
-    con.execute(f"COPY (SELECT visit_id, patient_id, DATE '2023-01-01' + CAST(day AS INTEGER) AS visit_date, ward, diagnosis, cost, "
-                f"length_of_stay FROM visits_np ORDER BY visit_id) TO '{out / 'visits.parquet'}' (FORMAT parquet, COMPRESSION zstd)")
+    con.register(
+        "patients_np",
+        {
+            "patient_id": pid,
+            "age": age,
+            "sex": sex.astype(object),
+            "region": region.astype(object),
+            "insurance": insurance.astype(object),
+            "income": income,
+            "smoker": smoker,
+        },
+    )
+    con.register(
+        "visits_np",
+        {
+            "visit_id": np.arange(1, n + 1),
+            "patient_id": v_pid,
+            "day": day,
+            "ward": ward.astype(object),
+            "diagnosis": diagnosis.astype(object),
+            "cost": cost,
+            "length_of_stay": stay,
+        },
+    )
+    con.execute(
+        f"COPY (SELECT * FROM patients_np ORDER BY patient_id) TO '{out / 'patients.parquet'}' (FORMAT parquet, COMPRESSION zstd)"
+    )
+    con.execute(
+        f"COPY (SELECT visit_id, patient_id, DATE '2023-01-01' + CAST(day AS INTEGER) AS visit_date, ward, diagnosis, cost, "
+        f"length_of_stay FROM visits_np ORDER BY visit_id) TO '{out / 'visits.parquet'}' (FORMAT parquet, COMPRESSION zstd)"
+    )
     with open(out / "wards.csv", "w", encoding="utf-8") as f:
         f.write("name,building,floor,specialty\n")
         for w in WARDS:

@@ -17,17 +17,27 @@ SCRATCH = "dpsql_scratch"  # builds PostgreSQL weighted tables ([engine] scratch
 def _policy_body() -> str:
     """The sample policy without its [engine] and sources, for backends that hold the tables."""
     text = (SAMPLE / "dpsql.toml").read_text()
-    return re.sub(r'(?m)^source = .*\n', "", text)
+    return re.sub(r"(?m)^source = .*\n", "", text)
 
 
 def load_into_postgres(admin_url: str, tables: dict[str, Path] | None = None) -> None:
     """Copy tables (default: the sample's) into PostgreSQL and let READER select them only."""
-    tables = tables or {"patients": SAMPLE / "patients.parquet", "visits": SAMPLE / "visits.parquet",
-                        "wards": SAMPLE / "wards.csv"}
+    tables = tables or {
+        "patients": SAMPLE / "patients.parquet",
+        "visits": SAMPLE / "visits.parquet",
+        "wards": SAMPLE / "wards.csv",
+    }
     con = duckdb.connect()
     try:
-        _copy_into_postgres(con, {name: f"SELECT * FROM {'read_parquet' if path.suffix == '.parquet' else 'read_csv'}"
-                                        f"('{path}')" for name, path in tables.items()}, admin_url, "public")
+        _copy_into_postgres(
+            con,
+            {
+                name: f"SELECT * FROM {'read_parquet' if path.suffix == '.parquet' else 'read_csv'}('{path}')"
+                for name, path in tables.items()
+            },
+            admin_url,
+            "public",
+        )
     finally:
         con.close()
 
@@ -68,8 +78,13 @@ def allow_scratch(admin_url: str, schema: str = "public") -> str:
 
 def _pg_type(duckdb_type: str) -> str:
     t = duckdb_type.upper()
-    return {"VARCHAR": "text", "DOUBLE": "double precision", "FLOAT": "real", "HUGEINT": "numeric",
-            "TIMESTAMP": "timestamp"}.get(t, t.lower())
+    return {
+        "VARCHAR": "text",
+        "DOUBLE": "double precision",
+        "FLOAT": "real",
+        "HUGEINT": "numeric",
+        "TIMESTAMP": "timestamp",
+    }.get(t, t.lower())
 
 
 def postgres_policy(directory: Path, reader_url: str, extra: str = "") -> Path:
@@ -114,8 +129,9 @@ def duckdb_to_postgres(db_path: Path, admin_url: str, schema: str) -> None:
         pg.execute(f'CREATE SCHEMA "{schema}"')
     con = duckdb.connect(str(db_path), read_only=True)
     try:
-        _copy_into_postgres(con, {name: f'SELECT * FROM "{name}"' for name in duckdb_tables(db_path)}, admin_url,
-                            schema)
+        _copy_into_postgres(
+            con, {name: f'SELECT * FROM "{name}"' for name in duckdb_tables(db_path)}, admin_url, schema
+        )
     finally:
         con.close()
 
@@ -132,8 +148,15 @@ def duckdb_to_parquet(db_path: Path, directory: Path) -> dict[str, Path]:
     return out
 
 
-def move_policy(policy: Path, backend: str, *, reader_url: str | None = None, schema: str | None = None,
-                scratch_url: str | None = None, engine: str | None = None) -> Path:
+def move_policy(
+    policy: Path,
+    backend: str,
+    *,
+    reader_url: str | None = None,
+    schema: str | None = None,
+    scratch_url: str | None = None,
+    engine: str | None = None,
+) -> Path:
     """A policy over `[engine] database = "db.duckdb"` (tests/conftest.py) moved onto another
     backend holding the same tables: PostgreSQL (schema) or Spark (Parquet files beside it; a
     local session, or `engine`)."""
@@ -147,7 +170,7 @@ def move_policy(policy: Path, backend: str, *, reader_url: str | None = None, sc
         files = duckdb_to_parquet(db, policy.parent)
         engine = engine or spark_engine(conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"})
         for name, path in files.items():
-            text = re.sub(rf'(?m)^\[tables\.{name}\]\n', f'[tables.{name}]\nsource = "{path}"\n', text)
+            text = re.sub(rf"(?m)^\[tables\.{name}\]\n", f'[tables.{name}]\nsource = "{path}"\n', text)
     text = re.sub(r'(?m)^\[engine\]\ndatabase = "db.duckdb"\n', engine, text)
     out = policy.parent / f"policy-{backend}.toml"
     out.write_text(text)

@@ -93,8 +93,12 @@ def default_events():
 
 @pytest.fixture
 def small_policy(tmp_path: Path) -> Path:
-    make_db(tmp_path / "db.duckdb", default_people(), default_events(),
-            rows=[((i % 21) - 10.0, 1 + i % 3) for i in range(300)])
+    make_db(
+        tmp_path / "db.duckdb",
+        default_people(),
+        default_events(),
+        rows=[((i % 21) - 10.0, 1 + i % 3) for i in range(300)],
+    )
     return write_policy(tmp_path)
 
 

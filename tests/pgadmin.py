@@ -69,8 +69,15 @@ class PgAdmin:
         return {**os.environ, "PYTHONPATH": str(self.folder), "PYTHONUNBUFFERED": "1", **(extra or {})}
 
     def _setup(self, *args: str, env: dict[str, str] | None = None) -> str:
-        done = subprocess.run([str(self.python), str(self.home / "setup.py"), *args], env=self._env(env),
-                              cwd=self.folder, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            [str(self.python), str(self.home / "setup.py"), *args],
+            env=self._env(env),
+            cwd=self.folder,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            stdin=subprocess.DEVNULL,
+        )
         assert done.returncode == 0, (args, done.stdout[-2000:], done.stderr[-2000:])
         return done.stdout
 
@@ -83,9 +90,14 @@ class PgAdmin:
 
     def start(self, seconds: float = 180) -> None:
         self.log = open(self.folder / "server.log", "w")
-        self.process = subprocess.Popen([str(self.python), str(self.home / "pgAdmin4.py")], env=self._env(),
-                                        cwd=self.folder, stdout=self.log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            [str(self.python), str(self.home / "pgAdmin4.py")],
+            env=self._env(),
+            cwd=self.folder,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             assert self.process.poll() is None, self.output()
@@ -99,8 +111,11 @@ class PgAdmin:
 
     def output(self) -> str:
         """What pgAdmin printed and logged (for failures)."""
-        parts = [p.read_text(errors="replace")[-4000:] for p in (self.folder / "server.log",
-                                                                 self.folder / "data" / "pgadmin4.log") if p.exists()]
+        parts = [
+            p.read_text(errors="replace")[-4000:]
+            for p in (self.folder / "server.log", self.folder / "data" / "pgadmin4.log")
+            if p.exists()
+        ]
         return "\n".join(parts)
 
     def stop(self) -> None:

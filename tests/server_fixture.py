@@ -42,12 +42,45 @@ class Serve:
         self.policy, self.ledger = policy, ledger
         self.port = free_port()
         for user in ("alice", "bob"):
-            subprocess.run([sys.executable, "-m", "dpsql.cli", "users", "add", "--policy", str(policy), "--ledger",
-                            str(ledger), user, "--password-stdin"], input=PASSWORD + "\n", text=True, check=True,
-                           capture_output=True, cwd=ROOT)
-        self.proc = subprocess.Popen([sys.executable, "-m", "dpsql.cli", "serve", "--policy", str(policy), "--ledger",
-                                      str(ledger), "--port", str(self.port), *extra],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "dpsql.cli",
+                    "users",
+                    "add",
+                    "--policy",
+                    str(policy),
+                    "--ledger",
+                    str(ledger),
+                    user,
+                    "--password-stdin",
+                ],
+                input=PASSWORD + "\n",
+                text=True,
+                check=True,
+                capture_output=True,
+                cwd=ROOT,
+            )
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "dpsql.cli",
+                "serve",
+                "--policy",
+                str(policy),
+                "--ledger",
+                str(ledger),
+                "--port",
+                str(self.port),
+                *extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=ROOT,
+        )
         self._lines: list[str] = []
         self._reader = threading.Thread(target=self._drain, daemon=True)
         self._reader.start()
@@ -75,8 +108,15 @@ class Serve:
             time.sleep(0.05)
 
     def dsn(self, user: str = "alice", **extra: str) -> str:
-        params = {"host": "127.0.0.1", "port": str(self.port), "dbname": "dpsql", "user": user, "password": PASSWORD,
-                  "sslmode": "disable", **extra}
+        params = {
+            "host": "127.0.0.1",
+            "port": str(self.port),
+            "dbname": "dpsql",
+            "user": user,
+            "password": PASSWORD,
+            "sslmode": "disable",
+            **extra,
+        }
         return " ".join(f"{k}={v}" for k, v in params.items())
 
     def stop(self) -> str:
@@ -116,14 +156,15 @@ def messages(sock: socket.socket, timeout: float = 10.0) -> list[tuple[bytes, by
         data += chunk
     out, pos = [], 0
     while pos + 5 <= len(data):
-        kind, length = data[pos:pos + 1], struct.unpack("!i", data[pos + 1:pos + 5])[0]
-        out.append((kind, data[pos + 5:pos + 1 + length]))
+        kind, length = data[pos : pos + 1], struct.unpack("!i", data[pos + 1 : pos + 5])[0]
+        out.append((kind, data[pos + 5 : pos + 1 + length]))
         pos += 1 + length
     return out
 
 
-def assert_cancelled_midway(conn, within: float,
-                            sql: str = "SELECT g, SUM(v), AVG(v), COUNT(*) FROM big WHERE v * v > 7 GROUP BY g") -> None:
+def assert_cancelled_midway(
+    conn, within: float, sql: str = "SELECT g, SUM(v), AVG(v), COUNT(*) FROM big WHERE v * v > 7 GROUP BY g"
+) -> None:
     """A CancelRequest sent 0.3 s into a long query (over tests' `big` table) ends it with
     QueryCanceled within `within` seconds, and the session goes on."""
     import psycopg

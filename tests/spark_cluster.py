@@ -27,9 +27,15 @@ WORKER_MEMORY = "1200m"
 # An application's share: one 1-core executor per worker, never two on one (2 x 700m do not fit
 # in a worker's 1200m), so that a killed worker's executor comes back on that worker only;
 # the Spark Connect server's executors (480m) fit beside one.
-APP_CONF = {"spark.executor.memory": "700m", "spark.executor.cores": "1", "spark.cores.max": "2",
-            "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
-            "spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false"}
+APP_CONF = {
+    "spark.executor.memory": "700m",
+    "spark.executor.cores": "1",
+    "spark.cores.max": "2",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.ui.enabled": "false",
+}
 
 
 def spark_home() -> Path:
@@ -51,23 +57,44 @@ class SparkCluster:
     def _env(self, name: str) -> dict[str, str]:
         local = self.dir / name / "local"
         local.mkdir(parents=True, exist_ok=True)
-        return {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1",
-                "SPARK_LOCAL_DIRS": str(local), "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
-                "SPARK_LOG_DIR": str(self.dir / name), "SPARK_NO_DAEMONIZE": "1"}
+        return {
+            **os.environ,
+            "SPARK_HOME": str(spark_home()),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_LOCAL_DIRS": str(local),
+            "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
+            "SPARK_LOG_DIR": str(self.dir / name),
+            "SPARK_NO_DAEMONIZE": "1",
+        }
 
     def _launch(self, name: str, args: list[str]) -> subprocess.Popen:
         log = open(self.dir / f"{name}.log", "wb")
         try:
-            return subprocess.Popen([str(spark_home() / "bin" / "spark-class"), *args], env=self._env(name),
-                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                    preexec_fn=_die_with_parent)  # spark-class execs the JVM: it keeps this
+            return subprocess.Popen(
+                [str(spark_home() / "bin" / "spark-class"), *args],
+                env=self._env(name),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )  # spark-class execs the JVM: it keeps this
         finally:
             log.close()
 
     def start(self) -> "SparkCluster":
         try:
-            self._master = self._launch("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                                                   "--port", str(self.port), "--webui-port", str(free_port())])
+            self._master = self._launch(
+                "master",
+                [
+                    "org.apache.spark.deploy.master.Master",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--webui-port",
+                    str(free_port()),
+                ],
+            )
             self.wait_for(lambda: _accepts(self.port), "the master", self._master)
             for i in range(len(self.workers)):
                 self.start_worker(i)
@@ -80,10 +107,25 @@ class SparkCluster:
     def start_worker(self, i: int) -> None:
         work = self.dir / f"worker{i}" / "work"
         work.mkdir(parents=True, exist_ok=True)
-        self.workers[i] = self._launch(f"worker{i}", [
-            "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1", "--port", str(free_port()),
-            "--webui-port", str(free_port()), "--cores", str(WORKER_CORES), "--memory", WORKER_MEMORY,
-            "--work-dir", str(work)])
+        self.workers[i] = self._launch(
+            f"worker{i}",
+            [
+                "org.apache.spark.deploy.worker.Worker",
+                self.url,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(free_port()),
+                "--webui-port",
+                str(free_port()),
+                "--cores",
+                str(WORKER_CORES),
+                "--memory",
+                WORKER_MEMORY,
+                "--work-dir",
+                str(work),
+            ],
+        )
 
     def kill_worker(self, i: int) -> None:
         """SIGKILL a worker JVM (its executors notice and exit) and wait until the master sees it gone."""
@@ -91,8 +133,11 @@ class SparkCluster:
         assert proc is not None
         proc.kill()
         proc.wait(timeout=30)
-        self.wait_for(lambda: self.alive_workers() == sum(w is not None and w.poll() is None for w in self.workers),
-                   "the master to drop the killed worker", timeout=120)
+        self.wait_for(
+            lambda: self.alive_workers() == sum(w is not None and w.poll() is None for w in self.workers),
+            "the master to drop the killed worker",
+            timeout=120,
+        )
 
     def executors(self, i: int) -> list[int]:
         """The pids of worker i's executor JVMs (its children)."""
@@ -215,13 +260,27 @@ def connect_server(master: str, port: int, log: Path) -> subprocess.Popen:
     """A Spark Connect server of pyspark's own distribution in the foreground, its driver on
     loopback, its executors on `master`'s cluster (or in its own JVM for local[n])."""
     home = spark_home()
-    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_NO_DAEMONIZE": "1", "SPARK_LOCAL_IP": "127.0.0.1",
-           "SPARK_LOG_DIR": str(log.parent)}
-    conf = {**({**APP_CONF, "spark.executor.memory": "480m"} if master.startswith("spark://") else {"spark.sql.shuffle.partitions": "2",
-                                                               "spark.ui.enabled": "false",
-                                                               "spark.driver.host": "127.0.0.1",
-                                                               "spark.driver.bindAddress": "127.0.0.1"}),
-            "spark.connect.grpc.binding.port": str(port), "spark.connect.grpc.binding.address": "127.0.0.1"}
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(home),
+        "SPARK_NO_DAEMONIZE": "1",
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_LOG_DIR": str(log.parent),
+    }
+    conf = {
+        **(
+            {**APP_CONF, "spark.executor.memory": "480m"}
+            if master.startswith("spark://")
+            else {
+                "spark.sql.shuffle.partitions": "2",
+                "spark.ui.enabled": "false",
+                "spark.driver.host": "127.0.0.1",
+                "spark.driver.bindAddress": "127.0.0.1",
+            }
+        ),
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+    }
     args = [str(home / "sbin" / "start-connect-server.sh"), "--master", master]
     for key, value in conf.items():
         args += ["--conf", f"{key}={value}"]

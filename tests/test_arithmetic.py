@@ -22,20 +22,23 @@ def _divided(text: str) -> str:
     return integer_division(tree, lambda c: TYPES.get(c.name)).sql(dialect="duckdb")
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("pid / 10", "pid // 10"),
-    ("(pid + 1) / 2 / 3", "(pid + 1) // 2 // 3"),
-    ("n * 2 / pid", "n * 2 // pid"),
-    ("CAST(age AS INT) / 7", "CAST(age AS INT) // 7"),
-    ("ABS(pid) / -2", "ABS(pid) // -2"),
-    ("CASE WHEN pid > 3 THEN pid ELSE NULL END / 2", "CASE WHEN pid > 3 THEN pid ELSE NULL END // 2"),
-    ("pid / 10.0", "pid / 10.0"),
-    ("age / 10", "age / 10"),
-    ("price / 2", "price / 2"),
-    ("pid / age", "pid / age"),
-    ("pid / 99999999999999999999", "pid / 99999999999999999999"),  # a NUMERIC literal in PostgreSQL
-    ("1e3 / pid", "1e3 / pid"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("pid / 10", "pid // 10"),
+        ("(pid + 1) / 2 / 3", "(pid + 1) // 2 // 3"),
+        ("n * 2 / pid", "n * 2 // pid"),
+        ("CAST(age AS INT) / 7", "CAST(age AS INT) // 7"),
+        ("ABS(pid) / -2", "ABS(pid) // -2"),
+        ("CASE WHEN pid > 3 THEN pid ELSE NULL END / 2", "CASE WHEN pid > 3 THEN pid ELSE NULL END // 2"),
+        ("pid / 10.0", "pid / 10.0"),
+        ("age / 10", "age / 10"),
+        ("price / 2", "price / 2"),
+        ("pid / age", "pid / age"),
+        ("pid / 99999999999999999999", "pid / 99999999999999999999"),  # a NUMERIC literal in PostgreSQL
+        ("1e3 / pid", "1e3 / pid"),
+    ],
+)
 def test_integer_division_follows_postgresql_types(text, expected):
     assert _divided(text) == expected
 
@@ -63,26 +66,29 @@ def test_integer_keys_and_filters_divide_as_postgresql(session, small_policy):
     plain = dict(_plain(small_policy, "SELECT pid // 40, COUNT(*) FROM people GROUP BY 1"))
     assert {k[0]: v[-1] for k, v in got.items()} == plain
     assert all(isinstance(k[0], int) for k in got)
-    (_, filtered), = _pre_noise(session, "SELECT COUNT(*) FROM people WHERE pid / 40 = 2").items()
+    ((_, filtered),) = _pre_noise(session, "SELECT COUNT(*) FROM people WHERE pid / 40 = 2").items()
     assert filtered[-1] == plain[2] == 40
 
 
-@pytest.mark.parametrize("condition, rows", [
-    ("sqrt(age - 200) > 1", 0),
-    ("sqrt(age - 200) IS NULL", 200),
-    ("ln(age - 200) > 1", 0),
-    ("log(age - 200) > 1", 0),
-    ("age / 0.0 > 1", 0),
-    ("age / 0 IS NULL", 200),
-    ("pid / 0 IS NULL", 200),
-    ("pid % 0 IS NULL", 200),
-    ("exp(age * 1000) > 1", 0),
-    ("power(age - 200, 0.5) IS NULL", 200),
-    ("sqrt(sqrt(sqrt(age))) > 1", 200),  # every age is at least 20: nested guards keep real values
-    ("age / (pid - pid) IS NULL", 200),
-])
+@pytest.mark.parametrize(
+    "condition, rows",
+    [
+        ("sqrt(age - 200) > 1", 0),
+        ("sqrt(age - 200) IS NULL", 200),
+        ("ln(age - 200) > 1", 0),
+        ("log(age - 200) > 1", 0),
+        ("age / 0.0 > 1", 0),
+        ("age / 0 IS NULL", 200),
+        ("pid / 0 IS NULL", 200),
+        ("pid % 0 IS NULL", 200),
+        ("exp(age * 1000) > 1", 0),
+        ("power(age - 200, 0.5) IS NULL", 200),
+        ("sqrt(sqrt(sqrt(age))) > 1", 200),  # every age is at least 20: nested guards keep real values
+        ("age / (pid - pid) IS NULL", 200),
+    ],
+)
 def test_failing_arithmetic_is_null_not_nan_or_infinity(session, condition, rows):
-    (_, values), = _pre_noise(session, f"SELECT COUNT(*) FROM people WHERE {condition}").items()
+    ((_, values),) = _pre_noise(session, f"SELECT COUNT(*) FROM people WHERE {condition}").items()
     assert values[-1] == rows
 
 
@@ -105,7 +111,7 @@ def test_arithmetic_on_released_integers_divides_as_postgresql(conn):
     truncates too, as it would over PostgreSQL's bigint results; AVG stays a double."""
     cur = conn.cursor()
     cur.execute("SELECT COUNT(*) / 1000 AS thousands, COUNT(*) / 2 AS half, AVG(age) / 2 AS a FROM people")
-    (thousands, half, a), = cur.fetchall()
+    ((thousands, half, a),) = cur.fetchall()
     assert thousands == 0 and isinstance(half, int) and isinstance(a, float)
     assert [d[1] for d in cur.description] == ["BIGINT", "BIGINT", "DOUBLE"]
     cur.execute("SELECT pid / 100 AS b, COUNT(*) FROM people GROUP BY 1 HAVING COUNT(*) / 1000 = 0 ORDER BY b")
@@ -115,9 +121,9 @@ def test_arithmetic_on_released_integers_divides_as_postgresql(conn):
 def test_a_measure_of_failing_arithmetic_sums_nothing(session):
     """POWER(-age, 0.5) is NaN in DuckDB; LEAST/GREATEST clamped it to 1 for every row, so the
     SUM counted 200. It is NULL as documented, and a NULL adds nothing to a sum."""
-    (_, values), = _pre_noise(session, "SELECT SUM(LEAST(GREATEST(POWER(-age, 0.5), 0), 1)) FROM people").items()
+    ((_, values),) = _pre_noise(session, "SELECT SUM(LEAST(GREATEST(POWER(-age, 0.5), 0), 1)) FROM people").items()
     assert values[-1] == 0
-    (_, values), = _pre_noise(session, "SELECT COUNT(sqrt(age - 200)) FROM people").items()
+    ((_, values),) = _pre_noise(session, "SELECT COUNT(sqrt(age - 200)) FROM people").items()
     assert values[-1] == 0
 
 

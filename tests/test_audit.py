@@ -31,6 +31,7 @@ def made_dirs(monkeypatch) -> list[Path]:
     def mkdtemp(*args, **kwargs):
         made.append(Path(real(*args, **kwargs)))
         return str(made[-1])
+
     monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
     return made
 
@@ -57,6 +58,7 @@ def test_quick_audit_does_not_flag_dpsql(made_dirs):
 def test_temporary_directory_is_removed_on_error(made_dirs):
     def fail(rows):
         raise RuntimeError("boom")
+
     case = Case("failing", HOSPITAL, "SELECT COUNT(*) FROM people", fail, {"dpsql.epsilon": "1"})
     with pytest.raises(RuntimeError, match="boom"):
         run_audit([case], runs=4)
@@ -65,8 +67,24 @@ def test_temporary_directory_is_removed_on_error(made_dirs):
 
 # The statistic ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("k, n", [(0, 1), (1, 1), (0, 10), (3, 10), (10, 10), (1, 1000), (500, 1000),
-                                  (999, 1000), (0, 5000), (4990, 5000), (37, 100_000), (99_000, 100_000)])
+
+@pytest.mark.parametrize(
+    "k, n",
+    [
+        (0, 1),
+        (1, 1),
+        (0, 10),
+        (3, 10),
+        (10, 10),
+        (1, 1000),
+        (500, 1000),
+        (999, 1000),
+        (0, 5000),
+        (4990, 5000),
+        (37, 100_000),
+        (99_000, 100_000),
+    ],
+)
 @pytest.mark.parametrize("confidence", [0.9, 0.975, 0.999])
 def test_clopper_pearson_matches_scipy(k, n, confidence):
     lower = stats.beta.ppf(1 - confidence, k, n - k + 1) if k > 0 else 0.0

@@ -67,8 +67,9 @@ def test_one_unit_moves_each_profile_histogram_by_at_most_its_mass(units, target
 @pytest.mark.slow
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(**_neighbours, total=st.sampled_from([1, 2, 3, 5, 12, 10**6]), halvings=st.integers(0, 15))
-def test_one_unit_moves_a_release_with_chosen_limits_by_at_most_its_sensitivity(units, target, rows, drop_row,
-                                                                                 total, halvings):
+def test_one_unit_moves_a_release_with_chosen_limits_by_at_most_its_sensitivity(
+    units, target, rows, drop_row, total, halvings
+):
     """Any limits the choice may produce (a total bound, clamps of the summed columns) give a
     plan whose pre-noise values move by at most the L1 its calibration charges for."""
     with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
@@ -88,8 +89,11 @@ def test_one_unit_moves_a_release_with_chosen_limits_by_at_most_its_sensitivity(
                 at = 1
                 for j, mn in enumerate(cal.measures):
                     width = plan.measures[j].width
-                    diff = sum(abs(int(ra.get(g, zero)[c] or 0) - int(rb.get(g, zero)[c] or 0))
-                               for g in set(ra) | set(rb) for c in range(at, at + width))
+                    diff = sum(
+                        abs(int(ra.get(g, zero)[c] or 0) - int(rb.get(g, zero)[c] or 0))
+                        for g in set(ra) | set(rb)
+                        for c in range(at, at + width)
+                    )
                     at += width
                     assert diff <= mn.l1, (q, plan.measures[j].describe(), diff, mn.l1)
         finally:
@@ -97,21 +101,25 @@ def test_one_unit_moves_a_release_with_chosen_limits_by_at_most_its_sensitivity(
             b.close()
 
 
-profiles = st.tuples(st.lists(st.floats(-500, 5000), min_size=12, max_size=12),
-                     st.lists(st.floats(-500, 5000), min_size=16, max_size=16))
+profiles = st.tuples(
+    st.lists(st.floats(-500, 5000), min_size=12, max_size=12), st.lists(st.floats(-500, 5000), min_size=16, max_size=16)
+)
 
 
 @pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(profile=profiles, epsilon=st.sampled_from([Fraction(1, 100), Fraction(1, 10), Fraction(1), Fraction(10)]),
-       groups=st.integers(1, 50))
+@given(
+    profile=profiles,
+    epsilon=st.sampled_from([Fraction(1, 100), Fraction(1, 10), Fraction(1), Fraction(10)]),
+    groups=st.integers(1, 50),
+)
 def test_the_choice_never_exceeds_the_policy(session, profile, epsilon, groups):
     """Whatever the noisy profile says (negative bins included), the chosen total bound is
     within the policy's and every clamp inside the column's declared bounds."""
     plan = _plan(session, "SELECT kind, SUM(amount), AVG(amount), COUNT(*) FROM events GROUP BY kind")
     cols, top = auto_bounds.columns(plan), auto_bounds.ceiling(plan)
     rows, values = profile
-    p = auto_bounds.Profile(auto_bounds.steps(top), tuple(rows[:len(auto_bounds.steps(top)) + 1]), (tuple(values),))
+    p = auto_bounds.Profile(auto_bounds.steps(top), tuple(rows[: len(auto_bounds.steps(top)) + 1]), (tuple(values),))
     choice = auto_bounds.choose(plan, p, cols, top, epsilon, groups)
     assert 1 <= choice.max_contributions <= top
     for expr, lo, hi in choice.clips:
@@ -121,15 +129,18 @@ def test_the_choice_never_exceeds_the_policy(session, profile, epsilon, groups):
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(rows=st.lists(st.floats(-500, 5000), min_size=12, max_size=12),
-       epsilon=st.sampled_from([Fraction(1, 100), Fraction(1, 10), Fraction(1), Fraction(10)]), groups=st.integers(1, 50))
+@given(
+    rows=st.lists(st.floats(-500, 5000), min_size=12, max_size=12),
+    epsilon=st.sampled_from([Fraction(1, 100), Fraction(1, 10), Fraction(1), Fraction(10)]),
+    groups=st.integers(1, 50),
+)
 def test_a_chosen_reach_is_above_the_bound_and_never_above_the_widest(session, rows, epsilon, groups):
     """Whatever the noisy profile says, a corrected count's reach is one of its candidates: above
     the chosen total bound (so the excess's sensitivity reach - c is positive) and at most REACH
     times the policy's bound."""
     plan = _plan(session, "SELECT kind, COUNT(*) FROM events GROUP BY kind")
     top = auto_bounds.ceiling(plan)
-    p = auto_bounds.Profile(auto_bounds.steps(top), tuple(rows[:len(auto_bounds.steps(top)) + 1]), ())
+    p = auto_bounds.Profile(auto_bounds.steps(top), tuple(rows[: len(auto_bounds.steps(top)) + 1]), ())
     choice = auto_bounds.choose(plan, p, (), top, epsilon, groups, auto_bounds.corrected(plan, groups))
     assert choice.reach in auto_bounds.reaches(top, choice.max_contributions)
     assert choice.max_contributions < choice.reach <= auto_bounds.reach(plan)
@@ -141,13 +152,18 @@ def test_a_column_only_summed_keeps_the_policys_clamp(session, profile, epsilon)
     """A SUM alone clips unit totals at C * U: its clamp stays the policy's (C is chosen), while
     the same column under an AVG is the column whose clamp is chosen."""
     rows, values = profile
-    for sql, shared in (("SELECT kind, SUM(amount) FROM events GROUP BY kind", False),
-                        ("SELECT kind, SUM(amount), AVG(amount) FROM events GROUP BY kind", True)):
+    for sql, shared in (
+        ("SELECT kind, SUM(amount) FROM events GROUP BY kind", False),
+        ("SELECT kind, SUM(amount), AVG(amount) FROM events GROUP BY kind", True),
+    ):
         plan = _plan(session, sql)
         cols, top = auto_bounds.columns(plan), auto_bounds.ceiling(plan)
         assert [c.shared for c in cols] == [shared]
-        p = auto_bounds.Profile(auto_bounds.steps(top), tuple(rows[:len(auto_bounds.steps(top)) + 1]),
-                                (tuple(values) + (0.0,) * (auto_bounds.VALUE_BINS - len(values)),))
+        p = auto_bounds.Profile(
+            auto_bounds.steps(top),
+            tuple(rows[: len(auto_bounds.steps(top)) + 1]),
+            (tuple(values) + (0.0,) * (auto_bounds.VALUE_BINS - len(values)),),
+        )
         choice = auto_bounds.choose(plan, p, cols, top, epsilon, 3)
         if not shared:
             assert choice.clips == ()
@@ -269,7 +285,7 @@ def test_a_corrected_count_is_one_exact_charge(small_policy):
 
 def _spread(top: int, far: int, groups: int, shares: tuple[float, float, float]) -> float:
     """The split's objective (auto_bounds.split): Σ (a_i / ε_i)² at C = sqrt(top)."""
-    c = top ** 0.5
+    c = top**0.5
     a = (c * groups, c * float(auto_bounds.KEPT_WEIGHT), far - c)
     return sum((x / e) ** 2 for x, e in zip(a, shares))
 
@@ -294,9 +310,11 @@ def test_the_correction_split_minimises_its_model(top, groups):
     assert wider > auto_bounds.release_epsilon(Fraction(1), (kept, excess))
 
 
-UNITS_QUERIES = ["SELECT kind, COUNT(DISTINCT pid) FROM events GROUP BY kind",
-                 "SELECT kind, COUNT(DISTINCT pid) FROM events WHERE amount > 10 GROUP BY kind",
-                 "SELECT p.city, COUNT(DISTINCT e.pid) FROM events e JOIN people p ON e.pid = p.pid GROUP BY p.city"]
+UNITS_QUERIES = [
+    "SELECT kind, COUNT(DISTINCT pid) FROM events GROUP BY kind",
+    "SELECT kind, COUNT(DISTINCT pid) FROM events WHERE amount > 10 GROUP BY kind",
+    "SELECT p.city, COUNT(DISTINCT e.pid) FROM events e JOIN people p ON e.pid = p.pid GROUP BY p.city",
+]
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -346,7 +364,7 @@ def test_the_models_bias_is_what_remains_without_noise(session):
     error, and all of it when the epsilon is so large the noise vanishes."""
     plan = _plan(session, "SELECT kind, SUM(amount), AVG(amount), COUNT(*) FROM events GROUP BY kind")
     cols, top = auto_bounds.columns(plan), auto_bounds.ceiling(plan)
-    rows = tuple([50.0, 40.0, 30.0, 20.0, 10.0, 5.0][:len(auto_bounds.steps(top))] + [3.0])
+    rows = tuple([50.0, 40.0, 30.0, 20.0, 10.0, 5.0][: len(auto_bounds.steps(top))] + [3.0])
     values = tuple(float(100 - 3 * i) for i in range(auto_bounds.VALUE_BINS))
     p = auto_bounds.Profile(auto_bounds.steps(top), rows, (values,))
     small = auto_bounds.choose(plan, p, cols, top, Fraction(1, 10), 3)
@@ -365,9 +383,12 @@ def test_a_filter_narrows_the_columns_range_before_the_choice(session, profile, 
     assert (col.lower, col.upper) == (5.0, 20.0) and col.declared[0] <= 5.0 and 20.0 < col.declared[1]
     assert 5.0 < min(col.edges) and max(col.edges) == 20.0
     rows, values = profile
-    p = auto_bounds.Profile(auto_bounds.steps(top), tuple(rows[:len(auto_bounds.steps(top)) + 1]),
-                            (tuple(values) + (0.0,) * (auto_bounds.VALUE_BINS - len(values)),))
-    (expr, lo, hi), = auto_bounds.choose(plan, p, (col,), top, epsilon, 3).clips
+    p = auto_bounds.Profile(
+        auto_bounds.steps(top),
+        tuple(rows[: len(auto_bounds.steps(top)) + 1]),
+        (tuple(values) + (0.0,) * (auto_bounds.VALUE_BINS - len(values)),),
+    )
+    ((expr, lo, hi),) = auto_bounds.choose(plan, p, (col,), top, epsilon, 3).clips
     assert expr == col.expr and lo == 5.0 and 5.0 < hi <= 20.0
 
 

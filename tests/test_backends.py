@@ -46,7 +46,9 @@ def policies(clinic, tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def sessions(policies, tmp_path_factory):
     d = tmp_path_factory.mktemp("ledgers")
-    out = {name: Session(load_policy(path, ledger_path=d / f"{name}.sqlite"), "alice") for name, path in policies.items()}
+    out = {
+        name: Session(load_policy(path, ledger_path=d / f"{name}.sqlite"), "alice") for name, path in policies.items()
+    }
     for name in ("duckdb", "spark"):
         out[f"{name}-weighted"] = Session(load_policy(policies[name], ledger_path=d / f"{name}-w.sqlite"), "alice")
     # Per-unit bounding in every query, as PostgreSQL without scratch_url does.
@@ -70,18 +72,21 @@ def _rows(session: Session, sql: str) -> list[tuple]:
         rs = session.engine.execute(session.engine.prepare(plan.tree))
     else:
         rs = session.bounded_result(plan)
-    rows = [tuple(float(v) if isinstance(v, (int, float, Decimal)) and not isinstance(v, bool) else v for v in r)
-            for r in zip(*rs.columns)]  # PostgreSQL's NUMERIC and EXTRACT, DuckDB's BIGINT: one number
+    rows = [
+        tuple(float(v) if isinstance(v, (int, float, Decimal)) and not isinstance(v, bool) else v for v in r)
+        for r in zip(*rs.columns)
+    ]  # PostgreSQL's NUMERIC and EXTRACT, DuckDB's BIGINT: one number
     if not isinstance(plan, PublicQuery) and plan.keys and cal.selection is None:
         # Without partition selection the units column is read by nothing (release.py), and a
         # weighted copy split into light and heavy units counts only the heavy ones there.
         k = len(plan.keys)
-        rows = [r[:k] + r[k + 1:] for r in rows]
+        rows = [r[:k] + r[k + 1 :] for r in rows]
     return sorted(rows, key=lambda r: tuple((v is None, repr(v)) for v in r))
 
 
-@pytest.mark.parametrize("backend,reference", [("postgres", "duckdb"), ("spark", "duckdb"),
-                                               ("spark-weighted", "duckdb-weighted")])
+@pytest.mark.parametrize(
+    "backend,reference", [("postgres", "duckdb"), ("spark", "duckdb"), ("spark-weighted", "duckdb-weighted")]
+)
 def test_same_pre_noise_values_as_duckdb(backend, reference, sessions):
     """Every answered corpus query's bounded query (before noise) returns the same rows: per unit
     in every query, and over weighted copies (Spark's Parquet ones, DuckDB's)."""
@@ -106,8 +111,10 @@ def test_a_filter_value_from_a_template_is_the_text_planned_in_full_on_spark(spa
     from dpsql.plan_cache import Template
 
     s = sessions[spark]
-    shape = ("SELECT diagnosis, COUNT(*), AVG(cost) FROM visits WHERE visit_date >= DATE '{}' AND cost < {} "
-             "GROUP BY diagnosis")
+    shape = (
+        "SELECT diagnosis, COUNT(*), AVG(cost) FROM visits WHERE visit_date >= DATE '{}' AND cost < {} "
+        "GROUP BY diagnosis"
+    )
     texts = [shape.format(day, cost) for day, cost in (("2023-03-01", 900), ("2023-06-01", 5000), ("2024-01-01", 99))]
     for text in texts:
         s.execute(text)
@@ -172,7 +179,7 @@ def test_postgres_role_and_connection_are_locked_down(clinic, policies, tmp_path
         open_engine(load_policy(writer))
 
     slow = tmp_path / "slow.toml"
-    slow.write_text(re.sub(r'(?m)^url = (.*)$', r'url = \1\nstatement_timeout = 0.5', text))
+    slow.write_text(re.sub(r"(?m)^url = (.*)$", r"url = \1\nstatement_timeout = 0.5", text))
     engine = open_engine(load_policy(slow))
     try:
         with pytest.raises(OperationalError, match="failed while running"):
@@ -181,7 +188,7 @@ def test_postgres_role_and_connection_are_locked_down(clinic, policies, tmp_path
         with pytest.raises(OperationalError) as info:
             engine.execute("SELECT pg_sleep(5)")
         assert info.value.sqlstate == "57014" and time.monotonic() - started < 4
-        assert engine.execute("SELECT current_setting('search_path')").columns[0] == ['public']
+        assert engine.execute("SELECT current_setting('search_path')").columns[0] == ["public"]
     finally:
         engine.close()
 
@@ -189,7 +196,7 @@ def test_postgres_role_and_connection_are_locked_down(clinic, policies, tmp_path
 def test_spark_keeps_ansi_off_and_files_unreadable(policies, tmp_path):
     text = policies["spark"].read_text()
     ansi = tmp_path / "ansi.toml"
-    ansi.write_text(text.replace('conf = { ', 'conf = { "spark.sql.ansi.enabled" = "true", '))
+    ansi.write_text(text.replace("conf = { ", 'conf = { "spark.sql.ansi.enabled" = "true", '))
     with pytest.raises(PolicyError, match="spark.sql.ansi.enabled"):
         open_engine(load_policy(ansi))
     engine = open_engine(load_policy(policies["spark"]))
@@ -205,7 +212,9 @@ def test_spark_keeps_ansi_off_and_files_unreadable(policies, tmp_path):
 def test_spark_statement_timeout_cancels_the_running_job(tmp_path):
     """statement_timeout stops a Spark job that runs on (SQLSTATE 57014) within about a second."""
     policy = spark_policy(tmp_path)
-    policy.write_text(policy.read_text().replace('master = "local[2]"\n', 'master = "local[2]"\nstatement_timeout = 3\n'))
+    policy.write_text(
+        policy.read_text().replace('master = "local[2]"\n', 'master = "local[2]"\nstatement_timeout = 3\n')
+    )
     engine = open_engine(load_policy(policy))
     try:
         started = time.monotonic()
@@ -250,10 +259,11 @@ def test_spark_connect_gives_the_same_values(spark_connect_url, sessions, polici
     assert got["answer_rows"] == 3 and got["charged"] == 1
 
 
-CONNECT_QUERIES = ["SELECT diagnosis, COUNT(*), AVG(cost) FROM visits GROUP BY diagnosis",
-                   "SELECT p.sex, AVG(v.length_of_stay) FROM visits v JOIN patients p USING (patient_id) "
-                   "GROUP BY p.sex",
-                   "SELECT MEDIAN(age) FROM patients"]
+CONNECT_QUERIES = [
+    "SELECT diagnosis, COUNT(*), AVG(cost) FROM visits GROUP BY diagnosis",
+    "SELECT p.sex, AVG(v.length_of_stay) FROM visits v JOIN patients p USING (patient_id) GROUP BY p.sex",
+    "SELECT MEDIAN(age) FROM patients",
+]
 
 
 def through_connect(spark_policy: Path, url: str, queries: list[str], tmp_path: Path) -> dict:
@@ -265,10 +275,14 @@ def through_connect(spark_policy: Path, url: str, queries: list[str], tmp_path: 
 
     remote = tmp_path / "connect.toml"
     text = spark_policy.read_text()
-    remote.write_text(re.sub(r'(?m)^master = .*\n(scratch_dir = .*\n)?conf = .*\n', f'remote = "{url}"\n', text))
-    done = subprocess.run([sys.executable, "-c", _CONNECT_CHECK, str(remote), str(tmp_path / "ledger.sqlite"),
-                           json.dumps(queries)], capture_output=True, text=True, timeout=300,
-                          cwd=Path(__file__).resolve().parent.parent)
+    remote.write_text(re.sub(r"(?m)^master = .*\n(scratch_dir = .*\n)?conf = .*\n", f'remote = "{url}"\n', text))
+    done = subprocess.run(
+        [sys.executable, "-c", _CONNECT_CHECK, str(remote), str(tmp_path / "ledger.sqlite"), json.dumps(queries)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -286,8 +300,10 @@ def test_repeated_and_evicted_query_texts_keep_their_own_results(tmp_path):
     make_db(tmp_path / "db.duckdb", default_people(), default_events())
     engine = DuckDBEngine(load_policy(write_policy(tmp_path)))
     try:
-        texts = [f"SELECT {i} AS a, {i} + 1 AS b, COUNT(*) AS c FROM people" for i in
-                 range(engine_module.PREPARED_PER_CURSOR + 20)]
+        texts = [
+            f"SELECT {i} AS a, {i} + 1 AS b, COUNT(*) AS c FROM people"
+            for i in range(engine_module.PREPARED_PER_CURSOR + 20)
+        ]
         for _ in range(2):  # each text prepared on its second run, the oldest prepared ones then evicted
             for sql in texts[:10] * 2 + texts[10:]:
                 rs = engine.execute(sql)
@@ -358,8 +374,10 @@ def test_spark_weighted_copies_are_private_follow_their_files_and_leave_nothing(
         before = pre_noise(spark, sql)
         events = small_policy.parent / "events.parquet"
         con = duckdb.connect()
-        con.execute(f"COPY (SELECT * FROM '{events}' UNION ALL SELECT 999, 'a', 1.0, 'north' FROM range(5)) "
-                    f"TO '{events}.new' (FORMAT parquet)")
+        con.execute(
+            f"COPY (SELECT * FROM '{events}' UNION ALL SELECT 999, 'a', 1.0, 'north' FROM range(5)) "
+            f"TO '{events}.new' (FORMAT parquet)"
+        )
         con.close()
         os.replace(f"{events}.new", events)
         assert pre_noise(spark, sql) == before + 3
@@ -398,10 +416,15 @@ def test_clock_and_formatting_functions_agree_with_duckdb(backend, sessions):
     def rows(session: Session, sql: str) -> list[tuple]:
         stmt = session._classify(sql)
         plan, _ = session._prepare(pinned(stmt.tree, AT), stmt.options)
-        rs = session.engine.execute(session.engine.prepare(plan.tree)) if isinstance(plan, PublicQuery) \
+        rs = (
+            session.engine.execute(session.engine.prepare(plan.tree))
+            if isinstance(plan, PublicQuery)
             else session.bounded_result(plan)
-        out = [tuple(float(v) if isinstance(v, (int, float, Decimal)) and not isinstance(v, bool) else v for v in r)
-               for r in zip(*rs.columns)]
+        )
+        out = [
+            tuple(float(v) if isinstance(v, (int, float, Decimal)) and not isinstance(v, bool) else v for v in r)
+            for r in zip(*rs.columns)
+        ]
         return sorted(out, key=repr)
 
     different = []

@@ -17,12 +17,22 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_quick_benchmark_writes_every_table(tmp_path):
     out = tmp_path / "RESULTS.md"
-    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--out", str(out), "--work", str(ROOT / ".bench")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--out", str(out), "--work", str(ROOT / ".bench")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = out.read_text()
-    for heading in ("## Latency at 100,000 rows", "## Accuracy at 100,000 rows", "## Budget:", "## Scale:",
-                    "## Throughput of dpsql serve"):
+    for heading in (
+        "## Latency at 100,000 rows",
+        "## Accuracy at 100,000 rows",
+        "## Budget:",
+        "## Scale:",
+        "## Throughput of dpsql serve",
+    ):
         assert heading in text, heading
     results = json.loads(out.with_suffix(".json").read_text())
     assert "dpsql" not in {s for errors in results["errors"].values() for s in errors}  # dpsql answers every query
@@ -34,9 +44,28 @@ def test_quick_benchmark_writes_every_table(tmp_path):
 @pytest.mark.parametrize("shapes", [[], ["--shapes"]])
 def test_new_query_benchmark_runs_every_shape(tmp_path, shapes):
     from benchmarks.new_query import SHAPES
+
     out = tmp_path / "new_query.md"
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.new_query", "--rows", "4000", "--texts", "4", "--rounds", "2",
-                           "--out", str(out)] + shapes, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.new_query",
+            "--rows",
+            "4000",
+            "--texts",
+            "4",
+            "--rounds",
+            "2",
+            "--out",
+            str(out),
+        ]
+        + shapes,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = {line[:26].strip(): line[26:].split() for line in proc.stdout.splitlines()}
     for name in SHAPES:
@@ -51,15 +80,32 @@ def test_utility_benchmark_scores_every_query(tmp_path):
     summary rows, the spurious groups of a filtered month query, and the section written into an
     existing results file beside what it had."""
     from benchmarks.utility import SECTION
+
     out = tmp_path / "RESULTS.md"
     out.write_text("# Benchmarks\n\n## Latency\n\nkept\n")
     names = ["visits_by_ward", "cost_by_month_2024", "income_avg_by_region"]
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.utility", "--runs", "2", "--no-peers", "--queries", *names,
-                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.utility",
+            "--runs",
+            "2",
+            "--no-peers",
+            "--queries",
+            *names,
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = out.read_text()
     assert text.startswith("# Benchmarks\n\n## Latency\n\nkept\n") and text.count(SECTION) == 1
-    table = text[text.index("| query | dpsql (policy limits) |"):].split("\n\n")[0].splitlines()
+    table = text[text.index("| query | dpsql (policy limits) |") :].split("\n\n")[0].splitlines()
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table[2:]]
     assert [r[0] for r in rows] == names + ["**median over queries**", "**worst query**", "**queries above 15%**"]
     assert table[0].count("|") == 4  # query, the policy's limits, auto
@@ -74,6 +120,7 @@ def test_utility_benchmark_scores_every_query(tmp_path):
 
 def test_group_errors_count_missing_null_and_spurious_groups():
     from benchmarks.shared import score
+
     exact = {("a",): 10.0, ("b",): 20.0}
     s = score([[["a", 11.0], ["b", None], ["c", 5.0]], [["a", 9.0]]], exact)
     assert s.errors == [0.1, 1.0, 0.1, 1.0]
@@ -84,6 +131,7 @@ def test_a_section_is_replaced_and_kept(tmp_path):
     """One benchmark rewrites its own section of a results file, and `python -m benchmarks`, which
     writes the file whole, carries the utility benchmark's section over."""
     from benchmarks.shared import replace_section, write_keeping
+
     text = "# T\n\n## A\n\none\n\n## B\n\ntwo\n"
     assert replace_section(text, "## A\n\nnew\n") == "# T\n\n## A\n\nnew\n\n## B\n\ntwo\n"
     assert replace_section(text, "## B\n\nnew") == "# T\n\n## A\n\none\n\n## B\n\nnew\n"
@@ -111,5 +159,7 @@ def test_utility_benchmark_runs_auto_bounds_where_the_build_accepts_them():
             self.seen.append(sql)
 
     assert dpsql_variants(Cursor(False)) == {POLICY_LIMITS: []}
-    assert dpsql_variants(Cursor(True)) == {POLICY_LIMITS: ["SET dpsql.bounds = policy"],
-                                            AUTO: ["SET dpsql.bounds = auto"]}
+    assert dpsql_variants(Cursor(True)) == {
+        POLICY_LIMITS: ["SET dpsql.bounds = policy"],
+        AUTO: ["SET dpsql.bounds = auto"],
+    }

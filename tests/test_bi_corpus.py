@@ -23,9 +23,9 @@ ANSWERED = [
     'GROUP BY "public"."patients"."sex" ORDER BY "public"."patients"."sex" ASC',
     'SELECT "source"."sex" AS "sex", "source"."count" AS "count" FROM (SELECT "public"."patients"."sex" AS "sex", '
     'count(*) AS "count" FROM "public"."patients" GROUP BY "public"."patients"."sex") AS "source" LIMIT 2000',
-    "SELECT CAST(date_trunc('month', \"public\".\"visits\".\"visit_date\") AS date) AS \"visit_date\", count(*) AS \"count\" "
-    "FROM \"public\".\"visits\" GROUP BY CAST(date_trunc('month', \"public\".\"visits\".\"visit_date\") AS date) "
-    "ORDER BY CAST(date_trunc('month', \"public\".\"visits\".\"visit_date\") AS date) ASC",
+    'SELECT CAST(date_trunc(\'month\', "public"."visits"."visit_date") AS date) AS "visit_date", count(*) AS "count" '
+    'FROM "public"."visits" GROUP BY CAST(date_trunc(\'month\', "public"."visits"."visit_date") AS date) '
+    'ORDER BY CAST(date_trunc(\'month\', "public"."visits"."visit_date") AS date) ASC',
     'SELECT avg("public"."patients"."age") AS "avg", sum("public"."patients"."income") AS "sum" '
     'FROM "public"."patients" WHERE "public"."patients"."smoker" = TRUE',
     # Power BI DirectQuery: "_" wrappers, NOT x IS NULL, huge LIMITs, LIMIT 0 probes
@@ -35,12 +35,12 @@ ANSWERED = [
     'select "$Table"."region" as "region" from "public"."patients" "$Table" limit 0',
     # Looker: dotted aliases, FETCH NEXT, DATE(), COALESCE(SUM())
     'SELECT patients.sex AS "patients.sex", COUNT(*) AS "patients.count" FROM public.patients AS patients '
-    'GROUP BY 1 ORDER BY 2 DESC FETCH NEXT 500 ROWS ONLY',
+    "GROUP BY 1 ORDER BY 2 DESC FETCH NEXT 500 ROWS ONLY",
     'SELECT COALESCE(SUM(visits.cost), 0) AS "visits.total_cost" FROM public.visits AS visits LIMIT 500',
     'SELECT (DATE(visits.visit_date)) AS "visits.visit_date", COUNT(*) AS "visits.count" FROM public.visits AS visits '
-    'GROUP BY 1 ORDER BY 1 DESC LIMIT 500',
+    "GROUP BY 1 ORDER BY 1 DESC LIMIT 500",
     # Superset: charts, time series, virtual datasets, filter values
-    'SELECT sex AS sex, COUNT(*) AS count FROM public.patients GROUP BY sex ORDER BY count DESC LIMIT 10000',
+    "SELECT sex AS sex, COUNT(*) AS count FROM public.patients GROUP BY sex ORDER BY count DESC LIMIT 10000",
     "SELECT DATE_TRUNC('month', visit_date) AS __timestamp, COUNT(*) AS count FROM public.visits "
     "GROUP BY DATE_TRUNC('month', visit_date) LIMIT 50000",
     'SELECT region AS region, AVG(income) AS "AVG(income)" FROM (SELECT * FROM patients) AS virtual_table '
@@ -50,8 +50,11 @@ ANSWERED = [
 
 REFUSED = [
     ('CREATE LOCAL TEMPORARY TABLE "#Tableau_1_Connect" ("COL" INTEGER) ON COMMIT PRESERVE ROWS', "temporary tables"),
-    ('SELECT "public"."patients"."patient_id" AS "patient_id", "public"."patients"."age" AS "age" '
-     'FROM "public"."patients" LIMIT 2000', "selecting rows of a private table"),
+    (
+        'SELECT "public"."patients"."patient_id" AS "patient_id", "public"."patients"."age" AS "age" '
+        'FROM "public"."patients" LIMIT 2000',
+        "selecting rows of a private table",
+    ),
     ("SELECT DISTINCT insurance FROM patients", "DISTINCT"),
 ]
 

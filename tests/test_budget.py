@@ -73,9 +73,14 @@ def test_a_delta_above_what_is_left_gets_the_smaller_delta_as_its_fix(conn):
     assert conn.session.budget()["queries"] == 1
 
 
-@pytest.mark.parametrize("sql", ["SELECT * FROM dpsql_budget b JOIN people p ON true",
-                                 "WITH x AS (SELECT * FROM dpsql_budget) SELECT * FROM x",
-                                 "SELECT COUNT(*) FROM people WHERE age < (SELECT epsilon_remaining FROM dpsql_budget)"])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM dpsql_budget b JOIN people p ON true",
+        "WITH x AS (SELECT * FROM dpsql_budget) SELECT * FROM x",
+        "SELECT COUNT(*) FROM people WHERE age < (SELECT epsilon_remaining FROM dpsql_budget)",
+    ],
+)
 def test_dpsql_budget_is_read_on_its_own(conn, sql):
     cur = conn.cursor()
     with pytest.raises(dpsql.Error) as info:
@@ -134,7 +139,9 @@ def test_the_cache_is_keyed_by_the_policy_that_shapes_an_answer(small_policy, tm
 
     assert run() is False and run() is True
     text = small_policy.read_text()
-    small_policy.write_text(text.replace("columns.age = { lower = 0, upper = 100 }", "columns.age = { lower = 0, upper = 90 }"))
+    small_policy.write_text(
+        text.replace("columns.age = { lower = 0, upper = 100 }", "columns.age = { lower = 0, upper = 90 }")
+    )
     assert run() is False and run() is True
     small_policy.write_text(small_policy.read_text() + "\n[limits]\nmax_join_rows = 10000\n")
     assert run() is False
@@ -239,17 +246,22 @@ def test_recorded_costs_re_account_as_dp_events(small_policy, tmp_path):
 
 
 def _capped(small_policy, cap: str = "2") -> dpsql.Connection:
-    text = small_policy.read_text().replace("query_epsilon = 1.0\n", f"query_epsilon = 1.0\nmax_query_epsilon = {cap}\n")
+    text = small_policy.read_text().replace(
+        "query_epsilon = 1.0\n", f"query_epsilon = 1.0\nmax_query_epsilon = {cap}\n"
+    )
     small_policy.write_text(text)
     return dpsql.connect(small_policy, user="alice")
 
 
-@pytest.mark.parametrize("how", [
-    "SET dpsql.epsilon = 2.5",
-    "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 3) COUNT(*) FROM people",
-    "batch",
-    "target",
-])
+@pytest.mark.parametrize(
+    "how",
+    [
+        "SET dpsql.epsilon = 2.5",
+        "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 3) COUNT(*) FROM people",
+        "batch",
+        "target",
+    ],
+)
 def test_max_query_epsilon_refuses_a_larger_release_free(small_policy, how):
     """The policy's cap on one release: a SET, a query's own option, a batch or a target error
     that asks for more is refused, and nothing is charged; up to the cap is answered."""

@@ -27,8 +27,12 @@ from .conftest import default_events, default_people, make_db, write_policy
 
 @pytest.fixture
 def tight_policy(tmp_path):
-    make_db(tmp_path / "db.duckdb", default_people(), default_events(),
-            rows=[((i % 21) - 10.0, 1 + i % 3) for i in range(300)])
+    make_db(
+        tmp_path / "db.duckdb",
+        default_people(),
+        default_events(),
+        rows=[((i % 21) - 10.0, 1 + i % 3) for i in range(300)],
+    )
     return write_policy(tmp_path, epsilon=2.0, query_epsilon=1.0)
 
 
@@ -212,6 +216,7 @@ def test_a_session_dropped_after_a_refusal_frees_its_engine_and_writer_at_once(t
     tie either thread's frames into a cycle, which would keep a dropped session's engine, and
     the private copy in its scratch directory, until a garbage collection (the audit's
     analysts, whose engines were shared and not closed by their sessions, kept two)."""
+
     def writers():
         return {t for t in threading.enumerate() if t.name == "dpsql-ledger-writer"}
 

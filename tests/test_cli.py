@@ -12,13 +12,32 @@ from .conftest import SAMPLE
 def dpsql(*args, ledger):
     """Run `dpsql COMMAND... --policy sample --ledger L ARGS...` (commands are the leading lowercase words)."""
     n = 2 if args[0] == "budget" else 1
-    return subprocess.run([sys.executable, "-m", "dpsql.cli", *args[:n], "--policy", str(SAMPLE / "dpsql.toml"),
-                           "--ledger", str(ledger), *args[n:]], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dpsql.cli",
+            *args[:n],
+            "--policy",
+            str(SAMPLE / "dpsql.toml"),
+            "--ledger",
+            str(ledger),
+            *args[n:],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_query_prints_a_table_with_intervals(tmp_path):
-    out = dpsql("query", "--user", "alice", "SELECT sex, COUNT(*), AVG(age) FROM patients GROUP BY sex",
-                ledger=tmp_path / "l.sqlite")
+    out = dpsql(
+        "query",
+        "--user",
+        "alice",
+        "SELECT sex, COUNT(*), AVG(age) FROM patients GROUP BY sex",
+        ledger=tmp_path / "l.sqlite",
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].split(" | ")[:3] == ["sex", "count", "count ±"] or "count ±" in lines[0]
@@ -27,8 +46,14 @@ def test_query_prints_a_table_with_intervals(tmp_path):
 
 
 def test_query_json(tmp_path):
-    out = dpsql("query", "--user", "bob", "--json", "SELECT region, COUNT(*) FROM patients GROUP BY region",
-                ledger=tmp_path / "l.sqlite")
+    out = dpsql(
+        "query",
+        "--user",
+        "bob",
+        "--json",
+        "SELECT region, COUNT(*) FROM patients GROUP BY region",
+        ledger=tmp_path / "l.sqlite",
+    )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["columns"] == ["region", "count"] and len(data["rows"]) == 10
@@ -36,13 +61,21 @@ def test_query_json(tmp_path):
 
 
 def test_explain_and_budget(tmp_path):
-    out = dpsql("explain", "--user", "alice", "SELECT ward, AVG(cost) FROM visits GROUP BY ward", ledger=tmp_path / "l.sqlite")
+    out = dpsql(
+        "explain", "--user", "alice", "SELECT ward, AVG(cost) FROM visits GROUP BY ward", ledger=tmp_path / "l.sqlite"
+    )
     assert out.returncode == 0 and "rewritten query:" in out.stdout and "per_group" in out.stdout
     out = dpsql("budget", "show", ledger=tmp_path / "l.sqlite")
     assert "alice: basic filter, epsilon 0 of 10 spent" in out.stdout
-    out = dpsql("explain", "--user", "alice", "--target-error", "100",
-                "EXPLAIN /* dpsql: weights 2, 1 */ SELECT diagnosis, COUNT(*), AVG(cost) FROM visits GROUP BY 1",
-                ledger=tmp_path / "l.sqlite")
+    out = dpsql(
+        "explain",
+        "--user",
+        "alice",
+        "--target-error",
+        "100",
+        "EXPLAIN /* dpsql: weights 2, 1 */ SELECT diagnosis, COUNT(*), AVG(cost) FROM visits GROUP BY 1",
+        ledger=tmp_path / "l.sqlite",
+    )
     assert out.returncode == 0, out.stderr
     assert "dpsql.target_error" in out.stdout and "COUNT(*): epsilon 1.2," in out.stdout
 

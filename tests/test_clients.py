@@ -16,10 +16,13 @@ def test_asyncpg(serve):
     asyncpg = pytest.importorskip("asyncpg")
 
     async def main():
-        conn = await asyncpg.connect(host="127.0.0.1", port=serve.port, user="alice", password=PASSWORD,
-                                     database="dpsql", ssl=False)
+        conn = await asyncpg.connect(
+            host="127.0.0.1", port=serve.port, user="alice", password=PASSWORD, database="dpsql", ssl=False
+        )
         try:
-            rows = await conn.fetch("SELECT sex, COUNT(*) AS n FROM people WHERE age > $1 GROUP BY sex ORDER BY sex", 30)
+            rows = await conn.fetch(
+                "SELECT sex, COUNT(*) AS n FROM people WHERE age > $1 GROUP BY sex ORDER BY sex", 30
+            )
             assert [r["sex"] for r in rows] == ["F", "M"] and isinstance(rows[0]["n"], int)
             value = await conn.fetchval("SELECT AVG(age) FROM people WHERE city = $1", "Oslo")
             assert isinstance(value, float)
@@ -40,8 +43,9 @@ def test_asyncpg_after_a_refused_copy_and_show_all(serve):
     asyncpg = pytest.importorskip("asyncpg")
 
     async def main():
-        conn = await asyncpg.connect(host="127.0.0.1", port=serve.port, user="alice", password=PASSWORD,
-                                     database="dpsql", ssl=False)
+        conn = await asyncpg.connect(
+            host="127.0.0.1", port=serve.port, user="alice", password=PASSWORD, database="dpsql", ssl=False
+        )
         try:
             with pytest.raises(asyncpg.PostgresError) as info:
                 await conn.copy_records_to_table("places", records=[("x", "y")])
@@ -72,8 +76,10 @@ def test_sqlalchemy_reflection_and_pandas(serve, driver):
     pd = pytest.importorskip("pandas")
     if driver == "psycopg2":
         pytest.importorskip("psycopg2")
-    engine = sqlalchemy.create_engine(f"postgresql+{driver}://alice:{PASSWORD}@127.0.0.1:{serve.port}/dpsql",
-                                      connect_args={"sslmode": "disable"} if driver.startswith("psycopg") else {})
+    engine = sqlalchemy.create_engine(
+        f"postgresql+{driver}://alice:{PASSWORD}@127.0.0.1:{serve.port}/dpsql",
+        connect_args={"sslmode": "disable"} if driver.startswith("psycopg") else {},
+    )
     try:
         inspector = sqlalchemy.inspect(engine)
         assert set(inspector.get_table_names()) == {"people", "events", "places", "rows"}
@@ -81,8 +87,11 @@ def test_sqlalchemy_reflection_and_pandas(serve, driver):
         assert set(cols) == {"pid", "age", "sex", "city"} and cols["age"] == "DOUBLE PRECISION"
         assert inspector.get_pk_constraint("people")["constrained_columns"] == []
         assert inspector.get_indexes("people") == []
-        frame = pd.read_sql(sqlalchemy.text("SELECT sex, COUNT(*) AS n FROM people WHERE age > :x GROUP BY sex"),
-                            engine, params={"x": 30})
+        frame = pd.read_sql(
+            sqlalchemy.text("SELECT sex, COUNT(*) AS n FROM people WHERE age > :x GROUP BY sex"),
+            engine,
+            params={"x": 30},
+        )
         assert list(frame.columns) == ["sex", "n"] and len(frame) == 2
     finally:
         engine.dispose()
@@ -98,7 +107,9 @@ def test_tls_verify_full(small_policy, tmp_path):
     cert.cert_chain_pems[0].write_to_path(cert_file)
     cert.private_key_pem.write_to_path(key_file)
     ca.cert_pem.write_to_path(ca_file)
-    s = Serve(small_policy, tmp_path / "l.sqlite", "--tls-cert", str(cert_file), "--tls-key", str(key_file), "--require-tls")
+    s = Serve(
+        small_policy, tmp_path / "l.sqlite", "--tls-cert", str(cert_file), "--tls-key", str(key_file), "--require-tls"
+    )
     try:
         dsn = s.dsn(host="localhost", sslmode="verify-full", sslrootcert=str(ca_file))
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -138,18 +149,30 @@ def test_pgcli_completion_loaders(serve):
         ex.conn.close()
 
 
-@pytest.mark.parametrize("sql,types", [
-    # SQLAlchemy's asyncpg reflection writes every parameter with a cast; asyncpg encodes by the type described
-    ("SELECT 1 FROM pg_catalog.pg_class WHERE oid IN ($4::OID) AND relkind = $3::CHAR AND x = $2::\"char\" "
-     "AND relname = $1::NAME", [19, 18, 1042, 26]),
-    ("SELECT CAST($2::REGCLASS AS REGCLASS), $1::INTEGER, $3::SMALLINT, $4::double precision, $5::VARCHAR(3), "
-     "$6::numeric(10, 2), $7::pg_catalog.regtype", [23, 2205, 21, 701, 1043, 1700, 2206]),
-    ("SELECT 1 WHERE oid = ANY($1::OID[]) AND n = ANY($2::name[]) AND CAST($3 AS INTEGER[]) IS NULL", [1028, 1003, 1007]),
-    ("SELECT pg_try_advisory_lock($1)", [20]),
-    ("SELECT pg_advisory_lock($1, $2)", [23, 23]),
-    ("SELECT COUNT(*) FROM people WHERE age > $1 LIMIT $2", [701, 20]),
-    ("SELECT x$1, $1::text", [25]),  # x$1 is a name, not a parameter
-])
+@pytest.mark.parametrize(
+    "sql,types",
+    [
+        # SQLAlchemy's asyncpg reflection writes every parameter with a cast; asyncpg encodes by the type described
+        (
+            'SELECT 1 FROM pg_catalog.pg_class WHERE oid IN ($4::OID) AND relkind = $3::CHAR AND x = $2::"char" '
+            "AND relname = $1::NAME",
+            [19, 18, 1042, 26],
+        ),
+        (
+            "SELECT CAST($2::REGCLASS AS REGCLASS), $1::INTEGER, $3::SMALLINT, $4::double precision, $5::VARCHAR(3), "
+            "$6::numeric(10, 2), $7::pg_catalog.regtype",
+            [23, 2205, 21, 701, 1043, 1700, 2206],
+        ),
+        (
+            "SELECT 1 WHERE oid = ANY($1::OID[]) AND n = ANY($2::name[]) AND CAST($3 AS INTEGER[]) IS NULL",
+            [1028, 1003, 1007],
+        ),
+        ("SELECT pg_try_advisory_lock($1)", [20]),
+        ("SELECT pg_advisory_lock($1, $2)", [23, 23]),
+        ("SELECT COUNT(*) FROM people WHERE age > $1 LIMIT $2", [701, 20]),
+        ("SELECT x$1, $1::text", [25]),  # x$1 is a name, not a parameter
+    ],
+)
 def test_parameter_types_from_casts(sql, types):
     from dpsql.server.params import infer_parameter_types
 
@@ -165,14 +188,16 @@ def test_sqlalchemy_async_reflection(serve):
 
     def reflect(sync):
         inspector = sqlalchemy.inspect(sync)
-        return {"tables": inspector.get_table_names(),
-                "columns": {c["name"]: str(c["type"]) for c in inspector.get_columns("people")},
-                "pk": inspector.get_pk_constraint("people")["constrained_columns"],
-                "fks": inspector.get_foreign_keys("events"),
-                "unique": inspector.get_unique_constraints("people"),
-                "checks": inspector.get_check_constraints("people"),
-                "views": inspector.get_view_names(),
-                "schemas": inspector.get_schema_names()}
+        return {
+            "tables": inspector.get_table_names(),
+            "columns": {c["name"]: str(c["type"]) for c in inspector.get_columns("people")},
+            "pk": inspector.get_pk_constraint("people")["constrained_columns"],
+            "fks": inspector.get_foreign_keys("events"),
+            "unique": inspector.get_unique_constraints("people"),
+            "checks": inspector.get_check_constraints("people"),
+            "views": inspector.get_view_names(),
+            "schemas": inspector.get_schema_names(),
+        }
 
     async def main():
         engine = create_async_engine(f"postgresql+asyncpg://alice:{PASSWORD}@127.0.0.1:{serve.port}/dpsql")

@@ -97,8 +97,16 @@ print(n)
 def test_4_processes_get_exactly_10_answers(race_policy, tmp_path):
     script = tmp_path / "racer.py"
     script.write_text(RACER)
-    procs = [subprocess.Popen([sys.executable, str(script), str(race_policy)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, cwd=ROOT) for _ in range(4)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(race_policy)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        for _ in range(4)
+    ]
     counts = []
     for p in procs:
         out, err = p.communicate(timeout=180)
@@ -122,8 +130,13 @@ while True:
 def test_sigkill_leaves_every_released_answer_charged(race_policy, tmp_path):
     script = tmp_path / "stream.py"
     script.write_text(STREAM)
-    p = subprocess.Popen([sys.executable, str(script), str(race_policy)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    p = subprocess.Popen(
+        [sys.executable, str(script), str(race_policy)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     seen = 0
     for line in p.stdout:
         if line.startswith("answer"):

@@ -30,20 +30,23 @@ def _policy(tmp_path, people="", extra=""):
     return p
 
 
-@pytest.mark.parametrize("people,fragments", [
-    ("columns.age = { lower = 100, upper = 0 }", ["column 'age'", "greater than upper", "swap"]),
-    ("columns.age = { lower = nan, upper = 10 }", ["column 'age'", "not a finite number"]),
-    ("columns.age = { lower = 0, upper = inf }", ["column 'age'", "not a finite number"]),
-    ("columns.age = { lower = 0 }", ["only one of lower and upper"]),
-    ("columns.age = { lower = 0, upper = 1, keys = [1] }", []),
-    ("max_groups = 0", ["max_groups", "at least 1"]),
-    ("colour = 3", ["unknown key 'colour'"]),
-    ("columns.sex = { keys = [] }", ["non-empty"]),
-    ("columns.sex = { keys = ['F', 'F'] }", ["duplicates"]),
-    ("columns.sex = { keys_from = 'nowhere.name' }", ["keys_from names table 'nowhere'"]),
-    ("columns.sex = { keys_from = 'people.sex' }", ["which is private"]),
-    ("columns.sex = { keys_from = 'places' }", ["TABLE.COLUMN"]),
-])
+@pytest.mark.parametrize(
+    "people,fragments",
+    [
+        ("columns.age = { lower = 100, upper = 0 }", ["column 'age'", "greater than upper", "swap"]),
+        ("columns.age = { lower = nan, upper = 10 }", ["column 'age'", "not a finite number"]),
+        ("columns.age = { lower = 0, upper = inf }", ["column 'age'", "not a finite number"]),
+        ("columns.age = { lower = 0 }", ["only one of lower and upper"]),
+        ("columns.age = { lower = 0, upper = 1, keys = [1] }", []),
+        ("max_groups = 0", ["max_groups", "at least 1"]),
+        ("colour = 3", ["unknown key 'colour'"]),
+        ("columns.sex = { keys = [] }", ["non-empty"]),
+        ("columns.sex = { keys = ['F', 'F'] }", ["duplicates"]),
+        ("columns.sex = { keys_from = 'nowhere.name' }", ["keys_from names table 'nowhere'"]),
+        ("columns.sex = { keys_from = 'people.sex' }", ["which is private"]),
+        ("columns.sex = { keys_from = 'places' }", ["TABLE.COLUMN"]),
+    ],
+)
 def test_static_mistakes(tmp_path, people, fragments):
     p = _policy(tmp_path, people)
     if not fragments:
@@ -66,12 +69,15 @@ def test_missing_privacy_unit(tmp_path):
     assert "missing privacy_unit" in str(info.value) and 'privacy_unit = "row"' in info.value.hint
 
 
-@pytest.mark.parametrize("people,extra,fragment", [
-    ("columns.height = { lower = 0, upper = 2 }", "", "column 'height': no such column"),
-    ("", "[tables.ghosts]\nprivacy_unit = \"pid\"\n", "no table 'ghosts'"),
-    ("columns.sex = { keys_from = 'places.title' }", "", "does not resolve"),
-    ("columns.city = { lower = 0, upper = 2 }", "", "bounds on a VARCHAR column"),
-])
+@pytest.mark.parametrize(
+    "people,extra,fragment",
+    [
+        ("columns.height = { lower = 0, upper = 2 }", "", "column 'height': no such column"),
+        ("", '[tables.ghosts]\nprivacy_unit = "pid"\n', "no table 'ghosts'"),
+        ("columns.sex = { keys_from = 'places.title' }", "", "does not resolve"),
+        ("columns.city = { lower = 0, upper = 2 }", "", "bounds on a VARCHAR column"),
+    ],
+)
 def test_schema_mistakes(tmp_path, people, extra, fragment):
     p = _policy(tmp_path, people, extra)
     with pytest.raises(PolicyError) as info:
@@ -122,14 +128,17 @@ def test_exact_reads_decimals_as_people_mean_them():
 def test_spark_scratch_dir_is_a_path_with_a_master(tmp_path):
     """[engine] scratch_dir (Spark on a cluster): resolved against the policy's directory; with
     remote (Spark Connect, whose executors dpsql's driver does not direct) or as a non-path, refused."""
-    for engine, fragment in [('remote = "sc://h:15002"\nscratch_dir = "s"', "scratch_dir must be a directory path"),
-                             ('master = "spark://h:7077"\nscratch_dir = 3', "scratch_dir must be a directory path")]:
+    for engine, fragment in [
+        ('remote = "sc://h:15002"\nscratch_dir = "s"', "scratch_dir must be a directory path"),
+        ('master = "spark://h:7077"\nscratch_dir = 3', "scratch_dir must be a directory path"),
+    ]:
         p = tmp_path / "bad.toml"
         p.write_text(f'[engine]\nkind = "spark"\n{engine}\n[tables.wards]\npublic = true\n')
         with pytest.raises(PolicyError) as info:
             load_policy(p)
         assert fragment in str(info.value) and "every executor" in (info.value.hint or "")
     p = tmp_path / "ok.toml"
-    p.write_text('[engine]\nkind = "spark"\nmaster = "spark://h:7077"\nscratch_dir = "shared"\n'
-                 '[tables.wards]\npublic = true\n')
+    p.write_text(
+        '[engine]\nkind = "spark"\nmaster = "spark://h:7077"\nscratch_dir = "shared"\n[tables.wards]\npublic = true\n'
+    )
     assert load_policy(p).engine.scratch_dir == tmp_path.resolve() / "shared"

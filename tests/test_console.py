@@ -47,8 +47,12 @@ QUERY = "SELECT sex, COUNT(*) AS n, AVG(age) AS mean_age FROM people GROUP BY se
 
 @pytest.fixture
 def console_policy(tmp_path: Path) -> Path:
-    make_db(tmp_path / "db.duckdb", default_people(), default_events(),
-            rows=[((i % 21) - 10.0, 1 + i % 3) for i in range(300)])
+    make_db(
+        tmp_path / "db.duckdb",
+        default_people(),
+        default_events(),
+        rows=[((i % 21) - 10.0, 1 + i % 3) for i in range(300)],
+    )
     return write_policy(tmp_path, epsilon=10.0, extra=OFFICER + SYNOPSIS)
 
 
@@ -87,6 +91,7 @@ def _post(client: TestClient, path: str, data: dict, page: str = "/explain"):
 
 
 # Logins ----------------------------------------------------------------------------------------
+
 
 def test_password_checked_against_the_scram_verifier():
     verifier = Verifier.parse(make_verifier("right horse"))
@@ -150,14 +155,25 @@ def test_logout_ends_the_login_and_its_session(client):
 
 # CSRF and roles --------------------------------------------------------------------------------
 
+
 def test_every_post_without_the_csrf_token_is_refused(client, server):
     _login(client)
     posts = {r.path for r in client.app.routes if "POST" in (getattr(r, "methods", None) or ())}
-    assert posts == {"/login", "/logout", "/explain", "/run", "/run/confirm", "/officer/grants",
-                     "/officer/synopses/publish", "/officer/synopses/drop"}
+    assert posts == {
+        "/login",
+        "/logout",
+        "/explain",
+        "/run",
+        "/run/confirm",
+        "/officer/grants",
+        "/officer/synopses/publish",
+        "/officer/synopses/drop",
+    }
     for path in posts:
-        assert getattr(next(r.endpoint for r in client.app.routes
-                             if getattr(r, "path", "") == path and "POST" in r.methods), "csrf_protected")
+        assert getattr(
+            next(r.endpoint for r in client.app.routes if getattr(r, "path", "") == path and "POST" in r.methods),
+            "csrf_protected",
+        )
         assert client.post(path, data={"sql": QUERY}).status_code == 403, path
         assert client.post(path, data={"sql": QUERY, "csrf": "forged"}).status_code == 403, path
     r = client.post("/run/confirm", data={"sql": QUERY, "cost": json.dumps({"epsilon": 1.0, "delta": 0.0})})
@@ -167,8 +183,14 @@ def test_every_post_without_the_csrf_token_is_refused(client, server):
 
 def test_analysts_are_refused_officer_pages(client, server):
     _login(client)
-    for path in ("/officer/budgets", "/officer/grants", "/officer/audit", "/officer/audit.csv", "/officer/policy",
-                 "/officer/ledger"):
+    for path in (
+        "/officer/budgets",
+        "/officer/grants",
+        "/officer/audit",
+        "/officer/audit.csv",
+        "/officer/policy",
+        "/officer/ledger",
+    ):
         r = client.get(path)
         assert r.status_code == 403 and "privacy officers" in r.text, path
     r = _post(client, "/officer/grants", {"user": "alice", "epsilon": "5", "reason": "me"}, "/budget")
@@ -185,6 +207,7 @@ def test_officer_flag_in_the_policy(tmp_path):
 
 
 # EXPLAIN and runs ------------------------------------------------------------------------------
+
 
 def test_explain_shows_cost_and_error_and_charges_nothing(client, server):
     _login(client)
@@ -237,17 +260,26 @@ def test_refusals_shown_as_the_wire_shows_them_and_internal_errors_hidden(client
 
 # Officer pages ---------------------------------------------------------------------------------
 
+
 def test_grant_recorded_with_reason_and_officer(client, server):
     _login(client, "carol")
     before = server.ledger.state("bob", server.policy.users["bob"].budget)[0].epsilon
-    r = _post(client, "/officer/grants", {"user": "bob", "epsilon": "0.5", "reason": "pilot study, approved"},
-              "/officer/grants")
+    r = _post(
+        client,
+        "/officer/grants",
+        {"user": "bob", "epsilon": "0.5", "reason": "pilot study, approved"},
+        "/officer/grants",
+    )
     assert r.status_code == 303
     assert [(g["epsilon"], g["delta"]) for g in server.ledger.grants("bob")] == [(Fraction(1, 2), Fraction(0))]
     assert server.ledger.state("bob", server.policy.users["bob"].budget)[0].epsilon == before + Fraction(1, 2)
     event = [e for e in server.ledger.events("bob") if e["kind"] == "grant"][0]
-    assert json.loads(event["detail"]) == {"officer": "carol", "epsilon": "0.5", "delta": "0",
-                                           "reason": "pilot study, approved"}
+    assert json.loads(event["detail"]) == {
+        "officer": "carol",
+        "epsilon": "0.5",
+        "delta": "0",
+        "reason": "pilot study, approved",
+    }
     page = client.get(r.headers["location"])
     assert "Granted to bob" in page.text and "pilot study, approved" in page.text and "carol" in page.text
     refused = _post(client, "/officer/grants", {"user": "bob", "epsilon": "1", "reason": ""}, "/officer/grants")
@@ -338,8 +370,9 @@ def test_serve_http_address_and_port_in_use_are_start_up_errors(console_policy):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        busy = CliRunner().invoke(main, ["serve", "-p", str(console_policy), "--port", "0", "--http",
-                                         f"127.0.0.1:{port}"])
+        busy = CliRunner().invoke(
+            main, ["serve", "-p", str(console_policy), "--port", "0", "--http", f"127.0.0.1:{port}"]
+        )
     assert busy.exit_code == 1 and "cannot serve the console" in busy.output
 
 
@@ -354,8 +387,16 @@ def test_console_over_https_with_the_wires_certificate(console_policy, tmp_path)
     cert.cert_chain_pems[0].write_to_path(cert_file)
     cert.private_key_pem.write_to_path(key_file)
     port = free_port()
-    serve = Serve(console_policy, tmp_path / "tls.sqlite", "--tls-cert", str(cert_file), "--tls-key", str(key_file),
-                  "--http", f"127.0.0.1:{port}")
+    serve = Serve(
+        console_policy,
+        tmp_path / "tls.sqlite",
+        "--tls-cert",
+        str(cert_file),
+        "--tls-key",
+        str(key_file),
+        "--http",
+        f"127.0.0.1:{port}",
+    )
     try:
         context = ssl.create_default_context()
         ca.configure_trust(context)
@@ -393,16 +434,19 @@ def test_budget_page_says_when_a_window_refreshes(tmp_path):
 
 # The budget over time --------------------------------------------------------------------------
 
+
 def test_replay_follows_charges_and_grants_to_the_ledgers_state():
     basic = BudgetPolicy("basic", Fraction(1), Fraction(0))
     charges = [(100.0, Cost.pure(Fraction(1, 10))), (200.0, Cost.pure(Fraction(1, 5)))]
     points = timeline.replay(basic, charges, [{"at": 300.0, "epsilon": Fraction(1), "delta": Fraction(0)}], 400.0)
     assert [x for p in points[1:] for x in (p.remaining, p.spent)] == pytest.approx(
-        [0.9, 0.1, 0.7, 0.3, 1.7, 0.3, 1.7, 0.3])
+        [0.9, 0.1, 0.7, 0.3, 1.7, 0.3, 1.7, 0.3]
+    )
     assert points[0].at < 100 and points[0].remaining == 1.0 and points[-1].at == 400.0
     zcdp = BudgetPolicy("zcdp", Fraction(1), Fraction(1, 10**6), Fraction(1, 10**7))
-    after_grant = timeline.replay(zcdp, charges, [{"at": 300.0, "epsilon": Fraction(2), "delta": Fraction(1, 10**6)}],
-                                  400.0)
+    after_grant = timeline.replay(
+        zcdp, charges, [{"at": 300.0, "epsilon": Fraction(2), "delta": Fraction(1, 10**6)}], 400.0
+    )
     assert after_grant[-1].total == 2.0 and after_grant[-1].spent == 0.0  # a new segment, as the ledger opens
     week = 7 * 86400
     windowed = BudgetPolicy("basic", Fraction(1), Fraction(0), window=week)
@@ -426,6 +470,7 @@ def test_the_budget_chart_ends_at_the_budget_show_reports(client, server):
 
 # In a real browser -----------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     """A real `dpsql serve --http` on free loopback ports, with logins for alice, bob and carol."""
@@ -433,9 +478,26 @@ def live(tmp_path_factory):
     make_db(directory / "db.duckdb", default_people(), default_events())
     policy = write_policy(directory, epsilon=10.0, extra=OFFICER)
     ledger = directory / "ledger.sqlite"
-    subprocess.run([sys.executable, "-m", "dpsql.cli", "users", "add", "--policy", str(policy), "--ledger", str(ledger),
-                    "carol", "--password-stdin"], input=PASSWORD + "\n", text=True, check=True, capture_output=True,
-                   cwd=ROOT)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dpsql.cli",
+            "users",
+            "add",
+            "--policy",
+            str(policy),
+            "--ledger",
+            str(ledger),
+            "carol",
+            "--password-stdin",
+        ],
+        input=PASSWORD + "\n",
+        text=True,
+        check=True,
+        capture_output=True,
+        cwd=ROOT,
+    )
     port = free_port()
     serve = Serve(policy, ledger, "--http", f"127.0.0.1:{port}")
     deadline = time.monotonic() + 30
@@ -466,8 +528,9 @@ def test_wire_and_console_served_by_one_process_on_one_ledger(live):
     sql = "SELECT COUNT(*) AS adults FROM people WHERE age >= 18"
     with psycopg.connect(live.dsn("bob"), autocommit=True) as conn:
         assert conn.execute(sql).fetchone()[0] > 0
-    budget = opener.open(live.base + "/login", data=urlencode({"user": "bob", "password": PASSWORD,
-                                                               "csrf": token}).encode())
+    budget = opener.open(
+        live.base + "/login", data=urlencode({"user": "bob", "password": PASSWORD, "csrf": token}).encode()
+    )
     assert budget.url.endswith("/budget")
     assert html.escape(sql) in opener.open(live.base + "/history").read().decode()
 
@@ -516,7 +579,8 @@ def _colours(browser, png: bytes) -> dict[str, int]:
     context = browser.new_context()
     page = context.new_page()
     try:
-        return page.evaluate("""async (data) => {
+        return page.evaluate(
+            """async (data) => {
             const img = new Image();
             img.src = "data:image/png;base64," + data;
             await img.decode();
@@ -535,7 +599,9 @@ def _colours(browser, png: bytes) -> dict[str, int]:
             }
             out.distinct = seen.size;
             return out;
-        }""", base64.b64encode(png).decode())
+        }""",
+            base64.b64encode(png).decode(),
+        )
     finally:
         context.close()
 
@@ -576,8 +642,10 @@ def test_browser_analyst_budget_explain_run_history(browser, live, tmp_path):
         entry = tab.page.locator("article.entry", has_text=sql).first
         assert "cost epsilon=0.75" in entry.inner_text()
         tab.shot(tmp_path / "history.png")
-        for epsilon, other in (("1.5", "SELECT place, AVG(amount) AS mean FROM events GROUP BY place"),
-                               ("0.5", "SELECT COUNT(*) AS people FROM people WHERE age >= 50")):
+        for epsilon, other in (
+            ("1.5", "SELECT place, AVG(amount) AS mean FROM events GROUP BY place"),
+            ("0.5", "SELECT COUNT(*) AS people FROM people WHERE age >= 50"),
+        ):
             tab.goto("/explain")
             tab.page.fill("#sql", other)
             tab.page.fill("input[name=epsilon]", epsilon)
@@ -637,14 +705,14 @@ def test_screenshot_for_the_readme_is_a_real_one():
     assert "docs/console.png" in (ROOT / "README.md").read_text()
 
 
-
 def test_a_loopback_console_answers_only_to_loopback_host_names(server):
     """DNS rebinding: a page on another site that resolves its own name to 127.0.0.1 sends its
     own Host header, which a console bound to loopback refuses."""
     from dpsql.console.app import LOOPBACK_NAMES
 
-    with TestClient(create_app(server, hosts=LOOPBACK_NAMES), base_url="http://127.0.0.1:8080",
-                    follow_redirects=False) as c:
+    with TestClient(
+        create_app(server, hosts=LOOPBACK_NAMES), base_url="http://127.0.0.1:8080", follow_redirects=False
+    ) as c:
         assert c.get("/login").status_code == 200
         assert c.get("/login", headers={"host": "localhost:8080"}).status_code == 200
         assert c.get("/login", headers={"host": "attacker.example"}).status_code == 400

@@ -22,7 +22,10 @@ def test_options_and_escaping():
     assert lines == [b"x\\ty\\\\z\t\\N\n", b"\t3\n"]
     csv = copyout.parse("COPY (SELECT 1) TO STDOUT (FORMAT csv, HEADER)")
     assert copyout.encode(csv, ["a", "b"], [codec.TEXT, codec.INT8], [('say "hi", ok', None), ("", 3)]) == [
-        b"a,b\n", b'"say ""hi"", ok",\n', b'"",3\n']
+        b"a,b\n",
+        b'"say ""hi"", ok",\n',
+        b'"",3\n',
+    ]
     with pytest.raises(Error, match="read-only"):
         copyout.parse("COPY people FROM STDIN")
 
@@ -38,10 +41,14 @@ _SPELLINGS = [
     ("COPY (SELECT 1) TO STDOUT BINARY", ("binary", False, "\t", "\\N", '"', '"', False)),
     ("COPY BINARY places TO STDOUT", ("binary", False, "\t", "\\N", '"', '"', False)),
     ("""COPY (SELECT 1) TO STDOUT (FORMAT "csv", HEADER on, NULL 'NA')""", ("csv", True, ",", "NA", '"', '"', False)),
-    ("COPY (SELECT 1) TO STDOUT WITH CSV HEADER DELIMITER AS ';' QUOTE AS '''' FORCE QUOTE *",
-     ("csv", True, ";", "", "'", "'", True)),
-    (r"COPY (SELECT 1) TO STDOUT (FORMAT csv, FORCE_QUOTE *, ESCAPE E'\\', ENCODING 'UTF8')",
-     ("csv", False, ",", "", '"', "\\", True)),
+    (
+        "COPY (SELECT 1) TO STDOUT WITH CSV HEADER DELIMITER AS ';' QUOTE AS '''' FORCE QUOTE *",
+        ("csv", True, ";", "", "'", "'", True),
+    ),
+    (
+        r"COPY (SELECT 1) TO STDOUT (FORMAT csv, FORCE_QUOTE *, ESCAPE E'\\', ENCODING 'UTF8')",
+        ("csv", False, ",", "", '"', "\\", True),
+    ),
     ("COPY (SELECT 1) TO STDOUT USING DELIMITERS '|' WITH NULL AS ''", ("text", False, "|", "", '"', '"', False)),
     (r"COPY (SELECT 1) TO STDOUT (HEADER false, DELIMITER E'\t')", ("text", False, "\t", "\\N", '"', '"', False)),
 ]
@@ -53,17 +60,20 @@ def test_copy_option_spellings(sql, expected):
     assert (c.format, c.header, c.delimiter, c.null, c.quote, c.escape, c.force_quote) == expected
 
 
-@pytest.mark.parametrize("sql,sqlstate", [
-    ('COPY (SELECT 1) TO STDOUT (FORMAT "BINARY")', "22023"),  # a quoted name keeps its case, as in PostgreSQL
-    ("COPY (SELECT 1) TO STDOUT (FORMAT parquet)", "22023"),
-    ("COPY (SELECT 1) TO STDOUT (FORMAT binary, HEADER)", "42601"),
-    ("COPY (SELECT 1) TO STDOUT (QUOTE '''')", "0A000"),  # CSV only
-    ("COPY (SELECT 1) TO STDOUT (FORMAT csv, FORCE_QUOTE (a))", "0A000"),
-    ("COPY (SELECT 1) TO STDOUT (FORMAT csv, DELIMITER ';;')", "0A000"),
-    ("COPY (SELECT 1) TO STDOUT (FREEZE)", "0A000"),
-    ("COPY (SELECT 1) TO STDOUT (FORMAT csv", "42601"),
-    ("COPY (SELECT 1) TO STDOUT (ENCODING 'LATIN1')", "0A000"),
-])
+@pytest.mark.parametrize(
+    "sql,sqlstate",
+    [
+        ('COPY (SELECT 1) TO STDOUT (FORMAT "BINARY")', "22023"),  # a quoted name keeps its case, as in PostgreSQL
+        ("COPY (SELECT 1) TO STDOUT (FORMAT parquet)", "22023"),
+        ("COPY (SELECT 1) TO STDOUT (FORMAT binary, HEADER)", "42601"),
+        ("COPY (SELECT 1) TO STDOUT (QUOTE '''')", "0A000"),  # CSV only
+        ("COPY (SELECT 1) TO STDOUT (FORMAT csv, FORCE_QUOTE (a))", "0A000"),
+        ("COPY (SELECT 1) TO STDOUT (FORMAT csv, DELIMITER ';;')", "0A000"),
+        ("COPY (SELECT 1) TO STDOUT (FREEZE)", "0A000"),
+        ("COPY (SELECT 1) TO STDOUT (FORMAT csv", "42601"),
+        ("COPY (SELECT 1) TO STDOUT (ENCODING 'LATIN1')", "0A000"),
+    ],
+)
 def test_copy_option_refusals(sql, sqlstate):
     with pytest.raises(Error) as info:
         copyout.parse(sql)
@@ -73,7 +83,10 @@ def test_copy_option_refusals(sql, sqlstate):
 def test_csv_quote_escape_and_force_quote():
     c = copyout.parse(r"COPY (SELECT 1) TO STDOUT (FORMAT csv, HEADER, QUOTE '''', ESCAPE E'\\', FORCE_QUOTE *)")
     assert copyout.encode(c, ["a", "b"], [codec.TEXT, codec.INT8], [("it's \\ here", None), ("x", 3)]) == [
-        b"a,b\n", b"'it\\'s \\\\ here',\n", b"'x','3'\n"]
+        b"a,b\n",
+        b"'it\\'s \\\\ here',\n",
+        b"'x','3'\n",
+    ]
     text = copyout.parse("COPY (SELECT 1) TO STDOUT (HEADER)")  # PostgreSQL 15 writes a header in text format too
     assert copyout.encode(text, ["a b", "c"], [codec.TEXT, codec.INT8], [("x", 1)]) == [b"a b\tc\n", b"x\t1\n"]
 
@@ -82,14 +95,29 @@ def test_csv_quote_escape_and_force_quote():
 @pytest.mark.slow
 def test_psql_copy_and_psycopg_copy(serve, tmp_path):
     out = tmp_path / "counts.csv"
-    done = subprocess.run(["psql", serve.dsn(), "-X", "-c",
-                           f"\\copy (SELECT sex, COUNT(*) AS n FROM people GROUP BY sex) TO '{out}' WITH CSV HEADER"],
-                          capture_output=True, text=True, env=serve.env(), timeout=60)
+    done = subprocess.run(
+        [
+            "psql",
+            serve.dsn(),
+            "-X",
+            "-c",
+            f"\\copy (SELECT sex, COUNT(*) AS n FROM people GROUP BY sex) TO '{out}' WITH CSV HEADER",
+        ],
+        capture_output=True,
+        text=True,
+        env=serve.env(),
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     lines = out.read_text().splitlines()
     assert lines[0] == "sex,n" and [line.split(",")[0] for line in lines[1:]] == ["F", "M"]
-    refused = subprocess.run(["psql", serve.dsn(), "-X", "-c", f"\\copy people TO '{tmp_path / 'rows.txt'}'"],
-                             capture_output=True, text=True, env=serve.env(), timeout=60)
+    refused = subprocess.run(
+        ["psql", serve.dsn(), "-X", "-c", f"\\copy people TO '{tmp_path / 'rows.txt'}'"],
+        capture_output=True,
+        text=True,
+        env=serve.env(),
+        timeout=60,
+    )
     assert refused.returncode != 0 and "selecting rows of a private table" in refused.stderr
     with psycopg.connect(serve.dsn(), autocommit=True) as pg:
         with pg.cursor() as cur:
@@ -118,7 +146,7 @@ def test_declare_fetch_close_charges_once(serve):
             pg.execute("FETCH 1 FROM c1")
         assert pg.execute("SELECT queries FROM dpsql_budget").fetchone() == (1,)
         # psqlODBC sends the cursor's statements in one simple query, then fetches through Describe/Execute
-        pg.execute("BEGIN;DECLARE \"SQL_CUR1\" CURSOR FOR SELECT sex, COUNT(*) FROM people GROUP BY sex")
+        pg.execute('BEGIN;DECLARE "SQL_CUR1" CURSOR FOR SELECT sex, COUNT(*) FROM people GROUP BY sex')
         with pg.cursor() as cur:
             cur.execute('FETCH 100 IN "SQL_CUR1"', prepare=True)
             assert [d.name for d in cur.description] == ["sex", "count"] and len(cur.fetchall()) == 2
@@ -138,8 +166,9 @@ def test_duckdb_postgres_extension(serve):
 
     python = python_tool("duckdb-postgres", ["duckdb==1.5.5", "duckdb-extension-postgres-scanner==1.5.5"])
     env = {**os.environ, "DPSQL_PORT": str(serve.port), "DPSQL_PASSWORD": PASSWORD}
-    proc = subprocess.run([str(python), str(SCRIPTS / "duckdb_postgres_check.py")], env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [str(python), str(SCRIPTS / "duckdb_postgres_check.py")], env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert [s for s, _ in out["grouped"]] == ["F", "M"] and all(isinstance(n, int) for _, n in out["grouped"])

@@ -13,9 +13,11 @@ from dpsql.accounting.filters import make_filter, simulate
 
 def test_interval_columns_are_the_released_intervals(conn):
     cur = conn.cursor()
-    cur.execute("SELECT sex, COUNT(*) AS n, DP_INTERVAL_LOW(n) AS lo, DP_INTERVAL_HIGH(COUNT(*)) AS hi, "
-                "AVG(age) AS a, DP_INTERVAL_HIGH(a) - DP_INTERVAL_LOW(a) AS width FROM people GROUP BY sex "
-                "ORDER BY sex")
+    cur.execute(
+        "SELECT sex, COUNT(*) AS n, DP_INTERVAL_LOW(n) AS lo, DP_INTERVAL_HIGH(COUNT(*)) AS hi, "
+        "AVG(age) AS a, DP_INTERVAL_HIGH(a) - DP_INTERVAL_LOW(a) AS width FROM people GROUP BY sex "
+        "ORDER BY sex"
+    )
     rows = cur.fetchall()
     assert [d[0] for d in cur.description] == ["sex", "n", "lo", "hi", "a", "width"]
     for r, (clo, chi), (alo, ahi) in zip(rows, cur.dp["ci"]["n"], cur.dp["ci"]["a"]):
@@ -82,6 +84,6 @@ def test_explain_scales_a_samples_noise_explains_ratios_and_lays_the_sql_out(con
     assert any(x.startswith("TABLESAMPLE: estimates are divided by the rate 0.1") for x in sampled)
     assert not any(x.startswith("TABLESAMPLE") for x in plain)
     assert any(x.startswith("AVG(age): a ratio of the noisy totals") for x in plain)
-    sql = plain[plain.index("rewritten query:") + 1:]
+    sql = plain[plain.index("rewritten query:") + 1 :]
     assert len(sql) > 20 and max(len(x) for x in sql) < 200
     assert conn.session.budget()["queries"] == 0

@@ -13,8 +13,18 @@ def test_module_globals():
     assert dpsql.apilevel == "2.0"
     assert dpsql.threadsafety == 1
     assert dpsql.paramstyle == "pyformat"
-    for name in ("Warning", "Error", "InterfaceError", "DatabaseError", "DataError", "OperationalError",
-                 "IntegrityError", "InternalError", "ProgrammingError", "NotSupportedError"):
+    for name in (
+        "Warning",
+        "Error",
+        "InterfaceError",
+        "DatabaseError",
+        "DataError",
+        "OperationalError",
+        "IntegrityError",
+        "InternalError",
+        "ProgrammingError",
+        "NotSupportedError",
+    ):
         assert issubclass(getattr(dpsql, name), Exception)
     assert issubclass(dpsql.ProgrammingError, dpsql.DatabaseError)
     assert issubclass(dpsql.DatabaseError, dpsql.Error)
@@ -164,7 +174,7 @@ def test_count_distinct_units_is_unbiased_when_no_unit_is_truncated(conn):
         cur.execute("SELECT COUNT(DISTINCT pid) FROM people")
         answers.append(cur.fetchone()[0])
     assert cur.dp["noise"][0] == {"measure": "COUNT(DISTINCT unit)", "kind": "laplace", "scale": 1.0}
-    sigma_of_mean = (2 ** 0.5) / 10
+    sigma_of_mean = (2**0.5) / 10
     assert abs(statistics.fmean(answers) - 200) <= 5.5 * sigma_of_mean
     cur.execute("SELECT kind, COUNT(DISTINCT pid) FROM events GROUP BY kind")
     assert cur.rowcount == 3
@@ -196,6 +206,6 @@ def test_fetch_first_and_a_failing_cast_of_a_noisy_value(conn):
         cur.execute("SELECT sex, COUNT(*) FROM people GROUP BY sex ORDER BY sex FETCH FIRST 1 ROWS WITH TIES")
     assert info.value.sqlstate == "0A000"
     cur.execute("SELECT SUM(age * 100)::smallint AS s, COUNT(*)::int AS n FROM people")
-    (s, n), = cur.fetchall()
+    ((s, n),) = cur.fetchall()
     assert s is None and isinstance(n, int)
     assert conn.session.budget()["queries"] == 3

@@ -24,8 +24,8 @@ def _mapped(design: str) -> set[str]:
     spaces; a comma-separated list of names (x.py, or a folder x/) is an entry, anything else
     continues the description above. An entry's folder is the nearest folder entry above it
     indented less."""
-    block = design[design.index("```\ndpsql/") + 4:]
-    block = block[:block.index("```")]
+    block = design[design.index("```\ndpsql/") + 4 :]
+    block = block[: block.index("```")]
     folders: list[tuple[int, str]] = []
     named: set[str] = set()
     for line in block.splitlines():

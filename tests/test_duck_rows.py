@@ -12,8 +12,16 @@ import pytest
 from dpsql import duck_rows
 from dpsql.duck_rows import insert_in_chunks, insert_rows
 
-ROWS = [(i, f"k{i}" if i % 7 else None, decimal.Decimal(i) / 4, datetime.date(2020, 1, 1 + i % 28),
-         float(i) / 3 if i % 5 else float("nan")) for i in range(1234)]
+ROWS = [
+    (
+        i,
+        f"k{i}" if i % 7 else None,
+        decimal.Decimal(i) / 4,
+        datetime.date(2020, 1, 1 + i % 28),
+        float(i) / 3 if i % 5 else float("nan"),
+    )
+    for i in range(1234)
+]
 SCHEMA = "(n BIGINT, s VARCHAR, d DECIMAL(10, 2), day DATE, x DOUBLE)"
 
 

@@ -34,14 +34,19 @@ def test_a_key_tuple_twice_is_refused():
         with_empty_groups(_rs([("a", 1, 3, 30), ("a", 1, 4, 40)]), 2, [("a", 1)])
 
 
-@pytest.mark.parametrize("query,keys", [
-    # a declared list (kind), a public table's keys (place), and both: every combination (a
-    # filter on the keys themselves narrows their domain: tests/test_narrow_domains.py)
-    ("SELECT kind, COUNT(*), SUM(amount) FROM events WHERE pid = 1 GROUP BY kind", {("a",), ("b",), ("c",)}),
-    ("SELECT place, COUNT(*) FROM events WHERE pid = 2 GROUP BY place", {("north",), ("south",), ("east",)}),
-    ("SELECT kind, place, AVG(amount) FROM events WHERE amount > 1e9 GROUP BY kind, place",
-     {(k, p) for k in "abc" for p in ("north", "south", "east")}),
-])
+@pytest.mark.parametrize(
+    "query,keys",
+    [
+        # a declared list (kind), a public table's keys (place), and both: every combination (a
+        # filter on the keys themselves narrows their domain: tests/test_narrow_domains.py)
+        ("SELECT kind, COUNT(*), SUM(amount) FROM events WHERE pid = 1 GROUP BY kind", {("a",), ("b",), ("c",)}),
+        ("SELECT place, COUNT(*) FROM events WHERE pid = 2 GROUP BY place", {("north",), ("south",), ("east",)}),
+        (
+            "SELECT kind, place, AVG(amount) FROM events WHERE amount > 1e9 GROUP BY kind, place",
+            {(k, p) for k in "abc" for p in ("north", "south", "east")},
+        ),
+    ],
+)
 @pytest.mark.parametrize("weighted", [True, False])
 def test_a_session_releases_every_declared_group_whatever_the_data_holds(session, query, keys, weighted):
     """The filter leaves rows in few groups or none; the others are released all the same (with
@@ -80,7 +85,11 @@ def test_rows_outside_the_declared_domain_never_become_a_group(tmp_path, weighte
         if not weighted:
             s._weighting = lambda plan: None
         s.execute("SET dpsql.cache = off")
-        assert sorted(r[0] for r in s.execute("SELECT kind, COUNT(*) FROM events GROUP BY kind").rows) == ["a", "b", "c"]
+        assert sorted(r[0] for r in s.execute("SELECT kind, COUNT(*) FROM events GROUP BY kind").rows) == [
+            "a",
+            "b",
+            "c",
+        ]
     finally:
         s.close()
 

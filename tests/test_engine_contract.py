@@ -21,8 +21,12 @@ def test_every_engine_kind_a_policy_accepts_is_registered():
 
 def test_a_declared_capability_is_a_method_the_engine_overrides():
     """A flag set on a class means the engine wrote that method (not the base's NotImplementedError)."""
-    methods = {"literal_sql": "literal_sql", "execute_reused": "execute_reused", "weighted_copy": "weighted_copy",
-               "copy_totals": "copy_totals"}
+    methods = {
+        "literal_sql": "literal_sql",
+        "execute_reused": "execute_reused",
+        "weighted_copy": "weighted_copy",
+        "copy_totals": "copy_totals",
+    }
     for cls in ENGINES.values():
         for flag, method in methods.items():
             if getattr(cls.capabilities, flag):
@@ -31,7 +35,10 @@ def test_a_declared_capability_is_a_method_the_engine_overrides():
 
 
 def test_nothing_probes_an_engine_with_getattr_or_hasattr():
-    probes = [f"{path.relative_to(ROOT)}:{n}" for path in (ROOT / "dpsql").rglob("*.py")
-              for n, line in enumerate(path.read_text().splitlines(), 1)
-              if re.search(r"\b(getattr|hasattr)\([^,]*engine\b", line)]
+    probes = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in (ROOT / "dpsql").rglob("*.py")
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\b(getattr|hasattr)\([^,]*engine\b", line)
+    ]
     assert not probes, f"read engine.capabilities instead: {probes}"

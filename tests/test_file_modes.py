@@ -62,8 +62,9 @@ def _names(paths) -> set[str]:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dpsql.cli", *args], capture_output=True, text=True, timeout=120,
-                          cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "dpsql.cli", *args], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
 
 
 def test_a_new_ledger_its_backup_and_their_logs_are_owner_only(tmp_path, umask):
@@ -83,8 +84,17 @@ def test_a_new_ledger_its_backup_and_their_logs_are_owner_only(tmp_path, umask):
     journal.execute("ROLLBACK")
     journal.close()
     led.close()
-    assert {"var", "dpsql", "ledger.sqlite-wal", "ledger.sqlite-shm", "ledger.sqlite-writers", "ledger.sqlite.id",
-            "backup.sqlite", "backup.sqlite.id", "backup.sqlite-journal"} <= _names(created)
+    assert {
+        "var",
+        "dpsql",
+        "ledger.sqlite-wal",
+        "ledger.sqlite-shm",
+        "ledger.sqlite-writers",
+        "ledger.sqlite.id",
+        "backup.sqlite",
+        "backup.sqlite.id",
+        "backup.sqlite-journal",
+    } <= _names(created)
     assert wrong == {}
 
 
@@ -110,8 +120,9 @@ def test_a_randomized_response_release_is_owner_only(small_policy, umask):
     """`dpsql release`: DuckDB's COPY replaces its target with a file of the umask's mode."""
     before = _entries(small_policy.parent)
     out = small_policy.parent / "rr.parquet"
-    done = _cli("release", "-p", str(small_policy), "-U", "alice", "people", "sex", "--epsilon", "100",
-                "--out", str(out))
+    done = _cli(
+        "release", "-p", str(small_policy), "-U", "alice", "people", "sex", "--epsilon", "100", "--out", str(out)
+    )
     assert done.returncode == 0, done.stderr
     created = _entries(small_policy.parent) - before
     assert {"rr.parquet", "rr_estimates.parquet", "policy.ledger.sqlite", "policy.ledger.sqlite.id"} <= _names(created)
@@ -145,8 +156,10 @@ def test_verify_warns_about_a_ledger_others_can_read(small_policy):
     verified = _cli("ledger", "verify", "--policy", str(small_policy))
     assert verified.returncode == 0 and "verified" in verified.stdout  # a warning, not a failure
     warnings = [line for line in verified.stderr.splitlines() if line.startswith("WARNING")]
-    assert f"WARNING: ledger file {ledger} has mode 0644: users other than its owner can read it; " \
-           f"make it private with: chmod 600 {ledger}" in warnings
+    assert (
+        f"WARNING: ledger file {ledger} has mode 0644: users other than its owner can read it; "
+        f"make it private with: chmod 600 {ledger}" in warnings
+    )
     for line in warnings:  # SQLite gave the -wal and -shm it created the ledger's mode: named too
         assert line.startswith(f"WARNING: ledger file {ledger}") and " has mode 0644: " in line, line
     for p in ledger.parent.glob(ledger.name + "*"):

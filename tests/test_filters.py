@@ -26,10 +26,29 @@ EXPECTED = {  # (1.0, 1e-6) budget, Laplace queries of 0.001 / 0.01 / 0.1
 def test_budget_simulate_reproduces_the_literature(kind):
     got = []
     for eps in ("0.001", "0.01", "0.1"):
-        out = subprocess.run([sys.executable, "-m", "dpsql.cli", "budget", "simulate", "--filter", kind,
-                              "--epsilon", "1", "--delta", "1e-6", "--query-epsilon", eps, "--json",
-                              "--delta-reserve", "0"],  # the literature keeps all of delta for the filter
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "dpsql.cli",
+                "budget",
+                "simulate",
+                "--filter",
+                kind,
+                "--epsilon",
+                "1",
+                "--delta",
+                "1e-6",
+                "--query-epsilon",
+                eps,
+                "--json",
+                "--delta-reserve",
+                "0",
+            ],  # the literature keeps all of delta for the filter
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.returncode == 0, out.stderr
         got.append(json.loads(out.stdout)["queries"])
     assert tuple(got) == EXPECTED[kind]
@@ -77,8 +96,12 @@ def _connect_with_filter(small_policy, tmp_path, kind: str):
     import dpsql
 
     policy = small_policy.parent / f"{kind}.toml"
-    policy.write_text(small_policy.read_text().replace('filter = "basic"', f'filter = "{kind}"')
-                      .replace("epsilon = 1000.0", "epsilon = 1.0").replace("query_epsilon = 1.0", "query_epsilon = 0.1"))
+    policy.write_text(
+        small_policy.read_text()
+        .replace('filter = "basic"', f'filter = "{kind}"')
+        .replace("epsilon = 1000.0", "epsilon = 1.0")
+        .replace("query_epsilon = 1.0", "query_epsilon = 0.1")
+    )
     return dpsql.connect(policy, user="alice", ledger=tmp_path / f"{kind}.sqlite")
 
 
@@ -102,7 +125,9 @@ def test_grant_and_history(small_policy, tmp_path):
     led = tmp_path / "g.sqlite"
     base = [sys.executable, "-m", "dpsql.cli"]
     common = ["--policy", str(small_policy), "--ledger", str(led)]
-    q = subprocess.run(base + ["query", *common, "--user", "bob", "SELECT COUNT(*) FROM people"], capture_output=True, text=True)
+    q = subprocess.run(
+        base + ["query", *common, "--user", "bob", "SELECT COUNT(*) FROM people"], capture_output=True, text=True
+    )
     assert q.returncode == 0, q.stderr
     g = subprocess.run(base + ["budget", "grant", *common, "bob", "--epsilon", "0.5"], capture_output=True, text=True)
     assert g.returncode == 0 and "granted epsilon=0.5" in g.stdout, g.stderr

@@ -96,13 +96,21 @@ def test_keys_that_collide_in_the_column_type_are_released_once(tmp_path):
     conn.close()
 
 
-@pytest.mark.parametrize("values, type_name, distinct", [
-    (("F", "M"), "VARCHAR", False), (("F", "M"), "text", False), ((1, 2), "BIGINT", False),
-    ((True, False), "BOOLEAN", False),
-    (("ab", "ab "), "CHAR(3)", True), (("abcd", "abce"), "VARCHAR(3)", True),  # PostgreSQL pads, truncates
-    ((1.01, 1.04), "DECIMAL(4, 1)", True), (("1", "01"), "INTEGER", True), ((1, True), "INTEGER", True),
-    (("2024-01-01",), "DATE", True),
-])
+@pytest.mark.parametrize(
+    "values, type_name, distinct",
+    [
+        (("F", "M"), "VARCHAR", False),
+        (("F", "M"), "text", False),
+        ((1, 2), "BIGINT", False),
+        ((True, False), "BOOLEAN", False),
+        (("ab", "ab "), "CHAR(3)", True),
+        (("abcd", "abce"), "VARCHAR(3)", True),  # PostgreSQL pads, truncates
+        ((1.01, 1.04), "DECIMAL(4, 1)", True),
+        (("1", "01"), "INTEGER", True),
+        ((1, True), "INTEGER", True),
+        (("2024-01-01",), "DATE", True),
+    ],
+)
 def test_the_engine_deduplicates_keys_unless_their_cast_cannot_merge_them(values, type_name, distinct):
     """DISTINCT (the costliest part of a small grouped query) is left out only where the
     declared values are of the column's own type and unequal, so no key can be released twice."""
@@ -122,11 +130,12 @@ def test_query_options_bound_like_the_same_policy(tmp_path):
     option_policy.write_text(text)
     bound_policy = tmp_path / "bound.toml"
     bound_policy.write_text(text.replace("max_groups = 4", "max_groups = 1"))
-    query = ("SELECT {clause} CASE WHEN cost > 5000 THEN 'high' ELSE 'low' END AS b, COUNT(*) "
-             "FROM visits GROUP BY 1")
+    query = "SELECT {clause} CASE WHEN cost > 5000 THEN 'high' ELSE 'low' END AS b, COUNT(*) FROM visits GROUP BY 1"
     values = []
-    for policy, clause in ((option_policy, "WITH DIFFERENTIAL_PRIVACY OPTIONS(max_groups_contributed = 1)"),
-                           (bound_policy, "")):
+    for policy, clause in (
+        (option_policy, "WITH DIFFERENTIAL_PRIVACY OPTIONS(max_groups_contributed = 1)"),
+        (bound_policy, ""),
+    ):
         s = Session(load_policy(policy), "alice", ledger=_ledger(tmp_path, policy))
         s.execute("SET dpsql.mechanism = 'gaussian'")
         values.append(_pre_noise(s, query.format(clause=clause)))
@@ -157,8 +166,13 @@ def _scratch_dirs(base: Path) -> list[Path]:
 
 def _run_build(small_policy: Path, tmp: Path, end: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "TMPDIR": str(tmp)}
-    return subprocess.run([sys.executable, "-c", _BUILD.format(end=end), str(small_policy),
-                           str(small_policy.parent / "l.sqlite")], env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", _BUILD.format(end=end), str(small_policy), str(small_policy.parent / "l.sqlite")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.fixture
@@ -376,8 +390,10 @@ columns.city = {{ keys = ["c0", "c1", "c2"] }}
     return path
 
 
-@pytest.mark.parametrize("age, expected", [("{ lower = 0, upper = 110 }", "DOUBLE"),
-                                           ('{ lower = 0, upper = 110, type = "INTEGER" }', "INTEGER")])
+@pytest.mark.parametrize(
+    "age, expected",
+    [("{ lower = 0, upper = 110 }", "DOUBLE"), ('{ lower = 0, upper = 110, type = "INTEGER" }', "INTEGER")],
+)
 def test_csv_column_types_come_from_the_policy(tmp_path, age, expected):
     """One person's 42.5 (or 'n/a') among integers must not change the served schema, nor turn
     GROUP BY age from its declared integer domain to partition selection."""
@@ -453,17 +469,22 @@ def test_units_within_the_row_limit_skip_per_unit_bounding_when_groups_cannot_bi
     from .conftest import make_db, write_policy
 
     counts = [1, 2, 3, 3, 4, 7, 2]  # rows per unit; max_groups = 2, max_rows = 3
-    events = [(pid, "abc"[i % 3], float(i * 7 % 20), "north") for pid, n in enumerate(counts, start=1)
-              for i in range(n)]
+    events = [
+        (pid, "abc"[i % 3], float(i * 7 % 20), "north") for pid, n in enumerate(counts, start=1) for i in range(n)
+    ]
     people = [(pid, 30.0, "F", "Oslo") for pid in range(1, len(counts) + 1)]
     make_db(tmp_path / "db.duckdb", people, events)
     s = Session(load_policy(write_policy(tmp_path)), "alice")
     try:
         for mechanism, text, light in (
-                ("laplace", "SELECT COUNT(*) FROM events", 3),
-                ("gaussian", "SELECT CASE WHEN amount < 10 THEN 'low' ELSE 'high' END AS b, COUNT(*) FROM events "
-                             "GROUP BY b", 3),  # a declared domain of 2 = max_groups
-                ("gaussian", "SELECT kind, COUNT(*) FROM events GROUP BY kind", 2)):  # 3 keys > max_groups
+            ("laplace", "SELECT COUNT(*) FROM events", 3),
+            (
+                "gaussian",
+                "SELECT CASE WHEN amount < 10 THEN 'low' ELSE 'high' END AS b, COUNT(*) FROM events GROUP BY b",
+                3,
+            ),  # a declared domain of 2 = max_groups
+            ("gaussian", "SELECT kind, COUNT(*) FROM events GROUP BY kind", 2),
+        ):  # 3 keys > max_groups
             s.execute(f"SET dpsql.mechanism = '{mechanism}'")
             plan, _ = s._prepare(classify(text).tree)
             sql = s.bounded_sql(plan)
@@ -473,7 +494,7 @@ def test_units_within_the_row_limit_skip_per_unit_bounding_when_groups_cannot_bi
             n = len(plan.keys)  # then the unit counts, which only partition selection reads (none here)
 
             def measures(query: str) -> list[tuple]:
-                return sorted(r[:n] + r[n + 1:] for r in zip(*s.engine.execute(query).columns))
+                return sorted(r[:n] + r[n + 1 :] for r in zip(*s.engine.execute(query).columns))
 
             assert not plan.needs_selection and measures(sql) == measures(per_unit)
     finally:

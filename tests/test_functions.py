@@ -46,26 +46,40 @@ def refused(cur, sql: str, sqlstate: str) -> str:
 
 # The clock ------------------------------------------------------------------------------------
 def test_every_clock_spelling_is_pinned_to_one_typed_literal():
-    sql = ("SELECT NOW(), now(), CURRENT_TIMESTAMP, CURRENT_TIMESTAMP(0), CURRENT_DATE, LOCALTIMESTAMP, LOCALTIME, "
-           "CURRENT_TIME, transaction_timestamp(), statement_timestamp(), clock_timestamp() FROM wards "
-           "WHERE 1 IN (SELECT 1 WHERE CURRENT_DATE > DATE '2000-01-01')")
+    sql = (
+        "SELECT NOW(), now(), CURRENT_TIMESTAMP, CURRENT_TIMESTAMP(0), CURRENT_DATE, LOCALTIMESTAMP, LOCALTIME, "
+        "CURRENT_TIME, transaction_timestamp(), statement_timestamp(), clock_timestamp() FROM wards "
+        "WHERE 1 IN (SELECT 1 WHERE CURRENT_DATE > DATE '2000-01-01')"
+    )
     tree = classify(sql).tree
     assert has_clock(tree)
     out = pinned(tree, AT)
     assert not has_clock(out) and has_clock(tree)  # a copy: the parsed (cached) tree keeps its clock
     got = [e.sql(dialect="postgres") for e in out.expressions]
     stamp = "CAST('2024-06-15 13:45:07.250300+00' AS TIMESTAMPTZ)"
-    assert got == [stamp, stamp, stamp, "CAST('2024-06-15 13:45:07+00' AS TIMESTAMPTZ)", "CAST('2024-06-15' AS DATE)",
-                   "CAST('2024-06-15 13:45:07.250300' AS TIMESTAMP)", "CAST('13:45:07.250300' AS TIME)",
-                   "CAST('13:45:07.250300+00' AS TIMETZ)", stamp, stamp, stamp]
+    assert got == [
+        stamp,
+        stamp,
+        stamp,
+        "CAST('2024-06-15 13:45:07+00' AS TIMESTAMPTZ)",
+        "CAST('2024-06-15' AS DATE)",
+        "CAST('2024-06-15 13:45:07.250300' AS TIMESTAMP)",
+        "CAST('13:45:07.250300' AS TIME)",
+        "CAST('13:45:07.250300+00' AS TIMETZ)",
+        stamp,
+        stamp,
+        stamp,
+    ]
     assert "CAST('2024-06-15' AS DATE)" in out.args["where"].sql(dialect="postgres")  # subqueries too
     assert pinned(classify("SELECT 1").tree, AT).sql() == "SELECT 1"
 
 
 def test_clock_functions_answer_over_no_table_in_utc(cur):
     before = datetime.datetime.now(UTC)
-    cur.execute("SELECT NOW(), CURRENT_DATE, LOCALTIMESTAMP, clock_timestamp(), NOW() - INTERVAL '30 days', "
-                "CURRENT_DATE - 7, date_trunc('month', now())")
+    cur.execute(
+        "SELECT NOW(), CURRENT_DATE, LOCALTIMESTAMP, clock_timestamp(), NOW() - INTERVAL '30 days', "
+        "CURRENT_DATE - 7, date_trunc('month', now())"
+    )
     now, today, local, clock, month_ago, week_ago, month = cur.fetchone()
     after = datetime.datetime.now(UTC)
     assert before <= now <= after and clock == now  # one instant per statement
@@ -93,7 +107,7 @@ RELATIVE = [  # as Metabase, Looker and Superset write relative-date filters
     " + (900 || ' day')::INTERVAL))))) GROUP BY DATE_TRUNC('month', visits.visit_date ) ORDER BY 1 DESC LIMIT 500",
     # Metabase: "previous 900 days" and a week starting on Sunday
     "SELECT CAST(date_trunc('week', (visit_date + INTERVAL '1 day')) + INTERVAL '-1 day' AS date) AS \"visit_date\", "
-    "COUNT(*) AS \"count\" FROM \"public\".\"visits\" WHERE \"public\".\"visits\".\"visit_date\" >= "
+    'COUNT(*) AS "count" FROM "public"."visits" WHERE "public"."visits"."visit_date" >= '
     "CAST((CAST(NOW() AS timestamp) + INTERVAL '-900 day') AS date) GROUP BY 1 ORDER BY 1 ASC",
     # Superset: a time range as TO_TIMESTAMP and TO_DATE literals
     "SELECT DATE_TRUNC('week', visit_date) AS visit_date, COUNT(*) AS count FROM visits WHERE visit_date >= "
@@ -177,11 +191,23 @@ def test_format_refuses_what_postgresql_refuses(cur):
 
 
 def test_string_functions_over_a_public_table_and_constants(cur):
-    cur.execute("SELECT replace(name, 'a', 'b'), split_part(name, 'o', 1), lpad(name, 12, '*'), rpad(name, 3), "
-                "concat_ws('/', name, floor), reverse(name), format('%I', lower(name)), "
-                "format('SELECT COUNT(*) FROM visits WHERE ward = %L', name) FROM wards WHERE name = 'Cardiology'")
-    assert cur.fetchall() == [("Cbrdiology", "Cardi", "**Cardiology", "Car", "Cardiology/2", "ygoloidraC", "cardiology",
-                               "SELECT COUNT(*) FROM visits WHERE ward = 'Cardiology'")]
+    cur.execute(
+        "SELECT replace(name, 'a', 'b'), split_part(name, 'o', 1), lpad(name, 12, '*'), rpad(name, 3), "
+        "concat_ws('/', name, floor), reverse(name), format('%I', lower(name)), "
+        "format('SELECT COUNT(*) FROM visits WHERE ward = %L', name) FROM wards WHERE name = 'Cardiology'"
+    )
+    assert cur.fetchall() == [
+        (
+            "Cbrdiology",
+            "Cardi",
+            "**Cardiology",
+            "Car",
+            "Cardiology/2",
+            "ygoloidraC",
+            "cardiology",
+            "SELECT COUNT(*) FROM visits WHERE ward = 'Cardiology'",
+        )
+    ]
     cur.execute("SELECT split_part('a-b-c', '-', 2), upper(replace('x_y', '_', ' ')), lpad('7', 3, '0')")
     assert cur.fetchone() == ("b", "X Y", "007")
     cur.execute("SELECT COUNT(*) FROM visits WHERE diagnosis = replace('cbrdibc', 'b', 'a')")  # a constant: allowed
@@ -191,7 +217,7 @@ def test_string_functions_over_a_public_table_and_constants(cur):
 def test_formatting_a_released_aggregate_is_post_processing(cur):
     """FORMAT, LPAD... of an aggregate run over its released value, with PostgreSQL's meaning."""
     cur.execute("SELECT format('%s visits', COUNT(*)) AS t, lpad(CAST(COUNT(*) AS TEXT), 9, '0') AS p FROM visits")
-    (text, padded), = cur.fetchall()
+    ((text, padded),) = cur.fetchall()
     assert text.endswith(" visits") and text.split()[0].isdigit() and len(padded) == 9 and padded.isdigit()
     cur.execute("SELECT ward, format('%s: %s', ward, SUM(cost)) FROM visits GROUP BY ward ORDER BY 1 LIMIT 1")
     ward, text = cur.fetchone()
@@ -211,11 +237,31 @@ def test_gexec_style_generated_sql_runs(cur):
 
 # TO_CHAR, EXTRACT, date_part ------------------------------------------------------------------
 TO_CHAR = [  # PostgreSQL's to_char(TIMESTAMP '2024-03-05 14:07:09.123456', pattern)
-    ("YYYY-MM-DD HH24:MI:SS", "2024-03-05 14:07:09"), ("HH12:MI AM", "02:07 PM"), ("hh:mi pm", "02:07 pm"),
-    ("Month", "March    "), ("FMMonth", "March"), ("MONTH", "MARCH    "), ("Mon", "Mar"), ("mon", "mar"),
-    ("Day", "Tuesday  "), ("FMDay", "Tuesday"), ("Dy", "Tue"), ("D", "3"), ("ID", "2"), ("DDD", "065"),
-    ("Q", "1"), ("IW", "10"), ("WW", "10"), ("W", "1"), ("MS", "123"), ("US", "123456"), ("YY", "24"),
-    ("FMDD", "5"), ('YYYY-"Q"Q', "2024-Q1"), ("IYYY-IW", "2024-10"), ("YYYY-MM", "2024-03"),
+    ("YYYY-MM-DD HH24:MI:SS", "2024-03-05 14:07:09"),
+    ("HH12:MI AM", "02:07 PM"),
+    ("hh:mi pm", "02:07 pm"),
+    ("Month", "March    "),
+    ("FMMonth", "March"),
+    ("MONTH", "MARCH    "),
+    ("Mon", "Mar"),
+    ("mon", "mar"),
+    ("Day", "Tuesday  "),
+    ("FMDay", "Tuesday"),
+    ("Dy", "Tue"),
+    ("D", "3"),
+    ("ID", "2"),
+    ("DDD", "065"),
+    ("Q", "1"),
+    ("IW", "10"),
+    ("WW", "10"),
+    ("W", "1"),
+    ("MS", "123"),
+    ("US", "123456"),
+    ("YY", "24"),
+    ("FMDD", "5"),
+    ('YYYY-"Q"Q', "2024-Q1"),
+    ("IYYY-IW", "2024-10"),
+    ("YYYY-MM", "2024-03"),
 ]
 
 
@@ -232,11 +278,17 @@ def test_to_char_refuses_patterns_it_does_not_write_out(cur):
     assert "number" in refused(cur, "SELECT to_char(1234.5, '9999.9')", "0A000")
 
 
-@pytest.mark.parametrize("key,size", [
-    ("TO_CHAR(visit_date, 'YYYY-MM')", 24), ("TO_CHAR(visit_date, 'YYYY-\"Q\"Q')", 8),
-    ("TO_CHAR(visit_date, 'Dy')", 7), ("date_part('month', visit_date)", 12), ("EXTRACT(dow FROM visit_date)", 7),
-    ("TO_CHAR(date_trunc('week', visit_date), 'IYYY-IW')", None),
-])
+@pytest.mark.parametrize(
+    "key,size",
+    [
+        ("TO_CHAR(visit_date, 'YYYY-MM')", 24),
+        ("TO_CHAR(visit_date, 'YYYY-\"Q\"Q')", 8),
+        ("TO_CHAR(visit_date, 'Dy')", 7),
+        ("date_part('month', visit_date)", 12),
+        ("EXTRACT(dow FROM visit_date)", 7),
+        ("TO_CHAR(date_trunc('week', visit_date), 'IYYY-IW')", None),
+    ],
+)
 def test_groupings_of_a_bounded_date_have_a_declared_domain(cur, key, size):
     """Grouping by a function of visit_date (public bounds): the image of its declared days is
     the domain, so no partition selection and no delta, and every key is released."""
@@ -281,10 +333,17 @@ def test_nested_questions_are_answered_and_charged_once(cur, sql):
 
 
 def test_nested_refusals_charge_nothing(cur):
-    refused(cur, "SELECT * FROM (SELECT * FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id) a) b",
-            "42501")
-    refused(cur, "SELECT * FROM (SELECT * FROM (SELECT ward, COUNT(*) AS c FROM visits GROUP BY ward) a "
-                 "WHERE c > (SELECT COUNT(*) FROM patients)) b", "0A000")
+    refused(
+        cur,
+        "SELECT * FROM (SELECT * FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id) a) b",
+        "42501",
+    )
+    refused(
+        cur,
+        "SELECT * FROM (SELECT * FROM (SELECT ward, COUNT(*) AS c FROM visits GROUP BY ward) a "
+        "WHERE c > (SELECT COUNT(*) FROM patients)) b",
+        "0A000",
+    )
     refused(cur, "SELECT * FROM (SELECT * FROM visits) b LIMIT 1", "42501")
 
 
@@ -307,12 +366,15 @@ def test_through_dpsql_serve(hospital_serve):
         assert abs(now - datetime.datetime.now(UTC)) < datetime.timedelta(minutes=5) and today == now.date()
         assert f == "1-2" and queries(conn) == 0
         assert conn.execute("SELECT replace(name, 'a', 'b') FROM wards WHERE name = 'Cardiology'").fetchone() == (
-            "Cbrdiology",)
-        (n,) = conn.execute("SELECT COUNT(*) FROM visits WHERE visit_date >= CAST(NOW() + INTERVAL '-900 day' AS date)"
-                            ).fetchone()
+            "Cbrdiology",
+        )
+        (n,) = conn.execute(
+            "SELECT COUNT(*) FROM visits WHERE visit_date >= CAST(NOW() + INTERVAL '-900 day' AS date)"
+        ).fetchone()
         assert isinstance(n, int) and queries(conn) == 1
-        months = conn.execute("SELECT TO_CHAR(visit_date, 'YYYY-MM') AS m, COUNT(*) FROM visits GROUP BY 1 ORDER BY 1"
-                              ).fetchall()
+        months = conn.execute(
+            "SELECT TO_CHAR(visit_date, 'YYYY-MM') AS m, COUNT(*) FROM visits GROUP BY 1 ORDER BY 1"
+        ).fetchall()
         assert [m for m, _ in months][:2] == ["2023-01", "2023-02"] and len(months) == 24 and queries(conn) == 2
         cur = conn.execute(NESTED[1])
         assert [d.name for d in cur.description] == ["ward", "c"] and 1 <= len(cur.fetchall()) <= 5
@@ -327,6 +389,7 @@ def test_through_dpsql_serve(hospital_serve):
         assert queries(conn) == 3  # refusals charge nothing
         # a prepared statement with a clock: each execution its own instant, described the same
         for _ in range(2):
-            conn.execute("SELECT COUNT(*) FROM visits WHERE visit_date >= NOW() - %s::interval", ("800 days",),
-                         prepare=True).fetchone()
+            conn.execute(
+                "SELECT COUNT(*) FROM visits WHERE visit_date >= NOW() - %s::interval", ("800 days",), prepare=True
+            ).fetchone()
         assert queries(conn) == 5

@@ -40,10 +40,19 @@ def hockey_stick(epsilon: float, sigma: float, shift: int) -> Decimal:
         return total / norm
 
 
-@pytest.mark.parametrize("epsilon,sigma,shift", [
-    (1.0, 3.7405, 1), (4.0, 1.0576, 1), (0.5, 2.0, 1), (1.0, 7.3, 3), (0.3, 25.5, 2), (2.0, 0.8, 1),
-    (1.0, 10.0, 10), (0.1, 45.9, 1),
-])
+@pytest.mark.parametrize(
+    "epsilon,sigma,shift",
+    [
+        (1.0, 3.7405, 1),
+        (4.0, 1.0576, 1),
+        (0.5, 2.0, 1),
+        (1.0, 7.3, 3),
+        (0.3, 25.5, 2),
+        (2.0, 0.8, 1),
+        (1.0, 10.0, 10),
+        (0.1, 45.9, 1),
+    ],
+)
 def test_curve_is_the_hockey_stick_divergence(epsilon, sigma, shift):
     truth = hockey_stick(epsilon, sigma, shift)
     ours = Decimal(discrete_gaussian_delta(epsilon, sigma, shift))
@@ -51,8 +60,10 @@ def test_curve_is_the_hockey_stick_divergence(epsilon, sigma, shift):
     assert ours <= truth * Decimal("1.00001") + Decimal("1e-300")  # and tight
 
 
-@pytest.mark.parametrize("epsilon,sigma,shift", [(0.002, 2500.0, 1), (1.0, 5000.0, 1300), (0.001, 3000.0, 1),
-                                                 (0.2, 4000.0, 900), (0.1, 2200.0, 50)])
+@pytest.mark.parametrize(
+    "epsilon,sigma,shift",
+    [(0.002, 2500.0, 1), (1.0, 5000.0, 1300), (0.001, 3000.0, 1), (0.2, 4000.0, 900), (0.1, 2200.0, 50)],
+)
 def test_large_sigma_bound_is_above_the_lattice_sum(epsilon, sigma, shift):
     """Beyond SUMMED_SIGMA the curve comes from an integral bound: above the exact sum, within 0.2 %."""
     assert sigma > SUMMED_SIGMA
@@ -62,8 +73,15 @@ def test_large_sigma_bound_is_above_the_lattice_sum(epsilon, sigma, shift):
     assert bound <= exact * 1.002
 
 
-@pytest.mark.parametrize("epsilon,delta", [(Fraction(1), Fraction(1, 10**5)), (Fraction(1, 10), Fraction(1, 10**8)),
-                                           (Fraction(1, 100), Fraction(1, 10**8)), (Fraction(4), Fraction(1, 10**5))])
+@pytest.mark.parametrize(
+    "epsilon,delta",
+    [
+        (Fraction(1), Fraction(1, 10**5)),
+        (Fraction(1, 10), Fraction(1, 10**8)),
+        (Fraction(1, 100), Fraction(1, 10**8)),
+        (Fraction(4), Fraction(1, 10**5)),
+    ],
+)
 def test_sigma_from_the_curve_is_private_and_smaller(epsilon, delta):
     """The σ chosen meets (ε, δ) by the independent evaluation, is the smallest that does (to
     1e-6), and is 5-15 % below the zCDP route's."""

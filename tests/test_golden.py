@@ -30,7 +30,15 @@ from dpsql.sql.rewrite import rewrite
 from .conftest import make_db, write_policy
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-STRATEGIES = ["row_units", "per_group_cap", "partition_selection", "total_cap", "l2_clip", "weighted_copy", "split_copy"]
+STRATEGIES = [
+    "row_units",
+    "per_group_cap",
+    "partition_selection",
+    "total_cap",
+    "l2_clip",
+    "weighted_copy",
+    "split_copy",
+]
 # (policy variant, mechanism, query). "capped": events declare max_contributions = 6;
 # "weighted": the plan is rendered over a weighted copy named weights; "totals": over that copy
 # with its stored columns (stored<j>) and their totals (weight_totals); "split": the capped
@@ -58,9 +66,17 @@ CASES = [
     ("weighted", "laplace", "SELECT COUNT(*), AVG(age) FROM people"),
     ("totals", "laplace", "SELECT COUNT(*), AVG(age) FROM people"),
     ("totals", "laplace", "SELECT sex, COUNT(*) FROM people GROUP BY sex"),
-    ("split", "laplace", "SELECT kind, COUNT(*), SUM(amount), MEDIAN(amount) FROM events WHERE amount > 10 GROUP BY kind"),
-    ("split", "gaussian", "SELECT pl.region, COUNT(*), AVG(e.amount) FROM events e JOIN places pl ON e.place = pl.name "
-              "GROUP BY pl.region"),
+    (
+        "split",
+        "laplace",
+        "SELECT kind, COUNT(*), SUM(amount), MEDIAN(amount) FROM events WHERE amount > 10 GROUP BY kind",
+    ),
+    (
+        "split",
+        "gaussian",
+        "SELECT pl.region, COUNT(*), AVG(e.amount) FROM events e JOIN places pl ON e.place = pl.name "
+        "GROUP BY pl.region",
+    ),
     ("split", "laplace", "SELECT city, COUNT(*), AVG(age) FROM people WHERE sex = 'F' GROUP BY city"),
     ("split", "laplace", "SELECT CAST(amount AS INTEGER) % 7 AS r, COUNT(*) FROM events GROUP BY r"),
 ]
@@ -81,8 +97,11 @@ def sessions(tmp_path):
     capped_dir = tmp_path / "capped"
     capped_dir.mkdir()
     capped = capped_dir / "policy.toml"
-    capped.write_text(plain.read_text().replace('database = "db.duckdb"', f'database = "{tmp_path / "db.duckdb"}"')
-                      .replace("max_rows = 3\n", "max_rows = 3\nmax_contributions = 6\n"))
+    capped.write_text(
+        plain.read_text()
+        .replace('database = "db.duckdb"', f'database = "{tmp_path / "db.duckdb"}"')
+        .replace("max_rows = 3\n", "max_rows = 3\nmax_contributions = 6\n")
+    )
     out = {"": Session(load_policy(plain), "alice"), "capped": Session(load_policy(capped), "alice")}
     out["weighted"] = out["totals"] = out[""]
     out["split"] = out["capped"]
@@ -100,9 +119,11 @@ def _case(sessions, variant: str, mechanism: str, sql: str):
     plan, _ = session._prepare(classify(sql).tree)
     domain = plan.literal_domain_size()
     stored = {j: f"stored{j}" for j, m in enumerate(plan.measures) if m.value is not None}
-    copies = {"weighted": WeightedCopy(plan.bounding, "weights"),
-              "totals": WeightedCopy(plan.bounding, "weights", stored, "weight_totals"),
-              "split": SplitCopy(plan.bounding, "weights", plan.bounding.light_rows(domain), plan.needs_selection)}
+    copies = {
+        "weighted": WeightedCopy(plan.bounding, "weights"),
+        "totals": WeightedCopy(plan.bounding, "weights", stored, "weight_totals"),
+        "split": SplitCopy(plan.bounding, "weights", plan.bounding.light_rows(domain), plan.needs_selection),
+    }
     return session, plan, domain, copies.get(variant)
 
 
@@ -176,7 +197,9 @@ def test_bounded_tree_is_owned_by_its_caller(sessions):
         ids = [id(n) for n in tree.walk()]
         assert len(ids) == len(set(ids)), f"a node appears twice in the bounded tree of {sql}"
         assert not set(ids) & {id(n) for n in _nodes(plan)}, f"the bounded tree of {sql} shares nodes with its plan"
-        assert session.engine.prepare(tree, owned=True) == session.engine.prepare(_rewritten(plan, domain, weighting)), sql
+        assert session.engine.prepare(tree, owned=True) == session.engine.prepare(
+            _rewritten(plan, domain, weighting)
+        ), sql
 
 
 def test_duckdb_lowers_every_function_of_dpsql_even_nested_in_another(sessions):
@@ -187,11 +210,16 @@ def test_duckdb_lowers_every_function_of_dpsql_even_nested_in_another(sessions):
     from dpsql.engines import duckdb as duck
 
     engine = next(iter(sessions.values())).engine
-    flat = sqlglot.parse_one("SELECT DPSQL_COIN(a, 's') AS c, WIDTH_BUCKET(b, 0, 7, 3) AS w, DPSQL_HASH(1) FROM t "
-                             "WHERE DPSQL_HASH(a, b) > 0", read="duckdb")
+    flat = sqlglot.parse_one(
+        "SELECT DPSQL_COIN(a, 's') AS c, WIDTH_BUCKET(b, 0, 7, 3) AS w, DPSQL_HASH(1) FROM t "
+        "WHERE DPSQL_HASH(a, b) > 0",
+        read="duckdb",
+    )
     assert engine.prepare(flat) == flat.transform(duck._lower).sql(dialect=duck.DUCKDB)
-    nested = ("SELECT DPSQL_COIN(DPSQL_HASH(a, DPSQL_HASH(b)), 's') AS c, "
-              "WIDTH_BUCKET(DPSQL_HASH(a) % 7, 0, 7, 3) AS w FROM t WHERE DPSQL_HASH(a) > 0")
+    nested = (
+        "SELECT DPSQL_COIN(DPSQL_HASH(a, DPSQL_HASH(b)), 's') AS c, "
+        "WIDTH_BUCKET(DPSQL_HASH(a) % 7, 0, 7, 3) AS w FROM t WHERE DPSQL_HASH(a) > 0"
+    )
     tree = sqlglot.parse_one(nested, read="duckdb")
     lowered = engine.prepare(tree)
     assert "DPSQL" not in lowered.upper() and lowered.count("HASH(") == 6 and "sha256" in lowered.lower()
@@ -246,4 +274,7 @@ def test_weighted_copy_sql_matches_the_golden_fixtures(sessions):
     _matches_the_fixtures(got)
     weights = {name: re.findall(r"\S+ AS BIGINT\) (\S+) GREATEST", text) for name, text in got.items()}
     assert {name: set(ops) for name, ops in weights.items()} == {
-        "weighted_copy/duckdb.sql": {"//"}, "weighted_copy/postgres.sql": {"/"}, "weighted_copy/spark.sql": {"DIV"}}
+        "weighted_copy/duckdb.sql": {"//"},
+        "weighted_copy/postgres.sql": {"/"},
+        "weighted_copy/spark.sql": {"DIV"},
+    }

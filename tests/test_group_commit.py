@@ -104,6 +104,7 @@ def test_a_jobs_failure_callback_runs_before_its_submitter_is_told_and_only_on_f
             told.append((name, threading.current_thread().name))
             if name == "broken":
                 raise RuntimeError("the callback's own failure")
+
         return callback
 
     def halt(con):
@@ -137,8 +138,10 @@ def test_a_batch_is_fsynced_when_any_of_its_jobs_must_be():
     first = threading.Thread(target=writer.submit, args=([], lambda con: (held.set(), go.wait(30))))
     first.start()
     held.wait(30)  # the writer is inside a batch: the next two queue up and commit together
-    others = [threading.Thread(target=writer.submit, args=([], lambda con: None), kwargs={"durable": d})
-              for d in (False, True)]
+    others = [
+        threading.Thread(target=writer.submit, args=([], lambda con: None), kwargs={"durable": d})
+        for d in (False, True)
+    ]
     for t in others:
         t.start()
     while writer._queue.qsize() < 2:

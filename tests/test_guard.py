@@ -72,8 +72,9 @@ def test_halved_or_broken_scale_is_refused(session, mechanism):
 
 def test_shares_above_the_charge_are_refused(session):
     plan, cal, rs, charge = _parts(session, GROUPED)
-    measures = [dataclasses.replace(mn, epsilon=mn.epsilon * 2, noise=Noise("laplace", mn.noise.scale))
-                for mn in cal.measures]
+    measures = [
+        dataclasses.replace(mn, epsilon=mn.epsilon * 2, noise=Noise("laplace", mn.noise.scale)) for mn in cal.measures
+    ]
     with pytest.raises(ReleaseRefused):
         check(plan, dataclasses.replace(cal, measures=measures), rs, charge, session.policy)
 
@@ -114,20 +115,26 @@ def test_every_measure_kind_passes_on_the_sample(hospital):
     through the guard without a refusal (the guard is on every path)."""
     cur = hospital
     cur.execute("SET dpsql.delta = 1e-8")
-    for sql in ["SELECT sex, COUNT(*), SUM(income), AVG(age), STDDEV(age) FROM patients GROUP BY sex",
-                "SELECT ward, MEDIAN(cost), COUNT(DISTINCT patient_id) FROM visits GROUP BY ward",
-                "SELECT insurance, COUNT(*) FROM patients GROUP BY insurance",
-                "SELECT COUNT(*), SUM(cost) FROM visits TABLESAMPLE BERNOULLI (20)",
-                "SELECT COUNT(DISTINCT diagnosis) FROM visits",
-                "SELECT AVG(t) FROM (SELECT patient_id, SUM(cost) AS t FROM visits GROUP BY patient_id) s"]:
+    for sql in [
+        "SELECT sex, COUNT(*), SUM(income), AVG(age), STDDEV(age) FROM patients GROUP BY sex",
+        "SELECT ward, MEDIAN(cost), COUNT(DISTINCT patient_id) FROM visits GROUP BY ward",
+        "SELECT insurance, COUNT(*) FROM patients GROUP BY insurance",
+        "SELECT COUNT(*), SUM(cost) FROM visits TABLESAMPLE BERNOULLI (20)",
+        "SELECT COUNT(DISTINCT diagnosis) FROM visits",
+        "SELECT AVG(t) FROM (SELECT patient_id, SUM(cost) AS t FROM visits GROUP BY patient_id) s",
+    ]:
         cur.execute(sql)
     cur.execute("SET dpsql.planner = 'pld'")
     cur.execute("SELECT region, COUNT(*), SUM(income) FROM patients GROUP BY region")
     cur.execute("SET dpsql.planner = 'filter'")
     cur.execute("SET dpsql.mechanism = 'gaussian'")
     cur.execute("SELECT ward, COUNT(*), AVG(cost) FROM visits GROUP BY ward")
-    cur.execute_batch(["SELECT COUNT(*) FROM patients", "SELECT diagnosis, SUM(cost) FROM visits GROUP BY diagnosis"],
-                      epsilon=1, delta=1e-8, weights=[2, 1])
+    cur.execute_batch(
+        ["SELECT COUNT(*) FROM patients", "SELECT diagnosis, SUM(cost) FROM visits GROUP BY diagnosis"],
+        epsilon=1,
+        delta=1e-8,
+        weights=[2, 1],
+    )
     assert Fraction(cur.connection.session.budget()["queries"]) == 9  # the batch is one charge
 
 

@@ -29,13 +29,16 @@ def test_absurd_scale_is_refused_before_the_charge(hospital):
     assert hospital.connection.session.budget()["queries"] == 0
 
 
-@pytest.mark.parametrize("sql", [
-    "SELECT COUNT(*) / 0.0 AS x FROM visits",
-    "SELECT SUM(cost) / (COUNT(*) - COUNT(*)) AS x FROM visits",
-    "SELECT diagnosis, SUM(cost) / (COUNT(*) * 0) AS x FROM visits GROUP BY diagnosis",
-    "SELECT LN(COUNT(*) * 0) AS x FROM visits",
-    "SELECT EXP(COUNT(*)) AS x FROM visits",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT COUNT(*) / 0.0 AS x FROM visits",
+        "SELECT SUM(cost) / (COUNT(*) - COUNT(*)) AS x FROM visits",
+        "SELECT diagnosis, SUM(cost) / (COUNT(*) * 0) AS x FROM visits GROUP BY diagnosis",
+        "SELECT LN(COUNT(*) * 0) AS x FROM visits",
+        "SELECT EXP(COUNT(*)) AS x FROM visits",
+    ],
+)
 def test_no_non_finite_value_leaves(hospital, sql):
     """Division by zero (or overflow) on noisy values gives NULL, as in the engine."""
     hospital.execute(sql)
@@ -49,9 +52,11 @@ def test_bind_with_a_negative_length_is_a_protocol_violation(serve, length):
     conn = psycopg.connect(serve.dsn())
     sock = socket.socket(fileno=conn.pgconn.socket)  # the authenticated connection's own socket
     try:
-        sock.sendall(frame(b"P", b"s1\x00SELECT COUNT(*) FROM people WHERE age > $1\x00\x00\x00")
-                     + frame(b"B", b"\x00s1\x00" + struct.pack("!hh", 0, 1) + struct.pack("!i", length) + b"\x00\x00")
-                     + frame(b"S", b""))
+        sock.sendall(
+            frame(b"P", b"s1\x00SELECT COUNT(*) FROM people WHERE age > $1\x00\x00\x00")
+            + frame(b"B", b"\x00s1\x00" + struct.pack("!hh", 0, 1) + struct.pack("!i", length) + b"\x00\x00")
+            + frame(b"S", b"")
+        )
         answer = messages(sock)
     finally:
         sock.detach()
@@ -83,9 +88,13 @@ def test_a_delta_query_is_admitted_on_a_fresh_budget(small_policy, kind):
     conn.close()
 
 
-@pytest.mark.parametrize("privacy, setting", [('epsilon = 10.0', "set delta"),
-                                              ('filter = "zcdp"\nepsilon = 10.0\ndelta = 1e-6\ndelta_reserve = 0',
-                                               "set delta_reserve")])
+@pytest.mark.parametrize(
+    "privacy, setting",
+    [
+        ("epsilon = 10.0", "set delta"),
+        ('filter = "zcdp"\nepsilon = 10.0\ndelta = 1e-6\ndelta_reserve = 0', "set delta_reserve"),
+    ],
+)
 def test_no_delta_is_not_called_exhausted(small_policy, privacy, setting):
     conn = _policy(small_policy, privacy)
     cur = conn.cursor()
@@ -100,7 +109,7 @@ def test_no_delta_is_not_called_exhausted(small_policy, privacy, setting):
 
 
 def test_exhausted_only_when_it_is(small_policy):
-    conn = _policy(small_policy, 'epsilon = 1.5')
+    conn = _policy(small_policy, "epsilon = 1.5")
     cur = conn.cursor()
     cur.execute("SET dpsql.cache = off")
     cur.execute("SELECT COUNT(*) FROM people")
@@ -123,9 +132,14 @@ def test_stays_charged_only_when_charged(hospital):
     assert hospital.connection.session.budget()["queries"] == 0
 
 
-@pytest.mark.parametrize("sql", ["SELECT COUNT(*) FROM patients ORDER BY 10",
-                                 "SELECT sex, COUNT(*) + 'abc' FROM patients GROUP BY sex",
-                                 "SELECT sex, COUNT(*) FROM patients GROUP BY sex HAVING COUNT(*) > 'x'"])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT COUNT(*) FROM patients ORDER BY 10",
+        "SELECT sex, COUNT(*) + 'abc' FROM patients GROUP BY sex",
+        "SELECT sex, COUNT(*) FROM patients GROUP BY sex HAVING COUNT(*) > 'x'",
+    ],
+)
 def test_a_broken_outer_query_is_refused_before_the_charge(hospital, sql):
     """Found by the fuzzer: ORDER BY 10 over one column failed in post-processing, after the charge."""
     with pytest.raises(dpsql.ProgrammingError) as err:
@@ -134,23 +148,37 @@ def test_a_broken_outer_query_is_refused_before_the_charge(hospital, sql):
     assert hospital.connection.session.budget()["queries"] == 0
 
 
-@pytest.mark.parametrize("sql, sqlstate, words", [
-    ("SELECT COUNT(*) FROM patients ORDER BY 5", "42P10", "ORDER BY position 5 is not in select list"),
-    ("SELECT sex, COUNT(*) FROM patients GROUP BY sex ORDER BY 0", "42P10", "ORDER BY position 0"),
-    ("SELECT sex, COUNT(*) FROM patients GROUP BY sex ORDER BY 1.5", "42601", "non-integer constant in ORDER BY"),
-    ("SELECT COUNT(*) FROM patients OFFSET 1e30", "22003", "OFFSET 1000000000000000000000000000000 is out of range"),
-    ("SELECT COUNT(*) FROM patients LIMIT 9223372036854775808", "22003", "out of range for bigint"),
-    ("SELECT COUNT(*) FROM patients WHERE age = ANY (SELECT 1)", "0A000", "ANY is not supported here"),
-    ("SELECT COUNT(*) FROM patients WHERE age > ALL (SELECT 1)", "0A000", "ALL is not supported here"),
-    ("SELECT sex, COUNT(*) FROM patients GROUP BY GROUPING SETS ((sex), ())", "0A000", "GROUPING SETS is not"),
-    ("SELECT sex, COUNT(*) FROM patients GROUP BY ROLLUP (sex)", "0A000", "ROLLUP is not supported"),
-    ("SELECT COUNT(*) FROM patients WHERE CAST(age AS TEXT) SIMILAR TO '1%'", "0A000", "SIMILAR TO is not"),
-    ("SELECT COUNT(*) FROM patients, LATERAL (SELECT 1) x", "0A000", "LATERAL in FROM is not supported"),
-    ("SELECT COUNT(*) FROM (SELECT age FROM patients UNION SELECT age FROM patients) u", "0A000",
-     "UNION is not supported in FROM"),
-    ("SELECT COUNT(*) FROM patients INTERSECT SELECT COUNT(*) FROM patients", "0A000", "INTERSECT is not supported"),
-    ("SELECT COUNT(*) INTO copied FROM patients", "42501", "SELECT ... INTO creates a table"),
-])
+@pytest.mark.parametrize(
+    "sql, sqlstate, words",
+    [
+        ("SELECT COUNT(*) FROM patients ORDER BY 5", "42P10", "ORDER BY position 5 is not in select list"),
+        ("SELECT sex, COUNT(*) FROM patients GROUP BY sex ORDER BY 0", "42P10", "ORDER BY position 0"),
+        ("SELECT sex, COUNT(*) FROM patients GROUP BY sex ORDER BY 1.5", "42601", "non-integer constant in ORDER BY"),
+        (
+            "SELECT COUNT(*) FROM patients OFFSET 1e30",
+            "22003",
+            "OFFSET 1000000000000000000000000000000 is out of range",
+        ),
+        ("SELECT COUNT(*) FROM patients LIMIT 9223372036854775808", "22003", "out of range for bigint"),
+        ("SELECT COUNT(*) FROM patients WHERE age = ANY (SELECT 1)", "0A000", "ANY is not supported here"),
+        ("SELECT COUNT(*) FROM patients WHERE age > ALL (SELECT 1)", "0A000", "ALL is not supported here"),
+        ("SELECT sex, COUNT(*) FROM patients GROUP BY GROUPING SETS ((sex), ())", "0A000", "GROUPING SETS is not"),
+        ("SELECT sex, COUNT(*) FROM patients GROUP BY ROLLUP (sex)", "0A000", "ROLLUP is not supported"),
+        ("SELECT COUNT(*) FROM patients WHERE CAST(age AS TEXT) SIMILAR TO '1%'", "0A000", "SIMILAR TO is not"),
+        ("SELECT COUNT(*) FROM patients, LATERAL (SELECT 1) x", "0A000", "LATERAL in FROM is not supported"),
+        (
+            "SELECT COUNT(*) FROM (SELECT age FROM patients UNION SELECT age FROM patients) u",
+            "0A000",
+            "UNION is not supported in FROM",
+        ),
+        (
+            "SELECT COUNT(*) FROM patients INTERSECT SELECT COUNT(*) FROM patients",
+            "0A000",
+            "INTERSECT is not supported",
+        ),
+        ("SELECT COUNT(*) INTO copied FROM patients", "42501", "SELECT ... INTO creates a table"),
+    ],
+)
 def test_refusals_speak_sql_not_the_parser_or_the_engine(hospital, sql, sqlstate, words):
     """What the analyst wrote, named as SQL names it (not sqlglot's class, nor DuckDB's binder
     text about the post-processor's own columns), with PostgreSQL's SQLSTATE, and free."""
@@ -158,7 +186,17 @@ def test_refusals_speak_sql_not_the_parser_or_the_engine(hospital, sql, sqlstate
         hospital.execute(sql)
     text = str(err.value)
     assert err.value.sqlstate == sqlstate and words in text, text
-    for internal in ("Error:", "GroupingSets", "(Any)", "(All)", "Rollup", "SimilarTo", "Lateral", "Union", "noisy",
-                     "__row"):
+    for internal in (
+        "Error:",
+        "GroupingSets",
+        "(Any)",
+        "(All)",
+        "Rollup",
+        "SimilarTo",
+        "Lateral",
+        "Union",
+        "noisy",
+        "__row",
+    ):
         assert internal not in text
     assert hospital.connection.session.budget()["queries"] == 0

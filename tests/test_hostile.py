@@ -16,7 +16,11 @@ HOSTILE = [
     ("SELECT * FROM read_csv('/etc/passwd')", "42501", "table functions"),
     ("SELECT COUNT(*) FROM read_csv('/etc/passwd')", "42501", "table functions"),
     ("SELECT COUNT(*) FROM read_parquet('/tmp/x.parquet')", "42501", "table functions"),
-    ("SELECT COUNT(*) FROM people WHERE sex IN (SELECT column0 FROM read_csv('/etc/passwd'))", "42501", "table functions"),
+    (
+        "SELECT COUNT(*) FROM people WHERE sex IN (SELECT column0 FROM read_csv('/etc/passwd'))",
+        "42501",
+        "table functions",
+    ),
     ("COPY people TO '/tmp/out.csv'", "42501", "COPY statements are not allowed"),
     ("ATTACH '/tmp/other.duckdb' AS o", "42501", "ATTACH statements are not allowed"),
     ("PRAGMA database_list", "42501", "PRAGMA statements are not allowed"),
@@ -30,13 +34,20 @@ HOSTILE = [
     ("SELECT SUM(age) OVER (PARTITION BY sex) FROM people", "42501", "window functions"),
     ("SELECT MIN(city) FROM people", "42P22", "MIN is answered as a DP quantile"),
     ("SELECT MAX(e.amount / p.age) FROM events e JOIN people p ON e.pid = p.pid", "42P22", "cannot derive bounds"),
-    ("SELECT PERCENTILE_CONT(age / 100) WITHIN GROUP (ORDER BY age) FROM people", "22003", "number literal between 0 and 1"),
+    (
+        "SELECT PERCENTILE_CONT(age / 100) WITHIN GROUP (ORDER BY age) FROM people",
+        "22003",
+        "number literal between 0 and 1",
+    ),
     ("SELECT QUANTILE(age, 2) FROM people", "22003", "between 0 and 1"),
     ("SELECT MEDIAN(age) FROM people TABLESAMPLE BERNOULLI (10)", "0A000", ""),
     ("SELECT COUNT(*) FROM people WHERE random() < 0.5", "42501", "RANDOM() is not allowed"),
     # the names the analyst wrote, not sqlglot's (STR_TO_DATE, TIME_TO_STR, PAD)
-    ("SELECT COUNT(*) FROM people WHERE TO_DATE(city, 'YYYY-MM-DD') > DATE '2023-01-01'", "42501",
-     "TO_DATE() is allowed over public tables and constants"),  # it fails on some values: not over private ones
+    (
+        "SELECT COUNT(*) FROM people WHERE TO_DATE(city, 'YYYY-MM-DD') > DATE '2023-01-01'",
+        "42501",
+        "TO_DATE() is allowed over public tables and constants",
+    ),  # it fails on some values: not over private ones
     ("SELECT COUNT(*) FROM people WHERE to_char(age, '999') = '1'", "0A000", "TO_CHAR of a number is not supported"),
     ("SELECT COUNT(*) FROM people WHERE lpad(city, 3, 'x') = 'a'", "42501", "LPAD() is allowed over public tables"),
     ("SELECT COUNT(*) FROM people WHERE city ~ 'a'", "42501", "use LIKE"),
@@ -72,11 +83,21 @@ HOSTILE = [
     ("CALL pragma_version()", "42501", "CALL statements are not allowed"),
     ("", "42601", "empty query"),
     # a chain of ORs nests as deep as it is long: refused by its depth, not by a RecursionError
-    ("SELECT COUNT(*) FROM people WHERE " + " OR ".join(f"age = {i}" for i in range(2400)), "54001",
-     "nested more than 256 deep"),
-    ("SELECT name FROM places ORDER BY (SELECT COUNT(*) FROM events WHERE events.place = places.name)", "0A000",
-     "only in the FROM clause"),
-    ("SELECT name, (SELECT SUM(amount) FROM events WHERE place = name) FROM places", "0A000", "only in the FROM clause"),
+    (
+        "SELECT COUNT(*) FROM people WHERE " + " OR ".join(f"age = {i}" for i in range(2400)),
+        "54001",
+        "nested more than 256 deep",
+    ),
+    (
+        "SELECT name FROM places ORDER BY (SELECT COUNT(*) FROM events WHERE events.place = places.name)",
+        "0A000",
+        "only in the FROM clause",
+    ),
+    (
+        "SELECT name, (SELECT SUM(amount) FROM events WHERE place = name) FROM places",
+        "0A000",
+        "only in the FROM clause",
+    ),
     ("SET SESSION AUTHORIZATION bob", "42501", "stays the analyst who logged in"),
     ("SET ROLE bob", "42501", "stays the analyst who logged in"),
     ("SELECT generate_series(1, 3)", "42501", "function GENERATE_SERIES() is not allowed"),  # not sqlglot's name
@@ -109,8 +130,14 @@ def test_unbounded_sum_says_which_bound_to_declare(conn):
 
 def test_engine_connection_is_locked(small_policy):
     engine = DuckDBEngine(load_policy(small_policy))
-    for sql in ["SELECT * FROM read_csv('/etc/passwd')", "SET enable_external_access = true",
-                "ATTACH '/tmp/x.duckdb' AS x", "INSTALL httpfs", "LOAD httpfs", "SET lock_configuration = false"]:
+    for sql in [
+        "SELECT * FROM read_csv('/etc/passwd')",
+        "SET enable_external_access = true",
+        "ATTACH '/tmp/x.duckdb' AS x",
+        "INSTALL httpfs",
+        "LOAD httpfs",
+        "SET lock_configuration = false",
+    ]:
         with pytest.raises(dpsql.OperationalError) as info:
             engine.execute(sql)
         assert "root:" not in str(info.value)  # the engine's message never travels upward
@@ -129,11 +156,13 @@ def test_engine_errors_never_quote_data(small_policy):
 def test_data_dependent_errors_become_null_not_failures(conn):
     """Casts and arithmetic that fail on some rows must not make the query fail."""
     cur = conn.cursor()
-    for sql in ["SELECT COUNT(*) FROM people WHERE CAST(city AS INTEGER) > 3",
-                "SELECT COUNT(*) FROM people WHERE city::int = 3",
-                "SELECT COUNT(*) FROM people WHERE CAST(age AS BIGINT) * 9223372036854775807 > 0",
-                "SELECT COUNT(*) FROM people WHERE age % (age - age) = 0",
-                "SELECT SUM(LEAST(GREATEST(CAST(city AS DOUBLE), 0), 10)) FROM people"]:
+    for sql in [
+        "SELECT COUNT(*) FROM people WHERE CAST(city AS INTEGER) > 3",
+        "SELECT COUNT(*) FROM people WHERE city::int = 3",
+        "SELECT COUNT(*) FROM people WHERE CAST(age AS BIGINT) * 9223372036854775807 > 0",
+        "SELECT COUNT(*) FROM people WHERE age % (age - age) = 0",
+        "SELECT SUM(LEAST(GREATEST(CAST(city AS DOUBLE), 0), 10)) FROM people",
+    ]:
         cur.execute(sql)
         assert cur.rowcount == 1
 
@@ -146,8 +175,15 @@ def test_public_tables_can_be_read_row_by_row(conn):
     assert conn.session.budget()["queries"] == 0
 
 
-@pytest.mark.parametrize("setting", ["SET dpsql.epsilon = 1e-300", "SET dpsql.epsilon = 1e-17",
-                                     "SET dpsql.delta = 1e-320", "SET dpsql.epsilon = 1e-320"])
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "SET dpsql.epsilon = 1e-300",
+        "SET dpsql.epsilon = 1e-17",
+        "SET dpsql.delta = 1e-320",
+        "SET dpsql.epsilon = 1e-320",
+    ],
+)
 def test_extreme_epsilon_or_delta_is_refused_or_answered_never_hangs(conn, setting):
     """Partition selection's threshold at a scale of 1e300 looped for ever (a float step of 1
     that changed nothing); at any epsilon or delta the settings admit, it is refused free or
@@ -162,14 +198,21 @@ def test_extreme_epsilon_or_delta_is_refused_or_answered_never_hangs(conn, setti
         assert conn.session.budget()["queries"] == 0
 
 
-@pytest.mark.parametrize("sql, sqlstate", [
-    ("SELECT COUNT(*) FROM people WHERE age > 30", "22003"),  # after SET dpsql.epsilon = 1e-320
-    ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1e-320, privacy_unit_column = pid) COUNT(*) FROM people",
-     "22003"),
-    ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1e308, privacy_unit_column = pid) COUNT(*) FROM people",
-     "22023"),
-    ("/* dpsql: weights 1e300, 1e-300 */ SELECT COUNT(*), SUM(age) FROM people WHERE age > 5", "22003"),
-])
+@pytest.mark.parametrize(
+    "sql, sqlstate",
+    [
+        ("SELECT COUNT(*) FROM people WHERE age > 30", "22003"),  # after SET dpsql.epsilon = 1e-320
+        (
+            "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1e-320, privacy_unit_column = pid) COUNT(*) FROM people",
+            "22003",
+        ),
+        (
+            "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1e308, privacy_unit_column = pid) COUNT(*) FROM people",
+            "22023",
+        ),
+        ("/* dpsql: weights 1e300, 1e-300 */ SELECT COUNT(*), SUM(age) FROM people WHERE age > 5", "22003"),
+    ],
+)
 def test_epsilon_beyond_the_floats_is_refused_not_an_overflow(conn, sql, sqlstate):
     """A subnormal epsilon (or a weight that makes one) needs an infinite noise scale, and an
     epsilon of 1e308 overflowed the accountants' exact arithmetic: both were internal errors

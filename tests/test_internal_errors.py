@@ -115,8 +115,9 @@ async def _asyncpg_prepare(live: Live, sql: str) -> None:
     """A prepare that fails inside the server is XX000, and the same connection then works."""
     import asyncpg
 
-    conn = await asyncpg.connect(host="127.0.0.1", port=live.server.port, user="alice", password=PASSWORD,
-                                 database="dpsql", ssl=False)
+    conn = await asyncpg.connect(
+        host="127.0.0.1", port=live.server.port, user="alice", password=PASSWORD, database="dpsql", ssl=False
+    )
     try:
         with pytest.raises(asyncpg.InternalServerError) as info:
             await conn.prepare(sql)

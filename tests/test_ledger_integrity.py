@@ -28,8 +28,13 @@ def _spend(ledger, user="alice", n=3):
 
 
 def _cli(*args, policy):
-    return subprocess.run([sys.executable, "-m", "dpsql.cli", *args, "--policy", str(policy)], capture_output=True,
-                          text=True, timeout=120, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "dpsql.cli", *args, "--policy", str(policy)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
 
 
 def test_a_deleted_or_truncated_ledger_is_a_start_up_error(small_policy, tmp_path):
@@ -52,8 +57,13 @@ def test_a_deleted_or_truncated_ledger_is_a_start_up_error(small_policy, tmp_pat
         with pytest.raises(dpsql.OperationalError) as err:
             dpsql.connect(small_policy, user="alice")
         assert err.value.sqlstate == "XX001" and "backup" in err.value.hint, damage
-        served = subprocess.run([sys.executable, "-m", "dpsql.cli", "serve", "--policy", str(small_policy), "--port", "0"],
-                                capture_output=True, text=True, timeout=60, cwd=ROOT)
+        served = subprocess.run(
+            [sys.executable, "-m", "dpsql.cli", "serve", "--policy", str(small_policy), "--port", "0"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
         assert served.returncode != 0 and "XX001" in served.stderr + served.stdout, damage
         shutil.copy(saved, ledger)
     conn = dpsql.connect(small_policy, user="alice")  # restored: the spending is still there
@@ -81,13 +91,13 @@ def test_verify_detects_edits_and_deletions(tmp_path):
         "edited cost": "UPDATE charges SET cost = replace(cost, '1/10', '1/1000') WHERE id = 2",
         "middle charge deleted": "DELETE FROM charges WHERE id = 2",
         "last charge and its totals rolled back": "DELETE FROM charges WHERE id = 4; "
-            "UPDATE totals SET queries = 3, sums = replace(sums, '2/5', '3/10') WHERE user_name = 'alice'; "
-            "UPDATE heads SET count = 3, last = (SELECT chain FROM charges WHERE id = 3) "
-            "WHERE user_name = 'alice' AND kind = 'charge'",
+        "UPDATE totals SET queries = 3, sums = replace(sums, '2/5', '3/10') WHERE user_name = 'alice'; "
+        "UPDATE heads SET count = 3, last = (SELECT chain FROM charges WHERE id = 3) "
+        "WHERE user_name = 'alice' AND kind = 'charge'",
         "spent lowered": "UPDATE totals SET sums = replace(sums, '1/5', '0') WHERE user_name = 'bob'",
         "grant raised": "UPDATE grants SET epsilon = '100' WHERE user_name = 'bob'",
         "a charge forged": "INSERT INTO charges (user_name, segment, at, sql, cost, detail, chain) "
-                           "SELECT user_name, segment, at, sql, cost, detail, chain FROM charges WHERE id = 1",
+        "SELECT user_name, segment, at, sql, cost, detail, chain FROM charges WHERE id = 1",
     }
     clean = tmp_path / "clean.sqlite"
     led.backup(clean)
@@ -108,19 +118,52 @@ def test_cli_verify_and_backup_while_serving(serve, small_policy, tmp_path):
     with psycopg.connect(serve.dsn()) as c:
         c.execute("SELECT COUNT(*) FROM people").fetchall()
         backup = tmp_path / "backup.sqlite"
-        out = subprocess.run([sys.executable, "-m", "dpsql.cli", "ledger", "backup", "--policy", str(small_policy),
-                              "--ledger", str(serve.ledger), str(backup)], capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "dpsql.cli",
+                "ledger",
+                "backup",
+                "--policy",
+                str(small_policy),
+                "--ledger",
+                str(serve.ledger),
+                str(backup),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert out.returncode == 0, out.stderr
         c.execute("SELECT AVG(age) FROM people").fetchall()  # still serving
-    verified = subprocess.run([sys.executable, "-m", "dpsql.cli", "ledger", "verify", "--policy", str(small_policy),
-                               "--ledger", str(backup)], capture_output=True, text=True, timeout=120)
+    verified = subprocess.run(
+        [sys.executable, "-m", "dpsql.cli", "ledger", "verify", "--policy", str(small_policy), "--ledger", str(backup)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert verified.returncode == 0 and "verified" in verified.stdout
     con = sqlite3.connect(serve.ledger)
     con.execute("DELETE FROM charges WHERE id = 1")
     con.commit()
     con.close()
-    verified = subprocess.run([sys.executable, "-m", "dpsql.cli", "ledger", "verify", "--policy", str(small_policy),
-                               "--ledger", str(serve.ledger)], capture_output=True, text=True, timeout=120)
+    verified = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dpsql.cli",
+            "ledger",
+            "verify",
+            "--policy",
+            str(small_policy),
+            "--ledger",
+            str(serve.ledger),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert verified.returncode == 1 and "PROBLEM" in verified.stderr
 
 

@@ -17,17 +17,35 @@ PLUS = "SELECT COUNT(*) FROM people WHERE age < " + "+".join(["1"] * 1_000_000)
 CASES = {
     "text size (2 MB expression)": (PLUS, "54000", "max_query_bytes"),
     "tokens": ("SELECT COUNT(*) FROM people WHERE age < " + "+".join(["1"] * 30_000), "54001", "max_tokens"),
-    "IN list of 100,000": ("SELECT COUNT(*) FROM people WHERE age IN (" + ",".join(map(str, range(100_000))) + ")",
-                           "54000", "max_query_bytes"),
-    "IN list of 2,000": ("SELECT COUNT(*) FROM people WHERE age IN (" + ",".join(map(str, range(2_000))) + ")",
-                         "54000", "max_in_list"),
-    "10,000 chained CTEs": ("WITH " + ", ".join(f"c{i} AS (SELECT * FROM c{i - 1})" if i else "c0 AS (SELECT * FROM people)"
-                                                for i in range(10_000)) + " SELECT COUNT(*) FROM c9999",
-                            "54000", "max_query_bytes"),
-    "500 chained CTEs": ("WITH " + ", ".join(f"c{i} AS (SELECT * FROM c{i - 1})" if i else "c0 AS (SELECT * FROM people)"
-                                             for i in range(500)) + " SELECT COUNT(*) FROM c499", "54001", "max_depth"),
-    "40 nested subqueries": ("SELECT COUNT(*) FROM " + "(SELECT * FROM " * 40 + "people" + ") t" * 40,
-                             "54001", "max_depth"),
+    "IN list of 100,000": (
+        "SELECT COUNT(*) FROM people WHERE age IN (" + ",".join(map(str, range(100_000))) + ")",
+        "54000",
+        "max_query_bytes",
+    ),
+    "IN list of 2,000": (
+        "SELECT COUNT(*) FROM people WHERE age IN (" + ",".join(map(str, range(2_000))) + ")",
+        "54000",
+        "max_in_list",
+    ),
+    "10,000 chained CTEs": (
+        "WITH "
+        + ", ".join(f"c{i} AS (SELECT * FROM c{i - 1})" if i else "c0 AS (SELECT * FROM people)" for i in range(10_000))
+        + " SELECT COUNT(*) FROM c9999",
+        "54000",
+        "max_query_bytes",
+    ),
+    "500 chained CTEs": (
+        "WITH "
+        + ", ".join(f"c{i} AS (SELECT * FROM c{i - 1})" if i else "c0 AS (SELECT * FROM people)" for i in range(500))
+        + " SELECT COUNT(*) FROM c499",
+        "54001",
+        "max_depth",
+    ),
+    "40 nested subqueries": (
+        "SELECT COUNT(*) FROM " + "(SELECT * FROM " * 40 + "people" + ") t" * 40,
+        "54001",
+        "max_depth",
+    ),
 }
 
 
@@ -120,7 +138,10 @@ def test_a_tree_too_deep_for_python_is_refused_not_an_internal_error(small_polic
     """With max_expression_depth raised far beyond what a recursive pass can walk, a chain of
     5,000 ORs reaches Python's recursion limit: a 54001 refusal naming the limit, on both entry
     points, and nothing charged."""
-    write_policy(small_policy.parent, extra="\n[limits]\nmax_expression_depth = 100000\nmax_nodes = 1000000\nmax_tokens = 1000000\nmax_query_bytes = 10000000\n")
+    write_policy(
+        small_policy.parent,
+        extra="\n[limits]\nmax_expression_depth = 100000\nmax_nodes = 1000000\nmax_tokens = 1000000\nmax_query_bytes = 10000000\n",
+    )
     conn = dpsql.connect(small_policy, user="alice")
     sql = "SELECT COUNT(*) FROM people WHERE " + " OR ".join(f"age = {i}" for i in range(5000))
     with pytest.raises(dpsql.ProgrammingError) as err:

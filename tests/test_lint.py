@@ -9,8 +9,13 @@ from .conftest import ROOT
 
 
 def test_ruff_finds_nothing():
-    out = subprocess.run([sys.executable, "-m", "ruff", "check", "dpsql", "tests", "benchmarks"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "dpsql", "tests", "benchmarks"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 

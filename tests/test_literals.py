@@ -16,17 +16,76 @@ from dpsql.sql.classify import classify
 from dpsql.sql.literals import check_literals
 
 # (DuckDB column type, PostgreSQL type, the string compared with it)
-INPUTS = [(duck, pg, text)
-          for duck, pg in (("INTEGER", "integer"), ("BIGINT", "bigint"), ("SMALLINT", "smallint"))
-          for text in ("30", " 30 ", "+7", "-0", "007", "30.5", "3e1", "abc", "", " ", "1 2", "0x1F", "--1",
-                       "99999", "2147483648", "-2147483649", "9223372036854775807", "9223372036854775808")]
-INPUTS += [(duck, pg, text)
-           for duck, pg in (("DOUBLE", "double precision"), ("DECIMAL(10,2)", "numeric"), ("REAL", "real"))
-           for text in ("1.5", " .5", "5.", "1e3", "-1E-3", "+2", "NaN", "inf", "-Infinity", "abc", "1.2.3",
-                        "", "e5", "1e", "--1", "1,5")]
-INPUTS += [("BOOLEAN", "boolean", text)
-           for text in ("t", "true", "TRUE", " yes ", "y", "n", "no", "on", "off", "of", "o", "1", "0", "tr",
-                        "fals", "maybe", "", "2", "truee")]
+INPUTS = [
+    (duck, pg, text)
+    for duck, pg in (("INTEGER", "integer"), ("BIGINT", "bigint"), ("SMALLINT", "smallint"))
+    for text in (
+        "30",
+        " 30 ",
+        "+7",
+        "-0",
+        "007",
+        "30.5",
+        "3e1",
+        "abc",
+        "",
+        " ",
+        "1 2",
+        "0x1F",
+        "--1",
+        "99999",
+        "2147483648",
+        "-2147483649",
+        "9223372036854775807",
+        "9223372036854775808",
+    )
+]
+INPUTS += [
+    (duck, pg, text)
+    for duck, pg in (("DOUBLE", "double precision"), ("DECIMAL(10,2)", "numeric"), ("REAL", "real"))
+    for text in (
+        "1.5",
+        " .5",
+        "5.",
+        "1e3",
+        "-1E-3",
+        "+2",
+        "NaN",
+        "inf",
+        "-Infinity",
+        "abc",
+        "1.2.3",
+        "",
+        "e5",
+        "1e",
+        "--1",
+        "1,5",
+    )
+]
+INPUTS += [
+    ("BOOLEAN", "boolean", text)
+    for text in (
+        "t",
+        "true",
+        "TRUE",
+        " yes ",
+        "y",
+        "n",
+        "no",
+        "on",
+        "off",
+        "of",
+        "o",
+        "1",
+        "0",
+        "tr",
+        "fals",
+        "maybe",
+        "",
+        "2",
+        "truee",
+    )
+]
 
 
 def _checked(duck_type: str, text: str) -> bool:
@@ -52,21 +111,24 @@ def test_accepts_exactly_what_postgresql_accepts(pg_server):
             assert _checked(duck, text) == accepted, (duck, pg, text, accepted)
 
 
-@pytest.mark.parametrize("sql, words", [
-    ("SELECT COUNT(*) FROM patients WHERE age = 'abc'", 'invalid input syntax for type bigint: "abc"'),
-    ("SELECT COUNT(*) FROM patients WHERE 'x' < age", 'for type bigint: "x"'),
-    ("SELECT COUNT(*) FROM patients WHERE age IN ('1', 'two')", '"two"'),
-    ("SELECT COUNT(*) FROM patients WHERE age BETWEEN '1' AND '9O'", '"9O"'),
-    ("SELECT COUNT(*) FROM patients WHERE income > 'lots'", "for type double precision"),
-    ("SELECT COUNT(*) FROM patients WHERE smoker = 'maybe'", "for type boolean"),
-    ("SELECT SUM(CASE WHEN age = 'x' THEN 1 ELSE 0 END) FROM patients", '"x"'),
-    ("SELECT COUNT(*) FROM visits v JOIN patients p ON v.patient_id = p.patient_id WHERE p.age > 'old'", '"old"'),
-    ("SELECT COUNT(*) FROM patients WHERE age > CAST('1.5' AS INTEGER)", 'for type integer: "1.5"'),
-    ("SELECT COUNT(*) FROM visits WHERE visit_date > 'Jan 1 2024'", 'cannot read "Jan 1 2024" as a date'),
-    ("SELECT COUNT(*) FROM visits WHERE visit_date BETWEEN '2024-01-01' AND 'today'", '"today" as a date'),
-    ("SELECT COUNT(*) FROM visits WHERE visit_date >= DATE '2024-02-30'", '"2024-02-30" as a date'),
-    ("SELECT COUNT(*) FROM visits WHERE visit_date < CAST('01/02/2024' AS TIMESTAMP)", "as a timestamp"),
-])
+@pytest.mark.parametrize(
+    "sql, words",
+    [
+        ("SELECT COUNT(*) FROM patients WHERE age = 'abc'", 'invalid input syntax for type bigint: "abc"'),
+        ("SELECT COUNT(*) FROM patients WHERE 'x' < age", 'for type bigint: "x"'),
+        ("SELECT COUNT(*) FROM patients WHERE age IN ('1', 'two')", '"two"'),
+        ("SELECT COUNT(*) FROM patients WHERE age BETWEEN '1' AND '9O'", '"9O"'),
+        ("SELECT COUNT(*) FROM patients WHERE income > 'lots'", "for type double precision"),
+        ("SELECT COUNT(*) FROM patients WHERE smoker = 'maybe'", "for type boolean"),
+        ("SELECT SUM(CASE WHEN age = 'x' THEN 1 ELSE 0 END) FROM patients", '"x"'),
+        ("SELECT COUNT(*) FROM visits v JOIN patients p ON v.patient_id = p.patient_id WHERE p.age > 'old'", '"old"'),
+        ("SELECT COUNT(*) FROM patients WHERE age > CAST('1.5' AS INTEGER)", 'for type integer: "1.5"'),
+        ("SELECT COUNT(*) FROM visits WHERE visit_date > 'Jan 1 2024'", 'cannot read "Jan 1 2024" as a date'),
+        ("SELECT COUNT(*) FROM visits WHERE visit_date BETWEEN '2024-01-01' AND 'today'", '"today" as a date'),
+        ("SELECT COUNT(*) FROM visits WHERE visit_date >= DATE '2024-02-30'", '"2024-02-30" as a date'),
+        ("SELECT COUNT(*) FROM visits WHERE visit_date < CAST('01/02/2024' AS TIMESTAMP)", "as a timestamp"),
+    ],
+)
 def test_a_typo_is_refused_free(hospital, sql, words):
     with pytest.raises(dpsql.DataError) as err:
         hospital.execute(sql)
@@ -76,31 +138,41 @@ def test_a_typo_is_refused_free(hospital, sql, words):
 
 
 def test_inputs_postgresql_reads_are_answered(hospital):
-    for sql in ("SELECT COUNT(*) FROM patients WHERE age = ' 30 '",
-                "SELECT COUNT(*) FROM patients WHERE income > '1e3'",
-                "SELECT COUNT(*) FROM patients WHERE smoker = 'yes'",
-                "SELECT COUNT(*) FROM patients WHERE CAST(age AS TEXT) = 'abc'",  # a text comparison
-                "SELECT COUNT(*) FROM patients WHERE sex = 'Q'",
-                "SELECT COUNT(*) FROM visits WHERE visit_date >= '2024-1-31'",
-                "SELECT COUNT(*) FROM visits WHERE visit_date < '2024-01-31 13:45:00'",
-                "SELECT COUNT(*) FROM visits WHERE visit_date < TIMESTAMP '2024-01-31T13:45:00'",
-                "SELECT COUNT(*) FROM visits WHERE visit_date > '2024-01-01'::timestamptz"):
+    for sql in (
+        "SELECT COUNT(*) FROM patients WHERE age = ' 30 '",
+        "SELECT COUNT(*) FROM patients WHERE income > '1e3'",
+        "SELECT COUNT(*) FROM patients WHERE smoker = 'yes'",
+        "SELECT COUNT(*) FROM patients WHERE CAST(age AS TEXT) = 'abc'",  # a text comparison
+        "SELECT COUNT(*) FROM patients WHERE sex = 'Q'",
+        "SELECT COUNT(*) FROM visits WHERE visit_date >= '2024-1-31'",
+        "SELECT COUNT(*) FROM visits WHERE visit_date < '2024-01-31 13:45:00'",
+        "SELECT COUNT(*) FROM visits WHERE visit_date < TIMESTAMP '2024-01-31T13:45:00'",
+        "SELECT COUNT(*) FROM visits WHERE visit_date > '2024-01-01'::timestamptz",
+    ):
         hospital.execute(sql)
         assert hospital.fetchall()
     assert hospital.connection.session.budget()["queries"] == 9
 
 
-@pytest.mark.parametrize("shape, good, bad, words", [
-    ("SELECT COUNT(*) FROM patients WHERE age = {} AND sex = 'F'", ["'30'", "'31'", "'32'"], "'3l'", '"3l"'),
-    ("SELECT COUNT(*) FROM visits WHERE visit_date >= {}", ["'2024-01-01'", "'2024-02-01'", "'2024-03-01'"],
-     "'Apr 1 2024'", '"Apr 1 2024" as a date'),
-])
+@pytest.mark.parametrize(
+    "shape, good, bad, words",
+    [
+        ("SELECT COUNT(*) FROM patients WHERE age = {} AND sex = 'F'", ["'30'", "'31'", "'32'"], "'3l'", '"3l"'),
+        (
+            "SELECT COUNT(*) FROM visits WHERE visit_date >= {}",
+            ["'2024-01-01'", "'2024-02-01'", "'2024-03-01'"],
+            "'Apr 1 2024'",
+            '"Apr 1 2024" as a date',
+        ),
+    ],
+)
 def test_a_typo_is_refused_free_after_its_shape_has_a_template(hospital, shape, good, bad, words):
     """The third text of a shape skips the analysis (sql/slots.py): its values are checked as
     they are put into the template's plan."""
     for value in good:
         hospital.execute(shape.format(value))
     from dpsql.plan_cache import Template
+
     assert any(isinstance(v, Template) for v in hospital.connection.session._plans._templates.values())
     with pytest.raises(dpsql.DataError) as err:
         hospital.execute(shape.format(bad))

@@ -109,8 +109,24 @@ def test_one_value_per_person_by_the_documented_rule():
 def test_cli_writes_registers_and_the_rows_are_public(tmp_path):
     policy = _people(tmp_path, 30, 20, extra=5)
     out = tmp_path / "rr.parquet"
-    run = [sys.executable, "-m", "dpsql.cli", "release", "-p", str(policy), "-U", "alice", "people", "sex",
-           "--epsilon", "100", "--out", str(out), "--register", "people_rr"]
+    run = [
+        sys.executable,
+        "-m",
+        "dpsql.cli",
+        "release",
+        "-p",
+        str(policy),
+        "-U",
+        "alice",
+        "people",
+        "sex",
+        "--epsilon",
+        "100",
+        "--out",
+        str(out),
+        "--register",
+        "people_rr",
+    ]
     done = subprocess.run(run, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "released" in done.stdout and "registered" in done.stdout

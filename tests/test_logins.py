@@ -174,10 +174,14 @@ def test_a_newcomer_waits_for_an_active_pending_connection_and_times_out_alone()
 
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
-        pool = SimpleNamespace(limits=Limits(max_pending=2, max_pending_per_address=2, pending_idle=60.0),
-                               pending={1: SimpleNamespace(address="a", heard=loop.time(), greeted=True),
-                                        2: SimpleNamespace(address="a", heard=loop.time(), greeted=True)},
-                               _closing=False)
+        pool = SimpleNamespace(
+            limits=Limits(max_pending=2, max_pending_per_address=2, pending_idle=60.0),
+            pending={
+                1: SimpleNamespace(address="a", heard=loop.time(), greeted=True),
+                2: SimpleNamespace(address="a", heard=loop.time(), greeted=True),
+            },
+            _closing=False,
+        )
         pool.make_room = lambda newcomer: Server.make_room(pool, newcomer)
         burst = SimpleNamespace(server=pool, address="a", deadline=loop.time() + 5.0)
         loop.call_later(0.3, pool.pending.pop, 1)  # one of the burst finishes logging in
@@ -207,7 +211,7 @@ def test_failed_logins_back_off_lock_out_and_are_audited(small_policy, tmp_path)
     server = Serve(small_policy, tmp_path / "l.sqlite", "--login-delay", "0.1", "--login-lockout-after", "5")
     try:
         times = [_fail(server)[0] for _ in range(4)]
-        assert all(e >= 0.9 * 0.1 * 2 ** i for i, e in enumerate(times)), times  # held 0.1, 0.2, 0.4, 0.8 s
+        assert all(e >= 0.9 * 0.1 * 2**i for i, e in enumerate(times)), times  # held 0.1, 0.2, 0.4, 0.8 s
         _fail(server)  # the fifth failure locks the name alice, from every address
         elapsed, message = _fail(server, password=PASSWORD)  # even the right password now
         assert 'too many failed logins for user "alice"' in message and elapsed < 2  # refused at once (a hold: 3.2 s)
@@ -250,7 +254,7 @@ def test_spraying_names_from_one_address_is_held_but_right_passwords_get_in(smal
         failed = sorted(e for e, text in sprayed if "password authentication failed" in text)
         refused = [e for e, text in sprayed if "too many failed logins from this address" in text]
         assert len(failed) == 6 and len(refused) == 2, sprayed
-        assert all(e >= 0.9 * 0.08 * 2 ** i for i, e in enumerate(failed)), failed  # each one held longer
+        assert all(e >= 0.9 * 0.08 * 2**i for i, e in enumerate(failed)), failed  # each one held longer
         assert min(refused) >= 0.9 * 2.56
         with ThreadPoolExecutor(1) as pool:
             wrong = pool.submit(_fail, server, "alice", "guess")
@@ -271,7 +275,7 @@ def test_a_client_hanging_up_before_the_answer_still_spends_the_budget(small_pol
             _garbage(server, f"name{i}").close()
         time.sleep(0.3)
         elapsed, text = _fail(server, "alice", "guess")
-        assert "too many failed logins from this address" in text and elapsed >= 0.9 * 0.05 * 2 ** 4
+        assert "too many failed logins from this address" in text and elapsed >= 0.9 * 0.05 * 2**4
     finally:
         server.stop()
 
@@ -286,7 +290,7 @@ def test_another_users_failures_garbage_and_probes_never_hold_back_a_right_passw
     try:
         baseline = _baseline(server, "alice")
         held = [_fail(server, "alice")[0] for _ in range(3)]
-        assert all(e >= 0.9 * 0.1 * 2 ** i for i, e in enumerate(held)), held
+        assert all(e >= 0.9 * 0.1 * 2**i for i, e in enumerate(held)), held
         assert 'too many failed logins for user "alice"' in _fail(server, "alice", PASSWORD)[1]
         sent, garbage = time.monotonic(), _garbage(server, "mallory")
         with ThreadPoolExecutor(1) as pool:
@@ -336,8 +340,16 @@ def test_one_address_cannot_take_the_whole_pending_pool(small_policy, tmp_path):
     """Four pending connections from one address are its share: a fifth waits while they are
     active (each sent its startup packet within the last second), and gets in once one of them
     has been idle for a second (that one is dropped)."""
-    server = Serve(small_policy, tmp_path / "l.sqlite", "--max-pending", "40", "--max-pending-per-address", "4",
-                   "--login-timeout", "8")
+    server = Serve(
+        small_policy,
+        tmp_path / "l.sqlite",
+        "--max-pending",
+        "40",
+        "--max-pending-per-address",
+        "4",
+        "--login-timeout",
+        "8",
+    )
     _login(server, "bob")  # the server is up and has closed Serve's own probe connection
     socks = _greeted(server, 4)
     try:
@@ -352,8 +364,9 @@ def test_one_address_cannot_take_the_whole_pending_pool(small_policy, tmp_path):
 
 
 def test_half_open_connections_never_take_analysts_slots(small_policy, tmp_path):
-    server = Serve(small_policy, tmp_path / "l.sqlite", "--max-connections", "2", "--max-pending", "40",
-                   "--login-timeout", "3")
+    server = Serve(
+        small_policy, tmp_path / "l.sqlite", "--max-connections", "2", "--max-pending", "40", "--login-timeout", "3"
+    )
     socks = []
     try:
         working = psycopg.connect(server.dsn("bob"))

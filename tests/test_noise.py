@@ -32,18 +32,20 @@ def discrete_laplace_cdf(scale: float):
     def cdf(x):
         x = np.floor(np.asarray(x, dtype=float))
         return np.where(x < 0, q ** np.abs(x) / (1 + q), 1 - q ** (x + 1) / (1 + q))
+
     return cdf
 
 
 def discrete_gaussian_cdf(sigma: float):
     span = int(sigma * 12) + 10
     support = np.arange(-span, span + 1)
-    weights = np.exp(-support.astype(float) ** 2 / (2 * sigma**2))
+    weights = np.exp(-(support.astype(float) ** 2) / (2 * sigma**2))
     cum = np.cumsum(weights) / weights.sum()
 
     def cdf(x):
         idx = np.floor(np.asarray(x, dtype=float)).astype(int) + span
         return np.where(idx < 0, 0.0, cum[np.clip(idx, 0, len(support) - 1)])
+
     return cdf
 
 
@@ -83,7 +85,7 @@ def test_long_vectors_drawn_in_parts_keep_the_distribution():
     draws = sample(Noise("laplace", 3.0), n)
     assert len(draws) == n
     half = n // 2
-    first, second = np.asarray(draws[:half], dtype=float), np.asarray(draws[half:2 * half], dtype=float)
+    first, second = np.asarray(draws[:half], dtype=float), np.asarray(draws[half : 2 * half], dtype=float)
     for part in (first, second):
         assert ks_p(part, discrete_laplace_cdf(3.0)) > ALPHA
         assert ks_p(part, discrete_laplace_cdf(3.0 * 1.15)) < ALPHA
@@ -127,13 +129,13 @@ def test_selection_threshold_bounds_the_release_probability():
 
 def test_selection_threshold_at_extreme_scales_and_deltas_ends_and_stays_safe():
     """Large scales and deltas below a float's range: log space, a bounded correction loop."""
-    for b, d in ((2.0 ** 52, Fraction(1, 10 ** 330)), (1e12, Fraction(1, 10 ** 8)), (0.5, Fraction(1, 3))):
+    for b, d in ((2.0**52, Fraction(1, 10**330)), (1e12, Fraction(1, 10**8)), (0.5, Fraction(1, 3))):
         tau = selection_threshold(b, d)
         # P(Z >= tau - 1) = e^{-(tau-1)/b} / (1 + e^{-1/b}) <= d, compared in log space
         assert -(tau - 1) / b - math.log1p(math.exp(-1 / b)) <= math.log(d.numerator) - math.log(d.denominator)
-    for b in (2.0 ** 53, math.inf, math.nan, 0.0):
+    for b in (2.0**53, math.inf, math.nan, 0.0):
         with pytest.raises(ValueError):
-            selection_threshold(b, Fraction(1, 10 ** 6))
+            selection_threshold(b, Fraction(1, 10**6))
 
 
 def _noise_through_queries(session, sql: str, runs: int):
@@ -207,8 +209,10 @@ def test_calibration_splits_epsilon_across_measures(session):
     assert calibrate(plan2, Fraction(1), Fraction(0), "laplace").cost.epsilon == 1
 
 
-@given(st.lists(st.tuples(st.one_of(st.integers(-5, 5), st.none()), st.sampled_from(["a", "b", "B", ""])),
-                max_size=40), st.booleans())
+@given(
+    st.lists(st.tuples(st.one_of(st.integers(-5, 5), st.none()), st.sampled_from(["a", "b", "B", ""])), max_size=40),
+    st.booleans(),
+)
 @settings(max_examples=200, deadline=None)
 def test_released_rows_sort_by_key_values_alone_in_the_one_order(rows, mixed):
     """The fast path (one type per key column) sorts exactly as key_order does; mixed columns

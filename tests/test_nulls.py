@@ -13,11 +13,18 @@ OLD_INCOME = "CASE WHEN age >= 65 THEN income END"
 
 def test_aggregates_skip_nulls(hospital):
     hospital.execute("SET dpsql.epsilon = 1000")  # noise far below the tolerances
-    truth = duckdb.connect().execute(
-        f"SELECT AVG({OLD_INCOME}), MEDIAN({OLD_INCOME}), STDDEV_POP({OLD_INCOME}), COUNT({OLD_INCOME}) "
-        f"FROM '{SAMPLE / 'patients.parquet'}'").fetchone()
-    hospital.execute(f"SELECT AVG({OLD_INCOME}), MEDIAN({OLD_INCOME}), STDDEV_POP({OLD_INCOME}), "
-                     f"COUNT(*) FILTER (WHERE age >= 65) FROM patients")
+    truth = (
+        duckdb.connect()
+        .execute(
+            f"SELECT AVG({OLD_INCOME}), MEDIAN({OLD_INCOME}), STDDEV_POP({OLD_INCOME}), COUNT({OLD_INCOME}) "
+            f"FROM '{SAMPLE / 'patients.parquet'}'"
+        )
+        .fetchone()
+    )
+    hospital.execute(
+        f"SELECT AVG({OLD_INCOME}), MEDIAN({OLD_INCOME}), STDDEV_POP({OLD_INCOME}), "
+        f"COUNT(*) FILTER (WHERE age >= 65) FROM patients"
+    )
     got = hospital.fetchone()
     assert got[0] == pytest.approx(truth[0], rel=0.01)
     assert abs(got[1] - truth[1]) < 300000 / 64  # within one histogram bin
@@ -27,11 +34,18 @@ def test_aggregates_skip_nulls(hospital):
 
 def test_per_unit_aggregates_skip_nulls(hospital):
     hospital.execute("SET dpsql.epsilon = 1000")
-    truth = duckdb.connect().execute(
-        f"SELECT AVG(a) FROM (SELECT patient_id, AVG(CASE WHEN cost > 5000 THEN LEAST(cost, 10000) END) AS a "
-        f"FROM '{SAMPLE / 'visits.parquet'}' GROUP BY 1) WHERE a IS NOT NULL").fetchone()[0]
-    hospital.execute("SELECT AVG(a) FROM (SELECT patient_id, AVG(CASE WHEN cost > 5000 THEN cost END) AS a "
-                     "FROM visits GROUP BY patient_id) s")
+    truth = (
+        duckdb.connect()
+        .execute(
+            f"SELECT AVG(a) FROM (SELECT patient_id, AVG(CASE WHEN cost > 5000 THEN LEAST(cost, 10000) END) AS a "
+            f"FROM '{SAMPLE / 'visits.parquet'}' GROUP BY 1) WHERE a IS NOT NULL"
+        )
+        .fetchone()[0]
+    )
+    hospital.execute(
+        "SELECT AVG(a) FROM (SELECT patient_id, AVG(CASE WHEN cost > 5000 THEN cost END) AS a "
+        "FROM visits GROUP BY patient_id) s"
+    )
     assert hospital.fetchone()[0] == pytest.approx(truth, rel=0.01)
 
 

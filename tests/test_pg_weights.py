@@ -37,14 +37,15 @@ def _policy(directory: Path, reader: str, scratch: str | None) -> Path:
 
 def _scratch_tables(admin: str) -> list[tuple[str, str]]:
     with psycopg.connect(admin) as pg:
-        return pg.execute("SELECT tablename, tableowner FROM pg_tables WHERE schemaname = 'dpsql_scratch' "
-                          "ORDER BY 1").fetchall()
+        return pg.execute(
+            "SELECT tablename, tableowner FROM pg_tables WHERE schemaname = 'dpsql_scratch' ORDER BY 1"
+        ).fetchall()
 
 
 def _values(session: Session, text: str) -> tuple[object, list[tuple]]:
     plan, _ = session._prepare(classify(text).tree)
     n = len(plan.keys)
-    rows = sorted(r[:n] + r[n + 1:] for r in zip(*session.bounded_result(plan).columns))  # without unit counts
+    rows = sorted(r[:n] + r[n + 1 :] for r in zip(*session.bounded_result(plan).columns))  # without unit counts
     return session._weighting(plan), rows
 
 
@@ -54,8 +55,9 @@ def test_weighted_tables_count_as_duckdbs_copies_do(clinic, tmp_path):
     admin, reader, scratch = clinic
     pg = Session(load_policy(_policy(tmp_path, reader, scratch), ledger_path=tmp_path / "a.sqlite"), "alice")
     (tmp_path / "per_unit").mkdir()
-    per_unit = Session(load_policy(_policy(tmp_path / "per_unit", reader, None), ledger_path=tmp_path / "b.sqlite"),
-                       "alice")
+    per_unit = Session(
+        load_policy(_policy(tmp_path / "per_unit", reader, None), ledger_path=tmp_path / "b.sqlite"), "alice"
+    )
     duck = Session(load_policy(SAMPLE / "dpsql.toml", ledger_path=tmp_path / "c.sqlite"), "alice")
     try:
         for text in ("SELECT ward, COUNT(*) FROM visits GROUP BY ward", "SELECT COUNT(*) FROM visits"):
@@ -81,12 +83,15 @@ def test_the_reader_only_reads_them_and_they_go_with_their_engine(clinic, tmp_pa
         assert tables and all(owner == SCRATCH and name.endswith(s.engine._weights.id) for name, owner in tables)
         with psycopg.connect(admin) as pg:
             for name, _ in tables:
-                may = pg.execute("SELECT has_table_privilege(%s, %s, 'SELECT'), "
-                                 "has_table_privilege(%s, %s, 'INSERT, UPDATE, DELETE, TRUNCATE')",
-                                 (READER, f'dpsql_scratch."{name}"', READER, f'dpsql_scratch."{name}"')).fetchone()
+                may = pg.execute(
+                    "SELECT has_table_privilege(%s, %s, 'SELECT'), "
+                    "has_table_privilege(%s, %s, 'INSERT, UPDATE, DELETE, TRUNCATE')",
+                    (READER, f'dpsql_scratch."{name}"', READER, f'dpsql_scratch."{name}"'),
+                ).fetchone()
                 assert may == (True, False)
-            assert not pg.execute("SELECT has_database_privilege(%s, current_database(), 'CREATE')",
-                                  (READER,)).fetchone()[0]
+            assert not pg.execute(
+                "SELECT has_database_privilege(%s, current_database(), 'CREATE')", (READER,)
+            ).fetchone()[0]
     finally:
         s.close()
     assert _scratch_tables(admin) == []
@@ -123,8 +128,9 @@ def test_a_change_of_the_data_rebuilds_the_table(clinic, tmp_path, pg_server):
         assert weighting is not None
         version = s.engine.data_version()
         with psycopg.connect(admin, autocommit=True) as pg:
-            pg.execute("INSERT INTO patients (patient_id, age, sex) "
-                       "SELECT 900000 + g, 40, 'F' FROM generate_series(1, 50) g")
+            pg.execute(
+                "INSERT INTO patients (patient_id, age, sex) SELECT 900000 + g, 40, 'F' FROM generate_series(1, 50) g"
+            )
         deadline = time.monotonic() + 30
         while s.engine.data_version() == version:  # PostgreSQL's statistics follow a commit within a second or so
             assert time.monotonic() < deadline
@@ -156,8 +162,11 @@ def test_the_row_weight_is_exact_integer_floor_on_duckdb_and_postgres(clinic):
 
     bits = 10
     largest = BIGINT_MAX >> bits
-    cases = [(limit, n) for limit in (1, 6, 1000, largest - 1, largest)
-             for n in (1, 2, 5, 6, 7, 999, 1000, 1001, 3 * 2**40 + 1, largest, largest + 1, 2**62, BIGINT_MAX)]
+    cases = [
+        (limit, n)
+        for limit in (1, 6, 1000, largest - 1, largest)
+        for n in (1, 2, 5, 6, 7, 999, 1000, 1001, 3 * 2**40 + 1, largest, largest + 1, 2**62, BIGINT_MAX)
+    ]
     duck = duckdb.connect()
     with psycopg.connect(clinic[0]) as pg:
         for limit, n in cases:

@@ -59,8 +59,11 @@ def _expand(page, name: str, attempts: int = 6) -> list[str]:
                 page.wait_for_timeout(500)
                 _node(page, name).locator(".directory-toggle").click()
         try:
-            found = page.wait_for_function(f"(name) => ({STATE})(name) === 'open' && ({CHILDREN})(name).length > 0 "
-                                           f"&& ({CHILDREN})(name)", arg=name, timeout=15_000)
+            found = page.wait_for_function(
+                f"(name) => ({STATE})(name) === 'open' && ({CHILDREN})(name).length > 0 && ({CHILDREN})(name)",
+                arg=name,
+                timeout=15_000,
+            )
             return found.json_value()
         except Exception:  # playwright's TimeoutError: try again
             continue
@@ -124,9 +127,19 @@ def test_pgadmin_tree_and_query_tool(hospital_serve, tmp_path):
     started = time.monotonic()
     before = _spent(hospital)
     with PgAdmin() as pga:
-        pga.register({"1": {"Name": "dpsql hospital", "Group": "Servers", "Host": "127.0.0.1",
-                            "Port": hospital.port, "MaintenanceDB": "dpsql", "Username": "alice",
-                            "SSLMode": "disable"}})
+        pga.register(
+            {
+                "1": {
+                    "Name": "dpsql hospital",
+                    "Group": "Servers",
+                    "Host": "127.0.0.1",
+                    "Port": hospital.port,
+                    "MaintenanceDB": "dpsql",
+                    "Username": "alice",
+                    "SSLMode": "disable",
+                }
+            }
+        )
         pga.start()
         try:
             columns, rows, messages = _drive(pga.url, tmp_path / "pgadmin.png")
@@ -137,8 +150,7 @@ def test_pgadmin_tree_and_query_tool(hospital_serve, tmp_path):
     refused = [m.groups() for m in REFUSED.finditer(log)]
     assert not refused, json.dumps(refused, indent=1)
     assert columns["patients"] == ["patient_id", "age", "sex", "region", "insurance", "income", "smoker"]
-    assert columns["visits"] == ["visit_id", "patient_id", "visit_date", "ward", "diagnosis", "cost",
-                                 "length_of_stay"]
+    assert columns["visits"] == ["visit_id", "patient_id", "visit_date", "ward", "diagnosis", "cost", "length_of_stay"]
     assert columns["wards"] == ["name", "building", "floor", "specialty"]
     assert rows == 12, rows  # one noisy count per ward of the public wards table
     assert "dpsql: cost epsilon=0.1" in messages, messages

@@ -101,17 +101,20 @@ def test_the_word_pivot_elsewhere_is_not_a_pivot(conn):
 
 def test_pivot_over_the_wire_is_refused_free_and_the_connection_stays(serve):
     with psycopg.connect(serve.dsn(), autocommit=True) as conn:
-        for sql in ("PIVOT people ON city USING COUNT(*)",
-                    "SELECT * FROM (PIVOT people ON city USING COUNT(*)) p LIMIT 0",
-                    "SELECT * FROM people PIVOT (COUNT(*) FOR city IN ('Oslo'))",
-                    "SELECT * FROM (PIVOT_WIDER people ON city USING COUNT(*)) p WHERE false"):
+        for sql in (
+            "PIVOT people ON city USING COUNT(*)",
+            "SELECT * FROM (PIVOT people ON city USING COUNT(*)) p LIMIT 0",
+            "SELECT * FROM people PIVOT (COUNT(*) FOR city IN ('Oslo'))",
+            "SELECT * FROM (PIVOT_WIDER people ON city USING COUNT(*)) p WHERE false",
+        ):
             with pytest.raises(psycopg.errors.InsufficientPrivilege) as info:
                 conn.execute(sql)
             assert "PIVOT and UNPIVOT are not allowed" in info.value.diag.message_primary
         with conn.cursor() as cur:  # the extended protocol: Parse/Describe must not bind it either
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                cur.execute("SELECT * FROM (PIVOT people ON city USING COUNT(*)) p WHERE city = %s", ["x"],
-                            prepare=True)
+                cur.execute(
+                    "SELECT * FROM (PIVOT people ON city USING COUNT(*)) p WHERE city = %s", ["x"], prepare=True
+                )
         assert conn.execute("SELECT queries FROM dpsql_budget").fetchone()[0] == 0  # nothing charged
         assert conn.execute("SELECT COUNT(*) FROM people").fetchone()[0] >= 0
         assert conn.execute("SELECT queries FROM dpsql_budget").fetchone()[0] == 1

@@ -46,8 +46,9 @@ def test_batch_is_charged_once_and_noised_as_planned(small_policy, tmp_path):
 
 def test_weights_give_less_noise(conn):
     cur = conn.cursor()
-    cur.execute_batch(["SELECT COUNT(*) FROM people", "SELECT COUNT(*) FROM events"], epsilon=1, delta=1e-6,
-                      weights=[4, 1])
+    cur.execute_batch(
+        ["SELECT COUNT(*) FROM people", "SELECT COUNT(*) FROM events"], epsilon=1, delta=1e-6, weights=[4, 1]
+    )
     first = cur.dp["noise"][0]["scale"]
     cur.nextset()
     second = cur.dp["noise"][0]["scale"]
@@ -86,9 +87,28 @@ def test_pld_planner_for_one_query(conn):
 def test_dpsql_plan_reports_the_saving(small_policy, tmp_path):
     f = tmp_path / "batch.sql"
     f.write_text(";\n".join(f"SELECT COUNT(*) FROM people WHERE age > {i}" for i in range(100)))
-    out = subprocess.run([sys.executable, "-m", "dpsql.cli", "plan", "--policy", str(small_policy), "--user", "alice",
-                          "--ledger", str(tmp_path / "p.sqlite"), "--epsilon", "1", "--delta", "1e-6", str(f)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dpsql.cli",
+            "plan",
+            "--policy",
+            str(small_policy),
+            "--user",
+            "alice",
+            "--ledger",
+            str(tmp_path / "p.sqlite"),
+            "--epsilon",
+            "1",
+            "--delta",
+            "1e-6",
+            str(f),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "planned scales are 0.418 of the one-by-one scales" in out.stdout
     assert "each query would get epsilon=0.01" in out.stdout

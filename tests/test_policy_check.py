@@ -30,6 +30,7 @@ def generated() -> tuple[list, list, list]:
     values, and values on both sides of their bounds (events: amount in [0, 50], max_groups 2,
     max_rows 3, so a total bound of 6; rows: v in [-10, 10])."""
     rng = random.Random(20261122)
+
     def value(low: float, high: float, lower: float, upper: float) -> float | None:
         """NULL, exactly a bound (which clips nothing), or uniform in [low, high]."""
         return rng.choice([None, lower, upper] + [rng.uniform(low, high)] * 17)
@@ -69,6 +70,7 @@ def table(rep: dict, name: str) -> dict:
 
 # The figures, computed here from the rows --------------------------------------------------------
 
+
 def disc(values, q: float):
     """PERCENTILE_DISC: the value at position ceil(q * n) in sorted order."""
     ordered = sorted(values)
@@ -86,10 +88,12 @@ def smallest(fits) -> int:
 def clip_figures(values, lower: float, upper: float) -> dict:
     present = [v for v in values if v is not None]
     moved = sum(abs(v - min(max(v, lower), upper)) for v in present)
-    return {"null_share": 1 - len(present) / len(values),
-            "below_lower_share": sum(v < lower for v in present) / len(present),
-            "above_upper_share": sum(v > upper for v in present) / len(present),
-            "sum_clipped_share": moved / sum(abs(v) for v in present)}
+    return {
+        "null_share": 1 - len(present) / len(values),
+        "below_lower_share": sum(v < lower for v in present) / len(present),
+        "above_upper_share": sum(v > upper for v in present) / len(present),
+        "sum_clipped_share": moved / sum(abs(v) for v in present),
+    }
 
 
 def test_total_bound_counts_rows_beyond_it(data, owner_report):
@@ -97,13 +101,22 @@ def test_total_bound_counts_rows_beyond_it(data, owner_report):
     sizes = list(Counter(e[0] for e in events).values())
     t = table(owner_report, "events")
     assert (t["rows"], t["rows_without_unit"], t["units"]) == (len(data[2]), 7, len(sizes))
-    assert t["rows_per_unit"] == {"p50": disc(sizes, 0.5), "p90": disc(sizes, 0.9), "p99": disc(sizes, 0.99),
-                                  "max": max(sizes)}
+    assert t["rows_per_unit"] == {
+        "p50": disc(sizes, 0.5),
+        "p90": disc(sizes, 0.9),
+        "p99": disc(sizes, 0.99),
+        "max": max(sizes),
+    }
     assert max(sizes) > 6 and cut(sizes, 6) > 0  # the data does test the bound
     assert t["total_bound"] == {
-        "limit": 6, "declared": False, "rows_cut": cut(sizes, 6), "rows_cut_share": cut(sizes, 6) / len(events),
-        "units_over": sum(n > 6 for n in sizes), "units_over_share": sum(n > 6 for n in sizes) / len(sizes),
-        "rows_of_units_over_share": sum(n for n in sizes if n > 6) / len(events)}
+        "limit": 6,
+        "declared": False,
+        "rows_cut": cut(sizes, 6),
+        "rows_cut_share": cut(sizes, 6) / len(events),
+        "units_over": sum(n > 6 for n in sizes),
+        "units_over_share": sum(n > 6 for n in sizes) / len(sizes),
+        "rows_of_units_over_share": sum(n for n in sizes if n > 6) / len(events),
+    }
 
 
 @pytest.mark.parametrize("column, field, domain", [("kind", 1, set(KINDS)), ("place", 3, set(PLACES))])
@@ -121,16 +134,23 @@ def test_per_group_caps_per_declared_key_column(data, owner_report, column, fiel
     assert cut(cells, 3) > 0 and over  # the data does test both caps
     assert k["rows_outside_domain_share"] == (len(events) - len(grouped)) / len(events) > 0
     assert k["max_rows"] == {"limit": 3, "rows_cut": cut(cells, 3), "rows_cut_share": cut(cells, 3) / len(events)}
-    assert k["max_groups"] == {"limit": 2, "units_over": len(over), "units_over_share": len(over) / units,
-                               "rows_of_units_over_share": sum(held[u] for u in over) / len(events)}
+    assert k["max_groups"] == {
+        "limit": 2,
+        "units_over": len(over),
+        "units_over_share": len(over) / units,
+        "rows_of_units_over_share": sum(held[u] for u in over) / len(events),
+    }
     assert k["rows_per_unit_and_key"] == {"p50": disc(cells, 0.5), "p99": disc(cells, 0.99), "max": max(cells)}
 
 
-@pytest.mark.parametrize("name, field, bounds, counted", [
-    ("events", 2, (0, 50), lambda r: r[0] is not None),  # a unit's rows only
-    ("people", 1, (0, 100), lambda r: True),
-    ("rows", 0, (-10, 10), lambda r: True),  # every row its own unit
-])
+@pytest.mark.parametrize(
+    "name, field, bounds, counted",
+    [
+        ("events", 2, (0, 50), lambda r: r[0] is not None),  # a unit's rows only
+        ("people", 1, (0, 100), lambda r: True),
+        ("rows", 0, (-10, 10), lambda r: True),  # every row its own unit
+    ],
+)
 def test_bounded_columns_clipped_shares(data, owner_report, name, field, bounds, counted):
     rows = {"people": data[1], "events": data[2], "rows": data[3]}[name]
     values = [r[field] for r in rows if counted(r)]
@@ -159,7 +179,10 @@ def test_suggested_limits_keep_99_percent(data, owner_report):
     groups = max(smallest(lambda g, reach=reach: sum(k > g for k in reach) <= spared * units) for _, reach in by_key)
     s = {x["limit"]: x for x in table(owner_report, "events")["suggestions"]}
     assert (s["max_contributions"]["suggested"], s["max_rows"]["suggested"], s["max_groups"]["suggested"]) == (
-        total, rows, groups)
+        total,
+        rows,
+        groups,
+    )
     assert s["max_contributions"]["cut_suggested"] == cut(sizes, total) / n <= 0.01
     assert s["max_contributions"]["cut_now"] == cut(sizes, 6) / n
     assert s["max_contributions"]["noise_ratio"] == total / 6 and s["max_rows"]["noise_ratio"] == rows / 3
@@ -175,9 +198,19 @@ def test_suggested_limits_keep_99_percent(data, owner_report):
     assert amount["avg_noise_ratio"] == pytest.approx((amount["suggested"][1] - amount["suggested"][0]) / 50)
 
 
-@pytest.mark.parametrize("x, up, rounded", [(4213, True, 4300), (4213, False, 4200), (43.72, False, 43),
-                                            (0.01234, True, 0.013), (-4213, False, -4300), (-4213, True, -4200),
-                                            (11436.02, True, 12000), (0, True, 0)])
+@pytest.mark.parametrize(
+    "x, up, rounded",
+    [
+        (4213, True, 4300),
+        (4213, False, 4200),
+        (43.72, False, 43),
+        (0.01234, True, 0.013),
+        (-4213, False, -4300),
+        (-4213, True, -4200),
+        (11436.02, True, 12000),
+        (0, True, 0),
+    ],
+)
 def test_bounds_round_out_to_two_significant_digits(x, up, rounded):
     assert round_out(x, up) == pytest.approx(rounded, rel=1e-12)
 
@@ -200,6 +233,7 @@ def test_suggestion_rules_at_their_edges():
 
 # The command line ------------------------------------------------------------------------------
 
+
 def run(*args: str):
     return CliRunner().invoke(main, ["policy", "check", *args])
 
@@ -214,8 +248,11 @@ def test_check_without_data_says_ok(data):
 def test_invalid_policy_lists_every_problem_and_fails(tmp_path):
     make_db(tmp_path / "db.duckdb", [], [])
     path = write_policy(tmp_path)
-    path.write_text(path.read_text().replace("columns.age =", "columns.agee =")
-                    .replace('columns.kind = { keys = ["a", "b", "c"] }', "columns.kind = { lower = 0, upper = 1 }"))
+    path.write_text(
+        path.read_text()
+        .replace("columns.age =", "columns.agee =")
+        .replace('columns.kind = { keys = ["a", "b", "c"] }', "columns.kind = { lower = 0, upper = 1 }")
+    )
     for extra in ([], ["--data"]):
         out = run("-p", str(path), *extra)
         assert out.exit_code == 1 and out.stdout == ""
@@ -240,12 +277,16 @@ def test_report_text_and_progress(data, owner_report):
     assert f"events: {t['rows']:,} rows, {t['units']:,} units of pid (7 rows without a unit" in out.stdout
     assert f"total bound 6 (max_groups × max_rows): cuts {total['rows_cut_share']:.2%} of rows" in out.stdout
     suggested = {s["limit"]: s for s in t["suggestions"]}["max_contributions"]
-    assert (f"max_contributions 6 → {suggested['suggested']} would cut {suggested['cut_suggested']:.2%} of rows "
-            f"(now {total['rows_cut_share']:.2%}) and scale sum/count noise by") in out.stdout
+    assert (
+        f"max_contributions 6 → {suggested['suggested']} would cut {suggested['cut_suggested']:.2%} of rows "
+        f"(now {total['rows_cut_share']:.2%}) and scale sum/count noise by"
+    ) in out.stdout
     assert "rows: 250 rows, each its own unit" in out.stdout
     assert "max_contributions: the smallest total bound that cuts at most 1% of rows" in out.stdout
-    assert out.stderr.splitlines() == [f"policy check: reading {name} ({i} of 3 private tables)"
-                                       for i, name in enumerate(("people", "events", "rows"), 1)]
+    assert out.stderr.splitlines() == [
+        f"policy check: reading {name} ({i} of 3 private tables)"
+        for i, name in enumerate(("people", "events", "rows"), 1)
+    ]
 
 
 def test_report_json_schema(data):
@@ -255,19 +296,59 @@ def test_report_json_schema(data):
     assert set(rep) == {"policy", "engine", "keep", "tables"} and rep["keep"] == 0.9
     assert [t["table"] for t in rep["tables"]] == ["people", "events", "rows"]  # public tables hold nobody
     events = table(rep, "events")
-    assert set(events) == {"table", "privacy_unit", "rows", "rows_without_unit", "units", "rows_per_unit",
-                           "total_bound", "keys", "columns", "suggestions"}
-    assert set(events["keys"][0]) == {"column", "domain", "rows_outside_domain_share", "rows_per_unit_and_key",
-                                      "max_rows", "keys_per_unit", "max_groups"}
-    assert set(events["columns"][0]) == {"column", "kind", "lower", "upper", "null_share", "below_lower_share",
-                                         "above_upper_share", "sum_clipped_share", "p1", "p50", "p99"}
-    assert [s["limit"] for s in events["suggestions"]] == ["max_contributions", "max_rows", "max_groups",
-                                                          "columns.amount"]
+    assert set(events) == {
+        "table",
+        "privacy_unit",
+        "rows",
+        "rows_without_unit",
+        "units",
+        "rows_per_unit",
+        "total_bound",
+        "keys",
+        "columns",
+        "suggestions",
+    }
+    assert set(events["keys"][0]) == {
+        "column",
+        "domain",
+        "rows_outside_domain_share",
+        "rows_per_unit_and_key",
+        "max_rows",
+        "keys_per_unit",
+        "max_groups",
+    }
+    assert set(events["columns"][0]) == {
+        "column",
+        "kind",
+        "lower",
+        "upper",
+        "null_share",
+        "below_lower_share",
+        "above_upper_share",
+        "sum_clipped_share",
+        "p1",
+        "p50",
+        "p99",
+    }
+    assert [s["limit"] for s in events["suggestions"]] == [
+        "max_contributions",
+        "max_rows",
+        "max_groups",
+        "columns.amount",
+    ]
     assert {"current", "suggested", "rule", "cut_of", "cut_now", "cut_suggested", "noise_ratio"} <= set(
-        events["suggestions"][0])
+        events["suggestions"][0]
+    )
     assert "at most 10%" in events["suggestions"][0]["rule"]
-    assert set(table(rep, "rows")) == {"table", "privacy_unit", "rows", "rows_without_unit", "units", "columns",
-                                       "suggestions"}
+    assert set(table(rep, "rows")) == {
+        "table",
+        "privacy_unit",
+        "rows",
+        "rows_without_unit",
+        "units",
+        "columns",
+        "suggestions",
+    }
 
 
 def test_sample_data_report():
@@ -289,8 +370,10 @@ def test_sample_data_report():
 def test_postgres_reports_what_duckdb_does(pg_server, tmp_path):
     admin = pg_server.create_database("policy_check")
     load_into_postgres(admin)
-    policies = [load_policy(SAMPLE / "dpsql.toml"), load_policy(postgres_policy(tmp_path, admin.replace(
-        "postgres@", f"{READER}@")))]
+    policies = [
+        load_policy(SAMPLE / "dpsql.toml"),
+        load_policy(postgres_policy(tmp_path, admin.replace("postgres@", f"{READER}@"))),
+    ]
     reports = []
     for policy in policies:
         engine = open_engine(policy)
@@ -314,6 +397,7 @@ def _rounded(value):
 
 # No analyst reaches the owner's view -----------------------------------------------------------
 
+
 def _imports(path: Path) -> set[str]:
     """The dpsql modules a file imports (anywhere in it, lazily too), as dotted names."""
     package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
@@ -322,7 +406,7 @@ def _imports(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
-            base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1]) if node.level else ""
+            base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]) if node.level else ""
             module = ".".join(filter(None, [base, node.module]))
             found |= {module} | {f"{module}.{a.name}" for a in node.names}
     return {m for m in found if m.split(".")[0] == "dpsql"}
@@ -333,8 +417,14 @@ def _reached(start: str) -> set[str]:
     seen, todo = set(), [start]
     while todo:
         module = todo.pop()
-        path = next((p for p in (ROOT / (module.replace(".", "/") + ".py"),
-                                 ROOT / module.replace(".", "/") / "__init__.py") if p.exists()), None)
+        path = next(
+            (
+                p
+                for p in (ROOT / (module.replace(".", "/") + ".py"), ROOT / module.replace(".", "/") / "__init__.py")
+                if p.exists()
+            ),
+            None,
+        )
         if module in seen or path is None:
             continue
         seen.add(module)
@@ -342,8 +432,10 @@ def _reached(start: str) -> set[str]:
     return seen
 
 
-@pytest.mark.parametrize("front_end", ["dpsql", "dpsql.dbapi", "dpsql.session", "dpsql.server.app",
-                                       "dpsql.server.worker", "dpsql.console.app"])
+@pytest.mark.parametrize(
+    "front_end",
+    ["dpsql", "dpsql.dbapi", "dpsql.session", "dpsql.server.app", "dpsql.server.worker", "dpsql.console.app"],
+)
 def test_no_analyst_front_end_imports_the_owners_report(front_end):
     reached = _reached(front_end)
     assert "dpsql.session" in reached  # the walk does follow imports

@@ -30,16 +30,28 @@ def test_reset_and_check_statements_are_no_ops(serve):
         conn.execute("SET dpsql.epsilon = 0.25")
         conn.execute(ASYNCPG_RESET)  # one simple query, four statements
         assert conn.execute("SHOW dpsql.epsilon").fetchone() == ("1",)  # RESET ALL: the policy's default again
-        for sql, tag in [("DISCARD PLANS", "DISCARD PLANS"), ("DISCARD SEQUENCES", "DISCARD SEQUENCES"),
-                         ("UNLISTEN *", "UNLISTEN"), ("UNLISTEN jobs", "UNLISTEN"), ("CLOSE ALL", "CLOSE CURSOR"),
-                         ("SET SESSION AUTHORIZATION DEFAULT", "SET"), ("RESET SESSION AUTHORIZATION", "RESET"),
-                         ("RESET ROLE", "RESET"), ("SET ROLE NONE", "SET"), ("RESET ALL", "RESET"),
-                         ("select 1", "SELECT 1")]:
+        for sql, tag in [
+            ("DISCARD PLANS", "DISCARD PLANS"),
+            ("DISCARD SEQUENCES", "DISCARD SEQUENCES"),
+            ("UNLISTEN *", "UNLISTEN"),
+            ("UNLISTEN jobs", "UNLISTEN"),
+            ("CLOSE ALL", "CLOSE CURSOR"),
+            ("SET SESSION AUTHORIZATION DEFAULT", "SET"),
+            ("RESET SESSION AUTHORIZATION", "RESET"),
+            ("RESET ROLE", "RESET"),
+            ("SET ROLE NONE", "SET"),
+            ("RESET ALL", "RESET"),
+            ("select 1", "SELECT 1"),
+        ]:
             assert conn.execute(sql).statusmessage == tag, sql
-        for sql, value in [("SELECT pg_advisory_lock(42)", ""), ("SELECT pg_try_advisory_lock(42)", True),
-                           ("SELECT pg_advisory_unlock(42)", True), ("SELECT pg_advisory_xact_lock(1, 2)", ""),
-                           ("SELECT pg_try_advisory_lock(hashtext('migrations'))", True),
-                           ("SELECT pg_advisory_unlock_all()", "")]:
+        for sql, value in [
+            ("SELECT pg_advisory_lock(42)", ""),
+            ("SELECT pg_try_advisory_lock(42)", True),
+            ("SELECT pg_advisory_unlock(42)", True),
+            ("SELECT pg_advisory_xact_lock(1, 2)", ""),
+            ("SELECT pg_try_advisory_lock(hashtext('migrations'))", True),
+            ("SELECT pg_advisory_unlock_all()", ""),
+        ]:
             assert conn.execute(sql).fetchone() == (value,), sql
         assert conn.execute("SELECT pg_try_advisory_lock(%s) AS got", (7,)).fetchone() == (True,)  # extended, typed
         with pytest.raises(psycopg.errors.FeatureNotSupported) as info:
@@ -87,16 +99,25 @@ def test_asyncpg_pool_delivers_every_answer_and_charges_each_once(serve):
 
     async def main():
         answers = []
-        async with asyncpg.create_pool(host="127.0.0.1", port=serve.port, user="alice", password=PASSWORD,
-                                       database="dpsql", ssl=False, min_size=1, max_size=1) as pool:
+        async with asyncpg.create_pool(
+            host="127.0.0.1",
+            port=serve.port,
+            user="alice",
+            password=PASSWORD,
+            database="dpsql",
+            ssl=False,
+            min_size=1,
+            max_size=1,
+        ) as pool:
             for age in (20, 30, 40):
                 async with pool.acquire() as conn:  # released with asyncpg's reset
                     await conn.execute("SET dpsql.epsilon = 0.5")
                     answers.append(await conn.fetchval("SELECT COUNT(*) FROM people WHERE age > $1", age))
                     assert await conn.fetchval("SELECT pg_try_advisory_lock($1)", age) is True
                     async with conn.transaction():
-                        answers.append(await conn.fetchval("SELECT SUM(amount) FROM events WHERE amount > $1",
-                                                           float(age)))
+                        answers.append(
+                            await conn.fetchval("SELECT SUM(amount) FROM events WHERE amount > $1", float(age))
+                        )
             async with pool.acquire() as conn:  # the one connection again: its settings were reset
                 assert await conn.fetchval("SHOW dpsql.epsilon") == "1"
                 assert await conn.fetchrow(";") is None  # SQLAlchemy's asyncpg ping: an empty statement
@@ -114,9 +135,14 @@ def test_asyncpg_pool_delivers_every_answer_and_charges_each_once(serve):
 def test_psycopg_pool_with_check_and_discard_all_reset(serve):
     pool_module = pytest.importorskip("psycopg_pool")
     answers = []
-    with pool_module.ConnectionPool(serve.dsn(), min_size=1, max_size=1, open=True,
-                                    check=pool_module.ConnectionPool.check_connection,
-                                    reset=lambda conn: conn.execute("DISCARD ALL")) as pool:
+    with pool_module.ConnectionPool(
+        serve.dsn(),
+        min_size=1,
+        max_size=1,
+        open=True,
+        check=pool_module.ConnectionPool.check_connection,
+        reset=lambda conn: conn.execute("DISCARD ALL"),
+    ) as pool:
         for age in (25, 35, 45):
             with pool.connection() as conn:  # checked (an empty query) on the way out, reset on the way back
                 assert conn.execute("SHOW dpsql.epsilon").fetchone() == ("1",)
@@ -132,8 +158,13 @@ def test_sqlalchemy_pool_pre_ping_sync_and_async(serve):
     from sqlalchemy.ext.asyncio import create_async_engine
 
     url = f"alice:{PASSWORD}@127.0.0.1:{serve.port}/dpsql"
-    engine = sqlalchemy.create_engine(f"postgresql+psycopg://{url}", pool_pre_ping=True, pool_size=1, max_overflow=0,
-                                      connect_args={"sslmode": "disable"})
+    engine = sqlalchemy.create_engine(
+        f"postgresql+psycopg://{url}",
+        pool_pre_ping=True,
+        pool_size=1,
+        max_overflow=0,
+        connect_args={"sslmode": "disable"},
+    )
     try:
         for age in (30, 40):
             with engine.connect() as conn:  # pinged at each checkout, rolled back at each return
@@ -177,11 +208,26 @@ def test_tortoise_orm_on_an_asyncpg_pool(serve):
             app = "dpsql"
 
     async def main():
-        await Tortoise.init(config={
-            "connections": {"default": {"engine": "tortoise.backends.asyncpg", "credentials": {
-                "host": "127.0.0.1", "port": serve.port, "user": "alice", "password": PASSWORD, "database": "dpsql",
-                "ssl": False, "minsize": 1, "maxsize": 1}}},
-            "apps": {"dpsql": {"models": [__name__], "default_connection": "default"}}})
+        await Tortoise.init(
+            config={
+                "connections": {
+                    "default": {
+                        "engine": "tortoise.backends.asyncpg",
+                        "credentials": {
+                            "host": "127.0.0.1",
+                            "port": serve.port,
+                            "user": "alice",
+                            "password": PASSWORD,
+                            "database": "dpsql",
+                            "ssl": False,
+                            "minsize": 1,
+                            "maxsize": 1,
+                        },
+                    }
+                },
+                "apps": {"dpsql": {"models": [__name__], "default_connection": "default"}},
+            }
+        )
         try:
             total = await Person.all().count()
             older = await Person.filter(age__gt=40).count()
@@ -201,8 +247,10 @@ def test_tortoise_orm_on_an_asyncpg_pool(serve):
     assert tortoise.__version__ and _queries(serve) == 3
 
 
-@pytest.mark.skipif(shutil.which("pgbouncer") is None and not Path("/usr/sbin/pgbouncer").exists(),
-                    reason="pgbouncer is installed by tests/setup.sh")
+@pytest.mark.skipif(
+    shutil.which("pgbouncer") is None and not Path("/usr/sbin/pgbouncer").exists(),
+    reason="pgbouncer is installed by tests/setup.sh",
+)
 def test_pgbouncer_in_front_of_dpsql(serve):
     """pgbouncer in session mode with one server connection: each client after the first gets the
     connection its predecessor used, reset by `server_reset_query = DISCARD ALL` and checked by
@@ -214,7 +262,8 @@ def test_pgbouncer_in_front_of_dpsql(serve):
         f"[databases]\ndpsql = host=127.0.0.1 port={serve.port} dbname=dpsql\n"
         f"[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\nauth_type = trust\n"
         f"auth_file = {folder}/users.txt\npool_mode = session\nserver_reset_query = DISCARD ALL\n"
-        "server_check_query = select 1\nserver_check_delay = 0\ndefault_pool_size = 1\nmax_client_conn = 10\n")
+        "server_check_query = select 1\nserver_check_delay = 0\ndefault_pool_size = 1\nmax_client_conn = 10\n"
+    )
     for path in (folder, *folder.iterdir()):
         path.chmod(0o755 if path.is_dir() else 0o644)
     command = [shutil.which("pgbouncer") or "/usr/sbin/pgbouncer", str(folder / "pgbouncer.ini")]

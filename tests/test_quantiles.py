@@ -31,9 +31,14 @@ def _rank_bound(b: float) -> float:
 def _ranks(sex: str, x: float) -> tuple[int, int]:
     """(#rows below x - one bin width, #rows at or below x + one bin width)."""
     width = 110 / QUANTILE_BINS
-    return duckdb.connect().execute(
-        f"SELECT COUNT(*) FILTER (WHERE a < ?), COUNT(*) FILTER (WHERE a <= ?) FROM ({AGES}) WHERE sex = ?",
-        [x - width, x + width, sex]).fetchone()
+    return (
+        duckdb.connect()
+        .execute(
+            f"SELECT COUNT(*) FILTER (WHERE a < ?), COUNT(*) FILTER (WHERE a <= ?) FROM ({AGES}) WHERE sex = ?",
+            [x - width, x + width, sex],
+        )
+        .fetchone()
+    )
 
 
 def test_quantiles_are_within_the_rank_bound(hospital):
@@ -42,8 +47,10 @@ def test_quantiles_are_within_the_rank_bound(hospital):
     assert any("HISTOGRAM(t0.age, 64 bins over [0, 110])" in r[0] for r in hospital.fetchall())
     s = _rank_bound(1.0)  # one histogram at epsilon 1, one row per patient: Laplace scale 1 per bin
     for _ in range(20):
-        hospital.execute("SELECT sex, MEDIAN(age), PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY age), "
-                         "QUANTILE(age, 0.1), MIN(age), MAX(age) FROM patients GROUP BY sex")
+        hospital.execute(
+            "SELECT sex, MEDIAN(age), PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY age), "
+            "QUANTILE(age, 0.1), MIN(age), MAX(age) FROM patients GROUP BY sex"
+        )
         assert hospital.dp["cost"]["epsilon"] == pytest.approx(1.0)  # one shared histogram
         for sex, median, p90, p10, low, high in hospital.fetchall():
             for p, x in ((0.5, median), (0.9, p90), (0.1, p10)):
@@ -103,8 +110,9 @@ def test_count_distinct_counts_no_absent_key_however_small_the_noise(hospital, e
 
 def test_count_distinct_over_declared_keys(hospital):
     """Every diagnosis occurs thousands of times: all 12 clear the noise level; the interval holds 12."""
-    hospital.execute("SELECT region, COUNT(DISTINCT diagnosis) AS d FROM visits JOIN patients USING (patient_id) "
-                     "GROUP BY region")
+    hospital.execute(
+        "SELECT region, COUNT(DISTINCT diagnosis) AS d FROM visits JOIN patients USING (patient_id) GROUP BY region"
+    )
     rows = hospital.fetchall()
     assert len(rows) == 10 and all(r[1] == 12 for r in rows)
     assert all(lo <= 12 <= hi for lo, hi in hospital.dp["ci"]["d"])
@@ -119,8 +127,10 @@ def test_a_quantile_of_integers_is_an_integer(hospital):
     points (never a point inside a bin between two integers), their intervals rounded outward;
     a quantile of a non-integral expression is not rounded."""
     for _ in range(5):
-        hospital.execute("SELECT sex, MEDIAN(age) AS m, MAX(age) AS h, MEDIAN(age / 3.0) AS t FROM patients "
-                         "WHERE sex <> 'X' GROUP BY sex")
+        hospital.execute(
+            "SELECT sex, MEDIAN(age) AS m, MAX(age) AS h, MEDIAN(age / 3.0) AS t FROM patients "
+            "WHERE sex <> 'X' GROUP BY sex"
+        )
         rows = [r for r in hospital.fetchall() if r[0] != "X"]  # X: excluded, still released (declared)
         for _, median, high, third in rows:
             assert median == int(median) and high == int(high)

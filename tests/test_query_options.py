@@ -33,7 +33,9 @@ def test_weights_split_epsilon_and_explain_shows_it(hospital):
 def test_weights_skip_group_keys(hospital):
     lines = _explain(hospital, "/* dpsql: weights 2, 1 */ SELECT diagnosis, COUNT(*), SUM(cost) FROM visits GROUP BY 1")
     assert [re.search(r": (epsilon [0-9.]+),", line).group(1) for line in lines if ": epsilon " in line] == [
-        f"epsilon {2 / 3:.6g}", f"epsilon {1 / 3:.6g}"]
+        f"epsilon {2 / 3:.6g}",
+        f"epsilon {1 / 3:.6g}",
+    ]
 
 
 def test_shared_measures_are_paid_once(hospital):
@@ -53,9 +55,11 @@ def test_too_many_weights_are_refused_and_free(hospital):
     assert hospital.connection.session.budget()["epsilon"]["spent"] == 0
 
 
-BIGQUERY = ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.5, delta = 1e-7, max_groups_contributed = 1, "
-            "privacy_unit_column = patient_id) diagnosis, COUNT(*, contribution_bounds_per_group => (0, 3)) AS n, "
-            "AVG(cost, contribution_bounds_per_group => (0, 2000)) AS avg_cost FROM visits GROUP BY diagnosis")
+BIGQUERY = (
+    "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.5, delta = 1e-7, max_groups_contributed = 1, "
+    "privacy_unit_column = patient_id) diagnosis, COUNT(*, contribution_bounds_per_group => (0, 3)) AS n, "
+    "AVG(cost, contribution_bounds_per_group => (0, 2000)) AS avg_cost FROM visits GROUP BY diagnosis"
+)
 
 
 def test_bigquery_clause_maps_onto_the_policy(hospital):
@@ -72,22 +76,37 @@ def test_bigquery_clause_maps_onto_the_policy(hospital):
 
 
 def test_bigquery_clause_cannot_loosen_the_policy(hospital):
-    hospital.execute("EXPLAIN SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1, max_groups_contributed = 50) "
-                     "diagnosis, SUM(cost, contribution_bounds_per_row => (-1e9, 1e9)) FROM visits GROUP BY 1")
+    hospital.execute(
+        "EXPLAIN SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1, max_groups_contributed = 50) "
+        "diagnosis, SUM(cost, contribution_bounds_per_row => (-1e9, 1e9)) FROM visits GROUP BY 1"
+    )
     lines = [r[0] for r in hospital.fetchall()]
-    assert any(line.startswith("contribution bounds: 40 row(s) per unit in all") for line in lines)  # 4 x 10, not 50 x 10
+    assert any(
+        line.startswith("contribution bounds: 40 row(s) per unit in all") for line in lines
+    )  # 4 x 10, not 50 x 10
     assert any("LEAST(GREATEST(t0.cost, -1000000000.0), 1000000000.0) END, 0, 10000)" in line for line in lines)
 
 
-@pytest.mark.parametrize("sql,fragment", [
-    ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1, privacy_unit_column = visit_id) COUNT(*) FROM visits",
-     "the policy's privacy unit here is patient_id"),
-    ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1, kappa = 2) COUNT(*) FROM visits", "kappa is not supported"),
-    ("SELECT WITH DIFFERENTIAL_PRIVACY (epsilon = 1) COUNT(*) FROM visits", "expected OPTIONS"),
-    ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1) AVG(cost, contribution_bounds_per_group => (5, 1)) "
-     "FROM visits", "above high"),
-    ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = -1) COUNT(*) FROM visits", "greater than 0"),
-])
+@pytest.mark.parametrize(
+    "sql,fragment",
+    [
+        (
+            "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1, privacy_unit_column = visit_id) COUNT(*) FROM visits",
+            "the policy's privacy unit here is patient_id",
+        ),
+        (
+            "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1, kappa = 2) COUNT(*) FROM visits",
+            "kappa is not supported",
+        ),
+        ("SELECT WITH DIFFERENTIAL_PRIVACY (epsilon = 1) COUNT(*) FROM visits", "expected OPTIONS"),
+        (
+            "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1) AVG(cost, contribution_bounds_per_group => (5, 1)) "
+            "FROM visits",
+            "above high",
+        ),
+        ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = -1) COUNT(*) FROM visits", "greater than 0"),
+    ],
+)
 def test_bigquery_mistakes_are_refused_and_free(hospital, sql, fragment):
     with pytest.raises(dpsql.ProgrammingError) as e:
         hospital.execute(sql)

@@ -12,9 +12,11 @@ def _policy_keys() -> set[str]:
     """Every key the policy parser accepts, read from its own allow lists."""
     source = "\n".join(p.read_text() for p in sorted((ROOT / "dpsql" / "config").glob("*.py")))
     keys: set[str] = set()
-    for block in re.findall(r"unknown_keys\(([^)]*)\)", source) + re.findall(r'allowed = (\{.*?\})\[kind\]', source, re.S):
+    for block in re.findall(r"unknown_keys\(([^)]*)\)", source) + re.findall(
+        r"allowed = (\{.*?\})\[kind\]", source, re.S
+    ):
         keys |= set(re.findall(r'"([a-z_]+)"', block))
-    names = re.search(r'names = \(([^)]*)\)', source).group(1)
+    names = re.search(r"names = \(([^)]*)\)", source).group(1)
     return keys | set(re.findall(r'"([a-z_]+)"', names))
 
 
@@ -27,11 +29,23 @@ def test_every_policy_key_is_in_the_readme():
 
 def test_the_defaults_table_covers_every_section():
     readme = (ROOT / "README.md").read_text()
-    table = readme[readme.index("**Defaults**"):]
-    table = table[:table.index("\n\n", table.index("| key | default |"))]
-    for section in ("[engine]", "[privacy] filter", "[privacy] epsilon", "delta_reserve", "query_epsilon",
-                    "query_delta", "mechanism", "max_groups", "max_contributions", "columns", "[users.X]",
-                    "[ledger] path", "[limits]"):
+    table = readme[readme.index("**Defaults**") :]
+    table = table[: table.index("\n\n", table.index("| key | default |"))]
+    for section in (
+        "[engine]",
+        "[privacy] filter",
+        "[privacy] epsilon",
+        "delta_reserve",
+        "query_epsilon",
+        "query_delta",
+        "mechanism",
+        "max_groups",
+        "max_contributions",
+        "columns",
+        "[users.X]",
+        "[ledger] path",
+        "[limits]",
+    ):
         assert section in table, section
 
 
@@ -42,14 +56,34 @@ def test_the_workloads_table_is_what_the_filters_admit():
     import sys
 
     readme = (ROOT / "README.md").read_text()
-    table = readme[readme.index("| filter | Laplace ε=0.01 |"):]
+    table = readme[readme.index("| filter | Laplace ε=0.01 |") :]
     rows = [line for line in table.split("\n\n")[0].splitlines()[2:]]
     stated = {r.split("|")[1].strip(" `"): [int(c) for c in r.split("|")[2:-1]] for r in rows}
     assert set(stated) == {"basic", "advanced", "whitehouse", "zcdp", "rdp", "gdp"}
-    for i, (mechanism, eps) in enumerate([("laplace", "0.01"), ("laplace", "0.1"), ("gaussian", "0.01"),
-                                          ("gaussian", "0.1"), ("mixed", "0.01")]):
-        out = subprocess.run([sys.executable, "-m", "dpsql.cli", "budget", "simulate", "--epsilon", "1", "--delta",
-                              "1e-6", "--query-epsilon", eps, "--mechanism", mechanism, "--json"],
-                             capture_output=True, text=True, timeout=120, check=True)
+    for i, (mechanism, eps) in enumerate(
+        [("laplace", "0.01"), ("laplace", "0.1"), ("gaussian", "0.01"), ("gaussian", "0.1"), ("mixed", "0.01")]
+    ):
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "dpsql.cli",
+                "budget",
+                "simulate",
+                "--epsilon",
+                "1",
+                "--delta",
+                "1e-6",
+                "--query-epsilon",
+                eps,
+                "--mechanism",
+                mechanism,
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
         got = json.loads(out.stdout)["queries"]
         assert {f: stated[f][i] for f in stated} == got, (mechanism, eps)

@@ -84,7 +84,10 @@ def test_two_workers_racing_through_one_writer_never_overspend(race_policy):  # 
     engine = DuckDBEngine(policy)
     with _workers(policy) as (_, workers):
         turn = iter(range(10**6))
-        assert race(lambda: Session(policy, "alice", engine=engine, ledger=workers[next(turn) % 2])) == (10, 64 * 3 - 10)
+        assert race(lambda: Session(policy, "alice", engine=engine, ledger=workers[next(turn) % 2])) == (
+            10,
+            64 * 3 - 10,
+        )
         history = workers[0].history("alice")
         assert len(history) == 10 and all(h["released"] is not None for h in history)
         assert Session(policy, "alice", engine=engine, ledger=workers[1]).budget()["epsilon"]["spent"] == 1
@@ -119,8 +122,9 @@ def test_a_refusal_crosses_with_its_message_and_its_failure_callback_runs_first(
         charge = worker.charging("alice", BUDGET, Cost.pure(Fraction(3, 4)), "q1", {"a": 1}).durable()
         assert charge.id >= 1 and charge.totals.epsilon == Fraction(3, 4)
         order = []
-        pending = worker.charging("alice", BUDGET, Cost.pure(Fraction(1, 2)), "q2", {},
-                                  failed=lambda: order.append("failed"))
+        pending = worker.charging(
+            "alice", BUDGET, Cost.pure(Fraction(1, 2)), "q2", {}, failed=lambda: order.append("failed")
+        )
         with pytest.raises(BudgetExceeded) as refused:
             pending.admitted()
         order.append("told")
@@ -137,6 +141,7 @@ def test_a_batch_that_cannot_commit_charges_nothing_and_says_so(tmp_path):
             with write(users, durable) as con:
                 yield con
                 raise sqlite3.OperationalError("disk full (injected at COMMIT)")
+
         return begin
 
     with _one_worker(tmp_path, failing) as (_, worker):
@@ -159,6 +164,7 @@ def test_admitted_is_told_while_the_batch_commits_and_durable_only_once_it_has(t
                 yield con
                 time.sleep(0.5)
             committed.append(time.monotonic())
+
         return begin
 
     with _one_worker(tmp_path, slow) as (_, worker):

@@ -44,8 +44,10 @@ SLOW = "SELECT a.kind, AVG(a.amount + b.amount) FROM events a JOIN events b ON a
 def _heavy_db(directory, *, engine: str = "", limits: str = "") -> object:
     make_db(directory / "db.duckdb", default_people(), [])
     con = duckdb.connect(str(directory / "db.duckdb"))  # the heavy units' events in one statement, not row by row
-    con.execute(f"INSERT INTO events SELECT 1 + i // {HEAVY_ROWS}, ['a', 'b', 'c'][1 + i % 3], i % 50, 'north' "
-                f"FROM range({HEAVY * HEAVY_ROWS}) r(i)")
+    con.execute(
+        f"INSERT INTO events SELECT 1 + i // {HEAVY_ROWS}, ['a', 'b', 'c'][1 + i % 3], i % 50, 'north' "
+        f"FROM range({HEAVY * HEAVY_ROWS}) r(i)"
+    )
     con.execute(f"INSERT INTO events SELECT i, 'a', 1.0, 'south' FROM range({HEAVY + 1}, 201) r(i)")
     con.close()
     policy = write_policy(directory)
@@ -63,8 +65,9 @@ def _joined_rows_per_unit(session: Session, sql: str) -> int:
     plan = plan_query(classify(sql).tree, session.policy, session.engine.schema(), "laplace")
     tree = rewrite(plan)
     filtered = next(c.this for c in tree.args["with_"].expressions if c.alias == "filtered")
-    most = exp.select("MAX(n)").from_(exp.select("unit", "COUNT(*) AS n").from_(filtered.subquery("f")).group_by("unit")
-                                      .subquery("c"))
+    most = exp.select("MAX(n)").from_(
+        exp.select("unit", "COUNT(*) AS n").from_(filtered.subquery("f")).group_by("unit").subquery("c")
+    )
     rs = session.engine.execute(session.engine.prepare(most))
     return rs.columns[0][0]
 
@@ -73,11 +76,13 @@ def test_join_limits_each_units_rows_to_a_public_bound(tmp_path):
     policy = _heavy_db(tmp_path, limits="max_join_rows = 10000")  # two tables: 100 rows of a unit each
     s = Session(load_policy(policy), "alice")
     try:
-        assert _joined_rows_per_unit(s, SELF_JOIN) == 100 ** 2  # not 1500 ** 2
-        assert _joined_rows_per_unit(s, SELF_JOIN + " JOIN people p ON p.pid = a.pid") == 21 ** 2  # 21 ** 3 <= 10000
+        assert _joined_rows_per_unit(s, SELF_JOIN) == 100**2  # not 1500 ** 2
+        assert _joined_rows_per_unit(s, SELF_JOIN + " JOIN people p ON p.pid = a.pid") == 21**2  # 21 ** 3 <= 10000
         # a per-unit subquery over the join is bounded the same way
-        derived = ("SELECT AVG(n) FROM (SELECT a.pid, COUNT(*) AS n FROM events a JOIN events b ON a.pid = b.pid "
-                   "GROUP BY a.pid) s")
+        derived = (
+            "SELECT AVG(n) FROM (SELECT a.pid, COUNT(*) AS n FROM events a JOIN events b ON a.pid = b.pid "
+            "GROUP BY a.pid) s"
+        )
         sql = s.bounded_sql(plan_query(classify(derived).tree, s.policy, s.engine.schema(), "laplace"))
         assert sql.count("__dpsql_jn <= 100") == 2
         # the rows kept are a function of the data alone: the same exact result on every run
@@ -92,8 +97,14 @@ def test_one_private_table_is_not_limited(tmp_path):
     policy = _heavy_db(tmp_path, limits="max_join_rows = 100")
     s = Session(load_policy(policy), "alice")
     try:
-        sql = s.bounded_sql(plan_query(classify("SELECT COUNT(*) FROM events e JOIN places p ON e.place = p.name").tree,
-                                       s.policy, s.engine.schema(), "laplace"))
+        sql = s.bounded_sql(
+            plan_query(
+                classify("SELECT COUNT(*) FROM events e JOIN places p ON e.place = p.name").tree,
+                s.policy,
+                s.engine.schema(),
+                "laplace",
+            )
+        )
         assert "__dpsql_jn" not in sql
     finally:
         s.close()
@@ -103,7 +114,7 @@ def test_one_private_table_is_not_limited(tmp_path):
 def test_join_rows_each_is_the_largest_root(tables):
     limits = QueryLimits()
     keep = limits.join_rows_each(tables)
-    assert keep ** tables <= limits.max_join_rows < (keep + 1) ** tables
+    assert keep**tables <= limits.max_join_rows < (keep + 1) ** tables
 
 
 def test_a_join_too_wide_for_the_limit_is_refused_free(tmp_path):
@@ -134,21 +145,38 @@ def _assert_failed_after_charge(conn, sqlstate: str, words: str) -> None:
     records = [r for r in search(ledger, Search(kind="charges")) if r.charge_id == last["id"]]
     assert records[0].released == f"no: failed ({sqlstate}, resource limit)"
     history = CliRunner().invoke(cli, ["budget", "history", "--policy", str(conn.session.policy.path), "alice"])
-    assert f"[charged; failed after its charge for a resource limit: {failure['reason']} (SQLSTATE {sqlstate}); " \
-           "nothing was released]" in history.output, history.output
+    assert (
+        f"[charged; failed after its charge for a resource limit: {failure['reason']} (SQLSTATE {sqlstate}); "
+        "nothing was released]" in history.output
+    ), history.output
     cur = conn.cursor()
     cur.execute("SELECT COUNT(*) FROM places")  # public: free, and the session still works
     assert cur.fetchone() == (3,)
 
 
-@pytest.mark.parametrize("engine,sql,sqlstate,message,hint,reason", [
-    ('memory_limit = "4MB"', SELF_JOIN, "53200", "out of memory: the query needed more memory than the engine may use",
-     "memory_limit", "out of memory"),
-    ("statement_timeout = 0.05", SLOW, "57014", "canceling statement due to statement timeout", "statement_timeout",
-     "statement timeout"),
-], ids=["out_of_memory", "statement_timeout"])
-def test_a_resource_limit_after_the_charge_is_recorded_and_told(tmp_path, engine, sql, sqlstate, message, hint,
-                                                                 reason):
+@pytest.mark.parametrize(
+    "engine,sql,sqlstate,message,hint,reason",
+    [
+        (
+            'memory_limit = "4MB"',
+            SELF_JOIN,
+            "53200",
+            "out of memory: the query needed more memory than the engine may use",
+            "memory_limit",
+            "out of memory",
+        ),
+        (
+            "statement_timeout = 0.05",
+            SLOW,
+            "57014",
+            "canceling statement due to statement timeout",
+            "statement_timeout",
+            "statement timeout",
+        ),
+    ],
+    ids=["out_of_memory", "statement_timeout"],
+)
+def test_a_resource_limit_after_the_charge_is_recorded_and_told(tmp_path, engine, sql, sqlstate, message, hint, reason):
     policy = _heavy_db(tmp_path, engine=f"{engine}\nthreads = 1")
     conn = dpsql.connect(policy, user="alice")
     try:

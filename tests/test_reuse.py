@@ -18,8 +18,10 @@ QUERY = "SELECT g, COUNT(*) FROM t GROUP BY g"
 
 def _write(path: Path, rows: int) -> None:
     con = duckdb.connect()
-    con.execute(f"COPY (SELECT i AS pid, 1 + i % 2 AS g, DATE '2020-01-01' + CAST(i AS INTEGER) AS d FROM range({rows}) r(i)) "
-                f"TO '{path}' (FORMAT PARQUET)")
+    con.execute(
+        f"COPY (SELECT i AS pid, 1 + i % 2 AS g, DATE '2020-01-01' + CAST(i AS INTEGER) AS d FROM range({rows}) r(i)) "
+        f"TO '{path}' (FORMAT PARQUET)"
+    )
     con.close()
 
 
@@ -181,7 +183,8 @@ def test_kept_results_are_bounded_in_number_and_size(tmp_path, monkeypatch):
     monkeypatch.setattr(engine_module, "REUSED_CELLS", 20)  # 6 values > 20 // 4: not kept
     s.execute("SELECT g, COUNT(*) FROM t WHERE pid > 99 GROUP BY g")
     assert len(s.engine._reused) == 3 and _bounded(s, "SELECT g, COUNT(*) FROM t WHERE pid > 99 GROUP BY g") not in [
-        sql for _, sql in s.engine._reused]
+        sql for _, sql in s.engine._reused
+    ]
     s.close()
 
 

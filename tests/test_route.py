@@ -40,10 +40,19 @@ def test_each_statement_has_one_kind_and_the_session_reading(text, kind, stateme
         assert type(routed.statement) is type(classify(text))  # the session reads it as classify does
 
 
-@pytest.mark.parametrize("text, kind", [("DISCARD ALL", Kind.DISCARD), ("DEALLOCATE ALL", Kind.DEALLOCATE),
-                                        ("LISTEN x", Kind.NOTIFICATIONS), ("DECLARE c CURSOR FOR SELECT 1", Kind.DECLARE),
-                                        ("FETCH 10 FROM c", Kind.FETCH), ("MOVE 10 IN c", Kind.MOVE),
-                                        ("CLOSE c", Kind.CLOSE), ("COPY (SELECT 1) TO STDOUT", Kind.COPY)])
+@pytest.mark.parametrize(
+    "text, kind",
+    [
+        ("DISCARD ALL", Kind.DISCARD),
+        ("DEALLOCATE ALL", Kind.DEALLOCATE),
+        ("LISTEN x", Kind.NOTIFICATIONS),
+        ("DECLARE c CURSOR FOR SELECT 1", Kind.DECLARE),
+        ("FETCH 10 FROM c", Kind.FETCH),
+        ("MOVE 10 IN c", Kind.MOVE),
+        ("CLOSE c", Kind.CLOSE),
+        ("COPY (SELECT 1) TO STDOUT", Kind.COPY),
+    ],
+)
 def test_what_the_wire_answers_carries_the_sessions_refusal(text, kind):
     """A front end without a connection (dpsql.connect) refuses these as it always did."""
     routed = route(text, DEFAULT_LIMITS)
@@ -54,8 +63,12 @@ def test_what_the_wire_answers_carries_the_sessions_refusal(text, kind):
 
 
 def test_a_refused_statement_keeps_its_keywords_kind_and_the_refusal():
-    for text, kind in (("SET ROLE admin", Kind.SET), ("DROP TABLE people", Kind.REFUSED),
-                       ("SELEC 1", Kind.REFUSED), ("SELECT 1; SELECT 2", Kind.REFUSED)):
+    for text, kind in (
+        ("SET ROLE admin", Kind.SET),
+        ("DROP TABLE people", Kind.REFUSED),
+        ("SELEC 1", Kind.REFUSED),
+        ("SELECT 1; SELECT 2", Kind.REFUSED),
+    ):
         routed = route(text, DEFAULT_LIMITS)
         assert routed.kind == kind and routed.error is not None, text
         with pytest.raises(ProgrammingError):

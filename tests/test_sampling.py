@@ -37,9 +37,14 @@ def test_charged_cost_is_the_amplified_formula(hospital):
 
 
 def test_sampled_answers_and_intervals_match_the_truth(hospital):
-    truth = duckdb.connect().execute(
-        f"SELECT COUNT(*), SUM(LEAST(GREATEST(age, 0), 110)), AVG(LEAST(GREATEST(age, 0), 110)) "
-        f"FROM '{SAMPLE / 'patients.parquet'}'").fetchone()
+    truth = (
+        duckdb.connect()
+        .execute(
+            f"SELECT COUNT(*), SUM(LEAST(GREATEST(age, 0), 110)), AVG(LEAST(GREATEST(age, 0), 110)) "
+            f"FROM '{SAMPLE / 'patients.parquet'}'"
+        )
+        .fetchone()
+    )
     runs = 150
     estimates = {"count": [], "sum": [], "avg": []}
     hits = {"count": 0, "sum": 0, "avg": 0}
@@ -84,10 +89,13 @@ def test_units_not_rows_are_sampled(hospital):
     threshold = int(0.3 * 2**60)
     coin = "CAST('0x' || SUBSTRING(SHA256('salt:' || CAST(patient_id AS TEXT)), 1, 15) AS BIGINT)"
     con = duckdb.connect()
-    kept = con.execute(f"SELECT COUNT(DISTINCT patient_id), COUNT(*) FROM '{SAMPLE / 'visits.parquet'}' "
-                       f"WHERE {coin} < {threshold}").fetchone()
-    partial = con.execute(f"SELECT COUNT(*) FROM (SELECT patient_id, bool_or({coin} < {threshold}) a, "
-                          f"bool_and({coin} < {threshold}) b FROM '{SAMPLE / 'visits.parquet'}' "
-                          f"GROUP BY patient_id) WHERE a AND NOT b").fetchone()[0]
+    kept = con.execute(
+        f"SELECT COUNT(DISTINCT patient_id), COUNT(*) FROM '{SAMPLE / 'visits.parquet'}' WHERE {coin} < {threshold}"
+    ).fetchone()
+    partial = con.execute(
+        f"SELECT COUNT(*) FROM (SELECT patient_id, bool_or({coin} < {threshold}) a, "
+        f"bool_and({coin} < {threshold}) b FROM '{SAMPLE / 'visits.parquet'}' "
+        f"GROUP BY patient_id) WHERE a AND NOT b"
+    ).fetchone()[0]
     assert partial == 0
     assert 0.27 < kept[0] / 19506 < 0.33

@@ -27,8 +27,12 @@ def ledger_server():
 @pytest.fixture
 def two_proxies(small_policy: Path, tmp_path: Path, ledger_server):
     url = ledger_server.create_database("ledger")
-    policy = write_policy(small_policy.parent, epsilon=1.0, query_epsilon=0.1,  # 10 queries for alice
-                          extra=f'\n[ledger]\nurl = "{url}"\n')
+    policy = write_policy(
+        small_policy.parent,
+        epsilon=1.0,
+        query_epsilon=0.1,  # 10 queries for alice
+        extra=f'\n[ledger]\nurl = "{url}"\n',
+    )
     proxies: list[Serve] = []
     try:  # a proxy that fails to start must not leave the other running
         for i in range(2):

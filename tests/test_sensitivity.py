@@ -82,7 +82,9 @@ target_events = st.one_of(
     st.lists(event, min_size=0, max_size=40),  # heavy and spread
     st.lists(st.tuples(st.just("a"), amounts, st.just("north")), min_size=10, max_size=40),  # heavy in one group
 )
-person = st.tuples(st.floats(-50, 200, allow_nan=False), st.sampled_from(["F", "M", "Q"]), st.sampled_from(["Oslo", "Rome", "Lima"]))
+person = st.tuples(
+    st.floats(-50, 200, allow_nan=False), st.sampled_from(["F", "M", "Q"]), st.sampled_from(["Oslo", "Rome", "Lima"])
+)
 row = st.tuples(st.floats(-100, 100, allow_nan=False), st.integers(0, 4))
 
 
@@ -99,7 +101,9 @@ def _build(directory: Path, units, target, include_target: bool, rows, contribut
     make_db(directory / "db.duckdb", people, events, places=("north", "south", "east"), rows=rows)
     path = write_policy(directory)
     if contributions is not None:  # a declared limit on a unit's rows in a whole query
-        path.write_text(path.read_text().replace("max_rows = 3\n", f"max_rows = 3\nmax_contributions = {contributions}\n"))
+        path.write_text(
+            path.read_text().replace("max_rows = 3\n", f"max_rows = 3\nmax_contributions = {contributions}\n")
+        )
     return path
 
 
@@ -146,15 +150,18 @@ def _check_neighbours(with_target: Session, without: Session, mechanism: str) ->
     return weighted
 
 
-_neighbours = dict(units=st.lists(st.tuples(person, unit_events), min_size=0, max_size=8),
-                   target=st.tuples(person, target_events),
-                   rows=st.lists(row, max_size=15),
-                   drop_row=st.integers(0, 14))
+_neighbours = dict(
+    units=st.lists(st.tuples(person, unit_events), min_size=0, max_size=8),
+    target=st.tuples(person, target_events),
+    rows=st.lists(row, max_size=15),
+    drop_row=st.integers(0, 14),
+)
 
 
 @pytest.mark.slow  # 4 x 18 pairs of neighbouring databases, each a corpus of queries
-@pytest.mark.parametrize("mechanism,contributions", [("laplace", None), ("gaussian", None), ("laplace", 4),
-                                                       ("gaussian", 4)])
+@pytest.mark.parametrize(
+    "mechanism,contributions", [("laplace", None), ("gaussian", None), ("laplace", 4), ("gaussian", 4)]
+)
 @settings(max_examples=18, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(**_neighbours)
 def test_removing_one_unit_is_bounded(mechanism, contributions, units, target, rows, drop_row):
@@ -175,10 +182,19 @@ def test_removing_one_unit_is_bounded(mechanism, contributions, units, target, r
 _schemas = itertools.count()
 
 
-@pytest.mark.parametrize("backend,mechanism,contributions,examples", [
-    ("postgres", "laplace", None, 6), ("postgres", "gaussian", None, 2), ("postgres", "gaussian", 4, 2),
-    ("postgres-weighted", "laplace", None, 4), ("postgres-weighted", "gaussian", 4, 2),
-    ("spark", "laplace", None, 1), ("spark", "gaussian", 4, 1), ("spark-cluster", "laplace", None, 1)])
+@pytest.mark.parametrize(
+    "backend,mechanism,contributions,examples",
+    [
+        ("postgres", "laplace", None, 6),
+        ("postgres", "gaussian", None, 2),
+        ("postgres", "gaussian", 4, 2),
+        ("postgres-weighted", "laplace", None, 4),
+        ("postgres-weighted", "gaussian", 4, 2),
+        ("spark", "laplace", None, 1),
+        ("spark", "gaussian", 4, 1),
+        ("spark-cluster", "laplace", None, 1),
+    ],
+)
 @pytest.mark.backends
 @pytest.mark.slow
 def test_removing_one_unit_is_bounded_on_every_backend(backend, mechanism, contributions, examples, request):
@@ -199,7 +215,8 @@ def test_removing_one_unit_is_bounded_on_every_backend(backend, mechanism, contr
     weighted_tables = backend == "postgres-weighted"
     if backend.startswith("postgres"):
         admin = request.getfixturevalue("pg_server").create_database(
-            f"sens_{mechanism}_{contributions or 0}{'_w' if weighted_tables else ''}")
+            f"sens_{mechanism}_{contributions or 0}{'_w' if weighted_tables else ''}"
+        )
         reader = admin.replace("postgres@", f"{READER}@")
 
     def session(directory: Path, units, target, include, rows) -> Session:
@@ -209,12 +226,22 @@ def test_removing_one_unit_is_bounded_on_every_backend(backend, mechanism, contr
             schema = f"ex{next(_schemas)}"
             duckdb_to_postgres(directory / "db.duckdb", admin, schema)
             scratch = allow_scratch(admin, schema) if weighted_tables else None
-        moved = move_policy(policy, "postgres" if schema else "spark" if engine else backend, reader_url=reader,
-                            schema=schema, scratch_url=scratch, engine=engine)
+        moved = move_policy(
+            policy,
+            "postgres" if schema else "spark" if engine else backend,
+            reader_url=reader,
+            schema=schema,
+            scratch_url=scratch,
+            engine=engine,
+        )
         return Session(load_policy(moved), "alice")
 
-    @settings(max_examples=examples, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     @given(**_neighbours)
     def check(units, target, rows, drop_row):
         with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
@@ -263,8 +290,10 @@ def test_gaussian_total_bound_clips_in_l2(tmp_path):
     policy = write_policy(tmp_path)
     policy.write_text(policy.read_text().replace("max_rows = 3\n", "max_rows = 3\nmax_contributions = 10\n"))
     s = Session(load_policy(policy), "alice")
-    expected = {"gaussian": {"a": 8 + 8, "b": 6, "c": 6},  # within the 2^-10 weight resolution
-                "laplace": {"a": 8 * 10 / 14 + 16 * 10 / 28, "b": 6 * 10 / 14, "c": 12 * 10 / 28}}
+    expected = {
+        "gaussian": {"a": 8 + 8, "b": 6, "c": 6},  # within the 2^-10 weight resolution
+        "laplace": {"a": 8 * 10 / 14 + 16 * 10 / 28, "b": 6 * 10 / 14, "c": 12 * 10 / 28},
+    }
     for mechanism, rows in expected.items():
         s.execute(f"SET dpsql.mechanism = '{mechanism}'")
         plan, cal = s._prepare(classify("SELECT kind, COUNT(*), SUM(amount) FROM events GROUP BY kind").tree)
@@ -286,21 +315,27 @@ def test_weighted_copy_sums_equal_the_computed_ones(sample_conn):
     path's, which clips by the unit's per-group sums (equal norms for non-negative values), up
     to the truncation of each row's share."""
     s = sample_conn.session
-    for q in ["SELECT diagnosis, SUM(cost), AVG(length_of_stay), STDDEV(cost) FROM visits GROUP BY diagnosis",
-              "SELECT region, SUM(income), AVG(age) FROM patients GROUP BY region",
-              "SELECT AVG(income), COUNT(*) FROM patients"]:
+    for q in [
+        "SELECT diagnosis, SUM(cost), AVG(length_of_stay), STDDEV(cost) FROM visits GROUP BY diagnosis",
+        "SELECT region, SUM(income), AVG(age) FROM patients GROUP BY region",
+        "SELECT AVG(income), COUNT(*) FROM patients",
+    ]:
         plan, _ = s._prepare(classify(q).tree)
         stored = s.bounded_result(plan)
         weighting = s._weighting(plan)
         assert weighting is not None and weighting.values
         own = {f"m{j}" for j, m in enumerate(plan.measures) if m.own_norm}
         domain = plan.literal_domain_size()
-        computed = s.engine.execute(s.engine.prepare(rewrite(plan, domain, None, WeightedCopy(plan.bounding, weighting.table))))
+        computed = s.engine.execute(
+            s.engine.prepare(rewrite(plan, domain, None, WeightedCopy(plan.bounding, weighting.table)))
+        )
         per_unit = s.engine.execute(s.engine.prepare(rewrite(plan, domain)))
         keys = len(plan.keys)
         for i, name in enumerate(stored.names):
-            by_key = [dict(zip(list(zip(*rs.columns[:keys])) if keys else [()], rs.columns[i]))
-                      for rs in (stored, computed, per_unit)]
+            by_key = [
+                dict(zip(list(zip(*rs.columns[:keys])) if keys else [()], rs.columns[i]))
+                for rs in (stored, computed, per_unit)
+            ]
             assert len(by_key[0]) == stored.row_count > 0
             if name in own:
                 assert all(abs(by_key[0][k] - by_key[2][k]) <= 1e-6 * abs(by_key[2][k]) for k in by_key[0]), (q, name)
@@ -325,13 +360,22 @@ def test_an_ungrouped_query_of_stored_sums_reads_the_copys_totals_with_the_scans
     weighting = s._weighting(plan)
     assert weighting.reads_totals(plan.measures, plan.keys)
     assert weighting.totals in s.bounded_sql(plan) and weighting.table not in s.bounded_sql(plan)
-    scanned = s.engine.execute(s.engine.prepare(rewrite(plan, None, None, WeightedCopy(plan.bounding, weighting.table,
-                                                                                        weighting.values))))
-    assert scanned.row_count == 1 and [list(c) for c in s.bounded_result(plan).columns] == [list(c) for c in scanned.columns]
+    scanned = s.engine.execute(
+        s.engine.prepare(rewrite(plan, None, None, WeightedCopy(plan.bounding, weighting.table, weighting.values)))
+    )
+    assert scanned.row_count == 1 and [list(c) for c in s.bounded_result(plan).columns] == [
+        list(c) for c in scanned.columns
+    ]
 
 
-@pytest.mark.parametrize("sql", ["SELECT SUM(income * 2) FROM patients", "SELECT COUNT(*) FROM patients WHERE age > 30",
-                                 "SELECT region, COUNT(*) FROM patients GROUP BY region"])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT SUM(income * 2) FROM patients",
+        "SELECT COUNT(*) FROM patients WHERE age > 30",
+        "SELECT region, COUNT(*) FROM patients GROUP BY region",
+    ],
+)
 def test_a_query_needing_more_than_stored_sums_scans_the_copy(sample_conn, sql):
     s = sample_conn.session
     plan, _ = s._prepare(classify(sql).tree)
@@ -363,12 +407,17 @@ def test_split_copy_equals_per_query_bounding(tmp_path, mechanism, contributions
     bounds per query instead."""
     people = [(i, 20.0 + i, "FM"[i % 2], ["Oslo", "Rome", "Lima"][i % 3]) for i in range(1, 61)]
     people += [(i, 40.0, "F", "Rome") for i in range(1, 61, 7)]  # a few people with two rows
-    events = [(i, "abc"[(i + j) % 3], float((i * 7 + j * 11) % 50), ["north", "south", "east", "west"][(i + j) % 4])
-              for i in range(1, 61) for j in range(i % 13)]  # 0 to 12 rows per unit
+    events = [
+        (i, "abc"[(i + j) % 3], float((i * 7 + j * 11) % 50), ["north", "south", "east", "west"][(i + j) % 4])
+        for i in range(1, 61)
+        for j in range(i % 13)
+    ]  # 0 to 12 rows per unit
     make_db(tmp_path / "db.duckdb", people, events, places=places)
     path = write_policy(tmp_path)
     if contributions:
-        path.write_text(path.read_text().replace("max_rows = 3\n", f"max_rows = 3\nmax_contributions = {contributions}\n"))
+        path.write_text(
+            path.read_text().replace("max_rows = 3\n", f"max_rows = 3\nmax_contributions = {contributions}\n")
+        )
     s = Session(load_policy(path), "alice")
     try:
         s.execute(f"SET dpsql.mechanism = '{mechanism}'")
@@ -391,8 +440,10 @@ def test_split_copy_equals_per_query_bounding(tmp_path, mechanism, contributions
                 domain = list(zip(*key_domain(s, plan).columns))
                 got, want = (with_empty_groups(rs, len(plan.keys), domain) for rs in (got, want))
             n = len(plan.keys) + (0 if plan.needs_selection else 1)  # unit counts compared where released from
-            by_key = [dict(zip(list(zip(*rs.columns[:len(plan.keys)])) if plan.keys else [()], zip(*rs.columns[n:])))
-                      for rs in (got, want)]
+            by_key = [
+                dict(zip(list(zip(*rs.columns[: len(plan.keys)])) if plan.keys else [()], zip(*rs.columns[n:])))
+                for rs in (got, want)
+            ]
             assert by_key[0] == by_key[1] and any(any(v) for v in by_key[1].values()), q
         assert split >= 5
     finally:

@@ -87,11 +87,16 @@ def test_limit_and_offset_as_clients_write_them(serve):
     """SQLAlchemy's .limit(n) sends `LIMIT $1::INTEGER`; asyncpg and node-pg prepare `LIMIT $1`
     with no parameter type; PostgreSQL also accepts LIMIT ALL and LIMIT NULL (no limit)."""
     with psycopg.connect(serve.dsn(), autocommit=True) as conn:
-        cases = [("SELECT city, COUNT(*) AS n FROM people GROUP BY city ORDER BY n DESC LIMIT %s::INTEGER", (2,), 2),
-                 ("SELECT city, COUNT(*) AS n FROM people GROUP BY city ORDER BY city LIMIT %s OFFSET %s::BIGINT",
-                  (2, 1), 2),
-                 ("SELECT city, COUNT(*) FROM people GROUP BY city LIMIT ALL", None, 4),
-                 ("SELECT city, COUNT(*) FROM people GROUP BY city LIMIT NULL", None, 4)]
+        cases = [
+            ("SELECT city, COUNT(*) AS n FROM people GROUP BY city ORDER BY n DESC LIMIT %s::INTEGER", (2,), 2),
+            (
+                "SELECT city, COUNT(*) AS n FROM people GROUP BY city ORDER BY city LIMIT %s OFFSET %s::BIGINT",
+                (2, 1),
+                2,
+            ),
+            ("SELECT city, COUNT(*) FROM people GROUP BY city LIMIT ALL", None, 4),
+            ("SELECT city, COUNT(*) FROM people GROUP BY city LIMIT NULL", None, 4),
+        ]
         for sql, params, rows in cases:
             assert len(conn.execute(sql, params).fetchall()) == rows
         conn.pgconn.prepare(b"lim", b"SELECT city, COUNT(*) FROM people GROUP BY city LIMIT $1")
@@ -141,8 +146,11 @@ def test_set_local_and_a_rolled_back_set_end_with_their_transaction(serve):
 
 
 def test_wire_budget_equals_dbapi_budget(serve, small_policy, tmp_path):
-    queries = ["SELECT COUNT(*) FROM people", "SELECT kind, SUM(amount) FROM events GROUP BY kind",
-               "SELECT sex, AVG(age) FROM people WHERE age > 30 GROUP BY sex"]
+    queries = [
+        "SELECT COUNT(*) FROM people",
+        "SELECT kind, SUM(amount) FROM events GROUP BY kind",
+        "SELECT sex, AVG(age) FROM people WHERE age > 30 GROUP BY sex",
+    ]
     with psycopg.connect(serve.dsn("bob"), autocommit=True) as conn:
         conn.execute("SET dpsql.epsilon = 0.25")
         for q in queries:
@@ -196,9 +204,11 @@ def test_explain_notice_says_what_is_left_and_whether_the_query_would_run(serve)
 def test_a_mixed_script_sends_the_answers_before_a_failing_statement(serve):
     """SET, then a DP query, then a row read: not a batch, so the statements run in turn, as on
     PostgreSQL; the query is charged, so its answer must reach the analyst before the error."""
+
     def psql(cmd: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["psql", serve.dsn(), "-X", "-c", cmd], capture_output=True, text=True,
-                              env=serve.env(), timeout=60)
+        return subprocess.run(
+            ["psql", serve.dsn(), "-X", "-c", cmd], capture_output=True, text=True, env=serve.env(), timeout=60
+        )
 
     out = psql("SET dpsql.epsilon = 0.5; SELECT COUNT(*) AS n FROM people; SELECT * FROM people")
     assert out.returncode != 0 and "ERROR" in out.stderr
@@ -220,8 +230,9 @@ def test_wrong_password_and_unknown_user_fail_alike(serve):
 @pytest.mark.skipif(shutil.which("psql") is None, reason="psql is installed by tests/setup.sh")
 def test_psql_meta_commands_and_a_query(serve):
     def psql(cmd: str) -> str:
-        out = subprocess.run(["psql", serve.dsn(), "-X", "-c", cmd], capture_output=True, text=True,
-                             env=serve.env(), timeout=60)
+        out = subprocess.run(
+            ["psql", serve.dsn(), "-X", "-c", cmd], capture_output=True, text=True, env=serve.env(), timeout=60
+        )
         assert out.returncode == 0, out.stderr
         return out.stdout
 
@@ -238,7 +249,12 @@ def test_psql_meta_commands_and_a_query(serve):
 
 
 def test_hostile_startup_and_half_messages_do_not_hurt_others(serve):
-    for junk in (b"\x00\x00\x00\x08\x04\xd2\x16\x2f", b"\xff" * 64, struct.pack("!i", 2**30), b"\x00\x00\x00\x10" + b"x" * 5):
+    for junk in (
+        b"\x00\x00\x00\x08\x04\xd2\x16\x2f",
+        b"\xff" * 64,
+        struct.pack("!i", 2**30),
+        b"\x00\x00\x00\x10" + b"x" * 5,
+    ):
         s = socket.create_connection(("127.0.0.1", serve.port))
         s.sendall(junk)
         s.close()
@@ -259,12 +275,16 @@ def test_cancel_request_interrupts_a_running_query(tmp_path):
     import duckdb
 
     con = duckdb.connect(str(tmp_path / "db.duckdb"))
-    con.execute("CREATE TABLE big AS SELECT range AS uid, range % 7 AS g, (range * 7919) % 1000 AS v FROM range(30000000)")
+    con.execute(
+        "CREATE TABLE big AS SELECT range AS uid, range % 7 AS g, (range * 7919) % 1000 AS v FROM range(30000000)"
+    )
     con.close()
     policy = tmp_path / "big.toml"
-    policy.write_text('[engine]\ndatabase = "db.duckdb"\n[privacy]\nepsilon = 100\n[tables.big]\nprivacy_unit = "uid"\n'
-                      'columns.v = { lower = 0, upper = 1000 }\ncolumns.g = { keys = [0, 1, 2, 3, 4, 5, 6] }\n'
-                      '[users.alice]\n[users.bob]\n')
+    policy.write_text(
+        '[engine]\ndatabase = "db.duckdb"\n[privacy]\nepsilon = 100\n[tables.big]\nprivacy_unit = "uid"\n'
+        "columns.v = { lower = 0, upper = 1000 }\ncolumns.g = { keys = [0, 1, 2, 3, 4, 5, 6] }\n"
+        "[users.alice]\n[users.bob]\n"
+    )
     s = Serve(policy, tmp_path / "l.sqlite")
     try:
         with psycopg.connect(s.dsn(), autocommit=True) as conn:

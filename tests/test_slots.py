@@ -19,21 +19,38 @@ from dpsql.sql.classify import classify
 CORPUS = [
     ("SELECT COUNT(*) FROM people WHERE age > {}", [("30",), ("41",), ("0",)]),
     ("SELECT COUNT(*) FROM people WHERE age > {}", [("'30'",), ("'41'",), ("' 5e1 '",)]),  # a double's inputs
-    ("SELECT sex, COUNT(*), AVG(age) FROM people WHERE city = {} GROUP BY sex", [("'Oslo'",), ("'Rome'",), ("'it''s'",)]),
-    ("SELECT COUNT(*), SUM(age) FROM people WHERE age BETWEEN {} AND {} AND city <> {}",
-     [("20", "40", "'Lima'"), ("21", "39", "'Pune'"), ("0", "100", "''")]),
-    ("SELECT kind, COUNT(*), SUM(amount) FROM events WHERE amount < {} GROUP BY kind", [("10.5",), ("20.25",), ("1e1",)]),
-    ("SELECT kind, COUNT(*) FROM events WHERE place IN ({}, {}) GROUP BY kind",
-     [("'north'", "'south'"), ("'east'", "'south'"), ("'x'' OR TRUE --'", "'north'")]),
+    (
+        "SELECT sex, COUNT(*), AVG(age) FROM people WHERE city = {} GROUP BY sex",
+        [("'Oslo'",), ("'Rome'",), ("'it''s'",)],
+    ),
+    (
+        "SELECT COUNT(*), SUM(age) FROM people WHERE age BETWEEN {} AND {} AND city <> {}",
+        [("20", "40", "'Lima'"), ("21", "39", "'Pune'"), ("0", "100", "''")],
+    ),
+    (
+        "SELECT kind, COUNT(*), SUM(amount) FROM events WHERE amount < {} GROUP BY kind",
+        [("10.5",), ("20.25",), ("1e1",)],
+    ),
+    (
+        "SELECT kind, COUNT(*) FROM events WHERE place IN ({}, {}) GROUP BY kind",
+        [("'north'", "'south'"), ("'east'", "'south'"), ("'x'' OR TRUE --'", "'north'")],
+    ),
     ("SELECT city, COUNT(*) FROM people WHERE age >= {} GROUP BY city", [("10",), ("20",), ("30",)]),
-    ("SELECT sex, SUM(age) AS s FROM people WHERE city LIKE {} GROUP BY sex HAVING SUM(age) > 0 ORDER BY s DESC LIMIT 1",
-     [("'O%'",), ("'R%'",), ("'%'",)]),
-    ("SELECT p.region, COUNT(*) FROM events e JOIN places p ON e.place = p.name WHERE e.amount > {} GROUP BY p.region",
-     [("1",), ("2",), ("3",)]),
+    (
+        "SELECT sex, SUM(age) AS s FROM people WHERE city LIKE {} GROUP BY sex HAVING SUM(age) > 0 ORDER BY s DESC LIMIT 1",
+        [("'O%'",), ("'R%'",), ("'%'",)],
+    ),
+    (
+        "SELECT p.region, COUNT(*) FROM events e JOIN places p ON e.place = p.name WHERE e.amount > {} GROUP BY p.region",
+        [("1",), ("2",), ("3",)],
+    ),
     ("SELECT g, COUNT(*), AVG(v) FROM rows WHERE v > -{} GROUP BY g", [("1",), ("5",), ("9",)]),
     ("SELECT COUNT(*) FROM people WHERE CAST(age AS INTEGER) = {} OR age < {}", [("30", "5"), ("31", "6"), ("0", "0")]),
     ("SELECT kind, MEDIAN(amount) FROM events WHERE amount > {} GROUP BY kind", [("1",), ("2",), ("40",)]),
-    ("SELECT COUNT(DISTINCT pid) FROM events TABLESAMPLE BERNOULLI (50) WHERE kind = {}", [("'a'",), ("'b'",), ("'c'",)]),
+    (
+        "SELECT COUNT(DISTINCT pid) FROM events TABLESAMPLE BERNOULLI (50) WHERE kind = {}",
+        [("'a'",), ("'b'",), ("'c'",)],
+    ),
 ]
 
 
@@ -44,6 +61,7 @@ def _planned(session: Session, sql: str):
 
 def _options():
     from dpsql.sql.options import QueryOptions
+
     return QueryOptions()
 
 
@@ -64,8 +82,11 @@ def test_a_text_from_its_shapes_template_is_the_text_planned_in_full(small_polic
     s.execute("SET dpsql.cache = off")
     analysed = []
     plan_and_calibrate = Session._plan_and_calibrate
-    monkeypatch.setattr(Session, "_plan_and_calibrate",
-                        lambda self, tree, options: analysed.append(1) or plan_and_calibrate(self, tree, options))
+    monkeypatch.setattr(
+        Session,
+        "_plan_and_calibrate",
+        lambda self, tree, options: analysed.append(1) or plan_and_calibrate(self, tree, options),
+    )
     texts = [shape.format(*v) for v in values]
     try:
         for text in texts:
@@ -91,6 +112,7 @@ def test_a_template_that_does_not_reproduce_its_texts_is_never_used(small_policy
     def broken(self, literals, sql_of):
         splice = real(self, literals, sql_of)
         return lambda template, values: splice(template, ["0" for _ in values])
+
     monkeypatch.setattr(slots.Markers, "splicer", broken)
     s = Session(load_policy(small_policy), "alice")
     s.execute("SET dpsql.cache = off")
@@ -115,7 +137,9 @@ def test_calibrations_that_differ_between_two_texts_leave_the_shape_without_temp
         plan, cal = plan_and_calibrate(self, tree, options)
         calls.append(1)
         from dataclasses import replace
+
         return plan, (replace(cal, planned_weight=cal.planned_weight / 2) if len(calls) == 2 else cal)
+
     monkeypatch.setattr(Session, "_plan_and_calibrate", shifted)
     try:
         for v in (1, 2, 3):
@@ -144,9 +168,11 @@ def _slots(sql: str) -> list[str]:
 
 
 def test_slots_are_the_comparison_operands_of_the_querys_own_where():
-    sql = ("SELECT a + 1, COUNT(*) FROM t WHERE a > 5 AND b = 'x' AND c IN (1, 2) AND d BETWEEN 3 AND 4 "
-           "AND e LIKE 'a%' AND f > -6 AND g >= CAST('2020-01-01' AS DATE) AND lower(h) = 'y' AND i + 7 < 8 "
-           "AND j IN (SELECT k FROM p WHERE l = 9) AND substr(m, 10) = n GROUP BY a HAVING COUNT(*) > 11 LIMIT 12")
+    sql = (
+        "SELECT a + 1, COUNT(*) FROM t WHERE a > 5 AND b = 'x' AND c IN (1, 2) AND d BETWEEN 3 AND 4 "
+        "AND e LIKE 'a%' AND f > -6 AND g >= CAST('2020-01-01' AS DATE) AND lower(h) = 'y' AND i + 7 < 8 "
+        "AND j IN (SELECT k FROM p WHERE l = 9) AND substr(m, 10) = n GROUP BY a HAVING COUNT(*) > 11 LIMIT 12"
+    )
     assert _slots(sql) == ["5", "'x'", "1", "2", "3", "4", "'a%'", "6", "'2020-01-01'", "'y'", "8"]
 
 
@@ -157,13 +183,16 @@ def test_texts_share_a_shape_only_when_they_differ_in_slot_values_of_one_kind():
         written = slots.shape(tree, literals)
         assert tree.sql() == before  # the markers stood in only while it was written
         return written
+
     base = shape("SELECT COUNT(*) FROM t WHERE a > 5 AND b IN ('x', 'y') LIMIT 3")
     assert shape("SELECT COUNT(*) FROM t WHERE a > 70 AND b IN ('z', '') LIMIT 3") == base
-    for other in ("SELECT COUNT(*) FROM t WHERE a > 5.5 AND b IN ('x', 'y') LIMIT 3",
-                  "SELECT COUNT(*) FROM t WHERE a > '5' AND b IN ('x', 'y') LIMIT 3",
-                  "SELECT COUNT(*) FROM t WHERE a > 5 AND b IN ('x', 'y', 'z') LIMIT 3",
-                  "SELECT COUNT(*) FROM t WHERE a > 5 AND b IN ('x', 'y') LIMIT 4",
-                  "SELECT COUNT(*) FROM t WHERE a >= 5 AND b IN ('x', 'y') LIMIT 3"):
+    for other in (
+        "SELECT COUNT(*) FROM t WHERE a > 5.5 AND b IN ('x', 'y') LIMIT 3",
+        "SELECT COUNT(*) FROM t WHERE a > '5' AND b IN ('x', 'y') LIMIT 3",
+        "SELECT COUNT(*) FROM t WHERE a > 5 AND b IN ('x', 'y', 'z') LIMIT 3",
+        "SELECT COUNT(*) FROM t WHERE a > 5 AND b IN ('x', 'y') LIMIT 4",
+        "SELECT COUNT(*) FROM t WHERE a >= 5 AND b IN ('x', 'y') LIMIT 3",
+    ):
         assert shape(other) != base
 
 
@@ -171,11 +200,14 @@ def test_splicing_touches_the_markers_only():
     markers = slots.Markers.new()
     literals = [exp.Literal.string("x"), exp.Literal.number("5"), exp.Literal.number("2.5")]
     marks = [markers.marker(i, lit) for i, lit in enumerate(literals)]
-    template = (f"SELECT {marks[0].sql()} AS a, '{markers.letters}' AS b, {marks[1].sql()} + {marks[2].sql()} "
-                f"WHERE {marks[0].sql()} = 'y'")
+    template = (
+        f"SELECT {marks[0].sql()} AS a, '{markers.letters}' AS b, {marks[1].sql()} + {marks[2].sql()} "
+        f"WHERE {marks[0].sql()} = 'y'"
+    )
     splice = markers.splicer(literals, lambda lit: lit.sql())
-    assert splice(template, ["'it''s'", "70", "0.25"]) == (f"SELECT 'it''s' AS a, '{markers.letters}' AS b, "
-                                                         f"70 + 0.25 WHERE 'it''s' = 'y'")
+    assert splice(template, ["'it''s'", "70", "0.25"]) == (
+        f"SELECT 'it''s' AS a, '{markers.letters}' AS b, 70 + 0.25 WHERE 'it''s' = 'y'"
+    )
     assert markers != slots.Markers.new()
 
 
@@ -192,8 +224,10 @@ def test_an_outer_part_that_cannot_be_computed_is_refused_free_for_every_text_of
                 s.execute(f"SELECT sex, COUNT(*) FROM people WHERE age > {v} GROUP BY sex HAVING COUNT(*) > 'x'")
             assert e.value.sqlstate == "42601" and "nothing was charged" in e.value.hint
         for v in (10, 20, 30, 40):
-            s.execute(f"SELECT sex, COUNT(*) AS n FROM people WHERE age > {v} GROUP BY sex HAVING COUNT(*) > 1 "
-                      "ORDER BY n DESC LIMIT 1")
+            s.execute(
+                f"SELECT sex, COUNT(*) AS n FROM people WHERE age > {v} GROUP BY sex HAVING COUNT(*) > 1 "
+                "ORDER BY n DESC LIMIT 1"
+            )
         assert s.budget()["queries"] == 4
     finally:
         s.close()

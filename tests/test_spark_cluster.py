@@ -41,12 +41,19 @@ def cluster_sessions(spark_cluster, tmp_path_factory):
     """DuckDB's sample; the cluster bounding per unit in every query; the cluster over weighted
     copies in its scratch_dir (Spark's copies hold the weight only, so DuckDB's are told so)."""
     d = tmp_path_factory.mktemp("cluster")
-    weighted = spark_policy(d, engine=spark_engine(spark_cluster.url, APP_CONF, spark_cluster.scratch),
-                            name="cluster-weighted")
+    weighted = spark_policy(
+        d, engine=spark_engine(spark_cluster.url, APP_CONF, spark_cluster.scratch), name="cluster-weighted"
+    )
     per_unit = spark_policy(d, engine=spark_engine(spark_cluster.url, APP_CONF), name="cluster")
-    out = {name: Session(load_policy(path, ledger_path=d / f"{name}.sqlite"), "alice") for name, path in
-           (("duckdb", SAMPLE / "dpsql.toml"), ("duckdb-weighted", SAMPLE / "dpsql.toml"), ("cluster", per_unit),
-            ("cluster-weighted", weighted))}
+    out = {
+        name: Session(load_policy(path, ledger_path=d / f"{name}.sqlite"), "alice")
+        for name, path in (
+            ("duckdb", SAMPLE / "dpsql.toml"),
+            ("duckdb-weighted", SAMPLE / "dpsql.toml"),
+            ("cluster", per_unit),
+            ("cluster-weighted", weighted),
+        )
+    }
     engine = out["duckdb"].engine  # per unit in every query, as the cluster without scratch_dir
     engine.capabilities = dataclasses.replace(engine.capabilities, weighted_copy=False)
     engine = out["duckdb-weighted"].engine
@@ -139,8 +146,10 @@ def _big_events(directory: Path, rows: int) -> Path:
     """The small policy's tables with `rows` events over 200 people, as Parquet for Spark."""
     make_db(directory / "db.duckdb", default_people(), [])
     con = duckdb.connect(str(directory / "db.duckdb"))
-    con.execute(f"INSERT INTO events SELECT 1 + i % 200, ['a', 'b', 'c'][1 + i % 3], (i * 7) % 50, "
-                f"['north', 'south', 'east'][1 + i % 3] FROM range({rows}) t(i)")
+    con.execute(
+        f"INSERT INTO events SELECT 1 + i % 200, ['a', 'b', 'c'][1 + i % 3], (i * 7) % 50, "
+        f"['north', 'south', 'east'][1 + i % 3] FROM range({rows}) t(i)"
+    )
     con.close()
     return write_policy(directory)
 
@@ -153,8 +162,9 @@ def big_events(spark_cluster, tmp_path_factory) -> Path:
     return move_policy(_big_events(d, 6_000_000), "spark", engine=spark_engine(spark_cluster.url, APP_CONF))
 
 
-def _killed_mid_query(spark_cluster, policy: Path, tmp_path: Path, workers: list[int],
-                      timeout: float | None = None) -> tuple[dict[str, object], list[dict]]:
+def _killed_mid_query(
+    spark_cluster, policy: Path, tmp_path: Path, workers: list[int], timeout: float | None = None
+) -> tuple[dict[str, object], list[dict]]:
     """A grouped query over the big events, its workers `workers` SIGKILLed (their executors
     with them) while its tasks run after its charge; what the client saw, and the ledger's
     charges. The killed workers are started again afterwards."""
@@ -179,13 +189,21 @@ def _killed_mid_query(spark_cluster, policy: Path, tmp_path: Path, workers: list
         tracker = context.statusTracker()
         # An executor on each worker, registered with the driver (the driver counts as one),
         # before the query starts: a worker started again gets its executor only seconds later.
-        spark_cluster.wait_for(lambda: context._jsc.sc().statusTracker().getExecutorInfos().__len__() >= 3
-                               and all(spark_cluster.executors(i) for i in (0, 1)), "an executor on each worker")
+        spark_cluster.wait_for(
+            lambda: (
+                context._jsc.sc().statusTracker().getExecutorInfos().__len__() >= 3
+                and all(spark_cluster.executors(i) for i in (0, 1))
+            ),
+            "an executor on each worker",
+        )
         query = threading.Thread(target=run)
         query.start()
         deadline = time.monotonic() + 120
-        while not (_charges(tmp_path / "ledger.sqlite") and tracker.getActiveStageIds()
-                   and all(spark_cluster.executors(i) for i in workers)):  # the bounded query, after its charge
+        while not (
+            _charges(tmp_path / "ledger.sqlite")
+            and tracker.getActiveStageIds()
+            and all(spark_cluster.executors(i) for i in workers)
+        ):  # the bounded query, after its charge
             assert query.is_alive() and time.monotonic() < deadline, f"the query ended first: {outcome}"
             time.sleep(0.05)
         time.sleep(0.5)  # tasks running on the executors
@@ -220,9 +238,13 @@ def _failed_once(outcome: dict[str, object], history: list[dict]) -> Operational
     error = outcome["error"]
     assert isinstance(error, OperationalError) and error.sqlstate, error
     assert len(history) == 1
-    assert history[0]["released"] == {"failed": {"sqlstate": error.sqlstate,
-                                                 "reason": history[0]["released"]["failed"]["reason"],
-                                                 "resource_limit": history[0]["released"]["failed"]["resource_limit"]}}
+    assert history[0]["released"] == {
+        "failed": {
+            "sqlstate": error.sqlstate,
+            "reason": history[0]["released"]["failed"]["reason"],
+            "resource_limit": history[0]["released"]["failed"]["resource_limit"],
+        }
+    }
     return error
 
 

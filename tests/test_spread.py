@@ -11,13 +11,20 @@ ALPHA = 1e-6
 
 
 def test_spread_answers_match_the_truth(hospital):
-    truth = dict((r[0], r[1:]) for r in duckdb.connect().execute(
-        "SELECT sex, var_pop(a), var_samp(a), stddev_pop(a), stddev_samp(a) FROM "
-        f"(SELECT sex, LEAST(GREATEST(age, 0), 110) AS a FROM '{SAMPLE / 'patients.parquet'}') GROUP BY sex").fetchall())
+    truth = dict(
+        (r[0], r[1:])
+        for r in duckdb.connect()
+        .execute(
+            "SELECT sex, var_pop(a), var_samp(a), stddev_pop(a), stddev_samp(a) FROM "
+            f"(SELECT sex, LEAST(GREATEST(age, 0), 110) AS a FROM '{SAMPLE / 'patients.parquet'}') GROUP BY sex"
+        )
+        .fetchall()
+    )
     runs, hits, errors = 60, {}, {}
     for _ in range(runs):
-        hospital.execute("SELECT sex, VAR_POP(age), VAR_SAMP(age), STDDEV_POP(age), STDDEV_SAMP(age) "
-                         "FROM patients GROUP BY sex")
+        hospital.execute(
+            "SELECT sex, VAR_POP(age), VAR_SAMP(age), STDDEV_POP(age), STDDEV_SAMP(age) FROM patients GROUP BY sex"
+        )
         names = [d[0] for d in hospital.description]
         for row in hospital.fetchall():
             for j, name in enumerate(names[1:], start=1):
@@ -36,4 +43,4 @@ def test_spread_answers_match_the_truth(hospital):
 def test_spread_stays_possible(hospital):
     hospital.execute("SELECT VAR_POP(age), STDDEV_POP(age) FROM patients WHERE age > 200")  # an empty group
     var, std = hospital.fetchone()
-    assert 0 <= var <= 55 ** 2 and 0 <= std <= 55
+    assert 0 <= var <= 55**2 and 0 <= std <= 55

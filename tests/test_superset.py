@@ -21,8 +21,18 @@ from .tool_envs import SCRIPTS, python_tool
 pytestmark = [pytest.mark.clients, pytest.mark.slow]  # Superset in its own environment: 485 s in the CI run
 
 REQUIREMENTS = SCRIPTS / "superset" / "requirements.txt"
-ADMIN = ["--username", "admin", "--firstname", "Ada", "--lastname", "Admin", "--email", "admin@localhost",
-         "--password", "admin-Pass-123"]
+ADMIN = [
+    "--username",
+    "admin",
+    "--firstname",
+    "Ada",
+    "--lastname",
+    "Admin",
+    "--email",
+    "admin@localhost",
+    "--password",
+    "admin-Pass-123",
+]
 
 DRAWN = """() => {
   let painted = 0;
@@ -37,9 +47,15 @@ DRAWN = """() => {
 
 
 def _environment(home) -> dict[str, str]:
-    return {**os.environ, "SUPERSET_CONFIG_PATH": str(SCRIPTS / "superset" / "superset_config.py"),
-            "SUPERSET_TEST_HOME": str(home), "FLASK_APP": "superset.app:create_app()", "SCARF_ANALYTICS": "false",
-            "SUPERSET_LOAD_EXAMPLES": "no", "PYTHONUNBUFFERED": "1"}
+    return {
+        **os.environ,
+        "SUPERSET_CONFIG_PATH": str(SCRIPTS / "superset" / "superset_config.py"),
+        "SUPERSET_TEST_HOME": str(home),
+        "FLASK_APP": "superset.app:create_app()",
+        "SCARF_ANALYTICS": "false",
+        "SUPERSET_LOAD_EXAMPLES": "no",
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def _wait(url: str, process: subprocess.Popen, seconds: float = 180) -> None:
@@ -68,12 +84,21 @@ def test_superset_sql_lab_datasets_charts_and_a_dashboard(serve, tmp_path):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with open(home / "server.log", "w") as log:
-        process = subprocess.Popen([str(superset), "run", "-h", "127.0.0.1", "-p", str(port), "--with-threads"],
-                                   env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            [str(superset), "run", "-h", "127.0.0.1", "-p", str(port), "--with-threads"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     try:
         _wait(url, process)
-        done = subprocess.run([str(python), str(SCRIPTS / "superset_check.py"), url, str(serve.port), PASSWORD],
-                              capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [str(python), str(SCRIPTS / "superset_check.py"), url, str(serve.port), PASSWORD],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         out = json.loads(done.stdout.strip().splitlines()[-1])
         assert {"people", "events", "places"} <= set(out["tables"])
@@ -138,14 +163,17 @@ def _dashboard_in_a_browser(url: str, dashboard: int, shot) -> None:
             assert drawn.get("painted", 0) >= 1 and drawn.get("rows", 0) >= 2, drawn
             page.wait_for_timeout(1500)  # the bars' entry animation
             page.screenshot(path=str(shot))
-            colours = page.evaluate("""async (png) => {
+            colours = page.evaluate(
+                """async (png) => {
                 const img = new Image(); img.src = 'data:image/png;base64,' + png; await img.decode();
                 const c = document.createElement('canvas'); c.width = img.width; c.height = img.height;
                 const x = c.getContext('2d'); x.drawImage(img, 0, 0);
                 const d = x.getImageData(0, 0, c.width, c.height).data, seen = new Set();
                 for (let i = 0; i < d.length; i += 4 * 13) seen.add(d.slice(i, i + 3).join());
                 return seen.size;
-            }""", base64.b64encode(shot.read_bytes()).decode())
+            }""",
+                base64.b64encode(shot.read_bytes()).decode(),
+            )
         finally:
             browser.close()
     assert shot.stat().st_size > 20_000 and colours > 50, (shot.stat().st_size, colours)

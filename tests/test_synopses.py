@@ -86,8 +86,16 @@ charged_to = "everyone"
 def people_rows(n: int = 3000, per_cell: int | None = None) -> list[tuple]:
     rows = []
     for i in range(n):
-        rows.append((i, "abc"[i % 3], i % 7 < 3, (i * 13) % 60, float((i * 31) % 101),
-                     datetime.date(2024, 1 + i % 12, 1 + i % 28)))
+        rows.append(
+            (
+                i,
+                "abc"[i % 3],
+                i % 7 < 3,
+                (i * 13) % 60,
+                float((i * 31) % 101),
+                datetime.date(2024, 1 + i % 12, 1 + i % 28),
+            )
+        )
     return rows
 
 
@@ -104,6 +112,7 @@ def _values(rows: list[tuple]) -> str:
         if isinstance(v, datetime.date):
             return f"DATE '{v.isoformat()}'"
         return repr(v)
+
     return ", ".join("(" + ", ".join(lit(v) for v in r) + ")" for r in rows)
 
 
@@ -146,16 +155,16 @@ BAD = [
     ('dimensions = [{ column = "g", width = 10 }]', "has no numeric bounds"),
     ('dimensions = [{ column = "age", width = -1 }]', "must be a positive number"),
     ('dimensions = ["g", "g"]', "listed twice"),
-    ('dimensions = []', "non-empty list"),
+    ("dimensions = []", "non-empty list"),
     ('measures = ["avg(amount)"]', "is not count or sum(column)"),
     ('measures = ["sum(g)"]', "has no numeric bounds"),
-    ('epsilon = 0', "must be a positive number"),
+    ("epsilon = 0", "must be a positive number"),
     ('charged_to = "mallory"', "neither an analyst"),
     ('colour = "red"', "unknown key 'colour'"),
     ('charts = [["nope"]]', "'nope' is not one of the dimensions"),
     ('charts = ["g"]', "is not a list of dimensions"),
     ('charts = [["g", "g"]]', "names a dimension twice"),
-    ('charts = []', "charts is empty"),
+    ("charts = []", "charts is empty"),
     ('filters = ["nope"]', "'nope' is not one of the dimensions"),
     ('filters = "g"', "filters must be a list"),
     ('dimensions = ["g", "flag", "age", "amount", "day", "a", "b", "c", "d", "e", "f"]', "11 dimensions, more than 10"),
@@ -165,8 +174,13 @@ BAD = [
 @pytest.mark.parametrize("line,message", BAD)
 def test_policy_errors_name_the_place_and_the_fix(tmp_path, line, message):
     key = line.split(" =")[0]
-    body = {"table": '"people"', "dimensions": '["g"]', "measures": '["count"]', "epsilon": "1",
-            "charged_to": '"alice"'}
+    body = {
+        "table": '"people"',
+        "dimensions": '["g"]',
+        "measures": '["count"]',
+        "epsilon": "1",
+        "charged_to": '"alice"',
+    }
     lines = [f"{k} = {v}" for k, v in body.items() if k != key] + [line]
     path = make_world(tmp_path, synopses="[synopses.s]\n" + "\n".join(lines) + "\n")
     with pytest.raises(PolicyError) as e:
@@ -189,7 +203,9 @@ def test_missing_key_and_the_issue_form(tmp_path):
 
 def test_declared_charts_and_filters_tune_the_strategy(tmp_path):
     """charts and filters are optional; declared, they are the class the strategy is tuned to."""
-    path = make_world(tmp_path, synopses="""
+    path = make_world(
+        tmp_path,
+        synopses="""
 [synopses.s]
 table = "people"
 dimensions = ["g", "flag", { column = "age", width = 10 }]
@@ -198,7 +214,8 @@ epsilon = 1
 charged_to = "alice"
 charts = [["g"], ["flag", "g"], []]
 filters = ["AGE"]
-""")
+""",
+    )
     spec = load_policy(path).synopses["s"]
     assert spec.charts == ((0,), (0, 1), ()) and spec.filters == (2,)
     charts = pub.charts_of(spec)
@@ -218,20 +235,26 @@ def test_the_chosen_strategy_is_no_worse_than_the_full_cube_on_its_class(sizes):
     positive and sum to 1, and the full cube keeps at least FULL_SHARE."""
     k = len(sizes)
     full = (1 << k) - 1
-    classes = [strategy.default_charts(k), strategy.Charts(strategy.default_charts(k).groupings, full),
-               strategy.Charts(tuple(strategy.masks(k)), 0), strategy.Charts((1, 0), 0)]
+    classes = [
+        strategy.default_charts(k),
+        strategy.Charts(strategy.default_charts(k).groupings, full),
+        strategy.Charts(tuple(strategy.masks(k)), 0),
+        strategy.Charts((1, 0), 0),
+    ]
     for charts in classes:
         chosen = strategy.choose(sizes, charts)
         assert sum(chosen.shares) == 1 and all(s > 0 for s in chosen.shares)
         assert full in chosen.marginals
         assert chosen.shares[chosen.marginals.index(full)] >= Fraction(str(strategy.FULL_SHARE)) - Fraction(
-            len(chosen.marginals), strategy.DENOMINATOR)  # each other share rounded to 1/DENOMINATOR
+            len(chosen.marginals), strategy.DENOMINATOR
+        )  # each other share rounded to 1/DENOMINATOR
         error = strategy.expected_error(strategy._dense(chosen, k), sizes, charts)
         for other in strategy.candidates(sizes, charts):
             assert error <= strategy.expected_error(strategy._dense(other, k), sizes, charts) + 1e-12
 
 
 # Strategy and least squares -----------------------------------------------------------------
+
 
 def test_variance_formula_matches_the_estimator():
     """The closed-form variance of every marginal's cells equals q^T (A^T W A)^-1 q computed
@@ -259,13 +282,16 @@ def test_least_squares_solves_the_normal_equations_and_projection_is_consistent(
     lam = strategy.eigenvalues(precision, sizes)
     noisy = {m: rng.normal(size=reconstruct.marginal(np.zeros(sizes), m).shape) * 5 + 3 for m in precision}
     x = reconstruct.least_squares(noisy, precision, lam, sizes)
-    gradient = sum(w * reconstruct.expand(reconstruct.marginal(x, m) - noisy[m], m, sizes) for m, w in precision.items())
+    gradient = sum(
+        w * reconstruct.expand(reconstruct.marginal(x, m) - noisy[m], m, sizes) for m, w in precision.items()
+    )
     assert np.max(np.abs(gradient)) < 1e-9
     z = reconstruct.rounded(reconstruct.non_negative(x, lam))
     assert z.min() >= 0 and np.all(z == np.round(z))
 
 
 # Sensitivity on neighbouring datasets ---------------------------------------------------------
+
 
 @pytest.mark.parametrize("target", [0, 8, 17, 26, 299])
 def test_one_person_moves_every_marginal_by_at_most_the_sensitivity(tmp_path, target):
@@ -282,8 +308,10 @@ def test_one_person_moves_every_marginal_by_at_most_the_sensitivity(tmp_path, ta
         values = pub.domain_values(s.engine, plan)
         sizes = tuple(len(v) for v in values)
         exact = pub.exact_cubes(plan, s.bounded_result(plan), values, sizes, len(spec.measures))
-        l1 = [plan.bounding.l1(plan.measures[pub.measure_index(plan, j)], int(np.prod(sizes)))
-              for j in range(len(spec.measures))]
+        l1 = [
+            plan.bounding.l1(plan.measures[pub.measure_index(plan, j)], int(np.prod(sizes)))
+            for j in range(len(spec.measures))
+        ]
         cubes.append((exact, l1, sizes))
         s.close()
     (d, l1, sizes), (d_prime, _, _) = cubes
@@ -309,11 +337,18 @@ def test_the_guard_refuses_a_scale_below_the_sensitivity(alice):
     with pytest.raises(guard.ReleaseRefused):
         guard.check_synopsis(plan, rs, charge, alice.policy, [(0, Fraction(2), Noise("laplace", l1 / 2.0))], 3)
     with pytest.raises(guard.ReleaseRefused):
-        guard.check_synopsis(plan, ResultSet(rs.names, rs.types, [c[:2] for c in rs.columns]), charge, alice.policy,
-                             [(0, Fraction(1), Noise("laplace", float(l1)))], 3)
+        guard.check_synopsis(
+            plan,
+            ResultSet(rs.names, rs.types, [c[:2] for c in rs.columns]),
+            charge,
+            alice.policy,
+            [(0, Fraction(1), Noise("laplace", float(l1)))],
+            3,
+        )
 
 
 # Publishing, charges and consistency ------------------------------------------------------------
+
 
 def test_publish_is_one_durable_charge_with_its_release_record(alice):
     before = len(alice.ledger.history("alice"))
@@ -334,6 +369,7 @@ def test_charged_to_everyone_charges_every_analyst_and_the_global_budget_atomica
     for who in ("alice", "bob"):
         assert s.ledger.spent(who, policy.user(who).budget).epsilon == 1
     from dpsql.ledger.jobs import GLOBAL
+
     assert s.ledger.spent(GLOBAL, policy.privacy.global_budget).epsilon == 1
     assert s.ledger.verify() == []
     pub.publish(s, "events_dash")  # bob (epsilon 2) has nothing left now: the third is refused for all
@@ -351,7 +387,9 @@ def test_totals_and_breakdowns_agree_exactly(alice):
     for key in ("g", "flag", "FLOOR(age / 10) * 10", "DATE_TRUNC('month', day)"):
         rows = alice.execute(f"SELECT {key} AS k, COUNT(*), SUM(amount) FROM people GROUP BY 1").rows
         assert sum(r[1] for r in rows) == total[0] and sum(r[2] for r in rows) == total[1]
-    by_g = dict((r[0], (r[1], r[2])) for r in alice.execute("SELECT g, COUNT(*), SUM(amount) FROM people GROUP BY g").rows)
+    by_g = dict(
+        (r[0], (r[1], r[2])) for r in alice.execute("SELECT g, COUNT(*), SUM(amount) FROM people GROUP BY g").rows
+    )
     for g, (n, amount) in by_g.items():
         rows = alice.execute(f"SELECT flag, COUNT(*), SUM(amount) FROM people WHERE g = '{g}' GROUP BY flag").rows
         assert sum(r[1] for r in rows) == n and sum(r[2] for r in rows) == amount
@@ -412,8 +450,13 @@ def test_routing_decisions(alice, sql, routed):
 def test_filters_select_the_right_cells(alice):
     pub.publish(alice, "people_dash")
     by_band = dict(alice.execute("SELECT FLOOR(age / 10) * 10 AS b, COUNT(*) FROM people GROUP BY 1").rows)
-    assert alice.execute("SELECT COUNT(*) FROM people WHERE age >= 20 AND age < 40").rows[0][0] == by_band[20] + by_band[30]
-    assert alice.execute("SELECT COUNT(*) FROM people WHERE age BETWEEN 20 AND 39").rows[0][0] == by_band[20] + by_band[30]
+    assert (
+        alice.execute("SELECT COUNT(*) FROM people WHERE age >= 20 AND age < 40").rows[0][0]
+        == by_band[20] + by_band[30]
+    )
+    assert (
+        alice.execute("SELECT COUNT(*) FROM people WHERE age BETWEEN 20 AND 39").rows[0][0] == by_band[20] + by_band[30]
+    )
     months = alice.execute("SELECT DATE_TRUNC('month', day) AS m, COUNT(*) FROM people GROUP BY 1").rows
     by_month = {m.month if hasattr(m, "month") else m: n for m, n in months}
     spring = alice.execute("SELECT COUNT(*) FROM people WHERE day >= DATE '2024-03-01' AND day < DATE '2024-05-01'")
@@ -464,6 +507,7 @@ def test_explain_names_the_route_and_both_errors(alice):
 
 # Accuracy -------------------------------------------------------------------------------------------
 
+
 def _laplace_sum_bound(coefficients: list[tuple[float, float, int]], fpr: float) -> float:
     """t with P(|sum c_j Z_j| >= t) <= fpr for independent Z_j ~ Laplace(b_j), given as
     (c, b, how many): E e^{s Z} = 1 / (1 - s^2 b^2) <= e^{2 s^2 b^2} for |s| b <= 1/2, so by
@@ -484,14 +528,17 @@ def test_published_total_is_within_its_bound_fpr_1e6(tmp_path):
     squares total, rounded, a linear combination of the marginals' Laplace noises with known
     coefficients. Failing when it lies further than the bound that holds with probability
     1 - 1e-6: a false positive at most once in a million runs."""
-    path = make_world(tmp_path, synopses="""
+    path = make_world(
+        tmp_path,
+        synopses="""
 [synopses.s]
 table = "people"
 dimensions = ["g", "flag"]
 measures = ["count"]
 epsilon = 0.5
 charged_to = "alice"
-""")
+""",
+    )
     policy = load_policy(path)
     s = Session(policy, "alice")
     pub.publish(s, "s")
@@ -511,7 +558,8 @@ charged_to = "alice"
         cells = math.prod(n for i, n in enumerate(sizes) if mask >> i & 1)
         coefficients.append((w * outside / lam[0], b, cells))
     assert 2 * sum(n * (c * b) ** 2 for c, b, n in coefficients) == pytest.approx(
-        strategy.variance(lam, sizes, sizes), rel=1e-9)
+        strategy.variance(lam, sizes, sizes), rel=1e-9
+    )
     assert abs(total - truth) <= _laplace_sum_bound(coefficients, 1e-6) + 0.5  # + rounding
     s.close()
 
@@ -520,7 +568,7 @@ def _binomial_threshold(n: int, p: float, fpr: float) -> int:
     """The least t with P(Binomial(n, p) > t) <= fpr."""
     tail = 1.0
     for t in range(n + 1):
-        tail -= math.comb(n, t) * p ** t * (1 - p) ** (n - t)
+        tail -= math.comb(n, t) * p**t * (1 - p) ** (n - t)
         if tail <= fpr:
             return t
     return n
@@ -537,16 +585,23 @@ def test_intervals_cover_the_truth_through_least_squares_and_non_negativity_fpr_
     from dpsql.synopses.route import _half
 
     sizes = (3, 2, 4)
-    truth = np.array([[[40, 0, 25, 3], [12, 30, 0, 55]], [[8, 2, 0, 60], [35, 1, 20, 9]],
-                      [[0, 0, 44, 17], [5, 26, 3, 70]]])
+    truth = np.array(
+        [[[40, 0, 25, 3], [12, 30, 0, 55]], [[8, 2, 0, 60], [35, 1, 20, 9]], [[0, 0, 44, 17], [5, 26, 3, 70]]]
+    )
     chosen = strategy.choose(sizes, strategy.Charts((1, 2, 3, 4, 0), 1))
     assert len(chosen.marginals) > 1  # a combination of measurements, not one
     noises = [Noise("laplace", laplace_scale(1, Fraction(1) * s)) for s in chosen.shares]
-    precision = {m: 1 / (2 * n.scale ** 2) for m, n in zip(chosen.marginals, noises)}
+    precision = {m: 1 / (2 * n.scale**2) for m, n in zip(chosen.marginals, noises)}
     lam = strategy.eigenvalues(precision, sizes)
     every = slice(None)
-    queries = [((3, 2, 4), (every, every, every)), ((1, 2, 4), (0, every, every)), ((1, 1, 4), (2, 1, every)),
-               ((1, 1, 1), (0, 0, 1)), ((3, 2, 1), (every, every, 3)), ((1, 1, 1), (1, 1, 3))]
+    queries = [
+        ((3, 2, 4), (every, every, every)),
+        ((1, 2, 4), (0, every, every)),
+        ((1, 1, 4), (2, 1, every)),
+        ((1, 1, 1), (0, 0, 1)),
+        ((3, 2, 1), (every, every, 3)),
+        ((1, 1, 1), (1, 1, 3)),
+    ]
     runs, confidences = 120, (0.5, 0.95)
     misses = {(q, c): 0 for q in range(len(queries)) for c in confidences}
     for _ in range(runs):
@@ -554,7 +609,9 @@ def test_intervals_cover_the_truth_through_least_squares_and_non_negativity_fpr_
         for m, n in zip(chosen.marginals, noises):
             exact = reconstruct.marginal(truth, m)
             noisy[m] = np.array(add_noise([int(v) for v in np.ravel(exact)], n), dtype=float).reshape(np.shape(exact))
-        cube = reconstruct.rounded(reconstruct.non_negative(reconstruct.least_squares(noisy, precision, lam, sizes), lam))
+        cube = reconstruct.rounded(
+            reconstruct.non_negative(reconstruct.least_squares(noisy, precision, lam, sizes), lam)
+        )
         for q, (selected, at) in enumerate(queries):
             error = abs(float(np.sum(cube[at])) - float(np.sum(truth[at])))
             for c in confidences:
@@ -565,6 +622,7 @@ def test_intervals_cover_the_truth_through_least_squares_and_non_negativity_fpr_
 
 
 # CLI and the server ---------------------------------------------------------------------------------
+
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "dpsql.cli", *args], capture_output=True, text=True, cwd=ROOT)
@@ -588,8 +646,9 @@ def test_end_to_end_through_dpsql_serve(world):
     psycopg = pytest.importorskip("psycopg")
     from .server_fixture import Serve
 
-    out = _cli("synopsis", "publish", "--policy", str(world), "--ledger", str(world.parent / "ledger.sqlite"),
-               "people_dash")
+    out = _cli(
+        "synopsis", "publish", "--policy", str(world), "--ledger", str(world.parent / "ledger.sqlite"), "people_dash"
+    )
     assert out.returncode == 0, out.stderr
     server = Serve(world, world.parent / "ledger.sqlite")
     try:

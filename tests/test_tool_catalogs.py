@@ -64,16 +64,19 @@ def test_adbc_with_pyarrow_and_polars(hospital_serve):
         frame = pl.read_database("SELECT region, COUNT(*) AS n FROM patients GROUP BY region", conn)
         assert frame.columns == ["region", "n"] and frame.height == 10
         # types ADBC reads by their receive functions' names (date_recv, timestamp_recv, boolrecv)
-        cur.execute("SELECT date_trunc('month', visit_date) AS month, smoker, COUNT(*) AS n FROM visits "
-                    "JOIN patients USING (patient_id) GROUP BY 1, 2 ORDER BY 1, 2")
+        cur.execute(
+            "SELECT date_trunc('month', visit_date) AS month, smoker, COUNT(*) AS n FROM visits "
+            "JOIN patients USING (patient_id) GROUP BY 1, 2 ORDER BY 1, 2"
+        )
         months = cur.fetch_arrow_table()
         assert [str(t) for t in months.schema.types] == ["timestamp[us]", "bool", "int64"]
         assert months.num_rows == 48 and months.column("smoker").to_pylist()[:4] == [False, True, False, True]
         assert str(months.column("month")[0]) == "2023-01-01 00:00:00"
         cur.close()
     assert _spent(hospital_serve) == pytest.approx(before + 0.3)  # the three DP queries, each charged once
-    frame = pl.read_database_uri("SELECT diagnosis, AVG(cost) AS cost FROM visits GROUP BY diagnosis", _uri(hospital_serve),
-                                 engine="adbc")
+    frame = pl.read_database_uri(
+        "SELECT diagnosis, AVG(cost) AS cost FROM visits GROUP BY diagnosis", _uri(hospital_serve), engine="adbc"
+    )
     assert frame.height == 12 and frame.schema["cost"] == pl.Float64
     assert _spent(hospital_serve) == pytest.approx(before + 0.4)
 
@@ -82,7 +85,8 @@ def _django_project(folder: Path, port: int) -> dict[str, str]:
     """A Django project with one hand-written, unmanaged model over `patients`."""
     (folder / "hospital").mkdir()
     (folder / "hospital" / "__init__.py").write_text("")
-    (folder / "hospital" / "models.py").write_text(textwrap.dedent("""
+    (folder / "hospital" / "models.py").write_text(
+        textwrap.dedent("""
         from django.db import models
 
 
@@ -95,8 +99,10 @@ def _django_project(folder: Path, port: int) -> dict[str, str]:
             class Meta:
                 managed = False
                 db_table = "patients"
-        """))
-    (folder / "settings.py").write_text(textwrap.dedent(f"""
+        """)
+    )
+    (folder / "settings.py").write_text(
+        textwrap.dedent(f"""
         SECRET_KEY = "test"
         INSTALLED_APPS = ["hospital"]
         USE_TZ = True
@@ -104,8 +110,10 @@ def _django_project(folder: Path, port: int) -> dict[str, str]:
         DATABASES = {{"default": {{"ENGINE": "django.db.backends.postgresql", "NAME": "dpsql", "HOST": "127.0.0.1",
                                   "PORT": {port}, "USER": "alice", "PASSWORD": "{PASSWORD}",
                                   "OPTIONS": {{"sslmode": "disable"}}}}}}
-        """))
-    (folder / "aggregate.py").write_text(textwrap.dedent("""
+        """)
+    )
+    (folder / "aggregate.py").write_text(
+        textwrap.dedent("""
         import json
 
         import django
@@ -118,14 +126,21 @@ def _django_project(folder: Path, port: int) -> dict[str, str]:
         by_region = list(Patient.objects.values("region").annotate(n=Count("*")).order_by("region"))
         by_sex = list(Patient.objects.values("sex").annotate(n=Count("*"), mean_age=Avg("age")).order_by("sex"))
         print(json.dumps({"by_region": by_region, "by_sex": by_sex, "count": Patient.objects.count()}))
-        """))
+        """)
+    )
     return {**os.environ, "DJANGO_SETTINGS_MODULE": "settings", "PYTHONPATH": str(folder)}
 
 
 def test_django_inspectdb_and_orm_aggregates(hospital_serve, tmp_path):
     env = _django_project(tmp_path, hospital_serve.port)
-    inspect = subprocess.run([sys.executable, "-m", "django", "inspectdb"], cwd=tmp_path, env=env, capture_output=True,
-                             text=True, timeout=120)
+    inspect = subprocess.run(
+        [sys.executable, "-m", "django", "inspectdb"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert inspect.returncode == 0, inspect.stderr[-3000:]
     models = inspect.stdout
     assert "Unable to inspect" not in models, models
@@ -134,12 +149,14 @@ def test_django_inspectdb_and_orm_aggregates(hospital_serve, tmp_path):
     assert "age = models.BigIntegerField(blank=True, null=True, db_comment='dpsql: bounds [0, 110]')" in models
     assert "visit_date = models.DateField(" in models and "cost = models.FloatField(" in models
     assert "privacy unit patient_id" in models  # the policy, as the table's comment
-    orm = subprocess.run([sys.executable, "aggregate.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=120)
+    orm = subprocess.run(
+        [sys.executable, "aggregate.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert orm.returncode == 0, orm.stderr[-3000:]
     out = json.loads(orm.stdout.strip().splitlines()[-1])
-    assert [r["region"] for r in out["by_region"]] == sorted(["North", "South", "East", "West", "Central", "Coast",
-                                                              "Valley", "Highlands", "Lakes", "Islands"])
+    assert [r["region"] for r in out["by_region"]] == sorted(
+        ["North", "South", "East", "West", "Central", "Coast", "Valley", "Highlands", "Lakes", "Islands"]
+    )
     assert [r["sex"] for r in out["by_sex"]] == ["F", "M", "X"] and all(0 < r["mean_age"] < 110 for r in out["by_sex"])
     assert 15000 < out["count"] < 25000  # 20,000 patients, noised
 
@@ -148,17 +165,39 @@ def test_peewee_introspection_and_pwiz(hospital_serve):
     from peewee import PostgresqlDatabase
     from playhouse.reflection import Introspector
 
-    db = PostgresqlDatabase("dpsql", host="127.0.0.1", port=hospital_serve.port, user="alice", password=PASSWORD,
-                            sslmode="disable")
+    db = PostgresqlDatabase(
+        "dpsql", host="127.0.0.1", port=hospital_serve.port, user="alice", password=PASSWORD, sslmode="disable"
+    )
     database = Introspector.from_database(db).introspect()
     assert set(database.columns) == {"patients", "visits", "wards"}
     fields = {name: col.field_class.__name__ for name, col in database.columns["visits"].items()}
-    assert fields["visit_date"] == "DateField" and fields["cost"] == "DoubleField" and fields["visit_id"] == "BigIntegerField"
+    assert (
+        fields["visit_date"] == "DateField"
+        and fields["cost"] == "DoubleField"
+        and fields["visit_id"] == "BigIntegerField"
+    )
     assert database.indexes["patients"] == [] and database.foreign_keys["visits"] == []
     db.close()
-    pwiz = subprocess.run([sys.executable, "-m", "pwiz", "-e", "postgresql", "-H", "127.0.0.1", "-p",
-                           str(hospital_serve.port), "-u", "alice", "dpsql"], env=hospital_serve.env(),
-                          capture_output=True, text=True, timeout=120)
+    pwiz = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pwiz",
+            "-e",
+            "postgresql",
+            "-H",
+            "127.0.0.1",
+            "-p",
+            str(hospital_serve.port),
+            "-u",
+            "alice",
+            "dpsql",
+        ],
+        env=hospital_serve.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert pwiz.returncode == 0, pwiz.stderr[-3000:]
     for model in ("class Patients(BaseModel):", "class Visits(BaseModel):", "class Wards(BaseModel):"):
         assert model in pwiz.stdout
@@ -166,8 +205,9 @@ def test_peewee_introspection_and_pwiz(hospital_serve):
 
 
 def _psql(serve, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["psql", serve.dsn(), "-X", *args], env=serve.env(), capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        ["psql", serve.dsn(), "-X", *args], env=serve.env(), capture_output=True, text=True, timeout=60
+    )
 
 
 def test_psql_df_sf_and_pg_dump(hospital_serve):
@@ -183,8 +223,13 @@ def test_psql_df_sf_and_pg_dump(hospital_serve):
     assert sf.returncode != 0 and "functions have no source here: dpsql is a proxy" in sf.stderr
     missing = _psql(hospital_serve, "-c", r"\sf no_such_function")
     assert 'function "no_such_function" does not exist' in missing.stderr
-    dump = subprocess.run(["pg_dump", "--schema-only", hospital_serve.dsn()], env=hospital_serve.env(),
-                          capture_output=True, text=True, timeout=60)
+    dump = subprocess.run(
+        ["pg_dump", "--schema-only", hospital_serve.dsn()],
+        env=hospital_serve.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert dump.returncode != 0 and dump.stdout == ""
     for alternative in (r"\d+", "SQLAlchemy reflection", "sqlacodegen"):
         assert alternative in dump.stderr
@@ -261,9 +306,11 @@ def test_pgadmin_connect_tree_dashboard_and_query_tool(hospital_serve):
 def test_pg_cancel_backend_reaches_only_the_analysts_own_connections(hospital_serve):
     """pgAdmin's Query Tool cancels a running query with pg_cancel_backend(pid) on another
     connection: an analyst's own connection is signalled, another analyst's is refused."""
-    with psycopg.connect(hospital_serve.dsn(), autocommit=True) as mine, \
-            psycopg.connect(hospital_serve.dsn(), autocommit=True) as other, \
-            psycopg.connect(hospital_serve.dsn("bob"), autocommit=True) as bobs:
+    with (
+        psycopg.connect(hospital_serve.dsn(), autocommit=True) as mine,
+        psycopg.connect(hospital_serve.dsn(), autocommit=True) as other,
+        psycopg.connect(hospital_serve.dsn("bob"), autocommit=True) as bobs,
+    ):
         pid = mine.info.backend_pid
         assert other.execute(f"SELECT pg_catalog.pg_cancel_backend({pid});").fetchall() == [(True,)]
         assert other.execute("SELECT pg_cancel_backend(2147483000)").fetchall() == [(False,)]

@@ -11,15 +11,18 @@ from dpsql.errors import Error
 from dpsql.sql.classify import ViewCommand, classify, spaced_parameters
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("SELECT 1 FROM t WHERE a IN ($1,$2)", "SELECT 1 FROM t WHERE a IN ( $1, $2)"),  # postgres.js IN lists
-    ("SELECT $1+$2", "SELECT $1+ $2"),
-    ("SELECT '$1,$2', x$1 FROM t", "SELECT '$1,$2', x$1 FROM t"),  # strings and identifiers untouched
-    ("SELECT $$a,$1$$, $tag$ ,$2 $tag$", "SELECT $$a,$1$$, $tag$ ,$2 $tag$"),  # dollar-quoted strings
-    ("SELECT 1 -- ,$1\n,$2", "SELECT 1 -- ,$1\n, $2"),  # comments
-    ("SELECT E'\\'',$1", "SELECT E'\\'', $1"),  # an escaped quote in an E'' string
-    ("SELECT 'a\\',$1", "SELECT 'a\\', $1"),  # a backslash ends nothing in a standard string
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("SELECT 1 FROM t WHERE a IN ($1,$2)", "SELECT 1 FROM t WHERE a IN ( $1, $2)"),  # postgres.js IN lists
+        ("SELECT $1+$2", "SELECT $1+ $2"),
+        ("SELECT '$1,$2', x$1 FROM t", "SELECT '$1,$2', x$1 FROM t"),  # strings and identifiers untouched
+        ("SELECT $$a,$1$$, $tag$ ,$2 $tag$", "SELECT $$a,$1$$, $tag$ ,$2 $tag$"),  # dollar-quoted strings
+        ("SELECT 1 -- ,$1\n,$2", "SELECT 1 -- ,$1\n, $2"),  # comments
+        ("SELECT E'\\'',$1", "SELECT E'\\'', $1"),  # an escaped quote in an E'' string
+        ("SELECT 'a\\',$1", "SELECT 'a\\', $1"),  # a backslash ends nothing in a standard string
+    ],
+)
 def test_parameters_are_spaced_outside_quotes(text, expected):
     assert spaced_parameters(text) == expected
 
@@ -38,11 +41,15 @@ def test_three_part_names_arrays_and_views_in_process(conn):
     assert len(_rows(cur, "SELECT name FROM dpsql.public.places")) == 3
     assert _rows(cur, 'SELECT "public"."places"."name" FROM "public"."places" ORDER BY 1 LIMIT 1') == [("east",)]
     # x = ANY(array) and x <> ALL(array): literals, text-array literals, parameters
-    assert _rows(cur, "SELECT name FROM places WHERE name = ANY(ARRAY['north', 'south']) ORDER BY 1") == [("north",),
-                                                                                                   ("south",)]
+    assert _rows(cur, "SELECT name FROM places WHERE name = ANY(ARRAY['north', 'south']) ORDER BY 1") == [
+        ("north",),
+        ("south",),
+    ]
     assert _rows(cur, "SELECT name FROM places WHERE name <> ALL('{north,south}'::text[])") == [("east",)]
-    assert _rows(cur, "SELECT name FROM places WHERE name = ANY(%s) ORDER BY 1", ["{east,\"south\"}"]) == [("east",),
-                                                                                                         ("south",)]
+    assert _rows(cur, "SELECT name FROM places WHERE name = ANY(%s) ORDER BY 1", ['{east,"south"}']) == [
+        ("east",),
+        ("south",),
+    ]
     assert _rows(cur, "SELECT name FROM places WHERE name = ANY('{}')") == []
     assert len(_rows(cur, "SELECT COUNT(*) FROM people WHERE age = ANY('{30,40}'::int[])")) == 1
     # a parenthesised statement and view body
@@ -58,13 +65,20 @@ def _spent(cur) -> float:
     return row[[d[0] for d in cur.description].index("epsilon_spent")]
 
 
-@pytest.mark.parametrize("sql, sqlstate, words", [
-    ('create view "dpsql"."public"."by_sex__dbt_tmp" as (select sex, count(*) as n from "dpsql"."public"."people" '
-     "group by sex)", "42501", "views live in your session"),  # dbt run
-    ('create temporary view "public".v7 as select 1 as a', None, None),
-    ("SELECT AVG(name) FROM places", "42883", "type-check"),  # the engine's words withheld, the class told
-    ("SELECT COUNT(*) FROM people WHERE sex = ANY(string_to_array('F,M', ','))", "0A000", None),
-])
+@pytest.mark.parametrize(
+    "sql, sqlstate, words",
+    [
+        (
+            'create view "dpsql"."public"."by_sex__dbt_tmp" as (select sex, count(*) as n from "dpsql"."public"."people" '
+            "group by sex)",
+            "42501",
+            "views live in your session",
+        ),  # dbt run
+        ('create temporary view "public".v7 as select 1 as a', None, None),
+        ("SELECT AVG(name) FROM places", "42883", "type-check"),  # the engine's words withheld, the class told
+        ("SELECT COUNT(*) FROM people WHERE sex = ANY(string_to_array('F,M', ','))", "0A000", None),
+    ],
+)
 def test_refusals_say_why_and_charge_nothing(conn, sql, sqlstate, words):
     cur = conn.cursor()
     spent = _spent(cur)
@@ -98,17 +112,22 @@ def test_wire_named_cursors_temp_views_in_the_catalog_and_lists(serve):
         cur.execute("CREATE TEMPORARY VIEW by_sex AS SELECT sex, COUNT(*) AS n FROM people GROUP BY sex")
         cur.execute("SELECT nspname FROM pg_namespace WHERE oid = pg_my_temp_schema()")
         temp = cur.fetchone()[0]
-        cur.execute("""SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
+        cur.execute(
+            """SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
                        JOIN pg_class c ON a.attrelid = c.oid JOIN pg_namespace n ON c.relnamespace = n.oid
                        WHERE a.attnum > 0 AND NOT a.attisdropped AND n.nspname = ANY(%s) AND c.relname = %s
-                       ORDER BY a.attnum""", (["public", temp], "by_sex"))
+                       ORDER BY a.attnum""",
+            (["public", temp], "by_sex"),
+        )
         assert cur.fetchall() == [("sex", "text"), ("n", "bigint")]
         cur.execute("SELECT table_schema, table_type FROM information_schema.tables WHERE table_name = 'by_sex'")
         assert cur.fetchall() == [(temp, "VIEW")]
         cur.execute("SELECT name FROM places WHERE name = ANY(%s) ORDER BY 1", (["north", "south"],))
         assert cur.fetchall() == [("north",), ("south",)]
-        cur.execute("SELECT COUNT(*) AS n FROM people WHERE city IN ($1,$2)".replace("$1", "%s").replace("$2", "%s"),
-                    ("Oslo", "Rome"))
+        cur.execute(
+            "SELECT COUNT(*) AS n FROM people WHERE city IN ($1,$2)".replace("$1", "%s").replace("$2", "%s"),
+            ("Oslo", "Rome"),
+        )
         assert len(cur.fetchall()) == 1
     with psycopg.connect(serve.dsn(), autocommit=True) as c:  # views are the session's own
         cur = c.cursor()

@@ -14,7 +14,10 @@ import pytest
 from .server_fixture import PASSWORD
 from .tool_envs import SCRIPTS, node_tool, python_tool
 
-pytestmark = [pytest.mark.clients, pytest.mark.slow]  # ibis, jupysql, harlequin, dbt, node clients in their own environments
+pytestmark = [
+    pytest.mark.clients,
+    pytest.mark.slow,
+]  # ibis, jupysql, harlequin, dbt, node clients in their own environments
 
 PSYCOPG = ["psycopg[binary]==3.3.9"]
 
@@ -57,8 +60,15 @@ def test_harlequin(serve):
 
 def test_sqlacodegen(serve):
     python = python_tool("sqlacodegen", ["sqlacodegen==4.0.4", "psycopg2-binary==2.9.13"])
-    proc = _run([python, "-m", "sqlacodegen", f"postgresql+psycopg2://alice:{PASSWORD}@127.0.0.1:{serve.port}/dpsql"
-                 "?sslmode=disable"], serve)
+    proc = _run(
+        [
+            python,
+            "-m",
+            "sqlacodegen",
+            f"postgresql+psycopg2://alice:{PASSWORD}@127.0.0.1:{serve.port}/dpsql?sslmode=disable",
+        ],
+        serve,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     for table in ("people", "events", "places"):
         assert f"'{table}'" in proc.stdout
@@ -75,8 +85,11 @@ def test_dbt(serve, tmp_path):
     common = ["--profiles-dir", str(project), "--project-dir", str(project)]
     debug = _run([*dbt, "--no-use-colors", "debug", *common], serve, cwd=project)
     assert debug.returncode == 0 and "All checks passed" in debug.stdout, debug.stdout[-3000:]
-    show = _run([*dbt, "--no-use-colors", "show", "--inline", "select sex, count(*) as n from people group by sex",
-                 *common], serve, cwd=project)
+    show = _run(
+        [*dbt, "--no-use-colors", "show", "--inline", "select sex, count(*) as n from people group by sex", *common],
+        serve,
+        cwd=project,
+    )
     assert show.returncode == 0 and "| sex" in show.stdout, show.stdout[-3000:]
     model = _run([*dbt, "--no-use-colors", "show", "-s", "people_by_sex", *common], serve, cwd=project)
     assert model.returncode == 0 and "| sex" in model.stdout, model.stdout[-3000:]

@@ -15,6 +15,11 @@ pytestmark = pytest.mark.slow  # mypy's first run reads the imported packages' t
 
 
 def test_the_configured_type_check_passes():
-    run = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml")], cwd=ROOT,
-                         capture_output=True, text=True, timeout=900)
+    run = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert run.returncode == 0 and "Success" in run.stdout, run.stdout + run.stderr

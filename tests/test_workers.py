@@ -135,13 +135,16 @@ def test_a_cancel_reaches_the_worker_running_the_query(tmp_path, scratch):
     import duckdb
 
     con = duckdb.connect(str(tmp_path / "db.duckdb"))
-    con.execute("CREATE TABLE big AS SELECT range AS uid, range % 7 AS g, (range * 7919) % 1000 AS v "
-                "FROM range(6000000)")
+    con.execute(
+        "CREATE TABLE big AS SELECT range AS uid, range % 7 AS g, (range * 7919) % 1000 AS v FROM range(6000000)"
+    )
     con.close()
     policy = tmp_path / "big.toml"
-    policy.write_text('[engine]\ndatabase = "db.duckdb"\nthreads = 1\n[privacy]\nepsilon = 100\n[tables.big]\n'
-                      'privacy_unit = "uid"\ncolumns.v = { lower = 0, upper = 1000 }\n'
-                      'columns.g = { keys = [0, 1, 2, 3, 4, 5, 6] }\n[users.alice]\n[users.bob]\n')
+    policy.write_text(
+        '[engine]\ndatabase = "db.duckdb"\nthreads = 1\n[privacy]\nepsilon = 100\n[tables.big]\n'
+        'privacy_unit = "uid"\ncolumns.v = { lower = 0, upper = 1000 }\n'
+        "columns.g = { keys = [0, 1, 2, 3, 4, 5, 6] }\n[users.alice]\n[users.bob]\n"
+    )
     s = Serve(policy, tmp_path / "l.sqlite", "--workers", "2")
     try:
         conns = [psycopg.connect(s.dsn(), autocommit=True) for _ in range(6)]
@@ -175,8 +178,9 @@ def _mock_salt(port: int, user: str) -> str:
 
 
 def test_an_unknown_user_gets_one_salt_from_every_worker(small_policy, tmp_path, scratch):
-    s = Serve(small_policy, tmp_path / "l.sqlite", "--workers", "2", "--login-delay", "0",
-              "--login-lockout-after", "1000")
+    s = Serve(
+        small_policy, tmp_path / "l.sqlite", "--workers", "2", "--login-delay", "0", "--login-lockout-after", "1000"
+    )
     try:
         salts = {_mock_salt(s.port, "mallory") for _ in range(24)}  # 24 connections: both workers
         assert len(salts) == 1
@@ -278,8 +282,7 @@ def test_writers_wait_their_turn_on_the_ledger_lock_file(tmp_path):
 
 
 def test_failed_logins_before_a_lockout_are_split_among_workers(small_policy, tmp_path, scratch):
-    s = Serve(small_policy, tmp_path / "l.sqlite", "--workers", "2", "--login-delay", "0",
-              "--login-lockout-after", "4")
+    s = Serve(small_policy, tmp_path / "l.sqlite", "--workers", "2", "--login-delay", "0", "--login-lockout-after", "4")
     try:
         messages = []
         for _ in range(40):  # spread over both workers: fewer than 2 on one has probability < 1e-10
@@ -327,8 +330,9 @@ def test_the_console_is_served_beside_the_workers(small_policy, tmp_path, scratc
             with psycopg.connect(s.dsn("bob"), autocommit=True) as conn:
                 conn.execute("SET dpsql.epsilon = 0.1")
                 assert conn.execute(sql).fetchone()[0] is not None
-        assert opener.open(base + "/login", data=urlencode({"user": "bob", "password": PASSWORD,
-                                                             "csrf": token}).encode()).url.endswith("/budget")
+        assert opener.open(
+            base + "/login", data=urlencode({"user": "bob", "password": PASSWORD, "csrf": token}).encode()
+        ).url.endswith("/budget")
         history = opener.open(base + "/history").read().decode()
         assert all(html.escape(sql) in history for sql in texts)
     finally:

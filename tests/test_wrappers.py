@@ -14,14 +14,17 @@ def _spent(cur) -> float:
     return float(cur.connection.session.budget()["epsilon"]["spent"])
 
 
-@pytest.mark.parametrize("sql", [
-    "SELECT * FROM people WHERE 1=0",
-    "SELECT * FROM people WHERE false",
-    "SELECT * FROM people LIMIT 0",
-    "SELECT * FROM people WHERE age > 3 AND 1 = 0",
-    "SELECT * FROM (SELECT * FROM people) AS virtual_table WHERE 1=0",
-    "SELECT * FROM (SELECT sex, COUNT(*) AS n FROM people GROUP BY sex) AS t LIMIT 0",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM people WHERE 1=0",
+        "SELECT * FROM people WHERE false",
+        "SELECT * FROM people LIMIT 0",
+        "SELECT * FROM people WHERE age > 3 AND 1 = 0",
+        "SELECT * FROM (SELECT * FROM people) AS virtual_table WHERE 1=0",
+        "SELECT * FROM (SELECT sex, COUNT(*) AS n FROM people GROUP BY sex) AS t LIMIT 0",
+    ],
+)
 def test_schema_probes_are_free_and_return_no_rows(conn, sql):
     cur = conn.cursor()
     cur.execute(sql)
@@ -43,8 +46,10 @@ def test_a_probe_that_is_not_constant_false_is_still_refused(conn):
 def test_superset_wrapper_charges_the_inner_query_only(conn):
     cur = conn.cursor()
     cur.execute("SET dpsql.cache = off")
-    cur.execute("SELECT * FROM (SELECT kind, COUNT(*) AS n, SUM(amount) AS s FROM events GROUP BY kind) "
-                "AS virtual_table LIMIT 1000")
+    cur.execute(
+        "SELECT * FROM (SELECT kind, COUNT(*) AS n, SUM(amount) AS s FROM events GROUP BY kind) "
+        "AS virtual_table LIMIT 1000"
+    )
     rows = cur.fetchall()
     assert [d[0] for d in cur.description] == ["kind", "n", "s"] and len(rows) == 3
     assert _spent(cur) == 1.0  # the policy's query epsilon, once
@@ -57,8 +62,10 @@ def test_outer_arithmetic_filters_and_order_over_released_rows(conn):
     released = dict(cur.fetchall())
     spent = _spent(cur)
     # the same inner query (answered from the cache, free), with post-processing around it
-    cur.execute('SELECT "source"."kind", "source"."n" * 2 AS twice FROM (SELECT kind, COUNT(*) AS n FROM events '
-                'GROUP BY kind) "source" WHERE "source"."n" > -1000000 ORDER BY twice DESC, kind LIMIT 2')
+    cur.execute(
+        'SELECT "source"."kind", "source"."n" * 2 AS twice FROM (SELECT kind, COUNT(*) AS n FROM events '
+        'GROUP BY kind) "source" WHERE "source"."n" > -1000000 ORDER BY twice DESC, kind LIMIT 2'
+    )
     got = cur.fetchall()
     expected = sorted(((k, 2 * n) for k, n in released.items()), key=lambda r: (-r[1], r[0]))[:2]
     assert got == expected
@@ -85,12 +92,16 @@ def test_wrappers_and_probes_over_the_wire(serve):
     with psycopg.connect(serve.dsn(), autocommit=True) as pg:
         probe = pg.execute("SELECT * FROM people WHERE 1=0")
         assert probe.fetchall() == [] and [d.name for d in probe.description] == ["pid", "age", "sex", "city"]
-        rows = pg.execute("SELECT * FROM (SELECT sex, COUNT(*) AS n FROM people GROUP BY sex) AS virtual_table "
-                          "LIMIT %s", (1000,)).fetchall()
+        rows = pg.execute(
+            "SELECT * FROM (SELECT sex, COUNT(*) AS n FROM people GROUP BY sex) AS virtual_table LIMIT %s", (1000,)
+        ).fetchall()
         assert [r[0] for r in sorted(rows)] == ["F", "M"]
         with pg.cursor() as cur:  # extended protocol: Describe of the wrapper, before it runs
-            cur.execute("SELECT sex, n + 1 AS m FROM (SELECT sex, COUNT(*) AS n FROM people GROUP BY sex) t "
-                        "WHERE sex = %s", ("F",), prepare=True)
+            cur.execute(
+                "SELECT sex, n + 1 AS m FROM (SELECT sex, COUNT(*) AS n FROM people GROUP BY sex) t WHERE sex = %s",
+                ("F",),
+                prepare=True,
+            )
             assert [d.name for d in cur.description] == ["sex", "m"] and len(cur.fetchall()) == 1
 
 

@@ -40,20 +40,26 @@ def _cached(name: str, wanted: list[str], build: Callable[[Path], None]) -> Path
 
 def python_tool(name: str, requirements: list[str]) -> Path:
     """The Python interpreter of a virtual environment holding exactly `requirements`."""
+
     def build(env: Path) -> None:
         subprocess.run([sys.executable, "-m", "venv", str(env)], check=True, timeout=300)
-        subprocess.run([str(env / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", *requirements],
-                       check=True, timeout=1200)
+        subprocess.run(
+            [str(env / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", *requirements],
+            check=True,
+            timeout=1200,
+        )
 
     return _cached(name, requirements, build) / "bin" / "python"
 
 
 def node_tool(name: str, packages: list[str]) -> Path:
     """A folder whose node_modules holds exactly `packages` (from the npm registry)."""
+
     def build(folder: Path) -> None:
         folder.mkdir(parents=True)
         (folder / "package.json").write_text('{"name": "dpsql-tool-tests", "private": true}\n')
-        subprocess.run(["npm", "install", "--silent", "--no-audit", "--no-fund", *packages], cwd=folder, check=True,
-                       timeout=600)
+        subprocess.run(
+            ["npm", "install", "--silent", "--no-audit", "--no-fund", *packages], cwd=folder, check=True, timeout=600
+        )
 
     return _cached(name, packages, build)

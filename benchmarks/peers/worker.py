@@ -56,8 +56,13 @@ class _Connection:
         pass
 
 
-SQLITE_TYPES = {"int": ("INTEGER", "1"), "float": ("REAL", "1.0"), "string": ("TEXT", "'a'"),
-                "datetime": ("DATE", "'2024-01-01'"), "boolean": ("BOOLEAN", "1")}
+SQLITE_TYPES = {
+    "int": ("INTEGER", "1"),
+    "float": ("REAL", "1.0"),
+    "string": ("TEXT", "'a'"),
+    "datetime": ("DATE", "'2024-01-01'"),
+    "boolean": ("BOOLEAN", "1"),
+}
 
 
 def _numeric(column: dict) -> bool:
@@ -89,8 +94,9 @@ def smartnoise(job, con):
     meta = smartnoise_metadata(job["tables"])
 
     def reader(epsilon, delta):
-        return snsql.from_connection(_Connection(con), engine="postgres", privacy=Privacy(epsilon=epsilon, delta=delta),
-                                     metadata=meta)
+        return snsql.from_connection(
+            _Connection(con), engine="postgres", privacy=Privacy(epsilon=epsilon, delta=delta), metadata=meta
+        )
 
     def prepare(query, epsilon, delta):
         # SmartNoise charges several epsilons for some aggregates (AVG: a sum and a count): ask
@@ -116,17 +122,25 @@ def qrlew_dataset(tables: dict):
     with engine.begin() as c:
         for name, t in tables.items():
             types = [SQLITE_TYPES[col["type"]] for col in t["columns"].values()]
-            c.exec_driver_sql(f"CREATE TABLE {name} (" + ", ".join(
-                f"{column} {sql_type}" for column, (sql_type, _) in zip(t["columns"], types)) + ")")
+            c.exec_driver_sql(
+                f"CREATE TABLE {name} ("
+                + ", ".join(f"{column} {sql_type}" for column, (sql_type, _) in zip(t["columns"], types))
+                + ")"
+            )
             c.exec_driver_sql(f"INSERT INTO {name} VALUES (" + ", ".join(value for _, value in types) + ")")
     base = qrl.Dataset.from_database("bench", engine)
     schema = json.loads(base._dataset.schema)
     size = json.loads(base._dataset.size)
     for table in size["statistics"]["union"]["fields"]:
         _set_sizes(table, tables[table["name"]]["rows"])
-    dataset = {"@type": "sarus_data_spec/sarus_data_spec.Dataset", "uuid": schema["dataset"], "name": "bench",
-               "spec": {"transformed": {"transform": "0" * 32, "arguments": [], "named_arguments": {}}},
-               "properties": {}, "doc": ""}
+    dataset = {
+        "@type": "sarus_data_spec/sarus_data_spec.Dataset",
+        "uuid": schema["dataset"],
+        "name": "bench",
+        "spec": {"transformed": {"transform": "0" * 32, "arguments": [], "named_arguments": {}}},
+        "properties": {},
+        "doc": "",
+    }
     ds = qrl.Dataset.from_str(json.dumps(dataset), json.dumps(schema), json.dumps(size))
     for name, t in tables.items():
         for column, c in t["columns"].items():
@@ -151,14 +165,21 @@ def _set_sizes(node, rows: int) -> None:
 
 def qrlew(job, con):
     ds = qrlew_dataset(job["tables"])
-    unit = [(name, [], "_PRIVACY_UNIT_ROW_" if t["unit"] == "row" else t["unit"])
-            for name, t in job["tables"].items() if t["unit"] is not None]
+    unit = [
+        (name, [], "_PRIVACY_UNIT_ROW_" if t["unit"] == "row" else t["unit"])
+        for name, t in job["tables"].items()
+        if t["unit"] is not None
+    ]
 
     def rewrite(query, epsilon, delta):
         limits = {"max_ids": job.get("max_ids"), "max_groups": job.get("max_groups"), **query}  # a query's own first
         return ds.relation(query["sql"]).rewrite_with_differential_privacy(
-            ds, unit, {"epsilon": epsilon, "delta": delta}, max_multiplicity=float(limits["max_ids"]),
-            max_privacy_unit_groups=limits["max_groups"])
+            ds,
+            unit,
+            {"epsilon": epsilon, "delta": delta},
+            max_multiplicity=float(limits["max_ids"]),
+            max_privacy_unit_groups=limits["max_groups"],
+        )
 
     def prepare(query, epsilon, delta):
         event = rewrite(query, epsilon, delta).dp_event().to_dict()

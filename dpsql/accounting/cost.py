@@ -48,15 +48,27 @@ class Part:
     count: int = 1  # identical mechanisms in this part (a Gaussian block of several measures)
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "epsilon": fraction_text(self.epsilon), "delta": fraction_text(self.delta),
-                "rho": None if self.rho is None else fraction_text(self.rho),
-                "noise_multiplier": self.noise_multiplier, "sampling": self.sampling, "count": self.count}
+        return {
+            "kind": self.kind,
+            "epsilon": fraction_text(self.epsilon),
+            "delta": fraction_text(self.delta),
+            "rho": None if self.rho is None else fraction_text(self.rho),
+            "noise_multiplier": self.noise_multiplier,
+            "sampling": self.sampling,
+            "count": self.count,
+        }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Part":
-        return cls(d["kind"], parse_fraction(d["epsilon"]), parse_fraction(d["delta"]),
-                   None if d["rho"] is None else parse_fraction(d["rho"]), d["noise_multiplier"], d["sampling"],
-                   d.get("count", 1))
+        return cls(
+            d["kind"],
+            parse_fraction(d["epsilon"]),
+            parse_fraction(d["delta"]),
+            None if d["rho"] is None else parse_fraction(d["rho"]),
+            d["noise_multiplier"],
+            d["sampling"],
+            d.get("count", 1),
+        )
 
 
 @dataclass(frozen=True)
@@ -87,14 +99,20 @@ class Cost:
 
     @cached_property
     def _json(self) -> str:  # written with every charge, of a cost a dashboard repeats
-        return json.dumps({"epsilon": fraction_text(self.epsilon), "delta": fraction_text(self.delta),
-                           "parts": [p.to_json() for p in self.parts]})
+        return json.dumps(
+            {
+                "epsilon": fraction_text(self.epsilon),
+                "delta": fraction_text(self.delta),
+                "parts": [p.to_json() for p in self.parts],
+            }
+        )
 
     @classmethod
     def from_json(cls, text: str) -> "Cost":
         d = json.loads(text)
-        return cls(parse_fraction(d["epsilon"]), parse_fraction(d["delta"]),
-                   tuple(Part.from_json(p) for p in d["parts"]))
+        return cls(
+            parse_fraction(d["epsilon"]), parse_fraction(d["delta"]), tuple(Part.from_json(p) for p in d["parts"])
+        )
 
     def dp_event(self):
         """The release as a dp-accounting DpEvent (composition of its mechanisms)."""

@@ -127,8 +127,10 @@ def usage(cost: Cost, rdp_order: Fraction | None = None) -> dict[str, Fraction]:
 
 @lru_cache(maxsize=1024)
 def _usage(cost: Cost, rdp_order: Fraction | None) -> tuple[tuple[str, Fraction], ...]:
-    inc: dict[str, Fraction] = {k: ZERO for k in ("epsilon", "delta", "eps_sq", "eps_expm1", "rho",
-                                                   "approx_delta", "mu_sq", "non_gaussian", "rdp")}
+    inc: dict[str, Fraction] = {
+        k: ZERO
+        for k in ("epsilon", "delta", "eps_sq", "eps_expm1", "rho", "approx_delta", "mu_sq", "non_gaussian", "rdp")
+    }
     for p in cost.parts:
         inc["epsilon"] += p.epsilon
         inc["delta"] += p.delta
@@ -196,8 +198,10 @@ class Filter:
 
     def describe(self, totals: Totals) -> str:
         left = self.remaining(totals)
-        return (f"{self.name} filter over (epsilon={show(self.epsilon)}, delta={show(self.delta)}): "
-                f"{self.spent_text(totals)}; remaining epsilon={show(left['epsilon'])}, delta={show(left['delta'])}")
+        return (
+            f"{self.name} filter over (epsilon={show(self.epsilon)}, delta={show(self.delta)}): "
+            f"{self.spent_text(totals)}; remaining epsilon={show(left['epsilon'])}, delta={show(left['delta'])}"
+        )
 
 
 @dataclass(frozen=True)
@@ -216,8 +220,10 @@ class BasicFilter(Filter):
         return {"epsilon": max(ZERO, self.epsilon - totals.epsilon), "delta": self.delta_left(totals)}
 
     def spent_text(self, totals: Totals) -> str:
-        return (f"spent epsilon={show(totals.epsilon)} of {show(self.epsilon)}, "
-                f"delta={show(totals.delta)} of {show(self.delta)}")
+        return (
+            f"spent epsilon={show(totals.epsilon)} of {show(self.epsilon)}, "
+            f"delta={show(totals.delta)} of {show(self.delta)}"
+        )
 
 
 @dataclass(frozen=True)
@@ -326,7 +332,9 @@ class RdpFilter(Filter):
         return totals.get("rdp") <= self.bound and totals.get("approx_delta") <= self.reserve
 
     def spent_text(self, totals: Totals) -> str:
-        return f"spent RDP epsilon at order {show(self.order)}={float(totals.get('rdp')):.6g} of {float(self.bound):.6g}"
+        return (
+            f"spent RDP epsilon at order {show(self.order)}={float(totals.get('rdp')):.6g} of {float(self.bound):.6g}"
+        )
 
 
 def _gdp_delta(eps: float, mu: float) -> float:
@@ -360,12 +368,20 @@ class GdpFilter(Filter):
         return totals.get("non_gaussian") == 0 and totals.get("mu_sq") <= Fraction(self.mu) ** 2
 
     def spent_text(self, totals: Totals) -> str:
-        return (f"spent mu^2={float(totals.get('mu_sq')):.6g} of {self.mu ** 2:.6g} (Gaussian and pure epsilon-DP "
-                "releases; none with delta > 0)")
+        return (
+            f"spent mu^2={float(totals.get('mu_sq')):.6g} of {self.mu**2:.6g} (Gaussian and pure epsilon-DP "
+            "releases; none with delta > 0)"
+        )
 
 
-_KINDS = {"basic": BasicFilter, "advanced": AdvancedFilter, "whitehouse": WhitehouseFilter,
-          "zcdp": ZcdpFilter, "rdp": RdpFilter, "gdp": GdpFilter}
+_KINDS = {
+    "basic": BasicFilter,
+    "advanced": AdvancedFilter,
+    "whitehouse": WhitehouseFilter,
+    "zcdp": ZcdpFilter,
+    "rdp": RdpFilter,
+    "gdp": GdpFilter,
+}
 
 
 def default_rdp_order(epsilon: Fraction, delta: Fraction) -> Fraction:
@@ -376,8 +392,9 @@ def default_rdp_order(epsilon: Fraction, delta: Fraction) -> Fraction:
     return Fraction(best)
 
 
-def make_filter(kind: str, epsilon: Fraction, delta: Fraction, *, reserve: Fraction = ZERO,
-                rdp_order: Fraction | None = None) -> Filter:
+def make_filter(
+    kind: str, epsilon: Fraction, delta: Fraction, *, reserve: Fraction = ZERO, rdp_order: Fraction | None = None
+) -> Filter:
     try:
         cls = _KINDS[kind]
     except KeyError:
@@ -399,8 +416,10 @@ def simulate(f: Filter, cost: Cost | Sequence[Cost], limit: int = 10_000_000, st
 
     def totals(n: int) -> Totals:
         rounds, rest = divmod(n, len(cycle))
-        return Totals({k: base.get(k) + whole[k] * rounds + sum((i.get(k, ZERO) for i in incs[:rest]), ZERO)
-                       for k in keys}, base.queries + n)
+        return Totals(
+            {k: base.get(k) + whole[k] * rounds + sum((i.get(k, ZERO) for i in incs[:rest]), ZERO) for k in keys},
+            base.queries + n,
+        )
 
     if not f.admits(totals(1)):
         return 0

@@ -52,7 +52,8 @@ def _integral_delta(epsilon: float, sigma: float, sensitivity: int) -> float:
         return 1.0
     root2 = math.sqrt(2.0)
     continuous = 0.5 * math.erfc(-y_star / (sigma * root2)) - math.exp(epsilon) * 0.5 * math.erfc(
-        (sensitivity - y_star) / (sigma * root2))
+        (sensitivity - y_star) / (sigma * root2)
+    )
     peak = math.exp(-y_star * y_star / (2.0 * sigma * sigma)) * sensitivity / (math.e * -y_star)
     return max(0.0, continuous) + peak / (math.sqrt(2.0 * math.pi) * sigma)
 

@@ -41,8 +41,9 @@ def _pld(multiplier: float):
     scale multiplier * Δ at any integer shift up to Δ (see the module's docstring)."""
     from dp_accounting.pld import privacy_loss_distribution as pld
 
-    return pld.from_discrete_laplace_mechanism(1.0 / multiplier, sensitivity=1,
-                                               value_discretization_interval=DISCRETIZATION)
+    return pld.from_discrete_laplace_mechanism(
+        1.0 / multiplier, sensitivity=1, value_discretization_interval=DISCRETIZATION
+    )
 
 
 def _kind(mechanisms: Sequence[Planned]) -> str:
@@ -73,8 +74,10 @@ def gaussian_rho(mechanisms: Sequence[Planned], multiplier: float) -> float:
 
 def check_delta(delta: float) -> None:
     if not delta >= MIN_DELTA:
-        raise ValueError(f"PLD planning needs delta >= {MIN_DELTA:g}: the privacy loss distribution's tails "
-                         "cannot be certified below that; raise delta or plan with the analyst's filter instead")
+        raise ValueError(
+            f"PLD planning needs delta >= {MIN_DELTA:g}: the privacy loss distribution's tails "
+            "cannot be certified below that; raise delta or plan with the analyst's filter instead"
+        )
 
 
 def plan(mechanisms: Sequence[Planned], epsilon: float, delta: float, tolerance: float = 1e-4) -> float:

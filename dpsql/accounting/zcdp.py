@@ -22,6 +22,7 @@ def epsilon_from_rho(rho: float, delta: float) -> float:
         return math.inf
     log_delta = math.log(delta)
     lo, hi = math.log(1.0 + 1e-9), math.log(1e8)
+
     def f(t: float) -> float:
         return _objective(max(math.exp(t), 1.0 + 1e-12), rho, log_delta)
 

@@ -69,12 +69,12 @@ path = "{ledger}"
 @dataclass(frozen=True)
 class CaseResult:
     case: Case
-    runs: int          # executions per dataset
-    epsilon: float     # charged per query
+    runs: int  # executions per dataset
+    epsilon: float  # charged per query
     delta: float
     bound: Audit
     seconds: float
-    alpha: float       # this case's share of the audit's alpha
+    alpha: float  # this case's share of the audit's alpha
 
     @property
     def ok(self) -> bool:
@@ -95,8 +95,12 @@ def write_dataset(world: World, directory: Path, name: str, with_target: bool) -
         con.close()
     policy = directory / f"{world.name}-{name}.toml"
     tables = "".join(f"\n[tables.{t}]\n{spec.policy}" for t, spec in world.tables.items())
-    policy.write_text(POLICY.format(database=database.name, user=USER, ledger=f"{world.name}-{name}.ledger.sqlite")
-                      + tables + world.synopses, encoding="utf-8")
+    policy.write_text(
+        POLICY.format(database=database.name, user=USER, ledger=f"{world.name}-{name}.ledger.sqlite")
+        + tables
+        + world.synopses,
+        encoding="utf-8",
+    )
     return policy
 
 
@@ -164,14 +168,16 @@ class _Analyst:
         self.engine.close()
 
 
-def run_case(case: Case, runs: int, directory: Path, alpha: float = 0.05,
-             progress: Progress | None = None) -> CaseResult:
+def run_case(
+    case: Case, runs: int, directory: Path, alpha: float = 0.05, progress: Progress | None = None
+) -> CaseResult:
     """Run `case` `runs` times on each neighbour (alternating) and bound its epsilon."""
     start = time.perf_counter()
     d = _Analyst(write_dataset(case.world, directory, f"{case.name}-d", True), case.settings, case.publish)
     try:
-        d_prime = _Analyst(write_dataset(case.world, directory, f"{case.name}-d-prime", False), case.settings,
-                           case.publish)
+        d_prime = _Analyst(
+            write_dataset(case.world, directory, f"{case.name}-d-prime", False), case.settings, case.publish
+        )
         try:
             values: tuple[list[float], list[float]] = ([], [])
             charged: set[tuple[float, float]] = set()
@@ -198,8 +204,14 @@ def run_case(case: Case, runs: int, directory: Path, alpha: float = 0.05,
 QUICK_RUNS = 500  # a case named for a quick audit that has no quick_runs of its own
 
 
-def run_audit(cases: Iterable[Case] | None = None, *, quick: bool = False, runs: int | None = None,
-              alpha: float = 0.05, progress: Progress | None = None) -> list[CaseResult]:
+def run_audit(
+    cases: Iterable[Case] | None = None,
+    *,
+    quick: bool = False,
+    runs: int | None = None,
+    alpha: float = 0.05,
+    progress: Progress | None = None,
+) -> list[CaseResult]:
     """Audit `cases` (default: all, or those with quick_runs when quick), each in datasets of
     its own, all in one private temporary directory removed at the end, even on error. Each
     case gets alpha / len(cases), so all the bounds hold together with confidence 1 - alpha."""
@@ -215,8 +227,10 @@ def run_audit(cases: Iterable[Case] | None = None, *, quick: bool = False, runs:
             r = run_case(case, n, directory, case_alpha, progress)
             results.append(r)
             if progress:
-                progress(f"  {case.name}: charged epsilon {r.epsilon:g}, lower bound {_bound(r.bound.epsilon)} "
-                         f"({r.bound.event}) in {r.seconds:.0f} s{'' if r.ok else '  EXCEEDS THE CHARGE'}")
+                progress(
+                    f"  {case.name}: charged epsilon {r.epsilon:g}, lower bound {_bound(r.bound.epsilon)} "
+                    f"({r.bound.event}) in {r.seconds:.0f} s{'' if r.ok else '  EXCEEDS THE CHARGE'}"
+                )
         return results
     finally:
         shutil.rmtree(directory, ignore_errors=True)
@@ -231,18 +245,26 @@ def markdown(results: Iterable[CaseResult]) -> str:
     results = list(results)
     alpha = sum(r.alpha for r in results)
     case_alpha = max((r.alpha for r in results), default=alpha)
-    lines = ["| case | query | charged epsilon | charged delta | runs | epsilon lower bound | ok |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| case | query | charged epsilon | charged delta | runs | epsilon lower bound | ok |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in results:
-        lines.append(f"| {r.case.name} | `{r.case.sql}` | {r.epsilon:g} | {r.delta:g} | {r.runs} | "
-                     f"{_bound(r.bound.epsilon)} | {'yes' if r.ok else 'NO'} |")
+        lines.append(
+            f"| {r.case.name} | `{r.case.sql}` | {r.epsilon:g} | {r.delta:g} | {r.runs} | "
+            f"{_bound(r.bound.epsilon)} | {'yes' if r.ok else 'NO'} |"
+        )
     lines.append("")
-    lines.append(textwrap.fill(
-        f"Runs are per dataset (D with the target person, D' without). Each lower bound holds with "
-        f"confidence {1 - case_alpha:.6g} (one-sided Clopper-Pearson bounds at {1 - case_alpha / 2:.6g} on "
-        f"each side), all {len(results)} together with {1 - alpha:.6g}; a bound of 0 or less is no "
-        "evidence at all. Each test was chosen on the first half of the runs and counted on the second "
-        "half (k/n on the numerator dataset vs k'/n' on the other):", 100))
+    lines.append(
+        textwrap.fill(
+            f"Runs are per dataset (D with the target person, D' without). Each lower bound holds with "
+            f"confidence {1 - case_alpha:.6g} (one-sided Clopper-Pearson bounds at {1 - case_alpha / 2:.6g} on "
+            f"each side), all {len(results)} together with {1 - alpha:.6g}; a bound of 0 or less is no "
+            "evidence at all. Each test was chosen on the first half of the runs and counted on the second "
+            "half (k/n on the numerator dataset vs k'/n' on the other):",
+            100,
+        )
+    )
     lines.append("")
     for r in results:
         b = r.bound

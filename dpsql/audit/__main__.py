@@ -16,8 +16,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a few cases, about a minute")
     parser.add_argument("--runs", type=int, help="runs per dataset for every case (default: each case's own)")
     parser.add_argument("--out", type=Path, help="also write the Markdown report to this file")
-    parser.add_argument("--alpha", type=float, default=0.05,
-                        help="chance of flagging a correct dpsql, split over the cases (default 0.05)")
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        help="chance of flagging a correct dpsql, split over the cases (default 0.05)",
+    )
     parser.add_argument("--cases", help="comma-separated case names (default: all, or the quick ones)")
     args = parser.parse_args(argv)
     if args.runs is not None and args.runs < 4:
@@ -34,8 +38,9 @@ def main(argv: list[str] | None = None) -> int:
         print(message, file=sys.stderr, flush=True)
 
     start = time.perf_counter()
-    results = run_audit(cases, quick=args.quick, runs=args.runs, alpha=args.alpha,
-                        progress=None if args.quick else progress)
+    results = run_audit(
+        cases, quick=args.quick, runs=args.runs, alpha=args.alpha, progress=None if args.quick else progress
+    )
     report = markdown(results)
     report += f"\nWall time: {time.perf_counter() - start:.0f} s\n"
     print(report, end="")

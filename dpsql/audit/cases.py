@@ -59,6 +59,7 @@ class Case:
 # Observations: a released result -> one ordered number. A missing value (NULL, a group not
 # released) is -inf, below every real value, so "released or not" is a threshold test too.
 
+
 def _number(value: object) -> float:
     return -math.inf if value is None else float(value)
 
@@ -70,15 +71,19 @@ def scalar(rows: Rows) -> float:
 
 def group(key: object) -> Observe:
     """The last column of the row whose first column is `key` (-inf when that group is absent)."""
+
     def observe(rows: Rows) -> float:
         return next((_number(r[-1]) for r in rows if r[0] == key), -math.inf)
+
     return observe
 
 
 def released(key: object) -> Observe:
     """1 when a row for group `key` was released, else 0 (partition selection)."""
+
     def observe(rows: Rows) -> float:
         return 1.0 if any(r[0] == key for r in rows) else 0.0
+
     return observe
 
 
@@ -108,45 +113,67 @@ columns.kind = { keys = ["a", "b", "c"] }
 TARGET_PEOPLE = tuple((TARGET, 1000.0, "F", "Zed") for _ in range(4))
 TARGET_VISITS = tuple((TARGET, 1000.0, "abc"[i % 3]) for i in range(20))
 
-HOSPITAL = World("hospital", {
-    # 20 people at income 0 (the target's value is as far from them as the bounds allow),
-    # half F, in four cities of five.
-    "people": Table(PEOPLE_COLUMNS, PEOPLE_POLICY,
-                    tuple((p, 0.0, "F" if p <= 10 else "M", f"c{p % 4}") for p in range(1, 21)),
-                    TARGET_PEOPLE),
-    "visits": Table(VISITS_COLUMNS, VISITS_POLICY,
-                    tuple((p, 0.0, "a") for p in range(1, 21) for _ in range(2)),
-                    TARGET_VISITS),
-})
+HOSPITAL = World(
+    "hospital",
+    {
+        # 20 people at income 0 (the target's value is as far from them as the bounds allow),
+        # half F, in four cities of five.
+        "people": Table(
+            PEOPLE_COLUMNS,
+            PEOPLE_POLICY,
+            tuple((p, 0.0, "F" if p <= 10 else "M", f"c{p % 4}") for p in range(1, 21)),
+            TARGET_PEOPLE,
+        ),
+        "visits": Table(
+            VISITS_COLUMNS, VISITS_POLICY, tuple((p, 0.0, "a") for p in range(1, 21) for _ in range(2)), TARGET_VISITS
+        ),
+    },
+)
 
 # 30 people at the lower bound and 29 at the upper one: the target (at the upper bound) tips
 # the median from one end of the range to the other.
-SPLIT = World("split", {
-    "people": Table(PEOPLE_COLUMNS, PEOPLE_POLICY,
-                    tuple((p, 0.0 if p <= 30 else 100.0, "M", "c") for p in range(1, 60)),
-                    TARGET_PEOPLE),
-})
+SPLIT = World(
+    "split",
+    {
+        "people": Table(
+            PEOPLE_COLUMNS,
+            PEOPLE_POLICY,
+            tuple((p, 0.0 if p <= 30 else 100.0, "M", "c") for p in range(1, 60)),
+            TARGET_PEOPLE,
+        ),
+    },
+)
 
 # The target alone: D' is empty, so only sampling and noise hide the target.
-ALONE = World("alone", {
-    "people": Table(PEOPLE_COLUMNS, PEOPLE_POLICY, (), TARGET_PEOPLE),
-})
+ALONE = World(
+    "alone",
+    {
+        "people": Table(PEOPLE_COLUMNS, PEOPLE_POLICY, (), TARGET_PEOPLE),
+    },
+)
 
 
 # Light background (50 people with one small visit each) and a target with twenty visits at
 # twenty times the bound: with the target, the profile sees a heavy person and large values, so
 # the limits chosen per query (dpsql.bounds = auto) differ between D and D'.
-SKEWED = World("skewed", {
-    "visits": Table(VISITS_COLUMNS, VISITS_POLICY, tuple((p, 1.0, "abc"[p % 3]) for p in range(1, 51)),
-                    TARGET_VISITS),
-})
+SKEWED = World(
+    "skewed",
+    {
+        "visits": Table(
+            VISITS_COLUMNS, VISITS_POLICY, tuple((p, 1.0, "abc"[p % 3]) for p in range(1, 51)), TARGET_VISITS
+        ),
+    },
+)
 
 
 # The hospital's people with a synopsis over them, charged to the auditor: every run publishes
 # it afresh (the charge), then reads the target's group from it (least squares, non-negativity
 # and rounding included). Its declared chart (the total) makes the strategy measure two
 # marginals (the total, and the cube at its least share), so every answer combines both.
-SYNOPSIS = World("synopsis", {"people": HOSPITAL.tables["people"]}, """
+SYNOPSIS = World(
+    "synopsis",
+    {"people": HOSPITAL.tables["people"]},
+    """
 [synopses.audit]
 table = "people"
 dimensions = ["sex"]
@@ -154,7 +181,8 @@ measures = ["count", "sum(income)"]
 epsilon = 1
 charged_to = "auditor"
 charts = [[]]
-""")
+""",
+)
 
 
 # Cases --------------------------------------------------------------------------------------
@@ -168,30 +196,47 @@ CASES: tuple[Case, ...] = (
     Case("sum", HOSPITAL, "SELECT SUM(income) FROM people", scalar, EPSILON),
     Case("avg", HOSPITAL, "SELECT AVG(income) FROM people", scalar, EPSILON),
     Case("group_declared", HOSPITAL, "SELECT sex, COUNT(*) FROM people GROUP BY sex", group("F"), EPSILON),
-    Case("join_limit", HOSPITAL, "SELECT COUNT(*) FROM people p JOIN visits v ON p.pid = v.pid", scalar,
-         EPSILON, quick_runs=1000),
+    Case(
+        "join_limit",
+        HOSPITAL,
+        "SELECT COUNT(*) FROM people p JOIN visits v ON p.pid = v.pid",
+        scalar,
+        EPSILON,
+        quick_runs=1000,
+    ),
     Case("stddev", HOSPITAL, "SELECT STDDEV(income) FROM people", scalar, EPSILON),
     # A quantile noises 64 histogram bins, about ten times slower per query, and its noisy rank
     # hides one person at epsilon 1 (bound about 0); at 4 the bound is about 1.5 from 400 runs.
-    Case("median", SPLIT, "SELECT MEDIAN(income) FROM people", scalar, {"dpsql.epsilon": "4", **POLICY_LIMITS},
-         runs=1500),
+    Case(
+        "median", SPLIT, "SELECT MEDIAN(income) FROM people", scalar, {"dpsql.epsilon": "4", **POLICY_LIMITS}, runs=1500
+    ),
     Case("count_distinct", HOSPITAL, "SELECT COUNT(DISTINCT pid) FROM visits", scalar, EPSILON),
     # An (epsilon, delta) Gaussian spends most of its epsilon in the far tails, which a few
     # thousand runs never see: at epsilon 1 the bound stays near 0, at 4 it is about 1 from 1000
     # runs and 1.5 from 5000.
-    Case("gaussian_count", HOSPITAL, "SELECT COUNT(*) FROM people", scalar,
-         {"dpsql.epsilon": "4", "dpsql.mechanism": "'gaussian'", "dpsql.delta": "1e-5", **POLICY_LIMITS},
-         quick_runs=1000),
+    Case(
+        "gaussian_count",
+        HOSPITAL,
+        "SELECT COUNT(*) FROM people",
+        scalar,
+        {"dpsql.epsilon": "4", "dpsql.mechanism": "'gaussian'", "dpsql.delta": "1e-5", **POLICY_LIMITS},
+        quick_runs=1000,
+    ),
     # A large delta makes the test sensitive: the target's group may be released with
     # probability delta at most; a selection twice too lax shows up in the full audit, three
     # times too lax in the quick one.
-    Case("partition_selection", HOSPITAL, "SELECT city, COUNT(*) FROM people GROUP BY city", released("Zed"),
-         {**EPSILON, "dpsql.delta": "0.05"}, quick_runs=1000),
+    Case(
+        "partition_selection",
+        HOSPITAL,
+        "SELECT city, COUNT(*) FROM people GROUP BY city",
+        released("Zed"),
+        {**EPSILON, "dpsql.delta": "0.05"},
+        quick_runs=1000,
+    ),
     # Sampling persons with a secret salt: charged the amplified ln(1 + q(e^epsilon - 1)), which is
     # exact for a person alone, so this bound comes close to its charge. A fresh salt re-prepares
     # the bounded query on every run: about four times slower per query.
-    Case("sampled_count", ALONE, "SELECT COUNT(*) FROM people TABLESAMPLE BERNOULLI (50)", scalar, EPSILON,
-         runs=4000),
+    Case("sampled_count", ALONE, "SELECT COUNT(*) FROM people TABLESAMPLE BERNOULLI (50)", scalar, EPSILON, runs=4000),
     # Limits chosen per query: the profile (a tenth of epsilon) and the release at the limits it
     # chose, both charged; the target moves the profile, so D and D' are released under different
     # limits (a total bound on rows, a clamp of amount).
@@ -201,8 +246,13 @@ CASES: tuple[Case, ...] = (
     # A WHERE on the summed column narrows its range before the choice (sql/ranges.py), to
     # [0.5, 50] here; the target (twenty rows at twenty times the bound) moves the profile, and so
     # the total bound and the clamp chosen within that range.
-    Case("auto_avg_filtered", SKEWED, "SELECT kind, AVG(amount) FROM visits WHERE amount >= 0.5 GROUP BY kind",
-         group("a"), AUTO),
+    Case(
+        "auto_avg_filtered",
+        SKEWED,
+        "SELECT kind, AVG(amount) FROM visits WHERE amount >= 0.5 GROUP BY kind",
+        group("a"),
+        AUTO,
+    ),
     # A count under chosen limits is corrected for truncation: the target (twenty rows) moves the
     # chosen total bound, the rows it keeps and those it cuts, and so the factor every group is
     # scaled by; all three are in the charge.
@@ -211,15 +261,25 @@ CASES: tuple[Case, ...] = (
     # the background has one row each, so without the target a reach just above the chosen bound
     # is best, and with it (twenty rows, past the policy's six) the widest; E is noised for the
     # reach chosen, so D and D' are corrected at different sensitivities.
-    Case("auto_count_reach", SKEWED, "SELECT kind, COUNT(*) FROM visits WHERE kind <> 'c' GROUP BY kind", group("a"),
-         AUTO),
+    Case(
+        "auto_count_reach",
+        SKEWED,
+        "SELECT kind, COUNT(*) FROM visits WHERE kind <> 'c' GROUP BY kind",
+        group("a"),
+        AUTO,
+    ),
     # People per group under auto: the policy's limits, corrected for the groups max_groups cuts
     # (the target is in all three kinds, two allowed).
-    Case("auto_units_by_kind", SKEWED, "SELECT kind, COUNT(DISTINCT pid) FROM visits GROUP BY kind", group("a"),
-         AUTO),
+    Case("auto_units_by_kind", SKEWED, "SELECT kind, COUNT(DISTINCT pid) FROM visits GROUP BY kind", group("a"), AUTO),
     # A synopsis: one charge of epsilon 1 for its marginals of both measures; each run publishes
     # it again (about ten times slower per run than a query: full audit only).
-    Case("synopsis_count", SYNOPSIS, "SELECT sex, COUNT(*) FROM people GROUP BY sex", group("F"), runs=1500,
-         publish="audit"),
+    Case(
+        "synopsis_count",
+        SYNOPSIS,
+        "SELECT sex, COUNT(*) FROM people GROUP BY sex",
+        group("F"),
+        runs=1500,
+        publish="audit",
+    ),
     Case("synopsis_sum", SYNOPSIS, "SELECT SUM(income) FROM people", scalar, runs=1500, publish="audit"),
 )

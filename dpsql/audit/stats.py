@@ -30,8 +30,7 @@ def _beta_continued_fraction(a: float, b: float, x: float) -> float:
     h = d
     for m in range(1, 100_000):
         m2 = 2 * m
-        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)),
-                   -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
             d = 1.0 + aa * d
             d = 1.0 / (d if abs(d) > _TINY else _TINY)
             c = 1.0 + aa / c
@@ -97,8 +96,7 @@ def _check(k: int, n: int, confidence: float) -> None:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
 
 
-def epsilon_lower_bound(k: int, n: int, k_prime: int, n_prime: int, delta: float = 0.0,
-                        alpha: float = 0.05) -> float:
+def epsilon_lower_bound(k: int, n: int, k_prime: int, n_prime: int, delta: float = 0.0, alpha: float = 0.05) -> float:
     """ln((p_low - delta) / p'_high) for an event seen k times in n runs on one dataset and
     k' times in n' runs on its neighbour; -inf when p_low <= delta (no evidence at all).
     Holds with probability >= 1 - alpha for a fixed event."""
@@ -130,8 +128,13 @@ def _wilson(k: np.ndarray, n: int, z: float, upper: bool) -> np.ndarray:
     return centre + half if upper else centre - half
 
 
-def audit(released: Sequence[float], released_prime: Sequence[float], delta: float = 0.0,
-          alpha: float = 0.05, select: float = 0.5) -> Audit:
+def audit(
+    released: Sequence[float],
+    released_prime: Sequence[float],
+    delta: float = 0.0,
+    alpha: float = 0.05,
+    select: float = 0.5,
+) -> Audit:
     """Lower-bound epsilon from the values released on D (`released`) and on D' (`released_prime`).
 
     The first `select` fraction of each sample chooses the test: a threshold t, the event
@@ -156,8 +159,12 @@ def audit(released: Sequence[float], released_prime: Sequence[float], delta: flo
     # events is mostly luck, and would give a poor bound on the held-out runs.
     z = 2.0 * NormalDist().inv_cdf(1.0 - alpha / 2.0)
     # (event name, numerator is D?, selection frequencies on numerator and denominator)
-    candidates = [(">=", True, ge_x, ge_y), ("<", True, 1 - ge_x, 1 - ge_y),
-                  (">=", False, ge_y, ge_x), ("<", False, 1 - ge_y, 1 - ge_x)]
+    candidates = [
+        (">=", True, ge_x, ge_y),
+        ("<", True, 1 - ge_x, 1 - ge_y),
+        (">=", False, ge_y, ge_x),
+        ("<", False, 1 - ge_y, 1 - ge_x),
+    ]
     best = (-math.inf, 0, 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         for c, (_, numerator_d, p_num, p_den) in enumerate(candidates):

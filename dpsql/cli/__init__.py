@@ -8,5 +8,16 @@ from .common import render_table, text_grid
 from .group import main
 from .policy import report_lines
 
-__all__ = ["budget", "ledger_admin", "main", "policy", "query", "render_table", "report_lines", "serve", "synopsis",
-           "text_grid", "users"]
+__all__ = [
+    "budget",
+    "ledger_admin",
+    "main",
+    "policy",
+    "query",
+    "render_table",
+    "report_lines",
+    "serve",
+    "synopsis",
+    "text_grid",
+    "users",
+]

@@ -49,13 +49,17 @@ def budget_show(policy: str, ledger: str | None, user: str | None, as_json: bool
         return
     for b in rows:
         window = f" this window (refreshes {b['window']['refreshes']})" if b.get("window") else ""
-        click.echo(f"{b['user']}: {b['filter']} filter, epsilon {float(b['epsilon']['spent']):g} of "
-                   f"{float(b['epsilon']['total']):g} spent{window} ({float(b['epsilon']['remaining']):g} left), delta "
-                   f"{float(b['delta']['spent']):g} of {float(b['delta']['total']):g}, {b['queries']} queries")
+        click.echo(
+            f"{b['user']}: {b['filter']} filter, epsilon {float(b['epsilon']['spent']):g} of "
+            f"{float(b['epsilon']['total']):g} spent{window} ({float(b['epsilon']['remaining']):g} left), delta "
+            f"{float(b['delta']['spent']):g} of {float(b['delta']['total']):g}, {b['queries']} queries"
+        )
         if b.get("lifetime"):
             life = b["lifetime"]
-            click.echo(f"  lifetime cap: epsilon {float(life['epsilon']['spent']):g} of "
-                       f"{float(life['epsilon']['total']):g} spent over all windows (never refreshes)")
+            click.echo(
+                f"  lifetime cap: epsilon {float(life['epsilon']['spent']):g} of "
+                f"{float(life['epsilon']['total']):g} spent over all windows (never refreshes)"
+            )
 
 
 @budget.command("grant")
@@ -63,7 +67,9 @@ def budget_show(policy: str, ledger: str | None, user: str | None, as_json: bool
 @_ledger
 @click.argument("user")
 @click.option("--epsilon", type=float, required=True, help="Epsilon to add.")
-@click.option("--delta", type=float, default=None, help="Delta to add (default: 0 under basic, else the analyst's delta).")
+@click.option(
+    "--delta", type=float, default=None, help="Delta to add (default: 0 under basic, else the analyst's delta)."
+)
 def budget_grant(policy: str, ledger: str | None, user: str, epsilon: float, delta: float | None) -> None:
     """Give USER more budget (under non-basic filters: a new budget segment of this size)."""
     try:
@@ -101,10 +107,17 @@ def budget_history(policy: str, ledger: str | None, user: str, as_json: bool) ->
     for r in rows:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["at"]))
         failure = failure_of(r["released"])
-        status = (failure_text(failure) if failure is not None else "released" if r["released"] is not None
-                  else "charged, no answer recorded")
-        click.echo(f"#{r['id']} {when} epsilon={show(r['cost'].epsilon)} delta={show(r['cost'].delta)} "
-                   f"[{status}] {' '.join(r['sql'].split())}")
+        status = (
+            failure_text(failure)
+            if failure is not None
+            else "released"
+            if r["released"] is not None
+            else "charged, no answer recorded"
+        )
+        click.echo(
+            f"#{r['id']} {when} epsilon={show(r['cost'].epsilon)} delta={show(r['cost'].delta)} "
+            f"[{status}] {' '.join(r['sql'].split())}"
+        )
     click.echo(f"({len(rows)} releases)")
 
 
@@ -114,14 +127,36 @@ def budget_history(policy: str, ledger: str | None, user: str, as_json: bool) ->
 @click.option("--delta", type=float, required=True, help="The budget's delta.")
 @click.option("--query-epsilon", type=float, required=True, help="Each query's epsilon.")
 @click.option("--query-delta", type=float, default=None, help="Each Gaussian query's delta (default: delta / 100).")
-@click.option("--mechanism", type=click.Choice(["laplace", "gaussian", "mixed"]), default="laplace",
-              help="The queries' noise; mixed: Laplace and Gaussian queries in turn.")
-@click.option("--delta-reserve", type=float, default=None,
-              help="Delta kept for releases' own delta (default as in a policy: a tenth of delta under zcdp, rdp and whitehouse).")
-@click.option("--rdp-order", type=float, default=None, help="Order of the rdp filter (default: the best integer order for this budget).")
+@click.option(
+    "--mechanism",
+    type=click.Choice(["laplace", "gaussian", "mixed"]),
+    default="laplace",
+    help="The queries' noise; mixed: Laplace and Gaussian queries in turn.",
+)
+@click.option(
+    "--delta-reserve",
+    type=float,
+    default=None,
+    help="Delta kept for releases' own delta (default as in a policy: a tenth of delta under zcdp, rdp and whitehouse).",
+)
+@click.option(
+    "--rdp-order",
+    type=float,
+    default=None,
+    help="Order of the rdp filter (default: the best integer order for this budget).",
+)
 @click.option("--json", "as_json", is_flag=True)
-def budget_simulate(kind: str | None, epsilon: float, delta: float, query_epsilon: float, query_delta: float | None,
-                    mechanism: str, delta_reserve: float | None, rdp_order: float | None, as_json: bool) -> None:
+def budget_simulate(
+    kind: str | None,
+    epsilon: float,
+    delta: float,
+    query_epsilon: float,
+    query_delta: float | None,
+    mechanism: str,
+    delta_reserve: float | None,
+    rdp_order: float | None,
+    as_json: bool,
+) -> None:
     """How many queries each filter admits from a budget: identical queries, or Laplace and
     Gaussian ones in turn."""
     kinds = [kind] if kind else list(FILTERS)
@@ -131,13 +166,21 @@ def budget_simulate(kind: str | None, epsilon: float, delta: float, query_epsilo
         laplace = Cost.pure(q_eps)
         q_delta = exact(query_delta) if query_delta is not None else exact(delta) / 100
         rho = rho_for(q_eps, q_delta) if mechanism != "laplace" else None
-        gaussian = (Cost.of([Part("gaussian", q_eps, q_delta, rho=rho, noise_multiplier=1 / math.sqrt(2 * float(rho)))])
-                    if rho is not None else None)
+        gaussian = (
+            Cost.of([Part("gaussian", q_eps, q_delta, rho=rho, noise_multiplier=1 / math.sqrt(2 * float(rho)))])
+            if rho is not None
+            else None
+        )
         workload = {"laplace": [laplace], "gaussian": [gaussian], "mixed": [laplace, gaussian]}[mechanism]
         for k in kinds:
             reserve = default_reserve(k, exact(delta)) if delta_reserve is None else exact(delta_reserve)
-            f = make_filter(k, exact(epsilon), exact(delta), reserve=reserve,
-                            rdp_order=None if rdp_order is None or k != "rdp" else exact(rdp_order))
+            f = make_filter(
+                k,
+                exact(epsilon),
+                exact(delta),
+                reserve=reserve,
+                rdp_order=None if rdp_order is None or k != "rdp" else exact(rdp_order),
+            )
             counts[k] = simulate(f, workload)
     except ValueError as e:
         _fail(invalid_parameter(str(e)))
@@ -156,4 +199,3 @@ def budget_simulate(kind: str | None, epsilon: float, delta: float, query_epsilo
     click.echo(f"{what} of epsilon={query_epsilon:g} that fit in ({epsilon:g}, {delta:g}):")
     for k, n in counts.items():
         click.echo(f"  {k:<11} {n}")
-

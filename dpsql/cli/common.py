@@ -16,8 +16,9 @@ from ..ledger import Ledger
 from ..session import Result, Session
 
 
-def _session(policy: str, user: str, ledger: str | None, epsilon: float | None = None,
-             delta: float | None = None) -> Session:
+def _session(
+    policy: str, user: str, ledger: str | None, epsilon: float | None = None, delta: float | None = None
+) -> Session:
     """A session with this command's --epsilon/--delta applied as session settings."""
     session = Session(load_policy(policy, ledger_path=ledger), user)
     if epsilon is not None:
@@ -75,34 +76,45 @@ def render_table(result: Result) -> str:
 def text_grid(headers: list[str], cells: list[list[str]]) -> list[str]:
     """psql's layout: headers over a rule, each column as wide as its widest cell, values right-aligned."""
     widths = [max([len(h)] + [len(r[j]) for r in cells]) for j, h in enumerate(headers)]
-    out = [" | ".join(h.ljust(w) for h, w in zip(headers, widths)),
-           "-+-".join("-" * w for w in widths)]
+    out = [" | ".join(h.ljust(w) for h, w in zip(headers, widths)), "-+-".join("-" * w for w in widths)]
     out += [" | ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
     return out
 
 
 def _json_result(result: Result) -> str:
-    return json.dumps({"columns": result.names, "types": result.types, "rows": [list(r) for r in result.rows],
-                       "dp": result.dp}, default=str, indent=2)
+    return json.dumps(
+        {"columns": result.names, "types": result.types, "rows": [list(r) for r in result.rows], "dp": result.dp},
+        default=str,
+        indent=2,
+    )
 
 
-_policy = click.option("--policy", "-p", required=True, type=click.Path(dir_okay=False), envvar="DPSQL_POLICY",
-                       help="The policy file (TOML).")
+_policy = click.option(
+    "--policy",
+    "-p",
+    required=True,
+    type=click.Path(dir_okay=False),
+    envvar="DPSQL_POLICY",
+    help="The policy file (TOML).",
+)
 
 
 _user = click.option("--user", "-U", required=True, envvar="DPSQL_USER", help="The analyst, as declared in the policy.")
 
 
-_epsilon = click.option("--epsilon", type=float, default=None,
-                        help="The query's epsilon (default: the policy's query_epsilon).")
+_epsilon = click.option(
+    "--epsilon", type=float, default=None, help="The query's epsilon (default: the policy's query_epsilon)."
+)
 
 
-_delta = click.option("--delta", type=float, default=None,
-                      help="The query's delta (for Gaussian noise or partition selection).")
+_delta = click.option(
+    "--delta", type=float, default=None, help="The query's delta (for Gaussian noise or partition selection)."
+)
 
 
-_ledger = click.option("--ledger", type=click.Path(dir_okay=False), default=None,
-                       help="Ledger database (default: beside the policy file).")
+_ledger = click.option(
+    "--ledger", type=click.Path(dir_okay=False), default=None, help="Ledger database (default: beside the policy file)."
+)
 
 
 def _positive_fraction(value: float, name: str) -> Fraction:
@@ -113,4 +125,3 @@ def _positive_fraction(value: float, name: str) -> Fraction:
     if v <= 0:
         raise invalid_parameter(f"{name} must be a positive number")
     return v
-

@@ -9,4 +9,3 @@ import click
 @click.version_option(package_name="dpsql")
 def main() -> None:
     """dpsql: differentially private SQL over your own database."""
-

@@ -34,14 +34,18 @@ def ledger_init(policy: str, ledger: str | None) -> None:
         pol = load_policy(policy, ledger_path=ledger)
         marker = pol.ledger_identity
         if marker.exists() or (pol.ledger_url is None and pol.ledger_path.exists()):
-            raise invalid_parameter(f"a ledger already exists for this policy ({marker if marker.exists() else pol.ledger_path})",
-                                    hint="dpsql ledger verify checks it; remove it only to forget every budget spent")
+            raise invalid_parameter(
+                f"a ledger already exists for this policy ({marker if marker.exists() else pol.ledger_path})",
+                hint="dpsql ledger verify checks it; remove it only to forget every budget spent",
+            )
         led = open_ledger(pol.ledger_path, pol.ledger_url, identity=pol.ledger_identity)
     except Error as e:
         _fail(e)
         return
-    click.echo(f"ledger {led.identity.ledger_id} created at {led.where}; its identity file is {marker} "
-               "(keep it with the ledger's backups)")
+    click.echo(
+        f"ledger {led.identity.ledger_id} created at {led.where}; its identity file is {marker} "
+        "(keep it with the ledger's backups)"
+    )
 
 
 @ledger.command("verify")
@@ -79,4 +83,3 @@ def ledger_backup(policy: str, ledger: str | None, target: str) -> None:
         _fail(e)
         return
     click.echo(f"ledger backed up to {target} (identity in {identity_file(Path(target))})")
-

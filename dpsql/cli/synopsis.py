@@ -43,9 +43,11 @@ def synopsis_publish(policy: str, ledger: str | None, name: str) -> None:
     except Error as e:
         _fail(e)
         return
-    click.echo(f"published synopsis {done.name}: {done.cells} cells from {done.marginals} measured marginals, "
-               f"charged epsilon {done.epsilon:g} (receipt {done.charge_id}), data version {done.data_version}, "
-               f"in {done.seconds:.1f} s")
+    click.echo(
+        f"published synopsis {done.name}: {done.cells} cells from {done.marginals} measured marginals, "
+        f"charged epsilon {done.epsilon:g} (receipt {done.charge_id}), data version {done.data_version}, "
+        f"in {done.seconds:.1f} s"
+    )
 
 
 @synopsis.command("list")
@@ -75,8 +77,10 @@ def synopsis_list(policy: str, ledger: str | None, as_json: bool) -> None:
     if not rows:
         click.echo("no synopses are declared in the policy")
     for r in rows:
-        click.echo(f"{r['name']}: {r['table']} by {', '.join(r['dimensions'])}; {', '.join(r['measures'])}; "
-                   f"epsilon {r['epsilon']:g} charged to {r['charged_to']}: {r['state']}")
+        click.echo(
+            f"{r['name']}: {r['table']} by {', '.join(r['dimensions'])}; {', '.join(r['measures'])}; "
+            f"epsilon {r['epsilon']:g} charged to {r['charged_to']}: {r['state']}"
+        )
 
 
 @synopsis.command("drop")
@@ -100,4 +104,3 @@ def synopsis_drop(policy: str, ledger: str | None, name: str) -> None:
         _fail(e)
         return
     click.echo(f"dropped synopsis {name.lower()} ({n} published version(s)); its charge stays in the ledger")
-

@@ -39,7 +39,9 @@ def users_add(policy: str, ledger: str | None, name: str, password_stdin: bool, 
         password = sys.stdin.readline().rstrip("\n") if password_stdin else secrets.token_urlsafe(12)
         if not password:
             raise invalid_parameter("the password is empty")
-        open_ledger(pol.ledger_path, pol.ledger_url, identity=pol.ledger_identity).set_user(name, make_verifier(password), role)
+        open_ledger(pol.ledger_path, pol.ledger_url, identity=pol.ledger_identity).set_user(
+            name, make_verifier(password), role
+        )
     except Error as e:
         _fail(e)
         return
@@ -58,8 +60,10 @@ def users_list(policy: str, ledger: str | None) -> None:
         _fail(e)
         return
     for name, role, created in rows:
-        click.echo(f"{name}\t{role}\t{time.strftime('%Y-%m-%d %H:%M', time.localtime(created))}"
-                   + ("" if name in pol.users else "\t(not in the policy: cannot query)"))
+        click.echo(
+            f"{name}\t{role}\t{time.strftime('%Y-%m-%d %H:%M', time.localtime(created))}"
+            + ("" if name in pol.users else "\t(not in the policy: cannot query)")
+        )
 
 
 @users.command("remove")
@@ -77,4 +81,3 @@ def users_remove(policy: str, ledger: str | None, name: str) -> None:
     click.echo(f"login for {name} removed" if removed else f"{name} has no login")
     if not removed:
         sys.exit(1)
-

@@ -33,7 +33,9 @@ def load_policy(path: str | Path, *, ledger_path: str | Path | None = None) -> P
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
-        raise PolicyError(f"cannot read policy file {path}: {e.strerror}", hint="Pass --policy with the path of a TOML policy file.") from None
+        raise PolicyError(
+            f"cannot read policy file {path}: {e.strerror}", hint="Pass --policy with the path of a TOML policy file."
+        ) from None
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -51,7 +53,10 @@ def parse_policy(doc: Mapping[str, Any], path: Path, *, ledger_path: str | Path 
 
     tables_raw = _section(top, "tables")
     if not tables_raw:
-        raise top.fail("no [tables.NAME] sections", "declare at least one table, e.g. [tables.patients] with privacy_unit = \"patient_id\"")
+        raise top.fail(
+            "no [tables.NAME] sections",
+            'declare at least one table, e.g. [tables.patients] with privacy_unit = "patient_id"',
+        )
     tables: dict[str, TablePolicy] = {}
     for name, raw in tables_raw.items():
         if not isinstance(raw, dict):
@@ -61,8 +66,9 @@ def parse_policy(doc: Mapping[str, Any], path: Path, *, ledger_path: str | Path 
             raise top.fail(f"table {name!r} is declared twice (names are case-insensitive)", "keep one declaration")
         if engine.kind == "postgres" and table.source is not None:
             raise _Reader(path, f"[tables.{name}]", raw).fail(
-                "with [engine] kind = \"postgres\" the table lives in PostgreSQL and takes no source",
-                f'remove source, and create the table {name} in the schema [engine] schema names')
+                'with [engine] kind = "postgres" the table lives in PostgreSQL and takes no source',
+                f"remove source, and create the table {name} in the schema [engine] schema names",
+            )
         if table.source is None and engine.database is None and engine.kind == "duckdb":
             raise _Reader(path, f"[tables.{name}]", raw).fail(
                 "the table has no source and [engine] has no database",
@@ -77,15 +83,37 @@ def parse_policy(doc: Mapping[str, Any], path: Path, *, ledger_path: str | Path 
         if not isinstance(raw, dict):
             raise r.fail("is not a table", f"write it as a [users.{name}] section")
         r.unknown_keys({"epsilon", "delta", "filter", "delta_reserve", "rdp_order", "officer"} | WINDOW_KEYS)
-        b = _parse_budget(r, BudgetPolicy(privacy.filter, privacy.epsilon, privacy.delta, privacy.delta_reserve,
-                                          privacy.rdp_order, privacy.window, privacy.lifetime_epsilon,
-                                          privacy.lifetime_delta))
+        b = _parse_budget(
+            r,
+            BudgetPolicy(
+                privacy.filter,
+                privacy.epsilon,
+                privacy.delta,
+                privacy.delta_reserve,
+                privacy.rdp_order,
+                privacy.window,
+                privacy.lifetime_epsilon,
+                privacy.lifetime_delta,
+            ),
+        )
         officer = raw.get("officer", False)
         if not isinstance(officer, bool):
-            raise r.fail(f"officer = {officer!r} must be true or false",
-                         "write officer = true for a privacy officer, who sees every analyst in the web console")
-        users[name] = UserPolicy(name, b.epsilon, b.delta, b.filter, b.delta_reserve, b.rdp_order, b.window,
-                                 b.lifetime_epsilon, b.lifetime_delta, officer)
+            raise r.fail(
+                f"officer = {officer!r} must be true or false",
+                "write officer = true for a privacy officer, who sees every analyst in the web console",
+            )
+        users[name] = UserPolicy(
+            name,
+            b.epsilon,
+            b.delta,
+            b.filter,
+            b.delta_reserve,
+            b.rdp_order,
+            b.window,
+            b.lifetime_epsilon,
+            b.lifetime_delta,
+            officer,
+        )
 
     ledger_section = _section(top, "ledger")
     lr = _Reader(path, "[ledger]", ledger_section)
@@ -107,15 +135,32 @@ def parse_policy(doc: Mapping[str, Any], path: Path, *, ledger_path: str | Path 
         identity = Path(f"{ledger}.id")
     limits = _parse_limits(_Reader(path, "[limits]", _section(top, "limits")))
     synopses = parse_synopses(doc.get("synopses"), path, tables, users)
-    return Policy(path=path, engine=engine, privacy=privacy, tables=tables, users=users, ledger_path=ledger,
-                  ledger_url=url, limits=limits, ledger_identity=identity, synopses=synopses)
+    return Policy(
+        path=path,
+        engine=engine,
+        privacy=privacy,
+        tables=tables,
+        users=users,
+        ledger_path=ledger,
+        ledger_url=url,
+        limits=limits,
+        ledger_identity=identity,
+        synopses=synopses,
+    )
 
 
 def _parse_limits(r: _Reader) -> QueryLimits:
     """[limits]: what one statement may cost to read and plan (sql/limits.py)."""
     default = QueryLimits()
-    names = ("max_query_bytes", "max_tokens", "max_nodes", "max_in_list", "max_depth", "max_expression_depth",
-             "max_join_rows")
+    names = (
+        "max_query_bytes",
+        "max_tokens",
+        "max_nodes",
+        "max_in_list",
+        "max_depth",
+        "max_expression_depth",
+        "max_join_rows",
+    )
     r.unknown_keys(set(names) | {"planning_seconds"})
     values = {name: r.integer(name, getattr(default, name)) for name in names}
     seconds = float(r.number("planning_seconds", Fraction(default.planning_seconds), positive=True))
@@ -131,40 +176,68 @@ def _section(reader: _Reader, key: str) -> Mapping[str, Any]:
 
 def _parse_engine(r: _Reader, base: Path) -> EngineConfig:
     kind = r.choice("kind", "duckdb", ENGINES)
-    allowed = {"duckdb": {"database", "threads", "memory_limit", "scratch", "statement_timeout"},
-               "postgres": {"url", "schema", "statement_timeout", "settings", "scratch_url", "scratch_schema"},
-               "spark": {"master", "remote", "conf", "statement_timeout", "scratch_dir"}}[kind]
+    allowed = {
+        "duckdb": {"database", "threads", "memory_limit", "scratch", "statement_timeout"},
+        "postgres": {"url", "schema", "statement_timeout", "settings", "scratch_url", "scratch_schema"},
+        "spark": {"master", "remote", "conf", "statement_timeout", "scratch_dir"},
+    }[kind]
     r.unknown_keys(allowed | {"kind"})
     timeout = float(r.number("statement_timeout", Fraction(300), positive=True))
     if kind == "postgres":
         url = r.data.get("url")
         if not (isinstance(url, str) and url.startswith(("postgresql://", "postgres://"))):
-            raise r.fail("kind = \"postgres\" needs url = \"postgresql://...\"",
-                         'for example url = "postgresql://dpsql_reader@db.internal/clinic" (a role that can only read)')
+            raise r.fail(
+                'kind = "postgres" needs url = "postgresql://..."',
+                'for example url = "postgresql://dpsql_reader@db.internal/clinic" (a role that can only read)',
+            )
         schema = r.data.get("schema", "public")
         if not isinstance(schema, str) or not schema:
             raise r.fail(f"schema = {schema!r} must be a schema name", 'for example schema = "public"')
         settings = r.data.get("settings", {})
         if not isinstance(settings, dict) or not all(isinstance(v, (str, int, float)) for v in settings.values()):
-            raise r.fail("settings must be a table of PostgreSQL settings", 'for example settings = { work_mem = "256MB" }')
-        fixed = sorted(set(settings) & {"search_path", "statement_timeout", "default_transaction_read_only",
-                                        "transaction_read_only", "role", "session_authorization"})
+            raise r.fail(
+                "settings must be a table of PostgreSQL settings", 'for example settings = { work_mem = "256MB" }'
+            )
+        fixed = sorted(
+            set(settings)
+            & {
+                "search_path",
+                "statement_timeout",
+                "default_transaction_read_only",
+                "transaction_read_only",
+                "role",
+                "session_authorization",
+            }
+        )
         if fixed:
-            raise r.fail(f"settings may not set {fixed[0]}", "dpsql fixes it (schema and statement_timeout are "
-                                                             "[engine] keys of their own)")
+            raise r.fail(
+                f"settings may not set {fixed[0]}",
+                "dpsql fixes it (schema and statement_timeout are [engine] keys of their own)",
+            )
         scratch_url = r.data.get("scratch_url")
-        if scratch_url is not None and not (isinstance(scratch_url, str)
-                                            and scratch_url.startswith(("postgresql://", "postgres://"))):
-            raise r.fail("scratch_url must be a postgresql:// URL",
-                         'for example scratch_url = "postgresql://dpsql_scratch@db.internal/clinic": a role of its own '
-                         "that may create tables in scratch_schema and read the policy's tables")
+        if scratch_url is not None and not (
+            isinstance(scratch_url, str) and scratch_url.startswith(("postgresql://", "postgres://"))
+        ):
+            raise r.fail(
+                "scratch_url must be a postgresql:// URL",
+                'for example scratch_url = "postgresql://dpsql_scratch@db.internal/clinic": a role of its own '
+                "that may create tables in scratch_schema and read the policy's tables",
+            )
         scratch_schema = r.data.get("scratch_schema", "dpsql_scratch")
         if not isinstance(scratch_schema, str) or not scratch_schema or scratch_schema == schema:
-            raise r.fail(f"scratch_schema = {scratch_schema!r} must be a schema name other than schema",
-                         'for example scratch_schema = "dpsql_scratch"')
-        return EngineConfig(kind=kind, url=url, schema=schema, statement_timeout=timeout,
-                            conf={str(k): str(v) for k, v in settings.items()}, scratch_url=scratch_url,
-                            scratch_schema=scratch_schema)
+            raise r.fail(
+                f"scratch_schema = {scratch_schema!r} must be a schema name other than schema",
+                'for example scratch_schema = "dpsql_scratch"',
+            )
+        return EngineConfig(
+            kind=kind,
+            url=url,
+            schema=schema,
+            statement_timeout=timeout,
+            conf={str(k): str(v) for k, v in settings.items()},
+            scratch_url=scratch_url,
+            scratch_schema=scratch_schema,
+        )
     if kind == "spark":
         master, remote = r.data.get("master"), r.data.get("remote")
         if master is not None and remote is not None:
@@ -174,16 +247,24 @@ def _parse_engine(r: _Reader, base: Path) -> EngineConfig:
                 raise r.fail(f"{key} must be a string", 'for example master = "local[2]"')
         conf = r.data.get("conf", {})
         if not isinstance(conf, dict) or not all(isinstance(v, (str, int, float, bool)) for v in conf.values()):
-            raise r.fail("conf must be a table of Spark settings", 'for example conf = { "spark.driver.memory" = "4g" }')
+            raise r.fail(
+                "conf must be a table of Spark settings", 'for example conf = { "spark.driver.memory" = "4g" }'
+            )
         scratch_dir = r.data.get("scratch_dir")
         if scratch_dir is not None and (remote is not None or not isinstance(scratch_dir, str) or not scratch_dir):
-            raise r.fail("scratch_dir must be a directory path, with master (not remote)",
-                         'for example scratch_dir = "/shared/dpsql-scratch": mounted at this path on the driver '
-                         "and every executor (weighted copies are written and read there)")
-        return EngineConfig(kind=kind, master=master if master or remote else "local[*]", remote=remote,
-                            conf={str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in conf.items()},
-                            statement_timeout=timeout,
-                            scratch_dir=None if scratch_dir is None else (base / scratch_dir).resolve())
+            raise r.fail(
+                "scratch_dir must be a directory path, with master (not remote)",
+                'for example scratch_dir = "/shared/dpsql-scratch": mounted at this path on the driver '
+                "and every executor (weighted copies are written and read there)",
+            )
+        return EngineConfig(
+            kind=kind,
+            master=master if master or remote else "local[*]",
+            remote=remote,
+            conf={str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in conf.items()},
+            statement_timeout=timeout,
+            scratch_dir=None if scratch_dir is None else (base / scratch_dir).resolve(),
+        )
     database = r.data.get("database")
     db_path = None
     if database is not None:
@@ -197,8 +278,9 @@ def _parse_engine(r: _Reader, base: Path) -> EngineConfig:
     if memory is not None and not isinstance(memory, str):
         raise r.fail("memory_limit must be a string", 'for example memory_limit = "4GB"')
     scratch = r.choice("scratch", "disk", ("disk", "memory"))
-    return EngineConfig(kind=kind, database=db_path, threads=threads, memory_limit=memory, scratch=scratch,
-                        statement_timeout=timeout)
+    return EngineConfig(
+        kind=kind, database=db_path, threads=threads, memory_limit=memory, scratch=scratch, statement_timeout=timeout
+    )
 
 
 RESERVE_SHARE = Fraction(1, 10)  # of delta, set aside by default for releases with a delta of their own
@@ -223,10 +305,12 @@ def _parse_budget(r: _Reader, default: BudgetPolicy) -> BudgetPolicy:
         reserve = default_reserve(kind, delta)
     order = r.number("rdp_order", default.rdp_order, minimum=1)
     if kind != "basic" and kind != "gdp" and reserve >= delta and delta > 0:
-        raise r.fail(f"delta_reserve = {float(reserve)} must be below delta = {float(delta)}",
-                     "keep most of delta for the filter, e.g. delta_reserve = delta / 10")
+        raise r.fail(
+            f"delta_reserve = {float(reserve)} must be below delta = {float(delta)}",
+            "keep most of delta for the filter, e.g. delta_reserve = delta / 10",
+        )
     if kind in ("advanced", "whitehouse", "zcdp", "rdp", "gdp") and delta <= 0:
-        raise r.fail(f"the {kind} filter needs delta > 0", "set delta, e.g. delta = 1e-6, or use filter = \"basic\"")
+        raise r.fail(f"the {kind} filter needs delta > 0", 'set delta, e.g. delta = 1e-6, or use filter = "basic"')
     if kind == "advanced" and delta >= Fraction(1, 3):
         raise r.fail("the advanced filter needs delta below 1/e", "use a small delta such as 1e-6")
     if kind == "rdp" and order is not None and order <= 1:
@@ -235,13 +319,25 @@ def _parse_budget(r: _Reader, default: BudgetPolicy) -> BudgetPolicy:
     lifetime_epsilon = r.number("lifetime_epsilon", default.lifetime_epsilon, positive=True)
     lifetime_delta = r.number("lifetime_delta", default.lifetime_delta, minimum=0, maximum=1)
     if lifetime_epsilon is not None and window is None:
-        raise r.fail("lifetime_epsilon caps a budget that refreshes, but no window is set",
-                     'set window = "30d" (or remove lifetime_epsilon: without a window, epsilon is the lifetime budget)')
+        raise r.fail(
+            "lifetime_epsilon caps a budget that refreshes, but no window is set",
+            'set window = "30d" (or remove lifetime_epsilon: without a window, epsilon is the lifetime budget)',
+        )
     if lifetime_epsilon is not None and (lifetime_epsilon < epsilon or lifetime_delta < delta):
-        raise r.fail("lifetime_epsilon and lifetime_delta must be at least one window's epsilon and delta",
-                     f"for example lifetime_epsilon = {float(epsilon * 12):g}")
-    return BudgetPolicy(kind, epsilon, delta, reserve, order, window, lifetime_epsilon,
-                        lifetime_delta if lifetime_epsilon is not None else Fraction(0))
+        raise r.fail(
+            "lifetime_epsilon and lifetime_delta must be at least one window's epsilon and delta",
+            f"for example lifetime_epsilon = {float(epsilon * 12):g}",
+        )
+    return BudgetPolicy(
+        kind,
+        epsilon,
+        delta,
+        reserve,
+        order,
+        window,
+        lifetime_epsilon,
+        lifetime_delta if lifetime_epsilon is not None else Fraction(0),
+    )
 
 
 WINDOW_KEYS = {"window", "lifetime_epsilon", "lifetime_delta"}
@@ -263,20 +359,39 @@ def _window(r: _Reader, default: int | None) -> int | None:
         return _WINDOW_WORDS[text]
     m = re.fullmatch(r"(\d+)\s*([hdw])", text)
     if not isinstance(raw, str) or m is None or int(m.group(1)) == 0:
-        raise r.fail(f"window = {raw!r} is not a duration", 'write window = "30d" (h, d or w), or "daily", "weekly", "monthly"')
+        raise r.fail(
+            f"window = {raw!r} is not a duration", 'write window = "30d" (h, d or w), or "daily", "weekly", "monthly"'
+        )
     return int(m.group(1)) * _WINDOW_UNITS[m.group(2)]
 
 
 def _parse_privacy(r: _Reader) -> PrivacyPolicy:
-    r.unknown_keys({"filter", "epsilon", "delta", "query_epsilon", "query_delta", "max_query_epsilon", "mechanism",
-                    "confidence", "delta_reserve", "rdp_order", "global", "bounds"} | WINDOW_KEYS)
+    r.unknown_keys(
+        {
+            "filter",
+            "epsilon",
+            "delta",
+            "query_epsilon",
+            "query_delta",
+            "max_query_epsilon",
+            "mechanism",
+            "confidence",
+            "delta_reserve",
+            "rdp_order",
+            "global",
+            "bounds",
+        }
+        | WINDOW_KEYS
+    )
     budget = _parse_budget(r, BudgetPolicy("basic", Fraction(1), Fraction(0), None))
     query_epsilon = r.number("query_epsilon", min(Fraction(1, 10), budget.epsilon), positive=True)
     query_delta = r.number("query_delta", None, minimum=0, maximum=1)
     max_query_epsilon = r.number("max_query_epsilon", None, positive=True)
     if max_query_epsilon is not None and max_query_epsilon < query_epsilon:
-        raise r.fail(f"max_query_epsilon = {float(max_query_epsilon):g} is below query_epsilon = {float(query_epsilon):g}",
-                     "a query's default epsilon must be within the cap: lower query_epsilon or raise max_query_epsilon")
+        raise r.fail(
+            f"max_query_epsilon = {float(max_query_epsilon):g} is below query_epsilon = {float(query_epsilon):g}",
+            "a query's default epsilon must be within the cap: lower query_epsilon or raise max_query_epsilon",
+        )
     confidence = r.number("confidence", Fraction(95, 100), positive=True)
     if confidence >= 1:
         raise r.fail("confidence must be below 1", "for example confidence = 0.95")
@@ -289,8 +404,9 @@ def _parse_privacy(r: _Reader) -> PrivacyPolicy:
         gr.unknown_keys({"filter", "epsilon", "delta", "delta_reserve", "rdp_order"} | WINDOW_KEYS)
         if "epsilon" not in g:
             raise gr.fail("missing epsilon", "the global budget bounds all analysts together: set epsilon")
-        global_budget = _parse_budget(gr, BudgetPolicy(budget.filter, budget.epsilon, budget.delta,
-                                                       None, budget.rdp_order, budget.window))
+        global_budget = _parse_budget(
+            gr, BudgetPolicy(budget.filter, budget.epsilon, budget.delta, None, budget.rdp_order, budget.window)
+        )
     return PrivacyPolicy(
         filter=budget.filter,
         epsilon=budget.epsilon,
@@ -308,4 +424,3 @@ def _parse_privacy(r: _Reader) -> PrivacyPolicy:
         confidence=float(confidence),
         bounds=r.choice("bounds", "auto", ("auto", "policy")),
     )
-

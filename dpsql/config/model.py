@@ -132,8 +132,16 @@ class UserPolicy:
 
     @property
     def budget(self) -> BudgetPolicy:
-        return BudgetPolicy(self.filter, self.epsilon, self.delta, self.delta_reserve, self.rdp_order,
-                            self.window, self.lifetime_epsilon, self.lifetime_delta)
+        return BudgetPolicy(
+            self.filter,
+            self.epsilon,
+            self.delta,
+            self.delta_reserve,
+            self.rdp_order,
+            self.window,
+            self.lifetime_epsilon,
+            self.lifetime_delta,
+        )
 
 
 ENGINES = ("duckdb", "postgres", "spark")
@@ -188,4 +196,3 @@ class Policy:
                 sqlstate="28000",
                 hint=f"Add a [users.{name}] section to the policy file.",
             ) from None
-

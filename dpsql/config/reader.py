@@ -45,15 +45,24 @@ class _Reader:
                 f"allowed keys here are: {', '.join(sorted(allowed))}",
             )
 
-    def number(self, key: str, default: Any = None, *, positive: bool = False,
-               minimum: float | None = None, maximum: float | None = None) -> Fraction | None:
+    def number(
+        self,
+        key: str,
+        default: Any = None,
+        *,
+        positive: bool = False,
+        minimum: float | None = None,
+        maximum: float | None = None,
+    ) -> Fraction | None:
         if key not in self.data:
             return default
         raw = self.data[key]
         try:
             value = exact(raw)
         except (ValueError, TypeError):
-            raise self.fail(f"{key} = {raw!r} is not a finite number", f"write {key} as a number, e.g. {key} = 1.0") from None
+            raise self.fail(
+                f"{key} = {raw!r} is not a finite number", f"write {key} as a number, e.g. {key} = 1.0"
+            ) from None
         if positive and value <= 0:
             raise self.fail(f"{key} = {raw} must be greater than 0", f"set {key} to a positive number")
         if minimum is not None and value < minimum:
@@ -72,6 +81,7 @@ class _Reader:
         raw = self.data.get(key, default)
         options = tuple(options)
         if raw not in options:
-            raise self.fail(f"{key} = {raw!r} is not one of {', '.join(options)}", f"set {key} to one of: {', '.join(options)}")
+            raise self.fail(
+                f"{key} = {raw!r} is not one of {', '.join(options)}", f"set {key} to one of: {', '.join(options)}"
+            )
         return raw
-

@@ -39,12 +39,20 @@ def schema_problems(policy: Policy, schema: Mapping[str, Mapping[str, str]]) -> 
         cols = schema.get(table.name)
         if cols is None:
             origin = str(table.source or policy.engine.database)
-            problems.append(PolicyError(f"{where}: no table {table.name!r} in {origin}",
-                                        hint="fix the table name, or give the table a source file"))
+            problems.append(
+                PolicyError(
+                    f"{where}: no table {table.name!r} in {origin}",
+                    hint="fix the table name, or give the table a source file",
+                )
+            )
             continue
         if table.privacy_unit and not table.row_unit and table.privacy_unit not in cols:
-            problems.append(PolicyError(f"{where}: privacy_unit column {table.privacy_unit!r} does not exist",
-                                        hint=f"the table's columns are: {', '.join(cols)}"))
+            problems.append(
+                PolicyError(
+                    f"{where}: privacy_unit column {table.privacy_unit!r} does not exist",
+                    hint=f"the table's columns are: {', '.join(cols)}",
+                )
+            )
         for col in table.columns.values():
             problem = _column_problem(where, col, cols, schema)
             if problem is not None:
@@ -52,26 +60,34 @@ def schema_problems(policy: Policy, schema: Mapping[str, Mapping[str, str]]) -> 
     return problems
 
 
-def _column_problem(where: str, col: ColumnPolicy, cols: Mapping[str, str],
-                    schema: Mapping[str, Mapping[str, str]]) -> PolicyError | None:
+def _column_problem(
+    where: str, col: ColumnPolicy, cols: Mapping[str, str], schema: Mapping[str, Mapping[str, str]]
+) -> PolicyError | None:
     """The first mismatch of one declared column with the data (None: it fits)."""
     if col.name not in cols:
-        return PolicyError(f"{where} column {col.name!r}: no such column in the data",
-                           hint=f"the table's columns are: {', '.join(cols)}")
+        return PolicyError(
+            f"{where} column {col.name!r}: no such column in the data",
+            hint=f"the table's columns are: {', '.join(cols)}",
+        )
     if col.bounded and not is_numeric_type(cols[col.name]):
-        return PolicyError(f"{where} column {col.name!r}: bounds on a {cols[col.name]} column",
-                           hint="declare lower/upper only on numeric columns; use keys for categories")
+        return PolicyError(
+            f"{where} column {col.name!r}: bounds on a {cols[col.name]} column",
+            hint="declare lower/upper only on numeric columns; use keys for categories",
+        )
     if col.dates and cols[col.name].upper() != "DATE":
-        return PolicyError(f"{where} column {col.name!r}: date bounds on a {cols[col.name]} column",
-                           hint="declare date bounds only on DATE columns")
+        return PolicyError(
+            f"{where} column {col.name!r}: date bounds on a {cols[col.name]} column",
+            hint="declare date bounds only on DATE columns",
+        )
     if col.keys is not None and (wrong := _key_type_problem(where, col, cols[col.name])) is not None:
         return wrong
     if col.keys_from:
         t, c = col.keys_from
         if c not in schema.get(t, {}):
-            return PolicyError(f"{where} column {col.name!r}: keys_from = \"{t}.{c}\" does not resolve: "
-                               f"table {t!r} has no column {c!r}",
-                               hint=f"columns of {t}: {', '.join(schema.get(t, {}))}")
+            return PolicyError(
+                f'{where} column {col.name!r}: keys_from = "{t}.{c}" does not resolve: table {t!r} has no column {c!r}',
+                hint=f"columns of {t}: {', '.join(schema.get(t, {}))}",
+            )
     return None
 
 
@@ -101,19 +117,46 @@ def _key_type_problem(where: str, col: ColumnPolicy, type_name: str) -> PolicyEr
     for k in col.keys:
         ok = isinstance(k, types) and (bool in types or not isinstance(k, bool))
         if not ok or (label == "dates" and isinstance(k, datetime.datetime)):
-            return PolicyError(f"{where} column {col.name!r}: key {k!r} is not of the column's type {type_name}",
-                               hint=f"list {label} as keys of this column, each once")
+            return PolicyError(
+                f"{where} column {col.name!r}: key {k!r} is not of the column's type {type_name}",
+                hint=f"list {label} as keys of this column, each once",
+            )
     return None
 
 
-INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "INT", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
-                 "UINTEGER", "UBIGINT", "UHUGEINT")
+INTEGER_TYPES = (
+    "TINYINT",
+    "SMALLINT",
+    "INTEGER",
+    "INT",
+    "BIGINT",
+    "HUGEINT",
+    "UTINYINT",
+    "USMALLINT",
+    "UINTEGER",
+    "UBIGINT",
+    "UHUGEINT",
+)
 
 
-NUMERIC_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
-                 "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "REAL", "DECIMAL", "NUMERIC")
+NUMERIC_TYPES = (
+    "TINYINT",
+    "SMALLINT",
+    "INTEGER",
+    "BIGINT",
+    "HUGEINT",
+    "UTINYINT",
+    "USMALLINT",
+    "UINTEGER",
+    "UBIGINT",
+    "UHUGEINT",
+    "FLOAT",
+    "DOUBLE",
+    "REAL",
+    "DECIMAL",
+    "NUMERIC",
+)
 
 
 def is_numeric_type(type_name: str) -> bool:
     return type_name.upper().split("(")[0] in NUMERIC_TYPES
-

@@ -30,7 +30,9 @@ def _parse_table(r: _Reader, name: str, base: Path) -> TablePolicy:
                 'or privacy_unit = "row" if every row is a different person, or public = true',
             )
         if not isinstance(unit, str) or not unit:
-            raise r.fail(f"privacy_unit = {unit!r} must be a column name or \"row\"", 'for example privacy_unit = "patient_id"')
+            raise r.fail(
+                f'privacy_unit = {unit!r} must be a column name or "row"', 'for example privacy_unit = "patient_id"'
+            )
     source = r.data.get("source")
     source_path = None
     if source is not None:
@@ -38,13 +40,17 @@ def _parse_table(r: _Reader, name: str, base: Path) -> TablePolicy:
         if source_path.suffix.lower() not in SOURCE_FORMATS:
             raise r.fail(f"source {source!r} has an unknown format", f"use one of: {', '.join(SOURCE_FORMATS)}")
         if not source_path.exists():
-            raise r.fail(f"source file {source_path} does not exist", "fix the path (it is relative to the policy file)")
+            raise r.fail(
+                f"source file {source_path} does not exist", "fix the path (it is relative to the policy file)"
+            )
     columns_raw = r.data.get("columns", {})
     if not isinstance(columns_raw, dict):
         raise r.fail("columns must be a table", "write columns.NAME = { lower = 0, upper = 100 }")
     columns: dict[str, ColumnPolicy] = {}
     for col, spec in columns_raw.items():
-        columns[col.lower()] = _parse_column(_Reader(r.path, f"{r.where} column {col!r}", spec if isinstance(spec, dict) else {"?": spec}), col)
+        columns[col.lower()] = _parse_column(
+            _Reader(r.path, f"{r.where} column {col!r}", spec if isinstance(spec, dict) else {"?": spec}), col
+        )
     return TablePolicy(
         name=name.lower(),
         public=public,
@@ -61,9 +67,13 @@ def _parse_column(r: _Reader, name: str) -> ColumnPolicy:
     r.unknown_keys({"lower", "upper", "keys", "keys_from", "type"})
     declared = r.data.get("type")
     if declared is not None:
-        if not isinstance(declared, str) or not (declared.upper() in FILE_TYPES or _DECIMAL.fullmatch(declared.upper())):
-            raise r.fail(f"type = {declared!r} is not a supported column type",
-                         f"use one of {', '.join(FILE_TYPES)} or DECIMAL(p, s)")
+        if not isinstance(declared, str) or not (
+            declared.upper() in FILE_TYPES or _DECIMAL.fullmatch(declared.upper())
+        ):
+            raise r.fail(
+                f"type = {declared!r} is not a supported column type",
+                f"use one of {', '.join(FILE_TYPES)} or DECIMAL(p, s)",
+            )
         declared = declared.upper().replace(" ", "")
     lower, upper = r.data.get("lower"), r.data.get("upper")
     if (lower is None) != (upper is None):
@@ -80,7 +90,10 @@ def _parse_column(r: _Reader, name: str) -> ColumnPolicy:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise r.fail(f"{key} = {value!r} is not a finite number", "bounds must be finite numbers")
         if lower > upper:
-            raise r.fail(f"lower bound {lower} is greater than upper bound {upper}", f"swap them: {{ lower = {upper}, upper = {lower} }}")
+            raise r.fail(
+                f"lower bound {lower} is greater than upper bound {upper}",
+                f"swap them: {{ lower = {upper}, upper = {lower} }}",
+            )
     keys = r.data.get("keys")
     keys_from = r.data.get("keys_from")
     if keys is not None and keys_from is not None:
@@ -100,7 +113,10 @@ def _parse_column(r: _Reader, name: str) -> ColumnPolicy:
     parsed_from = None
     if keys_from is not None:
         if not isinstance(keys_from, str) or keys_from.count(".") != 1:
-            raise r.fail(f"keys_from = {keys_from!r} must name a public table column as TABLE.COLUMN", 'for example keys_from = "wards.name"')
+            raise r.fail(
+                f"keys_from = {keys_from!r} must name a public table column as TABLE.COLUMN",
+                'for example keys_from = "wards.name"',
+            )
         t, c = keys_from.lower().split(".")
         parsed_from = (t, c)
     return ColumnPolicy(
@@ -123,13 +139,15 @@ _DECIMAL = re.compile(r"DECIMAL\(\s*\d{1,2}\s*,\s*\d{1,2}\s*\)")
 def _key_range(r: _Reader, spec: dict) -> list[int]:
     """keys = { range = [0, 110] }: every integer from the first to the last, both included."""
     bounds = spec.get("range")
-    if set(spec) != {"range"} or not (isinstance(bounds, list) and len(bounds) == 2
-                                      and all(isinstance(b, int) and not isinstance(b, bool) for b in bounds)):
+    if set(spec) != {"range"} or not (
+        isinstance(bounds, list)
+        and len(bounds) == 2
+        and all(isinstance(b, int) and not isinstance(b, bool) for b in bounds)
+    ):
         raise r.fail(f"keys = {spec!r} is not a key list or an integer range", "write keys = { range = [0, 110] }")
     lo, hi = bounds
     if not lo <= hi or hi - lo >= MAX_KEYS:
-        raise r.fail(f"keys range [{lo}, {hi}] must be ascending and hold at most {MAX_KEYS} keys",
-                     "narrow the range")
+        raise r.fail(f"keys range [{lo}, {hi}] must be ascending and hold at most {MAX_KEYS} keys", "narrow the range")
     return list(range(lo, hi + 1))
 
 
@@ -142,9 +160,12 @@ def _check_key_references(path: Path, tables: Mapping[str, TablePolicy]) -> None
             where = f"[tables.{table.name}] column {col.name!r}"
             target = tables.get(t)
             if target is None:
-                raise PolicyError(f"{path}: {where}: keys_from names table {t!r}, which the policy does not declare",
-                                  hint=f"declare [tables.{t}] with public = true, or fix the name")
+                raise PolicyError(
+                    f"{path}: {where}: keys_from names table {t!r}, which the policy does not declare",
+                    hint=f"declare [tables.{t}] with public = true, or fix the name",
+                )
             if not target.public:
-                raise PolicyError(f"{path}: {where}: keys_from names table {t!r}, which is private",
-                                  hint="key domains must come from a public table: add public = true to it if it holds no personal data")
-
+                raise PolicyError(
+                    f"{path}: {where}: keys_from names table {t!r}, which is private",
+                    hint="key domains must come from a public table: add public = true to it if it holds no personal data",
+                )

@@ -33,8 +33,14 @@ async def login_submit(request: Request, form: FormData) -> Response:
     user, password = str(form.get("user", "")).strip(), str(form.get("password", ""))
     outcome = await auth.log_in(request, user, password)
     if isinstance(outcome, auth.Refused):
-        return render(request, "login.html", outcome.status, title="Log in", user=user,
-                      error={"message": outcome.message, "hint": outcome.hint})
+        return render(
+            request,
+            "login.html",
+            outcome.status,
+            title="Log in",
+            user=user,
+            error={"message": outcome.message, "hint": outcome.hint},
+        )
     csrf.rotate(request)
     request.session[SESSION_KEY] = outcome.sid
     return RedirectResponse("/budget", status_code=303)
@@ -81,15 +87,27 @@ async def history_page(request: Request, login: Login) -> Response:
         number = 1
     ledger = console(request).server.ledger
     entries, pages = await blocking(request, history.page, ledger, login.user.name, number, _describer(login))
-    return render(request, "history.html", login=login, title="History", entries=entries, pages=pages,
-                  number=min(max(1, number), pages))
+    return render(
+        request,
+        "history.html",
+        login=login,
+        title="History",
+        entries=entries,
+        pages=pages,
+        number=min(max(1, number), pages),
+    )
 
 
 @page()
 async def explain_page(request: Request, login: Login) -> Response:
     policy = console(request).server.policy
-    return render(request, "explain.html", login=login, title="EXPLAIN", q=queries.QueryForm(
-        sql=budgets.typical_query(policy) or ""))
+    return render(
+        request,
+        "explain.html",
+        login=login,
+        title="EXPLAIN",
+        q=queries.QueryForm(sql=budgets.typical_query(policy) or ""),
+    )
 
 
 @page(post=True)
@@ -97,8 +115,15 @@ async def explain_submit(request: Request, login: Login, form: FormData) -> Resp
     try:
         q = queries.QueryForm.read(form)
     except Error as e:
-        return render(request, "explain.html", 400, login=login, title="EXPLAIN", q=queries.QueryForm(
-            str(form.get("sql", ""))), error=refusal(e))
+        return render(
+            request,
+            "explain.html",
+            400,
+            login=login,
+            title="EXPLAIN",
+            q=queries.QueryForm(str(form.get("sql", ""))),
+            error=refusal(e),
+        )
     try:
         info = await blocking(request, queries.explain, login, q)
     except Exception as e:  # noqa: BLE001 - shown as the wire shows it (refusal() hides internal errors)
@@ -113,10 +138,23 @@ async def run_submit(request: Request, login: Login, form: FormData) -> Response
         q = queries.QueryForm.read(form)
         info = await blocking(request, queries.explain, login, q)
     except Exception as e:  # noqa: BLE001
-        return render(request, "explain.html", login=login, title="EXPLAIN", q=queries.QueryForm(
-            str(form.get("sql", ""))), error=refusal(e))
-    return render(request, "confirm.html", login=login, title="Confirm the run", q=q, info=info,
-                  cost=json.dumps(info.get("cost", {})))
+        return render(
+            request,
+            "explain.html",
+            login=login,
+            title="EXPLAIN",
+            q=queries.QueryForm(str(form.get("sql", ""))),
+            error=refusal(e),
+        )
+    return render(
+        request,
+        "confirm.html",
+        login=login,
+        title="Confirm the run",
+        q=q,
+        info=info,
+        cost=json.dumps(info.get("cost", {})),
+    )
 
 
 @page(post=True)
@@ -126,16 +164,36 @@ async def run_confirm(request: Request, login: Login, form: FormData) -> Respons
         q = queries.QueryForm.read(form)
         ran = await blocking(request, queries.run, login, q, queries.confirmed_cost(form))
     except Exception as e:  # noqa: BLE001
-        return render(request, "explain.html", login=login, title="EXPLAIN", q=queries.QueryForm(
-            str(form.get("sql", ""))), error=refusal(e))
+        return render(
+            request,
+            "explain.html",
+            login=login,
+            title="EXPLAIN",
+            q=queries.QueryForm(str(form.get("sql", ""))),
+            error=refusal(e),
+        )
     if ran.changed is not None:
-        return render(request, "confirm.html", login=login, title="Confirm the run", q=q, info=ran.changed,
-                      cost=json.dumps(ran.changed.get("cost", {})), changed=True)
+        return render(
+            request,
+            "confirm.html",
+            login=login,
+            title="Confirm the run",
+            q=q,
+            info=ran.changed,
+            cost=json.dumps(ran.changed.get("cost", {})),
+            changed=True,
+        )
     result = ran.result
     dp = result.dp or {}
     if dp.get("cached"):
         detail = json.dumps({"receipt": dp.get("receipt"), "sql": q.sql[:2000]})
-        await blocking(request, console(request).server.ledger.record_event, history.CACHE_EVENT, login.user.name,
-                       address(request), detail)
+        await blocking(
+            request,
+            console(request).server.ledger.record_event,
+            history.CACHE_EVENT,
+            login.user.name,
+            address(request),
+            detail,
+        )
     answer = results.table(result.names, result.rows, dp.get("ci"), "run")
     return render(request, "result.html", login=login, title="Result", q=q, result=result, dp=dp, answer=answer)

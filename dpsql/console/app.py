@@ -29,8 +29,11 @@ from .web import Console, current, log, render
 HERE = Path(__file__).parent
 COOKIE = "dpsql_console"
 SECURITY_HEADERS = [
-    (b"content-security-policy", b"default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
-                                 b"frame-ancestors 'none'; base-uri 'none'"),
+    (
+        b"content-security-policy",
+        b"default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+        b"frame-ancestors 'none'; base-uri 'none'",
+    ),
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"same-origin"),
     (b"x-frame-options", b"DENY"),
@@ -57,7 +60,9 @@ class SecurityHeaders:
                 names = {k.lower() for k, _ in message.get("headers", [])}
                 message["headers"] = list(message.get("headers", [])) + [
                     (k, STATIC_CACHE if static and k == b"cache-control" else v)
-                    for k, v in SECURITY_HEADERS if k not in names]
+                    for k, v in SECURITY_HEADERS
+                    if k not in names
+                ]
             await send(message)
 
         await self.app(scope, receive, with_headers)
@@ -93,8 +98,9 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     if exc.status_code in (301, 302, 303, 307, 308):
         return Response(status_code=exc.status_code, headers=exc.headers)
     login = await current(request) if "session" in request.scope else None
-    return render(request, "error.html", exc.status_code, login=login, title=f"Error {exc.status_code}",
-                  detail=exc.detail)
+    return render(
+        request, "error.html", exc.status_code, login=login, title=f"Error {exc.status_code}", detail=exc.detail
+    )
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
@@ -117,11 +123,19 @@ def create_app(server: Server, *, secure: bool = False, hosts: list[str] | None 
     max_body = max(256 * 1024, 2 * server.policy.limits.max_query_bytes + 64 * 1024)
     app = Starlette(
         routes=ROUTES,
-        middleware=[Middleware(SecurityHeaders),
-                    *([Middleware(TrustedHostMiddleware, allowed_hosts=hosts)] if hosts else []),
-                    Middleware(RequestBodyLimitMiddleware, max_body_size=max_body),
-                    Middleware(SessionMiddleware, secret_key=key, session_cookie=COOKIE, max_age=int(LIFETIME),
-                               same_site="lax", https_only=secure)],
+        middleware=[
+            Middleware(SecurityHeaders),
+            *([Middleware(TrustedHostMiddleware, allowed_hosts=hosts)] if hosts else []),
+            Middleware(RequestBodyLimitMiddleware, max_body_size=max_body),
+            Middleware(
+                SessionMiddleware,
+                secret_key=key,
+                session_cookie=COOKIE,
+                max_age=int(LIFETIME),
+                same_site="lax",
+                https_only=secure,
+            ),
+        ],
         exception_handlers={HTTPException: _http_error, Exception: _internal_error},
     )
     app.state.console = Console(server, templates, Logins(server.limits.max_connections), secure)

@@ -80,17 +80,30 @@ def search(ledger: Ledger, s: Search) -> list[Record]:
     records: list[Record] = []
     if s.kind in ("all", "charges"):
         for h in ledger.history(s.user or None):
-            records.append(Record(h["at"], "charge", h["user"], h["id"], show(h["cost"].epsilon), show(h["cost"].delta),
-                                  _released(h["released"]), h["sql"],
-                                  detail=json.dumps(h["detail"], default=str)))
+            records.append(
+                Record(
+                    h["at"],
+                    "charge",
+                    h["user"],
+                    h["id"],
+                    show(h["cost"].epsilon),
+                    show(h["cost"].delta),
+                    _released(h["released"]),
+                    h["sql"],
+                    detail=json.dumps(h["detail"], default=str),
+                )
+            )
     if s.kind in ("all", "events"):
         for e in ledger.events(s.user or None):
             records.append(Record(e["at"], e["kind"], e["user"], address=e["address"], detail=e["detail"]))
     since = _day(s.since) if s.since else float("-inf")
     until = _day(s.until) + 86400 if s.until else float("inf")
     needle = s.text.lower()
-    return sorted((r for r in records if since <= r.at < until and (not needle or needle in _haystack(r))),
-                  key=lambda r: r.at, reverse=True)
+    return sorted(
+        (r for r in records if since <= r.at < until and (not needle or needle in _haystack(r))),
+        key=lambda r: r.at,
+        reverse=True,
+    )
 
 
 def _haystack(r: Record) -> str:
@@ -106,8 +119,20 @@ def csv_text(records: Iterable[Record]) -> str:
     writer = csv.writer(out)
     writer.writerow(COLUMNS)
     for r in records:
-        writer.writerow([r.when, _cell(r.kind), _cell(r.user), "" if r.charge_id is None else r.charge_id, r.epsilon,
-                         r.delta, r.released, _cell(r.sql), _cell(r.address), _cell(r.detail)])
+        writer.writerow(
+            [
+                r.when,
+                _cell(r.kind),
+                _cell(r.user),
+                "" if r.charge_id is None else r.charge_id,
+                r.epsilon,
+                r.delta,
+                r.released,
+                _cell(r.sql),
+                _cell(r.address),
+                _cell(r.detail),
+            ]
+        )
     return out.getvalue()
 
 

@@ -44,7 +44,9 @@ async def log_in(request: Request, user: str, password: str) -> Login | Refused:
         await asyncio.sleep(max(0.0, until - loop.time()))
         return Refused(401 if verdict.sqlstate == "28P01" else 429, verdict.message, verdict.hint)
     try:
-        session = await blocking(request, lambda: Session(server.policy, user, engine=server.engine, ledger=server.ledger))
+        session = await blocking(
+            request, lambda: Session(server.policy, user, engine=server.engine, ledger=server.ledger)
+        )
     except Error as e:
         return Refused(403, e.message, e.hint)
     try:

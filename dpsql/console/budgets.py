@@ -72,25 +72,41 @@ def global_budget(policy: Policy, ledger: Ledger, engine: Engine, *, compact: bo
         return None
     f, totals = ledger.state(GLOBAL, budget)
     left = f.remaining(totals)
-    summary = {"user": "all analysts", "filter": f.name,
-               "epsilon": {"total": f.epsilon, "spent": totals.epsilon, "remaining": left["epsilon"]},
-               "delta": {"total": f.delta, "spent": totals.delta, "remaining": left["delta"]},
-               "queries": totals.queries, "detail": f.describe(totals)}
+    summary = {
+        "user": "all analysts",
+        "filter": f.name,
+        "epsilon": {"total": f.epsilon, "spent": totals.epsilon, "remaining": left["epsilon"]},
+        "delta": {"total": f.delta, "spent": totals.delta, "remaining": left["delta"]},
+        "queries": totals.queries,
+        "detail": f.describe(totals),
+    }
     charges = [(h["at"], h["cost"]) for h in ledger.history()]
     return _view(policy, ledger, engine, GLOBAL, budget, summary, charges, ledger.grants(GLOBAL), compact)
 
 
-def _view(policy: Policy, ledger: Ledger, engine: Engine, who: str, budget: BudgetPolicy, summary: dict[str, Any],
-          charges: list, grants: list, compact: bool) -> BudgetView:
+def _view(
+    policy: Policy,
+    ledger: Ledger,
+    engine: Engine,
+    who: str,
+    budget: BudgetPolicy,
+    summary: dict[str, Any],
+    charges: list,
+    grants: list,
+    compact: bool,
+) -> BudgetView:
     points = replay(budget, charges, grants, ledger.now())
     label = "the global budget" if who == GLOBAL else f"the budget of {who}"
     chart = charts.time_chart(
-        [charts.Series("total", [(p.at, p.total) for p in points], "total"),
-         charts.Series("spent", [(p.at, p.spent) for p in points], "spent"),
-         charts.Series("remaining", [(p.at, p.remaining) for p in points], "remaining")],
+        [
+            charts.Series("total", [(p.at, p.total) for p in points], "total"),
+            charts.Series("spent", [(p.at, p.spent) for p in points], "spent"),
+            charts.Series("remaining", [(p.at, p.remaining) for p in points], "remaining"),
+        ],
         chart_id=f"budget-{'global' if who == GLOBAL else who}".replace(" ", "-"),
         title=f"Epsilon of {label} over time ({summary['filter']} filter)",
-        **({"width": 480, "height": 200} if compact else {}))
+        **({"width": 480, "height": 200} if compact else {}),
+    )
     user = who if who in policy.users else next(iter(policy.users), None)  # the global budget: any analyst's
     cost = typical_cost(policy, engine, user) if user is not None else None
     admits = None

@@ -60,8 +60,15 @@ def _time_label(at: float, span: float) -> str:
     return time.strftime(fmt, time.gmtime(at))
 
 
-def time_chart(series: Sequence[Series], *, chart_id: str, title: str, unit: str = "epsilon",
-               width: int = WIDTH, height: int = HEIGHT) -> Markup:
+def time_chart(
+    series: Sequence[Series],
+    *,
+    chart_id: str,
+    title: str,
+    unit: str = "epsilon",
+    width: int = WIDTH,
+    height: int = HEIGHT,
+) -> Markup:
     """A step chart of several series over time, with axes, ticks, a legend and a text
     description for screen readers. Each series' first value is drawn from the left edge: it
     is the state before anything happened."""
@@ -80,22 +87,30 @@ def time_chart(series: Sequence[Series], *, chart_id: str, title: str, unit: str
     def y(v: float) -> float:
         return TOP + plot_h - max(0.0, v) / ymax * plot_h
 
-    parts = [f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" aria-labelledby="{chart_id}-t {chart_id}-d"'
-             f' data-points="{len(points)}" xmlns="http://www.w3.org/2000/svg">',
-             f'<title id="{chart_id}-t">{escape(title)}</title>',
-             f'<desc id="{chart_id}-d">{escape(_describe(series, unit))}</desc>',
-             f'<rect class="plot" x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}"/>']
+    parts = [
+        f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" aria-labelledby="{chart_id}-t {chart_id}-d"'
+        f' data-points="{len(points)}" xmlns="http://www.w3.org/2000/svg">',
+        f'<title id="{chart_id}-t">{escape(title)}</title>',
+        f'<desc id="{chart_id}-d">{escape(_describe(series, unit))}</desc>',
+        f'<rect class="plot" x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}"/>',
+    ]
     for i in range(5):
         v = ymax * i / 4
-        parts.append(f'<line class="grid" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(v):.1f}" y2="{y(v):.1f}"/>'
-                     f'<text class="tick" x="{LEFT - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{number(v)}</text>')
+        parts.append(
+            f'<line class="grid" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(v):.1f}" y2="{y(v):.1f}"/>'
+            f'<text class="tick" x="{LEFT - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{number(v)}</text>'
+        )
     for i in range(5):
         t = t0 + (t1 - t0) * i / 4
         anchor = "start" if i == 0 else "end" if i == 4 else "middle"
-        parts.append(f'<text class="tick" x="{x(t):.1f}" y="{TOP + plot_h + 16}" text-anchor="{anchor}">'
-                     f'{escape(_time_label(t, t1 - t0))}</text>')
-    parts.append(f'<text class="axis-label" x="12" y="{TOP + plot_h / 2:.1f}" '
-                 f'transform="rotate(-90 12 {TOP + plot_h / 2:.1f})" text-anchor="middle">{escape(unit)}</text>')
+        parts.append(
+            f'<text class="tick" x="{x(t):.1f}" y="{TOP + plot_h + 16}" text-anchor="{anchor}">'
+            f"{escape(_time_label(t, t1 - t0))}</text>"
+        )
+    parts.append(
+        f'<text class="axis-label" x="12" y="{TOP + plot_h / 2:.1f}" '
+        f'transform="rotate(-90 12 {TOP + plot_h / 2:.1f})" text-anchor="middle">{escape(unit)}</text>'
+    )
     for s in series:
         if not s.points:
             continue
@@ -107,8 +122,10 @@ def time_chart(series: Sequence[Series], *, chart_id: str, title: str, unit: str
         parts.append(f'<circle class="dot {escape(s.css)}" cx="{x(last_t):.1f}" cy="{y(last_v):.1f}" r="3"/>')
     lx = LEFT
     for s in series:
-        parts.append(f'<rect class="key {escape(s.css)}" x="{lx}" y="{height - 18}" width="14" height="4"/>'
-                     f'<text class="legend" x="{lx + 20}" y="{height - 12}">{escape(s.label)}</text>')
+        parts.append(
+            f'<rect class="key {escape(s.css)}" x="{lx}" y="{height - 18}" width="14" height="4"/>'
+            f'<text class="legend" x="{lx + 20}" y="{height - 12}">{escape(s.label)}</text>'
+        )
         lx += 28 + 8 * len(s.label)
     parts.append("</svg>")
     return Markup("".join(parts))
@@ -120,11 +137,21 @@ def _describe(series: Sequence[Series], unit: str) -> str:
     return f"{unit} over time; latest values: " + "; ".join(latest)
 
 
-def error_bars(labels: Sequence[str], values: Sequence[float | None], intervals: Sequence[tuple[float, float] | None],
-               *, chart_id: str, title: str, width: int = 640) -> Markup:
+def error_bars(
+    labels: Sequence[str],
+    values: Sequence[float | None],
+    intervals: Sequence[tuple[float, float] | None],
+    *,
+    chart_id: str,
+    title: str,
+    width: int = 640,
+) -> Markup:
     """Released values with their intervals as horizontal error bars, one row per group."""
-    rows = [(lab, v, iv) for lab, v, iv in zip(labels, values, intervals) if v is not None and iv is not None
-            and all(isinstance(e, (int, float)) and math.isfinite(e) for e in (v, *iv))]
+    rows = [
+        (lab, v, iv)
+        for lab, v, iv in zip(labels, values, intervals)
+        if v is not None and iv is not None and all(isinstance(e, (int, float)) and math.isfinite(e) for e in (v, *iv))
+    ]
     if not rows:
         return Markup("")
     lo = min(min(iv[0], v) for _, v, iv in rows)
@@ -142,19 +169,23 @@ def error_bars(labels: Sequence[str], values: Sequence[float | None], intervals:
     def x(v: float) -> float:
         return label_w + (v - lo) / (hi - lo) * plot_w
 
-    parts = [f'<svg class="chart bars" viewBox="0 0 {width} {height}" role="img" aria-labelledby="{chart_id}-t"'
-             f' xmlns="http://www.w3.org/2000/svg"><title id="{chart_id}-t">{escape(title)}</title>']
+    parts = [
+        f'<svg class="chart bars" viewBox="0 0 {width} {height}" role="img" aria-labelledby="{chart_id}-t"'
+        f' xmlns="http://www.w3.org/2000/svg"><title id="{chart_id}-t">{escape(title)}</title>'
+    ]
     if lo < 0 < hi:
         parts.append(f'<line class="zero" x1="{x(0):.1f}" x2="{x(0):.1f}" y1="{top}" y2="{top + row_h * len(rows)}"/>')
     for i, (label, v, (a, b)) in enumerate(rows):
         cy = top + row_h * i + row_h / 2
         text = label if len(label) <= 22 else label[:21] + "…"
-        parts.append(f'<text class="tick" x="{label_w - 8}" y="{cy + 4:.1f}" text-anchor="end">{escape(text)}</text>'
-                     f'<line class="whisker" x1="{x(a):.1f}" x2="{x(b):.1f}" y1="{cy:.1f}" y2="{cy:.1f}"/>'
-                     f'<line class="whisker" x1="{x(a):.1f}" x2="{x(a):.1f}" y1="{cy - 5:.1f}" y2="{cy + 5:.1f}"/>'
-                     f'<line class="whisker" x1="{x(b):.1f}" x2="{x(b):.1f}" y1="{cy - 5:.1f}" y2="{cy + 5:.1f}"/>'
-                     f'<circle class="dot value" cx="{x(v):.1f}" cy="{cy:.1f}" r="4">'
-                     f'<title>{escape(label)}: {number(v)} [{number(a)}, {number(b)}]</title></circle>')
+        parts.append(
+            f'<text class="tick" x="{label_w - 8}" y="{cy + 4:.1f}" text-anchor="end">{escape(text)}</text>'
+            f'<line class="whisker" x1="{x(a):.1f}" x2="{x(b):.1f}" y1="{cy:.1f}" y2="{cy:.1f}"/>'
+            f'<line class="whisker" x1="{x(a):.1f}" x2="{x(a):.1f}" y1="{cy - 5:.1f}" y2="{cy + 5:.1f}"/>'
+            f'<line class="whisker" x1="{x(b):.1f}" x2="{x(b):.1f}" y1="{cy - 5:.1f}" y2="{cy + 5:.1f}"/>'
+            f'<circle class="dot value" cx="{x(v):.1f}" cy="{cy:.1f}" r="4">'
+            f"<title>{escape(label)}: {number(v)} [{number(a)}, {number(b)}]</title></circle>"
+        )
     axis_y = top + row_h * len(rows) + 16
     ticks = int(round((hi - lo) / step))
     for i in range(ticks + 1):

@@ -37,8 +37,12 @@ async def checked_form(request: Request) -> FormData:
     form = await request.form(max_files=0, max_fields=MAX_FIELDS)
     sent = form.get(FIELD)
     expected = request.session.get(FIELD)
-    if not (isinstance(sent, str) and isinstance(expected, str) and expected
-            and hmac.compare_digest(sent.encode(), expected.encode())):
+    if not (
+        isinstance(sent, str)
+        and isinstance(expected, str)
+        and expected
+        and hmac.compare_digest(sent.encode(), expected.encode())
+    ):
         raise HTTPException(403, "the form's security token is missing or out of date: reload the page and try again")
     return form
 

@@ -31,19 +31,22 @@ class Entry:
     answers: list[results.Table] = field(default_factory=list)
 
 
-def page(ledger: Ledger, user: str, number: int, describe: Callable[[str], list[str] | None]
-         ) -> tuple[list[Entry], int]:
+def page(
+    ledger: Ledger, user: str, number: int, describe: Callable[[str], list[str] | None]
+) -> tuple[list[Entry], int]:
     """One page of the user's history, newest first, and the number of pages."""
     items: list[tuple[float, str, dict[str, Any]]] = [(h["at"], "charge", h) for h in ledger.history(user)]
     items += [(e["at"], "cached", e) for e in ledger.events(user) if e["kind"] == CACHE_EVENT]
     items.sort(key=lambda item: item[0], reverse=True)
     pages = max(1, -(-len(items) // PER_PAGE))
     number = min(max(1, number), pages)
-    chosen = items[(number - 1) * PER_PAGE:number * PER_PAGE]
+    chosen = items[(number - 1) * PER_PAGE : number * PER_PAGE]
     receipts = {item["id"] for _, kind, item in chosen if kind == "charge"}
     cached = ledger.cached_answers(user, receipts) if receipts else {}
-    entries = [_charge(item, cached.get(item["id"]), describe) if kind == "charge" else _cached(item)
-               for _, kind, item in chosen]
+    entries = [
+        _charge(item, cached.get(item["id"]), describe) if kind == "charge" else _cached(item)
+        for _, kind, item in chosen
+    ]
     return entries, pages
 
 
@@ -61,8 +64,9 @@ def _charge(h: dict[str, Any], answer: dict[str, Any] | None, describe: Callable
         entry.status = failure_text(failure_of(released))
     elif isinstance(released, dict) and "names" in released:  # one query: its rows, names and intervals
         entry.status = "released"
-        entry.answers.append(results.table(released["names"], released["rows"], released.get("ci"), f"h{h['id']}",
-                                           ROWS_SHOWN))
+        entry.answers.append(
+            results.table(released["names"], released["rows"], released.get("ci"), f"h{h['id']}", ROWS_SHOWN)
+        )
     elif isinstance(released, dict):
         entry.status = f"released {released.get('rows', 0)} randomized rows (randomized response)"
     elif isinstance(detail, dict) and "batch" in detail:
@@ -75,8 +79,9 @@ def _charge(h: dict[str, Any], answer: dict[str, Any] | None, describe: Callable
     return entry
 
 
-def _answer(sql: str, rows: list, answer: dict[str, Any] | None, describe: Callable[[str], list[str] | None],
-            chart_prefix: str) -> results.Table:
+def _answer(
+    sql: str, rows: list, answer: dict[str, Any] | None, describe: Callable[[str], list[str] | None], chart_prefix: str
+) -> results.Table:
     """A released answer: names and intervals from the cached answer with this receipt, else
     the names a free Describe gives (no intervals)."""
     width = len(rows[0]) if rows else 0
@@ -93,5 +98,10 @@ def _cached(e: dict[str, Any]) -> Entry:
     except ValueError:
         detail = {}
     receipt = detail.get("receipt") if isinstance(detail, dict) else None
-    return Entry(e["at"], True, receipt if isinstance(receipt, int) else None, str(detail.get("sql", "")),
-                 status="answered from the cache, free: the same answer again, so no new privacy cost")
+    return Entry(
+        e["at"],
+        True,
+        receipt if isinstance(receipt, int) else None,
+        str(detail.get("sql", "")),
+        status="answered from the cache, free: the same answer again, so no new privacy cost",
+    )

@@ -32,8 +32,9 @@ class TableView:
 
 
 def _column(c: ColumnPolicy) -> ColumnView:
-    bounds = f"[{show(c.lower)}, {show(c.upper)}]" if c.bounded else (
-        f"[{c.dates[0]}, {c.dates[1]}]" if c.dates else "")
+    bounds = (
+        f"[{show(c.lower)}, {show(c.upper)}]" if c.bounded else (f"[{c.dates[0]}, {c.dates[1]}]" if c.dates else "")
+    )
     domain = ""
     if c.keys is not None:
         shown = ", ".join(_key(k) for k in c.keys[:KEYS_SHOWN])
@@ -57,7 +58,7 @@ def _table(t: TablePolicy) -> TableView:
     if t.public:
         unit, limits = "", "public: readable row by row, free"
     else:
-        unit = "each row (privacy_unit = \"row\")" if t.row_unit else str(t.privacy_unit)
+        unit = 'each row (privacy_unit = "row")' if t.row_unit else str(t.privacy_unit)
         limits = f"max_groups {t.max_groups}, max_rows {t.max_rows}"
         if t.max_contributions is not None:
             limits += f", max_contributions {t.max_contributions}"
@@ -90,9 +91,15 @@ def overview(policy: Policy) -> dict[str, Any]:
     return {
         "tables": [_table(t) for t in policy.tables.values()],
         "engine": policy.engine.kind,
-        "defaults": {"query_epsilon": show(p.query_epsilon), "query_delta": show(p.default_query_delta),
-                     "mechanism": p.mechanism, "confidence": f"{p.confidence:g}"},
+        "defaults": {
+            "query_epsilon": show(p.query_epsilon),
+            "query_delta": show(p.default_query_delta),
+            "mechanism": p.mechanism,
+            "confidence": f"{p.confidence:g}",
+        },
         "global": None if p.global_budget is None else budget_text(p.global_budget),
-        "users": [{"name": u.name, "budget": budget_text(u.budget), "officer": u.officer} for u in policy.users.values()],
+        "users": [
+            {"name": u.name, "budget": budget_text(u.budget), "officer": u.officer} for u in policy.users.values()
+        ],
         "limits": dataclasses.asdict(policy.limits),
     }

@@ -57,8 +57,10 @@ def _query(session: Session, sql: str) -> Query:
     if isinstance(stmt, Explain):
         stmt = stmt.query
     if not isinstance(stmt, Query):
-        raise unsupported("the console answers one SELECT query at a time",
-                          hint="settings are the form's fields; SHOW dpsql.budget is the Budget page")
+        raise unsupported(
+            "the console answers one SELECT query at a time",
+            hint="settings are the form's fields; SHOW dpsql.budget is the Budget page",
+        )
     return stmt
 
 
@@ -109,5 +111,7 @@ def _guarded(fn: Callable[[], T]) -> T:
     except Error:
         raise
     except Exception as e:  # a bug must not show a traceback or a value
-        raise InternalError("internal error while planning the query; nothing was charged",
-                            hint=f"please report it ({type(e).__name__})") from e
+        raise InternalError(
+            "internal error while planning the query; nothing was charged",
+            hint=f"please report it ({type(e).__name__})",
+        ) from e

@@ -28,8 +28,13 @@ class Table:
     bars: list[tuple[str, Markup]]  # per noisy column: its name and its error-bar chart
 
 
-def table(names: Sequence[str], rows: Sequence[Sequence[Any]], ci: dict[str, Any] | None, chart_prefix: str,
-          limit: int = MAX_ROWS) -> Table:
+def table(
+    names: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    ci: dict[str, Any] | None,
+    chart_prefix: str,
+    limit: int = MAX_ROWS,
+) -> Table:
     """The answer's rows with intervals (ci: column -> one [low, high] per row, or None)."""
     ci = ci or {}
     columns = [Column(n, ci.get(n) is not None) for n in names]
@@ -49,11 +54,17 @@ def table(names: Sequence[str], rows: Sequence[Sequence[Any]], ci: dict[str, Any
     for j, col in enumerate(columns):
         if not col.noisy:
             continue
-        values = [r[j] if isinstance(r[j], (int, float)) and not isinstance(r[j], bool) else None
-                  for r in shown[:MAX_BARS]]
+        values = [
+            r[j] if isinstance(r[j], (int, float)) and not isinstance(r[j], bool) else None for r in shown[:MAX_BARS]
+        ]
         intervals = [_interval(ci[col.name], i) for i in range(len(values))]
-        chart = error_bars(labels, values, intervals, chart_id=f"{chart_prefix}-{j}",
-                           title=f"{col.name}: released values with their intervals")
+        chart = error_bars(
+            labels,
+            values,
+            intervals,
+            chart_id=f"{chart_prefix}-{j}",
+            title=f"{col.name}: released values with their intervals",
+        )
         if chart:
             bars.append((col.name, chart))
     return Table(columns, out, len(rows), bars)

@@ -39,14 +39,24 @@ class ConsoleService:
         try:
             self.socket = socket.create_server((host, port), reuse_port=False)
         except OSError as e:
-            raise OperationalError(f"cannot serve the console on {host}:{port}: {e.strerror}",
-                                   hint="choose another --http address or port") from None
+            raise OperationalError(
+                f"cannot serve the console on {host}:{port}: {e.strerror}", hint="choose another --http address or port"
+            ) from None
         self.host, self.port = host, self.socket.getsockname()[1]
         loopback = host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
         self.app = create_app(server, secure=certfile is not None, hosts=LOOPBACK_NAMES if loopback else None)
-        config = uvicorn.Config(self.app, host=host, port=self.port, log_level="warning", lifespan="off",
-                                ssl_certfile=certfile, ssl_keyfile=keyfile, server_header=False,
-                                proxy_headers=False, timeout_graceful_shutdown=SHUTDOWN_SECONDS)
+        config = uvicorn.Config(
+            self.app,
+            host=host,
+            port=self.port,
+            log_level="warning",
+            lifespan="off",
+            ssl_certfile=certfile,
+            ssl_keyfile=keyfile,
+            server_header=False,
+            proxy_headers=False,
+            timeout_graceful_shutdown=SHUTDOWN_SECONDS,
+        )
         self.uvicorn = _Embedded(config)
         self._task: asyncio.Task | None = None
 

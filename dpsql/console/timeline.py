@@ -34,12 +34,15 @@ class Point:
     spent: float
 
 
-def replay(budget: BudgetPolicy, charges: Sequence[tuple[float, Cost]], grants: Sequence[dict[str, Any]],
-           now: float) -> list[Point]:
+def replay(
+    budget: BudgetPolicy, charges: Sequence[tuple[float, Cost]], grants: Sequence[dict[str, Any]], now: float
+) -> list[Point]:
     """The budget after each charge and grant (and at the start of each window), oldest first,
     ending at `now`; thinned to MAX_POINTS, keeping the last."""
-    events = sorted([(at, 1, cost) for at, cost in charges] + [(g["at"], 0, (g["epsilon"], g["delta"])) for g in grants],
-                    key=lambda e: (e[0], e[1]))
+    events = sorted(
+        [(at, 1, cost) for at, cost in charges] + [(g["at"], 0, (g["epsilon"], g["delta"])) for g in grants],
+        key=lambda e: (e[0], e[1]),
+    )
     first = events[0][0] if events else now
     window = window_of(budget, first)
     granted: list[tuple[Fraction, Fraction]] = []

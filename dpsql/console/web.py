@@ -93,5 +93,8 @@ def refusal(e: BaseException) -> dict[str, str | None]:
     if isinstance(e, Error):
         return {"message": e.message, "hint": e.hint, "sqlstate": e.sqlstate}
     log.error("internal error in the console", exc_info=e)
-    return {"message": "internal error; nothing was released", "hint": "please report it to the operator",
-            "sqlstate": "XX000"}
+    return {
+        "message": "internal error; nothing was released",
+        "hint": "please report it to the operator",
+        "sqlstate": "XX000",
+    }

@@ -21,8 +21,12 @@ BUILD_ATTEMPTS = 3  # weighted-copy builds while the source files keep changing,
 T = TypeVar("T")
 
 
-def built_at_one_version(build: Callable[[], T], data_version: Callable[[], str], version: str,
-                         discard: Callable[[T], None] = lambda made: None) -> tuple[T, str]:
+def built_at_one_version(
+    build: Callable[[], T],
+    data_version: Callable[[], str],
+    version: str,
+    discard: Callable[[T], None] = lambda made: None,
+) -> tuple[T, str]:
     """`build()`, which reads its source more than once, and the data version it holds: a build
     counts only if the version is the same after it as before (else a unit's __dpsql_n could
     disagree with the rows it weights), and is done again, `discard`ing the stale one, up to
@@ -34,8 +38,11 @@ def built_at_one_version(build: Callable[[], T], data_version: Callable[[], str]
             return made, version
         discard(made)
         version = after
-    raise OperationalError("the table's files kept changing while its contribution weights were prepared",
-                           sqlstate="40001", hint="nothing was charged; send the query again once the data is written")
+    raise OperationalError(
+        "the table's files kept changing while its contribution weights were prepared",
+        sqlstate="40001",
+        hint="nothing was charged; send the query again once the data is written",
+    )
 
 
 @dataclass(frozen=True)
@@ -123,8 +130,15 @@ class Engine:
     def execute_reused(self, sql: str, scope: str, stop: threading.Event | None = None) -> ResultSet:
         raise NotImplementedError
 
-    def weighted_copy(self, table: str, unit: str, limit: int, bits: int, sums: Mapping[str, str] | None = None,
-                      per_unit: Mapping[str, str] | None = None) -> str:
+    def weighted_copy(
+        self,
+        table: str,
+        unit: str,
+        limit: int,
+        bits: int,
+        sums: Mapping[str, str] | None = None,
+        per_unit: Mapping[str, str] | None = None,
+    ) -> str:
         raise NotImplementedError
 
     def copy_totals(self, copy: str) -> str | None:
@@ -141,14 +155,20 @@ ENGINE_FAILURE_HINT = "the engine's own message is withheld because it may quote
 def out_of_memory() -> OperationalError:
     """The engine ran out of memory (53200): its own message is withheld, as every engine
     message is; that it happened is all the client learns."""
-    return OperationalError("out of memory: the query needed more memory than the engine may use", sqlstate="53200",
-                            hint="narrow the query (fewer groups or joined tables, a filter), or ask the operator to "
-                                 "raise the engine's memory limit ([engine] memory_limit, or work_mem)")
+    return OperationalError(
+        "out of memory: the query needed more memory than the engine may use",
+        sqlstate="53200",
+        hint="narrow the query (fewer groups or joined tables, a filter), or ask the operator to "
+        "raise the engine's memory limit ([engine] memory_limit, or work_mem)",
+    )
 
 
 def statement_timeout() -> OperationalError:
-    return OperationalError("canceling statement due to statement timeout", sqlstate="57014",
-                            hint="narrow the query, or ask the operator to raise [engine] statement_timeout")
+    return OperationalError(
+        "canceling statement due to statement timeout",
+        sqlstate="57014",
+        hint="narrow the query, or ask the operator to raise [engine] statement_timeout",
+    )
 
 
 def canonical_type(type_name: str, dialect: str) -> str:
@@ -172,8 +192,10 @@ def is_coin(node: exp.Expression) -> bool:
 def coin_parts(node: exp.Expression) -> tuple[exp.Expression, exp.Expression]:
     """DPSQL_COIN(unit, salt): the text SHA-256 is taken of, salt || ':' || unit, and the salt."""
     unit, salt = node.expressions
-    text = exp.DPipe(this=exp.DPipe(this=salt.copy(), expression=exp.Literal.string(":")),
-                     expression=exp.Cast(this=unit.copy(), to=dtype("VARCHAR")))
+    text = exp.DPipe(
+        this=exp.DPipe(this=salt.copy(), expression=exp.Literal.string(":")),
+        expression=exp.Cast(this=unit.copy(), to=dtype("VARCHAR")),
+    )
     return text, salt
 
 
@@ -181,13 +203,25 @@ def width_bucket_case(node: exp.WidthBucket) -> exp.Expression:
     """width_bucket(x, lo, hi, n) as PostgreSQL defines it for lo < hi: 0 below lo, n + 1 from
     hi on, else 1 + floor((x - lo) * n / (hi - lo))."""
     x, lo, hi, n = (node.args[k] for k in ("this", "min_value", "max_value", "num_buckets"))
-    inside = exp.Add(this=exp.Floor(this=exp.Div(
-        this=exp.Mul(this=exp.Paren(this=exp.Sub(this=x.copy(), expression=lo.copy())), expression=n.copy()),
-        expression=exp.Paren(this=exp.Sub(this=hi.copy(), expression=lo.copy())))), expression=exp.Literal.number(1))
-    return exp.Case(ifs=[exp.If(this=exp.LT(this=x.copy(), expression=lo.copy()), true=exp.Literal.number(0)),
-                         exp.If(this=exp.GTE(this=x.copy(), expression=hi.copy()),
-                                true=exp.Add(this=n.copy(), expression=exp.Literal.number(1)))],
-                    default=exp.Cast(this=inside, to=dtype("BIGINT")))
+    inside = exp.Add(
+        this=exp.Floor(
+            this=exp.Div(
+                this=exp.Mul(this=exp.Paren(this=exp.Sub(this=x.copy(), expression=lo.copy())), expression=n.copy()),
+                expression=exp.Paren(this=exp.Sub(this=hi.copy(), expression=lo.copy())),
+            )
+        ),
+        expression=exp.Literal.number(1),
+    )
+    return exp.Case(
+        ifs=[
+            exp.If(this=exp.LT(this=x.copy(), expression=lo.copy()), true=exp.Literal.number(0)),
+            exp.If(
+                this=exp.GTE(this=x.copy(), expression=hi.copy()),
+                true=exp.Add(this=n.copy(), expression=exp.Literal.number(1)),
+            ),
+        ],
+        default=exp.Cast(this=inside, to=dtype("BIGINT")),
+    )
 
 
 def quote(name: str) -> str:
@@ -220,7 +254,9 @@ E = TypeVar("E", bound=type[Engine])
 
 def register(kind: str) -> Callable[[E], E]:
     """Class decorator: the engine a policy's `[engine] kind = "<kind>"` opens."""
+
     def add(cls: E) -> E:
         ENGINES[kind] = cls
         return cls
+
     return add

@@ -62,16 +62,25 @@ def _literal(text: str) -> str:
 def bind_failure() -> OperationalError:
     """A query the engine cannot bind (AVG over text, an unknown function): binding reads the
     schema only, never rows, so this much can be said; the engine's own words are still withheld."""
-    return OperationalError("the query does not type-check: a function or operator is applied to a value of a type "
-                            "it does not take, or a function is unknown", sqlstate="42883",
-                            hint="check the columns' types (\\d table in psql) and the functions' arguments")
+    return OperationalError(
+        "the query does not type-check: a function or operator is applied to a value of a type "
+        "it does not take, or a function is unknown",
+        sqlstate="42883",
+        hint="check the columns' types (\\d table in psql) and the functions' arguments",
+    )
 
 
 @register("duckdb")
 class DuckDBEngine(Engine):
     dialect = "duckdb"
-    capabilities = Capabilities(literal_sql=True, overlaps_admission=True, execute_reused=True, weighted_copy=True,
-                                weights_store_sums=True, copy_totals=True)
+    capabilities = Capabilities(
+        literal_sql=True,
+        overlaps_admission=True,
+        execute_reused=True,
+        weighted_copy=True,
+        weights_store_sums=True,
+        copy_totals=True,
+    )
 
     def __init__(self, policy: Policy):
         self._policy = policy
@@ -100,8 +109,10 @@ class DuckDBEngine(Engine):
             self._schema = self._introspect()
         except duckdb.Error as e:
             self.close()
-            raise PolicyError(f"{policy.path}: cannot open the data: {e}",
-                              hint="check the [engine] database and the tables' source files") from None
+            raise PolicyError(
+                f"{policy.path}: cannot open the data: {e}",
+                hint="check the [engine] database and the tables' source files",
+            ) from None
         check_against_schema(policy, self._schema)
         self._lock_down()
         self._local = threading.local()
@@ -128,7 +139,9 @@ class DuckDBEngine(Engine):
                 existing[name.lower()] = name
         for table in self._policy.tables.values():
             if table.source is not None:
-                where = str(table.source / "**" / f"*{table.source.suffix}") if table.source.is_dir() else str(table.source)
+                where = (
+                    str(table.source / "**" / f"*{table.source.suffix}") if table.source.is_dir() else str(table.source)
+                )
                 if table.source.suffix.lower() == ".parquet":
                     body = f"SELECT * FROM read_parquet({_literal(where)})"
                 elif table.public:  # public data: its sniffed types reveal nothing private
@@ -148,8 +161,9 @@ class DuckDBEngine(Engine):
         delim = "\t" if table.source.suffix.lower() == ".tsv" else ","
         reader = f"read_csv({_literal(where)}, all_varchar = true, header = true, delim = {_literal(delim)})"
         names = [d[0] for d in self._con.execute(f"SELECT * FROM {reader} LIMIT 0").description]
-        columns = ", ".join(f"TRY_CAST({quote(n)} AS {table.column(n.lower()).file_type()}) AS {quote(n)}"
-                            for n in names)
+        columns = ", ".join(
+            f"TRY_CAST({quote(n)} AS {table.column(n.lower()).file_type()}) AS {quote(n)}" for n in names
+        )
         return f"SELECT {columns} FROM {reader}"
 
     def _introspect(self) -> dict[str, dict[str, str]]:
@@ -237,9 +251,8 @@ class DuckDBEngine(Engine):
     def execute(self, sql: str, stop: threading.Event | None = None) -> ResultSet:
         """Run dpsql-built SQL; not started once `stop` is set (engines/base.py)."""
         failure = OperationalError(
-            "the query failed while running in the engine",
-            sqlstate="XX000",
-            hint=ENGINE_FAILURE_HINT)
+            "the query failed while running in the engine", sqlstate="XX000", hint=ENGINE_FAILURE_HINT
+        )
         with self._tracked(failure) as cur, self._timed(cur):
             if stop is not None and stop.is_set():
                 raise duckdb.InterruptException("stopped before it started")
@@ -309,8 +322,15 @@ class DuckDBEngine(Engine):
             if name is not None:
                 cur.execute(f"DEALLOCATE {name}")
 
-    def weighted_copy(self, table: str, unit: str, limit: int, bits: int, sums: Mapping[str, str] | None = None,
-                      per_unit: Mapping[str, str] | None = None) -> str:
+    def weighted_copy(
+        self,
+        table: str,
+        unit: str,
+        limit: int,
+        bits: int,
+        sums: Mapping[str, str] | None = None,
+        per_unit: Mapping[str, str] | None = None,
+    ) -> str:
         """A copy of `table` whose rows carry __dpsql_n, the rows of the row's unit in the
         whole table, and __dpsql_w = floor(limit * 2^bits / max(__dpsql_n, limit)): built once
         per data version, so per-unit contribution bounding costs one weighted scan per query
@@ -331,20 +351,27 @@ class DuckDBEngine(Engine):
         version = self.data_version()
         with self._copies_lock:
             if self._copies.get(name) != version:
-                failure = OperationalError("could not prepare the table's contribution weights", sqlstate="XX000",
-                                           hint="the engine's message is withheld; check the engine's memory_limit")
+                failure = OperationalError(
+                    "could not prepare the table's contribution weights",
+                    sqlstate="XX000",
+                    hint="the engine's message is withheld; check the engine's memory_limit",
+                )
 
                 def build() -> None:  # reads the source four times: kept only at one data version
                     with self._tracked(failure) as cur:  # a CancelRequest interrupts the build too
                         for statement in copy_statements(name, table, unit, limit, bits, sums, per_unit):
                             cur.execute(statement)
                         summed = ["__dpsql_w", *sums]
-                        cur.execute(f"SELECT {', '.join(f'SUM({quote(c)})' for c in summed)} "
-                                    f"FROM scratch.main.{quote(name)}")
-                        constants = ", ".join(f"CAST({'NULL' if v is None else int(v)} AS HUGEINT) AS {quote(c)}"
-                                              for c, v in zip(summed, cur.fetchone()))
-                        cur.execute(f"CREATE OR REPLACE VIEW scratch.main.{quote(name + '_totals')} AS "
-                                    f"SELECT {constants}")
+                        cur.execute(
+                            f"SELECT {', '.join(f'SUM({quote(c)})' for c in summed)} FROM scratch.main.{quote(name)}"
+                        )
+                        constants = ", ".join(
+                            f"CAST({'NULL' if v is None else int(v)} AS HUGEINT) AS {quote(c)}"
+                            for c, v in zip(summed, cur.fetchone())
+                        )
+                        cur.execute(
+                            f"CREATE OR REPLACE VIEW scratch.main.{quote(name + '_totals')} AS SELECT {constants}"
+                        )
                         cur.execute("CHECKPOINT scratch")
                     self._scratch.protect()
 
@@ -372,10 +399,12 @@ class DuckDBEngine(Engine):
         except duckdb.BinderException:
             raise bind_failure() from None
         except duckdb.Error:  # binding reads no rows: a literal or argument the engine does not accept
-            raise OperationalError("the engine cannot run the query as written: it does not accept one of its "
-                                   "literals or function arguments", sqlstate="22023",
-                                   hint="check the literals and function arguments (a date's format, a unit's "
-                                        "name); nothing was charged") from None
+            raise OperationalError(
+                "the engine cannot run the query as written: it does not accept one of its "
+                "literals or function arguments",
+                sqlstate="22023",
+                hint="check the literals and function arguments (a date's format, a unit's name); nothing was charged",
+            ) from None
 
     def interrupt(self, thread_ident: int) -> None:
         """Cancel what the engine runs on that thread (CancelRequest)."""
@@ -396,8 +425,9 @@ class DuckDBEngine(Engine):
         self._scratch.close()
 
 
-def copy_statements(name: str, table: str, unit: str, limit: int, bits: int, sums: Mapping[str, str],
-                    per_unit: Mapping[str, str]) -> list[str]:
+def copy_statements(
+    name: str, table: str, unit: str, limit: int, bits: int, sums: Mapping[str, str], per_unit: Mapping[str, str]
+) -> list[str]:
     """The statements that build weighted copy `name` of `table` in the scratch database
     (DuckDBEngine.weighted_copy): its units' rows (and `per_unit` aggregates) in a table of
     their own, then sql/bounding.py's weighted rows with the columns `sums` appended, in three
@@ -416,25 +446,31 @@ def copy_statements(name: str, table: str, unit: str, limit: int, bits: int, sum
         return b.select([star.copy(), *[e.copy() for e in extra]], b.subquery(weighted, "weighted")).sql(dialect=DUCKDB)
 
     single = exp.EQ(this=n.copy(), expression=b.node(1))
-    within = b.conjunction([exp.GT(this=n.copy(), expression=b.node(1)), exp.LTE(this=n.copy(), expression=b.node(limit))])
+    within = b.conjunction(
+        [exp.GT(this=n.copy(), expression=b.node(1)), exp.LTE(this=n.copy(), expression=b.node(limit))]
+    )
     beyond = exp.GT(this=n.copy(), expression=b.node(limit))
     copy = f"scratch.main.{quote(name)}"
-    return [f"CREATE OR REPLACE TABLE {units} AS {unit_rows(source, unit, aggregates).sql(dialect=DUCKDB)}",
-            f"CREATE OR REPLACE TABLE {copy} AS {rows(single)}",
-            f"INSERT INTO {copy} {rows(within)}",
-            f"INSERT INTO {copy} {rows(beyond)}",
-            f"DROP TABLE {units}"]
+    return [
+        f"CREATE OR REPLACE TABLE {units} AS {unit_rows(source, unit, aggregates).sql(dialect=DUCKDB)}",
+        f"CREATE OR REPLACE TABLE {copy} AS {rows(single)}",
+        f"INSERT INTO {copy} {rows(within)}",
+        f"INSERT INTO {copy} {rows(beyond)}",
+        f"DROP TABLE {units}",
+    ]
 
 
 def _lower(node: exp.Expression) -> exp.Expression:
     if is_coin(node):  # the first 15 hex digits of SHA-256: 60 bits, a non-negative BIGINT
         text, _ = coin_parts(node)
-        digits = exp.Substring(this=exp.Anonymous(this="sha256", expressions=[text]), start=exp.Literal.number(1),
-                               length=exp.Literal.number(15))
+        digits = exp.Substring(
+            this=exp.Anonymous(this="sha256", expressions=[text]),
+            start=exp.Literal.number(1),
+            length=exp.Literal.number(15),
+        )
         return exp.Cast(this=exp.DPipe(this=exp.Literal.string("0x"), expression=digits), to=dtype("BIGINT"))
     if is_keyed_hash(node):
         return exp.Anonymous(this="hash", expressions=node.expressions)
     if isinstance(node, exp.WidthBucket):
         return width_bucket_case(node)
     return node
-

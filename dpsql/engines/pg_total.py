@@ -33,17 +33,63 @@ _SAME_TYPE = {"TIMESTAMPNTZ": "TIMESTAMP"}  # sqlglot's name for a timestamp wit
 
 # Row functions that cannot raise on their argument types (the rewrite checked the arguments).
 # (Pad: TO_CHAR's written-out form pads to a literal width; AT TIME ZONE: a literal zone.)
-_TOTAL_FUNCTIONS = (exp.Coalesce, exp.Nullif, exp.Greatest, exp.Least, exp.Lower, exp.Upper, exp.Length,
-                    exp.Trim, exp.Initcap, exp.Concat, exp.DPipe, exp.StrPosition, exp.Extract,
-                    exp.DateTrunc, exp.TimestampTrunc, exp.Floor, exp.Ceil, exp.Sign, exp.CurrentDate,
-                    exp.Pad, exp.AtTimeZone)
-_STRUCTURE = (exp.Paren, exp.And, exp.Or, exp.Not, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE,
-              exp.NullSafeEQ, exp.NullSafeNEQ, exp.Is, exp.Like, exp.ILike, exp.In, exp.Between, exp.Case,
-              exp.If, exp.Tuple, exp.Var, exp.Identifier, exp.DataType, exp.Interval)
+_TOTAL_FUNCTIONS = (
+    exp.Coalesce,
+    exp.Nullif,
+    exp.Greatest,
+    exp.Least,
+    exp.Lower,
+    exp.Upper,
+    exp.Length,
+    exp.Trim,
+    exp.Initcap,
+    exp.Concat,
+    exp.DPipe,
+    exp.StrPosition,
+    exp.Extract,
+    exp.DateTrunc,
+    exp.TimestampTrunc,
+    exp.Floor,
+    exp.Ceil,
+    exp.Sign,
+    exp.CurrentDate,
+    exp.Pad,
+    exp.AtTimeZone,
+)
+_STRUCTURE = (
+    exp.Paren,
+    exp.And,
+    exp.Or,
+    exp.Not,
+    exp.EQ,
+    exp.NEQ,
+    exp.GT,
+    exp.GTE,
+    exp.LT,
+    exp.LTE,
+    exp.NullSafeEQ,
+    exp.NullSafeNEQ,
+    exp.Is,
+    exp.Like,
+    exp.ILike,
+    exp.In,
+    exp.Between,
+    exp.Case,
+    exp.If,
+    exp.Tuple,
+    exp.Var,
+    exp.Identifier,
+    exp.DataType,
+    exp.Interval,
+)
 
 
-def lower_for_postgres(tree: exp.Expression, schema: Mapping[str, Mapping[str, str]],
-                       public: frozenset[str] = frozenset(), copy: bool = True) -> exp.Expression:
+def lower_for_postgres(
+    tree: exp.Expression,
+    schema: Mapping[str, Mapping[str, str]],
+    public: frozenset[str] = frozenset(),
+    copy: bool = True,
+) -> exp.Expression:
     """The neutral tree with TRY, TRY_CAST, DPSQL_HASH, width_bucket and EXTRACT fields in
     PostgreSQL's terms. `public` names the tables whose rows are not private; `copy=False`
     lowers the tree in place."""
@@ -104,16 +150,39 @@ class _Lowering:
             return "BIGINT"
         if isinstance(node, (exp.Min, exp.Max)):
             return self.type_of(node.this)
-        if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.Neg, exp.Abs, exp.Round, exp.Sum,
-                             exp.Avg, exp.Floor, exp.Ceil, exp.Extract, exp.Length, exp.StrPosition, exp.Sign)):
+        if isinstance(
+            node,
+            (
+                exp.Add,
+                exp.Sub,
+                exp.Mul,
+                exp.Div,
+                exp.IntDiv,
+                exp.Mod,
+                exp.Neg,
+                exp.Abs,
+                exp.Round,
+                exp.Sum,
+                exp.Avg,
+                exp.Floor,
+                exp.Ceil,
+                exp.Extract,
+                exp.Length,
+                exp.StrPosition,
+                exp.Sign,
+            ),
+        ):
             return "NUMERIC"
         if isinstance(node, (exp.Lower, exp.Upper, exp.Trim, exp.Initcap, exp.Concat, exp.DPipe, exp.Pad)):
             return "TEXT"
         if isinstance(node, (exp.DateTrunc, exp.TimestampTrunc)):
             return "TIMESTAMP"
         if isinstance(node, (exp.Case, exp.If, exp.Coalesce, exp.Nullif, exp.Greatest, exp.Least)):
-            branches = [node.args.get("default"), *[i.args.get("true") for i in node.args.get("ifs") or []]] \
-                if isinstance(node, exp.Case) else [node.this, *node.expressions, node.args.get("true")]
+            branches = (
+                [node.args.get("default"), *[i.args.get("true") for i in node.args.get("ifs") or []]]
+                if isinstance(node, exp.Case)
+                else [node.this, *node.expressions, node.args.get("true")]
+            )
             kinds = {self.type_of(b) for b in branches if b is not None and not isinstance(b, exp.Null)}
             if len(kinds) == 1:
                 return kinds.pop()
@@ -249,8 +318,7 @@ class _Lowering:
                 return plain
             return _guard(value, _INTEGERS[target] - 1024, to)
         if target in ("NUMERIC", "DECIMAL") and self.numeric_kind(source):
-            params = [p.this.name for p in to.expressions if isinstance(p, exp.DataTypeParam)] \
-                if to.expressions else []
+            params = [p.this.name for p in to.expressions if isinstance(p, exp.DataTypeParam)] if to.expressions else []
             if not params:
                 return plain
             precision = int(params[0])
@@ -262,8 +330,9 @@ class _Lowering:
             return plain
         if target == "BOOLEAN" and source in ("BOOLEAN", "INTEGER", "INT"):
             return plain
-        raise _refuse(node, f"a cast from {source or 'an expression of unknown type'} to {target} can fail on "
-                            "some values")
+        raise _refuse(
+            node, f"a cast from {source or 'an expression of unknown type'} to {target} can fail on some values"
+        )
 
 
 def _source(col: exp.Column) -> exp.Expression | None:
@@ -292,7 +361,7 @@ def _cte_item(col: exp.Column) -> exp.Expression | None:
     node: exp.Expression | None = select
     while node is not None:
         with_ = node.args.get("with_") or node.args.get("with")
-        for cte in (with_.expressions if isinstance(with_, exp.With) else []):
+        for cte in with_.expressions if isinstance(with_, exp.With) else []:
             if cte.alias == src.this.name and isinstance(cte.this, exp.Select):
                 for item in cte.this.expressions:
                     if item.alias_or_name == col.name:
@@ -345,29 +414,39 @@ def keyed_hash(args: list[exp.Expression]) -> exp.Expression:
     """DPSQL_HASH(a, ...): hashtextextended of the arguments' row text (its 64-bit signed
     result shifted onto [0, 2^64)), so per-unit choices come from the unit's own values, never
     from random()."""
-    row = exp.Cast(this=exp.Anonymous(this="ROW", expressions=[a.copy() for a in args]),
-                   to=dtype("TEXT"))
+    row = exp.Cast(this=exp.Anonymous(this="ROW", expressions=[a.copy() for a in args]), to=dtype("TEXT"))
     hashed = exp.Anonymous(this="hashtextextended", expressions=[row, exp.Literal.number(0)])
-    return exp.Paren(this=exp.Add(this=exp.Cast(this=hashed, to=dtype("NUMERIC")),
-                                  expression=exp.Literal.number(2**63)))
+    return exp.Paren(
+        this=exp.Add(this=exp.Cast(this=hashed, to=dtype("NUMERIC")), expression=exp.Literal.number(2**63))
+    )
 
 
 def coin(node: exp.Expression) -> exp.Expression:
     """DPSQL_COIN(unit, salt): the first 60 bits of SHA-256(salt || ':' || unit) as a BIGINT
     (see sql/rewrite.py), computed by PostgreSQL's sha256() (11 and later)."""
     text, _ = coin_parts(node)
-    digest = exp.Anonymous(this="encode", expressions=[
-        exp.Anonymous(this="sha256", expressions=[exp.Anonymous(this="convert_to", expressions=[
-            text, exp.Literal.string("UTF8")])]), exp.Literal.string("hex")])
+    digest = exp.Anonymous(
+        this="encode",
+        expressions=[
+            exp.Anonymous(
+                this="sha256",
+                expressions=[exp.Anonymous(this="convert_to", expressions=[text, exp.Literal.string("UTF8")])],
+            ),
+            exp.Literal.string("hex"),
+        ],
+    )
     digits = exp.Substring(this=digest, start=exp.Literal.number(1), length=exp.Literal.number(15))
-    bits = exp.Cast(this=exp.DPipe(this=exp.Literal.string("x"), expression=digits),
-                    to=dtype("BIT(60)", dialect="postgres"))
+    bits = exp.Cast(
+        this=exp.DPipe(this=exp.Literal.string("x"), expression=digits), to=dtype("BIT(60)", dialect="postgres")
+    )
     return exp.Cast(this=bits, to=dtype("BIGINT"))
 
 
 def _refuse(node: exp.Expression, why: str):
     text = node.sql(dialect="postgres")[:80]
-    return unsupported(f"the PostgreSQL engine cannot run {text!r} safely: {why}",
-                       hint="nothing was charged; PostgreSQL raises where other engines give NULL, and a failure "
-                            "on one person's row would reveal it; rewrite the expression (cast or compute it "
-                            "in a view), or serve this table from DuckDB")
+    return unsupported(
+        f"the PostgreSQL engine cannot run {text!r} safely: {why}",
+        hint="nothing was charged; PostgreSQL raises where other engines give NULL, and a failure "
+        "on one person's row would reveal it; rewrite the expression (cast or compute it "
+        "in a view), or serve this table from DuckDB",
+    )

@@ -51,9 +51,17 @@ def _lock_key(engine_id: str) -> int:
 class PgWeights:
     """The scratch role's connection and the weighted tables one engine has built."""
 
-    def __init__(self, psycopg: Any, url: str, scratch_schema: str, source_schema: str, reader: str,
-                 statement_timeout: float, register: Callable[[Any | None], None],
-                 settings: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        psycopg: Any,
+        url: str,
+        scratch_schema: str,
+        source_schema: str,
+        reader: str,
+        statement_timeout: float,
+        register: Callable[[Any | None], None],
+        settings: Mapping[str, str] | None = None,
+    ):
         """`settings` are the [engine] settings the reader's connections get too (work_mem, for
         the build's aggregation). `register(con)` marks the connection as the one running on
         this thread while a table is built (None when done), so that a CancelRequest
@@ -76,25 +84,32 @@ class PgWeights:
             self.sweep()
         except psycopg.Error as e:
             self._con.close()
-            raise PolicyError(f"[engine] scratch_url: cannot prepare the scratch schema {self.schema}: "
-                              f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}",
-                              hint=f"the scratch role needs CREATE on the database (or on schema {self.schema}) and "
-                                   "SELECT on the policy's tables") from None
+            raise PolicyError(
+                f"[engine] scratch_url: cannot prepare the scratch schema {self.schema}: "
+                f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}",
+                hint=f"the scratch role needs CREATE on the database (or on schema {self.schema}) and "
+                "SELECT on the policy's tables",
+            ) from None
         except PolicyError:
             self._con.close()
             raise
 
     def _check_role(self) -> None:
         user, superuser = self._con.execute(
-            "SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
+            "SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user"
+        ).fetchone()
         if user == self._reader:
-            raise PolicyError(f"[engine] scratch_url connects as {user}, the role that runs queries",
-                              hint="give scratch_url a role of its own, so that the reader stays read-only: "
-                                   "CREATE ROLE dpsql_scratch LOGIN; GRANT SELECT ON <tables> TO dpsql_scratch; "
-                                   "GRANT CREATE ON DATABASE <db> TO dpsql_scratch")
+            raise PolicyError(
+                f"[engine] scratch_url connects as {user}, the role that runs queries",
+                hint="give scratch_url a role of its own, so that the reader stays read-only: "
+                "CREATE ROLE dpsql_scratch LOGIN; GRANT SELECT ON <tables> TO dpsql_scratch; "
+                "GRANT CREATE ON DATABASE <db> TO dpsql_scratch",
+            )
         if superuser:
-            raise PolicyError(f"[engine] scratch_url connects as {user}, a superuser",
-                              hint="use a role that can only read the policy's tables and create in the scratch schema")
+            raise PolicyError(
+                f"[engine] scratch_url connects as {user}, a superuser",
+                hint="use a role that can only read the policy's tables and create in the scratch schema",
+            )
 
     def name(self, table: str, limit: int, bits: int) -> str:
         digest = hashlib.sha256(repr((table, limit, bits)).encode()).hexdigest()[:8]
@@ -119,9 +134,12 @@ class PgWeights:
                 except self._psycopg.errors.QueryCanceled:
                     raise OperationalError("canceling statement due to user request", sqlstate="57014") from None
                 except self._psycopg.Error:
-                    raise OperationalError("could not prepare the table's contribution weights", sqlstate="XX000",
-                                           hint="the engine's message is withheld; check the scratch role's "
-                                                "privileges and the database's free space") from None
+                    raise OperationalError(
+                        "could not prepare the table's contribution weights",
+                        sqlstate="XX000",
+                        hint="the engine's message is withheld; check the scratch role's "
+                        "privileges and the database's free space",
+                    ) from None
                 finally:
                     self._register(None)
                 self._built[name] = (version, table)
@@ -133,8 +151,10 @@ class PgWeights:
 
     def sweep(self) -> list[str]:
         """Drop the weighted tables of engines that are gone (their lock is free)."""
-        rows = self._con.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s AND starts_with(tablename, %s)",
-                                 (self.schema, PREFIX)).fetchall()
+        rows = self._con.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s AND starts_with(tablename, %s)",
+            (self.schema, PREFIX),
+        ).fetchall()
         owners: dict[str, list[str]] = {}
         for (name,) in rows:
             owner = name.rsplit("_", 1)[-1]

@@ -57,15 +57,24 @@ class PostgresEngine(Engine):
             reader = self._check_role(con)
             self._schema = self._introspect(con)
             if self._config.scratch_url is not None:
-                self._weights = PgWeights(psycopg, self._config.scratch_url, self._config.scratch_schema,
-                                          self._config.schema, reader, self._config.statement_timeout,
-                                          self._building, self._config.conf)
+                self._weights = PgWeights(
+                    psycopg,
+                    self._config.scratch_url,
+                    self._config.scratch_schema,
+                    self._config.schema,
+                    reader,
+                    self._config.statement_timeout,
+                    self._building,
+                    self._config.conf,
+                )
                 self.capabilities = replace(self.capabilities, weighted_copy=True)
         except psycopg.Error as e:
             self.close()
-            raise PolicyError(f"{policy.path}: cannot open the PostgreSQL engine: {type(e).__name__}: "
-                              f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}",
-                              hint="check [engine] url, and that the server accepts this role") from None
+            raise PolicyError(
+                f"{policy.path}: cannot open the PostgreSQL engine: {type(e).__name__}: "
+                f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}",
+                hint="check [engine] url, and that the server accepts this role",
+            ) from None
         except PolicyError:
             self.close()
             raise
@@ -76,8 +85,7 @@ class PostgresEngine(Engine):
         con = getattr(self._local, "con", None)
         if con is not None and not con.closed:
             return con
-        con = self._psycopg.connect(self._config.url, autocommit=False, connect_timeout=10,
-                                    application_name="dpsql")
+        con = self._psycopg.connect(self._config.url, autocommit=False, connect_timeout=10, application_name="dpsql")
         with con.cursor() as cur:
             cur.execute(f"SET search_path = {quote(self._config.schema)}")
             cur.execute(f"SET statement_timeout = {int(self._config.statement_timeout * 1000)}")
@@ -101,9 +109,11 @@ class PostgresEngine(Engine):
             cur.execute("SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user")
             user, superuser = cur.fetchone()
             if superuser:
-                raise PolicyError(f"{self._policy.path}: [engine] connects as {user}, a superuser",
-                                  hint="connect as a role that can only SELECT the policy's tables: CREATE ROLE "
-                                       "dpsql_reader LOGIN; GRANT SELECT ON <tables> TO dpsql_reader")
+                raise PolicyError(
+                    f"{self._policy.path}: [engine] connects as {user}, a superuser",
+                    hint="connect as a role that can only SELECT the policy's tables: CREATE ROLE "
+                    "dpsql_reader LOGIN; GRANT SELECT ON <tables> TO dpsql_reader",
+                )
             for table in self._policy.tables:
                 cur.execute("SELECT to_regclass(%s)", (f"{quote(self._config.schema)}.{quote(table)}",))
                 oid = cur.fetchone()[0]
@@ -111,18 +121,22 @@ class PostgresEngine(Engine):
                     continue  # reported by check_against_schema
                 cur.execute("SELECT has_table_privilege(%s::regclass, 'INSERT, UPDATE, DELETE, TRUNCATE')", (oid,))
                 if cur.fetchone()[0]:
-                    raise PolicyError(f"{self._policy.path}: [engine] role {user} may write table {table}",
-                                      hint=f"REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON {table} FROM {user}; "
-                                           "dpsql needs SELECT only")
+                    raise PolicyError(
+                        f"{self._policy.path}: [engine] role {user} may write table {table}",
+                        hint=f"REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON {table} FROM {user}; dpsql needs SELECT only",
+                    )
         con.rollback()
         return user
 
     def _introspect(self, con) -> dict[str, dict[str, str]]:
         schema: dict[str, dict[str, str]] = {}
         with con.cursor() as cur:
-            cur.execute("SELECT table_name, column_name, data_type, numeric_precision, numeric_scale "
-                        "FROM information_schema.columns WHERE table_schema = %s AND table_name = ANY(%s) "
-                        "ORDER BY table_name, ordinal_position", (self._config.schema, list(self._policy.tables)))
+            cur.execute(
+                "SELECT table_name, column_name, data_type, numeric_precision, numeric_scale "
+                "FROM information_schema.columns WHERE table_schema = %s AND table_name = ANY(%s) "
+                "ORDER BY table_name, ordinal_position",
+                (self._config.schema, list(self._policy.tables)),
+            )
             for table, column, dtype, precision, scale in cur.fetchall():
                 if dtype == "numeric" and precision is not None:
                     dtype = f"numeric({precision}, {scale or 0})"
@@ -134,8 +148,15 @@ class PostgresEngine(Engine):
     def schema(self) -> Mapping[str, Mapping[str, str]]:
         return self._schema
 
-    def weighted_copy(self, table: str, unit: str, limit: int, bits: int, sums: Mapping[str, str] | None = None,
-                      per_unit: Mapping[str, str] | None = None) -> str:
+    def weighted_copy(
+        self,
+        table: str,
+        unit: str,
+        limit: int,
+        bits: int,
+        sums: Mapping[str, str] | None = None,
+        per_unit: Mapping[str, str] | None = None,
+    ) -> str:
         """The weighted table of `table` as of the current data version (see pg_weights.py): it
         stores no ready-weighted sums (a query weights its own values per row)."""
         return self._weights.table(table, unit, limit, bits, self.data_version())
@@ -151,8 +172,10 @@ class PostgresEngine(Engine):
         """The schema, with the weighted tables' columns: their source's and the weights."""
         if self._weights is None:
             return self._schema
-        extra = {name: {**self._schema[source], "__dpsql_n": "BIGINT", "__dpsql_w": "BIGINT"}
-                 for name, source in self._weights.tables().items()}
+        extra = {
+            name: {**self._schema[source], "__dpsql_n": "BIGINT", "__dpsql_w": "BIGINT"}
+            for name, source in self._weights.tables().items()
+        }
         return {**self._schema, **extra}
 
     def prepare(self, tree: exp.Expression, *, owned: bool = False) -> str:
@@ -165,9 +188,12 @@ class PostgresEngine(Engine):
                 with con.cursor() as cur:
                     cur.execute("EXPLAIN " + sql)
             except self._psycopg.Error:
-                raise OperationalError("PostgreSQL cannot plan this query", sqlstate="0A000",
-                                       hint="nothing was charged; a type mismatch in an expression is the usual "
-                                            "cause (compare and combine values of one type)") from None
+                raise OperationalError(
+                    "PostgreSQL cannot plan this query",
+                    sqlstate="0A000",
+                    hint="nothing was charged; a type mismatch in an expression is the usual "
+                    "cause (compare and combine values of one type)",
+                ) from None
             finally:
                 con.rollback()
             if len(self._checked) > 1024:
@@ -191,12 +217,18 @@ class PostgresEngine(Engine):
             raise OperationalError("canceling statement due to user request", sqlstate="57014") from None
         except self._psycopg.Error as e:
             if (e.sqlstate or "").startswith("53"):  # insufficient resources: out of memory, disk full
-                raise out_of_memory() if e.sqlstate == "53200" else OperationalError(
-                    "the engine ran out of resources (disk or connections) running the query", sqlstate=e.sqlstate,
-                    hint=ENGINE_FAILURE_HINT) from None
+                raise (
+                    out_of_memory()
+                    if e.sqlstate == "53200"
+                    else OperationalError(
+                        "the engine ran out of resources (disk or connections) running the query",
+                        sqlstate=e.sqlstate,
+                        hint=ENGINE_FAILURE_HINT,
+                    )
+                ) from None
             raise OperationalError(
-                "the query failed while running in the engine", sqlstate="XX000",
-                hint=ENGINE_FAILURE_HINT) from None
+                "the query failed while running in the engine", sqlstate="XX000", hint=ENGINE_FAILURE_HINT
+            ) from None
         finally:
             self._running.pop(ident, None)
             if not con.closed:
@@ -234,9 +266,11 @@ class PostgresEngine(Engine):
         con = self._connection()
         try:
             with con.cursor() as cur:
-                cur.execute("SELECT COALESCE(SUM(n_tup_ins + n_tup_upd + n_tup_del), 0), COUNT(*) "
-                            "FROM pg_stat_user_tables WHERE schemaname = %s AND relname = ANY(%s)",
-                            (self._config.schema, list(self._policy.tables)))
+                cur.execute(
+                    "SELECT COALESCE(SUM(n_tup_ins + n_tup_upd + n_tup_del), 0), COUNT(*) "
+                    "FROM pg_stat_user_tables WHERE schemaname = %s AND relname = ANY(%s)",
+                    (self._config.schema, list(self._policy.tables)),
+                )
                 writes, tables = cur.fetchone()
         finally:
             con.rollback()
@@ -252,4 +286,3 @@ class PostgresEngine(Engine):
                 except Exception:
                     pass
             self._all.clear()
-

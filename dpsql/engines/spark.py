@@ -91,13 +91,17 @@ class SparkEngine(Engine):
         try:
             from pyspark.sql import SparkSession
         except ImportError:
-            raise PolicyError(f"{policy.path}: [engine] kind = \"spark\" needs pyspark",
-                              hint="pip install 'dpsql[spark]' (pyspark and pyarrow; Java 17 or newer)") from None
+            raise PolicyError(
+                f'{policy.path}: [engine] kind = "spark" needs pyspark',
+                hint="pip install 'dpsql[spark]' (pyspark and pyarrow; Java 17 or newer)",
+            ) from None
         cfg = policy.engine
         for key in _FIXED:
             if key in cfg.conf and cfg.conf[key] != _FIXED[key]:
-                raise PolicyError(f"{policy.path}: [engine] conf may not set {key}",
-                                  hint=f"dpsql needs {key} = {_FIXED[key]}; remove it from conf")
+                raise PolicyError(
+                    f"{policy.path}: [engine] conf may not set {key}",
+                    hint=f"dpsql needs {key} = {_FIXED[key]}; remove it from conf",
+                )
         builder = SparkSession.builder.appName("dpsql")
         builder = builder.remote(cfg.remote) if cfg.remote else builder.master(cfg.master)
         local = not cfg.remote and (cfg.master or "").startswith("local")
@@ -125,8 +129,10 @@ class SparkEngine(Engine):
             root = builder.getOrCreate()
             if not cfg.remote and root.sparkContext.master != cfg.master:
                 # one SparkContext per process: getOrCreate would hand back the other master's
-                raise PolicyError(f"{policy.path}: this process already runs Spark with master = "
-                                  f"\"{root.sparkContext.master}\"", hint="open policies with one master per process")
+                raise PolicyError(
+                    f'{policy.path}: this process already runs Spark with master = "{root.sparkContext.master}"',
+                    hint="open policies with one master per process",
+                )
             # Its own session (temp views, settings) over the process's one SparkContext, so
             # that two policies in one process do not see each other's tables.
             self._spark = root if cfg.remote else root.newSession()
@@ -138,16 +144,19 @@ class SparkEngine(Engine):
                 root.sparkContext.setLogLevel("ERROR")
             self._register()
             self._schema = self._introspect()
-            if (local or (cfg.scratch_dir is not None and not cfg.remote)) \
-                    and all(t.source is not None for t in policy.tables.values() if not t.public):
+            if (local or (cfg.scratch_dir is not None and not cfg.remote)) and all(
+                t.source is not None for t in policy.tables.values() if not t.public
+            ):
                 self._scratch = ScratchDir(None if local else str(cfg.scratch_dir))
                 self.capabilities = replace(self.capabilities, weighted_copy=True)
         except PolicyError:
             raise
         except Exception as e:
-            raise PolicyError(f"{policy.path}: cannot open the Spark engine: {type(e).__name__}: "
-                              f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}",
-                              hint="check [engine] master or remote, and the tables' sources") from None
+            raise PolicyError(
+                f"{policy.path}: cannot open the Spark engine: {type(e).__name__}: "
+                f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}",
+                hint="check [engine] master or remote, and the tables' sources",
+            ) from None
         check_against_schema(policy, self._schema)
 
     def _register(self) -> None:
@@ -167,8 +176,9 @@ class SparkEngine(Engine):
                 # read as text, cast with ANSI off (a bad value is NULL).
                 df = reader.options(header=True, inferSchema=table.public, sep=sep).csv(str(source))
                 if not table.public:
-                    df = df.select(*[df[n].cast(_spark_type(table.column(n.lower()).file_type())).alias(n)
-                                     for n in df.columns])
+                    df = df.select(
+                        *[df[n].cast(_spark_type(table.column(n.lower()).file_type())).alias(n) for n in df.columns]
+                    )
             df.createOrReplaceTempView(table.name)
             self._files.append(source)
 
@@ -209,9 +219,14 @@ class SparkEngine(Engine):
         try:
             yield
         except Exception as e:
-            if self._running.get(ident) is None or "cancel" in type(e).__name__.lower() or "cancel" in str(e)[:200].lower():
-                raise OperationalError("canceling statement due to user request or statement timeout",
-                                       sqlstate="57014") from None
+            if (
+                self._running.get(ident) is None
+                or "cancel" in type(e).__name__.lower()
+                or "cancel" in str(e)[:200].lower()
+            ):
+                raise OperationalError(
+                    "canceling statement due to user request or statement timeout", sqlstate="57014"
+                ) from None
             if "OutOfMemory" in type(e).__name__ or "java.lang.OutOfMemoryError" in str(e):  # read, never passed on
                 raise out_of_memory() from None
             raise failure from None
@@ -243,8 +258,9 @@ class SparkEngine(Engine):
             self._spark.sparkContext.cancelJobsWithTag(tag)
 
     def execute(self, sql: str) -> ResultSet:
-        with self._job(OperationalError("the query failed while running in the engine", sqlstate="XX000",
-                                        hint=ENGINE_FAILURE_HINT)):
+        with self._job(
+            OperationalError("the query failed while running in the engine", sqlstate="XX000", hint=ENGINE_FAILURE_HINT)
+        ):
             df = self._spark.sql(sql)
             names = list(df.columns)
             types = [canonical_type(f.dataType.simpleString(), "spark") for f in df.schema.fields]
@@ -252,8 +268,15 @@ class SparkEngine(Engine):
             columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
         return ResultSet(names, types, columns)
 
-    def weighted_copy(self, table: str, unit: str, limit: int, bits: int, sums: Mapping[str, str] | None = None,
-                      per_unit: Mapping[str, str] | None = None) -> str:
+    def weighted_copy(
+        self,
+        table: str,
+        unit: str,
+        limit: int,
+        bits: int,
+        sums: Mapping[str, str] | None = None,
+        per_unit: Mapping[str, str] | None = None,
+    ) -> str:
         """The rows of `table` with __dpsql_n (its unit's rows in the whole table) and
         __dpsql_w (sql/bounding.py's row_weight), as of the current data version:
         written once per version as Parquet in the private scratch directory (see the module's
@@ -263,9 +286,12 @@ class SparkEngine(Engine):
         with self._copies_lock:
             held = self._copies.get(name)
             if held is None or held[0] != version:
-                failure = OperationalError("could not prepare the table's contribution weights", sqlstate="XX000",
-                                           hint="the engine's message is withheld; check the driver's memory and "
-                                                "the scratch directory's free space")
+                failure = OperationalError(
+                    "could not prepare the table's contribution weights",
+                    sqlstate="XX000",
+                    hint="the engine's message is withheld; check the driver's memory and "
+                    "the scratch directory's free space",
+                )
                 rows_sql = copy_sql(table, unit, limit, bits)
 
                 def build() -> Path:  # the job reads the source twice (the rows, the counts)
@@ -275,8 +301,9 @@ class SparkEngine(Engine):
                     self._scratch.protect()
                     return files
 
-                files, version = built_at_one_version(build, self.data_version, version,
-                                                      lambda stale: shutil.rmtree(stale, ignore_errors=True))
+                files, version = built_at_one_version(
+                    build, self.data_version, version, lambda stale: shutil.rmtree(stale, ignore_errors=True)
+                )
                 from pyspark import StorageLevel
 
                 with self._job(failure):
@@ -344,28 +371,40 @@ def _half_away_from_zero(x: exp.Expression) -> exp.Expression:
     goes through BigDecimal for every row (a weighted SUM at 1M rows: 407 ms with it, 290 ms without)."""
     half = exp.Literal.number(0.5)
     down = exp.Neg(this=exp.Floor(this=exp.Add(this=exp.Neg(this=exp.Paren(this=x.copy())), expression=half)))
-    return exp.Case(ifs=[exp.If(this=exp.LT(this=x.copy(), expression=exp.Literal.number(0)), true=down)],
-                    default=exp.Floor(this=exp.Add(this=x.copy(), expression=half)))
+    return exp.Case(
+        ifs=[exp.If(this=exp.LT(this=x.copy(), expression=exp.Literal.number(0)), true=down)],
+        default=exp.Floor(this=exp.Add(this=x.copy(), expression=half)),
+    )
 
 
 def _lower(node: exp.Expression) -> Any:
-    if isinstance(node, exp.Cast) and node.to.is_type("bigint") and isinstance(node.this, exp.Round) \
-            and node.this.args.get("decimals") is None:  # the rewrite's fixed-point values
+    if (
+        isinstance(node, exp.Cast)
+        and node.to.is_type("bigint")
+        and isinstance(node.this, exp.Round)
+        and node.this.args.get("decimals") is None
+    ):  # the rewrite's fixed-point values
         return exp.Cast(this=_half_away_from_zero(node.this.this.transform(_lower, copy=True)), to=node.to.copy())
     if isinstance(node, exp.Try):  # its parentheses kept: TRY(a OR b) AND c is not a OR b AND c
         inner = node.this.transform(_lower, copy=True)
         return exp.Paren(this=inner) if isinstance(inner, (exp.Binary, exp.Unary)) else inner
     if is_coin(node):  # the first 60 bits of SHA-256(salt || ':' || unit), as sql/rewrite.py defines it
         text, _ = coin_parts(node)
-        digits = exp.Substring(this=exp.Anonymous(this="sha2", expressions=[text, exp.Literal.number(256)]),
-                               start=exp.Literal.number(1), length=exp.Literal.number(15))
-        return exp.Cast(this=exp.Anonymous(this="conv", expressions=[digits, exp.Literal.number(16), exp.Literal.number(10)]),
-                        to=dtype("BIGINT"))
+        digits = exp.Substring(
+            this=exp.Anonymous(this="sha2", expressions=[text, exp.Literal.number(256)]),
+            start=exp.Literal.number(1),
+            length=exp.Literal.number(15),
+        )
+        return exp.Cast(
+            this=exp.Anonymous(this="conv", expressions=[digits, exp.Literal.number(16), exp.Literal.number(10)]),
+            to=dtype("BIGINT"),
+        )
     if is_keyed_hash(node):
         # xxhash64's signed 64-bit result shifted onto [0, 2^64), as DPSQL_HASH promises
         hashed = exp.Anonymous(this="xxhash64", expressions=[a.copy() for a in node.expressions])
-        return exp.Paren(this=exp.Add(this=exp.Cast(this=hashed, to=dtype("DECIMAL(20, 0)")),
-                                      expression=exp.Literal.number(2**63)))
+        return exp.Paren(
+            this=exp.Add(this=exp.Cast(this=hashed, to=dtype("DECIMAL(20, 0)")), expression=exp.Literal.number(2**63))
+        )
     if isinstance(node, exp.WidthBucket):
         return width_bucket_case(node).transform(_lower, copy=False)
     if isinstance(node, exp.Extract):
@@ -374,10 +413,14 @@ def _lower(node: exp.Expression) -> Any:
             shifted = exp.Extract(this=exp.Var(this="DOW"), expression=node.expression.transform(_lower, copy=True))
             return exp.Paren(this=exp.Sub(this=shifted, expression=exp.Literal.number(1)))
         if name in _EXTRACT:
-            return exp.Extract(this=exp.Var(this=_EXTRACT[name]), expression=node.expression.transform(_lower, copy=True))
+            return exp.Extract(
+                this=exp.Var(this=_EXTRACT[name]), expression=node.expression.transform(_lower, copy=True)
+            )
     if isinstance(node, exp.AtTimeZone):  # Spark's from/to_utc_timestamp depend on the operand's type
-        raise unsupported("AT TIME ZONE is not supported on the Spark engine",
-                          hint="nothing was charged; Spark's timestamps are in UTC already: drop AT TIME ZONE 'UTC'")
+        raise unsupported(
+            "AT TIME ZONE is not supported on the Spark engine",
+            hint="nothing was charged; Spark's timestamps are in UTC already: drop AT TIME ZONE 'UTC'",
+        )
     if isinstance(node, (exp.DateTrunc, exp.TimestampTrunc)):
         # Spark's date_trunc gives a TIMESTAMP in the session's zone; the others' has no zone
         return exp.Cast(this=node.copy(), to=dtype("TIMESTAMP_NTZ", dialect="spark"))

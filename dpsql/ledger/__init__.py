@@ -31,9 +31,24 @@ from .schema import UNCHECKED, LedgerError
 from .sqlite import Ledger
 
 __all__ = [
-    "FAILED_PREFIX", "GLOBAL", "LIFETIME", "RESOURCE_LIMITS", "UNCHECKED", "WINDOW_EPOCH", "WINDOW_STRIDE", "Charge",
-    "Ledger", "LedgerError", "PendingCharge", "PostgresLedger", "failure_of", "failure_text", "lifetime_filter",
-    "open_ledger", "segment_filter", "window_of",
+    "FAILED_PREFIX",
+    "GLOBAL",
+    "LIFETIME",
+    "RESOURCE_LIMITS",
+    "UNCHECKED",
+    "WINDOW_EPOCH",
+    "WINDOW_STRIDE",
+    "Charge",
+    "Ledger",
+    "LedgerError",
+    "PendingCharge",
+    "PostgresLedger",
+    "failure_of",
+    "failure_text",
+    "lifetime_filter",
+    "open_ledger",
+    "segment_filter",
+    "window_of",
 ]
 
 
@@ -45,4 +60,3 @@ def open_ledger(path: Path | None, url: str | None, *, identity: Path | None = N
     if path is None:
         raise OperationalError("no ledger to open", hint="set [ledger] path or url")
     return Ledger(path, identity, create=create)
-

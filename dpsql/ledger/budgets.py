@@ -74,11 +74,13 @@ def segment_filter(budget: BudgetPolicy, grants: Sequence[tuple[Fraction, Fracti
     the granted amount, composed with the earlier segments by basic composition (what was left
     of the earlier segment is not carried over)."""
     if budget.filter == "basic":
-        return 0, make_filter("basic", budget.epsilon + sum(g[0] for g in grants),
-                              budget.delta + sum(g[1] for g in grants))
+        return 0, make_filter(
+            "basic", budget.epsilon + sum(g[0] for g in grants), budget.delta + sum(g[1] for g in grants)
+        )
     if not grants:
-        return 0, make_filter(budget.filter, budget.epsilon, budget.delta, reserve=budget.delta_reserve,
-                              rdp_order=budget.rdp_order)
+        return 0, make_filter(
+            budget.filter, budget.epsilon, budget.delta, reserve=budget.delta_reserve, rdp_order=budget.rdp_order
+        )
     eps, delta = grants[-1]
     reserve = budget.delta_reserve * delta / budget.delta if budget.delta else Fraction(0)
     return len(grants), make_filter(budget.filter, eps, delta, reserve=reserve, rdp_order=budget.rdp_order)
@@ -97,9 +99,14 @@ def lifetime_filter(budget: BudgetPolicy) -> Filter | None:
     """A windowed budget's lifetime cap: a filter of the same kind over every charge ever."""
     if budget.lifetime_epsilon is None:
         return None
-    reserve = budget.delta_reserve * budget.lifetime_delta / budget.delta if budget.delta and budget.delta_reserve else Fraction(0)
-    return make_filter(budget.filter, budget.lifetime_epsilon, budget.lifetime_delta, reserve=reserve,
-                       rdp_order=budget.rdp_order)
+    reserve = (
+        budget.delta_reserve * budget.lifetime_delta / budget.delta
+        if budget.delta and budget.delta_reserve
+        else Fraction(0)
+    )
+    return make_filter(
+        budget.filter, budget.lifetime_epsilon, budget.lifetime_delta, reserve=reserve, rdp_order=budget.rdp_order
+    )
 
 
 @dataclass(frozen=True)
@@ -134,8 +141,10 @@ class PendingCharge:
         except BudgetExceeded:
             raise
         except self._errors as e:
-            raise OperationalError(f"the ledger could not record the charge: {e}",
-                                   hint="nothing was charged and nothing was released; try again") from None
+            raise OperationalError(
+                f"the ledger could not record the charge: {e}",
+                hint="nothing was charged and nothing was released; try again",
+            ) from None
 
 
 class Budgets(Store):
@@ -143,8 +152,11 @@ class Budgets(Store):
 
     def _grants(self, con, user: str, since: float | None = None) -> tuple[tuple[Fraction, Fraction], ...]:
         """The user's grants (in a windowed budget: those of the current window, from `since`)."""
-        rows = self._exec(con, "SELECT epsilon, delta FROM grants WHERE user_name = ? AND at >= ? ORDER BY seq",
-                          (user, since if since is not None else float("-inf"))).fetchall()
+        rows = self._exec(
+            con,
+            "SELECT epsilon, delta FROM grants WHERE user_name = ? AND at >= ? ORDER BY seq",
+            (user, since if since is not None else float("-inf")),
+        ).fetchall()
         return _parsed_grants(tuple((e, d) for e, d in rows))
 
     def now(self, con=None) -> float:
@@ -162,17 +174,21 @@ class Budgets(Store):
         return window[0] * WINDOW_STRIDE + segment, f, window[2]
 
     def _totals(self, con, user: str, segment: int) -> Totals:
-        row = self._exec(con, "SELECT sums, queries FROM totals WHERE user_name = ? AND segment = ?",
-                         (user, segment)).fetchone()
+        row = self._exec(
+            con, "SELECT sums, queries FROM totals WHERE user_name = ? AND segment = ?", (user, segment)
+        ).fetchone()
         if row is None:
             return Totals()
         return Totals(_SUMS.parsed(row[0]), row[1])
 
     def _put_totals(self, con, user: str, segment: int, totals: Totals) -> None:
         sums = _SUMS.text(totals.sums)
-        self._exec(con, "INSERT INTO totals (user_name, segment, sums, queries) VALUES (?, ?, ?, ?) "
-                        "ON CONFLICT (user_name, segment) DO UPDATE SET sums = excluded.sums, queries = excluded.queries",
-                   (user, segment, sums, totals.queries))
+        self._exec(
+            con,
+            "INSERT INTO totals (user_name, segment, sums, queries) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (user_name, segment) DO UPDATE SET sums = excluded.sums, queries = excluded.queries",
+            (user, segment, sums, totals.queries),
+        )
 
     def state(self, user: str, budget: BudgetPolicy) -> tuple[Filter, Totals]:
         """The analyst's current filter and its totals (in a windowed budget: this window's)."""
@@ -189,15 +205,30 @@ class Budgets(Store):
     def spent(self, user: str, budget: BudgetPolicy) -> Totals:
         return self.state(user, budget)[1]
 
-    def charge(self, user: str, budget: BudgetPolicy, cost: Cost, sql: str, detail: dict[str, Any],
-               global_budget: BudgetPolicy | None = None) -> Charge:
+    def charge(
+        self,
+        user: str,
+        budget: BudgetPolicy,
+        cost: Cost,
+        sql: str,
+        detail: dict[str, Any],
+        global_budget: BudgetPolicy | None = None,
+    ) -> Charge:
         """Check every applicable filter and record the charge in one transaction; refuse
         (charging nothing) when a filter would HALT. Returns once the charge is durable."""
         return self.charging(user, budget, cost, sql, detail, global_budget).durable()
 
-    def charging(self, user: str, budget: BudgetPolicy, cost: Cost, sql: str, detail: dict[str, Any] | str,
-                 global_budget: BudgetPolicy | None = None, failed: Callable[[], None] | None = None,
-                 others: Sequence[tuple[str, BudgetPolicy]] = ()) -> PendingCharge:
+    def charging(
+        self,
+        user: str,
+        budget: BudgetPolicy,
+        cost: Cost,
+        sql: str,
+        detail: dict[str, Any] | str,
+        global_budget: BudgetPolicy | None = None,
+        failed: Callable[[], None] | None = None,
+        others: Sequence[tuple[str, BudgetPolicy]] = (),
+    ) -> PendingCharge:
         """`charge`, with its transaction on the ledger's writer thread: the caller learns at
         `admitted()` whether the filters admit it (a refusal raises there) and may run the query
         while the COMMIT reaches the disk; `durable()` must return before anything derived from
@@ -235,33 +266,52 @@ class Budgets(Store):
         receipts: dict[str, int] = {}
         for who, _ in payers:
             segment = next(seg for w, seg, _, _ in results if w == who)
-            cur = self._exec(con, "INSERT INTO charges (user_name, segment, at, sql, cost, detail) "
-                                  "VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
-                             (who, segment, at, job.sql, cost_text, job.detail))
+            cur = self._exec(
+                con,
+                "INSERT INTO charges (user_name, segment, at, sql, cost, detail) "
+                "VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+                (who, segment, at, job.sql, cost_text, job.detail),
+            )
             charge_id = cur.fetchone()[0]
-            chain = self._append(con, who, "charge",
-                                 charge_record(charge_id, who, segment, at, job.sql, cost_text, job.detail))
+            chain = self._append(
+                con, who, "charge", charge_record(charge_id, who, segment, at, job.sql, cost_text, job.detail)
+            )
             self._exec(con, "UPDATE charges SET chain = ? WHERE id = ?", (chain, charge_id))
             receipts.setdefault(who, charge_id)
         for who, segment, _, after in results:
             self._put_totals(con, who, segment, after)
         return Charge(receipts[user], results[0][3], results[0][2], cost)
 
-    def grant(self, user: str, epsilon: Fraction, delta: Fraction, budget: BudgetPolicy | None = None,
-              event: tuple[str, str, str] | None = None) -> None:
+    def grant(
+        self,
+        user: str,
+        epsilon: Fraction,
+        delta: Fraction,
+        budget: BudgetPolicy | None = None,
+        event: tuple[str, str, str] | None = None,
+    ) -> None:
         """More budget for `user` (in a windowed budget: for the current window only); `event`
         (kind, address, detail: who granted it and why) is written in the same transaction, so
         a grant never stands without its reason."""
         with self._write([user]) as con:
             window = window_of(budget, self.now(con)) if budget is not None else None
             if window and len(self._grants(con, user, window[1])) >= WINDOW_STRIDE - 1:
-                raise OperationalError(f"{user} has {WINDOW_STRIDE - 1} grants in this window already",
-                                       sqlstate="54000", hint="grant a larger amount at once")
+                raise OperationalError(
+                    f"{user} has {WINDOW_STRIDE - 1} grants in this window already",
+                    sqlstate="54000",
+                    hint="grant a larger amount at once",
+                )
             seq = len(self._grants(con, user)) + 1
             eps, dlt, at = fraction_text(epsilon), fraction_text(delta), time.time()
             chain = self._append(con, user, "grant", grant_record(user, seq, eps, dlt, at))
-            self._exec(con, "INSERT INTO grants (user_name, seq, epsilon, delta, at, chain) VALUES (?, ?, ?, ?, ?, ?)",
-                       (user, seq, eps, dlt, at, chain))
+            self._exec(
+                con,
+                "INSERT INTO grants (user_name, seq, epsilon, delta, at, chain) VALUES (?, ?, ?, ?, ?, ?)",
+                (user, seq, eps, dlt, at, chain),
+            )
             if event is not None:  # at the grant's own time: the audit log pairs them by it
-                self._exec(con, "INSERT INTO events (at, kind, user_name, address, detail) VALUES (?, ?, ?, ?, ?)",
-                           (at, event[0], user, event[1], event[2]))
+                self._exec(
+                    con,
+                    "INSERT INTO events (at, kind, user_name, address, detail) VALUES (?, ?, ?, ?, ?)",
+                    (at, event[0], user, event[1], event[2]),
+                )

@@ -33,8 +33,10 @@ class AnswerCache(Store):
     def cache_put(self, user: str, key: str, answer: Any) -> None:
         """Best effort and not fsync'd: an answer that cannot be cached (or whose entry a power
         failure loses) is still an answer, whose release is recorded."""
-        sql = ("INSERT INTO cache (user_name, key, answer, at) VALUES (?, ?, ?, ?) "
-               "ON CONFLICT (user_name, key) DO UPDATE SET answer = excluded.answer, at = excluded.at")
+        sql = (
+            "INSERT INTO cache (user_name, key, answer, at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (user_name, key) DO UPDATE SET answer = excluded.answer, at = excluded.at"
+        )
         params = (user, key, json.dumps(answer, default=str), time.time())
         with contextlib.suppress(*self._errors):
             self._write_lazily(sql, params)

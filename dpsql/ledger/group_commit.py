@@ -42,7 +42,9 @@ class _Job:
     work: Callable[[Any], Any]
     durable: bool
     failed: Callable[[], None] | None = None
-    tell: Callable[["_Job", str], None] | None = None  # told "ran", then "done", by commit_batch (a supervisor's replies)
+    tell: Callable[["_Job", str], None] | None = (
+        None  # told "ran", then "done", by commit_batch (a supervisor's replies)
+    )
     ran: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
     result: Any = None
@@ -91,8 +93,7 @@ class GroupCommit:
     `first` names the lock taken before all others (the global budget), the rest are taken in
     sorted order so that no two writers can deadlock."""
 
-    def __init__(self, begin: Callable[[list[str], bool], ContextManager[Any]], first: str,
-                 finish: Callable[[], None]):
+    def __init__(self, begin: Callable[[list[str], bool], ContextManager[Any]], first: str, finish: Callable[[], None]):
         """`finish` runs on the writer thread when it stops (closing its connection)."""
         self._begin, self._first, self._finish = begin, first, finish
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
@@ -104,8 +105,14 @@ class GroupCommit:
         `durable`, once that commit is on disk)."""
         return self.start(users, work, durable=durable).committed()
 
-    def start(self, users: list[str], work: Callable[[Any], Any], *, durable: bool = True,
-              failed: Callable[[], None] | None = None) -> Pending:
+    def start(
+        self,
+        users: list[str],
+        work: Callable[[Any], Any],
+        *,
+        durable: bool = True,
+        failed: Callable[[], None] | None = None,
+    ) -> Pending:
         """Queue `work(con)` for the next batch and return at once; `failed()` runs on the writer
         thread if the work fails or its batch does not commit, before `ran`/`committed` tell."""
         job = _Job(users, work, durable, failed)
@@ -152,8 +159,12 @@ class GroupCommit:
         commit_batch(self._begin, self._first, batch)
 
 
-def commit_batch(begin: Callable[[list[str], bool], ContextManager[Any]], first: str, batch: list[_Job],
-                 ran: Callable[[], object] | None = None) -> None:
+def commit_batch(
+    begin: Callable[[list[str], bool], ContextManager[Any]],
+    first: str,
+    batch: list[_Job],
+    ran: Callable[[], object] | None = None,
+) -> None:
     """Apply `batch` in one transaction, each job under its own savepoint, and commit it; every
     job is told (events, `failed`, `tell`) before this returns. The writer thread's work, and a
     supervisor's, which commits its workers' jobs on the thread that reads them (`ran()`: once

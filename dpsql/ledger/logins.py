@@ -13,9 +13,12 @@ class Logins(Store):
 
     def set_user(self, user: str, verifier: str, role: str) -> None:
         with self._write([]) as con:
-            self._exec(con, "INSERT INTO users (user_name, verifier, role, created) VALUES (?, ?, ?, ?) "
-                            "ON CONFLICT (user_name) DO UPDATE SET verifier = excluded.verifier, role = excluded.role",
-                       (user, verifier, role, time.time()))
+            self._exec(
+                con,
+                "INSERT INTO users (user_name, verifier, role, created) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (user_name) DO UPDATE SET verifier = excluded.verifier, role = excluded.role",
+                (user, verifier, role, time.time()),
+            )
 
     def remove_user(self, user: str) -> bool:
         with self._write([]) as con:
@@ -29,4 +32,7 @@ class Logins(Store):
 
     def list_users(self) -> list[tuple[str, str, float]]:
         con = self._con()
-        return [tuple(r) for r in self._exec(con, "SELECT user_name, role, created FROM users ORDER BY user_name").fetchall()]
+        return [
+            tuple(r)
+            for r in self._exec(con, "SELECT user_name, role, created FROM users ORDER BY user_name").fetchall()
+        ]

@@ -31,7 +31,9 @@ class PostgresLedger(Ledger):
         try:
             import psycopg
         except ImportError:
-            raise OperationalError("a PostgreSQL ledger needs psycopg 3", hint='pip install "dpsql[postgres]"') from None
+            raise OperationalError(
+                "a PostgreSQL ledger needs psycopg 3", hint='pip install "dpsql[postgres]"'
+            ) from None
         self._psycopg = psycopg
         self.url = url
         self.path = Path(url)
@@ -43,8 +45,9 @@ class PostgresLedger(Ledger):
             ident = self._read_identity()
             self._open(ident, create)
         except psycopg.Error as e:
-            raise OperationalError(f"cannot open the PostgreSQL ledger: {e}",
-                                   hint="check [ledger] url; nothing was charged or released") from None
+            raise OperationalError(
+                f"cannot open the PostgreSQL ledger: {e}", hint="check [ledger] url; nothing was charged or released"
+            ) from None
 
     def _read_identity(self) -> Identity | None:
         return UNCHECKED if self.identity_path is None else super()._read_identity()
@@ -66,8 +69,12 @@ class PostgresLedger(Ledger):
         con.execute("SELECT pg_advisory_xact_lock(0)")  # one schema creator at a time
 
     def _tables(self, con) -> set[str]:
-        return {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables "
-                                          "WHERE table_schema = current_schema()").fetchall()}
+        return {
+            r[0]
+            for r in con.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+            ).fetchall()
+        }
 
     def _backup_before_migrating(self, con, version: int) -> None:
         for table in ("totals", "grants", "charges", "users"):
@@ -90,8 +97,9 @@ class PostgresLedger(Ledger):
                     names = [d[0] for d in cur.description]
                     rows = cur.fetchall()
                     if rows:
-                        dest.executemany(f"INSERT INTO {table} ({', '.join(names)}) VALUES "
-                                         f"({', '.join('?' for _ in names)})", rows)
+                        dest.executemany(
+                            f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)})", rows
+                        )
             dest.commit()
         finally:
             dest.close()
@@ -124,4 +132,3 @@ class PostgresLedger(Ledger):
 
 def _lock_key(user: str) -> int:
     return zlib.crc32(user.encode()) + 1
-

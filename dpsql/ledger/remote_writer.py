@@ -132,8 +132,12 @@ class RemoteWriter:
         except OSError:
             pass
         finally:
-            self._fail_all(OperationalError("the server's ledger writer stopped",
-                                            hint="nothing was charged; the server is restarting or shutting down"))
+            self._fail_all(
+                OperationalError(
+                    "the server's ledger writer stopped",
+                    hint="nothing was charged; the server is restarting or shutting down",
+                )
+            )
 
     def _fail_all(self, error: OperationalError) -> None:
         with self._lock:
@@ -257,16 +261,23 @@ class _Link:
             if len(self._buffer) < _LENGTH.size + n:
                 break
             try:
-                ident, job = pickle.loads(bytes(self._buffer[_LENGTH.size:_LENGTH.size + n]))
+                ident, job = pickle.loads(bytes(self._buffer[_LENGTH.size : _LENGTH.size + n]))
             except Exception as e:  # noqa: BLE001 - not a worker of this supervisor: drop the link
                 log.warning("a worker's ledger link sent what is not a job: %s", e)
                 return False
-            del self._buffer[:_LENGTH.size + n]
+            del self._buffer[: _LENGTH.size + n]
             if not isinstance(job, (ChargeJob, StatementJob)):
                 log.warning("a worker's ledger link sent %s, not a job", type(job).__name__)
                 return False
-            batch.append(_Job(list(job.users), functools.partial(self.ledger._apply, job=job), job.durable, None,
-                              functools.partial(self.tell, ident=ident)))
+            batch.append(
+                _Job(
+                    list(job.users),
+                    functools.partial(self.ledger._apply, job=job),
+                    job.durable,
+                    None,
+                    functools.partial(self.tell, ident=ident),
+                )
+            )
         return True
 
     def tell(self, job: _Job, phase: str, ident: int) -> None:

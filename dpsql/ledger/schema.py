@@ -47,9 +47,13 @@ _SCHEMA = [
 
 # Ordered migrations: MIGRATIONS[v] brings a version-v ledger to v + 1 (after a backup).
 # Version 1 (shipped before the meta table): no identity, no chain.
-_V1_TO_V2 = ["ALTER TABLE charges ADD COLUMN chain TEXT", "ALTER TABLE grants ADD COLUMN chain TEXT",
-             "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-             _SCHEMA[-2], _SCHEMA[-1]]
+_V1_TO_V2 = [
+    "ALTER TABLE charges ADD COLUMN chain TEXT",
+    "ALTER TABLE grants ADD COLUMN chain TEXT",
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    _SCHEMA[-2],
+    _SCHEMA[-1],
+]
 
 
 # A PostgreSQL ledger opened without an identity file (tools, benchmarks): no identity check,
@@ -70,7 +74,9 @@ class Schema(Store):
         try:
             return read_identity(self.identity_path)
         except ValueError as e:
-            raise LedgerError(str(e), hint="restore the identity file from a backup of the ledger's directory") from None
+            raise LedgerError(
+                str(e), hint="restore the identity file from a backup of the ledger's directory"
+            ) from None
 
     def _open(self, ident: Identity | None, create: bool) -> None:
         """Check the ledger's identity and schema version; create it (first start) or migrate it
@@ -81,10 +87,11 @@ class Schema(Store):
             version = self._version(con)
             if version == 0:
                 if ident is not None and ident is not UNCHECKED:
-                    raise LedgerError(f"the ledger {self.where} has no tables, but {self.identity_path} says ledger "
-                                      f"{ident.ledger_id} was created there on {_date(ident.created)}",
-                                      hint="restore the ledger from a backup; starting afresh would forget every "
-                                           "budget spent")
+                    raise LedgerError(
+                        f"the ledger {self.where} has no tables, but {self.identity_path} says ledger "
+                        f"{ident.ledger_id} was created there on {_date(ident.created)}",
+                        hint="restore the ledger from a backup; starting afresh would forget every budget spent",
+                    )
                 if not create:
                     raise LedgerError(f"there is no ledger at {self.where}", hint="create one with dpsql ledger init")
                 ident = ident or Identity.new()
@@ -104,18 +111,24 @@ class Schema(Store):
                 if adopted:
                     write_identity(self.identity_path, ident)
             elif version > SCHEMA_VERSION:
-                raise LedgerError(f"the ledger {self.where} has schema version {version}; this dpsql knows up to "
-                                  f"{SCHEMA_VERSION}", hint="upgrade dpsql")
+                raise LedgerError(
+                    f"the ledger {self.where} has schema version {version}; this dpsql knows up to {SCHEMA_VERSION}",
+                    hint="upgrade dpsql",
+                )
             elif ident is not UNCHECKED:
                 stored = dict(self._exec(con, "SELECT key, value FROM meta").fetchall())
                 if ident is None:
-                    raise LedgerError(f"the ledger {self.where} (id {stored.get('ledger_id')}) has no identity file "
-                                      f"{self.identity_path}", hint="restore the identity file from a backup of the "
-                                                                    "ledger's directory")
+                    raise LedgerError(
+                        f"the ledger {self.where} (id {stored.get('ledger_id')}) has no identity file "
+                        f"{self.identity_path}",
+                        hint="restore the identity file from a backup of the ledger's directory",
+                    )
                 if stored.get("ledger_id") != ident.ledger_id:
-                    raise LedgerError(f"the ledger {self.where} is ledger {stored.get('ledger_id')}, not "
-                                      f"{ident.ledger_id} which {self.identity_path} names",
-                                      hint="point [ledger] at the ledger this policy has used, or restore it from a backup")
+                    raise LedgerError(
+                        f"the ledger {self.where} is ledger {stored.get('ledger_id')}, not "
+                        f"{ident.ledger_id} which {self.identity_path} names",
+                        hint="point [ledger] at the ledger this policy has used, or restore it from a backup",
+                    )
         self.identity = ident
 
     def _version(self, con) -> int:
@@ -126,22 +139,30 @@ class Schema(Store):
         return 1 if "charges" in tables else 0
 
     def _put_meta(self, con, ident: Identity) -> None:
-        for key, value in (("schema_version", str(SCHEMA_VERSION)), ("ledger_id", ident.ledger_id),
-                           ("created", repr(ident.created))):
-            self._exec(con, "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                       (key, value))
+        for key, value in (
+            ("schema_version", str(SCHEMA_VERSION)),
+            ("ledger_id", ident.ledger_id),
+            ("created", repr(ident.created)),
+        ):
+            self._exec(
+                con,
+                "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
 
     def _chain_existing(self, con, key: bytes) -> None:
         """Tag the records of a ledger migrated from before the chain, in their order."""
         heads: dict[tuple[str, str], tuple[int, str]] = {}
         for cid, user, segment, at, sql, cost, detail in self._exec(
-                con, "SELECT id, user_name, segment, at, sql, cost, detail FROM charges ORDER BY id").fetchall():
+            con, "SELECT id, user_name, segment, at, sql, cost, detail FROM charges ORDER BY id"
+        ).fetchall():
             count, last = heads.get((user, "charge"), (0, ""))
             t = tag(key, last, charge_record(cid, user, segment, at, sql, cost, detail))
             self._exec(con, "UPDATE charges SET chain = ? WHERE id = ?", (t, cid))
             heads[(user, "charge")] = (count + 1, t)
         for user, seq, eps, dlt, at in self._exec(
-                con, "SELECT user_name, seq, epsilon, delta, at FROM grants ORDER BY user_name, seq").fetchall():
+            con, "SELECT user_name, seq, epsilon, delta, at FROM grants ORDER BY user_name, seq"
+        ).fetchall():
             count, last = heads.get((user, "grant"), (0, ""))
             t = tag(key, last, grant_record(user, seq, eps, dlt, at))
             self._exec(con, "UPDATE grants SET chain = ? WHERE user_name = ? AND seq = ?", (t, user, seq))
@@ -150,9 +171,13 @@ class Schema(Store):
             self._put_head(con, user, kind, count, last, key)
 
     def _put_head(self, con, user: str, kind: str, count: int, last: str, key: bytes) -> None:
-        self._exec(con, "INSERT INTO heads (user_name, kind, count, last, tag) VALUES (?, ?, ?, ?, ?) "
-                        "ON CONFLICT (user_name, kind) DO UPDATE SET count = excluded.count, last = excluded.last, "
-                        "tag = excluded.tag", (user, kind, count, last, head_tag(key, user, kind, count, last)))
+        self._exec(
+            con,
+            "INSERT INTO heads (user_name, kind, count, last, tag) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT (user_name, kind) DO UPDATE SET count = excluded.count, last = excluded.last, "
+            "tag = excluded.tag",
+            (user, kind, count, last, head_tag(key, user, kind, count, last)),
+        )
 
     def _append(self, con, user: str, kind: str, record: list[Any]) -> str:
         """The new record's chained tag, with the analyst's head moved on."""
@@ -165,4 +190,3 @@ class Schema(Store):
 
 def _date(at: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(at))
-

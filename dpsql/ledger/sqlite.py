@@ -57,28 +57,36 @@ class Ledger(Schema, Writes, Budgets, AuditLog, AnswerCache, Logins, Verificatio
         ident = self._read_identity()
         if ident is not None and not (self.path.exists() and self.path.stat().st_size > 0):
             state = "missing" if not self.path.exists() else "empty"
-            raise LedgerError(f"the ledger {self.path} is {state}, but {self.identity_path} says ledger "
-                              f"{ident.ledger_id} was created there on {_date(ident.created)}",
-                              hint="restore the ledger from a backup (dpsql ledger backup); starting afresh would "
-                                   "forget every budget spent. To do that deliberately, remove the identity file and "
-                                   "run dpsql ledger init")
+            raise LedgerError(
+                f"the ledger {self.path} is {state}, but {self.identity_path} says ledger "
+                f"{ident.ledger_id} was created there on {_date(ident.created)}",
+                hint="restore the ledger from a backup (dpsql ledger backup); starting afresh would "
+                "forget every budget spent. To do that deliberately, remove the identity file and "
+                "run dpsql ledger init",
+            )
         try:
             owner_only.make_dirs(self.path.parent)
             owner_only.touch(self.path)  # owner-only from the start, and so are its -wal, -shm and -journal
             self._open(ident, create)
         except sqlite3.OperationalError as e:  # busy, unwritable: not a damaged file
             self.close()
-            raise OperationalError(f"cannot open the ledger at {self.path}: {e}",
-                                   hint="check that the directory is writable and that no other program holds the "
-                                        "ledger locked; nothing was charged") from None
+            raise OperationalError(
+                f"cannot open the ledger at {self.path}: {e}",
+                hint="check that the directory is writable and that no other program holds the "
+                "ledger locked; nothing was charged",
+            ) from None
         except sqlite3.DatabaseError as e:
             self.close()
-            raise LedgerError(f"the ledger {self.path} is damaged or not a dpsql ledger: {e}",
-                              hint="restore it from a backup (dpsql ledger backup); nothing was charged") from None
+            raise LedgerError(
+                f"the ledger {self.path} is damaged or not a dpsql ledger: {e}",
+                hint="restore it from a backup (dpsql ledger backup); nothing was charged",
+            ) from None
         except (sqlite3.Error, OSError) as e:
             self.close()
-            raise OperationalError(f"cannot open the ledger at {self.path}: {e}",
-                                   hint="check that the directory is writable, or set [ledger] path in the policy") from None
+            raise OperationalError(
+                f"cannot open the ledger at {self.path}: {e}",
+                hint="check that the directory is writable, or set [ledger] path in the policy",
+            ) from None
 
     @property
     def where(self) -> str:

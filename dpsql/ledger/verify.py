@@ -22,26 +22,32 @@ class Verification(Store):
         key, con, problems = self.identity.key, self._con(), []
         walked: dict[tuple[str, str], tuple[int, str]] = {}
         for cid, user, segment, at, sql, cost, detail, chain in self._exec(
-                con, "SELECT id, user_name, segment, at, sql, cost, detail, chain FROM charges ORDER BY id").fetchall():
+            con, "SELECT id, user_name, segment, at, sql, cost, detail, chain FROM charges ORDER BY id"
+        ).fetchall():
             count, last = walked.get((user, "charge"), (0, ""))
             expected = tag(key, last, charge_record(cid, user, segment, at, sql, cost, detail))
             if chain != expected:
                 problems.append(f"charge {cid} of {user}: edited, or a charge before it was removed")
             walked[(user, "charge")] = (count + 1, chain or expected)
         for user, seq, eps, dlt, at, chain in self._exec(
-                con, "SELECT user_name, seq, epsilon, delta, at, chain FROM grants ORDER BY user_name, seq").fetchall():
+            con, "SELECT user_name, seq, epsilon, delta, at, chain FROM grants ORDER BY user_name, seq"
+        ).fetchall():
             count, last = walked.get((user, "grant"), (0, ""))
             if chain != tag(key, last, grant_record(user, seq, eps, dlt, at)):
                 problems.append(f"grant {seq} of {user}: edited, or a grant before it was removed")
             walked[(user, "grant")] = (count + 1, chain or "")
-        heads = {(u, k): (c, last, t) for u, k, c, last, t in
-                 self._exec(con, "SELECT user_name, kind, count, last, tag FROM heads").fetchall()}
+        heads = {
+            (u, k): (c, last, t)
+            for u, k, c, last, t in self._exec(con, "SELECT user_name, kind, count, last, tag FROM heads").fetchall()
+        }
         for (user, kind), (count, last, t) in heads.items():
             if t != head_tag(key, user, kind, count, last):
                 problems.append(f"the {kind} head of {user} was edited")
             elif walked.get((user, kind)) != (count, last):
-                problems.append(f"{kind}s of {user}: {walked.get((user, kind), (0, ''))[0]} found, {count} recorded "
-                                "(records removed or added)")
+                problems.append(
+                    f"{kind}s of {user}: {walked.get((user, kind), (0, ''))[0]} found, {count} recorded "
+                    "(records removed or added)"
+                )
         for user, kind in set(walked) - set(heads):
             problems.append(f"{kind}s of {user} without a head (records added, or the head removed)")
         spent: dict[tuple[str, int], list] = {}
@@ -55,7 +61,9 @@ class Verification(Store):
         for (user, _), (n, eps, dlt) in spent.items():
             acc = lifetime.setdefault(user, [0, Fraction(0), Fraction(0)])
             acc[0], acc[1], acc[2] = acc[0] + n, acc[1] + eps, acc[2] + dlt
-        for user, segment, sums, queries in self._exec(con, "SELECT user_name, segment, sums, queries FROM totals").fetchall():
+        for user, segment, sums, queries in self._exec(
+            con, "SELECT user_name, segment, sums, queries FROM totals"
+        ).fetchall():
             if user == GLOBAL:
                 continue
             totals = {k: parse_fraction(v) for k, v in json.loads(sums).items()}

@@ -91,8 +91,9 @@ class Writes(Store):
         remote = self._remote
         if remote is not None and self._remote_pid == os.getpid():
             return remote.start(job, failed)
-        return self._start_writer().start(list(job.users), lambda con: self._apply(con, job), durable=job.durable,
-                                  failed=failed)
+        return self._start_writer().start(
+            list(job.users), lambda con: self._apply(con, job), durable=job.durable, failed=failed
+        )
 
     def use_writer(self, remote: Any) -> None:
         """From now on the hot writes (charges, release records, cached answers) go to `remote`,

@@ -35,8 +35,20 @@ statements = logging.getLogger("dpsql.statements")  # every statement and its ou
 
 
 # Statements the connection answers itself (transactions, cursors, COPY), never batched nor described.
-_WIRE_KINDS = {Kind.BEGIN, Kind.COMMIT, Kind.ROLLBACK, Kind.SAVEPOINT, Kind.DECLARE, Kind.FETCH, Kind.MOVE, Kind.CLOSE,
-               Kind.COPY, Kind.DISCARD, Kind.DEALLOCATE, Kind.NOTIFICATIONS}
+_WIRE_KINDS = {
+    Kind.BEGIN,
+    Kind.COMMIT,
+    Kind.ROLLBACK,
+    Kind.SAVEPOINT,
+    Kind.DECLARE,
+    Kind.FETCH,
+    Kind.MOVE,
+    Kind.CLOSE,
+    Kind.COPY,
+    Kind.DISCARD,
+    Kind.DEALLOCATE,
+    Kind.NOTIFICATIONS,
+}
 
 
 _CANCEL_BACKEND = re.compile(r"SELECT\s+(?:pg_catalog\.)?pg_cancel_backend\s*\(\s*(\d{1,10})\s*\)\s*;?", re.I)
@@ -96,8 +108,15 @@ class Connection(Transport, Login, Messages):
             if not ok:
                 return
             await self.loop()
-        except (asyncio.IncompleteReadError, ConnectionError, codec.ProtocolError, asyncio.TimeoutError,
-                ssl.SSLError, UnicodeDecodeError, OSError):
+        except (
+            asyncio.IncompleteReadError,
+            ConnectionError,
+            codec.ProtocolError,
+            asyncio.TimeoutError,
+            ssl.SSLError,
+            UnicodeDecodeError,
+            OSError,
+        ):
             pass
         except Exception:  # noqa: BLE001 - one broken connection never takes the server down
             log.exception("connection %s failed", self.pid)
@@ -115,18 +134,25 @@ class Connection(Transport, Login, Messages):
         notices = []
         if result.dp and result.dp.get("explain") and not result.dp.get("admitted", True):
             cost, now = result.dp["cost"], result.dp["remaining_now"]
-            notices.append(f"dpsql: EXPLAIN only, nothing was charged; running the query would be refused: it costs "
-                           f"epsilon={cost['epsilon']:g} delta={cost['delta']:g} and epsilon={now['epsilon']:g} "
-                           f"delta={now['delta']:g} is left")
+            notices.append(
+                f"dpsql: EXPLAIN only, nothing was charged; running the query would be refused: it costs "
+                f"epsilon={cost['epsilon']:g} delta={cost['delta']:g} and epsilon={now['epsilon']:g} "
+                f"delta={now['delta']:g} is left"
+            )
         elif result.dp and result.dp.get("explain"):
             cost, left = result.dp["cost"], result.dp["remaining"]
-            notices.append(f"dpsql: EXPLAIN only, nothing was charged; running the query would cost "
-                           f"epsilon={cost['epsilon']:g} delta={cost['delta']:g} and leave epsilon={left['epsilon']:g} "
-                           f"delta={left['delta']:g}; the budget admits {result.dp['admits_more']} more like it")
+            notices.append(
+                f"dpsql: EXPLAIN only, nothing was charged; running the query would cost "
+                f"epsilon={cost['epsilon']:g} delta={cost['delta']:g} and leave epsilon={left['epsilon']:g} "
+                f"delta={left['delta']:g}; the budget admits {result.dp['admits_more']} more like it"
+            )
         elif result.dp and "remaining" in result.dp and result.dp.get("cost") is not None:
             cost, left = result.dp["cost"], result.dp["remaining"]
-            origin = "answered from the cache, free" if result.dp.get("cached") else \
-                f"cost epsilon={cost['epsilon']:g} delta={cost['delta']:g}"
+            origin = (
+                "answered from the cache, free"
+                if result.dp.get("cached")
+                else f"cost epsilon={cost['epsilon']:g} delta={cost['delta']:g}"
+            )
             if result.dp.get("batch"):
                 origin = f"one charge for this batch of {result.dp['batch']} queries, {origin}"
             notices.append(f"dpsql: {origin}; remaining epsilon={left['epsilon']:g} delta={left['delta']:g}")
@@ -162,11 +188,19 @@ class Connection(Transport, Login, Messages):
         if getattr(e, "reference", None):
             return e  # already reported (a statement run inside DECLARE or COPY)
         reference = secrets.token_hex(4)
-        log.error("internal error, reference %s, for %s [%s] on the statement: %s", reference, self.user, self.pid,
-                  _one_line(sql), exc_info=e.__cause__ if isinstance(e, InternalError) else e)
-        error = InternalError(f"internal error in dpsql (reference {reference}); the statement was not answered",
-                              hint="the connection is still usable; please report the reference to the operator, "
-                                   "whose server log holds the details")
+        log.error(
+            "internal error, reference %s, for %s [%s] on the statement: %s",
+            reference,
+            self.user,
+            self.pid,
+            _one_line(sql),
+            exc_info=e.__cause__ if isinstance(e, InternalError) else e,
+        )
+        error = InternalError(
+            f"internal error in dpsql (reference {reference}); the statement was not answered",
+            hint="the connection is still usable; please report the reference to the operator, "
+            "whose server log holds the details",
+        )
         error.reference = reference
         return error
 
@@ -185,8 +219,9 @@ class Connection(Transport, Login, Messages):
         if routed.kind == Kind.EMPTY:
             return Answer(None, [], "", empty=True)
         if self.status == "E" and routed.kind not in (Kind.ROLLBACK, Kind.COMMIT):
-            raise Error("current transaction is aborted, commands ignored until end of transaction block",
-                        sqlstate="25P02")
+            raise Error(
+                "current transaction is aborted, commands ignored until end of transaction block", sqlstate="25P02"
+            )
         answer = _WIRE_ANSWERS.get(routed.kind)
         if answer is not None:
             return answer(self, routed, params)
@@ -258,8 +293,9 @@ class Connection(Transport, Login, Messages):
 
     def _signal(self, routed: Routed, params: list[Any] | None) -> Answer:
         # pgAdmin's Query Tool cancels through another connection of the same analyst
-        return Answer([codec.Field("pg_cancel_backend", codec.BOOL)],
-                      [(self._cancel_backend(int(routed.detail[1])),)], "SELECT 1")
+        return Answer(
+            [codec.Field("pg_cancel_backend", codec.BOOL)], [(self._cancel_backend(int(routed.detail[1])),)], "SELECT 1"
+        )
 
     def _catalog(self, routed: Routed, params: list[Any] | None) -> Answer:
         names, oids, rows = self.server.catalog.answer(routed.text, params or [], self.session, self.user, self.pid)
@@ -277,6 +313,7 @@ class Connection(Transport, Login, Messages):
         if what in ("ALL", "TEMP"):
             self.session.discard(settings=what == "ALL", views=True)
         return what
+
     def _cancel_backend(self, pid: int) -> bool:
         """pg_cancel_backend(pid): the query under way on another connection of this analyst's,
         served by this process, is cancelled; another analyst's connection is theirs alone."""
@@ -284,8 +321,11 @@ class Connection(Transport, Login, Messages):
         if conn is None:
             return False
         if conn.user != self.user:
-            raise Error("permission denied to cancel query", sqlstate="42501",
-                        hint="only the analyst who runs a query can cancel it")
+            raise Error(
+                "permission denied to cancel query",
+                sqlstate="42501",
+                hint="only the analyst who runs a query can cancel it",
+            )
         if conn is not self:  # this statement is the one under way here: nothing else to cancel
             conn.cancel()
         return True
@@ -297,7 +337,9 @@ class Connection(Transport, Login, Messages):
         query that ran was charged: its answer must reach the analyst)."""
         statements = split_statements(text, self.server.policy.limits)
         routes = [self.session.route_one(s, WIRE_ROUTES) for s in statements]
-        if len(routes) > 1 and not any(r.kind in _WIRE_KINDS or r.kind in (Kind.ADVISORY, Kind.CATALOG) for r in routes):
+        if len(routes) > 1 and not any(
+            r.kind in _WIRE_KINDS or r.kind in (Kind.ADVISORY, Kind.CATALOG) for r in routes
+        ):
             refused = next((r.error for r in routes if r.error is not None), None)
             if refused is not None:  # a script with a statement dpsql refuses runs none of them
                 raise refused
@@ -362,23 +404,35 @@ class Connection(Transport, Login, Messages):
     # Simple query --------------------------------------------------------------------------
     # Extended query ------------------------------------------------------------------------
 
+
 def _cancel_pid(text: str) -> re.Match | None:
     return _CANCEL_BACKEND.fullmatch(without_leading_comments(text).strip())
 
 
 # The wire's own routes among SELECT-shaped statements, tried before the session's, in order.
-WIRE_ROUTES = (Entry(Kind.ADVISORY, resets.advisory), Entry(Kind.CANCEL_BACKEND, _cancel_pid),
-               Entry(Kind.CATALOG, is_catalog_query))
+WIRE_ROUTES = (
+    Entry(Kind.ADVISORY, resets.advisory),
+    Entry(Kind.CANCEL_BACKEND, _cancel_pid),
+    Entry(Kind.CATALOG, is_catalog_query),
+)
 
 # What the connection answers itself, by route; every other route is the session's.
 _WIRE_ANSWERS: dict[Kind, Callable[[Connection, Routed, list[Any] | None], Answer]] = {
-    Kind.BEGIN: Connection._begin, Kind.COMMIT: Connection._commit, Kind.ROLLBACK: Connection._rollback,
-    Kind.SET_LOCAL: Connection._set_local, Kind.SAVEPOINT: Connection._savepoint,
+    Kind.BEGIN: Connection._begin,
+    Kind.COMMIT: Connection._commit,
+    Kind.ROLLBACK: Connection._rollback,
+    Kind.SET_LOCAL: Connection._set_local,
+    Kind.SAVEPOINT: Connection._savepoint,
     Kind.DISCARD: lambda c, r, p: Answer(None, [], f"DISCARD {c._discard(resets.discard(r.text))}"),
     Kind.DEALLOCATE: Connection._deallocate,
     Kind.NOTIFICATIONS: lambda c, r, p: Answer(None, [], resets.notifications(r.text)),
-    Kind.ADVISORY: Connection._advisory, Kind.DECLARE: Connection._declare, Kind.FETCH: Connection._fetch, Kind.MOVE: Connection._fetch,
-    Kind.CLOSE: Connection._close, Kind.COPY: Connection._copy, Kind.CANCEL_BACKEND: Connection._signal,
+    Kind.ADVISORY: Connection._advisory,
+    Kind.DECLARE: Connection._declare,
+    Kind.FETCH: Connection._fetch,
+    Kind.MOVE: Connection._fetch,
+    Kind.CLOSE: Connection._close,
+    Kind.COPY: Connection._copy,
+    Kind.CANCEL_BACKEND: Connection._signal,
     Kind.CATALOG: Connection._catalog,
 }
 
@@ -392,5 +446,3 @@ def _outcome(error: Error) -> str:
     """A failed statement's outcome in the statement log: its SQLSTATE, and an internal error's reference."""
     reference = getattr(error, "reference", None)
     return f"{error.sqlstate} (reference {reference})" if reference else error.sqlstate
-
-

@@ -23,32 +23,116 @@ DATE, TIME, TIMESTAMP, TIMESTAMPTZ, INTERVAL, NUMERIC = 1082, 1083, 1114, 1184, 
 UUID, JSON, JSONB, REGCLASS, REGPROC, REGTYPE, REGNAMESPACE = 2950, 114, 3802, 2205, 24, 2206, 4089
 INT2VECTOR, OIDVECTOR = 22, 30
 VOID = 2278  # what a function returning nothing returns: an empty value, not NULL
-TEXT_ARRAY, INT2_ARRAY, INT4_ARRAY, INT8_ARRAY, OID_ARRAY, NAME_ARRAY, CHAR_ARRAY, BOOL_ARRAY = 1009, 1005, 1007, 1016, 1028, 1003, 1002, 1000
+TEXT_ARRAY, INT2_ARRAY, INT4_ARRAY, INT8_ARRAY, OID_ARRAY, NAME_ARRAY, CHAR_ARRAY, BOOL_ARRAY = (
+    1009,
+    1005,
+    1007,
+    1016,
+    1028,
+    1003,
+    1002,
+    1000,
+)
 FLOAT8_ARRAY, ACLITEM_ARRAY = 1022, 1034
 
-TYPE_LENGTH = {BOOL: 1, CHAR: 1, NAME: 64, INT8: 8, INT2: 2, INT4: 4, OID: 4, FLOAT4: 4, FLOAT8: 8, DATE: 4, TIME: 8,
-               TIMESTAMP: 8, TIMESTAMPTZ: 8, INTERVAL: 16, UUID: 16, REGCLASS: 4, REGPROC: 4, REGTYPE: 4,
-               REGNAMESPACE: 4}
+TYPE_LENGTH = {
+    BOOL: 1,
+    CHAR: 1,
+    NAME: 64,
+    INT8: 8,
+    INT2: 2,
+    INT4: 4,
+    OID: 4,
+    FLOAT4: 4,
+    FLOAT8: 8,
+    DATE: 4,
+    TIME: 8,
+    TIMESTAMP: 8,
+    TIMESTAMPTZ: 8,
+    INTERVAL: 16,
+    UUID: 16,
+    REGCLASS: 4,
+    REGPROC: 4,
+    REGTYPE: 4,
+    REGNAMESPACE: 4,
+}
 
 _DUCKDB_TO_OID = {
-    "BOOLEAN": BOOL, "TINYINT": INT2, "SMALLINT": INT2, "INTEGER": INT4, "BIGINT": INT8, "HUGEINT": NUMERIC,
-    "UTINYINT": INT2, "USMALLINT": INT4, "UINTEGER": INT8, "UBIGINT": NUMERIC, "UHUGEINT": NUMERIC,
-    "FLOAT": FLOAT4, "REAL": FLOAT4, "DOUBLE": FLOAT8, "DECIMAL": NUMERIC, "VARCHAR": TEXT, "BLOB": BYTEA,
-    "DATE": DATE, "TIME": TIME, "TIMESTAMP": TIMESTAMP, "TIMESTAMP WITH TIME ZONE": TIMESTAMPTZ,
-    "INTERVAL": INTERVAL, "UUID": UUID, "JSON": JSON, "NULL": TEXT,
+    "BOOLEAN": BOOL,
+    "TINYINT": INT2,
+    "SMALLINT": INT2,
+    "INTEGER": INT4,
+    "BIGINT": INT8,
+    "HUGEINT": NUMERIC,
+    "UTINYINT": INT2,
+    "USMALLINT": INT4,
+    "UINTEGER": INT8,
+    "UBIGINT": NUMERIC,
+    "UHUGEINT": NUMERIC,
+    "FLOAT": FLOAT4,
+    "REAL": FLOAT4,
+    "DOUBLE": FLOAT8,
+    "DECIMAL": NUMERIC,
+    "VARCHAR": TEXT,
+    "BLOB": BYTEA,
+    "DATE": DATE,
+    "TIME": TIME,
+    "TIMESTAMP": TIMESTAMP,
+    "TIMESTAMP WITH TIME ZONE": TIMESTAMPTZ,
+    "INTERVAL": INTERVAL,
+    "UUID": UUID,
+    "JSON": JSON,
+    "NULL": TEXT,
     # type aliases the catalog uses to keep PostgreSQL's own column types
-    "PG_NAME": NAME, "PG_OID": OID, "PG_CHAR": CHAR, "PG_REGCLASS": REGCLASS, "PG_REGPROC": REGPROC,
-    "PG_REGTYPE": REGTYPE, "PG_INT2VECTOR": INT2VECTOR, "PG_OIDVECTOR": OIDVECTOR, "PG_BPCHAR": BPCHAR,
-    "PG_VARCHAR": VARCHAR, "PG_ACLITEM_ARRAY": ACLITEM_ARRAY, "PG_REGNAMESPACE": REGNAMESPACE,
+    "PG_NAME": NAME,
+    "PG_OID": OID,
+    "PG_CHAR": CHAR,
+    "PG_REGCLASS": REGCLASS,
+    "PG_REGPROC": REGPROC,
+    "PG_REGTYPE": REGTYPE,
+    "PG_INT2VECTOR": INT2VECTOR,
+    "PG_OIDVECTOR": OIDVECTOR,
+    "PG_BPCHAR": BPCHAR,
+    "PG_VARCHAR": VARCHAR,
+    "PG_ACLITEM_ARRAY": ACLITEM_ARRAY,
+    "PG_REGNAMESPACE": REGNAMESPACE,
 }
-_ARRAY_OF = {TEXT: TEXT_ARRAY, VARCHAR: TEXT_ARRAY, NAME: NAME_ARRAY, INT2: INT2_ARRAY, INT4: INT4_ARRAY,
-             INT8: INT8_ARRAY, OID: OID_ARRAY, CHAR: CHAR_ARRAY, BOOL: BOOL_ARRAY, FLOAT8: FLOAT8_ARRAY}
+_ARRAY_OF = {
+    TEXT: TEXT_ARRAY,
+    VARCHAR: TEXT_ARRAY,
+    NAME: NAME_ARRAY,
+    INT2: INT2_ARRAY,
+    INT4: INT4_ARRAY,
+    INT8: INT8_ARRAY,
+    OID: OID_ARRAY,
+    CHAR: CHAR_ARRAY,
+    BOOL: BOOL_ARRAY,
+    FLOAT8: FLOAT8_ARRAY,
+}
 
-TYPE_NAMES = {BOOL: "boolean", BYTEA: "bytea", CHAR: '"char"', NAME: "name", INT8: "bigint", INT2: "smallint",
-              INT4: "integer", TEXT: "text", OID: "oid", FLOAT4: "real", FLOAT8: "double precision",
-              VARCHAR: "character varying", BPCHAR: "character", DATE: "date", TIME: "time without time zone",
-              TIMESTAMP: "timestamp without time zone", TIMESTAMPTZ: "timestamp with time zone",
-              INTERVAL: "interval", NUMERIC: "numeric", UUID: "uuid", JSON: "json"}
+TYPE_NAMES = {
+    BOOL: "boolean",
+    BYTEA: "bytea",
+    CHAR: '"char"',
+    NAME: "name",
+    INT8: "bigint",
+    INT2: "smallint",
+    INT4: "integer",
+    TEXT: "text",
+    OID: "oid",
+    FLOAT4: "real",
+    FLOAT8: "double precision",
+    VARCHAR: "character varying",
+    BPCHAR: "character",
+    DATE: "date",
+    TIME: "time without time zone",
+    TIMESTAMP: "timestamp without time zone",
+    TIMESTAMPTZ: "timestamp with time zone",
+    INTERVAL: "interval",
+    NUMERIC: "numeric",
+    UUID: "uuid",
+    JSON: "json",
+}
 
 
 def array_of(oid: int) -> int:
@@ -100,14 +184,14 @@ class Reader:
         end = self.data.find(b"\0", self.pos)
         if end < 0:
             raise ProtocolError("unterminated string")
-        s = self.data[self.pos:end].decode("utf-8", errors="strict")
+        s = self.data[self.pos : end].decode("utf-8", errors="strict")
         self.pos = end + 1
         return s
 
     def bytes(self, n: int) -> bytes:
         if n < 0 or self.pos + n > len(self.data):
             raise ProtocolError("message too short")
-        b = self.data[self.pos:self.pos + n]
+        b = self.data[self.pos : self.pos + n]
         self.pos += n
         return b
 
@@ -148,7 +232,9 @@ def error_response(sqlstate: str, text: str, hint: str | None = None, severity: 
 
 
 def notice(text: str) -> bytes:
-    return message(b"N", b"S" + cstr("NOTICE") + b"V" + cstr("NOTICE") + b"C" + cstr("00000") + b"M" + cstr(text) + b"\0")
+    return message(
+        b"N", b"S" + cstr("NOTICE") + b"V" + cstr("NOTICE") + b"C" + cstr("00000") + b"M" + cstr(text) + b"\0"
+    )
 
 
 @dataclass(frozen=True)
@@ -170,8 +256,15 @@ def row_description(fields: list[Field]) -> bytes:
 def _row_description(fields: tuple[Field, ...]) -> bytes:
     out = [int16(len(fields))]
     for f in fields:
-        out.append(cstr(f.name) + int32(f.table_oid) + int16(f.column) + int32(f.oid)
-                   + int16(TYPE_LENGTH.get(f.oid, -1)) + int32(f.typmod) + int16(f.format))
+        out.append(
+            cstr(f.name)
+            + int32(f.table_oid)
+            + int16(f.column)
+            + int32(f.oid)
+            + int16(TYPE_LENGTH.get(f.oid, -1))
+            + int32(f.typmod)
+            + int16(f.format)
+        )
     return message(b"T", b"".join(out))
 
 
@@ -250,14 +343,15 @@ def _numeric_binary(v: decimal.Decimal | int | float) -> bytes:
     if exp10 > 0:
         digits_str += "0" * exp10
         exp10 = 0
-    int_part = digits_str[:len(digits_str) + exp10] if exp10 < 0 else digits_str
-    frac_part = digits_str[len(digits_str) + exp10:] if exp10 < 0 else ""
+    int_part = digits_str[: len(digits_str) + exp10] if exp10 < 0 else digits_str
+    frac_part = digits_str[len(digits_str) + exp10 :] if exp10 < 0 else ""
     int_part = int_part.lstrip("0")
     pad_int = (-len(int_part)) % 4
     int_part = "0" * pad_int + int_part
     frac_part = frac_part + "0" * ((-len(frac_part)) % 4)
-    groups = [int(int_part[i:i + 4]) for i in range(0, len(int_part), 4)] + \
-             [int(frac_part[i:i + 4]) for i in range(0, len(frac_part), 4)]
+    groups = [int(int_part[i : i + 4]) for i in range(0, len(int_part), 4)] + [
+        int(frac_part[i : i + 4]) for i in range(0, len(frac_part), 4)
+    ]
     weight = len(int_part) // 4 - 1
     while groups and groups[0] == 0:
         groups.pop(0)
@@ -377,7 +471,7 @@ def _array_from_binary(raw: bytes) -> list:
             if size < 0:
                 values.append(None)
                 continue
-            values.append(decode_param(raw[at:at + size], elem_oid, 1))
+            values.append(decode_param(raw[at : at + size], elem_oid, 1))
             at += size
         return values
     except struct.error:

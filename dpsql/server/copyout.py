@@ -10,12 +10,18 @@ from dataclasses import dataclass
 from ..errors import ProgrammingError, unsupported
 from . import codec
 
-_COPY = re.compile(r"^\s*COPY\s+(?P<binary>BINARY\s+)?(?:\((?P<query>.*)\)|(?P<table>[\w.\"]+)(?:\s*\([^)]*\))?)"
-                   r"\s+TO\s+STDOUT\b(?P<options>.*?)\s*;?\s*$", re.I | re.S)
+_COPY = re.compile(
+    r"^\s*COPY\s+(?P<binary>BINARY\s+)?(?:\((?P<query>.*)\)|(?P<table>[\w.\"]+)(?:\s*\([^)]*\))?)"
+    r"\s+TO\s+STDOUT\b(?P<options>.*?)\s*;?\s*$",
+    re.I | re.S,
+)
 _BINARY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)
 # An option list's tokens: a 'string' (E'...' too), a "quoted name", a word or number, or punctuation.
-_TOKEN = re.compile(r"\s*(?:(?P<string>[eE]?'(?:[^']|'')*')|(?P<quoted>\"(?:[^\"]|\"\")*\")|(?P<word>[\w.+-]+)|"
-                    r"(?P<punct>[(),*]))", re.S)
+_TOKEN = re.compile(
+    r"\s*(?:(?P<string>[eE]?'(?:[^']|'')*')|(?P<quoted>\"(?:[^\"]|\"\")*\")|(?P<word>[\w.+-]+)|"
+    r"(?P<punct>[(),*]))",
+    re.S,
+)
 _FORMATS = ("text", "csv", "binary")
 
 
@@ -43,8 +49,10 @@ def parse(sql: str) -> Copy:
     if m is None:
         if re.search(r"\bFROM\s+STDIN\b", sql, re.I):
             raise unsupported("COPY ... FROM STDIN: dpsql is read-only", hint="load data into the engine directly")
-        raise unsupported("COPY is supported as COPY (query) TO STDOUT",
-                          hint="psql: \\copy (SELECT ...) TO 'file.csv' WITH CSV HEADER")
+        raise unsupported(
+            "COPY is supported as COPY (query) TO STDOUT",
+            hint="psql: \\copy (SELECT ...) TO 'file.csv' WITH CSV HEADER",
+        )
     query = m.group("query") or f"SELECT * FROM {m.group('table')}"
     tokens = _tokens(m.group("options"))
     if tokens and tokens[0] == ("word", "WITH"):
@@ -64,8 +72,11 @@ def _tokens(text: str) -> list[tuple[str, str]]:
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if m is None or m.end() == pos:
-            raise ProgrammingError(f"syntax error in COPY options near {text[pos:pos + 20].strip()!r}",
-                                   sqlstate="42601", hint="COPY (SELECT ...) TO STDOUT WITH (FORMAT csv, HEADER)")
+            raise ProgrammingError(
+                f"syntax error in COPY options near {text[pos : pos + 20].strip()!r}",
+                sqlstate="42601",
+                hint="COPY (SELECT ...) TO STDOUT WITH (FORMAT csv, HEADER)",
+            )
         kind = m.lastgroup
         value = m.group(kind)
         if kind == "string":
@@ -106,8 +117,18 @@ def _options(tokens: list[tuple[str, str]]) -> list[tuple[str, str | None]]:
                 raise ProgrammingError("syntax error in COPY options: an empty option", sqlstate="42601")
             name = item[0][1].upper() if item[0][0] != "string" else item[0][1]
             rest = item[1:]
-            out.append((name, None if not rest else "*" if rest == [("punct", "*")] else
-                        _value(rest[0]) if len(rest) == 1 else "(list)"))
+            out.append(
+                (
+                    name,
+                    None
+                    if not rest
+                    else "*"
+                    if rest == [("punct", "*")]
+                    else _value(rest[0])
+                    if len(rest) == 1
+                    else "(list)",
+                )
+            )
             item = []
         else:
             item.append(token)
@@ -123,8 +144,11 @@ def _legacy_options(tokens: list[tuple[str, str]]) -> list[tuple[str, str | None
         kind, word = tokens[i]
         i += 1
         if kind != "word":
-            raise ProgrammingError(f"syntax error in COPY options at {word!r}", sqlstate="42601",
-                                   hint="COPY (SELECT ...) TO STDOUT WITH (FORMAT csv, HEADER)")
+            raise ProgrammingError(
+                f"syntax error in COPY options at {word!r}",
+                sqlstate="42601",
+                hint="COPY (SELECT ...) TO STDOUT WITH (FORMAT csv, HEADER)",
+            )
         if word in ("BINARY", "CSV"):
             out.append(("FORMAT", word.lower()))
         elif word == "HEADER":
@@ -161,13 +185,15 @@ def _copy(query: str, options: list[tuple[str, str | None]]) -> Copy:
         if key == "FORMAT":
             fmt = value or ""  # a "quoted" name keeps its case, as in PostgreSQL: "BINARY" is no format
             if fmt not in _FORMATS:
-                raise ProgrammingError(f'COPY format "{value}" not recognized', sqlstate="22023",
-                                       hint="FORMAT text, csv or binary")
+                raise ProgrammingError(
+                    f'COPY format "{value}" not recognized', sqlstate="22023", hint="FORMAT text, csv or binary"
+                )
         elif key == "HEADER":
             header = value is None or value.lower() in ("true", "on", "1", "yes")
             if value is not None and not header and value.lower() not in ("false", "off", "0", "no"):
-                raise ProgrammingError(f"HEADER {value} is for COPY FROM; COPY TO takes true or false",
-                                       sqlstate="22023")
+                raise ProgrammingError(
+                    f"HEADER {value} is for COPY FROM; COPY TO takes true or false", sqlstate="22023"
+                )
         elif key == "DELIMITER":
             delimiter = value
         elif key == "NULL":
@@ -184,8 +210,10 @@ def _copy(query: str, options: list[tuple[str, str | None]]) -> Copy:
             if (value or "").replace("-", "").replace("_", "").lower() not in ("utf8", "unicode"):
                 raise unsupported(f"COPY ENCODING {value}: dpsql writes UTF8", hint="ENCODING 'UTF8', or leave it out")
         else:
-            raise unsupported(f"COPY option {key}", hint="FORMAT, HEADER, DELIMITER, NULL, QUOTE, ESCAPE, FORCE_QUOTE * "
-                                                         "and ENCODING 'UTF8' are supported")
+            raise unsupported(
+                f"COPY option {key}",
+                hint="FORMAT, HEADER, DELIMITER, NULL, QUOTE, ESCAPE, FORCE_QUOTE * and ENCODING 'UTF8' are supported",
+            )
     if fmt != "csv" and (quote is not None or escape is not None or force_quote):
         raise ProgrammingError("COPY QUOTE, ESCAPE and FORCE_QUOTE are available only in CSV mode", sqlstate="0A000")
     if fmt == "binary" and (delimiter is not None or null is not None or header):
@@ -195,13 +223,21 @@ def _copy(query: str, options: list[tuple[str, str | None]]) -> Copy:
             raise ProgrammingError(f"COPY {name} must be a single one-byte character", sqlstate="0A000")
     default_delim, default_null = (",", "") if fmt == "csv" else ("\t", "\\N")
     quote = quote or '"'
-    return Copy(query, fmt, header, delimiter or default_delim, default_null if null is None else null, quote,
-                escape or quote, force_quote)
+    return Copy(
+        query,
+        fmt,
+        header,
+        delimiter or default_delim,
+        default_null if null is None else null,
+        quote,
+        escape or quote,
+        force_quote,
+    )
 
 
 def encode(copy: Copy, names: list[str], oids: list[int], rows: list[tuple]) -> list[bytes]:
     """The CopyData payloads: one per row (binary: the header before the first row, in its
-        message as PostgreSQL sends it, and a trailer last)."""
+    message as PostgreSQL sends it, and a trailer last)."""
     if copy.format == "binary":
         out: list[bytes] = []
         for row in rows:
@@ -218,13 +254,16 @@ def encode(copy: Copy, names: list[str], oids: list[int], rows: list[tuple]) -> 
         return out
     lines = []
     if copy.header:
-        lines.append(copy.delimiter.join(_csv(n, copy, header=True) if copy.format == "csv" else _text(n, copy)
-                                         for n in names))
+        lines.append(
+            copy.delimiter.join(_csv(n, copy, header=True) if copy.format == "csv" else _text(n, copy) for n in names)
+        )
     for row in rows:
         if copy.format == "csv":
             lines.append(copy.delimiter.join(copy.null if v is None else _csv(codec.encode_text(v), copy) for v in row))
         else:
-            lines.append(copy.delimiter.join(copy.null if v is None else _text(codec.encode_text(v), copy) for v in row))
+            lines.append(
+                copy.delimiter.join(copy.null if v is None else _text(codec.encode_text(v), copy) for v in row)
+            )
     return [(line + "\n").encode("utf-8") for line in lines]
 
 
@@ -234,8 +273,12 @@ def _text(value: str, copy: Copy) -> str:
 
 
 def _csv(value: str, copy: Copy, header: bool = False) -> str:
-    if (copy.force_quote and not header) or value == "" or value == copy.null or \
-            any(ch in value for ch in (copy.delimiter, copy.quote, "\n", "\r")):
+    if (
+        (copy.force_quote and not header)
+        or value == ""
+        or value == copy.null
+        or any(ch in value for ch in (copy.delimiter, copy.quote, "\n", "\r"))
+    ):
         if copy.escape != copy.quote:
             value = value.replace(copy.escape, copy.escape * 2)
         return copy.quote + value.replace(copy.quote, copy.escape + copy.quote) + copy.quote

@@ -9,10 +9,16 @@ from dataclasses import dataclass, field
 from ..errors import Error, ProgrammingError
 from ..sql.classify import identifier
 
-_DECLARE = re.compile(r"^\s*DECLARE\s+(?P<name>\"[^\"]+\"|\w+)\s+(?:BINARY\s+|INSENSITIVE\s+|ASENSITIVE\s+|NO\s+SCROLL\s+|"
-                      r"SCROLL\s+)*CURSOR\s+(?:(?:WITH|WITHOUT)\s+HOLD\s+)?FOR\s+(?P<query>.*?)\s*;?\s*$", re.I | re.S)
-_FETCH = re.compile(r"^\s*(?P<verb>FETCH|MOVE)\s+(?:(?P<how>NEXT|FORWARD\s+ALL|FORWARD\s+\d+|FORWARD|ALL|\d+)\s+)?"
-                    r"(?:FROM\s+|IN\s+)?(?P<name>\"[^\"]+\"|\w+)\s*;?\s*$", re.I)
+_DECLARE = re.compile(
+    r"^\s*DECLARE\s+(?P<name>\"[^\"]+\"|\w+)\s+(?:BINARY\s+|INSENSITIVE\s+|ASENSITIVE\s+|NO\s+SCROLL\s+|"
+    r"SCROLL\s+)*CURSOR\s+(?:(?:WITH|WITHOUT)\s+HOLD\s+)?FOR\s+(?P<query>.*?)\s*;?\s*$",
+    re.I | re.S,
+)
+_FETCH = re.compile(
+    r"^\s*(?P<verb>FETCH|MOVE)\s+(?:(?P<how>NEXT|FORWARD\s+ALL|FORWARD\s+\d+|FORWARD|ALL|\d+)\s+)?"
+    r"(?:FROM\s+|IN\s+)?(?P<name>\"[^\"]+\"|\w+)\s*;?\s*$",
+    re.I,
+)
 _CLOSE = re.compile(r"^\s*CLOSE\s+(?P<name>\"[^\"]+\"|\w+)\s*;?\s*$", re.I)
 
 
@@ -34,8 +40,9 @@ class Cursors:
         """(cursor name, its query)."""
         m = _DECLARE.match(sql)
         if m is None:
-            raise ProgrammingError("syntax error in DECLARE", sqlstate="42601",
-                                   hint="DECLARE name CURSOR FOR SELECT ...")
+            raise ProgrammingError(
+                "syntax error in DECLARE", sqlstate="42601", hint="DECLARE name CURSOR FOR SELECT ..."
+            )
         return identifier(m.group("name")), m.group("query")
 
     def add(self, name: str, fields: list, rows: list[tuple]) -> None:
@@ -51,7 +58,7 @@ class Cursors:
         cursor = self.get(identifier(m.group("name")))
         how = (m.group("how") or "NEXT").upper().split()
         count = len(cursor.rows) if "ALL" in how else (1 if how[-1] in ("NEXT", "FORWARD") else int(how[-1]))
-        rows = cursor.rows[cursor.position:cursor.position + count]
+        rows = cursor.rows[cursor.position : cursor.position + count]
         cursor.position += len(rows)
         verb = m.group("verb").upper()
         return cursor.fields, rows if verb == "FETCH" else [], f"{verb} {len(rows)}"

@@ -65,8 +65,10 @@ def checked(options: ServeOptions) -> Policy:
     if options.require_tls and options.tls_cert is None:
         raise invalid_parameter("--require-tls needs --tls-cert and --tls-key")
     if min(options.max_pending, options.max_pending_per_address) < 1:
-        raise invalid_parameter("--max-pending and --max-pending-per-address must be at least 1",
-                                hint="--max-pending-per-address is the share of --max-pending one address may take")
+        raise invalid_parameter(
+            "--max-pending and --max-pending-per-address must be at least 1",
+            hint="--max-pending-per-address is the share of --max-pending one address may take",
+        )
     return pol
 
 
@@ -76,8 +78,10 @@ def ensure_logins(ledger: Ledger, pol: Policy, say: Callable[[str], None]) -> No
         if ledger.user_credentials(name) is None:
             password = secrets.token_urlsafe(12)
             ledger.set_user(name, make_verifier(password), "analyst")
-            say(f"created login for analyst {name}: password {password} "
-                f"(shown once; change it with: dpsql users add {name} --password-stdin)")
+            say(
+                f"created login for analyst {name}: password {password} "
+                f"(shown once; change it with: dpsql users add {name} --password-stdin)"
+            )
 
 
 def build_server(options: ServeOptions, link: WorkerLink | None = None, secret: bytes | None = None) -> Server:
@@ -87,14 +91,19 @@ def build_server(options: ServeOptions, link: WorkerLink | None = None, secret: 
     worker 0 only."""
     pol = checked(options)
     share = 1 if link is None else link.count
-    limits = Limits(max_connections=math.ceil(options.max_connections / share),
-                    max_pending=math.ceil(options.max_pending / share),
-                    max_pending_per_address=math.ceil(options.max_pending_per_address / share),
-                    login_timeout=options.login_timeout)
+    limits = Limits(
+        max_connections=math.ceil(options.max_connections / share),
+        max_pending=math.ceil(options.max_pending / share),
+        max_pending_per_address=math.ceil(options.max_pending_per_address / share),
+        login_timeout=options.login_timeout,
+    )
     tls = tls_context(options.tls_cert, options.tls_key) if options.tls_cert else None
     server = Server(pol, options.host, options.port, tls, options.require_tls, limits, link=link, secret=secret)
-    server.throttle = LoginThrottle(base_delay=options.login_delay, max_delay=32 * options.login_delay,
-                                    lockout_after=math.ceil(options.login_lockout_after / share))
+    server.throttle = LoginThrottle(
+        base_delay=options.login_delay,
+        max_delay=32 * options.login_delay,
+        lockout_after=math.ceil(options.login_lockout_after / share),
+    )
     if options.log_statements:
         server.log_statements = True
         handler = logging.StreamHandler()
@@ -106,8 +115,9 @@ def build_server(options: ServeOptions, link: WorkerLink | None = None, secret: 
         from ..console import ConsoleService
 
         try:
-            console = ConsoleService(server, *http_address(options.http), certfile=options.tls_cert,
-                                     keyfile=options.tls_key)
+            console = ConsoleService(
+                server, *http_address(options.http), certfile=options.tls_cert, keyfile=options.tls_key
+            )
         except BaseException:
             server.close()
             raise

@@ -50,9 +50,18 @@ UNGREETED_SHARE = 4  # ungreeted connections allowed, as a multiple of the pendi
 
 
 class Server:
-    def __init__(self, policy: Policy, host: str = "127.0.0.1", port: int = 5433,
-                 tls: ssl.SSLContext | None = None, require_tls: bool = False, limits: Limits | None = None,
-                 workers: int = 16, link: WorkerLink | None = None, secret: bytes | None = None):
+    def __init__(
+        self,
+        policy: Policy,
+        host: str = "127.0.0.1",
+        port: int = 5433,
+        tls: ssl.SSLContext | None = None,
+        require_tls: bool = False,
+        limits: Limits | None = None,
+        workers: int = 16,
+        link: WorkerLink | None = None,
+        secret: bytes | None = None,
+    ):
         self.policy = policy
         self.link = link  # one of `dpsql serve --workers` processes
         self.host, self.port = host, port
@@ -210,7 +219,6 @@ def tls_context(cert: str, key: str) -> ssl.SSLContext:
 
 def run(server: Server) -> None:
     asyncio.run(server.serve_forever())
-
 
 
 __all__ = ["Server", "Service", "Limits", "run", "tls_context"]

@@ -16,13 +16,14 @@ from .throttle import Verdict
 from .transport import log
 
 _DUMPERS = ("pg_dump", "pg_dumpall")
-_NO_DUMP = ("pg_dump cannot dump a dpsql server: it reads every row, and rows of private tables never leave; "
-            "for the schema use psql's \\d+ (tables, columns and the policy as comments), SQLAlchemy reflection "
-            "(MetaData().reflect(engine)) or sqlacodegen (table definitions with the policy's comments)")
+_NO_DUMP = (
+    "pg_dump cannot dump a dpsql server: it reads every row, and rows of private tables never leave; "
+    "for the schema use psql's \\d+ (tables, columns and the policy as comments), SQLAlchemy reflection "
+    "(MetaData().reflect(engine)) or sqlacodegen (table definitions with the policy's comments)"
+)
 
 
 _ROOM_POLL = 0.05  # seconds between looks for a place among the pending connections
-
 
 
 class Login:
@@ -118,12 +119,21 @@ class Login:
         app = params.get("application_name", "")
         if app:
             self.session.settings.client["application_name"] = app
-        for name, value in (("application_name", app), ("client_encoding", "UTF8"), ("DateStyle", "ISO, MDY"),
-                            ("default_transaction_read_only", "on"), ("in_hot_standby", "off"),
-                            ("integer_datetimes", "on"), ("IntervalStyle", "postgres"), ("is_superuser", "off"),
-                            ("server_encoding", "UTF8"), ("server_version", f"15.0 (dpsql {__version__})"),
-                            ("session_authorization", self.user), ("standard_conforming_strings", "on"),
-                            ("TimeZone", "UTC")):
+        for name, value in (
+            ("application_name", app),
+            ("client_encoding", "UTF8"),
+            ("DateStyle", "ISO, MDY"),
+            ("default_transaction_read_only", "on"),
+            ("in_hot_standby", "off"),
+            ("integer_datetimes", "on"),
+            ("IntervalStyle", "postgres"),
+            ("is_superuser", "off"),
+            ("server_encoding", "UTF8"),
+            ("server_version", f"15.0 (dpsql {__version__})"),
+            ("session_authorization", self.user),
+            ("standard_conforming_strings", "on"),
+            ("TimeZone", "UTC"),
+        ):
             self.send(codec.parameter_status(name, value))
         self.send(codec.message(b"K", codec.int32(self.pid) + codec.int32(self.key)))
         self.send(codec.ready("I"))

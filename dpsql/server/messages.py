@@ -36,8 +36,12 @@ _BUFFERED = {b"P", b"B", b"D", b"E", b"C"}
 def _session_setting(text: str, local_ledger: bool) -> bool:
     """SET, RESET or SHOW of one setting; SHOW dpsql.budget too when the ledger is a local SQLite
     file (a WAL read of a few rows, ~0.1 ms, that never waits for writers), not across a network."""
-    return (word_kind(text) in (Kind.SET, Kind.SET_LOCAL, Kind.SHOW) and ";" not in text and len(text) < 1000
-            and (local_ledger or "budget" not in text.lower()))
+    return (
+        word_kind(text) in (Kind.SET, Kind.SET_LOCAL, Kind.SHOW)
+        and ";" not in text
+        and len(text) < 1000
+        and (local_ledger or "budget" not in text.lower())
+    )
 
 
 @dataclass
@@ -53,7 +57,6 @@ class Portal:
     result_formats: list[int]
     answer: Answer | None = None
     pos: int = 0
-
 
 
 class Messages:
@@ -103,8 +106,11 @@ class Messages:
                 raise  # the client is gone: nothing to answer
             except Exception as e:  # an Error, or a failure inside dpsql: answered, and the session goes on
                 if isinstance(e, UnicodeDecodeError):
-                    e = Error("invalid byte sequence for encoding \"UTF8\"", sqlstate="22021",
-                              hint="send the statement and its parameters in UTF-8")
+                    e = Error(
+                        'invalid byte sequence for encoding "UTF8"',
+                        sqlstate="22021",
+                        hint="send the statement and its parameters in UTF-8",
+                    )
                 e = self.internal(e, self._statement_of(kind, body))
                 self.send(codec.error_response(e.sqlstate, e.message, e.hint))
                 if self.status == "T":
@@ -186,8 +192,10 @@ class Messages:
                 self._param_types.pop(next(iter(self._param_types)))
             self._param_types[sql] = inferred
         n = max(len(oids), len(inferred))
-        oids = [(oids[i] if i < len(oids) and oids[i] else (inferred[i] if i < len(inferred) else codec.TEXT))
-                for i in range(n)]
+        oids = [
+            (oids[i] if i < len(oids) and oids[i] else (inferred[i] if i < len(inferred) else codec.TEXT))
+            for i in range(n)
+        ]
         self.statements[name] = Prepared(sql, oids)
         self.send(codec.message(b"1"))
 
@@ -212,8 +220,11 @@ class Messages:
             except ValueError as e:
                 raise Error(str(e), sqlstate="22P02") from None
             except (struct.error, UnicodeDecodeError):
-                raise Error(f"incorrect binary data format in bind parameter {i + 1}", sqlstate="22P03",
-                            hint=f"a parameter of type {codec.TYPE_NAMES.get(oid, oid)} was expected") from None
+                raise Error(
+                    f"incorrect binary data format in bind parameter {i + 1}",
+                    sqlstate="22P03",
+                    hint=f"a parameter of type {codec.TYPE_NAMES.get(oid, oid)} was expected",
+                ) from None
         result_formats = [r.int16() for _ in range(r.int16())]
         if r.pos != len(r.data):
             raise codec.ProtocolError("bind message has trailing bytes")
@@ -226,8 +237,11 @@ class Messages:
             stmt = self.statements.get(name)
             if stmt is None:
                 raise Error(f'prepared statement "{name}" does not exist', sqlstate="26000")
-            self.send(codec.message(b"t", codec.int16(len(stmt.param_oids))
-                                    + b"".join(codec.int32(o) for o in stmt.param_oids)))
+            self.send(
+                codec.message(
+                    b"t", codec.int16(len(stmt.param_oids)) + b"".join(codec.int32(o) for o in stmt.param_oids)
+                )
+            )
             fields = await self._shape(stmt.sql, None)
             formats: list[int] = []
         elif name not in self.portals and name in self.cursors.open:
@@ -241,8 +255,9 @@ class Messages:
         if fields is None:
             self.send(codec.message(b"n"))
         else:
-            self.send(codec.row_description([codec.Field(f.name, f.oid, _format(formats, i))
-                                             for i, f in enumerate(fields)]))
+            self.send(
+                codec.row_description([codec.Field(f.name, f.oid, _format(formats, i)) for i, f in enumerate(fields)])
+            )
 
     async def execute(self, r: codec.Reader) -> None:
         name, limit = r.cstring(), r.int32()
@@ -277,4 +292,3 @@ def _format(formats: list[int], i: int) -> int:
     if not formats:
         return 0
     return formats[0] if len(formats) == 1 else (formats[i] if i < len(formats) else 0)
-

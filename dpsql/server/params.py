@@ -15,23 +15,71 @@ from sqlglot import exp
 from ..sql.classify import spaced_parameters
 from . import codec
 
-_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.ILike, exp.Between, exp.In,
-                exp.Add, exp.Sub, exp.Mul, exp.Div)
-_CASTS = {"int": codec.INT4, "integer": codec.INT4, "int4": codec.INT4, "bigint": codec.INT8, "int8": codec.INT8,
-          "smallint": codec.INT2, "int2": codec.INT2, "text": codec.TEXT, "varchar": codec.VARCHAR,
-          "character varying": codec.VARCHAR, "double precision": codec.FLOAT8, "float": codec.FLOAT8,
-          "float8": codec.FLOAT8, "real": codec.FLOAT4, "float4": codec.FLOAT4, "numeric": codec.NUMERIC,
-          "decimal": codec.NUMERIC, "boolean": codec.BOOL, "bool": codec.BOOL, "date": codec.DATE,
-          "timestamp": codec.TIMESTAMP, "timestamp without time zone": codec.TIMESTAMP, "timestamptz": codec.TIMESTAMPTZ,
-          "timestamp with time zone": codec.TIMESTAMPTZ, "time": codec.TIME, "interval": codec.INTERVAL,
-          "uuid": codec.UUID, "json": codec.JSON, "jsonb": codec.JSONB, "bytea": codec.BYTEA, "oid": codec.OID,
-          "regclass": codec.REGCLASS, "regtype": codec.REGTYPE, "regproc": codec.REGPROC,
-          "regnamespace": codec.REGNAMESPACE, "name": codec.NAME, '"char"': codec.CHAR, "char": codec.BPCHAR,
-          "character": codec.BPCHAR, "bpchar": codec.BPCHAR}
+_COMPARISONS = (
+    exp.EQ,
+    exp.NEQ,
+    exp.GT,
+    exp.GTE,
+    exp.LT,
+    exp.LTE,
+    exp.Like,
+    exp.ILike,
+    exp.Between,
+    exp.In,
+    exp.Add,
+    exp.Sub,
+    exp.Mul,
+    exp.Div,
+)
+_CASTS = {
+    "int": codec.INT4,
+    "integer": codec.INT4,
+    "int4": codec.INT4,
+    "bigint": codec.INT8,
+    "int8": codec.INT8,
+    "smallint": codec.INT2,
+    "int2": codec.INT2,
+    "text": codec.TEXT,
+    "varchar": codec.VARCHAR,
+    "character varying": codec.VARCHAR,
+    "double precision": codec.FLOAT8,
+    "float": codec.FLOAT8,
+    "float8": codec.FLOAT8,
+    "real": codec.FLOAT4,
+    "float4": codec.FLOAT4,
+    "numeric": codec.NUMERIC,
+    "decimal": codec.NUMERIC,
+    "boolean": codec.BOOL,
+    "bool": codec.BOOL,
+    "date": codec.DATE,
+    "timestamp": codec.TIMESTAMP,
+    "timestamp without time zone": codec.TIMESTAMP,
+    "timestamptz": codec.TIMESTAMPTZ,
+    "timestamp with time zone": codec.TIMESTAMPTZ,
+    "time": codec.TIME,
+    "interval": codec.INTERVAL,
+    "uuid": codec.UUID,
+    "json": codec.JSON,
+    "jsonb": codec.JSONB,
+    "bytea": codec.BYTEA,
+    "oid": codec.OID,
+    "regclass": codec.REGCLASS,
+    "regtype": codec.REGTYPE,
+    "regproc": codec.REGPROC,
+    "regnamespace": codec.REGNAMESPACE,
+    "name": codec.NAME,
+    '"char"': codec.CHAR,
+    "char": codec.BPCHAR,
+    "character": codec.BPCHAR,
+    "bpchar": codec.BPCHAR,
+}
 # `$n::type` as written, read from the text (sqlglot reads neither `::OID[]` nor `::"char"`).
-_PARAMETER_CAST = re.compile(r"(?<![\w$])\$(?P<n>\d+)\s*::\s*(?:pg_catalog\s*\.\s*)?(?P<type>\"char\"|double\s+precision|"
-                             r"character\s+varying|timestamp\s+with(?:out)?\s+time\s+zone|[a-z_][\w]*)"
-                             r"(?:\s*\(\s*\d+(?:\s*,\s*\d+)?\s*\))?(?P<array>\s*\[\s*\])?", re.I)
+_PARAMETER_CAST = re.compile(
+    r"(?<![\w$])\$(?P<n>\d+)\s*::\s*(?:pg_catalog\s*\.\s*)?(?P<type>\"char\"|double\s+precision|"
+    r"character\s+varying|timestamp\s+with(?:out)?\s+time\s+zone|[a-z_][\w]*)"
+    r"(?:\s*\(\s*\d+(?:\s*,\s*\d+)?\s*\))?(?P<array>\s*\[\s*\])?",
+    re.I,
+)
 _ADVISORY = re.compile(r"^pg_(?:try_)?advisory_(?:xact_)?(?:un)?lock(?:_shared)?$")
 
 

@@ -19,15 +19,24 @@ from . import codec
 
 # Advisory-lock functions and the type of what they return (void, or whether the lock was taken or released).
 _ADVISORY = {
-    "pg_advisory_lock": codec.VOID, "pg_advisory_lock_shared": codec.VOID, "pg_advisory_xact_lock": codec.VOID,
-    "pg_advisory_xact_lock_shared": codec.VOID, "pg_advisory_unlock_all": codec.VOID,
-    "pg_advisory_unlock": codec.BOOL, "pg_advisory_unlock_shared": codec.BOOL,
-    "pg_try_advisory_lock": codec.BOOL, "pg_try_advisory_lock_shared": codec.BOOL,
-    "pg_try_advisory_xact_lock": codec.BOOL, "pg_try_advisory_xact_lock_shared": codec.BOOL,
+    "pg_advisory_lock": codec.VOID,
+    "pg_advisory_lock_shared": codec.VOID,
+    "pg_advisory_xact_lock": codec.VOID,
+    "pg_advisory_xact_lock_shared": codec.VOID,
+    "pg_advisory_unlock_all": codec.VOID,
+    "pg_advisory_unlock": codec.BOOL,
+    "pg_advisory_unlock_shared": codec.BOOL,
+    "pg_try_advisory_lock": codec.BOOL,
+    "pg_try_advisory_lock_shared": codec.BOOL,
+    "pg_try_advisory_xact_lock": codec.BOOL,
+    "pg_try_advisory_xact_lock_shared": codec.BOOL,
 }
 # The keys are never evaluated (the answer does not depend on them): literals, parameters, hashtext('name').
-_ADVISORY_CALL = re.compile(r"^SELECT\s+(?:pg_catalog\s*\.\s*)?(?P<fn>pg_\w*advisory\w*)\s*\((?P<args>(?:[^()]|\([^()]*\))*)\)"
-                            r"(?:\s+(?:AS\s+)?(?P<alias>\"[^\"]+\"|\w+))?\s*;?\s*$", re.I | re.S)
+_ADVISORY_CALL = re.compile(
+    r"^SELECT\s+(?:pg_catalog\s*\.\s*)?(?P<fn>pg_\w*advisory\w*)\s*\((?P<args>(?:[^()]|\([^()]*\))*)\)"
+    r"(?:\s+(?:AS\s+)?(?P<alias>\"[^\"]+\"|\w+))?\s*;?\s*$",
+    re.I | re.S,
+)
 _UNLISTEN = re.compile(r"^UNLISTEN\s+(?:\*|\"[^\"]+\"|\w+)\s*;?\s*$", re.I)
 _DISCARD = re.compile(r"^DISCARD\s+(?P<what>ALL|PLANS|SEQUENCES|TEMP|TEMPORARY)\s*;?\s*$", re.I)
 _DEALLOCATE = re.compile(r"^DEALLOCATE\s+(?:PREPARE\s+)?(?P<name>\"[^\"]+\"|\w+)\s*;?\s*$", re.I)
@@ -88,5 +97,7 @@ def notifications(sql: str) -> str:
     word = body.split(None, 1)[0].upper().rstrip(";")
     if word == "UNLISTEN":
         raise Error("syntax error in UNLISTEN", sqlstate="42601", hint="UNLISTEN channel | *")
-    raise unsupported(f"{word}: dpsql relays no notifications (it is a read-only proxy, and nothing is ever "
-                      "notified through it)", hint="poll with a query instead; UNLISTEN is accepted")
+    raise unsupported(
+        f"{word}: dpsql relays no notifications (it is a read-only proxy, and nothing is ever notified through it)",
+        hint="poll with a query instead; UNLISTEN is accepted",
+    )

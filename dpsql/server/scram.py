@@ -72,8 +72,10 @@ class ScramServer:
 
     def first(self, client_first: str) -> str:
         parts = client_first.split(",", 2)
-        if len(parts) < 3 or parts[0] not in ("n", "y") :
-            raise ScramError("channel binding is not supported" if parts and parts[0].startswith("p=") else "malformed message")
+        if len(parts) < 3 or parts[0] not in ("n", "y"):
+            raise ScramError(
+                "channel binding is not supported" if parts and parts[0].startswith("p=") else "malformed message"
+            )
         self.client_first_bare = parts[2]
         attrs = dict(a.split("=", 1) for a in self.client_first_bare.split(",") if "=" in a)
         client_nonce = attrs.get("r")

@@ -60,8 +60,10 @@ def listen(host: str, port: int, count: int) -> list[list[socket.socket]]:
     except OSError as e:
         for s in (s for group in groups for s in group):
             s.close()
-        raise OperationalError(f"cannot listen on {host}:{port}: {e.strerror}",
-                               hint="choose another --host or --port, or stop what is using it") from None
+        raise OperationalError(
+            f"cannot listen on {host}:{port}: {e.strerror}",
+            hint="choose another --host or --port, or stop what is using it",
+        ) from None
     return groups
 
 
@@ -120,13 +122,21 @@ class Supervisor:
     def _spawn(self, index: int, wait: bool) -> _Worker:
         ready_r, ready_w = os.pipe() if wait else (-1, -1)
         mine, theirs = socket.socketpair() if self._service is not None else (None, None)
-        link = WorkerLink(index, self.count, tuple(s.fileno() for s in self._groups[index]), self._cancel[index][0],
-                          tuple(w for _, w in self._cancel), self._lifeline[0], ready_w,
-                          theirs.fileno() if theirs is not None else -1)
+        link = WorkerLink(
+            index,
+            self.count,
+            tuple(s.fileno() for s in self._groups[index]),
+            self._cancel[index][0],
+            tuple(w for _, w in self._cancel),
+            self._lifeline[0],
+            ready_w,
+            theirs.fileno() if theirs is not None else -1,
+        )
         spec = {"options": self.options.to_json(), "link": link.to_json(), "secret": self._secret.hex()}
         try:
-            proc = subprocess.Popen([sys.executable, "-m", "dpsql.server.worker"], stdin=subprocess.PIPE,
-                                    pass_fds=link.fds())
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "dpsql.server.worker"], stdin=subprocess.PIPE, pass_fds=link.fds()
+            )
         except BaseException:
             if mine is not None:
                 mine.close()
@@ -190,8 +200,10 @@ class Supervisor:
                 now = time.monotonic()
                 deaths = [t for t in deaths if now - t < RESTART_WINDOW] + [now]
                 if len(deaths) > RESTARTS:
-                    self.say(f"worker {w.index} exited with status {code}; {len(deaths)} workers died within "
-                             f"{RESTART_WINDOW:.0f} s, stopping")
+                    self.say(
+                        f"worker {w.index} exited with status {code}; {len(deaths)} workers died within "
+                        f"{RESTART_WINDOW:.0f} s, stopping"
+                    )
                     return 1
                 self.say(f"worker {w.index} exited with status {code}; restarting it")
                 self.workers[i] = self._spawn(w.index, wait=False)

@@ -104,24 +104,35 @@ class LoginThrottle:
             if a.spent + 1 > self.address_budget:
                 return self._address_refusal(a)
             a.spent += 1
-            return Verdict(False, hold, "28P01", f'password authentication failed for user "{user}"',
-                           audit="login failed")
+            return Verdict(
+                False, hold, "28P01", f'password authentication failed for user "{user}"', audit="login failed"
+            )
 
     def _locked(self, user: str, u: _User, now: float) -> Verdict | None:
         if u.locked_until <= now:
             return None
-        return Verdict(False, 0.0, "28000", f'too many failed logins for user "{user}"; try again in '
-                       f"{math.ceil(u.locked_until - now)} s",
-                       f"{self.lockout_after} failed logins in a row lock a user name for "
-                       f"{self.lockout_seconds:g} s, against password guessing; ask an administrator if "
-                       "they were not yours", audit="login locked out")
+        return Verdict(
+            False,
+            0.0,
+            "28000",
+            f'too many failed logins for user "{user}"; try again in {math.ceil(u.locked_until - now)} s',
+            f"{self.lockout_after} failed logins in a row lock a user name for "
+            f"{self.lockout_seconds:g} s, against password guessing; ask an administrator if "
+            "they were not yours",
+            audit="login locked out",
+        )
 
     def _address_refusal(self, a: _Address) -> Verdict:
         wait = math.ceil((a.spent + 1 - self.address_budget) / self._rate())
-        return Verdict(False, self.max_delay, "28000",
-                       f"too many failed logins from this address; try again in {wait} s",
-                       "right passwords are still let in at once; failures from here are held until the "
-                       "address's failures age out", audit="login failed")
+        return Verdict(
+            False,
+            self.max_delay,
+            "28000",
+            f"too many failed logins from this address; try again in {wait} s",
+            "right passwords are still let in at once; failures from here are held until the "
+            "address's failures age out",
+            audit="login failed",
+        )
 
     def _failed(self, u: _User, now: float) -> None:
         u.failures += 1
@@ -155,8 +166,9 @@ class LoginThrottle:
         if len(self._users) + len(self._addresses) < self._sweep_at and now - self._swept < self.lockout_seconds:
             return
         self._swept = now
-        self._users = {k: u for k, u in self._users.items()
-                       if u.locked_until > now or now - u.last_failure < self.lockout_seconds}
+        self._users = {
+            k: u for k, u in self._users.items() if u.locked_until > now or now - u.last_failure < self.lockout_seconds
+        }
         for a in self._addresses.values():
             self._refill_to(a, now)
         self._addresses = {k: a for k, a in self._addresses.items() if a.spent > 0}

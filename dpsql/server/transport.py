@@ -15,7 +15,6 @@ from . import codec
 log = logging.getLogger("dpsql.server")
 
 
-
 class Transport:
     """Reading and writing messages."""
 
@@ -68,9 +67,15 @@ class Transport:
         log.info("dropped pending connection %s from %s, idle %.1f s", self.pid, self.address, now - self.heard)
         if not self._handshaking:
             self._out.clear()
-            self.send(codec.error_response(
-                "53300", "terminating connection: too many connections are logging in and this one sent nothing "
-                f"for {now - self.heard:.1f} s", "reconnect and answer the server promptly", severity="FATAL"))
+            self.send(
+                codec.error_response(
+                    "53300",
+                    "terminating connection: too many connections are logging in and this one sent nothing "
+                    f"for {now - self.heard:.1f} s",
+                    "reconnect and answer the server promptly",
+                    severity="FATAL",
+                )
+            )
         self.close()
 
     def cancel(self) -> None:
@@ -98,4 +103,3 @@ def _peer(writer: asyncio.StreamWriter) -> str:
     """The client's address, which the login throttle and the pending caps count by."""
     peer = writer.get_extra_info("peername")
     return str(peer[0]) if isinstance(peer, tuple) and peer else "local"
-

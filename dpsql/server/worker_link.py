@@ -66,8 +66,14 @@ class WorkerLink:
             pass
 
     def fds(self) -> tuple[int, ...]:
-        return (*self.listen_fds, self.cancel_read, *self.cancel_writes, self.lifeline,
-                *((self.ready,) if self.ready >= 0 else ()), *((self.ledger,) if self.ledger >= 0 else ()))
+        return (
+            *self.listen_fds,
+            self.cancel_read,
+            *self.cancel_writes,
+            self.lifeline,
+            *((self.ready,) if self.ready >= 0 else ()),
+            *((self.ledger,) if self.ledger >= 0 else ()),
+        )
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)

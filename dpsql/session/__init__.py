@@ -10,5 +10,16 @@ from .released import public_names
 from .result import Result
 from .settings import DP_SETTINGS, default_settings
 
-__all__ = ["DP_SETTINGS", "LocalRelease", "Result", "Session", "admits_more", "bind_parameters", "budget_summary",
-           "default_settings", "explain_lines", "public_names", "to_literal"]
+__all__ = [
+    "DP_SETTINGS",
+    "LocalRelease",
+    "Result",
+    "Session",
+    "admits_more",
+    "bind_parameters",
+    "budget_summary",
+    "default_settings",
+    "explain_lines",
+    "public_names",
+    "to_literal",
+]

@@ -24,9 +24,17 @@ if TYPE_CHECKING:
     from .pipeline import Session
 
 
-def answer(session: Session, plan: Plan, bounded: Bounded, cal: Calibration, charge: Charge | None, detail: dict[str, Any],
-            pending: PendingCharge | None = None, stopper: Stopper | None = None,
-            adjust: Callable[[NoisyTable], None] | None = None) -> Result:
+def answer(
+    session: Session,
+    plan: Plan,
+    bounded: Bounded,
+    cal: Calibration,
+    charge: Charge | None,
+    detail: dict[str, Any],
+    pending: PendingCharge | None = None,
+    stopper: Stopper | None = None,
+    adjust: Callable[[NoisyTable], None] | None = None,
+) -> Result:
     """Run the bounded query (prepared before the charge), have the release guard check it
     against the charge's receipt, noise it and post-process. A sampled plan gets a fresh
     secret salt here. With `pending`, the charge is admitted (written in its open
@@ -64,9 +72,16 @@ def answer(session: Session, plan: Plan, bounded: Bounded, cal: Calibration, cha
     if pending is not None:
         session._headroom = (charge, room)
     rows = [tuple(_plain(v) for v in r) for r in out.rows]
-    dp = {"cost": charge.cost.as_dict(), "remaining": {k: float(v) for k, v in left.items()},
-          "ci": dict(out.ci), "confidence": s.confidence, "mechanism": s.mechanism, "cached": False,
-          "noise": [dict(m) for m in detail["mechanisms"]], "receipt": charge.id}
+    dp = {
+        "cost": charge.cost.as_dict(),
+        "remaining": {k: float(v) for k, v in left.items()},
+        "ci": dict(out.ci),
+        "confidence": s.confidence,
+        "mechanism": s.mechanism,
+        "cached": False,
+        "noise": [dict(m) for m in detail["mechanisms"]],
+        "receipt": charge.id,
+    }
     return Result(out.names, out.types, rows, f"SELECT {len(rows)}", dp)
 
 
@@ -85,16 +100,22 @@ def record(session: Session, result: Result, charge: Charge, key: str | None, bo
 
 def noise_detail(plan: Plan, cal: Calibration) -> dict[str, Any]:
     """Noise of each measure, in the value's units, for the audit log and cursor.dp."""
-    return {"mechanisms": [{"measure": m.describe(), "kind": mn.noise.kind, "scale": mn.noise.scale * m.unit_scale}
-                           for m, mn in zip(plan.measures, cal.measures)],
-            "selection_threshold": cal.selection.threshold if cal.selection else None}
+    return {
+        "mechanisms": [
+            {"measure": m.describe(), "kind": mn.noise.kind, "scale": mn.noise.scale * m.unit_scale}
+            for m, mn in zip(plan.measures, cal.measures)
+        ],
+        "selection_threshold": cal.selection.threshold if cal.selection else None,
+    }
 
 
 def null_by_construction(expr: exp.Expression) -> bool:
     """A key expression written to yield NULL for some rows (a NULL branch, NULLIF, a CASE
     without ELSE): PostgreSQL would show a NULL group, which a declared domain leaves out."""
-    return any(isinstance(n, (exp.Null, exp.Nullif)) or isinstance(n, exp.Case) and n.args.get("default") is None
-               for n in expr.walk())
+    return any(
+        isinstance(n, (exp.Null, exp.Nullif)) or isinstance(n, exp.Case) and n.args.get("default") is None
+        for n in expr.walk()
+    )
 
 
 def _plain(v: Any) -> Any:

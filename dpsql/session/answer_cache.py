@@ -25,8 +25,15 @@ log = logging.getLogger("dpsql")
 
 def cache_key(session: Session, tree: exp.Query, options: QueryOptions) -> str:
     dp = {k: v for k, v in settings.values(session.settings).items() if k not in settings.ANSWER_NEUTRAL}
-    text = json.dumps([tree.sql(dialect="postgres", normalize=True), dp, session.engine.data_version(),
-                       repr(options), session._shaping])
+    text = json.dumps(
+        [
+            tree.sql(dialect="postgres", normalize=True),
+            dp,
+            session.engine.data_version(),
+            repr(options),
+            session._shaping,
+        ]
+    )
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -57,8 +64,18 @@ def answer_shaping(policy: Policy) -> str:
     the join limit), as text the same in every process: a cached answer computed under other
     bounds or limits is not served after the policy changes. Where a table's files live is not
     part of it (the data version is)."""
-    tables = [(t.name, t.public, t.privacy_unit, t.max_groups, t.max_rows, t.max_contributions,
-               [repr(c) for c in t.columns.values()]) for t in policy.tables.values()]
+    tables = [
+        (
+            t.name,
+            t.public,
+            t.privacy_unit,
+            t.max_groups,
+            t.max_rows,
+            t.max_contributions,
+            [repr(c) for c in t.columns.values()],
+        )
+        for t in policy.tables.values()
+    ]
     return hashlib.sha256(repr((tables, policy.limits.max_join_rows)).encode()).hexdigest()
 
 

@@ -54,15 +54,26 @@ def explained(session: Session, plan: Plan, cal: Calibration, options: QueryOpti
     of epsilon, and by how much the release's smaller share scales the noise up."""
     if not chosen_per_query(session, plan, cal, options):
         return {"auto_bounds": None, "auto_correction": None, "auto_release": 1.0}
-    fix = auto_bounds.correction_share(plan, session.settings.mechanism,
-                                      key_domain(session, plan).row_count if plan.keys and plan.declared else 1)
+    fix = auto_bounds.correction_share(
+        plan, session.settings.mechanism, key_domain(session, plan).row_count if plan.keys and plan.declared else 1
+    )
     profile = Fraction(0) if auto_bounds.counts_units(plan, session.settings.mechanism) else auto_bounds.SHARE
-    return {"auto_bounds": float(profile) or None, "auto_correction": float(fix) or None,
-            "auto_release": float(1 / (1 - profile - fix))}
+    return {
+        "auto_bounds": float(profile) or None,
+        "auto_correction": float(fix) or None,
+        "auto_release": float(1 / (1 - profile - fix)),
+    }
 
 
-def answer_auto(session: Session, stmt: Query, tree: exp.Query, policy_plan: Plan, policy_cal: Calibration,
-                 options: QueryOptions, groups: tuple | None) -> tuple[Result, Charge]:
+def answer_auto(
+    session: Session,
+    stmt: Query,
+    tree: exp.Query,
+    policy_plan: Plan,
+    policy_cal: Calibration,
+    options: QueryOptions,
+    groups: tuple | None,
+) -> tuple[Result, Charge]:
     """One charge for the profile and the release, durable before the profile runs (so no
     refusal or failure after it depends on the data); then the chosen plan's release."""
     s = session.settings
@@ -76,49 +87,93 @@ def answer_auto(session: Session, stmt: Query, tree: exp.Query, policy_plan: Pla
     at_rest = calibrate(policy_plan, rest, Fraction(0), s.mechanism, policy_plan.literal_domain_size(), weights)
     by_group = auto_bounds.profiled_groups(policy_plan, len(groups) if groups else 0)  # public
     cost = Cost.of(auto_bounds.parts(epsilon, cols, top, correct, bool(by_group)) + at_rest.cost.parts)
-    pending = session.ledger.charging(session.user.name, session.budget_policy, cost, stmt.sql,
-                                   json.dumps(noise_detail(policy_plan, at_rest), default=str), session.global_budget)
+    pending = session.ledger.charging(
+        session.user.name,
+        session.budget_policy,
+        cost,
+        stmt.sql,
+        json.dumps(noise_detail(policy_plan, at_rest), default=str),
+        session.global_budget,
+    )
     charge = pending.admitted()
-    with charged_work(session, pending, charge, "the query's cost stays charged: its limits were being chosen "
-                                             "from the data"):
-        profile = auto_bounds.noised(profile_rows(session, policy_plan, cols, top, bool(by_group)), cols, top,
-                                     epsilon, by_group)
-        choice = auto_bounds.choose(policy_plan, profile, cols, top, epsilon, len(groups) if groups else 1,
-                                    correct)
-        plan, cal, bounded = session._plans.derived(policy_plan, f"chosen {choice.options(QueryOptions())}",
-                                                 lambda: chosen(session, tree, options, choice, rest))
+    with charged_work(
+        session, pending, charge, "the query's cost stays charged: its limits were being chosen from the data"
+    ):
+        profile = auto_bounds.noised(
+            profile_rows(session, policy_plan, cols, top, bool(by_group)), cols, top, epsilon, by_group
+        )
+        choice = auto_bounds.choose(policy_plan, profile, cols, top, epsilon, len(groups) if groups else 1, correct)
+        plan, cal, bounded = session._plans.derived(
+            policy_plan,
+            f"chosen {choice.options(QueryOptions())}",
+            lambda: chosen(session, tree, options, choice, rest),
+        )
         if _shares(cal.cost) != _shares(at_rest.cost):
-            raise OperationalError("the chosen limits changed the release's cost", sqlstate="XX000",
-                                   hint="this is a bug in dpsql, please report it")
+            raise OperationalError(
+                "the chosen limits changed the release's cost",
+                sqlstate="XX000",
+                hint="this is a bug in dpsql, please report it",
+            )
         correction = correction_of(session, policy_plan, choice, epsilon, correct) if correct else None
-    result = answer(session, plan, bounded, cal, charge, noise_detail(plan, cal), pending,
-                          adjust=None if correction is None else partial(_corrected, plan, correction))
+    result = answer(
+        session,
+        plan,
+        bounded,
+        cal,
+        charge,
+        noise_detail(plan, cal),
+        pending,
+        adjust=None if correction is None else partial(_corrected, plan, correction),
+    )
     result.dp["bounds"] = choice.describe() | ({"correction": correction.describe()} if correction else {})
     return result, charge
 
 
-def units_answer(session: Session, stmt: Query, plan: Plan, policy_cal: Calibration, options: QueryOptions,
-                  groups: tuple | None) -> tuple[Result, Charge]:
+def units_answer(
+    session: Session, stmt: Query, plan: Plan, policy_cal: Calibration, options: QueryOptions, groups: tuple | None
+) -> tuple[Result, Charge]:
     """Units per group at the policy's limits, corrected for the groups max_groups cuts: one
     charge for the correction (auto_bounds.groups_query) and the release at the rest."""
     s = session.settings
     epsilon = policy_cal.cost.epsilon
     g, far = policy_cal.groups_per_unit, max(len(groups or ()), policy_cal.groups_per_unit)
     share = auto_bounds.correction_share(plan, s.mechanism)
-    at_rest = calibrate(plan, epsilon * (1 - share), Fraction(0), s.mechanism, plan.literal_domain_size(),
-                        measure_weights(plan, options.weights))
+    at_rest = calibrate(
+        plan,
+        epsilon * (1 - share),
+        Fraction(0),
+        s.mechanism,
+        plan.literal_domain_size(),
+        measure_weights(plan, options.weights),
+    )
     parts = tuple(auto_bounds._part(epsilon * auto_bounds.UNITS_SHARE) for _ in range(2))
-    pending = session.ledger.charging(session.user.name, session.budget_policy, Cost.of(parts + at_rest.cost.parts),
-                                   stmt.sql, json.dumps(noise_detail(plan, at_rest), default=str), session.global_budget)
+    pending = session.ledger.charging(
+        session.user.name,
+        session.budget_policy,
+        Cost.of(parts + at_rest.cost.parts),
+        stmt.sql,
+        json.dumps(noise_detail(plan, at_rest), default=str),
+        session.global_budget,
+    )
     charge = pending.admitted()
-    with charged_work(session, pending, charge, "the query's cost stays charged: the groups its limits cut were "
-                                             "being counted"):
+    with charged_work(
+        session, pending, charge, "the query's cost stays charged: the groups its limits cut were being counted"
+    ):
         row = correction_row(session, plan, f"groups {g} {far}", lambda: auto_bounds.groups_query(plan, g, far))
-        correction = auto_bounds.noised_correction(row, g, far, epsilon, s.confidence,
-                                                   (auto_bounds.UNITS_SHARE, auto_bounds.UNITS_SHARE))
+        correction = auto_bounds.noised_correction(
+            row, g, far, epsilon, s.confidence, (auto_bounds.UNITS_SHARE, auto_bounds.UNITS_SHARE)
+        )
         bounded = bounded_query(session, plan, None)
-    result = answer(session, plan, bounded, at_rest, charge, noise_detail(plan, at_rest), pending,
-                          adjust=partial(_corrected, plan, correction))
+    result = answer(
+        session,
+        plan,
+        bounded,
+        at_rest,
+        charge,
+        noise_detail(plan, at_rest),
+        pending,
+        adjust=partial(_corrected, plan, correction),
+    )
     result.dp["bounds"] = {"max_groups": g, "correction": correction.describe()}
     return result, charge
 
@@ -130,8 +185,9 @@ def correction_row(session: Session, plan: Plan, name: str, query) -> tuple:
     return next(zip(*rs.columns)) if rs.row_count else (0, 0)
 
 
-def correction_of(session: Session, plan: Plan, choice: auto_bounds.Choice, epsilon: Fraction,
-                  shares: tuple[Fraction, ...]) -> auto_bounds.Correction:
+def correction_of(
+    session: Session, plan: Plan, choice: auto_bounds.Choice, epsilon: Fraction, shares: tuple[Fraction, ...]
+) -> auto_bounds.Correction:
     """The rows the chosen total bound keeps and cuts (auto_bounds.Correction), noised: part of
     the query's charge, drawn once it is durable."""
     c, far = choice.max_contributions or 1, choice.reach or auto_bounds.reach(plan)
@@ -139,23 +195,27 @@ def correction_of(session: Session, plan: Plan, choice: auto_bounds.Choice, epsi
     return auto_bounds.noised_correction(row, c, far, epsilon, session.settings.confidence, shares)
 
 
-def chosen(session: Session, tree: exp.Query, options: QueryOptions, choice: auto_bounds.Choice, rest: Fraction
-            ) -> tuple[Plan, Calibration, Bounded]:
+def chosen(
+    session: Session, tree: exp.Query, options: QueryOptions, choice: auto_bounds.Choice, rest: Fraction
+) -> tuple[Plan, Calibration, Bounded]:
     """The plan at the chosen limits, calibrated at the release's epsilon, and its bounded query
     (kept per policy plan and choice: a repeated query's choices repeat)."""
     s = session.settings
     plan = plan_query(tree, session.policy, session.engine.schema(), s.mechanism, choice.options(options))
-    cal = calibrate(plan, rest, Fraction(0), s.mechanism, plan.literal_domain_size(),
-                    measure_weights(plan, options.weights))
+    cal = calibrate(
+        plan, rest, Fraction(0), s.mechanism, plan.literal_domain_size(), measure_weights(plan, options.weights)
+    )
     return plan, cal, built(session, plan, None, copies=False)
 
 
-def profile_rows(session: Session, plan: Plan, cols: tuple[auto_bounds.Column, ...], top: int, by_group: bool
-                  ) -> list[tuple]:
+def profile_rows(
+    session: Session, plan: Plan, cols: tuple[auto_bounds.Column, ...], top: int, by_group: bool
+) -> list[tuple]:
     """The profile's exact rows; like a bounded result, kept per analyst and data version when
     the data alone determines them (the noise is drawn afresh each time)."""
-    sql, timeless = session._plans.derived(plan, f"profile {by_group}", lambda: prepared_sql(session,
-        auto_bounds.profile_query(plan, cols, top, by_group)))
+    sql, timeless = session._plans.derived(
+        plan, f"profile {by_group}", lambda: prepared_sql(session, auto_bounds.profile_query(plan, cols, top, by_group))
+    )
     rs = exact(session, sql, timeless)
     return list(zip(*rs.columns)) if rs.row_count else []
 
@@ -174,7 +234,8 @@ def _corrected(plan: Plan, correction: auto_bounds.Correction, noisy: NoisyTable
     for i, est in enumerate(plan.estimates):
         if est.func in auto_bounds.CORRECTED + ("units",):
             noisy.estimates[i], noisy.intervals[i] = auto_bounds.scaled(
-                noisy.estimates[i], noisy.intervals[i], correction, noisy.estimate_types[i] == "BIGINT")
+                noisy.estimates[i], noisy.intervals[i], correction, noisy.estimate_types[i] == "BIGINT"
+            )
 
 
 def _shares(cost: Cost) -> list[tuple]:

@@ -32,13 +32,20 @@ def batchable(policy: Policy, routes: Sequence[Routed]) -> bool:
     return all(isinstance(s, Query) and touches_private(s.tree, policy) for s in read)
 
 
-def answer_batch(session: Session, sqls: Sequence[str], epsilon: float | Fraction | None,
-                 delta: float | Fraction | None, weights: Sequence[float] | None) -> list[Result]:
+def answer_batch(
+    session: Session,
+    sqls: Sequence[str],
+    epsilon: float | Fraction | None,
+    delta: float | Fraction | None,
+    weights: Sequence[float] | None,
+) -> list[Result]:
     """Several DP queries planned jointly and charged once (Session.execute_batch)."""
     s = session.settings
     deadline = session.policy.limits.deadline()
-    eps = within_cap(session.policy, s.epsilon if epsilon is None
-                     else positive(str(epsilon), "epsilon", "execute_batch(..., epsilon=0.1)"))
+    eps = within_cap(
+        session.policy,
+        s.epsilon if epsilon is None else positive(str(epsilon), "epsilon", "execute_batch(..., epsilon=0.1)"),
+    )
     dlt = s.delta if delta is None else probability(str(delta), "delta")
     weights = list(weights) if weights is not None else [1.0] * len(sqls)
     if len(weights) != len(sqls) or any(not (w > 0 and math.isfinite(w)) for w in weights):
@@ -58,16 +65,21 @@ def answer_batch(session: Session, sqls: Sequence[str], epsilon: float | Fractio
         bound.append(bounded_query(session, plan, None))  # an engine's refusal comes before the charge
         plans.append(plan)
         deadline.check()
-    mechanisms = [m for p, w in zip(plans, weights)
-                  for m in planned_mechanisms(p, s.mechanism, p.literal_domain_size(), w)]
+    mechanisms = [
+        m for p, w in zip(plans, weights) for m in planned_mechanisms(p, s.mechanism, p.literal_domain_size(), w)
+    ]
     multiplier = pld_multiplier(mechanisms, eps, dlt)
     cost = batch_cost(eps, dlt, multiplier, len(mechanisms))
     cals = [calibrate_planned(p, s.mechanism, multiplier, p.literal_domain_size(), w) for p, w in zip(plans, weights)]
-    detail = {"batch": len(sqls), "noise_multiplier": multiplier,
-              "queries": [noise_detail(p, c) for p, c in zip(plans, cals)]}
+    detail = {
+        "batch": len(sqls),
+        "noise_multiplier": multiplier,
+        "queries": [noise_detail(p, c) for p, c in zip(plans, cals)],
+    }
     session._headroom = None  # _overlapping judges by the session's latest charge
-    charge = session.ledger.charge(session.user.name, session.budget_policy, cost, "\n;\n".join(sqls), detail,
-                                session.global_budget)
+    charge = session.ledger.charge(
+        session.user.name, session.budget_policy, cost, "\n;\n".join(sqls), detail, session.global_budget
+    )
     results = [answer(session, p, q, c, charge, d) for p, q, c, d in zip(plans, bound, cals, detail["queries"])]
     session.ledger.record_release(charge.id, [r.rows for r in results])
     for r in results:

@@ -21,10 +21,15 @@ def no_internals(what: str) -> Iterator[None]:
     except Error:
         raise
     except RecursionError:  # a shape the limits let through that a recursive pass cannot walk
-        raise ProgrammingError("the statement nests too deeply to plan", sqlstate="54001",
-                               hint="simplify the statement, or lower max_expression_depth in the policy's "
-                                    "[limits] section; nothing was released") from None
+        raise ProgrammingError(
+            "the statement nests too deeply to plan",
+            sqlstate="54001",
+            hint="simplify the statement, or lower max_expression_depth in the policy's "
+            "[limits] section; nothing was released",
+        ) from None
     except Exception as e:
         log.exception("internal error while answering %s", what)
-        raise InternalError(f"internal error while answering {what}; nothing was released",
-                            hint=f"please report it ({type(e).__name__})") from e
+        raise InternalError(
+            f"internal error while answering {what}; nothing was released",
+            hint=f"please report it ({type(e).__name__})",
+        ) from e

@@ -31,8 +31,9 @@ def bounded_query(session: Session, plan: Plan, salt: str | None) -> Bounded:
     return built(session, plan, salt)
 
 
-def built(session: Session, plan: Plan, salt: str | None, spliced: tuple[str, bool] | None = None,
-                   copies: bool = True) -> Bounded:
+def built(
+    session: Session, plan: Plan, salt: str | None, spliced: tuple[str, bool] | None = None, copies: bool = True
+) -> Bounded:
     """`spliced`: the SQL and timelessness of the plan's unsalted bounded query, from its
     shape's template (checked here as one built afresh is). `copies`: whether a weighted copy
     may serve (not for limits chosen per query, which would build one copy per choice)."""
@@ -96,7 +97,7 @@ def check_post(session: Session, plan: Plan, sql: str) -> None:
     is refused free too; an outer part that only picks columns cannot fail, and is not run.
     The outer part's check is kept per outer part and key types: the texts of one query
     shape (sql/slots.py) share their plan's outer part and estimates."""
-    key_types = session.engine.describe(sql)[1][:len(plan.keys)]
+    key_types = session.engine.describe(sql)[1][: len(plan.keys)]
     if is_trivial(plan.post):
         return
     session._plans.derived(plan.post, f"post over {key_types!r}", lambda: check_outer(session, plan, key_types))
@@ -107,9 +108,12 @@ def check_outer(session: Session, plan: Plan, key_types: list[str]) -> None:
         session._post.describe(plan.post, key_types, [family(e).result_type for e in plan.estimates])
     except OperationalError as e:
         detail = e.message.replace("post-processing of the noisy result failed: ", "").splitlines()[0]
-        raise ProgrammingError(f"the query's outer part (ORDER BY, HAVING, LIMIT or arithmetic on the aggregates) "
-                               f"cannot be computed: {detail}", sqlstate="42601",
-                               hint="fix it and send the query again; nothing was charged") from None
+        raise ProgrammingError(
+            f"the query's outer part (ORDER BY, HAVING, LIMIT or arithmetic on the aggregates) "
+            f"cannot be computed: {detail}",
+            sqlstate="42601",
+            hint="fix it and send the query again; nothing was charged",
+        ) from None
 
 
 def released_groups(plan: Plan, bounded: Bounded, rs: ResultSet) -> ResultSet:

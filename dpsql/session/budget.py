@@ -27,10 +27,14 @@ def budget_summary(policy: Policy, ledger: Ledger, user: str, detail: bool = Tru
     u = policy.user(user)
     f, totals = ledger.state(u.name, u.budget)
     left = f.remaining(totals)
-    out: dict[str, Any] = {"user": u.name, "filter": f.name,
-                           "epsilon": {"total": f.epsilon, "spent": totals.epsilon, "remaining": left["epsilon"]},
-                           "delta": {"total": f.delta, "spent": totals.delta, "remaining": left["delta"]},
-                           "queries": totals.queries, "detail": f.describe(totals) if detail else ""}
+    out: dict[str, Any] = {
+        "user": u.name,
+        "filter": f.name,
+        "epsilon": {"total": f.epsilon, "spent": totals.epsilon, "remaining": left["epsilon"]},
+        "delta": {"total": f.delta, "spent": totals.delta, "remaining": left["delta"]},
+        "queries": totals.queries,
+        "detail": f.describe(totals) if detail else "",
+    }
     window = window_of(u.budget, ledger.now()) if u.budget.window is not None else None
     if window is not None:
         out["window"] = {"seconds": u.budget.window, "refreshes": _utc(window[2])}
@@ -38,14 +42,27 @@ def budget_summary(policy: Policy, ledger: Ledger, user: str, detail: bool = Tru
     life = ledger.lifetime(u.name, u.budget)
     if life is not None:
         lf, lt = life
-        out["lifetime"] = {"epsilon": {"total": lf.epsilon, "spent": lt.epsilon, "remaining": lf.remaining(lt)["epsilon"]},
-                           "delta": {"total": lf.delta, "spent": lt.delta}}
+        out["lifetime"] = {
+            "epsilon": {"total": lf.epsilon, "spent": lt.epsilon, "remaining": lf.remaining(lt)["epsilon"]},
+            "delta": {"total": lf.delta, "spent": lt.delta},
+        }
         out["detail"] += f"; lifetime cap: {lf.describe(lt)} (never refreshes)" if detail else ""
     return out
 
 
-BUDGET_COLUMNS = ["user", "filter", "epsilon_total", "epsilon_spent", "epsilon_remaining", "delta_total", "delta_spent",
-                  "delta_remaining", "queries", "window_refreshes", "lifetime_epsilon_remaining"]
+BUDGET_COLUMNS = [
+    "user",
+    "filter",
+    "epsilon_total",
+    "epsilon_spent",
+    "epsilon_remaining",
+    "delta_total",
+    "delta_spent",
+    "delta_remaining",
+    "queries",
+    "window_refreshes",
+    "lifetime_epsilon_remaining",
+]
 BUDGET_TYPES = ["VARCHAR", "VARCHAR"] + ["DOUBLE"] * 6 + ["BIGINT", "VARCHAR", "DOUBLE"]
 
 
@@ -53,10 +70,19 @@ def budget_result(policy: Policy, ledger: Ledger, user: str) -> Result:
     """SHOW dpsql.budget, and the dpsql.budget relation's one row."""
     b = budget_summary(policy, ledger, user, detail=False)
     life = b.get("lifetime")
-    row = (b["user"], b["filter"], float(b["epsilon"]["total"]), float(b["epsilon"]["spent"]),
-           float(b["epsilon"]["remaining"]), float(b["delta"]["total"]), float(b["delta"]["spent"]),
-           float(b["delta"]["remaining"]), b["queries"], b["window"]["refreshes"] if b.get("window") else None,
-           float(life["epsilon"]["remaining"]) if life else None)
+    row = (
+        b["user"],
+        b["filter"],
+        float(b["epsilon"]["total"]),
+        float(b["epsilon"]["spent"]),
+        float(b["epsilon"]["remaining"]),
+        float(b["delta"]["total"]),
+        float(b["delta"]["spent"]),
+        float(b["delta"]["remaining"]),
+        b["queries"],
+        b["window"]["refreshes"] if b.get("window") else None,
+        float(life["epsilon"]["remaining"]) if life else None,
+    )
     return Result(list(BUDGET_COLUMNS), list(BUDGET_TYPES), [row], "SHOW")
 
 

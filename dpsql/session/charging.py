@@ -51,7 +51,9 @@ def charge_told(status: str) -> Iterator[None]:
     except OperationalError as e:
         if e.sqlstate not in ("XX000", "42883", "57014", "53100", "53200"):  # cancelled, out of memory or disk
             raise
-        raise OperationalError(e.message, sqlstate=e.sqlstate, hint=f"{e.hint}; {status}" if e.hint else status) from None
+        raise OperationalError(
+            e.message, sqlstate=e.sqlstate, hint=f"{e.hint}; {status}" if e.hint else status
+        ) from None
 
 
 def overlapping(session: Session, cost: Cost) -> bool:
@@ -84,15 +86,19 @@ def charged_work(session: Session, pending: PendingCharge, charge: Charge, statu
         raise
 
 
-def failed(session: Session, charge: Charge, failure: BaseException,
-            status: str = "the query's cost stays charged, because whether a query fails can depend on the data"
-            ) -> NoReturn:
+def failed(
+    session: Session,
+    charge: Charge,
+    failure: BaseException,
+    status: str = "the query's cost stays charged, because whether a query fails can depend on the data",
+) -> NoReturn:
     """A query that fails after its charge (the engine's memory or time limit, a cancel, an
     engine error): the charge stays, as whether it fails can depend on the data; its release
     record says it failed and why (dpsql's own words), and the client gets the error with
     its SQLSTATE and what happened to the budget."""
     error = failure if isinstance(failure, Error) else None
-    session.ledger.record_failure(charge.id, error.sqlstate if error else "XX000",
-                               error.message if error else "internal error")
+    session.ledger.record_failure(
+        charge.id, error.sqlstate if error else "XX000", error.message if error else "internal error"
+    )
     with charge_told(status):
         raise failure

@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 Shape = tuple[list[str], list[str]]
 
 
-def describe_statement(session: Session, stmt: Statement, params: Sequence[Any] | Mapping[str, Any] | None
-                       ) -> Shape | None:
+def describe_statement(
+    session: Session, stmt: Statement, params: Sequence[Any] | Mapping[str, Any] | None
+) -> Shape | None:
     """What the statement would return (None: no rows)."""
     if isinstance(stmt, (SetCommand, TransactionCommand, ViewCommand)):
         return None
@@ -72,8 +73,10 @@ def describe_tree(session: Session, tree: exp.Query, options: QueryOptions) -> S
     if isinstance(plan, PublicQuery):
         names, types = session.engine.describe(session.engine.prepare(plan.tree))
         return public_names(plan.tree, names), types
-    names, types = session.engine.describe(session.engine.prepare(rewrite(plan, plan.literal_domain_size()), owned=True))
-    key_types = types[:len(plan.keys)]
+    names, types = session.engine.describe(
+        session.engine.prepare(rewrite(plan, plan.literal_domain_size()), owned=True)
+    )
+    key_types = types[: len(plan.keys)]
     est_types = [family(e).result_type for e in plan.estimates]
     return session._post.describe(plan.post, key_types, est_types)
 
@@ -83,8 +86,12 @@ def reads_budget(tree: exp.Query) -> bool:
         return False
     source = tree.args.get("from_")
     t = source.this if source is not None else None
-    return (isinstance(t, exp.Table) and isinstance(t.this, exp.Identifier) and t.name.lower() == BUDGET_RELATION
-            and t.db.lower() in ("", "public", "dpsql"))
+    return (
+        isinstance(t, exp.Table)
+        and isinstance(t.this, exp.Identifier)
+        and t.name.lower() == BUDGET_RELATION
+        and t.db.lower() in ("", "public", "dpsql")
+    )
 
 
 def reads_rows(tree: exp.Select) -> bool:

@@ -36,26 +36,38 @@ def explain_plan(session: Session, tree: exp.Query, options: QueryOptions | None
     scaled_up = 1 / plan.sample_rate if plan.sample_rate else 1.0  # TABLESAMPLE's estimates are divided by the rate
     for m, mn in zip(plan.measures, cal.measures):
         unit = m.unit_scale * scaled_up
-        mechanisms.append({
-            "measure": m.describe(), "noise": mn.noise.kind, "l1_sensitivity": None if mn.l1 is None else mn.l1 * unit,
-            "l2_sensitivity": math.sqrt(mn.l2_squared) * unit, "scale": mn.noise.scale * unit,
-            "half_width": mn.noise.half_width(s.confidence) * unit,
-            "epsilon": None if mn.epsilon is None else float(mn.epsilon),
-            "rho": None if mn.rho is None else float(mn.rho)})
+        mechanisms.append(
+            {
+                "measure": m.describe(),
+                "noise": mn.noise.kind,
+                "l1_sensitivity": None if mn.l1 is None else mn.l1 * unit,
+                "l2_sensitivity": math.sqrt(mn.l2_squared) * unit,
+                "scale": mn.noise.scale * unit,
+                "half_width": mn.noise.half_width(s.confidence) * unit,
+                "epsilon": None if mn.epsilon is None else float(mn.epsilon),
+                "rho": None if mn.rho is None else float(mn.rho),
+            }
+        )
     return {
         "public": False,
         "sql": _pretty(bounded_query(session, plan, None).sql, session.engine.dialect),
         "sample_rate": plan.sample_rate,
         "ratios": [e.text for e in plan.estimates if family(e).centred_sum],
-        "max_groups_per_unit": cal.groups_per_unit, "max_rows_per_group": plan.max_rows,
+        "max_groups_per_unit": cal.groups_per_unit,
+        "max_rows_per_group": plan.max_rows,
         "max_rows_per_unit": plan.total_rows if plan.total_bound else None,
         "groups": key_domain(session, plan).row_count if plan.keys and plan.declared else None,
         "narrowed_by": list(narrowing(plan).used),
         **auto.explained(session, plan, cal, options or QueryOptions()),
         "mechanisms": mechanisms,
-        "selection": None if cal.selection is None else {
-            "threshold": cal.selection.threshold, "scale": cal.selection.noise.scale,
-            "epsilon": float(cal.selection.epsilon), "delta": float(cal.selection.delta)},
+        "selection": None
+        if cal.selection is None
+        else {
+            "threshold": cal.selection.threshold,
+            "scale": cal.selection.noise.scale,
+            "epsilon": float(cal.selection.epsilon),
+            "delta": float(cal.selection.delta),
+        },
         "confidence": s.confidence,
         "target_error": None if options and options.epsilon is not None else s.target_error,
         "cost": cal.cost.as_dict(),
@@ -69,9 +81,18 @@ def explain_plan(session: Session, tree: exp.Query, options: QueryOptions | None
 
 def explain_result(session: Session, tree: exp.Query, options: QueryOptions | None = None) -> Result:
     info = session.explain_plan(tree, options)
-    dp = None if info["public"] else {"cost": info["cost"], "remaining": info["remaining_after"], "explain": True,
-                                      "admits_more": info["admits_more"], "admitted": info["admitted"],
-                                      "remaining_now": info["remaining_now"]}
+    dp = (
+        None
+        if info["public"]
+        else {
+            "cost": info["cost"],
+            "remaining": info["remaining_after"],
+            "explain": True,
+            "admits_more": info["admits_more"],
+            "admitted": info["admitted"],
+            "remaining_now": info["remaining_now"],
+        }
+    )
     lines = explain_lines(info) + (synopsis_route.explain(session, tree, options) if not info["public"] else [])
     return Result(["QUERY PLAN"], ["VARCHAR"], [(line,) for line in lines], "EXPLAIN", dp)
 
@@ -80,46 +101,94 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
     if info["public"]:
         return ["public query (no private tables): runs as written, free", info["sql"]]
     pct = f"{info['confidence'] * 100:g}%"
-    lines = [f"cost: epsilon={info['cost']['epsilon']:g} delta={info['cost']['delta']:g}"
-             f" ({'admitted' if info['admitted'] else 'REFUSED: over budget'}; EXPLAIN itself charges nothing)",
-             f"remaining after: epsilon={info['remaining_after']['epsilon']:g} delta={info['remaining_after']['delta']:g}",
-             f"the budget admits {info['admits_more']} more queries like this one",
-             *([f"epsilon chosen as the smallest giving COUNT and SUM a {pct} error within ±{info['target_error']:g} "
-                "(dpsql.target_error)"] if info.get("target_error") else []),
-             (f"contribution bounds: {info['max_rows_per_unit']} row(s) per unit in all, in any groups "
-              "(a unit with more has each row scaled down)" if info.get("max_rows_per_unit") else
-              f"contribution bounds: {info['max_groups_per_unit']} group(s) per unit, {info['max_rows_per_group']} row(s) per group"),
-             *([f"groups: the {info['groups']} key tuple(s) of the declared domain"
-                + (f" that the conditions on the keys allow ({'; '.join(info['narrowed_by'])}), evaluated over the "
-                   "declared values and public tables only" if info.get("narrowed_by") else "")
-                + ", each answered with noise whether or not it has rows"] if info.get("groups") is not None else []),
-             *([f"limits chosen when the query runs (dpsql.bounds = auto): {info['auto_bounds']:.0%} of its epsilon "
+    lines = [
+        f"cost: epsilon={info['cost']['epsilon']:g} delta={info['cost']['delta']:g}"
+        f" ({'admitted' if info['admitted'] else 'REFUSED: over budget'}; EXPLAIN itself charges nothing)",
+        f"remaining after: epsilon={info['remaining_after']['epsilon']:g} delta={info['remaining_after']['delta']:g}",
+        f"the budget admits {info['admits_more']} more queries like this one",
+        *(
+            [
+                f"epsilon chosen as the smallest giving COUNT and SUM a {pct} error within ±{info['target_error']:g} "
+                "(dpsql.target_error)"
+            ]
+            if info.get("target_error")
+            else []
+        ),
+        (
+            f"contribution bounds: {info['max_rows_per_unit']} row(s) per unit in all, in any groups "
+            "(a unit with more has each row scaled down)"
+            if info.get("max_rows_per_unit")
+            else f"contribution bounds: {info['max_groups_per_unit']} group(s) per unit, {info['max_rows_per_group']} row(s) per group"
+        ),
+        *(
+            [
+                f"groups: the {info['groups']} key tuple(s) of the declared domain"
+                + (
+                    f" that the conditions on the keys allow ({'; '.join(info['narrowed_by'])}), evaluated over the "
+                    "declared values and public tables only"
+                    if info.get("narrowed_by")
+                    else ""
+                )
+                + ", each answered with noise whether or not it has rows"
+            ]
+            if info.get("groups") is not None
+            else []
+        ),
+        *(
+            [
+                f"limits chosen when the query runs (dpsql.bounds = auto): {info['auto_bounds']:.0%} of its epsilon "
                 "profiles its rows, then a total bound on a unit's rows and clamps of summed values are chosen within "
                 "the policy's limits above; the noise below is at the policy's limits (the chosen ones are shown "
-                "with the answer); SET dpsql.bounds = policy to keep them"] if info.get("auto_bounds") else []),
-             *([f"counts corrected for truncation (dpsql.bounds = auto): {info['auto_correction']:.0%} of its epsilon "
+                "with the answer); SET dpsql.bounds = policy to keep them"
+            ]
+            if info.get("auto_bounds")
+            else []
+        ),
+        *(
+            [
+                f"counts corrected for truncation (dpsql.bounds = auto): {info['auto_correction']:.0%} of its epsilon "
                 "counts the rows (or groups) a unit's limits keep and those they cut, and the counts are scaled by "
-                "(kept + cut) / kept; the release gets the rest"] if info.get("auto_correction") else [])]
+                "(kept + cut) / kept; the release gets the rest"
+            ]
+            if info.get("auto_correction")
+            else []
+        ),
+    ]
     for m in info["mechanisms"]:
-        share = (f"epsilon {m['epsilon']:.6g}" if m["epsilon"] is not None
-                 else f"rho {m['rho']:.6g}" if m["rho"] is not None else "PLD-planned")
-        lines.append(f"{m['measure']}: {share}, {m['noise']} noise, scale {m['scale']:.6g}, "
-                     f"L1 sensitivity {m['l1_sensitivity']:.6g}, {pct} error within ±{m['half_width']:.6g}")
+        share = (
+            f"epsilon {m['epsilon']:.6g}"
+            if m["epsilon"] is not None
+            else f"rho {m['rho']:.6g}"
+            if m["rho"] is not None
+            else "PLD-planned"
+        )
+        lines.append(
+            f"{m['measure']}: {share}, {m['noise']} noise, scale {m['scale']:.6g}, "
+            f"L1 sensitivity {m['l1_sensitivity']:.6g}, {pct} error within ±{m['half_width']:.6g}"
+        )
     if info.get("auto_bounds") or info.get("auto_correction"):
-        lines.append(f"dpsql.bounds = auto: the release gets {1 / info['auto_release']:.0%} of the epsilon, at limits "
-                     f"no looser than these, so each noise above is at most {info['auto_release']:.4g} times as "
-                     "large (scale and interval), plus what the chosen limits cut; the limits, and any correction, "
-                     "come with the answer")
+        lines.append(
+            f"dpsql.bounds = auto: the release gets {1 / info['auto_release']:.0%} of the epsilon, at limits "
+            f"no looser than these, so each noise above is at most {info['auto_release']:.4g} times as "
+            "large (scale and interval), plus what the chosen limits cut; the limits, and any correction, "
+            "come with the answer"
+        )
     if info.get("ratios"):
-        lines.append(f"{', '.join(sorted(set(info['ratios'])))}: a ratio of the noisy totals above to the noisy count, "
-                     "so its error shrinks as its group grows (about ±(total error + |value| × count error) / count)")
+        lines.append(
+            f"{', '.join(sorted(set(info['ratios'])))}: a ratio of the noisy totals above to the noisy count, "
+            "so its error shrinks as its group grows (about ±(total error + |value| × count error) / count)"
+        )
     if info.get("sample_rate"):
-        lines.append(f"TABLESAMPLE: estimates are divided by the rate {info['sample_rate']:g}, and so is the noise "
-                     "above; the sample's own error comes on top (the answer's intervals include both)")
+        lines.append(
+            f"TABLESAMPLE: estimates are divided by the rate {info['sample_rate']:g}, and so is the noise "
+            "above; the sample's own error comes on top (the answer's intervals include both)"
+        )
     if info["selection"]:
         sel = info["selection"]
-        lines.append(f"partition selection: a group is shown when its noisy unit count (laplace scale {sel['scale']:.6g}) "
-                     f"reaches {sel['threshold']}; epsilon={sel['epsilon']:g} delta={sel['delta']:g}")
+        lines.append(
+            f"partition selection: a group is shown when its noisy unit count (laplace scale {sel['scale']:.6g}) "
+            f"reaches {sel['threshold']}; epsilon={sel['epsilon']:g} delta={sel['delta']:g}"
+        )
     lines.append("rewritten query:")
     lines.extend(info["sql"].splitlines())
     return lines

@@ -33,7 +33,9 @@ def bind_parameters(tree: exp.Query, params: Sequence[Any] | Mapping[str, Any] |
             value = _param(params, index)
         elif node.this:
             if not isinstance(params, Mapping):
-                raise ProgrammingError(f"named parameter %({node.name})s needs a mapping of parameters", sqlstate="08P01")
+                raise ProgrammingError(
+                    f"named parameter %({node.name})s needs a mapping of parameters", sqlstate="08P01"
+                )
             if node.name not in params:
                 raise ProgrammingError(f"no value for parameter {node.name!r}", sqlstate="08P01")
             value = params[node.name]

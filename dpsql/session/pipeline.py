@@ -179,41 +179,59 @@ class Session:
         detail = self._plans.derived(cal, "detail", lambda: noise_detail(plan, cal))  # read-only: shared
         # An engine's refusal comes before the charge (under chosen limits, the policy's plan is
         # bound in the engine: the chosen one differs in its clamps and total bound only).
-        bound = self._plans.derived(plan, "unweighted", lambda: bounded.built(self, plan, None, copies=False)) \
-            if chosen else bounded.bounded_query(self, plan, None)
+        bound = (
+            self._plans.derived(plan, "unweighted", lambda: bounded.built(self, plan, None, copies=False))
+            if chosen
+            else bounded.bounded_query(self, plan, None)
+        )
         if bound.domain == ():  # every declared key tuple is NULL or filtered out: nothing to release, free
             names, types = describe.describe_tree(self, tree, stmt.options)
-            return Result(names, types, [], "SELECT 0",
-                          {"notice": "the group keys' declared values give no group under this expression (each "
-                                     "becomes NULL) or the query's conditions on them exclude every one, so nothing "
-                                     "was released or charged"})
+            return Result(
+                names,
+                types,
+                [],
+                "SELECT 0",
+                {
+                    "notice": "the group keys' declared values give no group under this expression (each "
+                    "becomes NULL) or the query's conditions on them exclude every one, so nothing "
+                    "was released or charged"
+                },
+            )
         self._deadline.check()
         if chosen:
             result, charge = auto.answer_auto(self, stmt, tree, plan, cal, options, bound.domain)
             return record(self, result, charge, key, bounds=True)
         stopper = Stopper(self.engine) if overlapping(self, cal.cost) else None
         detail_text = self._plans.derived(cal, "detail_text", lambda: json.dumps(detail, default=str))
-        pending = self.ledger.charging(self.user.name, self.budget_policy, cal.cost, stmt.sql, detail_text,
-                                       self.global_budget, stopper)
+        pending = self.ledger.charging(
+            self.user.name, self.budget_policy, cal.cost, stmt.sql, detail_text, self.global_budget, stopper
+        )
         self._headroom = None  # kept again only once this charge is admitted
         charge = None if stopper is not None else pending.admitted()  # else admitted while the engine runs
         result = answer(self, plan, bound, cal, charge, detail, pending, stopper)
         charge = pending.admitted()
-        dropped = self._plans.derived(plan, "dropped", lambda: [as_written(k.expr)[:80] for k in plan.keys
-                                                                 if k.declared and null_by_construction(k.expr)])
+        dropped = self._plans.derived(
+            plan,
+            "dropped",
+            lambda: [as_written(k.expr)[:80] for k in plan.keys if k.declared and null_by_construction(k.expr)],
+        )
         if dropped:
-            result.dp["notice"] = (f"rows where {' or '.join(dropped)} is NULL are in no group: a declared domain "
-                                   "holds values, not NULL; to count them, give them a value, e.g. COALESCE(key, 'none')")
+            result.dp["notice"] = (
+                f"rows where {' or '.join(dropped)} is NULL are in no group: a declared domain "
+                "holds values, not NULL; to count them, give them a value, e.g. COALESCE(key, 'none')"
+            )
         return record(self, result, charge, key)
 
     # Planning seams (tests replace these on a session) --------------------------------------
-    def _prepare(self, tree: exp.Query, options: QueryOptions | None = None, text: str | None = None
-                 ) -> tuple[Plan | PublicQuery, Calibration | None]:
+    def _prepare(
+        self, tree: exp.Query, options: QueryOptions | None = None, text: str | None = None
+    ) -> tuple[Plan | PublicQuery, Calibration | None]:
         """Plan and calibrate, memoised per query shape for every session over this engine (shapes.py)."""
         return shapes.prepare_query(self, tree, options, text)
 
-    def _plan_and_calibrate(self, tree: exp.Query, options: QueryOptions
-                            ) -> tuple[Plan | PublicQuery, Calibration | None]:
+    def _plan_and_calibrate(
+        self, tree: exp.Query, options: QueryOptions
+    ) -> tuple[Plan | PublicQuery, Calibration | None]:
         return prepare(tree, self.policy, self.engine.schema(), self.settings, options)
 
     def _plan_key(self, tree: exp.Query, options: QueryOptions, text: str | None, shape: str | None = None) -> str:
@@ -263,9 +281,15 @@ class Session:
         included (tests and audits compare neighbouring datasets on them)."""
         return bounded.exact_result(self, plan, salt)
 
-    def randomized_response(self, table: str, columns: Sequence[str], epsilon: float | Fraction,
-                            method: str = "auto", epsilon_size: float | Fraction | None = None,
-                            null_category: bool = True) -> randomized.LocalRelease:
+    def randomized_response(
+        self,
+        table: str,
+        columns: Sequence[str],
+        epsilon: float | Fraction,
+        method: str = "auto",
+        epsilon_size: float | Fraction | None = None,
+        null_category: bool = True,
+    ) -> randomized.LocalRelease:
         """One randomized row per person of `table` over `columns` (randomized.py)."""
         with self._lock:
             return randomized.randomized_response(self, table, columns, epsilon, method, epsilon_size, null_category)
@@ -276,8 +300,10 @@ class Session:
         with self._lock, no_internals("the synopsis"):
             spec = synopsis_publish.spec_of(self.policy, name)
             if spec.charged_to != self.user.name and not self.user.officer:
-                raise forbidden(f"synopsis {spec.name} is charged to {spec.charged_to}, not to {self.user.name}",
-                                hint="its payer or a privacy officer publishes it (dpsql synopsis publish NAME)")
+                raise forbidden(
+                    f"synopsis {spec.name} is charged to {spec.charged_to}, not to {self.user.name}",
+                    hint="its payer or a privacy officer publishes it (dpsql synopsis publish NAME)",
+                )
             self._headroom = None  # charging.overlapping judges by the session's latest charge
             return synopsis_publish.publish(self, spec.name)
 
@@ -300,8 +326,13 @@ class Session:
         with self._lock:
             return batch.batchable(self.policy, [s if isinstance(s, Routed) else self.route_one(s) for s in statements])
 
-    def execute_batch(self, sqls: Sequence[str], epsilon: float | Fraction | None = None,
-                      delta: float | Fraction | None = None, weights: Sequence[float] | None = None) -> list[Result]:
+    def execute_batch(
+        self,
+        sqls: Sequence[str],
+        epsilon: float | Fraction | None = None,
+        delta: float | Fraction | None = None,
+        weights: Sequence[float] | None = None,
+    ) -> list[Result]:
         """Answer several DP queries calibrated jointly by PLD planning, charged once as one
         (ε, δ) release. `weights` (one per query) give a query less noise relative to the others."""
         with self._lock, no_internals("the batch"):
@@ -316,7 +347,16 @@ class Session:
 
 
 # The session's answer to each route (sql/route.py); the others are refused (`_unrouted`).
-_ANSWERS = {Kind.SET: Session._set, Kind.SET_LOCAL: Session._set, Kind.SHOW: Session._show,
-            Kind.BEGIN: Session._transaction, Kind.COMMIT: Session._transaction, Kind.ROLLBACK: Session._transaction,
-            Kind.SAVEPOINT: Session._transaction, Kind.NO_OP: Session._transaction, Kind.VIEW: Session._view,
-            Kind.EXPLAIN: Session._explain, Kind.QUERY: Session._statement}
+_ANSWERS = {
+    Kind.SET: Session._set,
+    Kind.SET_LOCAL: Session._set,
+    Kind.SHOW: Session._show,
+    Kind.BEGIN: Session._transaction,
+    Kind.COMMIT: Session._transaction,
+    Kind.ROLLBACK: Session._transaction,
+    Kind.SAVEPOINT: Session._transaction,
+    Kind.NO_OP: Session._transaction,
+    Kind.VIEW: Session._view,
+    Kind.EXPLAIN: Session._explain,
+    Kind.QUERY: Session._statement,
+}

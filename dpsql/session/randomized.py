@@ -47,33 +47,52 @@ class LocalRelease:
         return ["=".join(str(v) for v in c) if c[0] is not None else "null" for c in self.spec.categories]
 
 
-def randomized_response(session: Session, table: str, columns: Sequence[str], epsilon: float | Fraction,
-                        method: str = "auto", epsilon_size: float | Fraction | None = None,
-                        null_category: bool = True) -> LocalRelease:
+def randomized_response(
+    session: Session,
+    table: str,
+    columns: Sequence[str],
+    epsilon: float | Fraction,
+    method: str = "auto",
+    epsilon_size: float | Fraction | None = None,
+    null_category: bool = True,
+) -> LocalRelease:
     """One randomized row per person of `table` over `columns` (declared keys), charged at
     epsilon before any row is drawn (dpsql/local.py). The rows may then be published."""
     t = session.policy.table(table)
     if t is None or t.public:
-        raise ProgrammingError(f"{table} is not a private table of the policy", sqlstate="42P01",
-                               hint="name a private table; public tables need no randomizing")
+        raise ProgrammingError(
+            f"{table} is not a private table of the policy",
+            sqlstate="42P01",
+            hint="name a private table; public tables need no randomizing",
+        )
     keys = []
     for c in columns:
         col = t.columns.get(c.lower())
         if col is None or col.keys is None:
-            raise unsupported(f"{table}.{c} has no declared keys, so its values cannot be randomized over them",
-                              hint=f"declare them: columns.{c} = {{ keys = [...] }}")
+            raise unsupported(
+                f"{table}.{c} has no declared keys, so its values cannot be randomized over them",
+                hint=f"declare them: columns.{c} = {{ keys = [...] }}",
+            )
         keys.append(col.keys)
     size = None if epsilon_size is None else positive(_text(epsilon_size), "epsilon_size")
-    spec = local.spec(t.name, [c.lower() for c in columns], keys, positive(_text(epsilon), "epsilon"), method,
-                      size, null_category)
+    spec = local.spec(
+        t.name, [c.lower() for c in columns], keys, positive(_text(epsilon), "epsilon"), method, size, null_category
+    )
     per_person = person_values(session, t, spec)
-    detail = {"randomized_response": {"table": t.name, "columns": list(spec.columns), "method": spec.method,
-                                      "epsilon_rr": float(spec.epsilon_rr),
-                                      "epsilon_size": float(spec.epsilon_size)}}
+    detail = {
+        "randomized_response": {
+            "table": t.name,
+            "columns": list(spec.columns),
+            "method": spec.method,
+            "epsilon_rr": float(spec.epsilon_rr),
+            "epsilon_size": float(spec.epsilon_size),
+        }
+    }
     text = f"RANDOMIZED RESPONSE {t.name} ({', '.join(spec.columns)}) [{spec.method}]"
     session._headroom = None  # _overlapping judges by the session's latest charge
-    charge = session.ledger.charge(session.user.name, session.budget_policy, Cost.pure(spec.epsilon), text, detail,
-                                session.global_budget)
+    charge = session.ledger.charge(
+        session.user.name, session.budget_policy, Cost.pure(spec.epsilon), text, detail, session.global_budget
+    )
     rows = local.randomize([local.person_category(r, spec) for r in per_person], spec)
     session.ledger.record_release(charge.id, {"rows": len(rows)})
     left = charge.filter.remaining(charge.totals)
@@ -87,8 +106,12 @@ def person_values(session: Session, table: TablePolicy, spec: local.LocalSpec) -
         query = exp.select(*cols).from_(exp.to_table(table.name, quoted=True))
     else:
         unit = exp.column(table.privacy_unit, quoted=True)
-        query = (exp.select(unit, *cols, exp.Count(this=exp.Star())).from_(exp.to_table(table.name, quoted=True))
-                 .where(b.not_null(unit.copy())).group_by(unit.copy(), *cols))
+        query = (
+            exp.select(unit, *cols, exp.Count(this=exp.Star()))
+            .from_(exp.to_table(table.name, quoted=True))
+            .where(b.not_null(unit.copy()))
+            .group_by(unit.copy(), *cols)
+        )
     with charge_told("nothing was charged"):
         rs = session.engine.execute(session.engine.prepare(query))
     rows = list(zip(*rs.columns)) if rs.row_count else []

@@ -14,8 +14,9 @@ from ..sql.scope import output_name
 from .result import Result
 
 
-def over_rows(post: PostProcessor, tree: exp.Select, alias: str, names: list[str], types: list[str], rows: list
-              ) -> Result:
+def over_rows(
+    post: PostProcessor, tree: exp.Select, alias: str, names: list[str], types: list[str], rows: list
+) -> Result:
     """`tree` run over rows already released (or the budget's) held as the relation `alias`."""
     outer = outer_query(tree, alias)
     out_names, out_types, out_rows = post.run_released(outer, alias, names, types, rows)
@@ -31,8 +32,10 @@ def outer_query(tree: exp.Select, alias: str) -> exp.Select:
     outer.set("with_", None)
     for node in outer.walk():
         if isinstance(node, exp.Table) and node.name != alias:
-            raise unsupported(f"the outer query may read only the inner query's rows, not {node.name}",
-                              hint="join inside the inner (DP) query instead")
+            raise unsupported(
+                f"the outer query may read only the inner query's rows, not {node.name}",
+                hint="join inside the inner (DP) query instead",
+            )
         if isinstance(node, (exp.Subquery, exp.Select)) and node is not outer:
             raise unsupported("subqueries in the outer query over a DP query are not supported")
     return outer
@@ -41,7 +44,8 @@ def outer_query(tree: exp.Select, alias: str) -> exp.Select:
 def public_names(tree: exp.Query, engine_names: Sequence[str]) -> list[str]:
     """PostgreSQL's column names (count, not DuckDB's count_star()) when the select list has no *."""
     items = tree.expressions if isinstance(tree, exp.Select) else []
-    if len(items) != len(engine_names) or any(i.find(exp.Star) is not None and not isinstance(i, exp.Count)
-                                              for i in items):
+    if len(items) != len(engine_names) or any(
+        i.find(exp.Star) is not None and not isinstance(i, exp.Count) for i in items
+    ):
         return list(engine_names)
     return [output_name(i) for i in items]

@@ -110,9 +110,16 @@ def _schema_probe(session: Session, stmt: Query, tree: exp.Query, detail: Any) -
 
 def _column_probe(session: Session, stmt: Query, tree: exp.Query, detail: Any) -> Result:
     names, types = describe_tree(session, tree, stmt.options)
-    return Result(names, types, [], "SELECT 0",
-                  {"notice": "rows of a private table are never shown: this answer has its columns only; "
-                             "ask for an aggregate, e.g. SELECT COUNT(*) FROM " + tree.args["from_"].this.name})
+    return Result(
+        names,
+        types,
+        [],
+        "SELECT 0",
+        {
+            "notice": "rows of a private table are never shown: this answer has its columns only; "
+            "ask for an aggregate, e.g. SELECT COUNT(*) FROM " + tree.args["from_"].this.name
+        },
+    )
 
 
 def declared_keys(session: Session, tree: exp.Query, options: QueryOptions) -> Result | None:
@@ -124,8 +131,10 @@ def declared_keys(session: Session, tree: exp.Query, options: QueryOptions) -> R
     probe = tree.copy()
     if probe.args.get("distinct") is not None and probe.args.get("group") is None:
         probe.set("distinct", None)
-        probe.set("group", exp.Group(expressions=[(e.unalias() if isinstance(e, exp.Alias) else e).copy()
-                                                  for e in probe.expressions]))
+        probe.set(
+            "group",
+            exp.Group(expressions=[(e.unalias() if isinstance(e, exp.Alias) else e).copy() for e in probe.expressions]),
+        )
     if probe.args.get("group") is None or probe.args.get("distinct") is not None:
         return None
     probe.set("expressions", [*probe.expressions, exp.alias_(exp.Count(this=exp.Star()), "__dpsql_n")])
@@ -144,9 +153,11 @@ def declared_keys(session: Session, tree: exp.Query, options: QueryOptions) -> R
     out = session._post.run(post, noisy)
     result = Result(out.names, out.types, out.rows, f"SELECT {len(out.rows)}")
     if tree.args.get("where") is not None or tree.args.get("joins"):  # a cascading filter's: all keys it allows
-        result.dp = {"notice": "these are all the declared keys that the conditions on the keys themselves and "
-                               "joins with public tables allow, whatever the WHERE clause says of other columns: "
-                               "which of them have rows is private (ask COUNT(*) ... GROUP BY for noisy counts); free"}
+        result.dp = {
+            "notice": "these are all the declared keys that the conditions on the keys themselves and "
+            "joins with public tables allow, whatever the WHERE clause says of other columns: "
+            "which of them have rows is private (ask COUNT(*) ... GROUP BY for noisy counts); free"
+        }
     return result
 
 
@@ -161,7 +172,9 @@ def derived_table(session: Session, stmt: Query, tree: exp.Select, inner: exp.Se
 
 
 _ANSWERS: dict[Way, Callable[[Session, Query, exp.Query, Any], Result | None]] = {
-    Way.BUDGET: _budget, Way.SCHEMA_PROBE: _schema_probe, Way.COLUMN_PROBE: _column_probe,
+    Way.BUDGET: _budget,
+    Way.SCHEMA_PROBE: _schema_probe,
+    Way.COLUMN_PROBE: _column_probe,
     Way.DERIVED: lambda session, stmt, tree, wrapped: derived_table(session, stmt, tree, *wrapped),
     Way.KEYS: lambda session, stmt, tree, detail: declared_keys(session, tree, stmt.options),
 }

@@ -12,24 +12,45 @@ from ..sql.classify import SetCommand
 from .result import Result
 
 # The session's own settings (SET, SHOW, current_setting), named once for the hints that list them.
-DP_SETTINGS = ("dpsql.epsilon", "dpsql.delta", "dpsql.mechanism", "dpsql.confidence", "dpsql.cache", "dpsql.reuse",
-               "dpsql.planner", "dpsql.target_error", "dpsql.bounds")
+DP_SETTINGS = (
+    "dpsql.epsilon",
+    "dpsql.delta",
+    "dpsql.mechanism",
+    "dpsql.confidence",
+    "dpsql.cache",
+    "dpsql.reuse",
+    "dpsql.planner",
+    "dpsql.target_error",
+    "dpsql.bounds",
+)
 
 # Settings that cannot change an answer's value or accuracy: every other dpsql.* setting is part of
 # the answer cache's key, so a setting added later is keyed by default.
 ANSWER_NEUTRAL = frozenset({"dpsql.cache", "dpsql.reuse"})
 
-_READ_ONLY = {"server_version", "server_version_num", "server_encoding", "integer_datetimes", "max_identifier_length", "is_superuser",
-              "session_authorization"}
+_READ_ONLY = {
+    "server_version",
+    "server_version_num",
+    "server_encoding",
+    "integer_datetimes",
+    "max_identifier_length",
+    "is_superuser",
+    "session_authorization",
+}
 
 
 def default_settings(policy: Policy, user: UserPolicy) -> Settings:
     """A new session's settings for `user`: the policy's defaults (what SET ... TO DEFAULT restores)."""
     p = policy.privacy
-    pairs = user.budget.filter in PAIR_FILTERS and (
-        p.global_budget is None or p.global_budget.filter in PAIR_FILTERS)
-    return Settings(epsilon=p.query_epsilon, delta=p.default_query_delta, mechanism=p.mechanism,
-                    confidence=p.confidence, exact_curve=pairs, bounds=p.bounds)
+    pairs = user.budget.filter in PAIR_FILTERS and (p.global_budget is None or p.global_budget.filter in PAIR_FILTERS)
+    return Settings(
+        epsilon=p.query_epsilon,
+        delta=p.default_query_delta,
+        mechanism=p.mechanism,
+        confidence=p.confidence,
+        exact_curve=pairs,
+        bounds=p.bounds,
+    )
 
 
 def assign(settings: Settings, policy: Policy, user: UserPolicy, cmd: SetCommand) -> tuple[Settings, str]:
@@ -40,7 +61,7 @@ def assign(settings: Settings, policy: Policy, user: UserPolicy, cmd: SetCommand
     if name == "all" and value is None:
         return default_settings(policy, user), "RESET"
     if name.startswith("dpsql."):
-        key = name[len("dpsql."):]
+        key = name[len("dpsql.") :]
         d = default_settings(policy, user)
         if key == "epsilon":
             s.epsilon = d.epsilon if value is None else within_cap(policy, positive(value, name))
@@ -63,15 +84,19 @@ def assign(settings: Settings, policy: Policy, user: UserPolicy, cmd: SetCommand
         elif key == "bounds":
             v = (value or d.bounds).lower()
             if v not in ("policy", "auto"):
-                raise invalid_parameter(f"invalid value for {name}: {value!r}",
-                                        hint="'auto' chooses each query's limits with part of its epsilon; "
-                                             "'policy' uses the policy's limits as they are")
+                raise invalid_parameter(
+                    f"invalid value for {name}: {value!r}",
+                    hint="'auto' chooses each query's limits with part of its epsilon; "
+                    "'policy' uses the policy's limits as they are",
+                )
             s.bounds = v
         elif key == "planner":
             v = (value or "filter").lower()
             if v not in ("filter", "pld"):
-                raise invalid_parameter(f"invalid value for {name}: {value!r}",
-                                        hint="'filter' splits a query's epsilon equally; 'pld' calibrates its aggregates jointly")
+                raise invalid_parameter(
+                    f"invalid value for {name}: {value!r}",
+                    hint="'filter' splits a query's epsilon equally; 'pld' calibrates its aggregates jointly",
+                )
             s.planner = v
         else:
             raise unknown_setting(name)
@@ -79,17 +104,25 @@ def assign(settings: Settings, policy: Policy, user: UserPolicy, cmd: SetCommand
     if name in CLIENT_SETTINGS and name not in _READ_ONLY:
         s.client[name] = CLIENT_SETTINGS[name] if value is None else value
         return s, "RESET" if value is None else "SET"
-    raise forbidden(f'setting "{name}" cannot be changed through dpsql',
-                    hint=f"the engine's settings are fixed; {', '.join(DP_SETTINGS)} are yours to set")
+    raise forbidden(
+        f'setting "{name}" cannot be changed through dpsql',
+        hint=f"the engine's settings are fixed; {', '.join(DP_SETTINGS)} are yours to set",
+    )
 
 
 def values(s: Settings) -> dict[str, str]:
     """Every dpsql.* setting and its value, in DP_SETTINGS' order."""
-    return {"dpsql.epsilon": show_number(s.epsilon), "dpsql.delta": show_number(s.delta),
-            "dpsql.mechanism": s.mechanism, "dpsql.confidence": repr(s.confidence),
-            "dpsql.cache": "on" if s.cache else "off", "dpsql.reuse": "on" if s.reuse else "off",
-            "dpsql.planner": s.planner, "dpsql.target_error": "off" if s.target_error is None else repr(s.target_error),
-            "dpsql.bounds": s.bounds}
+    return {
+        "dpsql.epsilon": show_number(s.epsilon),
+        "dpsql.delta": show_number(s.delta),
+        "dpsql.mechanism": s.mechanism,
+        "dpsql.confidence": repr(s.confidence),
+        "dpsql.cache": "on" if s.cache else "off",
+        "dpsql.reuse": "on" if s.reuse else "off",
+        "dpsql.planner": s.planner,
+        "dpsql.target_error": "off" if s.target_error is None else repr(s.target_error),
+        "dpsql.bounds": s.bounds,
+    }
 
 
 def setting(s: Settings, name: str) -> str | None:
@@ -122,6 +155,8 @@ def _boolean(value: str, name: str) -> bool:
 
 
 def unknown_setting(name: str) -> ProgrammingError:
-    return ProgrammingError(f'unrecognized configuration parameter "{name}"', sqlstate="42704",
-                            hint=f"dpsql settings: {', '.join(DP_SETTINGS)}; SHOW dpsql.budget shows your remaining "
-                                 "budget")
+    return ProgrammingError(
+        f'unrecognized configuration parameter "{name}"',
+        sqlstate="42704",
+        hint=f"dpsql settings: {', '.join(DP_SETTINGS)}; SHOW dpsql.budget shows your remaining budget",
+    )

@@ -23,8 +23,9 @@ if TYPE_CHECKING:
 Prepared = tuple[Plan | PublicQuery, Calibration | None]
 
 
-def prepare_query(session: Session, tree: exp.Query, options: QueryOptions | None = None, text: str | None = None
-             ) -> Prepared:
+def prepare_query(
+    session: Session, tree: exp.Query, options: QueryOptions | None = None, text: str | None = None
+) -> Prepared:
     """Plan and calibrate, memoised per query shape (`text`, the statement that parses to
     `tree`, or the tree's SQL) for every session over this engine: both are pure functions
     of the query, the settings `prepare` reads, the policy and the schema, so a dashboard's
@@ -36,16 +37,14 @@ def prepare_query(session: Session, tree: exp.Query, options: QueryOptions | Non
     return session._plans.plan(key) or planned(session, key, tree, options)
 
 
-def planned(session: Session, key: str, tree: exp.Query, options: QueryOptions, owned: bool = False
-             ) -> Prepared:
+def planned(session: Session, key: str, tree: exp.Query, options: QueryOptions, owned: bool = False) -> Prepared:
     """`owned`: the caller hands over a copy of its own, planned as it is."""
     prepared = session._plan_and_calibrate(tree if owned else tree.copy(), options)
     session._plans.put_plan(key, prepared)
     return prepared
 
 
-def shaped(session: Session, key: str, tree: exp.Query, options: QueryOptions
-            ) -> Prepared:
+def shaped(session: Session, key: str, tree: exp.Query, options: QueryOptions) -> Prepared:
     """`_planned`, from the template of the query's shape when there is one: a text that
     differs from others only in the values its WHERE compares with (sql/slots.py) takes their
     plan, calibration and bounded query with its own values put in, skipping the analysis,
@@ -73,26 +72,40 @@ def shaped(session: Session, key: str, tree: exp.Query, options: QueryOptions
         return prepared
     bounded = bounded_query(session, plan, None)
     values = tuple(literal_sql(lit) for lit in literals)
-    session._plans.put_template(tkey, Seen(cal, bounded.sql, values) if entry is None
-                             else template(session, plan, cal, literals, bounded, values, entry))
+    session._plans.put_template(
+        tkey,
+        Seen(cal, bounded.sql, values)
+        if entry is None
+        else template(session, plan, cal, literals, bounded, values, entry),
+    )
     return prepared
 
 
-def template(session: Session, plan: Plan, cal: Calibration, literals: list[exp.Literal], bounded: Bounded,
-              values: tuple[str, ...], seen: Seen) -> Template | str:
+def template(
+    session: Session,
+    plan: Plan,
+    cal: Calibration,
+    literals: list[exp.Literal],
+    bounded: Bounded,
+    values: tuple[str, ...],
+    seen: Seen,
+) -> Template | str:
     """The template of a shape from its second text's plan, checked against both texts."""
     if cal != seen.cal or slots.slots_in(plan) != set(range(len(literals))):
         return UNUSABLE
     marked = slots.instantiate(plan, [slots.MARKERS.marker(i, lit) for i, lit in enumerate(literals)], check=False)
-    sql = session.engine.prepare(rewrite(marked, marked.literal_domain_size(), None, session._weighting(marked)),
-                              owned=True)
+    sql = session.engine.prepare(
+        rewrite(marked, marked.literal_domain_size(), None, session._weighting(marked)), owned=True
+    )
     splice = slots.MARKERS.splicer(literals, session.engine.literal_sql)
     if splice(sql, values) != bounded.sql or splice(sql, seen.values) != seen.sql:
         return UNUSABLE
     return Template(plan, cal, sql, bounded.timeless, splice)
 
 
-def plan_key(session: Session, tree: exp.Query, options: QueryOptions, text: str | None, shape: str | None = None) -> str:
+def plan_key(
+    session: Session, tree: exp.Query, options: QueryOptions, text: str | None, shape: str | None = None
+) -> str:
     s = session.settings
     if shape is not None:
         query = ("shape", shape)
@@ -100,5 +113,19 @@ def plan_key(session: Session, tree: exp.Query, options: QueryOptions, text: str
         query = ("text", text)
     else:
         query = ("tree", tree.sql(dialect="postgres"))
-    return repr((session.user.name, query, options, s.epsilon, s.delta, s.mechanism, s.planner, s.target_error,
-                 s.confidence, s.exact_curve, s.bounds, session.engine.data_version()))
+    return repr(
+        (
+            session.user.name,
+            query,
+            options,
+            s.epsilon,
+            s.delta,
+            s.mechanism,
+            s.planner,
+            s.target_error,
+            s.confidence,
+            s.exact_curve,
+            s.bounds,
+            session.engine.data_version(),
+        )
+    )

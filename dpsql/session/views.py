@@ -30,21 +30,27 @@ class Views:
             self._defined.pop(cmd.name, None)
             return "DROP VIEW"
         if policy.table(cmd.name) is not None:
-            raise ProgrammingError(f'"{cmd.name}" is a table of the policy', sqlstate="42P07",
-                                   hint="give the view another name")
+            raise ProgrammingError(
+                f'"{cmd.name}" is a table of the policy', sqlstate="42P07", hint="give the view another name"
+            )
         if cmd.name in self._defined and not cmd.replace:
-            raise ProgrammingError(f'relation "{cmd.name}" already exists', sqlstate="42P07",
-                                   hint="CREATE OR REPLACE TEMPORARY VIEW, or DROP VIEW first")
+            raise ProgrammingError(
+                f'relation "{cmd.name}" already exists',
+                sqlstate="42P07",
+                hint="CREATE OR REPLACE TEMPORARY VIEW, or DROP VIEW first",
+            )
         definition = self.expand(cmd.query.tree)  # views it reads are expanded now
         own = {c.alias_or_name.lower() for c in definition.find_all(exp.CTE)}
         if any(t.name.lower() == cmd.name and t.name.lower() not in own for t in definition.find_all(exp.Table)):
-            raise ProgrammingError(f'view "{cmd.name}" would read itself', sqlstate="42P17",
-                                   hint="define it over tables or other views")
+            raise ProgrammingError(
+                f'view "{cmd.name}" would read itself', sqlstate="42P17", hint="define it over tables or other views"
+            )
         self._defined[cmd.name] = definition
         return "CREATE VIEW"
 
-    def columns(self, describe: Callable[[exp.Query, QueryOptions], tuple[list[str], list[str]]]
-                ) -> Iterator[tuple[str, dict[str, str]]]:
+    def columns(
+        self, describe: Callable[[exp.Query, QueryOptions], tuple[list[str], list[str]]]
+    ) -> Iterator[tuple[str, dict[str, str]]]:
         """Each view's columns and engine types, described (by `describe`) from its definition:
         nothing runs, nothing is charged."""
         for name, definition in self._defined.items():
@@ -60,17 +66,23 @@ class Views:
         if not self._defined:
             return tree
         own = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
-        used = [t.name.lower() for t in tree.find_all(exp.Table)
-                if t.name.lower() in self._defined and t.name.lower() not in own
-                and t.db.lower() in ("", "pg_temp", "public")]
+        used = [
+            t.name.lower()
+            for t in tree.find_all(exp.Table)
+            if t.name.lower() in self._defined
+            and t.name.lower() not in own
+            and t.db.lower() in ("", "pg_temp", "public")
+        ]
         if not used:
             return tree
         out = tree.copy()
         for t in out.find_all(exp.Table):
             if t.name.lower() in used and t.db:
                 t.set("db", None)
-        ctes = [exp.CTE(this=self._defined[name].copy(), alias=exp.TableAlias(this=exp.to_identifier(name)))
-                for name in dict.fromkeys(used)]
+        ctes = [
+            exp.CTE(this=self._defined[name].copy(), alias=exp.TableAlias(this=exp.to_identifier(name)))
+            for name in dict.fromkeys(used)
+        ]
         existing = out.args.get("with_")
         out.set("with_", exp.With(expressions=ctes + (list(existing.expressions) if existing else [])))
         return out

@@ -33,7 +33,9 @@ def weighting(session: Session, plan: Plan) -> WeightedCopy | SplitCopy | None:
         return copy_for(session, plan, weighted_copy, split)
 
 
-def copy_for(session: Session, plan: Plan, weighted_copy, split: list[tuple[str, str]] | None) -> WeightedCopy | SplitCopy | None:
+def copy_for(
+    session: Session, plan: Plan, weighted_copy, split: list[tuple[str, str]] | None
+) -> WeightedCopy | SplitCopy | None:
     if split is not None and not all(unique_key(session, t, c) for t, c in split):
         return None
     source = plan.relation.sources[0]
@@ -43,18 +45,28 @@ def copy_for(session: Session, plan: Plan, weighted_copy, split: list[tuple[str,
         measures = _precomputed(source.table) if session.engine.capabilities.weights_store_sums else {}
         norms = {name: f"{name}_norm" for name, m in measures.items() if m.own_norm}
         stored = session._plans.stored[(source.table.name, plan.total_rows)] = (
-            {name: copy_column(m, plan.total_rows, norms.get(name)).sql(dialect="duckdb")
-             for name, m in measures.items()},
+            {
+                name: copy_column(m, plan.total_rows, norms.get(name)).sql(dialect="duckdb")
+                for name, m in measures.items()
+            },
             {m.spec(): name for name, m in measures.items()},
-            {norms[name]: unit_norm(m).sql(dialect="duckdb") for name, m in measures.items() if name in norms})
+            {norms[name]: unit_norm(m).sql(dialect="duckdb") for name, m in measures.items() if name in norms},
+        )
     table = weighted_copy(source.table.name, plan.unit.name, plan.total_rows, COUNT_BITS, stored[0], stored[2])
     if split is not None:
-        return SplitCopy(plan.bounding, table, plan.bounding.light_rows(plan.literal_domain_size()),
-                         distinct_units=plan.needs_selection)
+        return SplitCopy(
+            plan.bounding,
+            table,
+            plan.bounding.light_rows(plan.literal_domain_size()),
+            distinct_units=plan.needs_selection,
+        )
     totals = session.engine.copy_totals if session.engine.capabilities.copy_totals else None
-    return WeightedCopy(plan.bounding, table, {j: stored[1][m.spec()] for j, m in enumerate(plan.measures)
-                                               if m.value is not None and m.spec() in stored[1]},
-                        totals(table) if totals is not None else None)
+    return WeightedCopy(
+        plan.bounding,
+        table,
+        {j: stored[1][m.spec()] for j, m in enumerate(plan.measures) if m.value is not None and m.spec() in stored[1]},
+        totals(table) if totals is not None else None,
+    )
 
 
 def unique_key(session: Session, table: str, column: str) -> bool:
@@ -64,9 +76,18 @@ def unique_key(session: Session, table: str, column: str) -> bool:
     seen = session._plans.unique.get((table, column))
     known = seen[1] if seen is not None and seen[0] == version else None
     if known is None:
-        tree = b.select([b.named(exp.EQ(this=b.count(b.quoted(column)),
-                                        expression=exp.Count(this=exp.Distinct(expressions=[b.quoted(column)]))),
-                                 "u")], b.table(table, quote=True))
+        tree = b.select(
+            [
+                b.named(
+                    exp.EQ(
+                        this=b.count(b.quoted(column)),
+                        expression=exp.Count(this=exp.Distinct(expressions=[b.quoted(column)])),
+                    ),
+                    "u",
+                )
+            ],
+            b.table(table, quote=True),
+        )
         with charge_told("nothing was charged"):
             rs = session.engine.execute(session.engine.prepare(tree, owned=True))
         known = bool(rs.columns[0][0])

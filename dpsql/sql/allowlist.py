@@ -16,21 +16,81 @@ from .clock import CLOCK_NODES, is_clock
 
 # Row-level building blocks: columns, literals, operators, predicates.
 _STRUCTURE = (
-    exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Star, exp.Paren, exp.Alias,
-    exp.DataType, exp.DataTypeParam, exp.Var, exp.Tuple, exp.Interval, exp.Distinct, exp.Ordered,
-    exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv, exp.Neg,
-    exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ,
-    exp.And, exp.Or, exp.Not, exp.Is, exp.Like, exp.ILike, exp.In, exp.Between,
-    exp.Case, exp.If, exp.Cast, exp.TryCast,
+    exp.Column,
+    exp.Identifier,
+    exp.Literal,
+    exp.Boolean,
+    exp.Null,
+    exp.Star,
+    exp.Paren,
+    exp.Alias,
+    exp.DataType,
+    exp.DataTypeParam,
+    exp.Var,
+    exp.Tuple,
+    exp.Interval,
+    exp.Distinct,
+    exp.Ordered,
+    exp.Add,
+    exp.Sub,
+    exp.Mul,
+    exp.Div,
+    exp.Mod,
+    exp.IntDiv,
+    exp.Neg,
+    exp.EQ,
+    exp.NEQ,
+    exp.GT,
+    exp.GTE,
+    exp.LT,
+    exp.LTE,
+    exp.NullSafeEQ,
+    exp.NullSafeNEQ,
+    exp.And,
+    exp.Or,
+    exp.Not,
+    exp.Is,
+    exp.Like,
+    exp.ILike,
+    exp.In,
+    exp.Between,
+    exp.Case,
+    exp.If,
+    exp.Cast,
+    exp.TryCast,
 )
 
 # Scalar functions: total (no errors on data once casts become TRY_CAST), no side effects.
 ROW_FUNCTIONS = (
-    exp.Abs, exp.Round, exp.Floor, exp.Ceil, exp.Sign, exp.Sqrt, exp.Ln, exp.Log, exp.Exp, exp.Pow,
-    exp.Least, exp.Greatest, exp.Coalesce, exp.Nullif,
-    exp.Lower, exp.Upper, exp.Length, exp.Substring, exp.Trim, exp.Concat, exp.DPipe,
-    exp.StrPosition, exp.Left, exp.Right, exp.Initcap,
-    exp.Extract, exp.DateTrunc, exp.TimestampTrunc, exp.WidthBucket,
+    exp.Abs,
+    exp.Round,
+    exp.Floor,
+    exp.Ceil,
+    exp.Sign,
+    exp.Sqrt,
+    exp.Ln,
+    exp.Log,
+    exp.Exp,
+    exp.Pow,
+    exp.Least,
+    exp.Greatest,
+    exp.Coalesce,
+    exp.Nullif,
+    exp.Lower,
+    exp.Upper,
+    exp.Length,
+    exp.Substring,
+    exp.Trim,
+    exp.Concat,
+    exp.DPipe,
+    exp.StrPosition,
+    exp.Left,
+    exp.Right,
+    exp.Initcap,
+    exp.Extract,
+    exp.DateTrunc,
+    exp.TimestampTrunc,
+    exp.WidthBucket,
     exp.AtTimeZone,  # with a literal zone (checked below)
 ) + CLOCK_NODES
 
@@ -49,31 +109,111 @@ CLOCK_FUNCTIONS = CLOCK_NODES
 # name for the functions it does not know (each checked to mean in DuckDB what it means in
 # PostgreSQL, or written out by sql/pgfunctions.py).
 PUBLIC_FUNCTIONS = (
-    exp.Replace, exp.SplitPart, exp.Format, exp.Pad, exp.Repeat, exp.Reverse, exp.ConcatWs, exp.Translate,
-    exp.Ascii, exp.Chr, exp.MD5, exp.StartsWith, exp.StrToDate, exp.StrToTime, exp.UnixToTime, exp.Trunc,
-    exp.Cbrt, exp.Pi,
+    exp.Replace,
+    exp.SplitPart,
+    exp.Format,
+    exp.Pad,
+    exp.Repeat,
+    exp.Reverse,
+    exp.ConcatWs,
+    exp.Translate,
+    exp.Ascii,
+    exp.Chr,
+    exp.MD5,
+    exp.StartsWith,
+    exp.StrToDate,
+    exp.StrToTime,
+    exp.UnixToTime,
+    exp.Trunc,
+    exp.Cbrt,
+    exp.Pi,
 )
-PUBLIC_FUNCTION_NAMES = ("REPLACE", "SPLIT_PART", "FORMAT", "LPAD", "RPAD", "REPEAT", "REVERSE", "CONCAT_WS",
-                         "TRANSLATE", "ASCII", "CHR", "MD5", "STARTS_WITH", "TO_DATE", "TO_TIMESTAMP", "TRUNC",
-                         "CBRT", "PI", "OCTET_LENGTH", "MAKE_DATE", "MAKE_TIMESTAMP")
+PUBLIC_FUNCTION_NAMES = (
+    "REPLACE",
+    "SPLIT_PART",
+    "FORMAT",
+    "LPAD",
+    "RPAD",
+    "REPEAT",
+    "REVERSE",
+    "CONCAT_WS",
+    "TRANSLATE",
+    "ASCII",
+    "CHR",
+    "MD5",
+    "STARTS_WITH",
+    "TO_DATE",
+    "TO_TIMESTAMP",
+    "TRUNC",
+    "CBRT",
+    "PI",
+    "OCTET_LENGTH",
+    "MAKE_DATE",
+    "MAKE_TIMESTAMP",
+)
 _PUBLIC_ANONYMOUS = frozenset({"OCTET_LENGTH", "MAKE_DATE", "MAKE_TIMESTAMP"})
 
 # Aggregates dpsql knows how to make differentially private.
 SPREAD_AGGREGATES = (exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevPop, exp.StddevSamp)
 # Order statistics, answered as DP quantiles from a noisy histogram over the column's bounds.
-QUANTILE_AGGREGATES = (exp.Median, exp.Quantile, exp.ApproxQuantile, exp.PercentileCont, exp.PercentileDisc,
-                       exp.Min, exp.Max, exp.WithinGroup)
+QUANTILE_AGGREGATES = (
+    exp.Median,
+    exp.Quantile,
+    exp.ApproxQuantile,
+    exp.PercentileCont,
+    exp.PercentileDisc,
+    exp.Min,
+    exp.Max,
+    exp.WithinGroup,
+)
 _QUANTILE_NAMES = ("QUANTILE_CONT", "QUANTILE_DISC", "PERCENTILE_CONT", "PERCENTILE_DISC", "APPROX_QUANTILE")
 DP_AGGREGATES = (exp.Count, exp.Sum, exp.Avg) + SPREAD_AGGREGATES + QUANTILE_AGGREGATES
 
 _ALLOWED = _STRUCTURE + ROW_FUNCTIONS + DP_AGGREGATES
 
 ALLOWED_FUNCTION_NAMES = (
-    "ABS", "ROUND", "FLOOR", "CEIL", "SIGN", "SQRT", "LN", "LOG", "EXP", "POWER", "LEAST", "GREATEST",
-    "COALESCE", "NULLIF", "LOWER", "UPPER", "LENGTH", "SUBSTRING", "TRIM", "CONCAT", "||", "STRPOS",
-    "LEFT", "RIGHT", "INITCAP", "EXTRACT", "DATE_PART", "DATE_TRUNC", "TO_CHAR", "WIDTH_BUCKET", "CASE", "CAST",
-    "AT TIME ZONE", "NOW", "CURRENT_DATE", "CURRENT_TIMESTAMP", "LOCALTIMESTAMP", "LOCALTIME", "CURRENT_TIME",
-    "TRANSACTION_TIMESTAMP", "STATEMENT_TIMESTAMP", "CLOCK_TIMESTAMP",
+    "ABS",
+    "ROUND",
+    "FLOOR",
+    "CEIL",
+    "SIGN",
+    "SQRT",
+    "LN",
+    "LOG",
+    "EXP",
+    "POWER",
+    "LEAST",
+    "GREATEST",
+    "COALESCE",
+    "NULLIF",
+    "LOWER",
+    "UPPER",
+    "LENGTH",
+    "SUBSTRING",
+    "TRIM",
+    "CONCAT",
+    "||",
+    "STRPOS",
+    "LEFT",
+    "RIGHT",
+    "INITCAP",
+    "EXTRACT",
+    "DATE_PART",
+    "DATE_TRUNC",
+    "TO_CHAR",
+    "WIDTH_BUCKET",
+    "CASE",
+    "CAST",
+    "AT TIME ZONE",
+    "NOW",
+    "CURRENT_DATE",
+    "CURRENT_TIMESTAMP",
+    "LOCALTIMESTAMP",
+    "LOCALTIME",
+    "CURRENT_TIME",
+    "TRANSACTION_TIMESTAMP",
+    "STATEMENT_TIMESTAMP",
+    "CLOCK_TIMESTAMP",
 )
 
 
@@ -96,20 +236,47 @@ def construct(node: exp.Expression) -> str:
     return re.sub(r"(?<=[a-z])(?=[A-Z])", " ", type(node).__name__).upper()
 
 
-TRUNC_UNITS = ("microseconds", "milliseconds", "second", "minute", "hour", "day", "week", "month", "quarter", "year",
-               "decade", "century", "millennium")
-_TRUNC_SPELLINGS = {u.upper() for u in TRUNC_UNITS} | {"MICROSECOND", "MILLISECOND", "SECONDS", "MINUTES", "HOURS",
-                                                       "DAYS", "WEEKS", "MONTHS", "QUARTERS", "YEARS", "DECADES",
-                                                       "CENTURIES", "MILLENNIA"}
+TRUNC_UNITS = (
+    "microseconds",
+    "milliseconds",
+    "second",
+    "minute",
+    "hour",
+    "day",
+    "week",
+    "month",
+    "quarter",
+    "year",
+    "decade",
+    "century",
+    "millennium",
+)
+_TRUNC_SPELLINGS = {u.upper() for u in TRUNC_UNITS} | {
+    "MICROSECOND",
+    "MILLISECOND",
+    "SECONDS",
+    "MINUTES",
+    "HOURS",
+    "DAYS",
+    "WEEKS",
+    "MONTHS",
+    "QUARTERS",
+    "YEARS",
+    "DECADES",
+    "CENTURIES",
+    "MILLENNIA",
+}
 
 
 def _check_zone(node: exp.AtTimeZone) -> None:
     """AT TIME ZONE's zone is a literal: an unknown zone then fails whatever the rows hold."""
     zone = node.args.get("zone")
     if not (isinstance(zone, exp.Literal) and zone.is_string):
-        raise invalid_parameter(f"AT TIME ZONE needs a literal zone such as 'UTC' or 'Europe/Paris', not "
-                                f"{zone.sql(dialect='postgres') if zone is not None else 'nothing'}",
-                                hint="write the zone as a quoted literal")
+        raise invalid_parameter(
+            f"AT TIME ZONE needs a literal zone such as 'UTC' or 'Europe/Paris', not "
+            f"{zone.sql(dialect='postgres') if zone is not None else 'nothing'}",
+            hint="write the zone as a quoted literal",
+        )
 
 
 def _check_trunc_unit(node: exp.Expression) -> None:
@@ -118,9 +285,11 @@ def _check_trunc_unit(node: exp.Expression) -> None:
     unit = node.args.get("unit")
     name = unit.name.upper() if isinstance(unit, (exp.Var, exp.Literal)) else None
     if name not in _TRUNC_SPELLINGS:
-        raise invalid_parameter(f"date_trunc's unit must be a literal such as 'month', not "
-                                f"{unit.sql(dialect='postgres') if unit is not None else 'nothing'}",
-                                hint=f"one of: {', '.join(TRUNC_UNITS)}")
+        raise invalid_parameter(
+            f"date_trunc's unit must be a literal such as 'month', not "
+            f"{unit.sql(dialect='postgres') if unit is not None else 'nothing'}",
+            hint=f"one of: {', '.join(TRUNC_UNITS)}",
+        )
 
 
 def written_name(node: exp.Func) -> str:
@@ -138,27 +307,41 @@ def written_name(node: exp.Func) -> str:
 
 # What to write instead of an aggregate that has no DP form: the nearest supported query.
 _NEAREST = {
-    (exp.Corr, exp.CovarPop, exp.CovarSamp, exp.RegrSlope):
-        "compute it from AVG(x * y), AVG(x), AVG(y) and STDDEV_POP of each, in one query over bounded columns",
-    (exp.GroupConcat, exp.ArrayAgg, exp.JSONObjectAgg):
-        "listing values would reveal them; GROUP BY the column (with declared keys) and COUNT(*) per value",
-    (exp.LogicalAnd, exp.LogicalOr):
-        "count the rows that break the condition instead: COUNT(*) FILTER (WHERE NOT condition)",
-    (exp.ApproxDistinct,):
-        "COUNT(DISTINCT unit_column) counts people; COUNT(DISTINCT column) counts a column's declared keys present",
-    (exp.Mode,):
-        "GROUP BY the column (with declared keys) and ORDER BY COUNT(*) DESC LIMIT 1",
-    (exp.First, exp.Last, exp.AnyValue, exp.ArgMax, exp.ArgMin):
-        "one row's value would be revealed; use a DP quantile (MEDIAN, MIN, MAX) or AVG",
-    (exp.Kurtosis, exp.Skewness):
-        "use STDDEV_POP and PERCENTILE_CONT, which dpsql answers with calibrated noise",
+    (
+        exp.Corr,
+        exp.CovarPop,
+        exp.CovarSamp,
+        exp.RegrSlope,
+    ): "compute it from AVG(x * y), AVG(x), AVG(y) and STDDEV_POP of each, in one query over bounded columns",
+    (
+        exp.GroupConcat,
+        exp.ArrayAgg,
+        exp.JSONObjectAgg,
+    ): "listing values would reveal them; GROUP BY the column (with declared keys) and COUNT(*) per value",
+    (
+        exp.LogicalAnd,
+        exp.LogicalOr,
+    ): "count the rows that break the condition instead: COUNT(*) FILTER (WHERE NOT condition)",
+    (
+        exp.ApproxDistinct,
+    ): "COUNT(DISTINCT unit_column) counts people; COUNT(DISTINCT column) counts a column's declared keys present",
+    (exp.Mode,): "GROUP BY the column (with declared keys) and ORDER BY COUNT(*) DESC LIMIT 1",
+    (
+        exp.First,
+        exp.Last,
+        exp.AnyValue,
+        exp.ArgMax,
+        exp.ArgMin,
+    ): "one row's value would be revealed; use a DP quantile (MEDIAN, MIN, MAX) or AVG",
+    (exp.Kurtosis, exp.Skewness): "use STDDEV_POP and PERCENTILE_CONT, which dpsql answers with calibrated noise",
 }
 
 
 def is_public_function(node: exp.Expression) -> bool:
     """Whether `node` is a function allowed over public tables and constants only."""
-    return isinstance(node, PUBLIC_FUNCTIONS) or (isinstance(node, exp.Anonymous)
-                                                  and str(node.name).upper() in _PUBLIC_ANONYMOUS)
+    return isinstance(node, PUBLIC_FUNCTIONS) or (
+        isinstance(node, exp.Anonymous) and str(node.name).upper() in _PUBLIC_ANONYMOUS
+    )
 
 
 def check_node(node: exp.Expression, *, public: bool = False) -> None:
@@ -169,37 +352,55 @@ def check_node(node: exp.Expression, *, public: bool = False) -> None:
         _check_trunc_unit(node)
     if isinstance(node, exp.AtTimeZone):
         _check_zone(node)
-    if isinstance(node, _ALLOWED) or is_clock(node) or (isinstance(node, exp.Anonymous)
-                                                         and str(node.name).upper() in _ROW_ANONYMOUS):
+    if (
+        isinstance(node, _ALLOWED)
+        or is_clock(node)
+        or (isinstance(node, exp.Anonymous) and str(node.name).upper() in _ROW_ANONYMOUS)
+    ):
         return
     if is_public_function(node):
         if public or node.find(exp.Column) is None:
             return
-        raise forbidden(f"function {written_name(node)}() is allowed over public tables and constants, not over a "
-                        f"private table's columns: {node.sql(dialect='postgres')[:60]}",
-                        hint="apply it to the released answer instead (an outer query over the DP query: "
-                             f"SELECT {written_name(node).lower()}(...) FROM (SELECT ... GROUP BY ...) t), or use "
-                             f"one of: {', '.join(ALLOWED_FUNCTION_NAMES)}")
+        raise forbidden(
+            f"function {written_name(node)}() is allowed over public tables and constants, not over a "
+            f"private table's columns: {node.sql(dialect='postgres')[:60]}",
+            hint="apply it to the released answer instead (an outer query over the DP query: "
+            f"SELECT {written_name(node).lower()}(...) FROM (SELECT ... GROUP BY ...) t), or use "
+            f"one of: {', '.join(ALLOWED_FUNCTION_NAMES)}",
+        )
     if isinstance(node, exp.Window):
-        raise forbidden("window functions over private rows are not allowed",
-                        hint="aggregate with GROUP BY first, then apply the window function in an outer query over "
-                             "that result: SELECT k, n, SUM(n) OVER () FROM (SELECT k, COUNT(*) AS n FROM t GROUP BY k) r")
+        raise forbidden(
+            "window functions over private rows are not allowed",
+            hint="aggregate with GROUP BY first, then apply the window function in an outer query over "
+            "that result: SELECT k, n, SUM(n) OVER () FROM (SELECT k, COUNT(*) AS n FROM t GROUP BY k) r",
+        )
     if isinstance(node, exp.Exists):
-        raise unsupported("EXISTS (subquery) is not supported in a query over private rows",
-                          hint="join the table instead, or filter with IN over a public table's column")
+        raise unsupported(
+            "EXISTS (subquery) is not supported in a query over private rows",
+            hint="join the table instead, or filter with IN over a public table's column",
+        )
     if isinstance(node, (exp.AggFunc, exp.GroupConcat, exp.ArrayAgg)):
         nearest = next((hint for kinds, hint in _NEAREST.items() if isinstance(node, kinds)), None)
-        raise unsupported(f"the aggregate {node.sql(dialect='postgres')[:60]} has no differentially private form",
-                          hint=nearest or f"supported aggregates: {SUPPORTED_AGGREGATES}")
+        raise unsupported(
+            f"the aggregate {node.sql(dialect='postgres')[:60]} has no differentially private form",
+            hint=nearest or f"supported aggregates: {SUPPORTED_AGGREGATES}",
+        )
     if isinstance(node, (exp.RegexpLike, exp.RegexpILike)):
-        raise forbidden("regular expression matching (~, ~*, regexp functions) is not allowed: a pattern can take "
-                        "time that depends on the data", hint="use LIKE or ILIKE with % and _ instead")
+        raise forbidden(
+            "regular expression matching (~, ~*, regexp functions) is not allowed: a pattern can take "
+            "time that depends on the data",
+            hint="use LIKE or ILIKE with % and _ instead",
+        )
     if isinstance(node, exp.Func):
-        raise forbidden(f"function {written_name(node)}() is not allowed",
-                        hint=f"allowed functions: {', '.join(ALLOWED_FUNCTION_NAMES)}; over public tables and "
-                             f"constants also {', '.join(PUBLIC_FUNCTION_NAMES)}")
-    raise unsupported(f"{construct(node)} is not supported here: {node.sql(dialect='postgres')[:60]}",
-                      hint="rewrite the query without it; the README's \"What SQL is answered\" lists what is")
+        raise forbidden(
+            f"function {written_name(node)}() is not allowed",
+            hint=f"allowed functions: {', '.join(ALLOWED_FUNCTION_NAMES)}; over public tables and "
+            f"constants also {', '.join(PUBLIC_FUNCTION_NAMES)}",
+        )
+    raise unsupported(
+        f"{construct(node)} is not supported here: {node.sql(dialect='postgres')[:60]}",
+        hint='rewrite the query without it; the README\'s "What SQL is answered" lists what is',
+    )
 
 
 def check_tree(node: exp.Expression, *, skip=(exp.Subquery, exp.Select), public: bool = False) -> None:
@@ -216,9 +417,11 @@ def _walk(node: exp.Expression, skip):
         yield from _walk(child, skip)
 
 
-SUPPORTED_AGGREGATES = ("COUNT(*), COUNT(column), COUNT(DISTINCT unit or declared-keys column), SUM, AVG, "
-                        "VAR_POP, VAR_SAMP, STDDEV_POP, STDDEV_SAMP, MEDIAN, PERCENTILE_CONT(p) WITHIN GROUP "
-                        "(ORDER BY x), QUANTILE(x, p), MIN, MAX")
+SUPPORTED_AGGREGATES = (
+    "COUNT(*), COUNT(column), COUNT(DISTINCT unit or declared-keys column), SUM, AVG, "
+    "VAR_POP, VAR_SAMP, STDDEV_POP, STDDEV_SAMP, MEDIAN, PERCENTILE_CONT(p) WITHIN GROUP "
+    "(ORDER BY x), QUANTILE(x, p), MIN, MAX"
+)
 
 
 def order_statistic(node: exp.Expression) -> tuple[exp.Expression, exp.Expression | float, str] | None:
@@ -250,8 +453,9 @@ def order_statistic(node: exp.Expression) -> tuple[exp.Expression, exp.Expressio
 def is_aggregate(node: exp.Expression) -> bool:
     if isinstance(node, exp.Filter):
         return is_aggregate(node.this)
-    return (isinstance(node, (exp.AggFunc, exp.WithinGroup))
-            or (isinstance(node, exp.Anonymous) and node.name.upper() in _QUANTILE_NAMES))
+    return isinstance(node, (exp.AggFunc, exp.WithinGroup)) or (
+        isinstance(node, exp.Anonymous) and node.name.upper() in _QUANTILE_NAMES
+    )
 
 
 def contains_aggregate(node: exp.Expression) -> bool:

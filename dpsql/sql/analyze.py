@@ -148,13 +148,20 @@ class Plan:
         # down (valid, but biased): filtered queries bound per query instead.
         unfiltered = all(c.sql() == unit_check for c in rel.where)
         l2_keyed = isinstance(self.bounding, L2Clip) and bool(self.keys)
-        return (self.total_bound and unfiltered and not l2_keyed and len(rel.sources) == 1 and not rel.joins
-                and rel.sources[0].derived is None
-                and rel.sources[0].private and isinstance(self.unit, exp.Column)
-                and not any(isinstance(m, Units) for m in self.measures)
-                and all(m.bits == COUNT_BITS for m in self.measures if isinstance(m, Histogram))
-                # Whole-row counts: floored once per group, which keeps a unit's L1 only with one group.
-                and (not self.keys or all(m.bits == COUNT_BITS for m in self.measures if isinstance(m, Count))))
+        return (
+            self.total_bound
+            and unfiltered
+            and not l2_keyed
+            and len(rel.sources) == 1
+            and not rel.joins
+            and rel.sources[0].derived is None
+            and rel.sources[0].private
+            and isinstance(self.unit, exp.Column)
+            and not any(isinstance(m, Units) for m in self.measures)
+            and all(m.bits == COUNT_BITS for m in self.measures if isinstance(m, Histogram))
+            # Whole-row counts: floored once per group, which keeps a unit's L1 only with one group.
+            and (not self.keys or all(m.bits == COUNT_BITS for m in self.measures if isinstance(m, Count)))
+        )
 
     def split_keys(self) -> list[tuple[str, str]] | None:
         """Whether the bounding may read the weighted copy split by its units' rows
@@ -166,9 +173,15 @@ class Plan:
         applicable."""
         rel = self.relation
         first = rel.sources[0]
-        if not (first.private and first.derived is None and isinstance(self.unit, exp.Column)
-                and self.sample_rate is None and self.row_id_source is None and len(rel.private_sources) == 1
-                and not any(isinstance(m, Units) for m in self.measures)):
+        if not (
+            first.private
+            and first.derived is None
+            and isinstance(self.unit, exp.Column)
+            and self.sample_rate is None
+            and self.row_id_source is None
+            and len(rel.private_sources) == 1
+            and not any(isinstance(m, Units) for m in self.measures)
+        ):
             return None
         keys = []
         for step in rel.joins:
@@ -186,8 +199,11 @@ def _matched_column(on: exp.Expression, alias: str) -> str | None:
         if not isinstance(term, exp.EQ):
             continue
         for mine, other in ((term.this, term.expression), (term.expression, term.this)):
-            if (isinstance(mine, exp.Column) and mine.table == alias
-                    and all(c.table != alias for c in other.find_all(exp.Column))):
+            if (
+                isinstance(mine, exp.Column)
+                and mine.table == alias
+                and all(c.table != alias for c in other.find_all(exp.Column))
+            ):
                 return mine.name
     return None
 
@@ -201,14 +217,21 @@ def _literal_domain_size(keys: list[GroupKey]) -> int | None:
     return size
 
 
-def analyze(tree: exp.Query, policy: Policy, schema: Mapping[str, Mapping[str, str]],
-            options: QueryOptions | None = None, mechanism: str = "laplace") -> Plan | PublicQuery:
+def analyze(
+    tree: exp.Query,
+    policy: Policy,
+    schema: Mapping[str, Mapping[str, str]],
+    options: QueryOptions | None = None,
+    mechanism: str = "laplace",
+) -> Plan | PublicQuery:
     """Analyze a parsed SELECT into its final plan; raise an error that names the construct
     and the fix. The query's own options (contribution limits) and the noise mechanism are
     taken in before any bounding or precision choice, so nothing changes the plan afterwards."""
     if not isinstance(tree, exp.Select):
-        raise unsupported(f"{construct(tree)} is not supported: dpsql answers one SELECT at a time",
-                          hint="send each SELECT on its own")
+        raise unsupported(
+            f"{construct(tree)} is not supported: dpsql answers one SELECT at a time",
+            hint="send each SELECT on its own",
+        )
     resolver = Resolver(policy, schema)
     if not touches_private(tree, policy):
         check_rows_query(tree, resolver)
@@ -234,8 +257,10 @@ class _Analysis:
     def run(self) -> Plan:
         tree = self.tree
         if tree.args.get("distinct") is not None:
-            raise unsupported("SELECT DISTINCT over private rows is not supported",
-                              hint="use GROUP BY with COUNT(*) to see the groups")
+            raise unsupported(
+                "SELECT DISTINCT over private rows is not supported",
+                hint="use GROUP BY with COUNT(*) to see the groups",
+            )
         for key in ("qualify",):
             if tree.args.get(key) is not None:
                 raise unsupported("QUALIFY is not supported")
@@ -248,8 +273,11 @@ class _Analysis:
         where = tree.args.get("where")
         if where is not None:
             if contains_aggregate(where.this):
-                raise ProgrammingError("aggregate functions are not allowed in WHERE", sqlstate="42803",
-                                       hint="use HAVING to filter on aggregates")
+                raise ProgrammingError(
+                    "aggregate functions are not allowed in WHERE",
+                    sqlstate="42803",
+                    hint="use HAVING to filter on aggregates",
+                )
             rel.where.append(scope.resolve(where.this, self.resolver))
         unit, unit_in_hash, row_id_source, max_groups, max_rows = self._unit()
         max_groups, max_rows = self._tightened(unit if row_id_source is None else None, max_groups, max_rows)
@@ -257,10 +285,19 @@ class _Analysis:
         keys = self._group_keys()
         self.keys = keys
         domain = _literal_domain_size(keys)
-        bounding = choose(unit=unit is not None, row_ids=row_id_source is not None, keyed=bool(keys),
-                          declared=all(k.declared for k in keys), domain_size=domain, max_groups=max_groups,
-                          max_rows=max_rows, max_contributions=self.max_contributions, mechanism=self.mechanism,
-                          sampled=any(s.sample is not None for s in self.rel.sources), unit_in_hash=unit_in_hash)
+        bounding = choose(
+            unit=unit is not None,
+            row_ids=row_id_source is not None,
+            keyed=bool(keys),
+            declared=all(k.declared for k in keys),
+            domain_size=domain,
+            max_groups=max_groups,
+            max_rows=max_rows,
+            max_contributions=self.max_contributions,
+            mechanism=self.mechanism,
+            sampled=any(s.sample is not None for s in self.rel.sources),
+            unit_in_hash=unit_in_hash,
+        )
         # Counts are fixed point when a unit's shares are scaled over many groups; otherwise a
         # share scaled under a total bound is floored to whole rows (exact unless a unit exceeds
         # its limit, and then at most one row short per group).
@@ -273,36 +310,56 @@ class _Analysis:
             table = self.rel.private_sources[0].table
             bounded = next((c for c, col in table.columns.items() if col.bounded), None)
             example = f"SELECT COUNT(*){f', AVG({bounded})' if bounded else ''} FROM {table.name}"
-            raise forbidden("selecting rows of a private table is not allowed",
-                            hint=f"ask for an aggregate instead, e.g. {example}")
+            raise forbidden(
+                "selecting rows of a private table is not allowed", hint=f"ask for an aggregate instead, e.g. {example}"
+            )
         outer = OuterQuery(self.tree, self.scope, self.resolver, self.keys, self._estimate)
         post, names = outer.post, outer.names
         if not self.estimates:
-            raise forbidden("a query over private tables must compute at least one aggregate",
-                            hint="add COUNT(*) to see the groups; group keys alone would reveal which exist")
+            raise forbidden(
+                "a query over private tables must compute at least one aggregate",
+                hint="add COUNT(*) to see the groups; group keys alone would reveal which exist",
+            )
         self._share_sums()
         # COUNT(*) / 2 as PostgreSQL divides it; a cast of a noisy value that fails (SUM(x)::smallint
         # out of range) is NULL, as at row level: the outer query runs after the charge, and must
         # not lose a charged answer.
         post = try_casts(integer_division(post, self._noisy_column_type))
-        return Plan(relation=rel, unit=unit, unit_in_hash=unit_in_hash, row_id_source=row_id_source, keys=keys,
-                    measures=self.measures, estimates=self.estimates, post=post, output_names=names,
-                    max_groups=max_groups, max_rows=max_rows, bounding=bounding, sample_rate=self.sample_rate,
-                    item_estimates=outer.items, max_contributions=self.max_contributions)
+        return Plan(
+            relation=rel,
+            unit=unit,
+            unit_in_hash=unit_in_hash,
+            row_id_source=row_id_source,
+            keys=keys,
+            measures=self.measures,
+            estimates=self.estimates,
+            post=post,
+            output_names=names,
+            max_groups=max_groups,
+            max_rows=max_rows,
+            bounding=bounding,
+            sample_rate=self.sample_rate,
+            item_estimates=outer.items,
+            max_contributions=self.max_contributions,
+        )
 
     # The privacy unit ----------------------------------------------------------------------
     def _unit(self) -> tuple[exp.Expression | None, bool, str | None, int, int]:
         private = self.rel.private_sources
         if not private:  # the private table is read elsewhere: a subquery in SELECT, ORDER BY or HAVING
-            raise unsupported("a private table may be read only in the FROM clause of a DP query",
-                              hint="join the private table in FROM and aggregate it there: "
-                                   "SELECT p.key, COUNT(*) FROM public_table p JOIN private_table t ON t.key = p.key "
-                                   "GROUP BY p.key")
+            raise unsupported(
+                "a private table may be read only in the FROM clause of a DP query",
+                hint="join the private table in FROM and aggregate it there: "
+                "SELECT p.key, COUNT(*) FROM public_table p JOIN private_table t ON t.key = p.key "
+                "GROUP BY p.key",
+            )
         driver = private[0]
         if driver.table.row_unit:
             if len(private) > 1:
-                raise unsupported(f"the table {driver.table.name} has privacy_unit = \"row\" and cannot be joined with another private table",
-                                  hint="declare a privacy unit column shared by both tables")
+                raise unsupported(
+                    f'the table {driver.table.name} has privacy_unit = "row" and cannot be joined with another private table',
+                    hint="declare a privacy unit column shared by both tables",
+                )
             if len(self.rel.sources) == 1:
                 return None, False, None, 1, 1
             # A join may repeat a row: give every base row an id and bound per id.
@@ -310,10 +367,12 @@ class _Analysis:
         units = {s.table.privacy_unit for s in private}
         if len(units) > 1:
             names = ", ".join(f"{s.table.name} ({s.table.privacy_unit})" for s in private)
-            raise unsupported(f"private tables with different privacy units cannot be joined: {names}",
-                              hint="join private tables only when they share a privacy unit column")
+            raise unsupported(
+                f"private tables with different privacy units cannot be joined: {names}",
+                hint="join private tables only when they share a privacy unit column",
+            )
         if any(s.table.row_unit for s in private):
-            raise unsupported("a table with privacy_unit = \"row\" cannot be joined with another private table")
+            raise unsupported('a table with privacy_unit = "row" cannot be joined with another private table')
         check_unit_joins(self.rel)
         bound_unit_joins(self.rel, self.policy.limits)
         unit = driver.column(driver.table.privacy_unit)
@@ -331,10 +390,14 @@ class _Analysis:
         if o.privacy_unit is not None:
             name = unit.name if isinstance(unit, exp.Column) else "row"
             if o.privacy_unit != name:
-                raise invalid_parameter(f"privacy_unit_column = {o.privacy_unit}, but the policy's privacy unit "
-                                        f"here is {name}", hint="the policy fixes the privacy unit; drop the option or name it")
-        return (max_groups if o.max_groups is None else min(max_groups, o.max_groups),
-                max_rows if o.max_rows is None else min(max_rows, o.max_rows))
+                raise invalid_parameter(
+                    f"privacy_unit_column = {o.privacy_unit}, but the policy's privacy unit here is {name}",
+                    hint="the policy fixes the privacy unit; drop the option or name it",
+                )
+        return (
+            max_groups if o.max_groups is None else min(max_groups, o.max_groups),
+            max_rows if o.max_rows is None else min(max_rows, o.max_rows),
+        )
 
     # GROUP BY ----------------------------------------------------------------------------
     def _group_keys(self) -> list[GroupKey]:
@@ -434,8 +497,10 @@ class _Analysis:
                 return self._add("units", text)
             if isinstance(node, exp.Count):
                 return self._distinct(node, text)
-            raise unsupported(f"{text}: DISTINCT inside an aggregate is only supported in COUNT",
-                              hint="COUNT(DISTINCT unit_column) counts people; COUNT(DISTINCT column) counts declared keys present")
+            raise unsupported(
+                f"{text}: DISTINCT inside an aggregate is only supported in COUNT",
+                hint="COUNT(DISTINCT unit_column) counts people; COUNT(DISTINCT column) counts declared keys present",
+            )
         arg = node.this
         if isinstance(node, exp.Count):
             value = None if arg is None or isinstance(arg, exp.Star) else self.scope.resolve(arg, self.resolver)
@@ -464,27 +529,46 @@ class _Analysis:
                 return Interval(max(lo, bounds.lo), min(hi, bounds.hi))
         return bounds
 
-    def _add(self, func: str, text: str, value: exp.Expression | None = None, lower: float = 0.0,
-             upper: float = 0.0, quantile: float | None = None, categories: tuple | None = None,
-             whole: bool = False) -> int:
+    def _add(
+        self,
+        func: str,
+        text: str,
+        value: exp.Expression | None = None,
+        lower: float = 0.0,
+        upper: float = 0.0,
+        quantile: float | None = None,
+        categories: tuple | None = None,
+        whole: bool = False,
+    ) -> int:
         """An estimate of the family `func`, over the measures the family asks for."""
         fam = FAMILIES[func]
         roles = fam.measures(value, lower, upper, self.count_bits, self.sample_rate is not None, categories)
-        est = Estimate(func, text, lower=lower, upper=upper, centre=fam.centre(lower, upper), quantile=quantile,
-                       integral=whole, **{role: self._measure(m) for role, m in roles.items()})
+        est = Estimate(
+            func,
+            text,
+            lower=lower,
+            upper=upper,
+            centre=fam.centre(lower, upper),
+            quantile=quantile,
+            integral=whole,
+            **{role: self._measure(m) for role, m in roles.items()},
+        )
         key = repr((est.func, est.count, est.total, est.squares, est.quantile))
         if key not in self._estimate_index:
             self._estimate_index[key] = len(self.estimates)
             self.estimates.append(est)
         return self._estimate_index[key]
 
-    def _quantile(self, node: exp.Expression, text: str, arg: exp.Expression, p: exp.Expression | float,
-                  name: str) -> int:
+    def _quantile(
+        self, node: exp.Expression, text: str, arg: exp.Expression, p: exp.Expression | float, name: str
+    ) -> int:
         """A quantile from a noisy histogram of the clamped value: the bins' counts are
         computed (and bounded per unit) in the engine; the quantile is post-processing."""
         if self.sample_rate:
-            raise unsupported(f"{text}: quantiles under TABLESAMPLE are not supported yet",
-                              hint="run the quantile without TABLESAMPLE")
+            raise unsupported(
+                f"{text}: quantiles under TABLESAMPLE are not supported yet",
+                hint="run the quantile without TABLESAMPLE",
+            )
         fraction = p if isinstance(p, float) else _fraction(p, text)
         if contains_aggregate(arg):
             raise ProgrammingError("aggregate function calls cannot be nested", sqlstate="42803")
@@ -493,11 +577,15 @@ class _Analysis:
         if not bounds.finite:
             raise self._unbounded(node, arg, value, quantile=name)
         if bounds.hi <= bounds.lo:
-            raise ProgrammingError(f"{text}: {arg.sql(dialect='postgres')} has a single possible value {bounds.lo:g}",
-                                   sqlstate="42P22", hint="a quantile needs bounds with lower < upper")
+            raise ProgrammingError(
+                f"{text}: {arg.sql(dialect='postgres')} has a single possible value {bounds.lo:g}",
+                sqlstate="42P22",
+                hint="a quantile needs bounds with lower < upper",
+            )
         func = {0.0: "min", 1.0: "max"}.get(fraction, "quantile") if name in ("MIN", "MAX") else "quantile"
-        return self._add(func, text, value, bounds.lo, bounds.hi, quantile=fraction,
-                         whole=integral(value, self.resolver.column_type))
+        return self._add(
+            func, text, value, bounds.lo, bounds.hi, quantile=fraction, whole=integral(value, self.resolver.column_type)
+        )
 
     def _distinct(self, node: exp.Count, text: str) -> int:
         """COUNT(DISTINCT col) over a column with declared keys: a noisy row count per key (a
@@ -505,8 +593,10 @@ class _Analysis:
         whose noisy count clears the noise level (post-processing). Keys seen in fewer rows
         than that are missed: the answer is a lower estimate for rare values."""
         args = node.this.expressions if isinstance(node.this, exp.Distinct) else [node.this]
-        hint = ("declare the column's keys in the policy (columns.NAME = { keys = [...] }); "
-                "COUNT(DISTINCT unit_column) counts people")
+        hint = (
+            "declare the column's keys in the policy (columns.NAME = { keys = [...] }); "
+            "COUNT(DISTINCT unit_column) counts people"
+        )
         if len(args) != 1:
             raise unsupported(f"{text}: COUNT(DISTINCT ...) of several columns is not supported", hint=hint)
         value = self.scope.resolve(args[0], self.resolver)
@@ -516,23 +606,34 @@ class _Analysis:
             source = self._source(inner.table)
             keys = column_values(source, inner.name)
             if keys is None and source.table.column(inner.name).keys_from is not None:
-                raise unsupported(f"{text}: COUNT(DISTINCT ...) needs the keys listed in the policy; "
-                                  f"{inner.name} takes its keys from a table", hint=hint)
+                raise unsupported(
+                    f"{text}: COUNT(DISTINCT ...) needs the keys listed in the policy; "
+                    f"{inner.name} takes its keys from a table",
+                    hint=hint,
+                )
         else:
             keys = literal_domain(inner)
         if keys is None:
-            raise unsupported(f"{text}: the values of {args[0].sql(dialect='postgres')} are not declared, so "
-                              "which ones exist is private", hint=hint)
+            raise unsupported(
+                f"{text}: the values of {args[0].sql(dialect='postgres')} are not declared, so "
+                "which ones exist is private",
+                hint=hint,
+            )
         if len(keys) > MAX_DISTINCT_KEYS:
-            raise unsupported(f"{text}: {len(keys)} declared keys; COUNT(DISTINCT ...) supports up to {MAX_DISTINCT_KEYS}",
-                              hint="group by the column and count the groups with COUNT(*) instead")
+            raise unsupported(
+                f"{text}: {len(keys)} declared keys; COUNT(DISTINCT ...) supports up to {MAX_DISTINCT_KEYS}",
+                hint="group by the column and count the groups with COUNT(*) instead",
+            )
         return self._add("distinct", text, value, 0.0, float(len(keys)), categories=tuple(keys))
 
     def _share_sums(self) -> None:
         """AVG(x) alone uses a sum centred in x's range (half the sensitivity); next to SUM(x) it
         uses SUM's plain sum instead, so the query pays for one noisy sum, not two."""
-        plain = {(m.value.sql(), m.lower, m.upper): i for i, m in enumerate(self.measures)
-                 if isinstance(m, Sum) and m.centre == 0 and m.value is not None}
+        plain = {
+            (m.value.sql(), m.lower, m.upper): i
+            for i, m in enumerate(self.measures)
+            if isinstance(m, Sum) and m.centre == 0 and m.value is not None
+        }
         for i, est in enumerate(self.estimates):
             if family(est).centred_sum:
                 m = self.measures[est.total]
@@ -544,8 +645,10 @@ class _Analysis:
             return
         new = {old: k for k, old in enumerate(used)}
         self.measures = [self.measures[j] for j in used]
-        self.estimates = [replace(e, count=new.get(e.count), total=new.get(e.total), squares=new.get(e.squares))
-                          for e in self.estimates]
+        self.estimates = [
+            replace(e, count=new.get(e.count), total=new.get(e.total), squares=new.get(e.squares))
+            for e in self.estimates
+        ]
 
     def _is_unit(self, node: exp.Expression) -> bool:
         """COUNT(DISTINCT x) where x is the privacy unit column of a joined private table."""
@@ -559,30 +662,42 @@ class _Analysis:
         source = self._source(inner.table)
         return source.private and not source.table.row_unit and inner.name == source.table.privacy_unit
 
-    def _unbounded(self, node: exp.Expression, arg: exp.Expression, value: exp.Expression,
-                   quantile: str | None = None) -> ProgrammingError:
+    def _unbounded(
+        self, node: exp.Expression, arg: exp.Expression, value: exp.Expression, quantile: str | None = None
+    ) -> ProgrammingError:
         text = node.sql(dialect="postgres")
-        how = (f"and {quantile} is answered as a DP quantile over the column's declared range"
-               if quantile else "so one person's influence on the result is unlimited")
+        how = (
+            f"and {quantile} is answered as a DP quantile over the column's declared range"
+            if quantile
+            else "so one person's influence on the result is unlimited"
+        )
         missing = []
         for col in value.find_all(exp.Column):
             src = self._source(col.table)
             if not src.table.column(col.name).bounded:
                 missing.append((src.table.name, col.name, src.columns.get(col.name, "")))
         if missing and quantile and _TEXTUAL.search(missing[0][2].upper()):
-            return ProgrammingError(f"{text}: {missing[0][0]}.{missing[0][1]} is text, and {quantile} is answered as a "
-                                    "DP quantile, which needs a number or a date", sqlstate="42P22",
-                                    hint=f"to see which of its values occur, ask SELECT {missing[0][1]}, COUNT(*) ... "
-                                         f"GROUP BY {missing[0][1]}")
+            return ProgrammingError(
+                f"{text}: {missing[0][0]}.{missing[0][1]} is text, and {quantile} is answered as a "
+                "DP quantile, which needs a number or a date",
+                sqlstate="42P22",
+                hint=f"to see which of its values occur, ask SELECT {missing[0][1]}, COUNT(*) ... "
+                f"GROUP BY {missing[0][1]}",
+            )
         if missing:
             table, column, _ = missing[0]
-            fix = (f"declare bounds in the policy: columns.{column} = {{ lower = ..., upper = ... }} in [tables.{table}], "
-                   f"or clamp it in the query: LEAST(GREATEST({column}, low), high)")
-            return ProgrammingError(f"{text}: the column {table}.{column} has no declared bounds, {how}",
-                                    sqlstate="42P22", hint=fix)
-        return ProgrammingError(f"{text}: cannot derive bounds for {arg.sql(dialect='postgres')}",
-                                sqlstate="42P22",
-                                hint="wrap it in LEAST(GREATEST(expression, low), high), and avoid dividing by a value that may be 0")
+            fix = (
+                f"declare bounds in the policy: columns.{column} = {{ lower = ..., upper = ... }} in [tables.{table}], "
+                f"or clamp it in the query: LEAST(GREATEST({column}, low), high)"
+            )
+            return ProgrammingError(
+                f"{text}: the column {table}.{column} has no declared bounds, {how}", sqlstate="42P22", hint=fix
+            )
+        return ProgrammingError(
+            f"{text}: cannot derive bounds for {arg.sql(dialect='postgres')}",
+            sqlstate="42P22",
+            hint="wrap it in LEAST(GREATEST(expression, low), high), and avoid dividing by a value that may be 0",
+        )
 
 
 _TEXTUAL = re.compile(r"CHAR|TEXT|STRING|UUID|ENUM|BLOB|BYTEA")
@@ -595,8 +710,11 @@ def _fraction(p: exp.Expression, text: str) -> float:
     except ValueError:
         value = None
     if value is None or not 0.0 <= value <= 1.0:
-        raise ProgrammingError(f"{text}: the fraction must be a number literal between 0 and 1", sqlstate="22003",
-                               hint="for example PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY x), or QUANTILE(x, 0.9)")
+        raise ProgrammingError(
+            f"{text}: the fraction must be a number literal between 0 and 1",
+            sqlstate="22003",
+            hint="for example PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY x), or QUANTILE(x, 0.9)",
+        )
     return value
 
 
@@ -619,8 +737,10 @@ def _unfilter(node: exp.Filter) -> exp.Expression:
     agg = node.this.copy()
     cond = node.expression.this if isinstance(node.expression, exp.Where) else node.expression
     if isinstance(agg, exp.WithinGroup) or not isinstance(agg, exp.AggFunc):
-        raise unsupported(f"{node.sql(dialect='postgres')}: FILTER on this aggregate is not supported",
-                          hint="move the condition into WHERE, or into CASE WHEN condition THEN x END")
+        raise unsupported(
+            f"{node.sql(dialect='postgres')}: FILTER on this aggregate is not supported",
+            hint="move the condition into WHERE, or into CASE WHEN condition THEN x END",
+        )
     arg = agg.this
     if isinstance(arg, exp.Distinct):
         arg.set("expressions", [exp.Case(ifs=[exp.If(this=cond.copy(), true=e)]) for e in arg.expressions])

@@ -98,8 +98,9 @@ class PerGroupCap:
         for j, m in enumerate(measures):
             if not isinstance(m, Histogram):
                 aggs.append(b.named(b.total(self._share(m, j, domain_size)), f"m{j}"))
-        return stages + [("per_group", b.select([b.col(k) for k in keys] + aggs, b.table("per_unit"), joins=joins,
-                                                group=list(keys)))]
+        return stages + [
+            ("per_group", b.select([b.col(k) for k in keys] + aggs, b.table("per_unit"), joins=joins, group=list(keys)))
+        ]
 
     @property
     def _joins_unit_groups(self) -> bool:
@@ -113,7 +114,9 @@ class PerGroupCap:
     def _unit_groups(self, measures: Sequence[Measure]) -> exp.Select:
         return b.select([b.col("unit"), b.named(b.count(), "groups")], b.table("per_unit"), group=["unit"])
 
-    def _scaled(self, share: exp.Expression, domain_size: int | None, column: exp.Column | None = None) -> exp.Expression:
+    def _scaled(
+        self, share: exp.Expression, domain_size: int | None, column: exp.Column | None = None
+    ) -> exp.Expression:
         """A unit's share in one group times G / max(its groups, G), truncated toward zero, so a
         scaled share never exceeds the unscaled bound."""
         if not self.scale_groups:
@@ -130,23 +133,35 @@ class PerGroupCap:
         its bins add up to a count's bound."""
         cell = [b.col(k) for k in keys] + [b.col(f"v{j}")]
         not_null = b.not_null(b.col(f"v{j}"))
-        cells = b.select([b.col("unit")] + cell + [b.named(b.count(), "c")], b.table("filtered"), where=[not_null],
-                         group=["unit"] + keys + [f"v{j}"])
+        cells = b.select(
+            [b.col("unit")] + cell + [b.named(b.count(), "c")],
+            b.table("filtered"),
+            where=[not_null],
+            group=["unit"] + keys + [f"v{j}"],
+        )
         on: list[exp.Expression] = [exp.EQ(this=b.col("unit", "c"), expression=b.col("unit", "p"))]
         on += [exp.NullSafeEQ(this=b.col(k, "c"), expression=b.col(k, "p")) for k in keys]
         joins = [b.join(b.table("per_unit", "p"), b.conjunction(on))]
         if self._joins_unit_groups:
-            joins.append(b.join(b.table("unit_groups", "ug"), exp.EQ(this=b.col("unit", "ug"), expression=b.col("unit", "c"))))
+            joins.append(
+                b.join(b.table("unit_groups", "ug"), exp.EQ(this=b.col("unit", "ug"), expression=b.col("unit", "c")))
+            )
         c_cols = [b.col(k, "c") for k in keys] + [b.col(f"v{j}", "c")]
         share = self._cell_share(m, j, domain_size)
-        bins = b.select(c_cols + [b.named(b.total(share), "s")], b.table(f"cells{j}", "c"), joins=joins,
-                        group=[c.copy() for c in c_cols])
+        bins = b.select(
+            c_cols + [b.named(b.total(share), "s")],
+            b.table(f"cells{j}", "c"),
+            joins=joins,
+            group=[c.copy() for c in c_cols],
+        )
         return [(f"cells{j}", cells), (f"bins{j}", bins)]
 
     def _cell_share(self, m: Histogram, j: int, domain_size: int | None) -> exp.Expression:
         n, c, unit = b.col(f"n{j}", "p"), b.col("c", "c"), m.row_bound
-        capped = b.case((exp.GT(this=n, expression=b.node(self.max_rows)), b.idiv(b.mul(c, self.max_rows * unit), n.copy())),
-                        default=b.mul(c.copy(), unit) if m.bits else c.copy())
+        capped = b.case(
+            (exp.GT(this=n, expression=b.node(self.max_rows)), b.idiv(b.mul(c, self.max_rows * unit), n.copy())),
+            default=b.mul(c.copy(), unit) if m.bits else c.copy(),
+        )
         return self._scaled(capped, domain_size, b.col("groups", "ug"))
 
 
@@ -160,8 +175,12 @@ class PartitionSelection(PerGroupCap):
     def _per_unit(self, measures, keys, domain_size):
         q = super()._per_unit(measures, keys, domain_size)
         hashed = b.anonymous("DPSQL_HASH", *(["unit"] if self.unit_in_hash else []), *keys)
-        rank = exp.Window(this=exp.RowNumber(), partition_by=[b.col("unit")],
-                          order=exp.Order(expressions=[exp.Ordered(this=hashed, nulls_first=False)]), over="OVER")
+        rank = exp.Window(
+            this=exp.RowNumber(),
+            partition_by=[b.col("unit")],
+            order=exp.Order(expressions=[exp.Ordered(this=hashed, nulls_first=False)]),
+            over="OVER",
+        )
         q.set("qualify", exp.Qualify(this=exp.LTE(this=rank, expression=b.node(self.groups(domain_size)))))
         return q
 
@@ -178,8 +197,17 @@ class RowUnits(PerGroupCap):
     def histogram_stages(self, j, m, keys, domain_size):
         not_null = b.not_null(b.col(f"v{j}"))
         cell = keys + [f"v{j}"]
-        return [(f"bins{j}", b.select([b.col(k) for k in cell] + [b.named(b.mul(b.count(), m.row_bound), "s")],
-                                      b.table("filtered"), where=[not_null], group=cell))]
+        return [
+            (
+                f"bins{j}",
+                b.select(
+                    [b.col(k) for k in cell] + [b.named(b.mul(b.count(), m.row_bound), "s")],
+                    b.table("filtered"),
+                    where=[not_null],
+                    group=cell,
+                ),
+            )
+        ]
 
 
 @dataclass(frozen=True)
@@ -215,7 +243,9 @@ class TotalCap(PerGroupCap):
         items = [b.col("unit"), b.named(b.count(), "groups"), self._unit_scale()]
         for j, m in enumerate(measures):
             if m.own_norm:
-                items.append(b.named(own_weight(b.total(exp.Abs(this=b.col(f"s{j}"))), self.limit * m.row_bound), f"w{j}"))
+                items.append(
+                    b.named(own_weight(b.total(exp.Abs(this=b.col(f"s{j}"))), self.limit * m.row_bound), f"w{j}")
+                )
         return b.select(items, b.table("per_unit"), group=["unit"])
 
     def _unit_scale(self) -> exp.Expression:
@@ -250,8 +280,10 @@ class L2Clip(TotalCap):
         return super().l1(m, domain_size)
 
     def _unit_scale(self):
-        norm = b.mul(exp.Sqrt(this=b.cast(b.total(b.mul("n", "n")), "DOUBLE")),
-                     b.binary(exp.Add, 1, exp.Pow(this=b.node(2), expression=b.node(-40))))
+        norm = b.mul(
+            exp.Sqrt(this=b.cast(b.total(b.mul("n", "n")), "DOUBLE")),
+            b.binary(exp.Add, 1, exp.Pow(this=b.node(2), expression=b.node(-40))),
+        )
         weight = b.div(self.limit * 2**COUNT_BITS, b.func("GREATEST", norm, self.limit))
         return b.named(b.cast(exp.Floor(this=weight), "BIGINT"), "unit_weight")
 
@@ -275,8 +307,11 @@ class WeightedCopy:
     def reads_totals(self, measures: Sequence[Measure], keys: Sequence[object]) -> bool:
         """Whether the query needs nothing of the copy but its totals: kept by the engine, no
         GROUP BY, and every measure a SUM of a stored column or of the weights (COUNT(*))."""
-        return self.totals is not None and not keys and all(
-            (isinstance(m, Count) and m.value is None) or j in self.values for j, m in enumerate(measures))
+        return (
+            self.totals is not None
+            and not keys
+            and all((isinstance(m, Count) and m.value is None) or j in self.values for j, m in enumerate(measures))
+        )
 
     def l1(self, m: Measure, domain_size: int | None) -> int | None:
         return self.bound.l1(m, domain_size)
@@ -295,8 +330,17 @@ class WeightedCopy:
     def histogram_stages(self, j: int, m: Histogram, keys: list[str], domain_size: int | None) -> list[Stage]:
         not_null = b.not_null(b.col(f"v{j}"))
         cell = keys + [f"v{j}"]
-        return [(f"bins{j}", b.select([b.col(k) for k in cell] + [b.named(b.total("w"), "s")], b.table("filtered"),
-                                      where=[not_null], group=cell))]
+        return [
+            (
+                f"bins{j}",
+                b.select(
+                    [b.col(k) for k in cell] + [b.named(b.total("w"), "s")],
+                    b.table("filtered"),
+                    where=[not_null],
+                    group=cell,
+                ),
+            )
+        ]
 
 
 @dataclass(frozen=True)
@@ -333,23 +377,36 @@ class SplitCopy:
         light = b.select([b.col(k) for k in keys] + aggs, b.table("light"), group=list(keys))
         heavy = self.bound.stages(measures, keys, domain_size)
         names = [a.alias for a in aggs]
-        return [*heavy[:-1], ("heavy_group", heavy[-1][1]), ("light_group", light),
-                ("per_group", _summed("light_group", "heavy_group", keys, names))]
+        return [
+            *heavy[:-1],
+            ("heavy_group", heavy[-1][1]),
+            ("light_group", light),
+            ("per_group", _summed("light_group", "heavy_group", keys, names)),
+        ]
 
     def histogram_stages(self, j: int, m: Histogram, keys: list[str], domain_size: int | None) -> list[Stage]:
         cell = keys + [f"v{j}"]
-        light = b.select([b.col(k) for k in cell] + [b.named(b.mul(b.count(), m.row_bound), "s")], b.table("light"),
-                         where=[b.not_null(b.col(f"v{j}"))], group=cell)
+        light = b.select(
+            [b.col(k) for k in cell] + [b.named(b.mul(b.count(), m.row_bound), "s")],
+            b.table("light"),
+            where=[b.not_null(b.col(f"v{j}"))],
+            group=cell,
+        )
         heavy = self.bound.histogram_stages(j, m, keys, domain_size)
-        return [*heavy[:-1], (f"heavy_bins{j}", heavy[-1][1]), (f"light_bins{j}", light),
-                (f"bins{j}", _summed(f"light_bins{j}", f"heavy_bins{j}", cell, ["s"]))]
+        return [
+            *heavy[:-1],
+            (f"heavy_bins{j}", heavy[-1][1]),
+            (f"light_bins{j}", light),
+            (f"bins{j}", _summed(f"light_bins{j}", f"heavy_bins{j}", cell, ["s"])),
+        ]
 
 
 def _summed(first: str, second: str, keys: list[str], values: list[str]) -> exp.Select:
     """Two partial results with the same columns (keys, then values) added up per key."""
     both = exp.union(b.select([exp.Star()], b.table(first)), b.select([exp.Star()], b.table(second)), distinct=False)
-    return b.select([b.col(k) for k in keys] + [b.named(b.total(v), v) for v in values], b.subquery(both, "parts"),
-                    group=list(keys))
+    return b.select(
+        [b.col(k) for k in keys] + [b.named(b.total(v), v) for v in values], b.subquery(both, "parts"), group=list(keys)
+    )
 
 
 def own_weight(norm: exp.Expression, bound: int) -> exp.Expression:
@@ -393,26 +450,44 @@ def row_weight(rows: exp.Expression, limit: int, bits: int = COUNT_BITS) -> exp.
     truncates, the floor of a positive quotient. No float, so no engine rounds it upward."""
     top = limit << bits
     if top > BIGINT_MAX:  # it would not fit a BIGINT: an engine would fail, or Spark give NULL
-        raise OperationalError(f"a unit's row limit of {limit} is too large to weight rows with 64-bit integers",
-                               sqlstate="54000", hint=f"lower the table's max_contributions (or max_groups * "
-                                                      f"max_rows) below {BIGINT_MAX >> bits}; nothing was charged")
+        raise OperationalError(
+            f"a unit's row limit of {limit} is too large to weight rows with 64-bit integers",
+            sqlstate="54000",
+            hint=f"lower the table's max_contributions (or max_groups * "
+            f"max_rows) below {BIGINT_MAX >> bits}; nothing was charged",
+        )
     return b.idiv(b.cast(top, "BIGINT"), b.func("GREATEST", rows, limit))
 
 
 def unit_rows(source: exp.Table, unit: str, aggregates: Sequence[exp.Expression] = ()) -> exp.Select:
     """Each unit's rows in `source` (column __dpsql_n) and `aggregates` over them, one row per
     non-NULL unit (a row whose unit is NULL belongs to none, and is in no weighted copy)."""
-    return b.select([b.quoted(unit), b.named(b.count(), UNIT_ROWS), *aggregates], source,
-                    where=[b.not_null(b.quoted(unit))], group=[b.quoted(unit)])
+    return b.select(
+        [b.quoted(unit), b.named(b.count(), UNIT_ROWS), *aggregates],
+        source,
+        where=[b.not_null(b.quoted(unit))],
+        group=[b.quoted(unit)],
+    )
 
 
-def weighted_rows(source: exp.Table, units: exp.Expression, unit: str, limit: int, bits: int = COUNT_BITS,
-                  carried: Sequence[str] = (), where: exp.Expression | None = None) -> exp.Select:
+def weighted_rows(
+    source: exp.Table,
+    units: exp.Expression,
+    unit: str,
+    limit: int,
+    bits: int = COUNT_BITS,
+    carried: Sequence[str] = (),
+    where: exp.Expression | None = None,
+) -> exp.Select:
     """The weighted copy's rows: those of `source` (as t) joined to their unit's in `units` (as
     u, unit_rows'), with its __dpsql_n, the columns `carried` from it, and the weight
     __dpsql_w (row_weight) of limit `limit`, `where` holds (all rows without one)."""
-    items = [exp.Column(this=exp.Star(), table=exp.to_identifier("t")), b.col(UNIT_ROWS, "u"),
-             *[b.quoted(c, "u") for c in carried], b.named(row_weight(b.col(UNIT_ROWS, "u"), limit, bits), ROW_WEIGHT)]
+    items = [
+        exp.Column(this=exp.Star(), table=exp.to_identifier("t")),
+        b.col(UNIT_ROWS, "u"),
+        *[b.quoted(c, "u") for c in carried],
+        b.named(row_weight(b.col(UNIT_ROWS, "u"), limit, bits), ROW_WEIGHT),
+    ]
     source = source.copy()
     source.set("alias", exp.TableAlias(this=exp.to_identifier("t")))
     on = exp.EQ(this=b.quoted(unit, "t"), expression=b.quoted(unit, "u"))
@@ -422,9 +497,20 @@ def weighted_rows(source: exp.Table, units: exp.Expression, unit: str, limit: in
 Bounding = PerGroupCap | WeightedCopy | SplitCopy
 
 
-def choose(*, unit: bool, row_ids: bool, keyed: bool, declared: bool, domain_size: int | None, max_groups: int,
-           max_rows: int, max_contributions: int | None, mechanism: str, sampled: bool,
-           unit_in_hash: bool) -> PerGroupCap:
+def choose(
+    *,
+    unit: bool,
+    row_ids: bool,
+    keyed: bool,
+    declared: bool,
+    domain_size: int | None,
+    max_groups: int,
+    max_rows: int,
+    max_contributions: int | None,
+    mechanism: str,
+    sampled: bool,
+    unit_in_hash: bool,
+) -> PerGroupCap:
     """The strategy for a query: a total bound where it costs no more noise than a per-group
     one (declared by the policy as max_contributions, or a unit may reach max_groups groups;
     under Gaussian noise only when declared, since C rows cost C in L2 against sqrt(max_groups)

@@ -33,15 +33,59 @@ UNBOUNDED = Interval(-INF, INF)
 BOOLEAN = Interval(0.0, 1.0)
 
 EXTRACT_RANGES = {
-    "MONTH": (1, 12), "DAY": (1, 31), "HOUR": (0, 23), "MINUTE": (0, 59), "SECOND": (0, 60),
-    "DOW": (0, 6), "DAYOFWEEK": (0, 6), "ISODOW": (1, 7), "DOY": (1, 366), "DAYOFYEAR": (1, 366),
-    "QUARTER": (1, 4), "WEEK": (1, 53),
+    "MONTH": (1, 12),
+    "DAY": (1, 31),
+    "HOUR": (0, 23),
+    "MINUTE": (0, 59),
+    "SECOND": (0, 60),
+    "DOW": (0, 6),
+    "DAYOFWEEK": (0, 6),
+    "ISODOW": (1, 7),
+    "DOY": (1, 366),
+    "DAYOFYEAR": (1, 366),
+    "QUARTER": (1, 4),
+    "WEEK": (1, 53),
 }
-_NUMERIC_CASTS = {"TINYINT", "SMALLINT", "INT", "INTEGER", "BIGINT", "HUGEINT", "FLOAT", "DOUBLE",
-                  "REAL", "DECIMAL", "NUMERIC", "DOUBLE PRECISION", "UTINYINT", "USMALLINT", "UINT",
-                  "UBIGINT", "FLOAT4", "FLOAT8", "INT2", "INT4", "INT8", "BIGDECIMAL", "MONEY"}
-_INTEGER_CASTS = {"TINYINT", "SMALLINT", "INT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT",
-                  "USMALLINT", "UINT", "UBIGINT", "INT2", "INT4", "INT8"}
+_NUMERIC_CASTS = {
+    "TINYINT",
+    "SMALLINT",
+    "INT",
+    "INTEGER",
+    "BIGINT",
+    "HUGEINT",
+    "FLOAT",
+    "DOUBLE",
+    "REAL",
+    "DECIMAL",
+    "NUMERIC",
+    "DOUBLE PRECISION",
+    "UTINYINT",
+    "USMALLINT",
+    "UINT",
+    "UBIGINT",
+    "FLOAT4",
+    "FLOAT8",
+    "INT2",
+    "INT4",
+    "INT8",
+    "BIGDECIMAL",
+    "MONEY",
+}
+_INTEGER_CASTS = {
+    "TINYINT",
+    "SMALLINT",
+    "INT",
+    "INTEGER",
+    "BIGINT",
+    "HUGEINT",
+    "UTINYINT",
+    "USMALLINT",
+    "UINT",
+    "UBIGINT",
+    "INT2",
+    "INT4",
+    "INT8",
+}
 
 Lookup = Callable[[exp.Column], Interval]
 
@@ -60,8 +104,10 @@ def _div(a: Interval, b: Interval) -> Interval:
         return UNBOUNDED
     q = _mul(a, Interval(1 / b.hi, 1 / b.lo))
     # Integer division truncates toward zero; widen so either semantics is covered.
-    return Interval(min(q.lo, math.trunc(q.lo)) if math.isfinite(q.lo) else q.lo,
-                    max(q.hi, math.trunc(q.hi)) if math.isfinite(q.hi) else q.hi)
+    return Interval(
+        min(q.lo, math.trunc(q.lo)) if math.isfinite(q.lo) else q.lo,
+        max(q.hi, math.trunc(q.hi)) if math.isfinite(q.hi) else q.hi,
+    )
 
 
 def _monotone(f: Callable[[float], float], a: Interval) -> Interval:
@@ -128,8 +174,10 @@ def _cast(node: exp.Cast, lookup: Lookup) -> Interval:
         return UNBOUNDED
     inner = interval(node.this, lookup)
     if to in _INTEGER_CASTS:
-        return Interval(math.floor(inner.lo) if math.isfinite(inner.lo) else inner.lo,
-                        math.ceil(inner.hi) if math.isfinite(inner.hi) else inner.hi)
+        return Interval(
+            math.floor(inner.lo) if math.isfinite(inner.lo) else inner.lo,
+            math.ceil(inner.hi) if math.isfinite(inner.hi) else inner.hi,
+        )
     return inner
 
 
@@ -158,10 +206,9 @@ def _rounding(node: exp.Expression, lookup: Lookup) -> Interval:
         if not d.finite or d.lo != d.hi:
             return UNBOUNDED
         if d.lo < 0:  # ROUND(150, -2) = 200: rounding may step past the bound
-            step = 10.0 ** -d.lo
+            step = 10.0**-d.lo
             return Interval(a.lo - step, a.hi + step)
-    return Interval(math.floor(a.lo) if math.isfinite(a.lo) else a.lo,
-                    math.ceil(a.hi) if math.isfinite(a.hi) else a.hi)
+    return Interval(math.floor(a.lo) if math.isfinite(a.lo) else a.lo, math.ceil(a.hi) if math.isfinite(a.hi) else a.hi)
 
 
 def _extract(node: exp.Extract, lookup: Lookup) -> Interval:
@@ -212,8 +259,12 @@ _RULES: dict[type, Callable[[exp.Expression, Lookup], Interval]] = {
     exp.Column: lambda n, lookup: lookup(n),
     exp.Paren: lambda n, lookup: interval(n.this, lookup),
     exp.Neg: lambda n, lookup: (lambda a: Interval(-a.hi, -a.lo))(interval(n.this, lookup)),
-    exp.Add: lambda n, lookup: (lambda a, b: Interval(a.lo + b.lo, a.hi + b.hi))(interval(n.this, lookup), interval(n.expression, lookup)),
-    exp.Sub: lambda n, lookup: (lambda a, b: Interval(a.lo - b.hi, a.hi - b.lo))(interval(n.this, lookup), interval(n.expression, lookup)),
+    exp.Add: lambda n, lookup: (lambda a, b: Interval(a.lo + b.lo, a.hi + b.hi))(
+        interval(n.this, lookup), interval(n.expression, lookup)
+    ),
+    exp.Sub: lambda n, lookup: (lambda a, b: Interval(a.lo - b.hi, a.hi - b.lo))(
+        interval(n.this, lookup), interval(n.expression, lookup)
+    ),
     exp.Mul: lambda n, lookup: _mul(interval(n.this, lookup), interval(n.expression, lookup)),
     exp.Div: lambda n, lookup: _div(interval(n.this, lookup), interval(n.expression, lookup)),
     exp.IntDiv: lambda n, lookup: _div(interval(n.this, lookup), interval(n.expression, lookup)),

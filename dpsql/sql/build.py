@@ -145,8 +145,9 @@ def total(x: Operand) -> Node:
 
 
 def case(*whens: tuple[Node, Operand], default: Operand | None = None) -> Node:
-    return exp.Case(ifs=[exp.If(this=c, true=node(t)) for c, t in whens],
-                    default=None if default is None else node(default))
+    return exp.Case(
+        ifs=[exp.If(this=c, true=node(t)) for c, t in whens], default=None if default is None else node(default)
+    )
 
 
 def not_null(x: Operand) -> Node:
@@ -165,9 +166,16 @@ def named(x: Operand, name: str) -> Node:
     return exp.Alias(this=node(x), alias=exp.to_identifier(name))
 
 
-def select(items: Sequence[Node], source: Node, *, where: Sequence[Node] | None = None,
-           group: Sequence[Operand] | None = None, joins: list[exp.Join] | None = None, qualify: Node | None = None,
-           distinct: bool = False) -> exp.Select:
+def select(
+    items: Sequence[Node],
+    source: Node,
+    *,
+    where: Sequence[Node] | None = None,
+    group: Sequence[Operand] | None = None,
+    joins: list[exp.Join] | None = None,
+    qualify: Node | None = None,
+    distinct: bool = False,
+) -> exp.Select:
     """One SELECT built in place (sqlglot's chained builders copy the tree at every step)."""
     q = exp.Select(expressions=items, from_=exp.From(this=source))
     if distinct:
@@ -197,6 +205,8 @@ def join(target: Node, on: Node | None = None, *, kind: str | None = None, using
 
 
 def with_ctes(ctes: list[tuple[str, exp.Select]], final: exp.Select) -> exp.Select:
-    final.set("with_", exp.With(expressions=[exp.CTE(this=q, alias=exp.TableAlias(this=exp.to_identifier(name)))
-                                             for name, q in ctes]))
+    final.set(
+        "with_",
+        exp.With(expressions=[exp.CTE(this=q, alias=exp.TableAlias(this=exp.to_identifier(name))) for name, q in ctes]),
+    )
     return final

@@ -85,15 +85,20 @@ class ViewCommand:
 Statement = SetCommand | ShowCommand | TransactionCommand | Explain | Query | ViewCommand
 
 _TRANSACTION_WORDS = {"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE"}
-_ALLOWED_HINT = ("dpsql answers aggregate SELECT queries (COUNT, SUM, AVG ...) over the declared tables, "
-                 "SET/SHOW dpsql.* settings and EXPLAIN")
+_ALLOWED_HINT = (
+    "dpsql answers aggregate SELECT queries (COUNT, SUM, AVG ...) over the declared tables, "
+    "SET/SHOW dpsql.* settings and EXPLAIN"
+)
 
 _SET_RE = re.compile(r"^SET\s+(?:SESSION\s+|LOCAL\s+)?([A-Za-z_][\w.]*)\s*(?:=|\bTO\b)\s*(.+?)\s*$", re.I | re.S)
 _SET_ROLE_RE = re.compile(r"^SET\s+(?:SESSION\s+|LOCAL\s+)?(?:ROLE\b|SESSION\s+AUTHORIZATION\b)", re.I)
 _RESET_RE = re.compile(r"^RESET\s+([A-Za-z_][\w.]*|ALL)\s*$", re.I)
 # Back to the login's own identity, which a connection never leaves: what pools send on reset.
-_IDENTITY_RESET = re.compile(r"^(?:SET\s+(?:SESSION\s+|LOCAL\s+)?(?:SESSION\s+AUTHORIZATION\s+DEFAULT|ROLE\s+NONE)|"
-                             r"RESET\s+(?:SESSION\s+AUTHORIZATION|ROLE))\s*$", re.I)
+_IDENTITY_RESET = re.compile(
+    r"^(?:SET\s+(?:SESSION\s+|LOCAL\s+)?(?:SESSION\s+AUTHORIZATION\s+DEFAULT|ROLE\s+NONE)|"
+    r"RESET\s+(?:SESSION\s+AUTHORIZATION|ROLE))\s*$",
+    re.I,
+)
 _SHOW_RE = re.compile(r"^SHOW\s+([A-Za-z_][\w.]*|ALL)\s*$", re.I)
 
 
@@ -119,7 +124,7 @@ def spaced_parameters(sql: str) -> str:
                         continue
                     break
                 end += 2 if escapes and sql[end] == "\\" else 1
-            out.append(sql[i:end + 1])
+            out.append(sql[i : end + 1])
             i = end + 1
         elif sql.startswith("--", i):
             end = sql.find("\n", i)
@@ -168,7 +173,7 @@ def split_statements(sql: str, limits: QueryLimits = DEFAULT_LIMITS) -> list[str
     parts, start = [], 0
     for tok in tokens:
         if tok.token_type == TokenType.SEMICOLON:
-            parts.append(sql[start:tok.start])
+            parts.append(sql[start : tok.start])
             start = tok.end + 1
     parts.append(sql[start:])
     return [p.strip() for p in parts if _strip_comments(p).strip()]
@@ -206,13 +211,15 @@ def classify(sql: str, limits: QueryLimits = DEFAULT_LIMITS) -> Statement:
     if not statements:
         raise syntax_error("empty query", hint=_ALLOWED_HINT)
     if len(statements) > 1:
-        raise forbidden("multiple statements in one query string are not allowed",
-                        hint="send one statement at a time")
+        raise forbidden("multiple statements in one query string are not allowed", hint="send one statement at a time")
     return classify_one(statements[0], limits)
 
 
-_MULTIWORD_SHOW = {"TRANSACTION ISOLATION LEVEL": "transaction_isolation", "TIME ZONE": "timezone",
-                   "SESSION AUTHORIZATION": "session_authorization"}
+_MULTIWORD_SHOW = {
+    "TRANSACTION ISOLATION LEVEL": "transaction_isolation",
+    "TIME ZONE": "timezone",
+    "SESSION AUTHORIZATION": "session_authorization",
+}
 _TRANSACTION_SET = re.compile(r"^SET\s+(SESSION\s+CHARACTERISTICS\s+AS\s+)?TRANSACTION\b", re.I)
 _TIME_ZONE_SET = re.compile(r"^SET\s+(?:SESSION\s+|LOCAL\s+)?TIME\s+ZONE\s+(.+?)\s*$", re.I | re.S)
 
@@ -235,8 +242,11 @@ def classify_one(text: str, limits: QueryLimits = DEFAULT_LIMITS) -> Statement:
         return TransactionCommand(first)  # a no-op, answered with its command tag
     if first == "SET":
         if _SET_ROLE_RE.match(body):
-            raise forbidden("a connection stays the analyst who logged in: SET ROLE and SET SESSION AUTHORIZATION "
-                            "are not supported", hint="connect as the other analyst, with their own login")
+            raise forbidden(
+                "a connection stays the analyst who logged in: SET ROLE and SET SESSION AUTHORIZATION "
+                "are not supported",
+                hint="connect as the other analyst, with their own login",
+            )
         m = _SET_RE.match(body)
         if not m:
             raise syntax_error("cannot read this SET", hint="write SET name = value, e.g. SET dpsql.epsilon = 0.5")
@@ -258,10 +268,12 @@ def classify_one(text: str, limits: QueryLimits = DEFAULT_LIMITS) -> Statement:
     if first in _PIVOT_WORDS:
         raise pivot_refusal()
     if first == "EXPLAIN":
-        rest = body[len("EXPLAIN"):].strip()
+        rest = body[len("EXPLAIN") :].strip()
         if re.match(r"^(ANALYZE|\()", rest, re.I):
-            raise unsupported("EXPLAIN ANALYZE and EXPLAIN options are not supported",
-                              hint="EXPLAIN <query> shows the plan, noise and cost without running the query")
+            raise unsupported(
+                "EXPLAIN ANALYZE and EXPLAIN options are not supported",
+                hint="EXPLAIN <query> shows the plan, noise and cost without running the query",
+            )
         inner = classify_one(_without_first_word(text, "EXPLAIN"), limits)
         if not isinstance(inner, Query):
             raise unsupported("EXPLAIN works on SELECT queries only")
@@ -269,11 +281,15 @@ def classify_one(text: str, limits: QueryLimits = DEFAULT_LIMITS) -> Statement:
     if first in ("SELECT", "WITH", "("):
         plain, options = extract(text, READ_DIALECT)
         return Query(text, _parse(plain, limits), options)
-    if first in ("CREATE", "DROP") and re.match(r"^(CREATE|DROP)\s+(OR\s+REPLACE\s+)?(TEMP\s+|TEMPORARY\s+)?VIEW\b", body, re.I):
+    if first in ("CREATE", "DROP") and re.match(
+        r"^(CREATE|DROP)\s+(OR\s+REPLACE\s+)?(TEMP\s+|TEMPORARY\s+)?VIEW\b", body, re.I
+    ):
         return _view(body, limits)
     if first == "CREATE" and re.match(r"^CREATE\s+(?:LOCAL\s+|GLOBAL\s+)?(?:TEMP|TEMPORARY)\s+TABLE\b", body, re.I):
-        raise forbidden("temporary tables are not supported: dpsql stores nothing",
-                        hint="CREATE TEMPORARY VIEW name AS SELECT ... keeps a query in your session instead")
+        raise forbidden(
+            "temporary tables are not supported: dpsql stores nothing",
+            hint="CREATE TEMPORARY VIEW name AS SELECT ... keeps a query in your session instead",
+        )
     if first:
         raise forbidden(f"{first or 'this'} statements are not allowed", hint=_ALLOWED_HINT)
     raise syntax_error("cannot read the statement", hint=_ALLOWED_HINT)
@@ -282,10 +298,17 @@ def classify_one(text: str, limits: QueryLimits = DEFAULT_LIMITS) -> Statement:
 # A view's name may be qualified by the database and schema (dbt writes "db"."schema"."name"):
 # dpsql serves one database, and session views live in no schema of it.
 _QUALIFIERS = r"(?:(?:\"[^\"]+\"|\w+)\s*\.\s*){0,2}"
-_CREATE_VIEW = re.compile(r"^CREATE\s+(?P<replace>OR\s+REPLACE\s+)?(?P<temp>TEMP\s+|TEMPORARY\s+)?VIEW\s+"
-                          + _QUALIFIERS + r"(?P<name>\"[^\"]+\"|\w+)\s+AS\s+(?P<query>.+)$", re.I | re.S)
-_DROP_VIEW = re.compile(r"^DROP\s+VIEW\s+(?P<exists>IF\s+EXISTS\s+)?" + _QUALIFIERS + r"(?P<name>\"[^\"]+\"|\w+)"
-                        r"\s*(?:CASCADE|RESTRICT)?$", re.I | re.S)
+_CREATE_VIEW = re.compile(
+    r"^CREATE\s+(?P<replace>OR\s+REPLACE\s+)?(?P<temp>TEMP\s+|TEMPORARY\s+)?VIEW\s+"
+    + _QUALIFIERS
+    + r"(?P<name>\"[^\"]+\"|\w+)\s+AS\s+(?P<query>.+)$",
+    re.I | re.S,
+)
+_DROP_VIEW = re.compile(
+    r"^DROP\s+VIEW\s+(?P<exists>IF\s+EXISTS\s+)?" + _QUALIFIERS + r"(?P<name>\"[^\"]+\"|\w+)"
+    r"\s*(?:CASCADE|RESTRICT)?$",
+    re.I | re.S,
+)
 
 
 def _view(body: str, limits: QueryLimits) -> ViewCommand:
@@ -296,9 +319,11 @@ def _view(body: str, limits: QueryLimits) -> ViewCommand:
     if m is None:
         raise syntax_error("cannot read this CREATE VIEW", hint="CREATE TEMPORARY VIEW name AS SELECT ...")
     if not m.group("temp"):
-        raise forbidden("dpsql keeps no views in the database; views live in your session",
-                        hint="CREATE TEMPORARY VIEW name AS SELECT ...: stored as a definition and run, "
-                             "and charged, only when a query reads it")
+        raise forbidden(
+            "dpsql keeps no views in the database; views live in your session",
+            hint="CREATE TEMPORARY VIEW name AS SELECT ...: stored as a definition and run, "
+            "and charged, only when a query reads it",
+        )
     inner = classify_one(m.group("query"), limits)
     if not isinstance(inner, Query):
         raise unsupported("a view is defined by a SELECT query")
@@ -314,7 +339,7 @@ def _without_first_word(text: str, word: str) -> str:
     """The text without its leading keyword, comments kept (they may carry dpsql options)."""
     for token in sqlglot.tokenize(text, read=READ_DIALECT):
         if token.text.upper() == word:
-            return text[:token.start] + text[token.end + 1:]
+            return text[: token.start] + text[token.end + 1 :]
     return text
 
 
@@ -327,19 +352,25 @@ def pivot_refusal() -> ProgrammingError:
     """DuckDB's PIVOT (and UNPIVOT, PIVOT_WIDER, PIVOT_LONGER), in any position: without an IN
     list, binding it reads the column's distinct values to name the result's columns, so even
     a schema probe or a describe before the charge would read private rows."""
-    return forbidden("PIVOT and UNPIVOT are not allowed: DuckDB's PIVOT reads the data to name its columns",
-                     hint="group instead: SELECT key, COUNT(*) FROM t GROUP BY key (a declared key's values are its "
-                          "domain), one row per value; nothing was run or charged")
+    return forbidden(
+        "PIVOT and UNPIVOT are not allowed: DuckDB's PIVOT reads the data to name its columns",
+        hint="group instead: SELECT key, COUNT(*) FROM t GROUP BY key (a declared key's values are its "
+        "domain), one row per value; nothing was run or charged",
+    )
 
 
 def _parse(text: str, limits: QueryLimits) -> exp.Query:
     try:
         tree = sqlglot.parse_one(text, read=READ_DIALECT)
     except RecursionError:
-        raise syntax_error("the statement nests parentheses or function calls too deeply to read",
-                           hint="simplify the statement (fewer levels of nesting); nothing was run or charged") from None
+        raise syntax_error(
+            "the statement nests parentheses or function calls too deeply to read",
+            hint="simplify the statement (fewer levels of nesting); nothing was run or charged",
+        ) from None
     except ParseError as e:
-        if _PIVOT_SPELLING.search(_QUOTED.sub("''", _strip_comments(text))):  # PIVOT_WIDER and friends, which sqlglot cannot read
+        if _PIVOT_SPELLING.search(
+            _QUOTED.sub("''", _strip_comments(text))
+        ):  # PIVOT_WIDER and friends, which sqlglot cannot read
             raise pivot_refusal() from None
         detail = e.errors[0]["description"] if e.errors else str(e)
         raise syntax_error(f"syntax error: {detail}", hint="check the query near the position given") from None
@@ -352,8 +383,10 @@ def _parse(text: str, limits: QueryLimits) -> exp.Query:
     if tree.find(exp.Pivot) is not None:  # anywhere: a subquery, a CTE, a join, a view's body
         raise pivot_refusal()
     if tree.find(exp.Into) is not None:
-        raise forbidden("SELECT ... INTO creates a table, and dpsql creates none",
-                        hint="drop the INTO clause to have the answer returned")
+        raise forbidden(
+            "SELECT ... INTO creates a table, and dpsql creates none",
+            hint="drop the INTO clause to have the answer returned",
+        )
     written = written_names(tree, text)
     positionless(tree)
     for node, name in written:
@@ -372,7 +405,7 @@ def written_names(tree: exp.Expression, text: str) -> list[tuple[exp.Expression,
         meta = getattr(node, "_meta", None)
         if not meta or not isinstance(node, exp.Func) or isinstance(node, exp.Anonymous) or "start" not in meta:
             continue
-        name = text[meta["start"]:meta["end"] + 1]
+        name = text[meta["start"] : meta["end"] + 1]
         if name.upper() != node.sql_name() and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             out.append((node, name))
         fmt = node.args.get("format") if isinstance(node, exp.TimeToStr) else None
@@ -411,12 +444,20 @@ def _normalized(tree: exp.Query) -> exp.Query:
     PostgreSQL pattern (`to_char_call`), FETCH NEXT n ROWS ONLY is LIMIT n (Looker, Power BI), a table's
     database qualifier (dbt's "dpsql"."public"."patients") is dropped, since dpsql serves one
     database, and `x = ANY(array)` is `x IN (...)` (`array_comparisons`)."""
+
     def visit(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.Date) and node.args.get("this") is not None and not node.args.get("zone") \
-                and not node.args.get("expressions"):
+        if (
+            isinstance(node, exp.Date)
+            and node.args.get("this") is not None
+            and not node.args.get("zone")
+            and not node.args.get("expressions")
+        ):
             return exp.Cast(this=node.this, to=exp.DataType.build("DATE"))
-        if isinstance(node, exp.Fetch) and isinstance(node.args.get("count"), exp.Literal) \
-                and not (node.args.get("limit_options") and node.args["limit_options"].args.get("with_ties")):
+        if (
+            isinstance(node, exp.Fetch)
+            and isinstance(node.args.get("count"), exp.Literal)
+            and not (node.args.get("limit_options") and node.args["limit_options"].args.get("with_ties"))
+        ):
             return exp.Limit(expression=node.args["count"])
         if isinstance(node, exp.Table) and node.args.get("catalog") is not None and node.args.get("db") is not None:
             node.set("catalog", None)
@@ -428,9 +469,12 @@ def _normalized(tree: exp.Query) -> exp.Query:
             return to_char_call(node)
         return node
 
-    if any(isinstance(n, (exp.Date, exp.Fetch, exp.TimeToStr))
-           or (isinstance(n, exp.Table) and n.args.get("catalog") is not None)
-           or (isinstance(n, exp.Anonymous) and is_clock(n)) for n in tree.walk()):
+    if any(
+        isinstance(n, (exp.Date, exp.Fetch, exp.TimeToStr))
+        or (isinstance(n, exp.Table) and n.args.get("catalog") is not None)
+        or (isinstance(n, exp.Anonymous) and is_clock(n))
+        for n in tree.walk()
+    ):
         tree = tree.transform(visit, copy=True)
     return array_comparisons(tree)
 
@@ -450,8 +494,9 @@ def array_comparisons(tree: exp.Expression) -> exp.Expression:
     array dpsql can read: ARRAY[...], a '{a,b}' literal (cast or not: drivers send list
     parameters as text) or NULL. Drivers pass lists this way (node's pg, postgres.js, psycopg);
     the rest of dpsql reads IN lists. Other arrays stay as they are, and are refused later."""
-    if not any(isinstance(n, exp.Any) or (isinstance(n, exp.Anonymous) and n.name.lower() == "all")
-               for n in tree.walk()):
+    if not any(
+        isinstance(n, exp.Any) or (isinstance(n, exp.Anonymous) and n.name.lower() == "all") for n in tree.walk()
+    ):
         return tree
 
     def visit(node: exp.Expression) -> exp.Expression:
@@ -459,8 +504,12 @@ def array_comparisons(tree: exp.Expression) -> exp.Expression:
             items = _array_items(node.expression.this)
             if items is not None:
                 return exp.In(this=node.this, expressions=items) if items else exp.false()
-        if isinstance(node, exp.NEQ) and isinstance(node.expression, exp.Anonymous) \
-                and node.expression.name.lower() == "all" and len(node.expression.expressions) == 1:
+        if (
+            isinstance(node, exp.NEQ)
+            and isinstance(node.expression, exp.Anonymous)
+            and node.expression.name.lower() == "all"
+            and len(node.expression.expressions) == 1
+        ):
             items = _array_items(node.expression.expressions[0])
             if items is not None:
                 return exp.Not(this=exp.In(this=node.this, expressions=items)) if items else exp.true()
@@ -485,8 +534,9 @@ def _array_items(node: exp.Expression) -> list[exp.Expression] | None:
         values = _array_text(node.this)
         if values is None:
             return None
-        return [exp.Null() if v is None else exp.Literal.number(v) if numeric else exp.Literal.string(v)
-                for v in values]
+        return [
+            exp.Null() if v is None else exp.Literal.number(v) if numeric else exp.Literal.string(v) for v in values
+        ]
     return None
 
 

@@ -30,8 +30,9 @@ CLOCK_NODES = (exp.CurrentDate, exp.CurrentTimestamp, exp.Localtimestamp, exp.Lo
 
 
 def is_clock(node: exp.Expression) -> bool:
-    return isinstance(node, CLOCK_NODES) or (isinstance(node, exp.Anonymous) and not node.expressions
-                                             and str(node.name).upper() in _NOW_NAMES)
+    return isinstance(node, CLOCK_NODES) or (
+        isinstance(node, exp.Anonymous) and not node.expressions and str(node.name).upper() in _NOW_NAMES
+    )
 
 
 def has_clock(tree: exp.Expression) -> bool:

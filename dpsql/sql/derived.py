@@ -61,14 +61,19 @@ def per_unit_relation(resolver: Resolver, query: exp.Select, ctes: Mapping[str, 
     rel, scope = resolver.from_clause(query, ctes)
     private = rel.private_sources
     if not private:
-        raise unsupported("an aggregating subquery over public tables only is not supported",
-                          hint="join the public table directly")
+        raise unsupported(
+            "an aggregating subquery over public tables only is not supported", hint="join the public table directly"
+        )
     if any(s.table.row_unit for s in private):
-        raise unsupported("a per-unit subquery needs a privacy unit column; a table with privacy_unit = \"row\" has none",
-                          hint="aggregate once, in the outer query")
+        raise unsupported(
+            'a per-unit subquery needs a privacy unit column; a table with privacy_unit = "row" has none',
+            hint="aggregate once, in the outer query",
+        )
     if any(s.sample is not None for s in rel.sources):
-        raise unsupported("TABLESAMPLE inside an aggregating subquery is not supported",
-                          hint="sample in a row-level subquery or in the outer query")
+        raise unsupported(
+            "TABLESAMPLE inside an aggregating subquery is not supported",
+            hint="sample in a row-level subquery or in the outer query",
+        )
     units = {s.table.privacy_unit for s in private}
     unit_name = private[0].table.privacy_unit
     if len(units) > 1:
@@ -79,8 +84,11 @@ def per_unit_relation(resolver: Resolver, query: exp.Select, ctes: Mapping[str, 
     where = query.args.get("where")
     if where is not None:
         if contains_aggregate(where.this):
-            raise ProgrammingError("aggregate functions are not allowed in WHERE", sqlstate="42803",
-                                   hint="use HAVING to filter on aggregates")
+            raise ProgrammingError(
+                "aggregate functions are not allowed in WHERE",
+                sqlstate="42803",
+                hint="use HAVING to filter on aggregates",
+            )
         rel.where.append(scope.resolve(where.this, resolver))
     rows = max(s.table.max_rows * s.table.max_groups for s in private)
     builder = _Builder(scope, resolver, rel, unit, rows)
@@ -92,12 +100,17 @@ def per_unit_relation(resolver: Resolver, query: exp.Select, ctes: Mapping[str, 
         name = output_name(item)
         inner = item.unalias() if isinstance(item, exp.Alias) else item
         if isinstance(inner, exp.Star):
-            raise unsupported("SELECT * in an aggregating subquery is not supported", hint="list the unit and aggregates")
+            raise unsupported(
+                "SELECT * in an aggregating subquery is not supported", hint="list the unit and aggregates"
+            )
         if not contains_aggregate(inner):
             if scope.resolve(inner, resolver).sql() != unit.sql():
-                raise ProgrammingError(f'column "{inner.sql(dialect="postgres")}" must appear in the GROUP BY clause '
-                                       "or be used in an aggregate function", sqlstate="42803",
-                                       hint=f"a per-unit subquery groups by {unit_name} only")
+                raise ProgrammingError(
+                    f'column "{inner.sql(dialect="postgres")}" must appear in the GROUP BY clause '
+                    "or be used in an aggregate function",
+                    sqlstate="42803",
+                    hint=f"a per-unit subquery groups by {unit_name} only",
+                )
             selected_unit = name
             continue
         expr, bounds, is_count = builder.item(inner)
@@ -118,8 +131,9 @@ def per_unit_relation(resolver: Resolver, query: exp.Select, ctes: Mapping[str, 
     return Relation([source], columns=columns)
 
 
-def _group_unit(query: exp.Select, group, scope: Scope, resolver: Resolver, rel: Relation,
-                unit_name: str) -> exp.Column:
+def _group_unit(
+    query: exp.Select, group, scope: Scope, resolver: Resolver, rel: Relation, unit_name: str
+) -> exp.Column:
     hint = f"group the subquery by the privacy unit only: GROUP BY {unit_name}"
     if group is None or len(group.expressions) != 1:
         raise unsupported("an aggregating subquery must group by the privacy unit, and by nothing else", hint=hint)
@@ -155,8 +169,11 @@ class _Builder:
                 return exp.column(f"a{i}", table="agg")
             if isinstance(n, exp.Column):
                 if self.scope.resolve(n, self.resolver).sql() != self.unit.sql():
-                    raise ProgrammingError(f'column "{n.sql(dialect="postgres")}" must appear in the GROUP BY clause '
-                                           "or be used in an aggregate function", sqlstate="42803")
+                    raise ProgrammingError(
+                        f'column "{n.sql(dialect="postgres")}" must appear in the GROUP BY clause '
+                        "or be used in an aggregate function",
+                        sqlstate="42803",
+                    )
                 return exp.column("unit", table="agg")
             return n
 
@@ -181,8 +198,10 @@ class _Builder:
             self._counts.add(len(self.aggregates))
             return self._add(exp.func("LEAST", counted, exp.Literal.number(r)), Interval(0.0, float(r)))
         if not isinstance(node, (exp.Sum, exp.Avg, exp.Min, exp.Max)):
-            raise unsupported(f"{text} in a per-unit subquery is not supported",
-                              hint="a per-unit subquery may use COUNT, COUNT(DISTINCT x), SUM, AVG, MIN and MAX")
+            raise unsupported(
+                f"{text} in a per-unit subquery is not supported",
+                hint="a per-unit subquery may use COUNT, COUNT(DISTINCT x), SUM, AVG, MIN and MAX",
+            )
         if contains_aggregate(node.this):
             raise ProgrammingError("aggregate function calls cannot be nested", sqlstate="42803")
         value = self.scope.resolve(node.this, self.resolver)
@@ -190,21 +209,31 @@ class _Builder:
         if not b.finite:
             missing = [c.name for c in value.find_all(exp.Column) if not self.bounds(c).finite]
             column = missing[0] if missing else value.sql(dialect="postgres")
-            raise ProgrammingError(f"{text}: cannot bound {column} inside the per-unit subquery",
-                                   sqlstate="42P22",
-                                   hint=f"declare bounds for {column} in the policy, or clamp it: "
-                                        f"LEAST(GREATEST({column}, low), high)")
+            raise ProgrammingError(
+                f"{text}: cannot bound {column} inside the per-unit subquery",
+                sqlstate="42P22",
+                hint=f"declare bounds for {column} in the policy, or clamp it: LEAST(GREATEST({column}, low), high)",
+            )
         double = dtype("DOUBLE")
-        as_double = (exp.TryCast(this=value.copy(), to=double) if isinstance(value, exp.Column)
-                     else try_wrap(exp.Cast(this=try_casts(value), to=double)))
+        as_double = (
+            exp.TryCast(this=value.copy(), to=double)
+            if isinstance(value, exp.Column)
+            else try_wrap(exp.Cast(this=try_casts(value), to=double))
+        )
         clamped = clamp(as_double, b.lo, b.hi)
         if isinstance(node, exp.Sum):
             # A unit with n > R rows adds its sum scaled by R / n: at most R rows' worth.
-            share = exp.func("LEAST", exp.Literal.number(1.0), exp.Div(
-                this=exp.Literal.number(float(r)),
-                expression=exp.func("GREATEST", exp.Count(this=clamped.copy()), exp.Literal.number(1))))
-            return self._add(exp.Mul(this=exp.Sum(this=clamped), expression=share),
-                             Interval(r * min(b.lo, 0.0), r * max(b.hi, 0.0)))
+            share = exp.func(
+                "LEAST",
+                exp.Literal.number(1.0),
+                exp.Div(
+                    this=exp.Literal.number(float(r)),
+                    expression=exp.func("GREATEST", exp.Count(this=clamped.copy()), exp.Literal.number(1)),
+                ),
+            )
+            return self._add(
+                exp.Mul(this=exp.Sum(this=clamped), expression=share), Interval(r * min(b.lo, 0.0), r * max(b.hi, 0.0))
+            )
         func = {exp.Avg: exp.Avg, exp.Min: exp.Min, exp.Max: exp.Max}[type(node)]
         return self._add(func(this=clamped), Interval(b.lo, b.hi))
 
@@ -212,4 +241,3 @@ class _Builder:
         self.aggregates.append(node)
         self._intervals.append(bounds)
         return len(self.aggregates) - 1
-

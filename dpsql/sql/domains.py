@@ -71,8 +71,10 @@ def literal_domain(expr: exp.Expression) -> tuple[Any, ...] | None:
         if len({r.is_string for r in literals}) > 1:
             # The engine unifies 1 and '1' into one key; as Python values they would be two,
             # and one group released twice, with independent noise, would average it away.
-            raise unsupported(f"{expr.sql(dialect='postgres')}: a group key mixes text and number results",
-                              hint="give every THEN and ELSE branch the same type, e.g. all quoted: THEN '1' ... ELSE '2'")
+            raise unsupported(
+                f"{expr.sql(dialect='postgres')}: a group key mixes text and number results",
+                hint="give every THEN and ELSE branch the same type, e.g. all quoted: THEN '1' ... ELSE '2'",
+            )
         for r in literals:
             v = r.this if r.is_string else _number(r.this)
             if v not in values:
@@ -95,14 +97,16 @@ def image(expr: exp.Expression, source_of: Callable[[str], Source]) -> Image | N
     columns = {(c.table, c.name) for c in expr.find_all(exp.Column)}
     if len(columns) != 1 or expr.find(exp.Subquery, exp.Select) is not None:
         return None
-    (alias, name), = columns
+    ((alias, name),) = columns
     source = source_of(alias)
     values = column_values(source, name)
     if values is None:
         return None
     over = expr.copy().transform(lambda n: COLUMN.copy() if isinstance(n, exp.Column) else n, copy=False)
     type_name = source.columns.get(name)
-    return Image(over, values, type_name if type_name and (is_numeric_type(type_name) or type_name.upper() == "DATE") else None)
+    return Image(
+        over, values, type_name if type_name and (is_numeric_type(type_name) or type_name.upper() == "DATE") else None
+    )
 
 
 def _number(text: str) -> int | float:

@@ -41,8 +41,9 @@ class QueryLimits:
     def text(self, text: str) -> None:
         size = len(text.encode("utf-8", "surrogatepass"))
         if size > self.max_query_bytes:
-            raise _limit("54000", f"the statement is {size} bytes long; the limit is {self.max_query_bytes}",
-                         "max_query_bytes")
+            raise _limit(
+                "54000", f"the statement is {size} bytes long; the limit is {self.max_query_bytes}", "max_query_bytes"
+            )
 
     def tokens(self, count: int) -> None:
         if count > self.max_tokens:
@@ -65,32 +66,43 @@ class QueryLimits:
             if nodes > self.max_nodes:
                 raise _limit("54001", f"the statement has more than {self.max_nodes} syntax nodes", "max_nodes")
             if depth > self.max_expression_depth:
-                raise _limit("54001", f"an expression is nested more than {self.max_expression_depth} deep (a long "
-                             "chain of OR, AND or operators nests as deep as it is long; an IN list does not)",
-                             "max_expression_depth")
+                raise _limit(
+                    "54001",
+                    f"an expression is nested more than {self.max_expression_depth} deep (a long "
+                    "chain of OR, AND or operators nests as deep as it is long; an IN list does not)",
+                    "max_expression_depth",
+                )
             if isinstance(node, exp.In) and len(node.expressions) > self.max_in_list:
-                raise _limit("54000", f"an IN list has {len(node.expressions)} items; the limit is {self.max_in_list}",
-                             "max_in_list")
+                raise _limit(
+                    "54000",
+                    f"an IN list has {len(node.expressions)} items; the limit is {self.max_in_list}",
+                    "max_in_list",
+                )
             stack.extend((child, depth + 1, nested) for child in node.iter_expressions())
         depth = _depth(tree) if has_cte else selects  # without CTEs, nesting is how deep SELECTs nest
         if depth > self.max_depth:
-            raise _limit("54001", f"subqueries and CTEs are nested {depth} deep; the limit is {self.max_depth}",
-                         "max_depth")
+            raise _limit(
+                "54001", f"subqueries and CTEs are nested {depth} deep; the limit is {self.max_depth}", "max_depth"
+            )
 
     def join_rows_each(self, tables: int) -> int:
         """Rows of one unit each of `tables` private tables joined on the unit keeps: the
         largest L with L ** tables <= max_join_rows."""
         keep = max(1, int(self.max_join_rows ** (1 / tables)))
-        while keep > 1 and keep ** tables > self.max_join_rows:
+        while keep > 1 and keep**tables > self.max_join_rows:
             keep -= 1
         while (keep + 1) ** tables <= self.max_join_rows:
             keep += 1
         return keep
 
     def join_too_wide(self, tables: int, keep: int, table: str, max_rows: int) -> ProgrammingError:
-        return _limit("54000", f"a join of {tables} private tables keeps at most {keep} rows of each privacy unit "
-                      f"per table (so that one unit's joined rows stay within max_join_rows = {self.max_join_rows}), "
-                      f"fewer than {table}'s max_rows = {max_rows}", "max_join_rows")
+        return _limit(
+            "54000",
+            f"a join of {tables} private tables keeps at most {keep} rows of each privacy unit "
+            f"per table (so that one unit's joined rows stay within max_join_rows = {self.max_join_rows}), "
+            f"fewer than {table}'s max_rows = {max_rows}",
+            "max_join_rows",
+        )
 
     def deadline(self) -> "Deadline":
         return Deadline(self.planning_seconds)
@@ -142,5 +154,8 @@ def _nesting(tree: exp.Expression) -> int:
 
 
 def _limit(sqlstate: str, message: str, key: str) -> ProgrammingError:
-    return ProgrammingError(f"{message}: nothing was run or charged", sqlstate=sqlstate,
-                            hint=f"simplify the statement, or raise {key} in the policy's [limits] section")
+    return ProgrammingError(
+        f"{message}: nothing was run or charged",
+        sqlstate=sqlstate,
+        hint=f"simplify the statement, or raise {key} in the policy's [limits] section",
+    )

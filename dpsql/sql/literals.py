@@ -30,21 +30,48 @@ from ..errors import DataError
 from .division import ColumnType
 
 # DuckDB's type names -> PostgreSQL's name for the input, and the integer range it accepts
-_INTEGERS = {"TINYINT": ("smallint", 15), "INT1": ("smallint", 15), "SMALLINT": ("smallint", 15),
-             "INT2": ("smallint", 15), "SHORT": ("smallint", 15), "UTINYINT": ("smallint", 15),
-             "INTEGER": ("integer", 31), "INT": ("integer", 31), "INT4": ("integer", 31),
-             "SIGNED": ("integer", 31), "USMALLINT": ("integer", 31),
-             "BIGINT": ("bigint", 63), "INT8": ("bigint", 63), "LONG": ("bigint", 63), "UINTEGER": ("bigint", 63)}
-_FLOATS = {"DOUBLE": "double precision", "FLOAT8": "double precision", "FLOAT": "real", "FLOAT4": "real",
-           "REAL": "real", "DECIMAL": "numeric", "NUMERIC": "numeric", "HUGEINT": "numeric", "UBIGINT": "numeric",
-           "UHUGEINT": "numeric"}
+_INTEGERS = {
+    "TINYINT": ("smallint", 15),
+    "INT1": ("smallint", 15),
+    "SMALLINT": ("smallint", 15),
+    "INT2": ("smallint", 15),
+    "SHORT": ("smallint", 15),
+    "UTINYINT": ("smallint", 15),
+    "INTEGER": ("integer", 31),
+    "INT": ("integer", 31),
+    "INT4": ("integer", 31),
+    "SIGNED": ("integer", 31),
+    "USMALLINT": ("integer", 31),
+    "BIGINT": ("bigint", 63),
+    "INT8": ("bigint", 63),
+    "LONG": ("bigint", 63),
+    "UINTEGER": ("bigint", 63),
+}
+_FLOATS = {
+    "DOUBLE": "double precision",
+    "FLOAT8": "double precision",
+    "FLOAT": "real",
+    "FLOAT4": "real",
+    "REAL": "real",
+    "DECIMAL": "numeric",
+    "NUMERIC": "numeric",
+    "HUGEINT": "numeric",
+    "UBIGINT": "numeric",
+    "UHUGEINT": "numeric",
+}
 _INTEGER_TEXT = re.compile(r"\s*[+-]?\d+\s*")
 _NUMBER_TEXT = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?\s*|\s*[+-]?(nan|inf|infinity)\s*", re.IGNORECASE)
 _BOOLEAN_WORDS = ("true", "false", "yes", "no", "on", "off", "1", "0")
-_DATES = {"DATE": ("date", "DATE"), "TIMESTAMP": ("timestamp", "TIMESTAMP"), "DATETIME": ("timestamp", "TIMESTAMP"),
-          "TIMESTAMP_S": ("timestamp", "TIMESTAMP"), "TIMESTAMP_MS": ("timestamp", "TIMESTAMP"),
-          "TIMESTAMP_NS": ("timestamp", "TIMESTAMP"), "TIMESTAMP WITH TIME ZONE": ("timestamptz", "TIMESTAMPTZ"),
-          "TIMESTAMPTZ": ("timestamptz", "TIMESTAMPTZ")}
+_DATES = {
+    "DATE": ("date", "DATE"),
+    "TIMESTAMP": ("timestamp", "TIMESTAMP"),
+    "DATETIME": ("timestamp", "TIMESTAMP"),
+    "TIMESTAMP_S": ("timestamp", "TIMESTAMP"),
+    "TIMESTAMP_MS": ("timestamp", "TIMESTAMP"),
+    "TIMESTAMP_NS": ("timestamp", "TIMESTAMP"),
+    "TIMESTAMP WITH TIME ZONE": ("timestamptz", "TIMESTAMPTZ"),
+    "TIMESTAMPTZ": ("timestamptz", "TIMESTAMPTZ"),
+}
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Between)
 
 
@@ -86,8 +113,11 @@ def _check(text: str, column_type: str) -> None:
         if not _INTEGER_TEXT.fullmatch(text):
             raise _invalid(name, text)
         if not -(2**bits) <= int(text) < 2**bits:
-            raise DataError(f'value "{text}" is out of range for type {name}', sqlstate="22003",
-                            hint="compare with a value the column's type can hold; nothing was charged")
+            raise DataError(
+                f'value "{text}" is out of range for type {name}',
+                sqlstate="22003",
+                hint="compare with a value the column's type can hold; nothing was charged",
+            )
     elif base in _FLOATS:
         if not _NUMBER_TEXT.fullmatch(text):
             raise _invalid(_FLOATS[base], text)
@@ -99,9 +129,12 @@ def _check(text: str, column_type: str) -> None:
     elif base in _DATES:
         name, cast_type = _DATES[base]
         if not _reads_as(text, cast_type):
-            raise DataError(f'dpsql cannot read "{text}" as a {name}', sqlstate="22007",
-                            hint="write it in ISO 8601 form, '2024-01-31' or '2024-01-31 13:45:00' (CURRENT_DATE "
-                                 "for today); nothing was charged")
+            raise DataError(
+                f'dpsql cannot read "{text}" as a {name}',
+                sqlstate="22007",
+                hint="write it in ISO 8601 form, '2024-01-31' or '2024-01-31 13:45:00' (CURRENT_DATE "
+                "for today); nothing was charged",
+            )
 
 
 _reader: list[duckdb.DuckDBPyConnection] = []
@@ -119,5 +152,8 @@ def _reads_as(text: str, cast_type: str) -> bool:
 
 
 def _invalid(type_name: str, text: str) -> DataError:
-    return DataError(f'invalid input syntax for type {type_name}: "{text}"', sqlstate="22P02",
-                     hint=f"write a value of type {type_name} there (quoted or not); nothing was charged")
+    return DataError(
+        f'invalid input syntax for type {type_name}: "{text}"',
+        sqlstate="22P02",
+        hint=f"write a value of type {type_name} there (quoted or not); nothing was charged",
+    )

@@ -67,11 +67,20 @@ class Measure:
 
     @property
     def unit_scale(self) -> float:
-        return 2.0 ** -self.bits
+        return 2.0**-self.bits
 
     def signature(self) -> tuple:
-        return (self.name, self.value.sql() if self.value is not None else None, self.lower, self.upper, self.centre,
-                self.bits, self.bins, self.categories, self.own_norm)
+        return (
+            self.name,
+            self.value.sql() if self.value is not None else None,
+            self.lower,
+            self.upper,
+            self.centre,
+            self.bits,
+            self.bins,
+            self.categories,
+            self.own_norm,
+        )
 
     def spec(self) -> tuple:
         """What makes two measures' per-row values equal whatever the columns' table alias
@@ -181,7 +190,7 @@ class Sum(Measure):
     @property
     def row_bound(self) -> int:
         spread = max(abs(self.lower - self.centre), abs(self.upper - self.centre))
-        return 0 if spread == 0 else math.floor(spread * 2.0 ** self.bits) + 1
+        return 0 if spread == 0 else math.floor(spread * 2.0**self.bits) + 1
 
     def describe(self) -> str:
         return f"SUM(clamp({self._inner()}, {self.lower:g}, {self.upper:g}) - {self.centre:g})"
@@ -189,7 +198,7 @@ class Sum(Measure):
     def row_value(self) -> exp.Expression:
         clamped = clamp(_as_double(self.value), self.lower, self.upper)
         centred = b.binary(exp.Sub, clamped, self.centre) if self.centre else clamped
-        return b.cast(exp.Round(this=b.mul(centred, float(2.0 ** self.bits))), "BIGINT")
+        return b.cast(exp.Round(this=b.mul(centred, float(2.0**self.bits))), "BIGINT")
 
     def partials(self, j: int) -> list[exp.Expression]:
         return super().partials(j) + [b.named(b.total(f"v{j}"), f"s{j}")]
@@ -201,8 +210,9 @@ class Sum(Measure):
         """Its sum scaled by max_rows / n when it has n > max_rows rows (truncated toward 0),
         rather than an arbitrary max_rows of them: the same bound, and its own mean is kept."""
         n = self.rows(j)
-        return b.case((exp.GT(this=b.col(n), expression=b.node(max_rows)), b.idiv(b.mul(f"s{j}", max_rows), n)),
-                      default=f"s{j}")
+        return b.case(
+            (exp.GT(this=b.col(n), expression=b.node(max_rows)), b.idiv(b.mul(f"s{j}", max_rows), n)), default=f"s{j}"
+        )
 
     def per_row(self, j: int) -> exp.Expression:
         return b.total(f"v{j}")
@@ -236,8 +246,10 @@ class Histogram(Measure):
     def row_value(self) -> exp.Expression:
         """The row's bin index, 0..bins-1."""
         if self.categories is not None:
-            return exp.Case(this=total(self.value), ifs=[exp.If(this=literal(k), true=b.node(i))
-                                                        for i, k in enumerate(self.categories)])
+            return exp.Case(
+                this=total(self.value),
+                ifs=[exp.If(this=literal(k), true=b.node(i)) for i, k in enumerate(self.categories)],
+            )
         per_bin = float(self.bins / (self.upper - self.lower))
         position = exp.Floor(this=b.mul(b.binary(exp.Sub, _as_double(self.value), self.lower), per_bin))
         return b.cast(clamp(position, 0, self.bins - 1), "INTEGER")

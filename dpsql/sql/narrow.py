@@ -161,8 +161,11 @@ class _Pass:
             if not columns or not all(_key_column(col, n) for col in columns):
                 continue
             keys = self.plan.keys
-            out.append(c.copy().transform(
-                lambda node: keys[int(node.name[1:])].expr.copy() if isinstance(node, exp.Column) else node))
+            out.append(
+                c.copy().transform(
+                    lambda node: keys[int(node.name[1:])].expr.copy() if isinstance(node, exp.Column) else node
+                )
+            )
         return out
 
     def run(self) -> Narrowing:
@@ -178,8 +181,9 @@ class _Pass:
                 continue
             written = cond
             if equal["columns"]:
-                cond = cond.transform(lambda n: equal["columns"].get((n.table, n.name), n).copy()
-                                      if isinstance(n, exp.Column) else n)
+                cond = cond.transform(
+                    lambda n: equal["columns"].get((n.table, n.name), n).copy() if isinstance(n, exp.Column) else n
+                )
             atoms = self._atoms(cond)
             if atoms is None or not atoms:
                 continue
@@ -214,9 +218,15 @@ class _Pass:
                 links += [exp.EQ(this=b.col(f"k{i}", f"d{i}"), expression=b.quoted(name, alias)) for i, name in keys]
         tables = tuple(sorted((a, self.sources[a].table.name) for a in linked))
         by_row = {i for keys in self.public_keys.values() for i, _ in keys}
-        return Narrowing(tuple(Own(ROW if i in by_row else VALUE, tuple(own[i]), self.images.get(i)) if own[i] else None
-                               for i in range(n)),
-                         tuple(links), tables, tuple(dict.fromkeys(used)))
+        return Narrowing(
+            tuple(
+                Own(ROW if i in by_row else VALUE, tuple(own[i]), self.images.get(i)) if own[i] else None
+                for i in range(n)
+            ),
+            tuple(links),
+            tables,
+            tuple(dict.fromkeys(used)),
+        )
 
     def _equalities(self, conditions: list[tuple[exp.Expression, str | None]]) -> dict:
         """Private columns that every counted row has equal to a public table's column
@@ -234,9 +244,17 @@ class _Pass:
                     continue
                 p, s = self.sources.get(mine.table), self.sources.get(other.table)
                 key = (mine.table, mine.name)
-                if (p is None or s is None or p.derived is not None or not p.private or not s.table.public
-                        or other.table in self.nullable or key in self.value_keys or key in self.bucket_keys
-                        or key in columns):
+                if (
+                    p is None
+                    or s is None
+                    or p.derived is not None
+                    or not p.private
+                    or not s.table.public
+                    or other.table in self.nullable
+                    or key in self.value_keys
+                    or key in self.bucket_keys
+                    or key in columns
+                ):
                     continue
                 t1, t2 = self.types.get(key), self.types.get((other.table, other.name))
                 if t1 is not None and t2 is not None and _same_value_type(t1, t2):
@@ -262,14 +280,16 @@ class _Pass:
         return atoms
 
     def _over_value(self, cond: exp.Expression, column: tuple[str, str]) -> exp.Expression:
-        return b.neutral(cond.transform(
-            lambda n: COLUMN.copy() if isinstance(n, exp.Column) and (n.table, n.name) == column else n))
+        return b.neutral(
+            cond.transform(lambda n: COLUMN.copy() if isinstance(n, exp.Column) and (n.table, n.name) == column else n)
+        )
 
     def _over_row(self, cond: exp.Expression) -> exp.Expression:
         return b.neutral(cond.transform(lambda n: b.quoted(n.name) if isinstance(n, exp.Column) else n))
 
     def _linked(self, cond: exp.Expression) -> exp.Expression:
         """Over key i's domain value d<i>.k<i> for a key's column, a public table's own columns."""
+
         def visit(n: exp.Expression) -> exp.Expression:
             if not isinstance(n, exp.Column):
                 return n
@@ -280,9 +300,13 @@ class _Pass:
                 type_name = self.types.get((n.table, n.name))
                 # A key whose values come from a public table (keys_from) has that column's type:
                 # read it as the private column's, as the rows are.
-                return exp.TryCast(this=value, to=b.dtype(type_name)) if type_name and \
-                    self.plan.keys[i].domain_table is not None else value
+                return (
+                    exp.TryCast(this=value, to=b.dtype(type_name))
+                    if type_name and self.plan.keys[i].domain_table is not None
+                    else value
+                )
             return b.quoted(n.name, n.table)
+
         return b.neutral(cond.transform(visit))
 
 
@@ -296,5 +320,10 @@ def _same_value_type(a: str, b: str) -> bool:
 
 def _key_column(col: exp.Column, n: int) -> bool:
     name = col.name
-    return (not col.table and not col.this.args.get("quoted") and name[:1] == "k" and name[1:].isdigit()
-            and int(name[1:]) < n)
+    return (
+        not col.table
+        and not col.this.args.get("quoted")
+        and name[:1] == "k"
+        and name[1:].isdigit()
+        and int(name[1:]) < n
+    )

@@ -73,10 +73,15 @@ def extract(text: str, dialect: str) -> tuple[str, QueryOptions]:
             if cap is not None:
                 max_rows = cap if max_rows is None else min(max_rows, cap)
     for start, end, replacement in sorted(edits, reverse=True):
-        text = text[:start] + replacement + text[end + 1:]
-    return text, QueryOptions(weights=weights, epsilon=opts.get("epsilon"), delta=opts.get("delta"),
-                              max_groups=opts.get("max_groups"), max_rows=max_rows,
-                              privacy_unit=opts.get("privacy_unit"))
+        text = text[:start] + replacement + text[end + 1 :]
+    return text, QueryOptions(
+        weights=weights,
+        epsilon=opts.get("epsilon"),
+        delta=opts.get("delta"),
+        max_groups=opts.get("max_groups"),
+        max_rows=max_rows,
+        privacy_unit=opts.get("privacy_unit"),
+    )
 
 
 def _weights(tokens: list[Token]) -> tuple[float, ...] | None:
@@ -89,21 +94,28 @@ def _weights(tokens: list[Token]) -> tuple[float, ...] | None:
                 except ValueError:
                     values = ()
                 if not values or any(not (0 < w < float("inf")) for w in values):
-                    raise invalid_parameter(f"cannot read the weights in /* {comment.strip()} */",
-                                            hint="write positive numbers, one per select item: /* dpsql: weights 3, 1 */")
+                    raise invalid_parameter(
+                        f"cannot read the weights in /* {comment.strip()} */",
+                        hint="write positive numbers, one per select item: /* dpsql: weights 3, 1 */",
+                    )
                 return values
     return None
 
 
 def _dp_clause(tokens: list[Token]) -> tuple[int, int, dict[str, object]] | None:
     for i in range(len(tokens) - 4):
-        if (tokens[i].token_type == TokenType.SELECT and tokens[i + 1].token_type == TokenType.WITH
-                and tokens[i + 2].text.upper() == "DIFFERENTIAL_PRIVACY"):
+        if (
+            tokens[i].token_type == TokenType.SELECT
+            and tokens[i + 1].token_type == TokenType.WITH
+            and tokens[i + 2].text.upper() == "DIFFERENTIAL_PRIVACY"
+        ):
             if tokens[i + 3].text.upper() != "OPTIONS" or tokens[i + 4].token_type != TokenType.L_PAREN:
-                raise syntax_error("expected OPTIONS (...) after WITH DIFFERENTIAL_PRIVACY",
-                                   hint="SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1, delta = 1e-6) ...")
+                raise syntax_error(
+                    "expected OPTIONS (...) after WITH DIFFERENTIAL_PRIVACY",
+                    hint="SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1, delta = 1e-6) ...",
+                )
             close = _closing(tokens, i + 4)
-            return tokens[i + 1].start, tokens[close].end, _options(tokens[i + 5:close])
+            return tokens[i + 1].start, tokens[close].end, _options(tokens[i + 5 : close])
     return None
 
 
@@ -123,8 +135,10 @@ def _options(tokens: list[Token]) -> dict[str, object]:
         name = item[0].text.upper()
         value = "".join(t.text for t in item[2:])
         if name not in _KNOWN:
-            raise unsupported(f"the DIFFERENTIAL_PRIVACY option {item[0].text} is not supported",
-                              hint="supported: " + ", ".join(sorted(n.lower() for n in _KNOWN)))
+            raise unsupported(
+                f"the DIFFERENTIAL_PRIVACY option {item[0].text} is not supported",
+                hint="supported: " + ", ".join(sorted(n.lower() for n in _KNOWN)),
+            )
         if name in ("EPSILON", "DELTA"):
             try:
                 number = Fraction(value)
@@ -145,13 +159,17 @@ def _bounds(text: str, tokens: list[Token], i: int) -> tuple[tuple[int, int, str
     COUNT, no clamp but a cap of hi rows per group."""
     name = tokens[i].text
     comma = i - 1
-    if tokens[comma].token_type != TokenType.COMMA or i + 2 >= len(tokens) or tokens[i + 1].token_type != TokenType.FARROW:
+    if (
+        tokens[comma].token_type != TokenType.COMMA
+        or i + 2 >= len(tokens)
+        or tokens[i + 1].token_type != TokenType.FARROW
+    ):
         raise syntax_error(f"cannot read {name}", hint=f"write AVG(x, {name.lower()} => (low, high))")
     open_ = _opening(tokens, comma)
     if open_ is None or open_ == 0 or tokens[i + 2].token_type != TokenType.L_PAREN:
         raise syntax_error(f"{name} must be an argument of an aggregate", hint=f"AVG(x, {name.lower()} => (low, high))")
     close = _closing(tokens, i + 2)
-    bounds = "".join(t.text for t in tokens[i + 3:close]).split(",")
+    bounds = "".join(t.text for t in tokens[i + 3 : close]).split(",")
     try:
         lo, hi = (float(b) for b in bounds)
     except ValueError:
@@ -159,7 +177,7 @@ def _bounds(text: str, tokens: list[Token], i: int) -> tuple[tuple[int, int, str
     if not lo <= hi:
         raise invalid_parameter(f"{name}: low {lo:g} is above high {hi:g}")
     func = tokens[open_ - 1].text.upper()
-    arg = text[tokens[open_].end + 1:tokens[comma].start].strip()
+    arg = text[tokens[open_].end + 1 : tokens[comma].start].strip()
     if func == "COUNT":
         if hi < 1 or not hi.is_integer():
             raise invalid_parameter(f"{name} on COUNT needs a whole upper bound of at least 1")

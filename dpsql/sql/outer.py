@@ -45,14 +45,22 @@ def row_count(value: exp.Expression, clause: str) -> int | None:
         if number is not None and (number.denominator == 1 or integer_cast):
             count = -round_half_away(number) if negative else round_half_away(number)
             if count < 0:
-                raise ProgrammingError(f"{clause} must not be negative", sqlstate="2201W" if clause == "LIMIT" else "2201X",
-                                       hint=f"write {clause} 10, for example")
+                raise ProgrammingError(
+                    f"{clause} must not be negative",
+                    sqlstate="2201W" if clause == "LIMIT" else "2201X",
+                    hint=f"write {clause} 10, for example",
+                )
             if count >= 2**63:
-                raise ProgrammingError(f"{clause} {count} is out of range for bigint", sqlstate="22003",
-                                       hint=f"{clause} takes at most 9223372036854775807; nothing was charged")
+                raise ProgrammingError(
+                    f"{clause} {count} is out of range for bigint",
+                    sqlstate="22003",
+                    hint=f"{clause} takes at most 9223372036854775807; nothing was charged",
+                )
             return count
-    raise unsupported(f"{clause} must be a whole number, not {value.sql(dialect='postgres')[:40]}",
-                      hint=f"write {clause} 10, for example (a cast such as {clause} 10::INTEGER is fine too)")
+    raise unsupported(
+        f"{clause} must be a whole number, not {value.sql(dialect='postgres')[:40]}",
+        hint=f"write {clause} 10, for example (a cast such as {clause} 10::INTEGER is fine too)",
+    )
 
 
 def _check_position(target: exp.Literal, items: int) -> None:
@@ -63,12 +71,18 @@ def _check_position(target: exp.Literal, items: int) -> None:
     except ValueError:
         position = None
     if position is None or position.denominator != 1:
-        raise ProgrammingError(f"non-integer constant in ORDER BY: {target.this}", sqlstate="42601",
-                               hint="ORDER BY a select item's position (1, 2, ...), name or expression")
+        raise ProgrammingError(
+            f"non-integer constant in ORDER BY: {target.this}",
+            sqlstate="42601",
+            hint="ORDER BY a select item's position (1, 2, ...), name or expression",
+        )
     if not 1 <= position <= items:
-        raise ProgrammingError(f"ORDER BY position {position} is not in select list", sqlstate="42P10",
-                               hint=f"the query selects {items} item{'s' if items != 1 else ''}: ORDER BY 1"
-                                    f"{f' to {items}' if items > 1 else ''}, or by a name; nothing was charged")
+        raise ProgrammingError(
+            f"ORDER BY position {position} is not in select list",
+            sqlstate="42P10",
+            hint=f"the query selects {items} item{'s' if items != 1 else ''}: ORDER BY 1"
+            f"{f' to {items}' if items > 1 else ''}, or by a name; nothing was charged",
+        )
 
 
 def round_half_away(x: Fraction) -> int:
@@ -81,7 +95,9 @@ class OuterQuery:
     """`post`: the outer SELECT over the table noisy; `names`: its output names; `items`: per
     select item, the estimates it uses (for per-item epsilon weights)."""
 
-    def __init__(self, tree: exp.Select, scope: Scope, resolver: Resolver, keys: list, estimate: Callable[[exp.Expression], int]):
+    def __init__(
+        self, tree: exp.Select, scope: Scope, resolver: Resolver, keys: list, estimate: Callable[[exp.Expression], int]
+    ):
         self.tree, self.scope, self.resolver, self.keys = tree, scope, resolver, keys
         self._estimate = estimate
         self.items: list[set[int]] = []
@@ -96,8 +112,10 @@ class OuterQuery:
         items: list[exp.Expression] = []
         for item in self.tree.expressions:
             if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
-                raise forbidden("SELECT * over a private table would return raw rows",
-                                hint="list the aggregates you want, e.g. SELECT COUNT(*) ...")
+                raise forbidden(
+                    "SELECT * over a private table would return raw rows",
+                    hint="list the aggregates you want, e.g. SELECT COUNT(*) ...",
+                )
             name = output_name(item)
             inner = item.unalias() if isinstance(item, exp.Alias) else item
             names.append(name)
@@ -132,8 +150,10 @@ class OuterQuery:
             if isinstance(clause, exp.Fetch):  # FETCH FIRST [n] ROW(S) ONLY: a LIMIT (n defaults to 1)
                 options = clause.args.get("limit_options")
                 if options is not None and (options.args.get("with_ties") or options.args.get("percent")):
-                    raise unsupported("FETCH FIRST ... WITH TIES or PERCENT is not supported",
-                                      hint="use FETCH FIRST n ROWS ONLY, or LIMIT n")
+                    raise unsupported(
+                        "FETCH FIRST ... WITH TIES or PERCENT is not supported",
+                        hint="use FETCH FIRST n ROWS ONLY, or LIMIT n",
+                    )
                 count = row_count(clause.args.get("count") or exp.Literal.number(1), "FETCH FIRST")
                 if count is not None:
                     post.set("limit", exp.Limit(expression=exp.Literal.number(count)))
@@ -157,7 +177,11 @@ class OuterQuery:
             return exp.column(f"a{index}")
         if isinstance(node, exp.Window):
             check_tree(node)
-        if not contains_aggregate(node) and not _has_interval(node) and not isinstance(node, (exp.Literal, exp.Boolean, exp.Null)):
+        if (
+            not contains_aggregate(node)
+            and not _has_interval(node)
+            and not isinstance(node, (exp.Literal, exp.Boolean, exp.Null))
+        ):
             if isinstance(node, exp.Column) and not node.table and node.name.lower() in {a.lower() for a in aliases}:
                 try:
                     self.scope.lookup(node)
@@ -172,7 +196,8 @@ class OuterQuery:
                 if isinstance(node, exp.Column):
                     raise ProgrammingError(
                         f'column "{node.sql(dialect="postgres")}" must appear in the GROUP BY clause or be used in an aggregate function',
-                        sqlstate="42803")
+                        sqlstate="42803",
+                    )
         if isinstance(node, (exp.Subquery, exp.Select)):
             raise unsupported("subqueries over aggregates are not supported")
         check_node(node, public=True)  # over released values and keys only: the public functions too
@@ -185,8 +210,6 @@ class OuterQuery:
                 v = [self._bind(x, key_sql, aliases) if isinstance(x, exp.Expression) else x for x in v]
             args[k] = v
         return type(node)(**args)
-
-
 
     def _interval(self, node: exp.Anonymous, key_sql: dict[str, int], aliases: set[str]) -> exp.Expression:
         """An end of the interval of one aggregate at the session's confidence (post-processing

@@ -51,8 +51,9 @@ def formatted(node: exp.Format) -> exp.Expression:
     fmt = node.this
     args = list(node.expressions)
     if not (isinstance(fmt, exp.Literal) and fmt.is_string):
-        raise invalid_parameter("format()'s format string must be a literal",
-                                hint="write it in quotes: format('%s-%s', a, b)")
+        raise invalid_parameter(
+            "format()'s format string must be a literal", hint="write it in quotes: format('%s-%s', a, b)"
+        )
     text, pieces, i, nxt = fmt.this, [], 0, 0
     literal = []
     while i < len(text):
@@ -68,13 +69,18 @@ def formatted(node: exp.Format) -> exp.Expression:
             i = m.end()
             continue
         if kind not in ("s", "I", "L"):
-            raise invalid_parameter(f"format(): unrecognized format() type specifier {kind!r}" if kind else
-                                    "format(): unterminated format() type specifier",
-                                    hint="use %s, %I, %L or %%")
+            raise invalid_parameter(
+                f"format(): unrecognized format() type specifier {kind!r}"
+                if kind
+                else "format(): unterminated format() type specifier",
+                hint="use %s, %I, %L or %%",
+            )
         index = int(m.group("pos")) - 1 if m.group("pos") else nxt
         if index < 0 or index >= len(args):
-            raise invalid_parameter("format(): too few arguments for format()",
-                                    hint=f"the format names argument {index + 1}; {len(args)} given")
+            raise invalid_parameter(
+                "format(): too few arguments for format()",
+                hint=f"the format names argument {index + 1}; {len(args)} given",
+            )
         nxt = index + 1
         if literal:
             pieces.append(exp.Literal.string("".join(literal)))
@@ -104,8 +110,9 @@ def _padded(value: exp.Expression, width: str | None, left: bool) -> exp.Express
         return value
     w = exp.Literal.number(int(width))
     pad = exp.Pad(this=value.copy(), expression=w, fill_pattern=exp.Literal.string(" "), is_left=not left)
-    return exp.Case(ifs=[exp.If(this=exp.GTE(this=exp.Length(this=value.copy()), expression=w.copy()),
-                                true=value)], default=pad)
+    return exp.Case(
+        ifs=[exp.If(this=exp.GTE(this=exp.Length(this=value.copy()), expression=w.copy()), true=value)], default=pad
+    )
 
 
 def _joined(pieces: list[exp.Expression]) -> exp.Expression:
@@ -119,7 +126,8 @@ def _joined(pieces: list[exp.Expression]) -> exp.Expression:
 
 # PostgreSQL's keywords that quote_ident quotes (reserved, and those that cannot be a column or
 # type name), besides any name that is not lower case letters, digits and underscores.
-_KEYWORDS = frozenset("""
+_KEYWORDS = frozenset(
+    """
 all analyse analyze and any array as asc asymmetric authorization between bigint binary bit boolean both case cast
 char character check coalesce collate collation column concurrently constraint create cross current_catalog
 current_date current_role current_schema current_time current_timestamp current_user dec decimal default deferrable
@@ -129,7 +137,8 @@ least left like limit localtime localtimestamp national nchar none normalize not
 on only or order out outer overlaps overlay placing position precision primary real references returning right row
 select session_user setof similar smallint some substring symmetric system_user table tablesample then time
 timestamp to trailing treat trim true union unique user using values varchar variadic verbose when where window
-with""".split())
+with""".split()
+)
 _IDENT = re.compile(r"[a-z_][a-z0-9_$]*")
 _IDENT_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_$"
 
@@ -142,20 +151,30 @@ def quote_ident(arg: exp.Expression) -> exp.Expression:
         plain = bool(_IDENT.fullmatch(name)) and name not in _KEYWORDS
         return exp.Literal.string(name if plain else '"' + name.replace('"', '""') + '"')
     value = _text(arg)
-    quoted = exp.DPipe(this=exp.DPipe(this=exp.Literal.string('"'), expression=exp.Replace(
-        this=value.copy(), expression=exp.Literal.string('"'), replacement=exp.Literal.string('""'))),
-        expression=exp.Literal.string('"'))
-    stripped = exp.Translate(this=value.copy(), from_=exp.Literal.string(_IDENT_CHARS),
-                             to=exp.Literal.string(""))
+    quoted = exp.DPipe(
+        this=exp.DPipe(
+            this=exp.Literal.string('"'),
+            expression=exp.Replace(
+                this=value.copy(), expression=exp.Literal.string('"'), replacement=exp.Literal.string('""')
+            ),
+        ),
+        expression=exp.Literal.string('"'),
+    )
+    stripped = exp.Translate(this=value.copy(), from_=exp.Literal.string(_IDENT_CHARS), to=exp.Literal.string(""))
     plain = exp.and_(
         exp.GT(this=exp.Length(this=value.copy()), expression=exp.Literal.number(0)),
         exp.EQ(this=stripped, expression=exp.Literal.string("")),
-        exp.Not(this=exp.In(this=exp.Substring(this=value.copy(), start=exp.Literal.number(1),
-                                               length=exp.Literal.number(1)),
-                            expressions=[exp.Literal.string(d) for d in "0123456789$"])),
-        exp.Not(this=exp.In(this=value.copy(), expressions=[exp.Literal.string(k) for k in sorted(_KEYWORDS)])))
-    return exp.Coalesce(this=exp.Case(ifs=[exp.If(this=plain, true=value)], default=quoted),
-                        expressions=[exp.Literal.string("")])
+        exp.Not(
+            this=exp.In(
+                this=exp.Substring(this=value.copy(), start=exp.Literal.number(1), length=exp.Literal.number(1)),
+                expressions=[exp.Literal.string(d) for d in "0123456789$"],
+            )
+        ),
+        exp.Not(this=exp.In(this=value.copy(), expressions=[exp.Literal.string(k) for k in sorted(_KEYWORDS)])),
+    )
+    return exp.Coalesce(
+        this=exp.Case(ifs=[exp.If(this=plain, true=value)], default=quoted), expressions=[exp.Literal.string("")]
+    )
 
 
 def quote_literal(arg: exp.Expression) -> exp.Expression:
@@ -170,30 +189,73 @@ def quote_literal(arg: exp.Expression) -> exp.Expression:
     value = _text(arg)
 
     def wrap(prefix: str, inner: exp.Expression) -> exp.Expression:
-        return exp.DPipe(this=exp.DPipe(this=exp.Literal.string(prefix), expression=inner),
-                         expression=exp.Literal.string("'"))
+        return exp.DPipe(
+            this=exp.DPipe(this=exp.Literal.string(prefix), expression=inner), expression=exp.Literal.string("'")
+        )
 
     doubled = exp.Replace(this=value.copy(), expression=exp.Literal.string("'"), replacement=exp.Literal.string("''"))
-    escaped = exp.Replace(this=exp.Replace(this=value.copy(), expression=exp.Literal.string("\\"),
-                                           replacement=exp.Literal.string("\\\\")),
-                          expression=exp.Literal.string("'"), replacement=exp.Literal.string("''"))
-    return exp.Case(ifs=[exp.If(this=exp.Is(this=value.copy(), expression=exp.Null()), true=exp.Literal.string("NULL")),
-                         exp.If(this=exp.GT(this=exp.StrPosition(this=value.copy(), substr=exp.Literal.string("\\")),
-                                            expression=exp.Literal.number(0)), true=wrap("E'", escaped))],
-                    default=wrap("'", doubled))
+    escaped = exp.Replace(
+        this=exp.Replace(
+            this=value.copy(), expression=exp.Literal.string("\\"), replacement=exp.Literal.string("\\\\")
+        ),
+        expression=exp.Literal.string("'"),
+        replacement=exp.Literal.string("''"),
+    )
+    return exp.Case(
+        ifs=[
+            exp.If(this=exp.Is(this=value.copy(), expression=exp.Null()), true=exp.Literal.string("NULL")),
+            exp.If(
+                this=exp.GT(
+                    this=exp.StrPosition(this=value.copy(), substr=exp.Literal.string("\\")),
+                    expression=exp.Literal.number(0),
+                ),
+                true=wrap("E'", escaped),
+            ),
+        ],
+        default=wrap("'", doubled),
+    )
 
 
 # TO_CHAR -------------------------------------------------------------------------------------
-_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-           "November", "December")
+_MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
 _DAYS = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday")
 
 # Numeric patterns (any case), longest first: (field, width, how the field is computed).
 _NUMERIC = (
-    ("HH24", "HOUR", 2), ("HH12", "HOUR12", 2), ("IYYY", "ISOYEAR", 4), ("YYYY", "YEAR", 4), ("YYY", "YEAR3", 3),
-    ("DDD", "DOY", 3), ("HH", "HOUR12", 2), ("YY", "YEAR2", 2), ("MM", "MONTH", 2), ("DD", "DAY", 2),
-    ("MI", "MINUTE", 2), ("SS", "SECOND", 2), ("MS", "MS", 3), ("US", "US", 6), ("IW", "WEEK", 2), ("WW", "WW", 2),
-    ("ID", "ISODOW", 1), ("Y", "YEAR1", 1), ("D", "DOW1", 1), ("W", "W", 1), ("Q", "QUARTER", 1),
+    ("HH24", "HOUR", 2),
+    ("HH12", "HOUR12", 2),
+    ("IYYY", "ISOYEAR", 4),
+    ("YYYY", "YEAR", 4),
+    ("YYY", "YEAR3", 3),
+    ("DDD", "DOY", 3),
+    ("HH", "HOUR12", 2),
+    ("YY", "YEAR2", 2),
+    ("MM", "MONTH", 2),
+    ("DD", "DAY", 2),
+    ("MI", "MINUTE", 2),
+    ("SS", "SECOND", 2),
+    ("MS", "MS", 3),
+    ("US", "US", 6),
+    ("IW", "WEEK", 2),
+    ("WW", "WW", 2),
+    ("ID", "ISODOW", 1),
+    ("Y", "YEAR1", 1),
+    ("D", "DOW1", 1),
+    ("W", "W", 1),
+    ("Q", "QUARTER", 1),
 )
 _NAMES = ("MONTH", "Month", "month", "MON", "Mon", "mon", "DAY", "Day", "day", "DY", "Dy", "dy")
 _MERIDIEM = ("A.M.", "P.M.", "a.m.", "p.m.", "AM", "PM", "am", "pm")
@@ -211,8 +273,10 @@ def to_char(node: exp.Anonymous) -> exp.Expression:
     # reads a date: its EXTRACT of HOUR from a date is an error there
     value = exp.Cast(this=value.copy(), to=dtype("TIMESTAMP"))
     if (isinstance(value, exp.Literal) and not value.is_string) or re.search(r"9|EEEE|\bRN\b", text):
-        raise unsupported("TO_CHAR of a number is not supported by dpsql (only of dates and timestamps)",
-                          hint="CAST(x AS TEXT), ROUND(x, 2) or format('%s', x) instead")
+        raise unsupported(
+            "TO_CHAR of a number is not supported by dpsql (only of dates and timestamps)",
+            hint="CAST(x AS TEXT), ROUND(x, 2) or format('%s', x) instead",
+        )
     pieces: list[exp.Expression] = []
     literal: list[str] = []
     i, fill = 0, False
@@ -223,7 +287,7 @@ def to_char(node: exp.Anonymous) -> exp.Expression:
         if text[i] == '"':
             end = text.find('"', i + 1)
             end = len(text) if end < 0 else end
-            literal.append(text[i + 1:end])
+            literal.append(text[i + 1 : end])
             i = end + 1
             continue
         if text[i] == "\\" and i + 1 < len(text):
@@ -234,9 +298,11 @@ def to_char(node: exp.Anonymous) -> exp.Expression:
         if piece is None:
             if text[i].isalpha() and _UNSUPPORTED.match(text, i):
                 word = _UNSUPPORTED.match(text, i).group(0)
-                raise unsupported(f"TO_CHAR's pattern {word} is not supported by dpsql",
-                                  hint="supported: YYYY YYY YY Y IYYY MM Mon Month DD DDD D ID Day Dy HH HH12 HH24 MI "
-                                       "SS MS US AM PM Q WW IW W, the FM prefix and \"quoted text\"")
+                raise unsupported(
+                    f"TO_CHAR's pattern {word} is not supported by dpsql",
+                    hint="supported: YYYY YYY YY Y IYYY MM Mon Month DD DDD D ID Day Dy HH HH12 HH24 MI "
+                    'SS MS US AM PM Q WW IW W, the FM prefix and "quoted text"',
+                )
             literal.append(text[i])
             i += 1
             continue
@@ -254,11 +320,20 @@ def to_char(node: exp.Anonymous) -> exp.Expression:
 def _pattern(text: str, i: int, value: exp.Expression, fill: bool) -> tuple[exp.Expression | None, int]:
     for word in _MERIDIEM:
         if text.startswith(word, i):
-            am, pm = ("AM", "PM") if word in ("AM", "PM") else ("am", "pm") if word in ("am", "pm") else \
-                ("A.M.", "P.M.") if word[0].isupper() else ("a.m.", "p.m.")
+            am, pm = (
+                ("AM", "PM")
+                if word in ("AM", "PM")
+                else ("am", "pm")
+                if word in ("am", "pm")
+                else ("A.M.", "P.M.")
+                if word[0].isupper()
+                else ("a.m.", "p.m.")
+            )
             hour = _field("HOUR", value)
-            return exp.Case(ifs=[exp.If(this=exp.LT(this=hour, expression=exp.Literal.number(12)),
-                                        true=exp.Literal.string(am))], default=exp.Literal.string(pm)), len(word)
+            return exp.Case(
+                ifs=[exp.If(this=exp.LT(this=hour, expression=exp.Literal.number(12)), true=exp.Literal.string(am))],
+                default=exp.Literal.string(pm),
+            ), len(word)
     for word in _NAMES:
         if text.startswith(word, i):
             month = word.upper().startswith("MON")
@@ -270,17 +345,22 @@ def _pattern(text: str, i: int, value: exp.Expression, fill: bool) -> tuple[exp.
             for k, name in enumerate(names):
                 shown = name[:3] if short else name if fill else name.ljust(9)
                 shown = shown.upper() if word.isupper() else shown.lower() if word.islower() else shown
-                ifs.append(exp.If(this=exp.EQ(this=field.copy(), expression=exp.Literal.number(k + first)),
-                                  true=exp.Literal.string(shown)))
+                ifs.append(
+                    exp.If(
+                        this=exp.EQ(this=field.copy(), expression=exp.Literal.number(k + first)),
+                        true=exp.Literal.string(shown),
+                    )
+                )
             return exp.Case(ifs=ifs), len(word)
-    upper = text[i:i + 4].upper()
+    upper = text[i : i + 4].upper()
     for word, field, width in _NUMERIC:
         if upper.startswith(word):
             number = _text(_field(field, value))
             if fill or width == 1:
                 return number, len(word)
-            return exp.Pad(this=number, expression=exp.Literal.number(width), fill_pattern=exp.Literal.string("0"),
-                           is_left=True), len(word)
+            return exp.Pad(
+                this=number, expression=exp.Literal.number(width), fill_pattern=exp.Literal.string("0"), is_left=True
+            ), len(word)
     return None, 0
 
 
@@ -300,8 +380,10 @@ def _field(field: str, value: exp.Expression) -> exp.Expression:
     """A whole number of the date or timestamp, as TO_CHAR's pattern for it means it."""
     one = exp.Literal.number(1)
     if field == "HOUR12":  # 12, 1, ..., 11, 12, 1, ... 11
-        return exp.Add(this=_mod(exp.Add(this=_int(_extract("HOUR", value)), expression=exp.Literal.number(11)), 12),
-                       expression=one)
+        return exp.Add(
+            this=_mod(exp.Add(this=_int(_extract("HOUR", value)), expression=exp.Literal.number(11)), 12),
+            expression=one,
+        )
     if field.startswith("YEAR") and field != "YEAR":
         return _mod(_int(_extract("YEAR", value)), 10 ** int(field[4:]))
     if field == "SECOND":
@@ -314,6 +396,14 @@ def _field(field: str, value: exp.Expression) -> exp.Expression:
         return exp.Add(this=_int(_extract("DOW", value)), expression=one)
     if field in ("WW", "W"):
         day = _int(_extract("DOY" if field == "WW" else "DAY", value))
-        return exp.Add(this=_int(exp.Floor(this=exp.Div(this=exp.Paren(this=exp.Sub(this=day, expression=one)),
-                                                         expression=exp.Literal.number(7.0)))), expression=one)
+        return exp.Add(
+            this=_int(
+                exp.Floor(
+                    this=exp.Div(
+                        this=exp.Paren(this=exp.Sub(this=day, expression=one)), expression=exp.Literal.number(7.0)
+                    )
+                )
+            ),
+            expression=one,
+        )
     return _int(_extract(field, value))

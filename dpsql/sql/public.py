@@ -45,6 +45,7 @@ def _unqualified(tree: exp.Query) -> exp.Query:
     """The public query with PostgreSQL's schema qualifier ("public"."wards", Metabase's
     "public"."wards"."name") dropped: the engine keeps the declared tables in its own default
     schema."""
+
     def qualified(node: exp.Expression) -> bool:
         return isinstance(node, (exp.Table, exp.Column)) and node.text("db").lower() == "public"
 
@@ -73,8 +74,21 @@ def touches_private(tree: exp.Expression, policy: Policy) -> bool:
     return False
 
 
-_PUBLIC_STRUCTURE = (exp.Select, exp.Subquery, exp.From, exp.Join, exp.TableAlias, exp.Where, exp.Group,
-                     exp.Having, exp.Order, exp.Limit, exp.Offset, exp.With, exp.CTE)
+_PUBLIC_STRUCTURE = (
+    exp.Select,
+    exp.Subquery,
+    exp.From,
+    exp.Join,
+    exp.TableAlias,
+    exp.Where,
+    exp.Group,
+    exp.Having,
+    exp.Order,
+    exp.Limit,
+    exp.Offset,
+    exp.With,
+    exp.CTE,
+)
 
 
 def check_rows_query(tree: exp.Select, resolver: Resolver) -> None:
@@ -90,4 +104,3 @@ def check_rows_query(tree: exp.Select, resolver: Resolver) -> None:
             continue
         elif not isinstance(node, _PUBLIC_STRUCTURE) and node.find_ancestor(exp.Table) is None:
             check_node(node, public=True)
-

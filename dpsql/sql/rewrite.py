@@ -43,8 +43,12 @@ def columns(j: int, m: Measure) -> list[str]:
     return [f"m{j}"]
 
 
-def rewrite(plan: Plan, domain_size: int | None = None, salt: str | None = None,
-            weighting: WeightedCopy | SplitCopy | None = None) -> exp.Select:
+def rewrite(
+    plan: Plan,
+    domain_size: int | None = None,
+    salt: str | None = None,
+    weighting: WeightedCopy | SplitCopy | None = None,
+) -> exp.Select:
     """The bounded query. Output columns: k0.., units, m0.. (one m per measure column).
     `weighting` reads the rows from the engine's weighted copy: whole (WeightedCopy, only for a
     plan.weightable() plan) or split by its units' rows (SplitCopy, for a plan.split_keys() plan).
@@ -79,8 +83,16 @@ def rewrite(plan: Plan, domain_size: int | None = None, salt: str | None = None,
             on = [exp.NullSafeEQ(this=b.col(k, f"w{j}"), expression=b.col(k, "t")) for k in keys]
             joins.append(b.join(b.table(f"wide{j}", f"w{j}"), b.conjunction(on) if on else exp.true(), kind="LEFT"))
         wide = [b.col(c, f"w{j}") for j, m in histograms for c in columns(j, m)]
-        ctes.append(("per_group", b.select([exp.Column(this=exp.Star(), table=exp.to_identifier("t"))] + wide,
-                                           b.table("per_group_totals", "t"), joins=joins)))
+        ctes.append(
+            (
+                "per_group",
+                b.select(
+                    [exp.Column(this=exp.Star(), table=exp.to_identifier("t"))] + wide,
+                    b.table("per_group_totals", "t"),
+                    joins=joins,
+                ),
+            )
+        )
     return b.with_ctes(ctes, _final(plan, keys))
 
 
@@ -97,8 +109,10 @@ def _from_totals(plan: Plan, copy: WeightedCopy) -> exp.Select:
         return b.quoted(stored[node.this.name], alias) if isinstance(node, exp.Sum) else node
 
     values = [b.named(b.cast(b.node(0), "BIGINT"), "units")]
-    values += [b.named(b.func("COALESCE", b.cast(m.weighted(j, j in copy.values).transform(read), "BIGINT"), 0), f"m{j}")
-               for j, m in enumerate(plan.measures)]
+    values += [
+        b.named(b.func("COALESCE", b.cast(m.weighted(j, j in copy.values).transform(read), "BIGINT"), 0), f"m{j}")
+        for j, m in enumerate(plan.measures)
+    ]
     return b.select(values, b.qualified(copy.totals, alias))
 
 
@@ -112,11 +126,20 @@ def declared_domain(plan: Plan) -> exp.Select:
     narrowed = narrowing(plan)
     ctes = _domain_ctes(list(enumerate(plan.keys)), narrowed)
     if not narrowed.links:
-        return b.with_ctes(ctes, b.select([b.col(f"k{i}", "d") for i in range(n)], b.subquery(_domains_crossed(n), "d")))
+        return b.with_ctes(
+            ctes, b.select([b.col(f"k{i}", "d") for i in range(n)], b.subquery(_domains_crossed(n), "d"))
+        )
     keys = [b.col(f"k{i}", f"d{i}") for i in range(n)]
-    sources = [b.table(f"domain{i}", f"d{i}") for i in range(n)] + [b.table(t, a, quote=True) for a, t in narrowed.tables]
-    linked = b.select(keys, sources[0], joins=[b.join(s, kind="CROSS") for s in sources[1:]],
-                      where=[c.copy() for c in narrowed.links], distinct=True)
+    sources = [b.table(f"domain{i}", f"d{i}") for i in range(n)] + [
+        b.table(t, a, quote=True) for a, t in narrowed.tables
+    ]
+    linked = b.select(
+        keys,
+        sources[0],
+        joins=[b.join(s, kind="CROSS") for s in sources[1:]],
+        where=[c.copy() for c in narrowed.links],
+        distinct=True,
+    )
     return b.with_ctes(ctes, linked)
 
 
@@ -134,8 +157,12 @@ def _domain_cte(i: int, key: GroupKey, narrowed: Narrowing) -> exp.Select:
     """Built once per position, declaration and narrowing (the plans of many query texts share
     their keys; a domain of many values is the largest part of a small bounded query), copied out."""
     own = narrowed.own[i] if i < len(narrowed.own) else None
-    return _built_once(_DOMAINS, DOMAINS_KEPT, (i, key.declaration(), narrowed.own_sql(i)),
-                       lambda: b.select([exp.Star()], b.subquery(_domain(key, i, own), f"dd{i}")))
+    return _built_once(
+        _DOMAINS,
+        DOMAINS_KEPT,
+        (i, key.declaration(), narrowed.own_sql(i)),
+        lambda: b.select([exp.Star()], b.subquery(_domain(key, i, own), f"dd{i}")),
+    )
 
 
 def _built_once(kept: dict, most: int, key: tuple, build: Callable[[], exp.Expression]) -> exp.Expression:
@@ -165,16 +192,21 @@ def _final(plan: Plan, keys: list[str]) -> exp.Select:
     added: a filter here would be pushed below the aggregation into the scan (DuckDB runs it as
     a join over every row, 1.6x the query)."""
     values = [b.named(b.func("COALESCE", b.cast(b.col("units", "g"), "BIGINT"), 0), "units")]
-    values += [b.named(b.func("COALESCE", b.cast(b.col(c, "g"), "BIGINT"), 0), c) for j, m in enumerate(plan.measures)
-               for c in columns(j, m)]
+    values += [
+        b.named(b.func("COALESCE", b.cast(b.col(c, "g"), "BIGINT"), 0), c)
+        for j, m in enumerate(plan.measures)
+        for c in columns(j, m)
+    ]
     return b.select([b.col(k, "g") for k in keys] + values, b.table("per_group", "g"))
 
 
 def _pivot(j: int, m: Histogram, keys: list[str]) -> exp.Select:
     """Bins in long form to one column per bin: counting per (unit, group, bin) and pivoting
     the small per-group result is several times faster than one conditional count per bin."""
-    pivot = [b.named(b.total(b.case((exp.EQ(this=b.col(f"v{j}"), expression=b.node(k)), "s"))), f"m{j}_{k}")
-             for k in range(m.bins)]
+    pivot = [
+        b.named(b.total(b.case((exp.EQ(this=b.col(f"v{j}"), expression=b.node(k)), "s"))), f"m{j}_{k}")
+        for k in range(m.bins)
+    ]
     return b.select([b.col(k) for k in keys] + pivot, b.table(f"bins{j}"), group=list(keys) or None)
 
 
@@ -183,6 +215,7 @@ class _Rows:
     """The filtered rows' own expressions: keys and per-row values (`items`), the conditions,
     the sampling coin and the FROM clause. Built once per bounded query (neutral() takes each
     through SQL text), the light part of a split gets copies."""
+
     items: list[exp.Expression]
     where: list[exp.Expression]
     coin: exp.Expression | None
@@ -227,8 +260,13 @@ def _row_value(m: Measure) -> exp.Expression:
     return _built_once(_ROW_VALUES, ROW_VALUES_KEPT, (type(m), repr(m.signature())), lambda: b.neutral(m.row_value()))
 
 
-def _filtered(plan: Plan, rows: _Rows, weighting: WeightedCopy | SplitCopy | None,
-              declared: list[tuple[int, GroupKey]], light: bool = False) -> exp.Select:
+def _filtered(
+    plan: Plan,
+    rows: _Rows,
+    weighting: WeightedCopy | SplitCopy | None,
+    declared: list[tuple[int, GroupKey]],
+    light: bool = False,
+) -> exp.Select:
     """One row per private row: unit, keys and per-row values, every expression total (a
     failing row yields NULL, never an error that would depend on its value). From a split copy,
     the rows of units within the limit (`light`, built from copies of `rows`) or the others."""
@@ -250,8 +288,10 @@ def _filtered(plan: Plan, rows: _Rows, weighting: WeightedCopy | SplitCopy | Non
     # Weighted rows add to their own group only, and groups outside a declared domain are never
     # released (the final join starts from the domain): no membership filter is needed then.
     if declared and whole is None and not light:
-        members = [exp.In(this=b.col(f"k{i}"), query=exp.Subquery(this=b.select([b.col(f"k{i}")], b.table(f"domain{i}"))))
-                   for i, _ in declared]
+        members = [
+            exp.In(this=b.col(f"k{i}"), query=exp.Subquery(this=b.select([b.col(f"k{i}")], b.table(f"domain{i}"))))
+            for i, _ in declared
+        ]
         filtered = b.select([exp.Star()], b.subquery(filtered, "f"), where=members)
     return filtered
 
@@ -262,8 +302,9 @@ def _conditions(nodes: list[exp.Expression], rel: Relation) -> list[exp.Expressi
     return [b.neutral(total(c, types)) for n in nodes for c in conjuncts(n)]
 
 
-def _from(rel: Relation, row_id_source: str | None = None,
-          weights_table: str | None = None) -> tuple[exp.Expression, list[exp.Join]]:
+def _from(
+    rel: Relation, row_id_source: str | None = None, weights_table: str | None = None
+) -> tuple[exp.Expression, list[exp.Join]]:
     def render(source: Source) -> exp.Expression:
         if source.derived is not None:
             return b.subquery(_derived(source.derived), source.alias)
@@ -280,8 +321,9 @@ def _from(rel: Relation, row_id_source: str | None = None,
     joins = []
     for j in rel.joins:
         on = _conditions([j.on], rel)
-        joins.append(b.join(render(j.source), b.conjunction(on) if on else exp.true(),
-                            kind="LEFT" if j.kind == "left" else None))
+        joins.append(
+            b.join(render(j.source), b.conjunction(on) if on else exp.true(), kind="LEFT" if j.kind == "left" else None)
+        )
     return render(rel.sources[0]), joins
 
 
@@ -294,12 +336,18 @@ def _unit_rows(source: Source, keep: int) -> exp.Select:
     lowering) reads the table's types through it."""
     names = list(source.columns)
     order = exp.Order(expressions=[exp.Ordered(this=b.anonymous("DPSQL_HASH", *[b.quoted(c, "s") for c in names]))])
-    number = exp.Window(this=exp.RowNumber(), partition_by=[b.quoted(source.table.privacy_unit, "s")], order=order,
-                        over="OVER")
-    numbered = b.select([b.named(b.quoted(c, "s"), c) for c in names] + [b.named(number, "__dpsql_jn")],
-                        b.table(source.table.name, "s", quote=True))
-    return b.select([b.named(b.quoted(c, "j"), c) for c in names], b.subquery(numbered, "j"),
-                    where=[exp.LTE(this=b.col("__dpsql_jn", "j"), expression=b.node(keep))])
+    number = exp.Window(
+        this=exp.RowNumber(), partition_by=[b.quoted(source.table.privacy_unit, "s")], order=order, over="OVER"
+    )
+    numbered = b.select(
+        [b.named(b.quoted(c, "s"), c) for c in names] + [b.named(number, "__dpsql_jn")],
+        b.table(source.table.name, "s", quote=True),
+    )
+    return b.select(
+        [b.named(b.quoted(c, "j"), c) for c in names],
+        b.subquery(numbered, "j"),
+        where=[exp.LTE(this=b.col("__dpsql_jn", "j"), expression=b.node(keep))],
+    )
 
 
 def _derived(d: Derived) -> exp.Select:
@@ -333,23 +381,39 @@ def _domain(key: GroupKey, i: int, own=None) -> exp.Expression:
     if key.domain is not None and own is not None and own.image is not None:
         # A domain from the key's form, narrowed to the keys its column's allowed values give.
         f = b.neutral(total(own.image.expr))
-        given = b.select([f], b.subquery(_values(own.image.values, own.image.type_name), "d", ["c"]),
-                         where=narrowed(COLUMN))
-        return b.select([k], b.subquery(_values(key.domain, key.type_name), f"d{i}", [f"k{i}"]),
-                        where=[not_null, exp.In(this=k.copy(), query=exp.Subquery(this=given))],
-                        distinct=not _distinct_as_cast(key.domain, key.type_name))
+        given = b.select(
+            [f], b.subquery(_values(own.image.values, own.image.type_name), "d", ["c"]), where=narrowed(COLUMN)
+        )
+        return b.select(
+            [k],
+            b.subquery(_values(key.domain, key.type_name), f"d{i}", [f"k{i}"]),
+            where=[not_null, exp.In(this=k.copy(), query=exp.Subquery(this=given))],
+            distinct=not _distinct_as_cast(key.domain, key.type_name),
+        )
     if key.domain is not None:
-        return b.select([k], b.subquery(_values(key.domain, key.type_name), f"d{i}", [f"k{i}"]),
-                        where=[not_null, *narrowed(k)], distinct=not _distinct_as_cast(key.domain, key.type_name))
+        return b.select(
+            [k],
+            b.subquery(_values(key.domain, key.type_name), f"d{i}", [f"k{i}"]),
+            where=[not_null, *narrowed(k)],
+            distinct=not _distinct_as_cast(key.domain, key.type_name),
+        )
     if key.image is not None:
         f = b.neutral(total(key.image.expr))
-        return b.select([b.named(f, f"k{i}")], b.subquery(_values(key.image.values, key.image.type_name), "d", ["c"]),
-                        where=[b.not_null(f.copy()), *narrowed(COLUMN)], distinct=True)
+        return b.select(
+            [b.named(f, f"k{i}")],
+            b.subquery(_values(key.image.values, key.image.type_name), "d", ["c"]),
+            where=[b.not_null(f.copy()), *narrowed(COLUMN)],
+            distinct=True,
+        )
     table, column = key.domain_table
     # A private column's keys_from values read as the column's own type, as its rows are.
     value = b.quoted(column) if key.type_name is None else exp.TryCast(this=b.quoted(column), to=dtype(key.type_name))
-    return b.select([b.named(b.quoted(column), f"k{i}")], b.table(table, quote=True),
-                    where=[b.not_null(b.quoted(column)), *narrowed(value)], distinct=True)
+    return b.select(
+        [b.named(b.quoted(column), f"k{i}")],
+        b.table(table, quote=True),
+        where=[b.not_null(b.quoted(column)), *narrowed(value)],
+        distinct=True,
+    )
 
 
 # Unbounded text types by name: the dialect reads CHAR(n) and VARCHAR(n) as TEXT too, but on

@@ -63,14 +63,36 @@ class Kind(enum.Enum):
 
 
 # Statements read by their leading keyword alone, before any parse.
-_KEYWORDS = {"DISCARD": Kind.DISCARD, "DEALLOCATE": Kind.DEALLOCATE, "LISTEN": Kind.NOTIFICATIONS,
-             "UNLISTEN": Kind.NOTIFICATIONS, "NOTIFY": Kind.NOTIFICATIONS, "DECLARE": Kind.DECLARE,
-             "FETCH": Kind.FETCH, "MOVE": Kind.MOVE, "CLOSE": Kind.CLOSE, "COPY": Kind.COPY}
-_VERBS = {"BEGIN": Kind.BEGIN, "START": Kind.BEGIN, "COMMIT": Kind.COMMIT, "END": Kind.COMMIT,
-          "ROLLBACK": Kind.ROLLBACK, "ABORT": Kind.ROLLBACK, "SAVEPOINT": Kind.SAVEPOINT, "RELEASE": Kind.SAVEPOINT}
+_KEYWORDS = {
+    "DISCARD": Kind.DISCARD,
+    "DEALLOCATE": Kind.DEALLOCATE,
+    "LISTEN": Kind.NOTIFICATIONS,
+    "UNLISTEN": Kind.NOTIFICATIONS,
+    "NOTIFY": Kind.NOTIFICATIONS,
+    "DECLARE": Kind.DECLARE,
+    "FETCH": Kind.FETCH,
+    "MOVE": Kind.MOVE,
+    "CLOSE": Kind.CLOSE,
+    "COPY": Kind.COPY,
+}
+_VERBS = {
+    "BEGIN": Kind.BEGIN,
+    "START": Kind.BEGIN,
+    "COMMIT": Kind.COMMIT,
+    "END": Kind.COMMIT,
+    "ROLLBACK": Kind.ROLLBACK,
+    "ABORT": Kind.ROLLBACK,
+    "SAVEPOINT": Kind.SAVEPOINT,
+    "RELEASE": Kind.SAVEPOINT,
+}
 _WIRE_ONLY = frozenset(_KEYWORDS.values())
-_KINDS: dict[type, Kind] = {SetCommand: Kind.SET, ShowCommand: Kind.SHOW, ViewCommand: Kind.VIEW,
-                            Explain: Kind.EXPLAIN, Query: Kind.QUERY}
+_KINDS: dict[type, Kind] = {
+    SetCommand: Kind.SET,
+    ShowCommand: Kind.SHOW,
+    ViewCommand: Kind.VIEW,
+    Explain: Kind.EXPLAIN,
+    Query: Kind.QUERY,
+}
 _SET_LOCAL = re.compile(r"SET\s+LOCAL\s", re.I)  # matched after the leading comments
 _SELECTS = ("SELECT", "WITH")  # the words a front end's own query routes (Entry) start with
 
@@ -122,8 +144,9 @@ def word_kind(text: str) -> Kind | None:
     return Kind.SHOW if word == "SHOW" else None
 
 
-def route(text: str, limits: QueryLimits, entries: Sequence[Entry] = (),
-          classify: Callable[[str], Statement] | None = None) -> Routed:
+def route(
+    text: str, limits: QueryLimits, entries: Sequence[Entry] = (), classify: Callable[[str], Statement] | None = None
+) -> Routed:
     """The way of one statement (a text with several is REFUSED, as PostgreSQL refuses them in a
     prepared statement). `classify` reads the session's kinds (a session passes its memoised
     one); the text is split and checked against the limits once, here."""
@@ -134,14 +157,20 @@ def route(text: str, limits: QueryLimits, entries: Sequence[Entry] = (),
     if not parts:
         return Routed(Kind.EMPTY, text)
     if len(parts) > 1:
-        return Routed(Kind.REFUSED, text, error=forbidden("multiple statements in one query string are not allowed",
-                                                          hint="send one statement at a time"))
+        return Routed(
+            Kind.REFUSED,
+            text,
+            error=forbidden(
+                "multiple statements in one query string are not allowed", hint="send one statement at a time"
+            ),
+        )
     routed = route_one(parts[0], limits, entries, classify)
     return routed if routed.text == text else dataclasses.replace(routed, text=text)
 
 
-def route_one(text: str, limits: QueryLimits, entries: Sequence[Entry] = (),
-              classify: Callable[[str], Statement] | None = None) -> Routed:
+def route_one(
+    text: str, limits: QueryLimits, entries: Sequence[Entry] = (), classify: Callable[[str], Statement] | None = None
+) -> Routed:
     """The way of one statement split from a script (split_statements' part: not split again)."""
     kind = word_kind(text)
     if kind is not None and kind in _WIRE_ONLY:

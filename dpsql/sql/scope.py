@@ -79,8 +79,11 @@ class Scope:
 
     def add(self, alias: str, columns: dict[str, exp.Expression]) -> None:
         if any(a == alias for a, _ in self.items):
-            raise ProgrammingError(f'table name "{alias}" specified more than once', sqlstate="42712",
-                                   hint="give each table in FROM its own alias")
+            raise ProgrammingError(
+                f'table name "{alias}" specified more than once',
+                sqlstate="42712",
+                hint="give each table in FROM its own alias",
+            )
         self.items.append((alias, columns))
 
     def all_columns(self) -> dict[str, exp.Expression]:
@@ -106,8 +109,11 @@ class Scope:
         if not found:
             raise undefined_column(name)
         if len(found) > 1:
-            raise ProgrammingError(f'column reference "{name}" is ambiguous', sqlstate="42702",
-                                   hint="qualify it with its table name or alias")
+            raise ProgrammingError(
+                f'column reference "{name}" is ambiguous',
+                sqlstate="42702",
+                hint="qualify it with its table name or alias",
+            )
         return found[0]
 
     def resolve(self, node: exp.Expression, resolver: "Resolver") -> exp.Expression:
@@ -141,8 +147,10 @@ class Resolver:
 
     def base_table(self, node: exp.Table) -> Source:
         if not isinstance(node.this, exp.Identifier):
-            raise forbidden(f"table functions such as {node.this.sql(dialect='postgres')[:40]} are not allowed",
-                            hint="query the declared tables by name")
+            raise forbidden(
+                f"table functions such as {node.this.sql(dialect='postgres')[:40]} are not allowed",
+                hint="query the declared tables by name",
+            )
         if (node.args.get("catalog") is not None) or node.db.lower() not in _SCHEMAS:
             raise undefined_table(node.sql(dialect="postgres"))
         table = self.policy.table(node.name)
@@ -187,8 +195,9 @@ class Resolver:
                 for ident in using:
                     name = ident.name.lower()
                     left_column = left_scope.lookup(exp.column(name))
-                    conds.append(exp.EQ(this=left_column.copy(),
-                                        expression=scope.items[-1][1].get(name) or _missing(name)))
+                    conds.append(
+                        exp.EQ(this=left_column.copy(), expression=scope.items[-1][1].get(name) or _missing(name))
+                    )
                     scope.merged[name] = left_column
             elif on is not None:
                 conds.append(scope.resolve(on, self))
@@ -214,8 +223,10 @@ class Resolver:
     def _attach(self, left: Relation, right: Relation, kind: str, conds: list[exp.Expression]) -> None:
         if kind == "left":
             if len(right.sources) != 1:
-                raise unsupported("a LEFT JOIN to a subquery that joins several tables is not supported",
-                                  hint="join the tables directly in the outer query")
+                raise unsupported(
+                    "a LEFT JOIN to a subquery that joins several tables is not supported",
+                    hint="join the tables directly in the outer query",
+                )
             on = _conjunction(conds + right.where)
             left.joins.append(JoinStep("left", right.sources[0], on))
         elif len(right.sources) == 1:
@@ -233,7 +244,9 @@ class Resolver:
             user_alias = (node.alias or node.name).lower()
             if not node.db and node.name.lower() in ctes and isinstance(node.this, exp.Identifier):
                 if node.args.get("sample") is not None:
-                    raise unsupported("TABLESAMPLE works on tables, not on CTEs", hint="sample the private table itself")
+                    raise unsupported(
+                        "TABLESAMPLE works on tables, not on CTEs", hint="sample the private table itself"
+                    )
                 rel = self.rowlevel(ctes[node.name.lower()], ctes, user_alias)
                 return user_alias, _rename(rel, node)
             source = self.base_table(node)
@@ -242,8 +255,10 @@ class Resolver:
         if isinstance(node, exp.Subquery):
             alias = (node.alias or "subquery").lower()
             return alias, _rename(self.rowlevel(node.this, ctes, alias), node)
-        raise unsupported(f"{construct(node)} in FROM is not supported",
-                          hint="FROM may name declared tables, row-level subqueries and CTEs")
+        raise unsupported(
+            f"{construct(node)} in FROM is not supported",
+            hint="FROM may name declared tables, row-level subqueries and CTEs",
+        )
 
     def _with(self, select: exp.Expression, ctes: Mapping[str, exp.Query]) -> dict[str, exp.Query]:
         out = dict(ctes)
@@ -263,17 +278,26 @@ class Resolver:
         """Inline a row-level SELECT (no aggregation, no LIMIT): its columns become expressions.
         A SELECT that aggregates by the privacy unit becomes one derived source instead."""
         if not isinstance(query, exp.Select):
-            raise unsupported(f"{construct(query)} is not supported in FROM",
-                              hint="use one SELECT per subquery, combine conditions with OR")
+            raise unsupported(
+                f"{construct(query)} is not supported in FROM",
+                hint="use one SELECT per subquery, combine conditions with OR",
+            )
         if query.args.get("group") is not None or any(contains_aggregate(e) for e in query.expressions):
             from .derived import per_unit_relation  # derived builds on this module
 
             return per_unit_relation(self, query, ctes, alias)
-        for key, what in (("having", "HAVING"), ("limit", "LIMIT"), ("offset", "OFFSET"),
-                          ("distinct", "DISTINCT"), ("qualify", "QUALIFY")):
+        for key, what in (
+            ("having", "HAVING"),
+            ("limit", "LIMIT"),
+            ("offset", "OFFSET"),
+            ("distinct", "DISTINCT"),
+            ("qualify", "QUALIFY"),
+        ):
             if query.args.get(key) is not None:
-                raise unsupported(f"{what} in a subquery over private rows is not supported",
-                                  hint=f"remove the {what}; a subquery may only filter and compute row-level columns")
+                raise unsupported(
+                    f"{what} in a subquery over private rows is not supported",
+                    hint=f"remove the {what}; a subquery may only filter and compute row-level columns",
+                )
         rel, scope = self.from_clause(query, ctes)
         where = query.args.get("where")
         if where is not None:
@@ -305,10 +329,14 @@ class Resolver:
         if not isinstance(query, exp.Select):
             raise unsupported("only simple SELECT subqueries are allowed in expressions")
         if query.args.get("from_") is None:
-            if any(query.args.get(k) is not None for k in ("where", "group", "having", "with_")) \
-                    or len(query.expressions) != 1:
-                raise unsupported("a subquery without FROM may only compute one value",
-                                  hint="write the expression itself instead of (SELECT expression)")
+            if (
+                any(query.args.get(k) is not None for k in ("where", "group", "having", "with_"))
+                or len(query.expressions) != 1
+            ):
+                raise unsupported(
+                    "a subquery without FROM may only compute one value",
+                    hint="write the expression itself instead of (SELECT expression)",
+                )
             check_tree(query.expressions[0], public=True)
             if query.expressions[0].find(exp.Column, exp.Star) is not None:
                 raise unsupported("a subquery without FROM cannot name columns")
@@ -316,8 +344,10 @@ class Resolver:
         for table in query.find_all(exp.Table):
             source = self.base_table(table)
             if source.private:
-                raise unsupported(f"a subquery over the private table {source.table.name} is not supported here",
-                                  hint="join the table instead, on the privacy unit column")
+                raise unsupported(
+                    f"a subquery over the private table {source.table.name} is not supported here",
+                    hint="join the table instead, on the privacy unit column",
+                )
         inner = Resolver(self.policy, self.schema)
         rel, scope = inner.from_clause(query, {})
         for e in query.expressions:
@@ -362,8 +392,10 @@ def check_unit_joins(rel: Relation) -> None:
                     parent[find(a.table)] = find(b.table)
     if len({find(s.alias) for s in private}) > 1:
         unit = private[0].table.privacy_unit
-        raise forbidden("private tables can only be joined on their privacy unit",
-                        hint=f"add the join condition ON a.{unit} = b.{unit}")
+        raise forbidden(
+            "private tables can only be joined on their privacy unit",
+            hint=f"add the join condition ON a.{unit} = b.{unit}",
+        )
 
 
 def bound_unit_joins(rel: Relation, limits: QueryLimits) -> None:
@@ -400,17 +432,21 @@ def _sample_rate(node: exp.Table, table: TablePolicy) -> float | None:
         return None
     method = sample.args.get("method")
     if method is not None and method.name.upper() != "BERNOULLI":
-        raise unsupported(f"TABLESAMPLE {method.name.upper()} is not supported", hint="use TABLESAMPLE BERNOULLI (percent)")
+        raise unsupported(
+            f"TABLESAMPLE {method.name.upper()} is not supported", hint="use TABLESAMPLE BERNOULLI (percent)"
+        )
     if sample.args.get("seed") is not None:
-        raise forbidden("TABLESAMPLE ... REPEATABLE is not allowed: the sample must stay secret for the amplification to hold",
-                        hint="remove REPEATABLE (...)")
+        raise forbidden(
+            "TABLESAMPLE ... REPEATABLE is not allowed: the sample must stay secret for the amplification to hold",
+            hint="remove REPEATABLE (...)",
+        )
     percent = sample.args.get("percent")
     if not (isinstance(percent, exp.Literal) and not percent.is_string) or not 0 < float(percent.this) <= 100:
         raise unsupported("TABLESAMPLE BERNOULLI needs a percentage above 0 and at most 100")
     if table.public:
         raise unsupported("TABLESAMPLE on a public table is not supported", hint="sample the private table")
     if table.row_unit:
-        raise unsupported(f"TABLESAMPLE needs a privacy unit column; {table.name} has privacy_unit = \"row\"")
+        raise unsupported(f'TABLESAMPLE needs a privacy unit column; {table.name} has privacy_unit = "row"')
     return float(percent.this) / 100
 
 
@@ -439,8 +475,13 @@ def output_name(item: exp.Expression) -> str:
     if isinstance(item, exp.Count):
         return "count"
     if isinstance(item, (exp.VariancePop, exp.Variance, exp.StddevPop, exp.StddevSamp, exp.Stddev)):
-        return {exp.VariancePop: "var_pop", exp.Variance: "variance", exp.StddevPop: "stddev_pop",
-                exp.StddevSamp: "stddev_samp", exp.Stddev: "stddev"}[type(item)]
+        return {
+            exp.VariancePop: "var_pop",
+            exp.Variance: "variance",
+            exp.StddevPop: "stddev_pop",
+            exp.StddevSamp: "stddev_samp",
+            exp.Stddev: "stddev",
+        }[type(item)]
     if isinstance(item, exp.Func):
         return item.sql_name().lower() if not isinstance(item, exp.Anonymous) else str(item.name).lower()
     if isinstance(item, exp.Cast):
@@ -454,10 +495,12 @@ def _rename_columns(cols: dict[str, exp.Expression], node: exp.Expression) -> di
         return cols
     names = [c.name.lower() for c in alias.columns]
     if len(names) > len(cols):
-        raise ProgrammingError(f"{node.alias or 'table'} has {len(cols)} columns available but {len(names)} columns specified",
-                               sqlstate="42P10")
+        raise ProgrammingError(
+            f"{node.alias or 'table'} has {len(cols)} columns available but {len(names)} columns specified",
+            sqlstate="42P10",
+        )
     items = list(cols.items())
-    return {**{names[i]: items[i][1] for i in range(len(names))}, **dict(items[len(names):])}
+    return {**{names[i]: items[i][1] for i in range(len(names))}, **dict(items[len(names) :])}
 
 
 def _rename(rel: Relation, node: exp.Expression) -> Relation:
@@ -472,8 +515,14 @@ def _apply_column_aliases(body: exp.Expression, columns: list[exp.Expression]) -
     exprs = body.expressions
     if len(columns) > len(exprs):
         raise ProgrammingError("WITH query has fewer columns than names", sqlstate="42P10")
-    body.set("expressions", [exp.alias_(e.unalias() if isinstance(e, exp.Alias) else e, c.name) if i < len(columns) else e
-                             for i, (e, c) in enumerate(itertools.zip_longest(exprs, columns)) if e is not None])
+    body.set(
+        "expressions",
+        [
+            exp.alias_(e.unalias() if isinstance(e, exp.Alias) else e, c.name) if i < len(columns) else e
+            for i, (e, c) in enumerate(itertools.zip_longest(exprs, columns))
+            if e is not None
+        ],
+    )
     return body
 
 

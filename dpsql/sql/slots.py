@@ -151,8 +151,9 @@ class Markers:
         """The one marker of `literal`'s kind (a query's shape writes each slot so)."""
         return self.marker(0, literal)
 
-    def splicer(self, literals: Sequence[exp.Literal], sql_of: Callable[[exp.Literal], str]
-                ) -> Callable[[str, Sequence[str]], str]:
+    def splicer(
+        self, literals: Sequence[exp.Literal], sql_of: Callable[[exp.Literal], str]
+    ) -> Callable[[str, Sequence[str]], str]:
         """A function putting slot values' SQL (`sql_of` each marker as the engine writes it)
         in place of the markers of a template's SQL, in one pass."""
         texts = [sql_of(self.marker(i, lit)) for i, lit in enumerate(literals)]
@@ -161,6 +162,7 @@ class Markers:
 
         def splice(template: str, values: Sequence[str]) -> str:
             return pattern.sub(lambda m: values[index[m.group()]], template)
+
         return splice
 
 

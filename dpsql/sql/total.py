@@ -15,7 +15,9 @@ from sqlglot import exp
 
 def try_casts(node: exp.Expression) -> exp.Expression:
     return node.copy().transform(
-        lambda n: exp.TryCast(this=n.this, to=n.to) if isinstance(n, exp.Cast) and not isinstance(n, exp.TryCast) else n,
+        lambda n: (
+            exp.TryCast(this=n.this, to=n.to) if isinstance(n, exp.Cast) and not isinstance(n, exp.TryCast) else n
+        ),
         copy=False,
     )
 
@@ -26,8 +28,22 @@ def try_wrap(node: exp.Expression) -> exp.Expression:
     return exp.Try(this=node)
 
 
-_NUMERIC = ("INT", "BIGINT", "SMALLINT", "TINYINT", "HUGEINT", "DOUBLE", "FLOAT", "REAL", "DECIMAL", "UBIGINT",
-            "UINTEGER", "USMALLINT", "UTINYINT", "UHUGEINT")
+_NUMERIC = (
+    "INT",
+    "BIGINT",
+    "SMALLINT",
+    "TINYINT",
+    "HUGEINT",
+    "DOUBLE",
+    "FLOAT",
+    "REAL",
+    "DECIMAL",
+    "UBIGINT",
+    "UINTEGER",
+    "USMALLINT",
+    "UTINYINT",
+    "UHUGEINT",
+)
 
 
 def _category(t: str | None) -> str | None:
@@ -73,8 +89,21 @@ def total(node: exp.Expression, types: Mapping[tuple[str, str], str] | None = No
 _MATH = (exp.Sqrt, exp.Ln, exp.Log, exp.Exp, exp.Pow)
 # NaN and the infinities pass through these unchanged (or as NaN): one guard at the top of a
 # chain of them covers every math function inside.
-_PROPAGATING = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.Neg, exp.Paren, exp.Abs, exp.Round,
-                exp.Floor, exp.Ceil, *_MATH)
+_PROPAGATING = (
+    exp.Add,
+    exp.Sub,
+    exp.Mul,
+    exp.Div,
+    exp.IntDiv,
+    exp.Mod,
+    exp.Neg,
+    exp.Paren,
+    exp.Abs,
+    exp.Round,
+    exp.Floor,
+    exp.Ceil,
+    *_MATH,
+)
 
 
 def finite(node: exp.Expression) -> exp.Expression:
@@ -118,8 +147,9 @@ def _nonzero_number(node: exp.Expression) -> bool:
 
 def _not_finite_to_null(value: exp.Expression) -> exp.Expression:
     for special in ("Infinity", "-Infinity", "NaN"):
-        value = exp.Nullif(this=value, expression=exp.Cast(this=exp.Literal.string(special),
-                                                           to=exp.DataType.build("DOUBLE")))
+        value = exp.Nullif(
+            this=value, expression=exp.Cast(this=exp.Literal.string(special), to=exp.DataType.build("DOUBLE"))
+        )
     return value
 
 
@@ -134,8 +164,15 @@ def _total(node: exp.Expression, types: Mapping[tuple[str, str], str]) -> exp.Ex
         if isinstance(value, exp.Expression) and not isinstance(value, (exp.Subquery, exp.Select)):
             node.set(key, _total(value, types))
         elif isinstance(value, list):
-            node.set(key, [_total(v, types) if isinstance(v, exp.Expression) and not isinstance(v, (exp.Subquery, exp.Select))
-                           else v for v in value])
+            node.set(
+                key,
+                [
+                    _total(v, types)
+                    if isinstance(v, exp.Expression) and not isinstance(v, (exp.Subquery, exp.Select))
+                    else v
+                    for v in value
+                ],
+            )
     return node
 
 

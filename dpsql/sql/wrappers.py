@@ -40,12 +40,21 @@ def column_probe(tree: exp.Expression) -> bool:
     """`SELECT * FROM t LIMIT 1` and nothing more: Django's inspectdb reads a table's columns
     from such a query's description. Over a private table it is answered with the columns and
     no row (a row is never shown), with a notice saying so."""
-    if not isinstance(tree, exp.Select) or set(k for k, v in tree.args.items() if v) != {"expressions", "from_", "limit"}:
+    if not isinstance(tree, exp.Select) or set(k for k, v in tree.args.items() if v) != {
+        "expressions",
+        "from_",
+        "limit",
+    }:
         return False
     limit = tree.args["limit"]
     source = tree.args["from_"].this
-    return (len(tree.expressions) == 1 and isinstance(tree.expressions[0], exp.Star)
-            and isinstance(limit, exp.Limit) and _number(limit.expression) == 1 and isinstance(source, exp.Table))
+    return (
+        len(tree.expressions) == 1
+        and isinstance(tree.expressions[0], exp.Star)
+        and isinstance(limit, exp.Limit)
+        and _number(limit.expression) == 1
+        and isinstance(source, exp.Table)
+    )
 
 
 def released_subquery(tree: exp.Expression, policy: Policy) -> tuple[exp.Select, str] | None:
@@ -98,8 +107,11 @@ def _grouped_by_unit(query: exp.Select, policy: Policy) -> bool:
     g = grouped_item(query, group.expressions[0])
     if not isinstance(g, exp.Column):
         return False
-    units = {t.privacy_unit for t in (policy.table(tb.name) for tb in query.find_all(exp.Table))
-             if t is not None and not t.public and t.privacy_unit}
+    units = {
+        t.privacy_unit
+        for t in (policy.table(tb.name) for tb in query.find_all(exp.Table))
+        if t is not None and not t.public and t.privacy_unit
+    }
     return g.name.lower() in {u.lower() for u in units}
 
 
@@ -133,8 +145,14 @@ def _constant(node: exp.Expression) -> bool | None:
     if isinstance(node, exp.Or):
         a, b = _constant(node.this), _constant(node.expression)
         return True if True in (a, b) else (False if a is False and b is False else None)
-    compare = {exp.EQ: lambda x, y: x == y, exp.NEQ: lambda x, y: x != y, exp.GT: lambda x, y: x > y,
-               exp.GTE: lambda x, y: x >= y, exp.LT: lambda x, y: x < y, exp.LTE: lambda x, y: x <= y}
+    compare = {
+        exp.EQ: lambda x, y: x == y,
+        exp.NEQ: lambda x, y: x != y,
+        exp.GT: lambda x, y: x > y,
+        exp.GTE: lambda x, y: x >= y,
+        exp.LT: lambda x, y: x < y,
+        exp.LTE: lambda x, y: x <= y,
+    }
     op = compare.get(type(node))
     if op is not None:
         a, b = _number(node.this), _number(node.expression)

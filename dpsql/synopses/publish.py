@@ -53,8 +53,11 @@ def spec_of(policy, name: str) -> SynopsisSpec:
     spec = policy.synopses.get(name.lower())
     if spec is None:
         known = ", ".join(sorted(policy.synopses)) or "none is declared"
-        raise ProgrammingError(f'synopsis "{name}" is not declared in {policy.path}', sqlstate="42704",
-                               hint=f"declared synopses: {known}; declare one as a [synopses.NAME] section")
+        raise ProgrammingError(
+            f'synopsis "{name}" is not declared in {policy.path}',
+            sqlstate="42704",
+            hint=f"declared synopses: {known}; declare one as a [synopses.NAME] section",
+        )
     return spec
 
 
@@ -73,11 +76,13 @@ def dimension_sql(spec: SynopsisSpec, i: int) -> str:
 def cube_query(spec: SynopsisSpec) -> exp.Select:
     """SELECT <dimensions>, COUNT(*), SUM(col)... FROM table GROUP BY <dimensions>."""
     dims = [f"{dimension_sql(spec, i)} AS d{i}" for i in range(len(spec.dimensions))]
-    measures = [("COUNT(*)" if m.kind == "count" else f'SUM("{m.column}")') + f" AS m{j}"
-                for j, m in enumerate(spec.measures)]
+    measures = [
+        ("COUNT(*)" if m.kind == "count" else f'SUM("{m.column}")') + f" AS m{j}" for j, m in enumerate(spec.measures)
+    ]
     group = ", ".join(str(i + 1) for i in range(len(spec.dimensions)))
-    return sqlglot.parse_one(f'SELECT {", ".join(dims + measures)} FROM "{spec.table}" GROUP BY {group}',
-                             read="postgres")
+    return sqlglot.parse_one(
+        f'SELECT {", ".join(dims + measures)} FROM "{spec.table}" GROUP BY {group}', read="postgres"
+    )
 
 
 def cube_plan(spec: SynopsisSpec, policy, schema) -> Plan:
@@ -85,12 +90,16 @@ def cube_plan(spec: SynopsisSpec, policy, schema) -> Plan:
     try:
         plan = plan_query(cube_query(spec), policy, schema, "laplace", QueryOptions())
     except Error as e:
-        raise unsupported(f"synopsis {spec.name}: its cube cannot be planned: {e.message}",
-                          hint="bucket numeric dimensions of integer columns by width and date columns by unit; "
-                               "give every other dimension declared keys") from None
+        raise unsupported(
+            f"synopsis {spec.name}: its cube cannot be planned: {e.message}",
+            hint="bucket numeric dimensions of integer columns by width and date columns by unit; "
+            "give every other dimension declared keys",
+        ) from None
     if not isinstance(plan, Plan) or not plan.declared or plan.sample_rate is not None:
-        raise unsupported(f"synopsis {spec.name}: a dimension has no declared domain",
-                          hint="width buckets need an integer column with bounds; dates need date bounds")
+        raise unsupported(
+            f"synopsis {spec.name}: a dimension has no declared domain",
+            hint="width buckets need an integer column with bounds; dates need date bounds",
+        )
     if len(plan.estimates) != len(spec.measures) or any(m.width != 1 for m in plan.measures):
         raise unsupported(f"synopsis {spec.name}: its measures do not plan as one count or sum each")
     return plan
@@ -106,7 +115,7 @@ def domain_values(engine, plan: Plan) -> list[list[Any]]:
     """Each dimension's values, as the engine lists the declared domain (public data, free)."""
     rs = engine.execute(engine.prepare(declared_domain(plan), owned=True))
     values = []
-    for col in rs.columns[:len(plan.keys)]:
+    for col in rs.columns[: len(plan.keys)]:
         seen = list(dict.fromkeys(col))
         seen.sort(key=lambda v: key_order((v,)))
         values.append(seen)
@@ -117,8 +126,11 @@ def charts_of(spec: SynopsisSpec) -> Charts:
     """The class of charts the strategy is tuned to: the declared charts (else every chart of at
     most two dimensions), filtered on the declared filters."""
     k = len(spec.dimensions)
-    groupings = default_charts(k).groupings if spec.charts is None else \
-        tuple(dict.fromkeys(sum(1 << i for i in c) for c in spec.charts))
+    groupings = (
+        default_charts(k).groupings
+        if spec.charts is None
+        else tuple(dict.fromkeys(sum(1 << i for i in c) for c in spec.charts))
+    )
     return Charts(groupings, sum(1 << i for i in spec.filters))
 
 
@@ -151,34 +163,75 @@ def publish(session, name: str) -> Published:
     noises = [[Noise("laplace", laplace_scale(l1[j], e)) for e in epsilons[j]] for j in range(len(spec.measures))]
     session.bounded_sql(plan)  # the engine binds the bounded query before the charge: a refusal is free
     version = engine.data_version()
-    parts = [Part("laplace", e, rho=e * e / 2, noise_multiplier=n.scale / l1[j])
-             for j in range(len(spec.measures)) for e, n in zip(epsilons[j], noises[j])]
+    parts = [
+        Part("laplace", e, rho=e * e / 2, noise_multiplier=n.scale / l1[j])
+        for j in range(len(spec.measures))
+        for e, n in zip(epsilons[j], noises[j])
+    ]
     cost = Cost.of(parts)
     who = payers(spec, policy)
-    detail = {"synopsis": spec.name, "table": spec.table, "data_version": version,
-              "dimensions": [d.describe() for d in spec.dimensions], "measures": [m.name for m in spec.measures],
-              "marginals": [list(_names(spec, m)) for m in strategy.marginals],
-              "mechanisms": [{"measure": spec.measures[j].name, "marginal": "×".join(_names(spec, m)) or "total",
-                              "kind": "laplace", "epsilon": float(e), "scale": n.scale}
-                             for j in range(len(spec.measures))
-                             for m, e, n in zip(strategy.marginals, epsilons[j], noises[j])]}
-    pending = ledger.charging(who[0], policy.user(who[0]).budget, cost, f"SYNOPSIS PUBLISH {spec.name}", detail,
-                              policy.privacy.global_budget, others=[(u, policy.user(u).budget) for u in who[1:]])
+    detail = {
+        "synopsis": spec.name,
+        "table": spec.table,
+        "data_version": version,
+        "dimensions": [d.describe() for d in spec.dimensions],
+        "measures": [m.name for m in spec.measures],
+        "marginals": [list(_names(spec, m)) for m in strategy.marginals],
+        "mechanisms": [
+            {
+                "measure": spec.measures[j].name,
+                "marginal": "×".join(_names(spec, m)) or "total",
+                "kind": "laplace",
+                "epsilon": float(e),
+                "scale": n.scale,
+            }
+            for j in range(len(spec.measures))
+            for m, e, n in zip(strategy.marginals, epsilons[j], noises[j])
+        ],
+    }
+    pending = ledger.charging(
+        who[0],
+        policy.user(who[0]).budget,
+        cost,
+        f"SYNOPSIS PUBLISH {spec.name}",
+        detail,
+        policy.privacy.global_budget,
+        others=[(u, policy.user(u).budget) for u in who[1:]],
+    )
     charge = pending.durable()
     try:
         rs = session.bounded_result(plan)
     except Error as e:
-        raise OperationalError(f"publishing synopsis {spec.name} failed: {e.message}", sqlstate=e.sqlstate,
-                               hint="its cost stays charged, because whether a query fails can depend on the data")
+        raise OperationalError(
+            f"publishing synopsis {spec.name} failed: {e.message}",
+            sqlstate=e.sqlstate,
+            hint="its cost stays charged, because whether a query fails can depend on the data",
+        )
     draws = [(measure_index(plan, j), e, n) for j in range(len(spec.measures)) for e, n in zip(epsilons[j], noises[j])]
     guard.check_synopsis(plan, rs, charge, policy, draws, cells)
     exact = exact_cubes(plan, rs, values, sizes, len(spec.measures))
-    body = {"name": spec.name, "table": spec.table, "data_version": version, "charge_id": charge.id,
-            "epsilon": float(spec.epsilon), "charged_to": spec.charged_to, "readers": list(spec.readers(policy.users)),
-            "sizes": list(sizes), "published_at": time.time(),
-            "dimensions": [{"column": d.column, "width": d.width, "unit": d.unit, "sql": dimension_sql(spec, i),
-                            "values": [encode(v) for v in values[i]]} for i, d in enumerate(spec.dimensions)],
-            "measures": []}
+    body = {
+        "name": spec.name,
+        "table": spec.table,
+        "data_version": version,
+        "charge_id": charge.id,
+        "epsilon": float(spec.epsilon),
+        "charged_to": spec.charged_to,
+        "readers": list(spec.readers(policy.users)),
+        "sizes": list(sizes),
+        "published_at": time.time(),
+        "dimensions": [
+            {
+                "column": d.column,
+                "width": d.width,
+                "unit": d.unit,
+                "sql": dimension_sql(spec, i),
+                "values": [encode(v) for v in values[i]],
+            }
+            for i, d in enumerate(spec.dimensions)
+        ],
+        "measures": [],
+    }
     for j, m in enumerate(spec.measures):
         unit = plan.measures[measure_index(plan, j)].unit_scale
         noisy, precision = {}, {}
@@ -192,13 +245,23 @@ def publish(session, name: str) -> Published:
         if m.kind == "count":  # not sums: clipping their many small noisy cells would bias every total up
             cube = reconstruct.non_negative(cube, lam)
         cube = reconstruct.rounded(cube)
-        body["measures"].append({"name": m.name, "kind": m.kind, "column": m.column,
-                                 "cube": [float(v) for v in np.ravel(cube)], "eigen": [float(v) for v in lam]})
+        body["measures"].append(
+            {
+                "name": m.name,
+                "kind": m.kind,
+                "column": m.column,
+                "cube": [float(v) for v in np.ravel(cube)],
+                "eigen": [float(v) for v in lam],
+            }
+        )
     store.put(ledger, spec.name, version, charge.id, body)
-    ledger.record_release(charge.id, {"synopsis": spec.name, "data_version": version, "cells": cells,
-                                      "measures": [m.name for m in spec.measures]})
-    return Published(spec.name, charge.id, float(cost.epsilon), version, cells, len(strategy.marginals),
-                     time.perf_counter() - start)
+    ledger.record_release(
+        charge.id,
+        {"synopsis": spec.name, "data_version": version, "cells": cells, "measures": [m.name for m in spec.measures]},
+    )
+    return Published(
+        spec.name, charge.id, float(cost.epsilon), version, cells, len(strategy.marginals), time.perf_counter() - start
+    )
 
 
 def _names(spec: SynopsisSpec, mask: int) -> list[str]:
@@ -233,4 +296,3 @@ def decode(v: Any) -> Any:
             return datetime.date.fromisoformat(v["date"])
         return datetime.datetime.fromisoformat(v["timestamp"])
     return v
-

@@ -68,8 +68,9 @@ def _apply(v: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return _transform(_diagonal(weights, v.shape) * _transform(v, bases), bases, inverse=True)
 
 
-def least_squares(noisy: dict[int, np.ndarray], precision: dict[int, float], lam: np.ndarray,
-                  sizes: tuple[int, ...]) -> np.ndarray:
+def least_squares(
+    noisy: dict[int, np.ndarray], precision: dict[int, float], lam: np.ndarray, sizes: tuple[int, ...]
+) -> np.ndarray:
     """The weighted least-squares cube from the noisy marginals (mask -> array)."""
     rhs = np.zeros(sizes)
     for m, y in noisy.items():
@@ -97,7 +98,6 @@ def non_negative(x: np.ndarray, lam: np.ndarray) -> np.ndarray:
         if moved <= TOLERANCE * max(1.0, float(np.max(np.abs(z)))):
             break
     return z
-
 
 
 def rounded(x: np.ndarray) -> np.ndarray:

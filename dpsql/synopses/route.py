@@ -95,8 +95,13 @@ def answer(session, stmt, tree: exp.Expression) -> Answer | None:
 
 
 def decide(session, stmt, tree: exp.Expression, found: list[store.Stored]) -> Route | None:
-    key = (session.user.name, tree.sql(dialect="postgres"), repr(stmt.options), session.settings.mechanism,
-           tuple((s.name, s.data_version, s.charge_id) for s in found))
+    key = (
+        session.user.name,
+        tree.sql(dialect="postgres"),
+        repr(stmt.options),
+        session.settings.mechanism,
+        tuple((s.name, s.data_version, s.charge_id) for s in found),
+    )
     if key in _decisions:
         _decisions.move_to_end(key)
         return _decisions[key]
@@ -115,8 +120,9 @@ def decide(session, stmt, tree: exp.Expression, found: list[store.Stored]) -> Ro
 
 def _plan(session, stmt, tree: exp.Expression) -> Plan | None:
     try:
-        plan = plan_query(tree.copy(), session.policy, session.engine.schema(), session.settings.mechanism,
-                          stmt.options)
+        plan = plan_query(
+            tree.copy(), session.policy, session.engine.schema(), session.settings.mechanism, stmt.options
+        )
     except Error:
         return None  # refused or not a DP aggregate: the per-query way says why
     return plan if isinstance(plan, Plan) else None
@@ -142,8 +148,14 @@ def match(policy, schema, plan: Plan, stored: store.Stored) -> Route | None:
     body = stored.body
     spec = policy.synopses.get(stored.name)
     rel = plan.relation
-    if (spec is None or plan.sample_rate is not None or len(rel.sources) != 1 or rel.joins
-            or rel.sources[0].derived is not None or rel.sources[0].table.name != body["table"]):
+    if (
+        spec is None
+        or plan.sample_rate is not None
+        or len(rel.sources) != 1
+        or rel.joins
+        or rel.sources[0].derived is not None
+        or rel.sources[0].table.name != body["table"]
+    ):
         return None
     keys = _dimension_keys(policy, schema, stored)
     dims = []
@@ -156,7 +168,10 @@ def match(policy, schema, plan: Plan, stored: store.Stored) -> Route | None:
     unit = plan.unit.sql() if plan.unit is not None else None
     for cond in rel.where:
         for term in conjuncts(cond):
-            if unit is not None and term.sql() == exp.Not(this=exp.Is(this=plan.unit.copy(), expression=exp.Null())).sql():
+            if (
+                unit is not None
+                and term.sql() == exp.Not(this=exp.Is(this=plan.unit.copy(), expression=exp.Null())).sql()
+            ):
                 continue
             picked = _selection(term, body, keys)
             if picked is None:
@@ -169,8 +184,13 @@ def match(policy, schema, plan: Plan, stored: store.Stored) -> Route | None:
         if needed is None:
             return None
         estimates.append(needed)
-    return Route(stored.name, stored.data_version, tuple(dims),
-                 tuple(None if s is None else tuple(sorted(s)) for s in selection), tuple(estimates))
+    return Route(
+        stored.name,
+        stored.data_version,
+        tuple(dims),
+        tuple(None if s is None else tuple(sorted(s)) for s in selection),
+        tuple(estimates),
+    )
 
 
 def _estimate(plan: Plan, e, body: dict, policy) -> tuple[str, str] | None:
@@ -299,8 +319,14 @@ def _bucket(d: dict, v: Any) -> tuple[Any, Any]:
     return day, following - datetime.timedelta(days=1)
 
 
-_TESTS = {exp.GT: lambda x, b: x > b, exp.GTE: lambda x, b: x >= b, exp.LT: lambda x, b: x < b,
-          exp.LTE: lambda x, b: x <= b, exp.EQ: lambda x, b: x == b, exp.NEQ: lambda x, b: x != b}
+_TESTS = {
+    exp.GT: lambda x, b: x > b,
+    exp.GTE: lambda x, b: x >= b,
+    exp.LT: lambda x, b: x < b,
+    exp.LTE: lambda x, b: x <= b,
+    exp.EQ: lambda x, b: x == b,
+    exp.NEQ: lambda x, b: x != b,
+}
 
 
 def _aligned(i: int, d: dict, values: list, op, bound: Any, bucket_value: bool) -> tuple[int, set[int]] | None:
@@ -392,10 +418,17 @@ def result_from(session, plan: Plan, stored: store.Stored, route: Route) -> Answ
     out = session._post.run(plan.post, noisy)
     f, totals = session.ledger.state(session.user.name, session.budget_policy)
     published = datetime.datetime.fromtimestamp(stored.at, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    dp = {"cost": {"epsilon": 0.0, "delta": 0.0}, "remaining": {k: float(v) for k, v in f.remaining(totals).items()},
-          "ci": dict(out.ci), "confidence": confidence, "mechanism": "synopsis", "cached": False,
-          "synopsis": route.name, "receipt": stored.charge_id,
-          "notice": f"answered from synopsis {route.name} (published {published}), free"}
+    dp = {
+        "cost": {"epsilon": 0.0, "delta": 0.0},
+        "remaining": {k: float(v) for k, v in f.remaining(totals).items()},
+        "ci": dict(out.ci),
+        "confidence": confidence,
+        "mechanism": "synopsis",
+        "cached": False,
+        "synopsis": route.name,
+        "receipt": stored.charge_id,
+        "notice": f"answered from synopsis {route.name} (published {published}), free",
+    }
     return Answer(out.names, out.types, [tuple(r) for r in out.rows], dp)
 
 
@@ -436,8 +469,9 @@ def explain(session, tree: exp.Expression, options) -> list[str]:
         return [f"route: per query (charged as above): not a function of published synopsis {names}"]
     stored = next(s for s in found if s.name == route.name)
     sizes = tuple(stored.body["sizes"])
-    selected = tuple(1 if i in route.dims else (n if s is None else len(s))
-                     for i, (n, s) in enumerate(zip(sizes, route.selection)))
+    selected = tuple(
+        1 if i in route.dims else (n if s is None else len(s)) for i, (n, s) in enumerate(zip(sizes, route.selection))
+    )
     eigen = {m["name"]: np.array(m["eigen"]) for m in stored.body["measures"]}
     pct = f"{session.settings.confidence * 100:g}%"
     lines = [f"route: synopsis {route.name}, free (instead of the per-query cost above)"]
@@ -446,8 +480,10 @@ def explain(session, tree: exp.Expression, options) -> list[str]:
         column = name[4:-1] if name.startswith("sum(") else "*"
         label = "COUNT(*)" if func == "count" else f"{func.upper().replace('WHOLE_', '')}({column})"
         part = f" (its SUM({column}); divided by the count)" if func == "avg" else ""
-        lines.append(f"  {label} from the synopsis{part}: {pct} error within ±{half:.6g} per group, "
-                     "against the per-query error above")
+        lines.append(
+            f"  {label} from the synopsis{part}: {pct} error within ±{half:.6g} per group, "
+            "against the per-query error above"
+        )
     return lines
 
 

@@ -82,8 +82,9 @@ REQUIRED = ("table", "dimensions", "measures", "epsilon", "charged_to")
 ALLOWED = REQUIRED + ("charts", "filters")
 
 
-def parse_synopses(raw: Any, path: Path, tables: Mapping[str, Any], users: Mapping[str, Any]
-                   ) -> dict[str, SynopsisSpec]:
+def parse_synopses(
+    raw: Any, path: Path, tables: Mapping[str, Any], users: Mapping[str, Any]
+) -> dict[str, SynopsisSpec]:
     """Every [synopses.NAME] section, validated; PolicyError names the place and the fix."""
     if raw is None:
         return {}
@@ -102,29 +103,38 @@ def _fail(where: str, what: str, fix: str) -> PolicyError:
     return PolicyError(f"{where}: {what}", hint=fix)
 
 
-def _parse_one(name: str, body: Mapping[str, Any], where: str, tables: Mapping[str, Any],
-               users: Mapping[str, Any]) -> SynopsisSpec:
+def _parse_one(
+    name: str, body: Mapping[str, Any], where: str, tables: Mapping[str, Any], users: Mapping[str, Any]
+) -> SynopsisSpec:
     extra = sorted(set(body) - set(ALLOWED))
     if extra:
         raise _fail(where, f"unknown key {extra[0]!r}", f"allowed keys here are: {', '.join(ALLOWED)}")
     for key in REQUIRED:
         if key not in body:
-            raise _fail(where, f"missing {key}", 'see the example in README: table, dimensions, measures, epsilon, '
-                                                 'charged_to')
+            raise _fail(
+                where, f"missing {key}", "see the example in README: table, dimensions, measures, epsilon, charged_to"
+            )
     table_name = body["table"]
     table = tables.get(table_name.lower()) if isinstance(table_name, str) else None
     if table is None:
-        raise _fail(where, f"table = {table_name!r} is not a table of the policy",
-                    f"name one of: {', '.join(sorted(tables))}")
+        raise _fail(
+            where, f"table = {table_name!r} is not a table of the policy", f"name one of: {', '.join(sorted(tables))}"
+        )
     if table.public:
         raise _fail(where, f"table {table.name!r} is public", "a public table needs no synopsis: query it directly")
     dims_raw = body["dimensions"]
     if not isinstance(dims_raw, list) or not dims_raw:
-        raise _fail(where, "dimensions must be a non-empty list",
-                    'for example dimensions = ["region", { column = "age", width = 10 }]')
+        raise _fail(
+            where,
+            "dimensions must be a non-empty list",
+            'for example dimensions = ["region", { column = "age", width = 10 }]',
+        )
     if len(dims_raw) > MAX_DIMENSIONS:
-        raise _fail(where, f"{len(dims_raw)} dimensions, more than {MAX_DIMENSIONS}",
-                    "split the dashboard into synopses of fewer dimensions")
+        raise _fail(
+            where,
+            f"{len(dims_raw)} dimensions, more than {MAX_DIMENSIONS}",
+            "split the dashboard into synopses of fewer dimensions",
+        )
     dimensions = tuple(_dimension(d, where, table) for d in dims_raw)
     names = [d.column for d in dimensions]
     if len(set(names)) != len(names):
@@ -141,18 +151,26 @@ def _parse_one(name: str, body: Mapping[str, Any], where: str, tables: Mapping[s
     epsilon = Fraction(repr(eps)) if isinstance(eps, float) else Fraction(eps)
     who = body["charged_to"]
     if not isinstance(who, str) or (who != EVERYONE and who not in users):
-        raise _fail(where, f"charged_to = {who!r} is neither an analyst of the policy nor \"everyone\"",
-                    f"name one of: {', '.join(sorted(users))}, or \"everyone\"")
+        raise _fail(
+            where,
+            f'charged_to = {who!r} is neither an analyst of the policy nor "everyone"',
+            f'name one of: {", ".join(sorted(users))}, or "everyone"',
+        )
     cells = 1
     for d in dimensions:
         cells *= dimension_size(d, table)
     if cells > MAX_CELLS:
-        raise _fail(where, f"the full cube has {cells} cells, more than {MAX_CELLS}",
-                    "use fewer dimensions or wider buckets")
+        raise _fail(
+            where, f"the full cube has {cells} cells, more than {MAX_CELLS}", "use fewer dimensions or wider buckets"
+        )
     charts = None if "charts" not in body else tuple(_chart(c, where, names) for c in _list(body, "charts", where))
     if charts == ():
-        raise _fail(where, "charts is empty", 'leave it out (every chart of one or two dimensions), or list the '
-                                              'charts: [["region"], ["region", "sex"], []]')
+        raise _fail(
+            where,
+            "charts is empty",
+            "leave it out (every chart of one or two dimensions), or list the "
+            'charts: [["region"], ["region", "sex"], []]',
+        )
     filters = tuple(sorted({_index(f, where, names, "filters") for f in _list(body, "filters", where)}))
     return SynopsisSpec(name, table.name, dimensions, measures, epsilon, who, charts, filters)
 
@@ -160,8 +178,11 @@ def _parse_one(name: str, body: Mapping[str, Any], where: str, tables: Mapping[s
 def _list(body: Mapping[str, Any], key: str, where: str) -> list:
     raw = body.get(key, [])
     if not isinstance(raw, list):
-        raise _fail(where, f"{key} must be a list",
-                    'for example charts = [["region"], ["region", "sex"]] and filters = ["region"]')
+        raise _fail(
+            where,
+            f"{key} must be a list",
+            'for example charts = [["region"], ["region", "sex"]] and filters = ["region"]',
+        )
     return raw
 
 
@@ -175,8 +196,11 @@ def _index(raw: Any, where: str, names: list[str], key: str) -> int:
 def _chart(raw: Any, where: str, names: list[str]) -> tuple[int, ...]:
     """A declared chart: the dimensions it groups by ([] is the total)."""
     if not isinstance(raw, list):
-        raise _fail(where, f"charts: {raw!r} is not a list of dimensions",
-                    'write each chart as the list of the dimensions it groups by: [["region"], ["region", "sex"], []]')
+        raise _fail(
+            where,
+            f"charts: {raw!r} is not a list of dimensions",
+            'write each chart as the list of the dimensions it groups by: [["region"], ["region", "sex"], []]',
+        )
     dims = tuple(sorted({_index(d, where, names, "charts") for d in raw}))
     if len(dims) != len(raw):
         raise _fail(where, f"charts: {raw!r} names a dimension twice", "list each dimension of a chart once")
@@ -187,42 +211,66 @@ def _dimension(raw: Any, where: str, table: Any) -> Dimension:
     if isinstance(raw, str):
         col = table.columns.get(raw.lower())
         if col is None or (col.keys is None and col.keys_from is None):
-            raise _fail(where, f"dimension {raw!r} has no declared keys in [tables.{table.name}]",
-                        f"declare columns.{raw} = {{ keys = [...] }}, or bucket a bounded column: "
-                        f"{{ column = \"{raw}\", width = 10 }}")
+            raise _fail(
+                where,
+                f"dimension {raw!r} has no declared keys in [tables.{table.name}]",
+                f"declare columns.{raw} = {{ keys = [...] }}, or bucket a bounded column: "
+                f'{{ column = "{raw}", width = 10 }}',
+            )
         if col.keys is None:
-            raise _fail(where, f"dimension {raw!r} takes its keys from a public table (keys_from)",
-                        "list its keys in the policy (keys = [...]) for a synopsis")
+            raise _fail(
+                where,
+                f"dimension {raw!r} takes its keys from a public table (keys_from)",
+                "list its keys in the policy (keys = [...]) for a synopsis",
+            )
         return Dimension(col.name)
     if not isinstance(raw, dict):
-        raise _fail(where, f"dimension {raw!r} is neither a column name nor {{ column = ..., width = ... }}",
-                    'write "region" or { column = "age", width = 10 }')
+        raise _fail(
+            where,
+            f"dimension {raw!r} is neither a column name nor {{ column = ..., width = ... }}",
+            'write "region" or { column = "age", width = 10 }',
+        )
     extra = sorted(set(raw) - {"column", "width", "unit"})
     if extra or "column" not in raw:
-        raise _fail(where, f"dimension {raw!r}: {'unknown key ' + repr(extra[0]) if extra else 'missing column'}",
-                    'write { column = "age", width = 10 } or { column = "visit_date", unit = "month" }')
+        raise _fail(
+            where,
+            f"dimension {raw!r}: {'unknown key ' + repr(extra[0]) if extra else 'missing column'}",
+            'write { column = "age", width = 10 } or { column = "visit_date", unit = "month" }',
+        )
     name = str(raw["column"]).lower()
     col = table.columns.get(name)
     if col is None:
-        raise _fail(where, f"dimension column {name!r} is not declared in [tables.{table.name}]",
-                    f"declare its bounds: columns.{name} = {{ lower = ..., upper = ... }}")
+        raise _fail(
+            where,
+            f"dimension column {name!r} is not declared in [tables.{table.name}]",
+            f"declare its bounds: columns.{name} = {{ lower = ..., upper = ... }}",
+        )
     if "width" in raw:
         w = raw["width"]
         if isinstance(w, bool) or not isinstance(w, (int, float)) or not w > 0:
             raise _fail(where, f"dimension {name!r}: width = {w!r} must be a positive number", "for example width = 10")
         if not col.bounded:
-            raise _fail(where, f"dimension {name!r} is bucketed by width but has no numeric bounds",
-                        f"declare columns.{name} = {{ lower = ..., upper = ... }}")
+            raise _fail(
+                where,
+                f"dimension {name!r} is bucketed by width but has no numeric bounds",
+                f"declare columns.{name} = {{ lower = ..., upper = ... }}",
+            )
         if "unit" in raw:
             raise _fail(where, f"dimension {name!r} has both width and unit", "keep one")
         return Dimension(name, width=float(w))
     unit = raw.get("unit")
     if unit not in DATE_UNITS:
-        raise _fail(where, f"dimension {name!r}: give width = N (numbers) or unit = \"month\" | \"year\" (dates)",
-                    'for example { column = "visit_date", unit = "month" }')
+        raise _fail(
+            where,
+            f'dimension {name!r}: give width = N (numbers) or unit = "month" | "year" (dates)',
+            'for example { column = "visit_date", unit = "month" }',
+        )
     if col.dates is None:
-        raise _fail(where, f"dimension {name!r} is bucketed by {unit} but has no date bounds",
-                    f"declare columns.{name} = {{ lower = 2023-01-01, upper = 2024-12-31 }}")
+        raise _fail(
+            where,
+            f"dimension {name!r} is bucketed by {unit} but has no date bounds",
+            f"declare columns.{name} = {{ lower = 2023-01-01, upper = 2024-12-31 }}",
+        )
     return Dimension(name, unit=unit)
 
 
@@ -231,11 +279,16 @@ def _measure(raw: Any, where: str, table: Any) -> Measure:
         return Measure("count")
     m = _SUM.fullmatch(raw.strip()) if isinstance(raw, str) else None
     if m is None:
-        raise _fail(where, f"measure {raw!r} is not count or sum(column)", 'for example measures = ["count", "sum(income)"]')
+        raise _fail(
+            where, f"measure {raw!r} is not count or sum(column)", 'for example measures = ["count", "sum(income)"]'
+        )
     col = table.columns.get(m.group(1).lower())
     if col is None or not col.bounded or col.dates is not None:
-        raise _fail(where, f"measure {raw!r}: {m.group(1)} has no numeric bounds in [tables.{table.name}]",
-                    f"declare columns.{m.group(1)} = {{ lower = ..., upper = ... }}: a sum is bounded as any query is")
+        raise _fail(
+            where,
+            f"measure {raw!r}: {m.group(1)} has no numeric bounds in [tables.{table.name}]",
+            f"declare columns.{m.group(1)} = {{ lower = ..., upper = ... }}: a sum is bounded as any query is",
+        )
     return Measure("sum", col.name)
 
 

@@ -50,8 +50,11 @@ def put(ledger, name: str, data_version: str, charge_id: int, body: dict[str, An
     _ensure(ledger)
     with ledger._write([]) as con:
         ledger._exec(con, "DELETE FROM synopses WHERE name = ? AND data_version = ?", (name, data_version))
-        ledger._exec(con, "INSERT INTO synopses (name, data_version, at, charge_id, body) VALUES (?, ?, ?, ?, ?)",
-                     (name, data_version, time.time(), charge_id, json.dumps(body)))
+        ledger._exec(
+            con,
+            "INSERT INTO synopses (name, data_version, at, charge_id, body) VALUES (?, ?, ?, ?, ?)",
+            (name, data_version, time.time(), charge_id, json.dumps(body)),
+        )
     _forget(ledger)
 
 
@@ -102,9 +105,17 @@ def status(specs: dict[str, Any], stored: list[Stored], version: str) -> list[di
         mine = sorted((s for s in stored if s.name == name), key=lambda s: s.at)
         current = [s for s in mine if s.data_version == version]
         state = "published" if current else ("stale (the data changed: publish again)" if mine else "not published")
-        rows.append({"name": name, "table": spec.table, "epsilon": float(spec.epsilon), "charged_to": spec.charged_to,
-                     "dimensions": [d.describe() for d in spec.dimensions],
-                     "measures": [m.name for m in spec.measures], "state": state,
-                     "published_at": current[-1].at if current else None,
-                     "receipt": current[-1].charge_id if current else None})
+        rows.append(
+            {
+                "name": name,
+                "table": spec.table,
+                "epsilon": float(spec.epsilon),
+                "charged_to": spec.charged_to,
+                "dimensions": [d.describe() for d in spec.dimensions],
+                "measures": [m.name for m in spec.measures],
+                "state": state,
+                "published_at": current[-1].at if current else None,
+                "receipt": current[-1].charge_id if current else None,
+            }
+        )
     return rows

@@ -137,8 +137,9 @@ def _workload(sizes: tuple[int, ...], charts: Charts) -> tuple[np.ndarray, np.nd
 
 
 def _outside(sizes: tuple[int, ...]) -> np.ndarray:
-    return np.array([math.prod(n for i, n in enumerate(sizes) if not m >> i & 1) for m in masks(len(sizes))],
-                    dtype=float)
+    return np.array(
+        [math.prod(n for i, n in enumerate(sizes) if not m >> i & 1) for m in masks(len(sizes))], dtype=float
+    )
 
 
 def _contains(k: int) -> np.ndarray:
@@ -249,7 +250,7 @@ def candidates(sizes: tuple[int, ...], charts: Charts) -> list[Strategy]:
 def choose(sizes: tuple[int, ...], charts: Charts | None = None) -> Strategy:
     """The candidate with the least expected error on the class of charts (default_charts)."""
     charts = default_charts(len(sizes)) if charts is None else charts
-    scored = [(expected_error(_dense(s, len(sizes)), sizes, charts), i, s)
-              for i, s in enumerate(candidates(sizes, charts))]
+    scored = [
+        (expected_error(_dense(s, len(sizes)), sizes, charts), i, s) for i, s in enumerate(candidates(sizes, charts))
+    ]
     return min(scored, key=lambda x: x[:2])[2]
-

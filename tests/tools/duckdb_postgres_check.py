@@ -15,8 +15,9 @@ con.execute(f"LOAD '{extension}'")
 dsn = f"host=127.0.0.1 port={os.environ['DPSQL_PORT']} dbname=dpsql user=alice password={os.environ['DPSQL_PASSWORD']} sslmode=disable"
 con.execute(f"ATTACH '{dsn}' AS dp (TYPE postgres, READ_ONLY)")
 out = {}
-grouped = con.execute("SELECT * FROM postgres_query('dp', 'SELECT sex, COUNT(*) AS n FROM people GROUP BY sex') "
-                      "ORDER BY sex").fetchall()
+grouped = con.execute(
+    "SELECT * FROM postgres_query('dp', 'SELECT sex, COUNT(*) AS n FROM people GROUP BY sex') ORDER BY sex"
+).fetchall()
 out["grouped"] = [[s, int(n)] for s, n in grouped]
 out["public"] = con.execute("SELECT COUNT(*) FROM dp.public.places").fetchone()[0]
 try:
@@ -24,5 +25,7 @@ try:
     out["rows"] = "answered"
 except duckdb.Error as e:
     out["rows"] = str(e)
-out["tables"] = sorted(r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'dp'").fetchall())
+out["tables"] = sorted(
+    r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'dp'").fetchall()
+)
 print(json.dumps(out))

@@ -6,8 +6,12 @@ import os
 
 from harlequin_postgres import HarlequinPostgresAdapter
 
-adapter = HarlequinPostgresAdapter(conn_str=(f"host=127.0.0.1 port={os.environ['DPSQL_PORT']} dbname=dpsql user=alice "
-                                             f"password={os.environ['DPSQL_PASSWORD']} sslmode=disable",))
+adapter = HarlequinPostgresAdapter(
+    conn_str=(
+        f"host=127.0.0.1 port={os.environ['DPSQL_PORT']} dbname=dpsql user=alice "
+        f"password={os.environ['DPSQL_PASSWORD']} sslmode=disable",
+    )
+)
 conn = adapter.connect()
 
 

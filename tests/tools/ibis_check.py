@@ -6,8 +6,14 @@ import os
 
 import ibis
 
-con = ibis.postgres.connect(host="127.0.0.1", port=int(os.environ["DPSQL_PORT"]), user="alice",
-                            password=os.environ["DPSQL_PASSWORD"], database="dpsql", sslmode="disable")
+con = ibis.postgres.connect(
+    host="127.0.0.1",
+    port=int(os.environ["DPSQL_PORT"]),
+    user="alice",
+    password=os.environ["DPSQL_PASSWORD"],
+    database="dpsql",
+    sslmode="disable",
+)
 people = con.table("people")
 older = people.filter(people.age > 30)
 out = {

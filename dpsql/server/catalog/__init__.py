@@ -8,7 +8,6 @@ as for a never-analyzed table). The client's SQL is rewritten onto these tables,
 functions become macros, and result column types are PostgreSQL's own.
 """
 
-
 from __future__ import annotations
 
 import logging
@@ -44,23 +43,26 @@ class Catalog(Contents, Rewriting):
         self.policy = policy
         self.schema = schema
         self.database = database
-        self._con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
-                                                       "autoload_known_extensions": False})
+        self._con = duckdb.connect(
+            ":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+        )
         self._lock = threading.Lock()
         self._build()
         self._con.execute("SET enable_external_access = false")
         self._con.execute("SET lock_configuration = true")
 
-    def answer(self, sql: str, params: list[Any], session, user: str, pid: int = 0
-               ) -> tuple[list[str], list[int], list[tuple]]:
+    def answer(
+        self, sql: str, params: list[Any], session, user: str, pid: int = 0
+    ) -> tuple[list[str], list[int], list[tuple]]:
         """Run a catalog query: (column names, PostgreSQL type OIDs, rows). `pid` is the one
         the connection's BackendKeyData gave (pg_backend_pid(): tools match the two to find,
         cancel or hide their own session)."""
         try:
             tree = sqlglot.parse_one(_pre(sql), read="postgres")
         except sqlglot.errors.ParseError as e:
-            raise ProgrammingError(f"syntax error in catalog query: {e.errors[0]['description'] if e.errors else e}",
-                                   sqlstate="42601") from None
+            raise ProgrammingError(
+                f"syntax error in catalog query: {e.errors[0]['description'] if e.errors else e}", sqlstate="42601"
+            ) from None
         names = _output_names(tree)
         types = _output_types(tree)
         io = _joins_regproc(tree)
@@ -80,15 +82,21 @@ class Catalog(Contents, Rewriting):
             duck = [str(d[1]) for d in cur.description]
         except duckdb.Error as e:
             if _NO_SOURCE in str(e):
-                raise Error(_NO_SOURCE, sqlstate="0A000",
-                            hint="the README's 'What SQL is answered' lists the functions queries may use") from None
+                raise Error(
+                    _NO_SOURCE,
+                    sqlstate="0A000",
+                    hint="the README's 'What SQL is answered' lists the functions queries may use",
+                ) from None
             # The emulation holds no data, but an engine's text is never a client's business.
             log.info("catalog query not supported (%s): %s", type(e).__name__, str(e).splitlines()[0])
             missing = _missing_name(str(e).splitlines()[0], sql)
-            raise Error("catalog query not supported: it uses a catalog table, column or function dpsql does not "
-                        "emulate" + (f" ({missing})" if missing else ""), sqlstate="0A000",
-                        hint="dpsql answers catalog queries from an emulation of PostgreSQL's catalog "
-                             "(tables, columns, types, comments); please report the client and the query") from None
+            raise Error(
+                "catalog query not supported: it uses a catalog table, column or function dpsql does not "
+                "emulate" + (f" ({missing})" if missing else ""),
+                sqlstate="0A000",
+                hint="dpsql answers catalog queries from an emulation of PostgreSQL's catalog "
+                "(tables, columns, types, comments); please report the client and the query",
+            ) from None
         finally:
             cur.close()
         n = len(duck)
@@ -102,9 +110,15 @@ class Catalog(Contents, Rewriting):
         views = session.view_columns() if session is not None else []
         rows: dict[str, list[tuple]] = {}
         for i, (name, cols) in enumerate(views):
-            for kind, part in self._relation(FIRST_VIEW_OID + 2 * i, FIRST_VIEW_OID + 2 * i + 1, name, cols,
-                                             "dpsql: a temporary view of this session (run and charged when read)",
-                                             {}, view=True).items():
+            for kind, part in self._relation(
+                FIRST_VIEW_OID + 2 * i,
+                FIRST_VIEW_OID + 2 * i + 1,
+                name,
+                cols,
+                "dpsql: a temporary view of this session (run and charged when read)",
+                {},
+                view=True,
+            ).items():
                 rows.setdefault(kind, []).extend(part)
         return rows
 
@@ -128,4 +142,3 @@ def _missing_name(message: str, sql: str) -> str | None:
         if name and name.lower() in sql.lower():
             return name
     return None
-

@@ -24,4 +24,3 @@ def _bind(tree: exp.Expression, params: list[Any]) -> exp.Expression:
         return node
 
     return tree.transform(visit)
-

@@ -12,10 +12,13 @@ from .functions import _GENERAL_FUNCTIONS, _REWRITTEN_FUNCTIONS, _SESSION_FUNCTI
 from .rewrite import _REG_CASTS, _cast_target, _pre
 from .tables import TABLES
 
-_CATALOG_MARKERS = re.compile(r"\b(pg_catalog|information_schema|pg_[a-z_]+|current_schema|current_database|"
-                              r"current_user|session_user|current_setting|set_config|version|current_role|current_schemas|"
-                              r"regclass|regtype|regnamespace|regrole|regproc|regprocedure|"
-                              r"format_type|obj_description|col_description|has_\w+_privilege)\b", re.I)
+_CATALOG_MARKERS = re.compile(
+    r"\b(pg_catalog|information_schema|pg_[a-z_]+|current_schema|current_database|"
+    r"current_user|session_user|current_setting|set_config|version|current_role|current_schemas|"
+    r"regclass|regtype|regnamespace|regrole|regproc|regprocedure|"
+    r"format_type|obj_description|col_description|has_\w+_privilege)\b",
+    re.I,
+)
 
 
 def is_catalog_query(sql: str) -> bool:
@@ -38,11 +41,16 @@ def is_catalog_query(sql: str) -> bool:
             return True
     for f in tree.find_all(exp.Func):
         name = _func_name(f)
-        if (name in _SESSION_FUNCTIONS or (name in _REWRITTEN_FUNCTIONS and name not in _GENERAL_FUNCTIONS)
-                or name in FUNCTION_TYPES and name.startswith(("pg_", "has_"))):
+        if (
+            name in _SESSION_FUNCTIONS
+            or (name in _REWRITTEN_FUNCTIONS and name not in _GENERAL_FUNCTIONS)
+            or name in FUNCTION_TYPES
+            and name.startswith(("pg_", "has_"))
+        ):
             return True
-    if any(isinstance(n, exp.Cast) and (_cast_target(n) in _REG_CASTS or _cast_target(n) in ("regproc", "regprocedure"))
-           for n in tree.walk()):
+    if any(
+        isinstance(n, exp.Cast) and (_cast_target(n) in _REG_CASTS or _cast_target(n) in ("regproc", "regprocedure"))
+        for n in tree.walk()
+    ):
         return True
     return any(isinstance(n, (exp.CurrentUser, exp.CurrentSchema)) for n in tree.walk())
-

@@ -11,39 +11,124 @@ from .. import codec as c
 
 # The functions a query may use (sql/allowlist.py), listed in pg_proc and
 # information_schema.routines so SQL editors complete them: (name, return type, aggregate).
-_FUNCTIONS = [(name, c.FLOAT8, True) for name in ("avg", "stddev", "stddev_pop", "stddev_samp", "variance", "var_pop",
-                                                  "var_samp", "median", "percentile_cont", "percentile_disc")] + [
-    ("count", c.INT8, True), ("sum", c.NUMERIC, True), ("min", c.NUMERIC, True), ("max", c.NUMERIC, True)] + [
-    (name, c.FLOAT8, False) for name in ("abs", "round", "floor", "ceil", "sign", "sqrt", "ln", "log", "exp", "power",
-                                         "least", "greatest")] + [
-    (name, c.TEXT, False) for name in ("coalesce", "nullif", "lower", "upper", "substring", "trim", "concat", "left",
-                                       "right", "initcap")] + [
-    ("length", c.INT4, False), ("strpos", c.INT4, False), ("width_bucket", c.INT4, False),
-    ("extract", c.NUMERIC, False), ("date_trunc", c.TIMESTAMP, False), ("current_date", c.DATE, False)] + [
-    ("date_part", c.FLOAT8, False), ("to_char", c.TEXT, False), ("now", c.TIMESTAMPTZ, False),
-    ("localtimestamp", c.TIMESTAMP, False), ("current_timestamp", c.TIMESTAMPTZ, False),
-    ("transaction_timestamp", c.TIMESTAMPTZ, False), ("statement_timestamp", c.TIMESTAMPTZ, False),
-    ("clock_timestamp", c.TIMESTAMPTZ, False)] + [  # and, over public tables and constants:
-    (name, c.TEXT, False) for name in ("replace", "split_part", "format", "lpad", "rpad", "repeat", "reverse",
-                                       "concat_ws", "translate", "md5")] + [
-    ("to_date", c.DATE, False), ("to_timestamp", c.TIMESTAMPTZ, False)]
+_FUNCTIONS = (
+    [
+        (name, c.FLOAT8, True)
+        for name in (
+            "avg",
+            "stddev",
+            "stddev_pop",
+            "stddev_samp",
+            "variance",
+            "var_pop",
+            "var_samp",
+            "median",
+            "percentile_cont",
+            "percentile_disc",
+        )
+    ]
+    + [("count", c.INT8, True), ("sum", c.NUMERIC, True), ("min", c.NUMERIC, True), ("max", c.NUMERIC, True)]
+    + [
+        (name, c.FLOAT8, False)
+        for name in ("abs", "round", "floor", "ceil", "sign", "sqrt", "ln", "log", "exp", "power", "least", "greatest")
+    ]
+    + [
+        (name, c.TEXT, False)
+        for name in ("coalesce", "nullif", "lower", "upper", "substring", "trim", "concat", "left", "right", "initcap")
+    ]
+    + [
+        ("length", c.INT4, False),
+        ("strpos", c.INT4, False),
+        ("width_bucket", c.INT4, False),
+        ("extract", c.NUMERIC, False),
+        ("date_trunc", c.TIMESTAMP, False),
+        ("current_date", c.DATE, False),
+    ]
+    + [
+        ("date_part", c.FLOAT8, False),
+        ("to_char", c.TEXT, False),
+        ("now", c.TIMESTAMPTZ, False),
+        ("localtimestamp", c.TIMESTAMP, False),
+        ("current_timestamp", c.TIMESTAMPTZ, False),
+        ("transaction_timestamp", c.TIMESTAMPTZ, False),
+        ("statement_timestamp", c.TIMESTAMPTZ, False),
+        ("clock_timestamp", c.TIMESTAMPTZ, False),
+    ]
+    + [  # and, over public tables and constants:
+        (name, c.TEXT, False)
+        for name in (
+            "replace",
+            "split_part",
+            "format",
+            "lpad",
+            "rpad",
+            "repeat",
+            "reverse",
+            "concat_ws",
+            "translate",
+            "md5",
+        )
+    ]
+    + [("to_date", c.DATE, False), ("to_timestamp", c.TIMESTAMPTZ, False)]
+)
 
 
 # Return types of the PostgreSQL functions emulated here.
 FUNCTION_TYPES = {
-    "format_type": c.TEXT, "pg_get_userbyid": c.NAME, "pg_table_is_visible": c.BOOL, "pg_type_is_visible": c.BOOL,
-    "pg_get_expr": c.TEXT, "pg_get_constraintdef": c.TEXT, "pg_get_indexdef": c.TEXT, "pg_encoding_to_char": c.NAME,
-    "obj_description": c.TEXT, "col_description": c.TEXT, "shobj_description": c.TEXT,
-    "has_table_privilege": c.BOOL, "has_schema_privilege": c.BOOL, "has_database_privilege": c.BOOL,
-    "has_column_privilege": c.BOOL, "pg_get_statisticsobjdef_columns": c.TEXT, "version": c.TEXT,
-    "current_database": c.NAME, "current_schema": c.NAME, "current_schemas": c.NAME_ARRAY,
-    "pg_backend_pid": c.INT4, "current_setting": c.TEXT, "set_config": c.TEXT, "pg_is_in_recovery": c.BOOL,
-    "array_to_string": c.TEXT, "pg_get_viewdef": c.TEXT, "pg_get_function_result": c.TEXT,
-    "pg_get_function_arguments": c.TEXT, "pg_relation_size": c.INT8, "pg_total_relation_size": c.INT8,
-    "pg_get_partkeydef": c.TEXT, "txid_current": c.INT8, "inet_server_port": c.INT4, "pg_postmaster_start_time": c.TIMESTAMPTZ,
-    "row_number": c.INT8, "count": c.INT8, "current_user": c.NAME, "session_user": c.NAME, "user": c.NAME,
-    "json_build_object": c.JSON, "jsonb_build_object": c.JSONB, "json_object": c.JSON,
-    "quote_ident": c.TEXT, "array_upper": c.INT4, "array_lower": c.INT4, "to_regtype": c.REGTYPE, "to_regclass": c.REGCLASS, "pg_relation_is_publishable": c.BOOL, "pg_get_serial_sequence": c.TEXT, "pg_get_functiondef": c.TEXT, "pg_get_function_sqlbody": c.TEXT, "array_agg": c.TEXT_ARRAY, "lower": c.TEXT, "upper": c.TEXT,
+    "format_type": c.TEXT,
+    "pg_get_userbyid": c.NAME,
+    "pg_table_is_visible": c.BOOL,
+    "pg_type_is_visible": c.BOOL,
+    "pg_get_expr": c.TEXT,
+    "pg_get_constraintdef": c.TEXT,
+    "pg_get_indexdef": c.TEXT,
+    "pg_encoding_to_char": c.NAME,
+    "obj_description": c.TEXT,
+    "col_description": c.TEXT,
+    "shobj_description": c.TEXT,
+    "has_table_privilege": c.BOOL,
+    "has_schema_privilege": c.BOOL,
+    "has_database_privilege": c.BOOL,
+    "has_column_privilege": c.BOOL,
+    "pg_get_statisticsobjdef_columns": c.TEXT,
+    "version": c.TEXT,
+    "current_database": c.NAME,
+    "current_schema": c.NAME,
+    "current_schemas": c.NAME_ARRAY,
+    "pg_backend_pid": c.INT4,
+    "current_setting": c.TEXT,
+    "set_config": c.TEXT,
+    "pg_is_in_recovery": c.BOOL,
+    "array_to_string": c.TEXT,
+    "pg_get_viewdef": c.TEXT,
+    "pg_get_function_result": c.TEXT,
+    "pg_get_function_arguments": c.TEXT,
+    "pg_relation_size": c.INT8,
+    "pg_total_relation_size": c.INT8,
+    "pg_get_partkeydef": c.TEXT,
+    "txid_current": c.INT8,
+    "inet_server_port": c.INT4,
+    "pg_postmaster_start_time": c.TIMESTAMPTZ,
+    "row_number": c.INT8,
+    "count": c.INT8,
+    "current_user": c.NAME,
+    "session_user": c.NAME,
+    "user": c.NAME,
+    "json_build_object": c.JSON,
+    "jsonb_build_object": c.JSONB,
+    "json_object": c.JSON,
+    "quote_ident": c.TEXT,
+    "array_upper": c.INT4,
+    "array_lower": c.INT4,
+    "to_regtype": c.REGTYPE,
+    "to_regclass": c.REGCLASS,
+    "pg_relation_is_publishable": c.BOOL,
+    "pg_get_serial_sequence": c.TEXT,
+    "pg_get_functiondef": c.TEXT,
+    "pg_get_function_sqlbody": c.TEXT,
+    "array_agg": c.TEXT_ARRAY,
+    "lower": c.TEXT,
+    "upper": c.TEXT,
 }
 
 
@@ -108,8 +193,10 @@ CREATE MACRO pgc_to_char(v, f) AS CAST(v AS VARCHAR);
 
 # What psql's \sf and \ef ask for a function's source: refused when evaluated (\df+ names
 # pg_get_function_sqlbody too, for SQL-bodied functions only, of which there are none).
-_NO_SOURCE = ("functions have no source here: dpsql is a proxy, and the functions a query may use are the "
-              "database's built-ins (\\df name shows one)")
+_NO_SOURCE = (
+    "functions have no source here: dpsql is a proxy, and the functions a query may use are the "
+    "database's built-ins (\\df name shows one)"
+)
 
 
 _REWRITTEN_FUNCTIONS = {m.group(1) for m in re.finditer(r"CREATE MACRO pgc_(\w+)", _MACROS)}
@@ -119,9 +206,21 @@ _REWRITTEN_FUNCTIONS = {m.group(1) for m in re.finditer(r"CREATE MACRO pgc_(\w+)
 _GENERAL_FUNCTIONS = {"to_char"}
 
 
-_SESSION_FUNCTIONS = {"version", "current_database", "current_schema", "current_user", "session_user", "user",
-                      "pg_backend_pid", "current_setting", "set_config", "inet_server_port", "inet_server_addr",
-                      "pg_postmaster_start_time", "current_role"}
+_SESSION_FUNCTIONS = {
+    "version",
+    "current_database",
+    "current_schema",
+    "current_user",
+    "session_user",
+    "user",
+    "pg_backend_pid",
+    "current_setting",
+    "set_config",
+    "inet_server_port",
+    "inet_server_addr",
+    "pg_postmaster_start_time",
+    "current_role",
+}
 
 
 _SQLGLOT_NAMES = {"current_version": "version"}  # sqlglot's names for PostgreSQL's functions
@@ -132,4 +231,3 @@ def _func_name(node: exp.Func) -> str:
         return str(node.name).lower()
     name = node.sql_name().lower()
     return _SQLGLOT_NAMES.get(name, name)
-

@@ -25,9 +25,18 @@ def _output_names(tree: exp.Expression) -> list[str | None]:
     return out
 
 
-_ARRAY_TYPES = {c.TEXT: c.TEXT_ARRAY, c.NAME: c.NAME_ARRAY, c.INT2: c.INT2_ARRAY, c.INT4: c.INT4_ARRAY,
-                c.INT8: c.INT8_ARRAY, c.OID: c.OID_ARRAY, c.CHAR: c.CHAR_ARRAY, c.BOOL: c.BOOL_ARRAY,
-                c.FLOAT8: c.FLOAT8_ARRAY, c.VARCHAR: c.TEXT_ARRAY}
+_ARRAY_TYPES = {
+    c.TEXT: c.TEXT_ARRAY,
+    c.NAME: c.NAME_ARRAY,
+    c.INT2: c.INT2_ARRAY,
+    c.INT4: c.INT4_ARRAY,
+    c.INT8: c.INT8_ARRAY,
+    c.OID: c.OID_ARRAY,
+    c.CHAR: c.CHAR_ARRAY,
+    c.BOOL: c.BOOL_ARRAY,
+    c.FLOAT8: c.FLOAT8_ARRAY,
+    c.VARCHAR: c.TEXT_ARRAY,
+}
 
 
 def _is_star(node: exp.Expression) -> bool:
@@ -49,9 +58,20 @@ def _pg_name(node: exp.Expression) -> str:
         inner = _pg_name(node.this)
         if inner != "?column?":
             return inner
-        to = node.to.sql(dialect="postgres").lower().split(".")[-1].strip('"') if isinstance(node.to, exp.DataType) else "?column?"
-        return {"int": "int4", "integer": "int4", "bigint": "int8", "smallint": "int2", "boolean": "bool",
-                "double precision": "float8", "real": "float4"}.get(to, to)
+        to = (
+            node.to.sql(dialect="postgres").lower().split(".")[-1].strip('"')
+            if isinstance(node.to, exp.DataType)
+            else "?column?"
+        )
+        return {
+            "int": "int4",
+            "integer": "int4",
+            "bigint": "int8",
+            "smallint": "int2",
+            "boolean": "bool",
+            "double precision": "float8",
+            "real": "float4",
+        }.get(to, to)
     if isinstance(node, exp.Case):
         default = node.args.get("default")
         name = _pg_name(default) if default is not None else "?column?"
@@ -85,7 +105,9 @@ def _output_types(tree: exp.Expression) -> list[int | None]:
             for src in chosen:
                 if isinstance(src, exp.Select):
                     sub = _sources(src)
-                    out.extend(_type_of(i.unalias() if isinstance(i, exp.Alias) else i, sub, src) for i in src.expressions)
+                    out.extend(
+                        _type_of(i.unalias() if isinstance(i, exp.Alias) else i, sub, src) for i in src.expressions
+                    )
                 else:
                     out.extend(oid for _, oid in TABLES.get(src, []))
             continue
@@ -113,8 +135,13 @@ def _ctes(tree: exp.Expression, select: exp.Select) -> dict[str, exp.Select]:
         columns = [col.name for col in cte.args["alias"].columns] if cte.args.get("alias") else []
         if columns and len(columns) == len(anchor.expressions):
             anchor = anchor.copy()
-            anchor.set("expressions", [exp.alias_(item.unalias() if isinstance(item, exp.Alias) else item, name)
-                                       for item, name in zip(anchor.expressions, columns)])
+            anchor.set(
+                "expressions",
+                [
+                    exp.alias_(item.unalias() if isinstance(item, exp.Alias) else item, name)
+                    for item, name in zip(anchor.expressions, columns)
+                ],
+            )
         out[read[cte.alias_or_name.lower()]] = anchor
     return out
 
@@ -150,8 +177,13 @@ def _sources(select: exp.Select) -> dict[str, Any]:
         add(j)
     for cte in select.root().find_all(exp.CTE):  # a CTE read by name is typed as its query
         name = cte.alias_or_name.lower()
-        if isinstance(cte.this, exp.Select) and name not in out and any(
-                isinstance(t, exp.Table) and t.name.lower() == name and not t.db for t in select.find_all(exp.Table)):
+        if (
+            isinstance(cte.this, exp.Select)
+            and name not in out
+            and any(
+                isinstance(t, exp.Table) and t.name.lower() == name and not t.db for t in select.find_all(exp.Table)
+            )
+        ):
             for t in select.find_all(exp.Table):
                 if t.name.lower() == name and not t.db:
                     out[(t.alias or t.name).lower()] = cte.this
@@ -161,7 +193,9 @@ def _sources(select: exp.Select) -> dict[str, Any]:
 def _type_of(node: exp.Expression, sources: dict[str, str], select: exp.Select) -> int | None:
     if isinstance(node, exp.Column):
         name = node.name.lower()
-        tables = [sources[node.table.lower()]] if node.table and node.table.lower() in sources else list(sources.values())
+        tables = (
+            [sources[node.table.lower()]] if node.table and node.table.lower() in sources else list(sources.values())
+        )
         for t in tables:
             if isinstance(t, exp.Select):
                 inner = _sources(t)
@@ -198,27 +232,49 @@ def _type_of(node: exp.Expression, sources: dict[str, str], select: exp.Select) 
     if isinstance(node, exp.Boolean):
         return c.BOOL
     if isinstance(node, exp.Cast):
-        target = node.to.sql(dialect="postgres").lower().replace("pg_catalog.", "").strip('"') \
-            if isinstance(node.to, exp.DataType) else ""
-        return {"text": c.TEXT, "varchar": c.VARCHAR, "bigint": c.INT8, "int": c.INT4, "integer": c.INT4,
-                "smallint": c.INT2, "boolean": c.BOOL, "regclass": c.REGCLASS, "regtype": c.REGTYPE,
-                "regproc": c.REGPROC, "oid": c.OID, "name": c.NAME, "char": c.CHAR, "regnamespace": c.REGNAMESPACE
-                }.get(target)
+        target = (
+            node.to.sql(dialect="postgres").lower().replace("pg_catalog.", "").strip('"')
+            if isinstance(node.to, exp.DataType)
+            else ""
+        )
+        return {
+            "text": c.TEXT,
+            "varchar": c.VARCHAR,
+            "bigint": c.INT8,
+            "int": c.INT4,
+            "integer": c.INT4,
+            "smallint": c.INT2,
+            "boolean": c.BOOL,
+            "regclass": c.REGCLASS,
+            "regtype": c.REGTYPE,
+            "regproc": c.REGPROC,
+            "oid": c.OID,
+            "name": c.NAME,
+            "char": c.CHAR,
+            "regnamespace": c.REGNAMESPACE,
+        }.get(target)
     if isinstance(node, exp.Dot) and isinstance(node.expression, exp.Expression):
         return _type_of(node.expression, sources, select)
-    if isinstance(node, exp.ArrayAgg) or (isinstance(node, exp.Anonymous) and node.name.lower() == "array_agg"
-                                          and node.expressions):  # pg_catalog.array_agg(...) parses as a name
+    if isinstance(node, exp.ArrayAgg) or (
+        isinstance(node, exp.Anonymous) and node.name.lower() == "array_agg" and node.expressions
+    ):  # pg_catalog.array_agg(...) parses as a name
         arg = node.this if isinstance(node, exp.ArrayAgg) else node.expressions[0]
         inner = _type_of(arg.this if isinstance(arg, exp.Order) else arg, sources, select)
         return _ARRAY_TYPES.get(inner) if inner is not None else None
-    if isinstance(node, exp.Array) and len(node.expressions) == 1 and isinstance(node.expressions[0], (exp.Select, exp.Subquery)):
+    if (
+        isinstance(node, exp.Array)
+        and len(node.expressions) == 1
+        and isinstance(node.expressions[0], (exp.Select, exp.Subquery))
+    ):
         sub = node.expressions[0].this if isinstance(node.expressions[0], exp.Subquery) else node.expressions[0]
         if isinstance(sub, exp.Select) and sub.expressions:
             inner = _type_of(sub.expressions[0].unalias(), _sources(sub), sub)
             return _ARRAY_TYPES.get(inner) if inner is not None else None
     if isinstance(node, (exp.Predicate, exp.Not, exp.And, exp.Or)):
         return c.BOOL
-    if isinstance(node, (exp.Explode, exp.Unnest)) or (isinstance(node, exp.Anonymous) and node.name.lower() == "unnest"):
+    if isinstance(node, (exp.Explode, exp.Unnest)) or (
+        isinstance(node, exp.Anonymous) and node.name.lower() == "unnest"
+    ):
         args = node.expressions if isinstance(node, (exp.Anonymous, exp.Unnest)) else [node.this]
         inner = _type_of(args[0], sources, select) if len(args) == 1 else None
         return _ELEMENT_TYPES.get(inner) if inner is not None else None
@@ -233,4 +289,3 @@ def _type_of(node: exp.Expression, sources: dict[str, str], select: exp.Select) 
         if inner is not None and inner.expressions:
             return _type_of(inner.expressions[0].unalias(), _sources(inner), inner)
     return None
-

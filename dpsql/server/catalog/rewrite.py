@@ -25,17 +25,20 @@ def _pre(sql: str) -> str:
     return sql
 
 
-
 class Rewriting:
     """The rewrite that needs the catalog's connection or the session."""
 
-    def _rewrite(self, tree: exp.Expression, session, user: str, local: set[str] = frozenset(), pid: int = 0,
-                 io: bool = False) -> exp.Expression:
+    def _rewrite(
+        self, tree: exp.Expression, session, user: str, local: set[str] = frozenset(), pid: int = 0, io: bool = False
+    ) -> exp.Expression:
         """`local`: catalog tables this query reads from the cursor's own copies (with views)."""
         cte_names = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
         # the system column tableoid (pgAdmin: `sl.classoid = rel.tableoid`) is the catalog table's own OID
-        table_oids = {t.alias_or_name.lower(): _CATALOG_OIDS[t.name.lower()] for t in tree.find_all(exp.Table)
-                      if isinstance(t.this, exp.Identifier) and t.name.lower() in _CATALOG_OIDS}
+        table_oids = {
+            t.alias_or_name.lower(): _CATALOG_OIDS[t.name.lower()]
+            for t in tree.find_all(exp.Table)
+            if isinstance(t.this, exp.Identifier) and t.name.lower() in _CATALOG_OIDS
+        }
 
         def point(node: exp.Table, name: str) -> exp.Table:
             new = _table(node, "pg_proc_with_io" if io and name == "pg_proc" else name)
@@ -45,16 +48,27 @@ class Rewriting:
             return new
 
         def visit(node: exp.Expression) -> exp.Expression:
-            if isinstance(node, exp.Table) and isinstance(node.this, exp.Anonymous) and node.this.name.lower() in TABLES:
+            if (
+                isinstance(node, exp.Table)
+                and isinstance(node.this, exp.Anonymous)
+                and node.this.name.lower() in TABLES
+            ):
                 name = node.this.name.lower()  # pg_get_keywords(): the table of its rows
                 if node.args.get("alias") is None:
                     node = node.copy()
                     node.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
                 return point(node, name)
-            if (isinstance(node, exp.Table) and isinstance(node.this, exp.Anonymous)
-                    and node.this.name.lower() == "generate_subscripts"):
+            if (
+                isinstance(node, exp.Table)
+                and isinstance(node.this, exp.Anonymous)
+                and node.this.name.lower() == "generate_subscripts"
+            ):
                 return _subscripts(node)
-            if isinstance(node, exp.Table) and not isinstance(node.this, exp.Identifier) and node.db.lower() == "pg_catalog":
+            if (
+                isinstance(node, exp.Table)
+                and not isinstance(node.this, exp.Identifier)
+                and node.db.lower() == "pg_catalog"
+            ):
                 node = node.copy()
                 node.set("db", None)
                 return node
@@ -67,8 +81,11 @@ class Rewriting:
                 if db == "pg_catalog" or db == "information_schema":
                     raise Error(f'relation "{db}.{name}" is not available in dpsql\'s catalog', sqlstate="42P01")
                 return node
-            if isinstance(node, exp.Dot) and isinstance(node.this, exp.Identifier) and \
-                    node.this.name.lower() == "pg_catalog":
+            if (
+                isinstance(node, exp.Dot)
+                and isinstance(node.this, exp.Identifier)
+                and node.this.name.lower() == "pg_catalog"
+            ):
                 return node.expression
             if isinstance(node, exp.Column) and node.name.lower() == "tableoid" and node.table.lower() in table_oids:
                 return exp.Literal.number(table_oids[node.table.lower()])
@@ -78,28 +95,48 @@ class Rewriting:
                 return node
             if isinstance(node, exp.Literal) and node.is_string and re.fullmatch(r"\{[^{}]*\}", node.name):
                 items = [x.strip().strip('"') for x in node.name[1:-1].split(",") if x.strip()]
-                return exp.Array(expressions=[exp.Literal.number(x) if x.lstrip("-").isdigit() else exp.Literal.string(x)
-                                              for x in items])
-            if isinstance(node, (exp.CurrentUser,)) or (isinstance(node, exp.Column) and not node.table and
-                                                         node.name.lower() in ("current_user", "session_user", "user", "current_role")):
+                return exp.Array(
+                    expressions=[
+                        exp.Literal.number(x) if x.lstrip("-").isdigit() else exp.Literal.string(x) for x in items
+                    ]
+                )
+            if isinstance(node, (exp.CurrentUser,)) or (
+                isinstance(node, exp.Column)
+                and not node.table
+                and node.name.lower() in ("current_user", "session_user", "user", "current_role")
+            ):
                 return exp.Literal.string(user)
             if isinstance(node, exp.CurrentSchema):
                 return exp.Literal.string("public")
-            if (isinstance(node, exp.Cast) and _cast_target(node) in ("regproc", "regprocedure")
-                    and isinstance(node.this, exp.Literal) and node.this.is_string
-                    and isinstance(node.parent, exp.Cast) and _cast_target(node.parent) == "oid"):
+            if (
+                isinstance(node, exp.Cast)
+                and _cast_target(node) in ("regproc", "regprocedure")
+                and isinstance(node.this, exp.Literal)
+                and node.this.is_string
+                and isinstance(node.parent, exp.Cast)
+                and _cast_target(node.parent) == "oid"
+            ):
                 return exp.Literal.number(self._function_oid(node.this.name))  # psql's \sf, \ef look the OID up
             if isinstance(node, exp.Cast):
                 return _cast(node)
-            if (isinstance(node, (exp.Like, exp.ILike)) and not isinstance(node.parent, exp.Escape)
-                    and "\\" in node.expression.name):  # PostgreSQL's LIKE escapes with \ by default, DuckDB's not
+            if (
+                isinstance(node, (exp.Like, exp.ILike))
+                and not isinstance(node.parent, exp.Escape)
+                and "\\" in node.expression.name
+            ):  # PostgreSQL's LIKE escapes with \ by default, DuckDB's not
                 return exp.Escape(this=node, expression=exp.Literal.string("\\"))
-            if isinstance(node, exp.Substring) and isinstance(node.args.get("start"), exp.Literal) \
-                    and node.args["start"].is_string:  # substring(x FROM 'regex') (pgAdmin reads reloptions)
+            if (
+                isinstance(node, exp.Substring)
+                and isinstance(node.args.get("start"), exp.Literal)
+                and node.args["start"].is_string
+            ):  # substring(x FROM 'regex') (pgAdmin reads reloptions)
                 pattern = node.args["start"]
-                return exp.Nullif(this=exp.RegexpExtract(this=node.this, expression=pattern,
-                                                         group=exp.Literal.number(1 if "(" in pattern.name else 0)),
-                                  expression=exp.Literal.string(""))
+                return exp.Nullif(
+                    this=exp.RegexpExtract(
+                        this=node.this, expression=pattern, group=exp.Literal.number(1 if "(" in pattern.name else 0)
+                    ),
+                    expression=exp.Literal.string(""),
+                )
             if isinstance(node, exp.Unnest) and isinstance(node.parent, (exp.From, exp.Join)):
                 return _unnest_rows(node)
             if isinstance(node, exp.Func):
@@ -109,8 +146,13 @@ class Rewriting:
                 if name in _SESSION_FUNCTIONS:
                     return self._session_value(name, node, session, user, pid)
                 if name in _REWRITTEN_FUNCTIONS:
-                    return exp.Anonymous(this=f"pgc_{name}", expressions=list(node.args.get("expressions") or
-                                                                             [a for a in node.args.values() if isinstance(a, exp.Expression)]))
+                    return exp.Anonymous(
+                        this=f"pgc_{name}",
+                        expressions=list(
+                            node.args.get("expressions")
+                            or [a for a in node.args.values() if isinstance(a, exp.Expression)]
+                        ),
+                    )
             return node
 
         return _bottom_up(tree, visit)
@@ -121,13 +163,16 @@ class Rewriting:
         with self._lock:
             found = self._con.execute("SELECT min(oid) FROM pgc.pg_proc WHERE proname = ?", [name]).fetchone()[0]
         if found is None:
-            raise Error(f'function "{text}" does not exist', sqlstate="42883",
-                        hint="\\df lists the functions queries may use")
+            raise Error(
+                f'function "{text}" does not exist', sqlstate="42883", hint="\\df lists the functions queries may use"
+            )
         return int(found)
 
     def _session_value(self, name: str, node: exp.Func, session, user: str, pid: int) -> exp.Expression:
         if name == "version":
-            return exp.Literal.string(f"PostgreSQL 15.0 (dpsql {__version__}) on x86_64-pc-linux-gnu, differentially private proxy")
+            return exp.Literal.string(
+                f"PostgreSQL 15.0 (dpsql {__version__}) on x86_64-pc-linux-gnu, differentially private proxy"
+            )
         if name == "current_database":
             return exp.Literal.string(self.database)
         if name == "current_schema":
@@ -145,8 +190,11 @@ class Rewriting:
         args = [a for a in (node.args.get("expressions") or [node.this]) if isinstance(a, exp.Expression)]
         setting = args[0].name.lower() if args and isinstance(args[0], exp.Literal) else ""
         if name == "set_config" and setting.startswith("dpsql."):  # the budget's settings change through SET only
-            raise ProgrammingError(f"set_config() cannot change {setting}", sqlstate="55P02",
-                                   hint=f"use SET {setting} = ...; SHOW {setting} gives its value")
+            raise ProgrammingError(
+                f"set_config() cannot change {setting}",
+                sqlstate="55P02",
+                hint=f"use SET {setting} = ...; SHOW {setting} gives its value",
+            )
         if name == "set_config" and len(args) > 1 and isinstance(args[1], exp.Literal):
             return exp.Literal.string(args[1].name)
         if name == "current_setting" and args and not isinstance(args[0], exp.Literal):  # \dconfig: s.name
@@ -179,21 +227,28 @@ def _table(node: exp.Table, name: str) -> exp.Table:
     return new
 
 
-_REG_CASTS = {"regclass": ("pg_class", "relname", "oid"), "regtype": ("pg_type", "typname", "oid"),
-              "regrole": ("pg_roles", "rolname", "oid"),
-              "regnamespace": ("pg_namespace", "nspname", "oid")}
+_REG_CASTS = {
+    "regclass": ("pg_class", "relname", "oid"),
+    "regtype": ("pg_type", "typname", "oid"),
+    "regrole": ("pg_roles", "rolname", "oid"),
+    "regnamespace": ("pg_namespace", "nspname", "oid"),
+}
 
 
 def _cast_target(node: exp.Cast) -> str:
     to = node.to
-    return (to.sql(dialect="postgres").lower().replace("pg_catalog.", "").strip('"')
-            if isinstance(to, exp.DataType) else str(to).lower())
+    return (
+        to.sql(dialect="postgres").lower().replace("pg_catalog.", "").strip('"')
+        if isinstance(to, exp.DataType)
+        else str(to).lower()
+    )
 
 
 def _reg_comparisons(tree: exp.Expression) -> exp.Expression:
     """`x::regtype != 'trigger'::regtype` (pgcli) compares OIDs, while a lone `x::regtype` shows
     a name: a comparison of two reg* casts keeps the column's OID, and a name the catalog does
     not know compares as an OID no row has."""
+
     def reg(node: exp.Expression) -> str | None:
         return _cast_target(node) if isinstance(node, exp.Cast) and _cast_target(node) in _REG_CASTS else None
 
@@ -202,8 +257,11 @@ def _reg_comparisons(tree: exp.Expression) -> exp.Expression:
             sides = []
             for side in (node.this, node.expression):
                 inner = side.this
-                sides.append(exp.Coalesce(this=_cast(side), expressions=[exp.Literal.number(-1)])
-                             if isinstance(inner, exp.Literal) and inner.is_string else inner)
+                sides.append(
+                    exp.Coalesce(this=_cast(side), expressions=[exp.Literal.number(-1)])
+                    if isinstance(inner, exp.Literal) and inner.is_string
+                    else inner
+                )
             return type(node)(this=sides[0], expression=sides[1])
         return node
 
@@ -218,20 +276,25 @@ _REGPROC_COLUMNS = {col for cols in TABLES.values() for col, oid in cols if oid 
 
 def _joins_regproc(tree: exp.Expression) -> bool:
     """Whether the query matches a function's OID with a regproc column (`p.oid = t.typreceive`)."""
+
     def regproc(node: exp.Expression) -> bool:
         return isinstance(node, exp.Column) and node.name.lower() in _REGPROC_COLUMNS
 
     def oid(node: exp.Expression) -> bool:
         return isinstance(node, exp.Column) and node.name.lower() == "oid"
 
-    return any(isinstance(n, (exp.EQ, exp.NEQ)) and ((regproc(n.this) and oid(n.expression)) or
-                                                     (oid(n.this) and regproc(n.expression))) for n in tree.walk())
+    return any(
+        isinstance(n, (exp.EQ, exp.NEQ))
+        and ((regproc(n.this) and oid(n.expression)) or (oid(n.this) and regproc(n.expression)))
+        for n in tree.walk()
+    )
 
 
 def _regproc_comparisons(tree: exp.Expression) -> exp.Expression:
     """`typreceive != 0` (ADBC's type loader) compares a regproc with an OID: 0 is the '-' the
     column holds for no function, any other number names a function the catalog does not list.
     `pg_proc.oid = a.typreceive` (Npgsql's type loader) joins on the function's name."""
+
     def visit(node: exp.Expression) -> exp.Expression:
         if isinstance(node, (exp.EQ, exp.NEQ)):
             sides = [node.this, node.expression]
@@ -255,8 +318,10 @@ def _subscripts(node: exp.Table) -> exp.Expression:
     array, a column named as the alias, the way PostgreSQL names a function's only column."""
     alias = node.alias or "generate_subscripts"
     array = node.this.expressions[0].copy()
-    numbers = exp.Anonymous(this="range", expressions=[exp.Literal.number(1),
-                                                        exp.Add(this=exp.Length(this=array), expression=exp.Literal.number(1))])
+    numbers = exp.Anonymous(
+        this="range",
+        expressions=[exp.Literal.number(1), exp.Add(this=exp.Length(this=array), expression=exp.Literal.number(1))],
+    )
     select = exp.select(exp.alias_(exp.Unnest(expressions=[numbers]), alias))
     return select.subquery(alias)
 
@@ -279,13 +344,24 @@ def _unnest_rows(node: exp.Unnest) -> exp.Expression:
     items = [exp.alias_(exp.Bracket(this=a.copy(), expressions=[position.copy()]), n) for a, n in zip(arrays, names)]
     if offset:
         items.append(exp.alias_(position.copy(), names[-1]))
-    longest = exp.Greatest(this=exp.Length(this=arrays[0].copy()),
-                           expressions=[exp.Length(this=a.copy()) for a in arrays[1:]]) if len(arrays) > 1 \
+    longest = (
+        exp.Greatest(
+            this=exp.Length(this=arrays[0].copy()), expressions=[exp.Length(this=a.copy()) for a in arrays[1:]]
+        )
+        if len(arrays) > 1
         else exp.Length(this=arrays[0].copy())
-    rows = exp.Table(this=exp.Anonymous(this="range", expressions=[exp.Literal.number(1), exp.Add(this=longest, expression=exp.Literal.number(1))]),
-                     alias=exp.TableAlias(this=exp.to_identifier("dpsql_r"), columns=[exp.to_identifier("dpsql_n")]))
+    )
+    rows = exp.Table(
+        this=exp.Anonymous(
+            this="range", expressions=[exp.Literal.number(1), exp.Add(this=longest, expression=exp.Literal.number(1))]
+        ),
+        alias=exp.TableAlias(this=exp.to_identifier("dpsql_r"), columns=[exp.to_identifier("dpsql_n")]),
+    )
     select = exp.select(*items).from_(rows)
-    return exp.Lateral(this=select.subquery(), alias=exp.TableAlias(this=exp.to_identifier(alias.name if alias is not None else "unnest")))
+    return exp.Lateral(
+        this=select.subquery(),
+        alias=exp.TableAlias(this=exp.to_identifier(alias.name if alias is not None else "unnest")),
+    )
 
 
 def _cast(node: exp.Cast) -> exp.Expression:
@@ -306,18 +382,37 @@ def _cast(node: exp.Cast) -> exp.Expression:
         if isinstance(inner, exp.Literal) and inner.is_string:
             return exp.Literal.string(inner.name.split(".")[-1])
         return inner
-    if target in ("oid", "name", '"char"', "char", "text", "pg_catalog.text", "information_schema.sql_identifier",
-                  "xid"):
+    if target in (
+        "oid",
+        "name",
+        '"char"',
+        "char",
+        "text",
+        "pg_catalog.text",
+        "information_schema.sql_identifier",
+        "xid",
+    ):
         if target in ("oid", "xid"):
             return exp.Cast(this=inner, to=exp.DataType.build("BIGINT"))
         return exp.Cast(this=inner, to=exp.DataType.build("VARCHAR"))
     base = target.rstrip("[]")
     if base in _PG_TYPE_ALIASES:
-        return exp.Cast(this=inner, to=exp.DataType.build(_PG_TYPE_ALIASES[base] + ("[]" if target.endswith("[]") else "")))
+        return exp.Cast(
+            this=inner, to=exp.DataType.build(_PG_TYPE_ALIASES[base] + ("[]" if target.endswith("[]") else ""))
+        )
     return node
 
 
-_PG_TYPE_ALIASES = {"int2": "SMALLINT", "int4": "INTEGER", "int8": "BIGINT", "float4": "FLOAT", "float8": "DOUBLE",
-                    "bool": "BOOLEAN", "int2vector": "SMALLINT[]", "oidvector": "BIGINT[]", "regrole": "VARCHAR",
-                    "bpchar": "VARCHAR", "character varying": "VARCHAR"}
-
+_PG_TYPE_ALIASES = {
+    "int2": "SMALLINT",
+    "int4": "INTEGER",
+    "int8": "BIGINT",
+    "float4": "FLOAT",
+    "float8": "DOUBLE",
+    "bool": "BOOLEAN",
+    "int2vector": "SMALLINT[]",
+    "oidvector": "BIGINT[]",
+    "regrole": "VARCHAR",
+    "bpchar": "VARCHAR",
+    "character varying": "VARCHAR",
+}

@@ -15,15 +15,24 @@ DATA_CACHE_CONFIG = {"CACHE_TYPE": "NullCache"}
 RESULTS_BACKEND = None
 CELERY_CONFIG = None
 RATELIMIT_STORAGE_URI = "memory://"
-FEATURE_FLAGS = {"GLOBAL_ASYNC_QUERIES": False, "THUMBNAILS": False, "ALERT_REPORTS": False,
-                 "ENABLE_TEMPLATE_PROCESSING": False}
+FEATURE_FLAGS = {
+    "GLOBAL_ASYNC_QUERIES": False,
+    "THUMBNAILS": False,
+    "ALERT_REPORTS": False,
+    "ENABLE_TEMPLATE_PROCESSING": False,
+}
 WTF_CSRF_ENABLED = True  # the API client sends X-CSRFToken and a Referer
 TALISMAN_ENABLED = True
 TALISMAN_CONFIG = {
     "content_security_policy": {
-        "base-uri": ["'self'"], "default-src": ["'self'"], "img-src": ["'self'", "blob:", "data:"],
-        "worker-src": ["'self'", "blob:"], "connect-src": ["'self'"], "object-src": "'none'",
-        "style-src": ["'self'", "'unsafe-inline'"], "font-src": ["'self'", "data:"],
+        "base-uri": ["'self'"],
+        "default-src": ["'self'"],
+        "img-src": ["'self'", "blob:", "data:"],
+        "worker-src": ["'self'", "blob:"],
+        "connect-src": ["'self'"],
+        "object-src": "'none'",
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "font-src": ["'self'", "data:"],
         "script-src": ["'self'", "'strict-dynamic'"],
     },
     "content_security_policy_nonce_in": ["script-src"],
