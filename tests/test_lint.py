@@ -10,7 +10,19 @@ from .conftest import ROOT
 
 def test_ruff_finds_nothing():
     out = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "dpsql", "tests", "benchmarks"],
+        [sys.executable, "-m", "ruff", "check", "."],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_ruff_format_would_change_nothing():
+    """Every Python file is as `ruff format` writes it (run it before committing)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "."],
         cwd=ROOT,
         capture_output=True,
         text=True,
