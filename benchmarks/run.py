@@ -435,7 +435,8 @@ def report(r: dict) -> str:
         "",
         "![latency vs rows](latency_vs_rows.png)",
         "",
-        f"## Throughput of dpsql serve at {main_size:,} rows (grouped COUNT, cache and reuse off: the engine runs every query; psycopg clients)",
+        f"## Throughput of dpsql serve at {main_size:,} rows (grouped COUNT, cache and reuse off: "
+        "the engine runs every query; psycopg clients)",
         "",
         "| clients | queries per second |",
         "|---|---|",

@@ -11,10 +11,11 @@ second with N concurrent psycopg clients; then the grouped COUNT at 1, 8 and N c
 dpsql serve (DP, cache off, charged: each execution a new release) and on a throwaway
 PostgreSQL 15 holding the same 20,000 patients (plain), with throughput ratios and median/p99
 latencies, in rounds that run every variant once each (medians over rounds, and each round's
-ratio: the host's speed drifts between runs more than between variants). dpsql runs twice: as it serves by default (a repeated query's exact values computed
-once per data version, the noise drawn afresh) and with SET dpsql.reuse = off (the engine runs
-every execution, as PostgreSQL does), in one process and as `dpsql serve --workers N` (N
-processes sharing the port and the ledger; by default one per core).
+ratio: the host's speed drifts between runs more than between variants). dpsql runs twice: as it
+serves by default (a repeated query's exact values computed once per data version, the noise
+drawn afresh) and with SET dpsql.reuse = off (the engine runs every execution, as PostgreSQL
+does), in one process and as `dpsql serve --workers N` (N processes sharing the port and the
+ledger; by default one per core).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ row by row (a public table), with debiased frequency estimates.
 What one person contributes is one value of the released columns (their tuple, over the cross
 product of the columns' declared keys; a value outside them, or NULL, is the category NULL, or
 with null_category off a uniformly random declared tuple), chosen by a documented rule: the
-person's most frequent declared tuple in the table, ties broken by the declared key order. Each person's value goes through one local randomizer at ε_rr:
+person's most frequent declared tuple in the table, ties broken by the declared key order. Each
+person's value goes through one local randomizer at ε_rr:
 
 - k-ary randomized response (k-RR): the true category with probability p = e^ε/(e^ε + k - 1),
   else one of the other k - 1 uniformly (q = 1/(e^ε + k - 1) each);

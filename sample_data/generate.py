@@ -100,11 +100,13 @@ def generate(out: Path) -> None:
         },
     )
     con.execute(
-        f"COPY (SELECT * FROM patients_np ORDER BY patient_id) TO '{out / 'patients.parquet'}' (FORMAT parquet, COMPRESSION zstd)"
+        f"COPY (SELECT * FROM patients_np ORDER BY patient_id) TO '{out / 'patients.parquet'}' "
+        "(FORMAT parquet, COMPRESSION zstd)"
     )
     con.execute(
-        f"COPY (SELECT visit_id, patient_id, DATE '2023-01-01' + CAST(day AS INTEGER) AS visit_date, ward, diagnosis, cost, "
-        f"length_of_stay FROM visits_np ORDER BY visit_id) TO '{out / 'visits.parquet'}' (FORMAT parquet, COMPRESSION zstd)"
+        "COPY (SELECT visit_id, patient_id, DATE '2023-01-01' + CAST(day AS INTEGER) AS visit_date, ward, diagnosis, "
+        f"cost, length_of_stay FROM visits_np ORDER BY visit_id) TO '{out / 'visits.parquet'}' "
+        "(FORMAT parquet, COMPRESSION zstd)"
     )
     with open(out / "wards.csv", "w", encoding="utf-8") as f:
         f.write("name,building,floor,specialty\n")

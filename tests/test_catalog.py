@@ -119,7 +119,8 @@ def test_the_catalog_cannot_reach_data(catalog):
     [
         ("SELECT * FROM unnest(current_schemas(true))", [("pg_catalog",), ("public",)]),  # pgcli's completions
         (
-            "SELECT routine_name FROM information_schema.routines WHERE routine_name IN ('avg', 'least', 'nosuch') ORDER BY 1",
+            "SELECT routine_name FROM information_schema.routines "
+            "WHERE routine_name IN ('avg', 'least', 'nosuch') ORDER BY 1",
             [("avg",), ("least",)],
         ),  # harlequin's: the functions queries may use
         (
@@ -185,7 +186,8 @@ def test_current_setting_reads_dpsql_settings_and_set_config_cannot_change_them(
             [(3, 0, 1), (1, 1, 2), (None, 5, 3)],
         ),
         (
-            "SELECT ARRAY(SELECT k * 10 FROM generate_subscripts(s.a, 1) AS k ORDER BY k) FROM (SELECT ARRAY[7, 8, 9] AS a) s",
+            "SELECT ARRAY(SELECT k * 10 FROM generate_subscripts(s.a, 1) AS k ORDER BY k) "
+            "FROM (SELECT ARRAY[7, 8, 9] AS a) s",
             [([10, 20, 30],)],
         ),  # peewee's
         (

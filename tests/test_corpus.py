@@ -140,7 +140,8 @@ ANSWERED = [
     # Filters narrow declared domains (sql/narrow.py): checked on every backend by test_backends
     ("SELECT ward, COUNT(*) FROM visits WHERE ward IN ('Cardiology', 'Oncology') GROUP BY ward", ["ward", "count"], 2),
     (
-        "SELECT diagnosis, SUM(cost) FROM visits WHERE diagnosis LIKE 'c%' OR diagnosis ILIKE 'SKIN' GROUP BY diagnosis",
+        "SELECT diagnosis, SUM(cost) FROM visits WHERE diagnosis LIKE 'c%' OR diagnosis ILIKE 'SKIN' "
+        "GROUP BY diagnosis",
         ["diagnosis", "sum"],
         3,
     ),

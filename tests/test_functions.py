@@ -313,7 +313,8 @@ NESTED = [
     'FROM (SELECT ward, COUNT(*) AS c FROM visits GROUP BY ward) AS "source") AS "source" '
     'WHERE "source"."c" > 10 ORDER BY "source"."c" DESC LIMIT 5',
     # ... with a summary in between
-    'SELECT "source"."sex" AS "sex", "source"."n" AS "n" FROM (SELECT "source"."sex" AS "sex", SUM("source"."c") AS "n" '
+    'SELECT "source"."sex" AS "sex", "source"."n" AS "n" '
+    'FROM (SELECT "source"."sex" AS "sex", SUM("source"."c") AS "n" '
     'FROM (SELECT sex, region, COUNT(*) AS c FROM patients GROUP BY sex, region) AS "source" '
     'GROUP BY "source"."sex") AS "source" ORDER BY "source"."n" DESC LIMIT 5',
     "SELECT * FROM (SELECT * FROM (SELECT * FROM (SELECT ward, AVG(cost) AS c FROM visits GROUP BY ward) a) b) c "

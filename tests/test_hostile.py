@@ -203,11 +203,13 @@ def test_extreme_epsilon_or_delta_is_refused_or_answered_never_hangs(conn, setti
     [
         ("SELECT COUNT(*) FROM people WHERE age > 30", "22003"),  # after SET dpsql.epsilon = 1e-320
         (
-            "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1e-320, privacy_unit_column = pid) COUNT(*) FROM people",
+            "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1e-320, privacy_unit_column = pid) "
+            "COUNT(*) FROM people",
             "22003",
         ),
         (
-            "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1e308, privacy_unit_column = pid) COUNT(*) FROM people",
+            "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1e308, privacy_unit_column = pid) "
+            "COUNT(*) FROM people",
             "22023",
         ),
         ("/* dpsql: weights 1e300, 1e-300 */ SELECT COUNT(*), SUM(age) FROM people WHERE age > 5", "22003"),

@@ -140,7 +140,10 @@ def test_a_tree_too_deep_for_python_is_refused_not_an_internal_error(small_polic
     points, and nothing charged."""
     write_policy(
         small_policy.parent,
-        extra="\n[limits]\nmax_expression_depth = 100000\nmax_nodes = 1000000\nmax_tokens = 1000000\nmax_query_bytes = 10000000\n",
+        extra=(
+            "\n[limits]\nmax_expression_depth = 100000\nmax_nodes = 1000000\n"
+            "max_tokens = 1000000\nmax_query_bytes = 10000000\n"
+        ),
     )
     conn = dpsql.connect(small_policy, user="alice")
     sql = "SELECT COUNT(*) FROM people WHERE " + " OR ".join(f"age = {i}" for i in range(5000))

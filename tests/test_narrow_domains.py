@@ -147,7 +147,8 @@ def test_numeric_ranges_on_a_bounded_integer(hospital, where, expected):
     [
         # date_trunc of a filtered date range: the buckets the range intersects
         (
-            "SELECT date_trunc('month', visit_date) AS m, SUM(cost) FROM visits WHERE visit_date >= '2024-01-01' GROUP BY 1",
+            "SELECT date_trunc('month', visit_date) AS m, SUM(cost) FROM visits "
+            "WHERE visit_date >= '2024-01-01' GROUP BY 1",
             _months((2024, 1), (2024, 12)),
         ),
         (
@@ -161,7 +162,8 @@ def test_numeric_ranges_on_a_bounded_integer(hospital, where, expected):
             {_month(2024, 1)},
         ),
         (
-            "SELECT date_trunc('quarter', visit_date) AS q, COUNT(*) FROM visits WHERE visit_date < '2023-04-01' GROUP BY 1",
+            "SELECT date_trunc('quarter', visit_date) AS q, COUNT(*) FROM visits "
+            "WHERE visit_date < '2023-04-01' GROUP BY 1",
             {_month(2023, 1)},
         ),
         # a condition over the group expression itself
@@ -187,7 +189,8 @@ def test_numeric_ranges_on_a_bounded_integer(hospital, where, expected):
         ),
         # a domain from the key's form (EXTRACT, CASE) over one enumerable column: the keys its allowed values give
         (
-            "SELECT EXTRACT(month FROM visit_date) AS m, COUNT(*) FROM visits WHERE visit_date >= '2024-10-01' GROUP BY m",
+            "SELECT EXTRACT(month FROM visit_date) AS m, COUNT(*) FROM visits "
+            "WHERE visit_date >= '2024-10-01' GROUP BY m",
             {10, 11, 12},
         ),
         (
@@ -202,7 +205,8 @@ def test_numeric_ranges_on_a_bounded_integer(hospital, where, expected):
         ),
         # outside the declared range: nothing
         (
-            "SELECT date_trunc('month', visit_date) AS m, COUNT(*) FROM visits WHERE visit_date >= '2025-01-01' GROUP BY 1",
+            "SELECT date_trunc('month', visit_date) AS m, COUNT(*) FROM visits "
+            "WHERE visit_date >= '2025-01-01' GROUP BY 1",
             set(),
         ),
     ],
@@ -243,7 +247,8 @@ _VW = "FROM visits v JOIN wards w ON v.ward = w.name"
         # the nullable side of a LEFT JOIN: its ON condition holds for matched rows only, and a
         # WHERE on its columns passes unmatched rows (with NULLs): neither narrows the other keys
         (
-            "SELECT v.ward, COUNT(*) FROM visits v LEFT JOIN wards w ON v.ward = w.name AND w.building = 'A' GROUP BY v.ward",
+            "SELECT v.ward, COUNT(*) FROM visits v LEFT JOIN wards w ON v.ward = w.name AND w.building = 'A' "
+            "GROUP BY v.ward",
             set(WARDS),
         ),
         (
@@ -253,7 +258,8 @@ _VW = "FROM visits v JOIN wards w ON v.ward = w.name"
         ),
         # ... but keys from that side come from its matched rows
         (
-            "SELECT w.floor, COUNT(*) FROM visits v LEFT JOIN wards w ON v.ward = w.name AND w.building = 'A' GROUP BY w.floor",
+            "SELECT w.floor, COUNT(*) FROM visits v LEFT JOIN wards w ON v.ward = w.name AND w.building = 'A' "
+            "GROUP BY w.floor",
             {2, 3, 4},
         ),
     ],
@@ -405,7 +411,8 @@ GOLDEN = [
     "SELECT e.kind, pl.region, COUNT(*) FROM events e JOIN places pl ON e.place = pl.name "
     "WHERE pl.region = 'r0' GROUP BY e.kind, pl.region",
     "SELECT pl.name, pl.region, COUNT(*) FROM events e JOIN places pl ON e.place = pl.name GROUP BY pl.name, pl.region",
-    "SELECT e.kind, COUNT(*) FROM events e LEFT JOIN places pl ON e.place = pl.name AND pl.region = 'r1' GROUP BY e.kind",
+    "SELECT e.kind, COUNT(*) FROM events e LEFT JOIN places pl ON e.place = pl.name AND pl.region = 'r1' "
+    "GROUP BY e.kind",
     "SELECT kind, COUNT(*) FROM events GROUP BY kind HAVING kind <> 'b' AND COUNT(*) > 2",
     "SELECT kind, COUNT(*) FROM events WHERE amount > 10 GROUP BY kind",
     "SELECT CASE WHEN g = 1 THEN 'one' ELSE 'more' END AS b, SUM(v) FROM rows WHERE g >= 2 GROUP BY b",

@@ -48,7 +48,8 @@ def test_group_by_a_per_unit_count_needs_no_delta(hospital):
     truth = dict(
         duckdb.connect()
         .execute(
-            f"SELECT LEAST(n, {R}), COUNT(*) FROM (SELECT patient_id, COUNT(*) AS n FROM '{VISITS}' GROUP BY 1) GROUP BY 1"
+            f"SELECT LEAST(n, {R}), COUNT(*) FROM (SELECT patient_id, COUNT(*) AS n FROM '{VISITS}' GROUP BY 1) "
+            "GROUP BY 1"
         )
         .fetchall()
     )
@@ -69,7 +70,8 @@ def test_per_unit_subqueries_join_and_filter(hospital):
     "sql,fragment",
     [
         (
-            "SELECT p.sex, AVG(s.x) FROM patients p JOIN (SELECT diagnosis, COUNT(*) AS x FROM visits GROUP BY diagnosis) s "
+            "SELECT p.sex, AVG(s.x) FROM patients p "
+            "JOIN (SELECT diagnosis, COUNT(*) AS x FROM visits GROUP BY diagnosis) s "
             "ON p.region = s.diagnosis GROUP BY p.sex",
             "group the subquery by the privacy unit only: GROUP BY patient_id",
         ),

@@ -24,7 +24,8 @@ QUERY = "SELECT ward, COUNT(*) FROM visits GROUP BY ward"
 REFUSED = re.compile(r"statement \S+ \[\d+\] ((?=[A-Z]*\d)[0-9A-Z]{5}): (.*)")  # a SQLSTATE, not a tag
 
 STATE = """(name) => {
-  const e = [...document.querySelectorAll('.file-entry')].find(e => e.querySelector('.file-name')?.textContent === name);
+  const e = [...document.querySelectorAll('.file-entry')]
+    .find(e => e.querySelector('.file-name')?.textContent === name);
   const t = e && e.querySelector('.directory-toggle');
   return !t ? 'none' : t.classList.contains('loading') ? 'loading' : t.classList.contains('open') ? 'open' : 'closed';
 }"""

@@ -91,7 +91,8 @@ def test_bigquery_clause_cannot_loosen_the_policy(hospital):
     "sql,fragment",
     [
         (
-            "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1, privacy_unit_column = visit_id) COUNT(*) FROM visits",
+            "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1, privacy_unit_column = visit_id) "
+            "COUNT(*) FROM visits",
             "the policy's privacy unit here is patient_id",
         ),
         (

@@ -37,11 +37,13 @@ CORPUS = [
     ),
     ("SELECT city, COUNT(*) FROM people WHERE age >= {} GROUP BY city", [("10",), ("20",), ("30",)]),
     (
-        "SELECT sex, SUM(age) AS s FROM people WHERE city LIKE {} GROUP BY sex HAVING SUM(age) > 0 ORDER BY s DESC LIMIT 1",
+        "SELECT sex, SUM(age) AS s FROM people WHERE city LIKE {} GROUP BY sex "
+        "HAVING SUM(age) > 0 ORDER BY s DESC LIMIT 1",
         [("'O%'",), ("'R%'",), ("'%'",)],
     ),
     (
-        "SELECT p.region, COUNT(*) FROM events e JOIN places p ON e.place = p.name WHERE e.amount > {} GROUP BY p.region",
+        "SELECT p.region, COUNT(*) FROM events e JOIN places p ON e.place = p.name "
+        "WHERE e.amount > {} GROUP BY p.region",
         [("1",), ("2",), ("3",)],
     ),
     ("SELECT g, COUNT(*), AVG(v) FROM rows WHERE v > -{} GROUP BY g", [("1",), ("5",), ("9",)]),

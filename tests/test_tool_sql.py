@@ -69,8 +69,8 @@ def _spent(cur) -> float:
     "sql, sqlstate, words",
     [
         (
-            'create view "dpsql"."public"."by_sex__dbt_tmp" as (select sex, count(*) as n from "dpsql"."public"."people" '
-            "group by sex)",
+            'create view "dpsql"."public"."by_sex__dbt_tmp" as (select sex, count(*) as n '
+            'from "dpsql"."public"."people" group by sex)',
             "42501",
             "views live in your session",
         ),  # dbt run

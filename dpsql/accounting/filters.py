@@ -254,7 +254,10 @@ class AdvancedFilter(Filter):
         return max(ZERO, self.delta / 2 - totals.delta)
 
     def spent_text(self, totals: Totals) -> str:
-        return f"K={float(self.statistic(totals)):.6g} of {show(self.epsilon)}, delta={show(totals.delta)} of {show(self.delta / 2)}"
+        return (
+            f"K={float(self.statistic(totals)):.6g} of {show(self.epsilon)}, "
+            f"delta={show(totals.delta)} of {show(self.delta / 2)}"
+        )
 
 
 @dataclass(frozen=True)

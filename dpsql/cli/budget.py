@@ -137,7 +137,9 @@ def budget_history(policy: str, ledger: str | None, user: str, as_json: bool) ->
     "--delta-reserve",
     type=float,
     default=None,
-    help="Delta kept for releases' own delta (default as in a policy: a tenth of delta under zcdp, rdp and whitehouse).",
+    help=(
+        "Delta kept for releases' own delta (default as in a policy: a tenth of delta under zcdp, rdp and whitehouse)."
+    ),
 )
 @click.option(
     "--rdp-order",

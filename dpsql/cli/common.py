@@ -1,4 +1,5 @@
-"""What the command groups share: a session with --epsilon/--delta, errors and warnings as the CLI prints them, psql-style tables, and the common options."""
+"""What the command groups share: a session with --epsilon/--delta, errors and warnings as the CLI
+prints them, psql-style tables, and the common options."""
 
 from __future__ import annotations
 

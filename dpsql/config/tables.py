@@ -167,5 +167,8 @@ def _check_key_references(path: Path, tables: Mapping[str, TablePolicy]) -> None
             if not target.public:
                 raise PolicyError(
                     f"{path}: {where}: keys_from names table {t!r}, which is private",
-                    hint="key domains must come from a public table: add public = true to it if it holds no personal data",
+                    hint=(
+                        "key domains must come from a public table: "
+                        "add public = true to it if it holds no personal data"
+                    ),
                 )

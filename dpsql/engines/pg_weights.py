@@ -3,12 +3,12 @@ built by a second role in a scratch schema, so that the role running analyst-der
 stays read-only.
 
 A weighted table holds a private table's rows with __dpsql_n (the rows of the row's unit in the
-whole table) and __dpsql_w = floor(limit * 2^bits / max(__dpsql_n, limit)) (sql/bounding.py's row_weight), built in one statement,
-so both come from one snapshot: the weights always match the rows they weight. Bounded queries
-then read only the weighted table (whole, or split by __dpsql_n), never the live table, so a
-result is a function of one snapshot. It is rebuilt when the data version changes (PostgreSQL's
-statistics, which follow a commit within about a second: until then queries see the previous
-snapshot, bounded as before).
+whole table) and __dpsql_w = floor(limit * 2^bits / max(__dpsql_n, limit)) (sql/bounding.py's
+row_weight), built in one statement, so both come from one snapshot: the weights always match
+the rows they weight. Bounded queries then read only the weighted table (whole, or split by
+__dpsql_n), never the live table, so a result is a function of one snapshot. It is rebuilt when
+the data version changes (PostgreSQL's statistics, which follow a commit within about a second:
+until then queries see the previous snapshot, bounded as before).
 
 Each engine names its tables with an id of its own and holds a session advisory lock on that id
 for its life: it drops its tables on close, and the next engine to start drops the tables of any

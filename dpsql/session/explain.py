@@ -118,7 +118,8 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
             f"contribution bounds: {info['max_rows_per_unit']} row(s) per unit in all, in any groups "
             "(a unit with more has each row scaled down)"
             if info.get("max_rows_per_unit")
-            else f"contribution bounds: {info['max_groups_per_unit']} group(s) per unit, {info['max_rows_per_group']} row(s) per group"
+            else f"contribution bounds: {info['max_groups_per_unit']} group(s) per unit, "
+            f"{info['max_rows_per_group']} row(s) per group"
         ),
         *(
             [

@@ -57,7 +57,8 @@ MAX_DISTINCT_KEYS = 256  # declared keys a COUNT(DISTINCT column) may count
 class Estimate:
     """One aggregate the analyst wrote, as a function of measures."""
 
-    func: str  # its family's name in families.FAMILIES: count, units, sum, avg, var_pop, ..., quantile, min, max, distinct
+    # its family's name in families.FAMILIES: count, units, sum, avg, var_pop, ..., quantile, min, max, distinct
+    func: str
     text: str
     count: int | None = None
     total: int | None = None
@@ -357,7 +358,8 @@ class _Analysis:
         if driver.table.row_unit:
             if len(private) > 1:
                 raise unsupported(
-                    f'the table {driver.table.name} has privacy_unit = "row" and cannot be joined with another private table',
+                    f'the table {driver.table.name} has privacy_unit = "row" '
+                    "and cannot be joined with another private table",
                     hint="declare a privacy unit column shared by both tables",
                 )
             if len(self.rel.sources) == 1:

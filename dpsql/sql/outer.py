@@ -195,7 +195,8 @@ class OuterQuery:
                     return exp.column(f"k{key_sql[resolved.this.sql()]}")
                 if isinstance(node, exp.Column):
                     raise ProgrammingError(
-                        f'column "{node.sql(dialect="postgres")}" must appear in the GROUP BY clause or be used in an aggregate function',
+                        f'column "{node.sql(dialect="postgres")}" must appear in the GROUP BY clause '
+                        "or be used in an aggregate function",
                         sqlstate="42803",
                     )
         if isinstance(node, (exp.Subquery, exp.Select)):

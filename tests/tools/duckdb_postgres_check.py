@@ -12,7 +12,10 @@ import duckdb_extension_postgres_scanner as packaged
 extension = next(Path(packaged.__file__).parent.glob("extensions/*/postgres_scanner.duckdb_extension"))
 con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
 con.execute(f"LOAD '{extension}'")
-dsn = f"host=127.0.0.1 port={os.environ['DPSQL_PORT']} dbname=dpsql user=alice password={os.environ['DPSQL_PASSWORD']} sslmode=disable"
+dsn = (
+    f"host=127.0.0.1 port={os.environ['DPSQL_PORT']} dbname=dpsql user=alice "
+    f"password={os.environ['DPSQL_PASSWORD']} sslmode=disable"
+)
 con.execute(f"ATTACH '{dsn}' AS dp (TYPE postgres, READ_ONLY)")
 out = {}
 grouped = con.execute(

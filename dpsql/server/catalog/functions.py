@@ -144,9 +144,11 @@ CREATE MACRO pgc_pg_get_viewdef(o) AS NULL::VARCHAR, (o, p) AS NULL::VARCHAR;
 CREATE MACRO pgc_pg_get_partkeydef(o) AS NULL::VARCHAR;
 CREATE MACRO pgc_pg_get_statisticsobjdef_columns(o) AS NULL::VARCHAR;
 CREATE MACRO pgc_pg_encoding_to_char(e) AS 'UTF8';
-CREATE MACRO pgc_obj_description(o) AS (SELECT description FROM pgc.pg_description WHERE objoid = o AND objsubid = 0 LIMIT 1),
+CREATE MACRO pgc_obj_description(o) AS
+    (SELECT description FROM pgc.pg_description WHERE objoid = o AND objsubid = 0 LIMIT 1),
     (o, k) AS (SELECT description FROM pgc.pg_description WHERE objoid = o AND objsubid = 0 LIMIT 1);
-CREATE MACRO pgc_col_description(o, n) AS (SELECT description FROM pgc.pg_description WHERE objoid = o AND objsubid = n LIMIT 1);
+CREATE MACRO pgc_col_description(o, n) AS
+    (SELECT description FROM pgc.pg_description WHERE objoid = o AND objsubid = n LIMIT 1);
 CREATE MACRO pgc_shobj_description(o, k) AS NULL::VARCHAR;
 CREATE MACRO pgc_has_table_privilege(a) AS true, (a, b) AS true, (a, b, d) AS true;
 CREATE MACRO pgc_has_schema_privilege(a) AS true, (a, b) AS true, (a, b, d) AS true;
@@ -164,7 +166,8 @@ CREATE MACRO pgc_pg_size_pretty(n) AS CASE WHEN n IS NULL THEN NULL::VARCHAR ELS
 CREATE MACRO pgc_pg_get_function_result(o) AS NULL::VARCHAR;
 CREATE MACRO pgc_pg_get_function_arguments(o) AS NULL::VARCHAR;
 CREATE MACRO pgc_txid_current() AS 1::BIGINT;
-CREATE MACRO pgc_quote_ident(s) AS CASE WHEN regexp_matches(s, '^[a-z_][a-z0-9_]*$') THEN s ELSE '"' || replace(s, '"', '""') || '"' END;
+CREATE MACRO pgc_quote_ident(s) AS
+    CASE WHEN regexp_matches(s, '^[a-z_][a-z0-9_]*$') THEN s ELSE '"' || replace(s, '"', '""') || '"' END;
 CREATE MACRO pgc_pg_get_serial_sequence(t, col) AS NULL::VARCHAR;
 CREATE MACRO pgc_pg_relation_is_publishable(o) AS false;
 CREATE MACRO pgc_array_upper(a, d) AS CASE WHEN len(a) = 0 THEN NULL ELSE len(a) END;
@@ -179,7 +182,8 @@ CREATE MACRO pgc_regrole_name(x) AS (SELECT rolname FROM pgc.pg_roles WHERE oid 
 CREATE MACRO pgc_regrole_oid(t) AS (SELECT oid FROM pgc.pg_roles WHERE rolname = t);
 CREATE MACRO pgc_to_regtype(t) AS (SELECT oid FROM pgc.pg_type WHERE typname = t);
 CREATE MACRO pgc_to_regclass(t) AS (SELECT oid FROM pgc.pg_class WHERE relname = t);
-CREATE MACRO pgc_aclexplode(a) AS unnest(CAST([] AS STRUCT(grantor BIGINT, grantee BIGINT, privilege_type VARCHAR, is_grantable BOOLEAN)[]));
+CREATE MACRO pgc_aclexplode(a) AS
+    unnest(CAST([] AS STRUCT(grantor BIGINT, grantee BIGINT, privilege_type VARCHAR, is_grantable BOOLEAN)[]));
 CREATE MACRO pgc_pg_get_function_identity_arguments(o) AS NULL::VARCHAR;
 CREATE MACRO pgc_pg_get_functiondef(o) AS error('{no_source}');
 CREATE MACRO pgc_pg_get_function_sqlbody(o) AS NULL::VARCHAR;
