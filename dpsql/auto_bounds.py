@@ -39,6 +39,7 @@ from typing import Sequence
 from sqlglot import exp
 
 from .accounting.cost import Part
+from .auto_correction import with_filtered
 from .mechanisms import Noise, add_noise, laplace_scale
 from .sql import build as b
 from .sql.analyze import Plan
@@ -47,11 +48,10 @@ from .sql.bounds import Interval
 from .sql.measures import Sum
 from .sql.options import QueryOptions
 from .sql.ranges import narrowed
-from .sql.rewrite import rewrite
 
 SHARE = Fraction(1, 10)  # of the query's epsilon spent on the profile
 # Counts: the truncation a total bound C makes is corrected with the rows it cut, released as two
-# numbers over the profile's units (`Correction`), the kept rows Σ min(n, C) and the excess
+# numbers over the profile's units (`auto_correction.Correction`), the kept rows Σ min(n, C) and the excess
 # Σ min(n, reach) - min(n, C); their shares of epsilon and the release's are chosen per query by
 # `split`, from the policy and the query only.
 KEPT_WEIGHT = Fraction(1, 2)  # the model's excess / kept, by which the kept rows' noise moves the factor
@@ -156,7 +156,7 @@ def told(bounds: dict) -> str:
 
 def corrected(plan: Plan, groups: int = 1) -> tuple[Fraction, ...]:
     """The correction's (kept, excess) shares of the query's epsilon (`split`) for plans whose
-    truncation is corrected (`Correction`), () for the others: counts of rows only, over units
+    truncation is corrected (`auto_correction.Correction`), () for the others: counts of rows only, over units
     that may have more rows than one. A total bound cuts a heavy unit's rows to C; a sum clips
     its total to C times the clamp, which keeps far more; a mean, a spread or a quantile is a
     ratio, which the cut barely moves. `groups`: the size of the released domain (public)."""
@@ -195,7 +195,7 @@ def reach_of(top: int) -> int:
 def counts_units(plan: Plan, mechanism: str) -> bool:
     """Plans of units per group only (COUNT(DISTINCT unit) by declared keys) under per-group caps:
     their limits stay the policy's, and the groups max_groups cuts are corrected for
-    (`groups_query`) when the domain has more groups than that."""
+    (`auto_correction.groups_query`) when the domain has more groups than that."""
     return (
         mechanism == "laplace"
         and plan.sample_rate is None
@@ -322,18 +322,7 @@ def profile_query(plan: Plan, cols: Sequence[Column], top: int, by_group: bool =
     union = parts[0]
     for p in parts[1:]:
         union = exp.union(union, p, distinct=False)
-    return _with_filtered(plan, b.select([exp.Star()], b.subquery(union, "profile")))
-
-
-def _with_filtered(plan: Plan, query: exp.Select) -> exp.Select:
-    """`query` with the bounded query's CTEs up to `filtered` and `prof_units` (each unit's
-    row count n there)."""
-    bounded = rewrite(plan, plan.literal_domain_size())
-    ctes = bounded.args["with_"].expressions
-    for cte in ctes[: [c.alias for c in ctes].index("filtered") + 1]:
-        query = query.with_(cte.alias, as_=cte.this.copy())
-    units = b.select([b.col("unit"), b.named(b.count(), "n")], b.table("filtered"), group=["unit"])
-    return query.with_("prof_units", as_=units)
+    return with_filtered(plan, b.select([exp.Star()], b.subquery(union, "profile")))
 
 
 def _bin(value: exp.Expression, uppers: Sequence[int]) -> exp.Expression:
@@ -654,103 +643,3 @@ def release_epsilon(epsilon: Fraction, correct: Sequence[Fraction] = ()) -> Frac
     """What the release gets of a query's epsilon: the rest after the profile and the
     correction's shares `correct`."""
     return epsilon * (1 - SHARE - sum(correct, Fraction(0)))
-
-
-# The correction of truncation ---------------------------------------------------------------
-def correction_query(plan: Plan, c: int, far: int) -> exp.Select:
-    """Over the plan's `filtered` rows (as the profile): the rows a total bound c keeps,
-    Σ min(n, c), and the rows between c and `far`, Σ min(n, far) - min(n, c), over the units.
-    One unit moves the first by at most c and the second by at most far - c."""
-    n = b.col("n")
-    kept = b.func("LEAST", n, c)
-    excess = b.binary(exp.Sub, b.func("LEAST", n.copy(), far), kept.copy())
-    query = b.select(
-        [
-            b.named(b.func("COALESCE", b.total(kept), 0), "kept"),
-            b.named(b.func("COALESCE", b.total(excess), 0), "excess"),
-        ],
-        b.table("prof_units"),
-    )
-    return _with_filtered(plan, query)
-
-
-@dataclass(frozen=True)
-class Correction:
-    """The released rows a total bound c kept and those it cut up to the reach (both noisy),
-    with their noise's half-widths at the answer's confidence: counts and sums are scaled by
-    (kept + excess) / kept, on the model that a unit's cut rows fall in its groups as its kept
-    ones do (DESIGN §4)."""
-
-    c: int
-    reach: int
-    kept: float
-    excess: float
-    kept_hw: float
-    excess_hw: float
-
-    @property
-    def factor(self) -> float:
-        return _factor(self.kept, self.excess, self.c, self.reach)
-
-    @property
-    def interval(self) -> tuple[float, float]:
-        return (
-            _factor(self.kept + self.kept_hw, self.excess - self.excess_hw, self.c, self.reach),
-            _factor(self.kept - self.kept_hw, self.excess + self.excess_hw, self.c, self.reach),
-        )
-
-    def describe(self) -> dict:
-        return {"reach": self.reach, "factor": self.factor, "factor_interval": list(self.interval)}
-
-
-def _factor(kept: float, excess: float, c: int, far: int) -> float:
-    """(kept + excess) / kept, within what a total bound can cut: 1 to far / c."""
-    return min(max(1.0 + max(excess, 0.0) / max(kept, 1.0), 1.0), far / c)
-
-
-def groups_query(plan: Plan, g: int, far: int) -> exp.Select:
-    """Over the plan's `filtered` rows: the groups a limit of g groups keeps, Σ min(groups, g),
-    and those it cuts up to `far` (the domain's size), Σ min(groups, far) - min(groups, g), over
-    the units. One unit moves the first by at most g and the second by at most far - g."""
-    keys = [b.col(f"k{i}") for i in range(len(plan.keys))]
-    pairs = b.select([b.col("unit"), *keys], b.table("filtered"), distinct=True)
-    per_unit = b.select([b.col("unit"), b.named(b.count(), "groups")], b.subquery(pairs, "p"), group=["unit"])
-    n = b.col("groups")
-    kept = b.func("LEAST", n, g)
-    excess = b.binary(exp.Sub, b.func("LEAST", n.copy(), far), kept.copy())
-    query = b.select(
-        [
-            b.named(b.func("COALESCE", b.total(kept), 0), "kept"),
-            b.named(b.func("COALESCE", b.total(excess), 0), "excess"),
-        ],
-        b.subquery(per_unit, "g"),
-    )
-    return _with_filtered(plan, query)
-
-
-def noised_correction(
-    row: Sequence, c: int, far: int, epsilon: Fraction, confidence: float, shares: Sequence[Fraction]
-) -> Correction:
-    """The correction query's exact row noised: each number with discrete Laplace noise of its
-    sensitivity (c; far - c) over its share of the query's epsilon."""
-    kept_noise = Noise("laplace", laplace_scale(c, epsilon * shares[0]))
-    excess_noise = Noise("laplace", laplace_scale(max(far - c, 1), epsilon * shares[1]))
-    kept = add_noise([int(row[0] or 0)], kept_noise)[0]
-    excess = add_noise([int(row[1] or 0)], excess_noise)[0]
-    return Correction(
-        c, far, float(kept), float(excess), kept_noise.half_width(confidence), excess_noise.half_width(confidence)
-    )
-
-
-def scaled(
-    values: Sequence, intervals: Sequence[tuple[float, float]], correction: Correction, integral: bool
-) -> tuple[list, list[tuple[float, float]]]:
-    """An estimate's values and intervals under the correction (post-processing): each value
-    times the factor; each interval the hull of its ends times the factor's interval's."""
-    f, (lo, hi) = correction.factor, correction.interval
-    out = [None if v is None else (round(v * f) if integral else v * f) for v in values]
-    cis = []
-    for a, z in intervals:
-        ends = [a * lo, a * hi, z * lo, z * hi]
-        cis.append((min(ends), max(ends)))
-    return out, cis

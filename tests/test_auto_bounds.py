@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dpsql
-from dpsql import auto_bounds
+from dpsql import auto_bounds, auto_correction
 from dpsql.calibration import calibrate
 from dpsql.config import load_policy
 from dpsql.prepare import plan_query
@@ -226,7 +226,7 @@ def test_the_policy_can_turn_choosing_off(tmp_path, small_policy):
 
 
 def _correction_row(session: Session, plan, c: int, far: int) -> tuple[int, int]:
-    rows = rows_of(session, auto_bounds.correction_query(plan, c, far))
+    rows = rows_of(session, auto_correction.correction_query(plan, c, far))
     return tuple(int(v or 0) for v in rows[0]) if rows else (0, 0)
 
 
@@ -257,13 +257,13 @@ def test_one_unit_moves_the_correction_by_at_most_its_sensitivities(units, targe
 def test_the_correction_scales_counts_within_what_a_bound_can_cut():
     """The factor is (kept + cut) / kept, never below 1 nor above reach / c, whatever the noise;
     an interval is scaled by the factor's interval's ends."""
-    fix = auto_bounds.Correction(c=4, reach=160, kept=1000.0, excess=500.0, kept_hw=10.0, excess_hw=100.0)
+    fix = auto_correction.Correction(c=4, reach=160, kept=1000.0, excess=500.0, kept_hw=10.0, excess_hw=100.0)
     assert fix.factor == pytest.approx(1.5)
     lo, hi = fix.interval
     assert lo == pytest.approx(1 + 400 / 1010) and hi == pytest.approx(1 + 600 / 990)
-    assert auto_bounds.Correction(4, 160, -50.0, -20.0, 1.0, 1.0).factor == 1.0
-    assert auto_bounds.Correction(4, 160, 1.0, 10**9, 1.0, 1.0).factor == 40.0
-    values, cis = auto_bounds.scaled([100, None], [(90.0, 110.0), (-5.0, 5.0)], fix, integral=True)
+    assert auto_correction.Correction(4, 160, -50.0, -20.0, 1.0, 1.0).factor == 1.0
+    assert auto_correction.Correction(4, 160, 1.0, 10**9, 1.0, 1.0).factor == 40.0
+    values, cis = auto_correction.scaled([100, None], [(90.0, 110.0), (-5.0, 5.0)], fix, integral=True)
     assert values == [150, None]
     assert cis[0] == pytest.approx((90 * lo, 110 * hi)) and cis[1] == pytest.approx((-5 * hi, 5 * hi))
 
@@ -331,8 +331,8 @@ def test_one_unit_moves_the_groups_correction_by_at_most_its_sensitivities(units
                 if not auto_bounds.counts_units(plan, "laplace"):
                     continue
                 g, far = plan.max_groups, plan.max_groups + 5
-                ka, ea = (int(v or 0) for v in rows_of(a, auto_bounds.groups_query(plan, g, far))[0])
-                kb, eb = (int(v or 0) for v in rows_of(b, auto_bounds.groups_query(plan, g, far))[0])
+                ka, ea = (int(v or 0) for v in rows_of(a, auto_correction.groups_query(plan, g, far))[0])
+                kb, eb = (int(v or 0) for v in rows_of(b, auto_correction.groups_query(plan, g, far))[0])
                 assert abs(ka - kb) <= g and abs(ea - eb) <= far - g, q
         finally:
             a.close()

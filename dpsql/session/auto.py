@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
-from .. import auto_bounds
+from .. import auto_bounds, auto_correction
 from ..accounting.cost import Cost
 from ..calibration import Calibration, calibrate, measure_weights
 from ..errors import OperationalError
@@ -133,7 +133,7 @@ def units_answer(
     session: Session, stmt: Query, plan: Plan, policy_cal: Calibration, options: QueryOptions, groups: tuple | None
 ) -> tuple[Result, Charge]:
     """Units per group at the policy's limits, corrected for the groups max_groups cuts: one
-    charge for the correction (auto_bounds.groups_query) and the release at the rest."""
+    charge for the correction (auto_correction.groups_query) and the release at the rest."""
     s = session.settings
     epsilon = policy_cal.cost.epsilon
     g, far = policy_cal.groups_per_unit, max(len(groups or ()), policy_cal.groups_per_unit)
@@ -159,8 +159,8 @@ def units_answer(
     with charged_work(
         session, pending, charge, "the query's cost stays charged: the groups its limits cut were being counted"
     ):
-        row = correction_row(session, plan, f"groups {g} {far}", lambda: auto_bounds.groups_query(plan, g, far))
-        correction = auto_bounds.noised_correction(
+        row = correction_row(session, plan, f"groups {g} {far}", lambda: auto_correction.groups_query(plan, g, far))
+        correction = auto_correction.noised_correction(
             row, g, far, epsilon, s.confidence, (auto_bounds.UNITS_SHARE, auto_bounds.UNITS_SHARE)
         )
         bounded = bounded_query(session, plan, None)
@@ -187,12 +187,12 @@ def correction_row(session: Session, plan: Plan, name: str, query) -> tuple:
 
 def correction_of(
     session: Session, plan: Plan, choice: auto_bounds.Choice, epsilon: Fraction, shares: tuple[Fraction, ...]
-) -> auto_bounds.Correction:
-    """The rows the chosen total bound keeps and cuts (auto_bounds.Correction), noised: part of
+) -> auto_correction.Correction:
+    """The rows the chosen total bound keeps and cuts (auto_correction.Correction), noised: part of
     the query's charge, drawn once it is durable."""
     c, far = choice.max_contributions or 1, choice.reach or auto_bounds.reach(plan)
-    row = correction_row(session, plan, f"correction {c} {far}", lambda: auto_bounds.correction_query(plan, c, far))
-    return auto_bounds.noised_correction(row, c, far, epsilon, session.settings.confidence, shares)
+    row = correction_row(session, plan, f"correction {c} {far}", lambda: auto_correction.correction_query(plan, c, far))
+    return auto_correction.noised_correction(row, c, far, epsilon, session.settings.confidence, shares)
 
 
 def chosen(
@@ -229,11 +229,11 @@ def rows_of(session: Session, tree: exp.Select) -> list[tuple]:
     return list(zip(*rs.columns)) if rs.row_count else []
 
 
-def _corrected(plan: Plan, correction: auto_bounds.Correction, noisy: NoisyTable) -> None:
+def _corrected(plan: Plan, correction: auto_correction.Correction, noisy: NoisyTable) -> None:
     """Counts and sums scaled by the correction of truncation, in place (post-processing)."""
     for i, est in enumerate(plan.estimates):
         if est.func in auto_bounds.CORRECTED + ("units",):
-            noisy.estimates[i], noisy.intervals[i] = auto_bounds.scaled(
+            noisy.estimates[i], noisy.intervals[i] = auto_correction.scaled(
                 noisy.estimates[i], noisy.intervals[i], correction, noisy.estimate_types[i] == "BIGINT"
             )
 

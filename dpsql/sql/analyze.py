@@ -10,7 +10,6 @@ so COUNT(x), SUM(x) and AVG(x) in one query share their noisy counts and sums.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
@@ -29,6 +28,7 @@ from .allowlist import (
     contains_aggregate,
     order_statistic,
 )
+from .arguments import DISTINCT_HINT, distinct_keys, quantile_fraction, unbounded, unfilter
 from .bounding import L2Clip, PerGroupCap, TotalCap, choose
 from .bounds import Interval, interval
 from .division import integer_division, integral
@@ -49,8 +49,6 @@ from .scope import (
     output_name,
 )
 from .total import try_casts
-
-MAX_DISTINCT_KEYS = 256  # declared keys a COUNT(DISTINCT column) may count
 
 
 @dataclass(frozen=True)
@@ -484,7 +482,7 @@ class _Analysis:
 
     def _estimate(self, node: exp.Expression) -> int:
         if isinstance(node, exp.Filter):
-            return self._estimate(_unfilter(node))
+            return self._estimate(unfilter(node))
         if not isinstance(node, DP_AGGREGATES) and order_statistic(node) is None:
             check_tree(node)
         text = node.sql(dialect="postgres")
@@ -512,7 +510,7 @@ class _Analysis:
         value = self.scope.resolve(arg, self.resolver)
         bounds = self._clipped(value, interval(value, self._bounds))
         if not bounds.finite:
-            raise self._unbounded(node, arg, value)
+            raise unbounded(node, arg, value, self._source)
         if isinstance(node, SPREAD_AGGREGATES) and self.sample_rate:
             raise unsupported(f"{text}: variance under TABLESAMPLE is not supported yet")
         func = SPREAD_FUNCTIONS.get(type(node), "sum" if isinstance(node, exp.Sum) else "avg")
@@ -571,13 +569,13 @@ class _Analysis:
                 f"{text}: quantiles under TABLESAMPLE are not supported yet",
                 hint="run the quantile without TABLESAMPLE",
             )
-        fraction = p if isinstance(p, float) else _fraction(p, text)
+        fraction = p if isinstance(p, float) else quantile_fraction(p, text)
         if contains_aggregate(arg):
             raise ProgrammingError("aggregate function calls cannot be nested", sqlstate="42803")
         value = self.scope.resolve(arg, self.resolver)
         bounds = interval(value, self._bounds)
         if not bounds.finite:
-            raise self._unbounded(node, arg, value, quantile=name)
+            raise unbounded(node, arg, value, self._source, quantile=name)
         if bounds.hi <= bounds.lo:
             raise ProgrammingError(
                 f"{text}: {arg.sql(dialect='postgres')} has a single possible value {bounds.lo:g}",
@@ -595,37 +593,10 @@ class _Analysis:
         whose noisy count clears the noise level (post-processing). Keys seen in fewer rows
         than that are missed: the answer is a lower estimate for rare values."""
         args = node.this.expressions if isinstance(node.this, exp.Distinct) else [node.this]
-        hint = (
-            "declare the column's keys in the policy (columns.NAME = { keys = [...] }); "
-            "COUNT(DISTINCT unit_column) counts people"
-        )
         if len(args) != 1:
-            raise unsupported(f"{text}: COUNT(DISTINCT ...) of several columns is not supported", hint=hint)
+            raise unsupported(f"{text}: COUNT(DISTINCT ...) of several columns is not supported", hint=DISTINCT_HINT)
         value = self.scope.resolve(args[0], self.resolver)
-        inner = value.this if isinstance(value, exp.Paren) else value
-        keys = None
-        if isinstance(inner, exp.Column):
-            source = self._source(inner.table)
-            keys = column_values(source, inner.name)
-            if keys is None and source.table.column(inner.name).keys_from is not None:
-                raise unsupported(
-                    f"{text}: COUNT(DISTINCT ...) needs the keys listed in the policy; "
-                    f"{inner.name} takes its keys from a table",
-                    hint=hint,
-                )
-        else:
-            keys = literal_domain(inner)
-        if keys is None:
-            raise unsupported(
-                f"{text}: the values of {args[0].sql(dialect='postgres')} are not declared, so "
-                "which ones exist is private",
-                hint=hint,
-            )
-        if len(keys) > MAX_DISTINCT_KEYS:
-            raise unsupported(
-                f"{text}: {len(keys)} declared keys; COUNT(DISTINCT ...) supports up to {MAX_DISTINCT_KEYS}",
-                hint="group by the column and count the groups with COUNT(*) instead",
-            )
+        keys = distinct_keys(text, args[0], value, self._source)
         return self._add("distinct", text, value, 0.0, float(len(keys)), categories=tuple(keys))
 
     def _share_sums(self) -> None:
@@ -663,90 +634,3 @@ class _Analysis:
             return False
         source = self._source(inner.table)
         return source.private and not source.table.row_unit and inner.name == source.table.privacy_unit
-
-    def _unbounded(
-        self, node: exp.Expression, arg: exp.Expression, value: exp.Expression, quantile: str | None = None
-    ) -> ProgrammingError:
-        text = node.sql(dialect="postgres")
-        how = (
-            f"and {quantile} is answered as a DP quantile over the column's declared range"
-            if quantile
-            else "so one person's influence on the result is unlimited"
-        )
-        missing = []
-        for col in value.find_all(exp.Column):
-            src = self._source(col.table)
-            if not src.table.column(col.name).bounded:
-                missing.append((src.table.name, col.name, src.columns.get(col.name, "")))
-        if missing and quantile and _TEXTUAL.search(missing[0][2].upper()):
-            return ProgrammingError(
-                f"{text}: {missing[0][0]}.{missing[0][1]} is text, and {quantile} is answered as a "
-                "DP quantile, which needs a number or a date",
-                sqlstate="42P22",
-                hint=f"to see which of its values occur, ask SELECT {missing[0][1]}, COUNT(*) ... "
-                f"GROUP BY {missing[0][1]}",
-            )
-        if missing:
-            table, column, _ = missing[0]
-            fix = (
-                f"declare bounds in the policy: columns.{column} = {{ lower = ..., upper = ... }} in [tables.{table}], "
-                f"or clamp it in the query: LEAST(GREATEST({column}, low), high)"
-            )
-            return ProgrammingError(
-                f"{text}: the column {table}.{column} has no declared bounds, {how}", sqlstate="42P22", hint=fix
-            )
-        return ProgrammingError(
-            f"{text}: cannot derive bounds for {arg.sql(dialect='postgres')}",
-            sqlstate="42P22",
-            hint="wrap it in LEAST(GREATEST(expression, low), high), and avoid dividing by a value that may be 0",
-        )
-
-
-_TEXTUAL = re.compile(r"CHAR|TEXT|STRING|UUID|ENUM|BLOB|BYTEA")
-
-
-def _fraction(p: exp.Expression, text: str) -> float:
-    """The literal fraction of a quantile, in [0, 1]: it must not depend on data."""
-    try:
-        value = _literal_number(p)
-    except ValueError:
-        value = None
-    if value is None or not 0.0 <= value <= 1.0:
-        raise ProgrammingError(
-            f"{text}: the fraction must be a number literal between 0 and 1",
-            sqlstate="22003",
-            hint="for example PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY x), or QUANTILE(x, 0.9)",
-        )
-    return value
-
-
-def _literal_number(p: exp.Expression) -> float | None:
-    if isinstance(p, exp.Paren):
-        return _literal_number(p.this)
-    if isinstance(p, exp.Literal) and not p.is_string:
-        return float(p.this)
-    if isinstance(p, exp.Neg):
-        v = _literal_number(p.this)
-        return None if v is None else -v
-    if isinstance(p, exp.Sub):
-        a, b = _literal_number(p.this), _literal_number(p.expression)
-        return None if a is None or b is None else a - b
-    return None
-
-
-def _unfilter(node: exp.Filter) -> exp.Expression:
-    """AGG(x) FILTER (WHERE c) as AGG(CASE WHEN c THEN x END); COUNT(*) counts CASE WHEN c THEN 1 END."""
-    agg = node.this.copy()
-    cond = node.expression.this if isinstance(node.expression, exp.Where) else node.expression
-    if isinstance(agg, exp.WithinGroup) or not isinstance(agg, exp.AggFunc):
-        raise unsupported(
-            f"{node.sql(dialect='postgres')}: FILTER on this aggregate is not supported",
-            hint="move the condition into WHERE, or into CASE WHEN condition THEN x END",
-        )
-    arg = agg.this
-    if isinstance(arg, exp.Distinct):
-        arg.set("expressions", [exp.Case(ifs=[exp.If(this=cond.copy(), true=e)]) for e in arg.expressions])
-    else:
-        value = exp.Literal.number(1) if arg is None or isinstance(arg, exp.Star) else arg
-        agg.set("this", exp.Case(ifs=[exp.If(this=cond.copy(), true=value)]))
-    return agg

@@ -1,0 +1,128 @@
+"""The correction of what a total bound cuts (SET dpsql.bounds = auto): the queries that count,
+over the profile's units, the rows (or groups) a chosen limit keeps and those it cuts up to the
+reach, their noised answers (`Correction`), and the estimates scaled by its factor; and the
+profile's CTEs (`with_filtered`), which these share with auto_bounds' profile. The shares of
+epsilon these spend are chosen in auto_bounds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Sequence
+
+from sqlglot import exp
+
+from .mechanisms import Noise, add_noise, laplace_scale
+from .sql import build as b
+from .sql.analyze import Plan
+from .sql.rewrite import rewrite
+
+
+def with_filtered(plan: Plan, query: exp.Select) -> exp.Select:
+    """`query` with the bounded query's CTEs up to `filtered` and `prof_units` (each unit's
+    row count n there)."""
+    bounded = rewrite(plan, plan.literal_domain_size())
+    ctes = bounded.args["with_"].expressions
+    for cte in ctes[: [c.alias for c in ctes].index("filtered") + 1]:
+        query = query.with_(cte.alias, as_=cte.this.copy())
+    units = b.select([b.col("unit"), b.named(b.count(), "n")], b.table("filtered"), group=["unit"])
+    return query.with_("prof_units", as_=units)
+
+
+def correction_query(plan: Plan, c: int, far: int) -> exp.Select:
+    """Over the plan's `filtered` rows (as the profile): the rows a total bound c keeps,
+    Σ min(n, c), and the rows between c and `far`, Σ min(n, far) - min(n, c), over the units.
+    One unit moves the first by at most c and the second by at most far - c."""
+    n = b.col("n")
+    kept = b.func("LEAST", n, c)
+    excess = b.binary(exp.Sub, b.func("LEAST", n.copy(), far), kept.copy())
+    query = b.select(
+        [
+            b.named(b.func("COALESCE", b.total(kept), 0), "kept"),
+            b.named(b.func("COALESCE", b.total(excess), 0), "excess"),
+        ],
+        b.table("prof_units"),
+    )
+    return with_filtered(plan, query)
+
+
+@dataclass(frozen=True)
+class Correction:
+    """The released rows a total bound c kept and those it cut up to the reach (both noisy),
+    with their noise's half-widths at the answer's confidence: counts and sums are scaled by
+    (kept + excess) / kept, on the model that a unit's cut rows fall in its groups as its kept
+    ones do (DESIGN §4)."""
+
+    c: int
+    reach: int
+    kept: float
+    excess: float
+    kept_hw: float
+    excess_hw: float
+
+    @property
+    def factor(self) -> float:
+        return _factor(self.kept, self.excess, self.c, self.reach)
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return (
+            _factor(self.kept + self.kept_hw, self.excess - self.excess_hw, self.c, self.reach),
+            _factor(self.kept - self.kept_hw, self.excess + self.excess_hw, self.c, self.reach),
+        )
+
+    def describe(self) -> dict:
+        return {"reach": self.reach, "factor": self.factor, "factor_interval": list(self.interval)}
+
+
+def _factor(kept: float, excess: float, c: int, far: int) -> float:
+    """(kept + excess) / kept, within what a total bound can cut: 1 to far / c."""
+    return min(max(1.0 + max(excess, 0.0) / max(kept, 1.0), 1.0), far / c)
+
+
+def groups_query(plan: Plan, g: int, far: int) -> exp.Select:
+    """Over the plan's `filtered` rows: the groups a limit of g groups keeps, Σ min(groups, g),
+    and those it cuts up to `far` (the domain's size), Σ min(groups, far) - min(groups, g), over
+    the units. One unit moves the first by at most g and the second by at most far - g."""
+    keys = [b.col(f"k{i}") for i in range(len(plan.keys))]
+    pairs = b.select([b.col("unit"), *keys], b.table("filtered"), distinct=True)
+    per_unit = b.select([b.col("unit"), b.named(b.count(), "groups")], b.subquery(pairs, "p"), group=["unit"])
+    n = b.col("groups")
+    kept = b.func("LEAST", n, g)
+    excess = b.binary(exp.Sub, b.func("LEAST", n.copy(), far), kept.copy())
+    query = b.select(
+        [
+            b.named(b.func("COALESCE", b.total(kept), 0), "kept"),
+            b.named(b.func("COALESCE", b.total(excess), 0), "excess"),
+        ],
+        b.subquery(per_unit, "g"),
+    )
+    return with_filtered(plan, query)
+
+
+def noised_correction(
+    row: Sequence, c: int, far: int, epsilon: Fraction, confidence: float, shares: Sequence[Fraction]
+) -> Correction:
+    """The correction query's exact row noised: each number with discrete Laplace noise of its
+    sensitivity (c; far - c) over its share of the query's epsilon."""
+    kept_noise = Noise("laplace", laplace_scale(c, epsilon * shares[0]))
+    excess_noise = Noise("laplace", laplace_scale(max(far - c, 1), epsilon * shares[1]))
+    kept = add_noise([int(row[0] or 0)], kept_noise)[0]
+    excess = add_noise([int(row[1] or 0)], excess_noise)[0]
+    return Correction(
+        c, far, float(kept), float(excess), kept_noise.half_width(confidence), excess_noise.half_width(confidence)
+    )
+
+
+def scaled(
+    values: Sequence, intervals: Sequence[tuple[float, float]], correction: Correction, integral: bool
+) -> tuple[list, list[tuple[float, float]]]:
+    """An estimate's values and intervals under the correction (post-processing): each value
+    times the factor; each interval the hull of its ends times the factor's interval's."""
+    f, (lo, hi) = correction.factor, correction.interval
+    out = [None if v is None else (round(v * f) if integral else v * f) for v in values]
+    cis = []
+    for a, z in intervals:
+        ends = [a * lo, a * hi, z * lo, z * hi]
+        cis.append((min(ends), max(ends)))
+    return out, cis
