@@ -8,14 +8,17 @@ from typing import Mapping
 from ...duck_rows import insert_rows
 from .. import codec as c
 from .functions import _FUNCTIONS, _MACROS, _NO_SOURCE
-from .tables import (
+from .pg_types import (
     _ARRAYS,
     _DATETIME_PRECISION,
-    _SETTINGS,
     _STORAGE,
     _UNDERSCORED_IO,
     _VECTOR_ELEMENTS,
     BASE_TYPES,
+    PSEUDO_TYPES,
+)
+from .tables import (
+    _SETTINGS,
     DATABASE_OID,
     FIRST_FUNCTION_OID,
     FIRST_IO_FUNCTION_OID,
@@ -25,7 +28,6 @@ from .tables import (
     PG_CATALOG,
     PG_TEMP,
     PG_TEMP_NAME,
-    PSEUDO_TYPES,
     PUBLIC,
     TABLES,
     _full_rows,

@@ -1,11 +1,13 @@
-"""PostgreSQL 15's catalog tables and types, as data: each table's columns and their type OIDs,
-the tables that are empty here, the built-in, pseudo and array types, and the fixed OIDs."""
+"""PostgreSQL 15's pg_catalog tables, as data: each table's columns and their type OIDs (with
+information_schema's from information_schema.py), the tables that are empty here, what pg_settings
+lists, and the fixed OIDs."""
 
 from __future__ import annotations
 
 import re
 
 from .. import codec as c
+from .information_schema import INFORMATION_SCHEMA_TABLES
 
 PUBLIC, PG_CATALOG, INFORMATION_SCHEMA = 2200, 11, 13000
 PG_TEMP, PG_TEMP_NAME = 16000, "pg_temp_3"  # where a session's temporary views are listed
@@ -17,7 +19,7 @@ OWNER = 10
 DATABASE_OID = 16384
 
 
-# (column, PostgreSQL type OID). DuckDB storage types follow from the OID.
+# (column, PostgreSQL type OID). DuckDB storage types follow from the OID (pg_types._STORAGE).
 TABLES: dict[str, list[tuple[str, int]]] = {
     # a set-returning function read as a table (DBeaver asks for the keywords on connect)
     "pg_get_keywords": [
@@ -494,8 +496,6 @@ TABLES: dict[str, list[tuple[str, int]]] = {
         ("hastriggers", c.BOOL),
         ("rowsecurity", c.BOOL),
     ],
-    # information_schema (stored as is_<name>)
-    "is_schemata": [("catalog_name", c.NAME), ("schema_name", c.NAME), ("schema_owner", c.NAME)],
     # Empty: dpsql has no role memberships and no user-defined routines.
     "pg_auth_members": [
         ("oid", c.OID),
@@ -504,133 +504,8 @@ TABLES: dict[str, list[tuple[str, int]]] = {
         ("grantor", c.OID),
         ("admin_option", c.BOOL),
     ],
-    "is_routines": [
-        ("specific_catalog", c.NAME),
-        ("specific_schema", c.NAME),
-        ("specific_name", c.NAME),
-        ("routine_catalog", c.NAME),
-        ("routine_schema", c.NAME),
-        ("routine_name", c.NAME),
-        ("routine_type", c.TEXT),
-        ("data_type", c.TEXT),
-        ("type_udt_name", c.NAME),
-        ("routine_body", c.TEXT),
-        ("routine_definition", c.TEXT),
-        ("external_language", c.TEXT),
-        ("is_deterministic", c.TEXT),
-        ("security_type", c.TEXT),
-    ],
-    "is_tables": [
-        ("table_catalog", c.NAME),
-        ("table_schema", c.NAME),
-        ("table_name", c.NAME),
-        ("table_type", c.VARCHAR),
-        ("self_referencing_column_name", c.NAME),
-        ("reference_generation", c.VARCHAR),
-        ("user_defined_type_catalog", c.NAME),
-        ("user_defined_type_schema", c.NAME),
-        ("user_defined_type_name", c.NAME),
-        ("is_insertable_into", c.VARCHAR),
-        ("is_typed", c.VARCHAR),
-        ("commit_action", c.VARCHAR),
-    ],
-    "is_columns": [
-        ("table_catalog", c.NAME),
-        ("table_schema", c.NAME),
-        ("table_name", c.NAME),
-        ("column_name", c.NAME),
-        ("ordinal_position", c.INT4),
-        ("column_default", c.VARCHAR),
-        ("is_nullable", c.VARCHAR),
-        ("data_type", c.VARCHAR),
-        ("character_maximum_length", c.INT4),
-        ("character_octet_length", c.INT4),
-        ("numeric_precision", c.INT4),
-        ("numeric_precision_radix", c.INT4),
-        ("numeric_scale", c.INT4),
-        ("datetime_precision", c.INT4),
-        ("interval_type", c.VARCHAR),
-        ("interval_precision", c.INT4),
-        ("character_set_catalog", c.NAME),
-        ("character_set_schema", c.NAME),
-        ("character_set_name", c.NAME),
-        ("collation_catalog", c.NAME),
-        ("collation_schema", c.NAME),
-        ("collation_name", c.NAME),
-        ("domain_catalog", c.NAME),
-        ("domain_schema", c.NAME),
-        ("domain_name", c.NAME),
-        ("udt_catalog", c.NAME),
-        ("udt_schema", c.NAME),
-        ("udt_name", c.NAME),
-        ("scope_catalog", c.NAME),
-        ("scope_schema", c.NAME),
-        ("scope_name", c.NAME),
-        ("maximum_cardinality", c.INT4),
-        ("dtd_identifier", c.NAME),
-        ("is_self_referencing", c.VARCHAR),
-        ("is_identity", c.VARCHAR),
-        ("identity_generation", c.VARCHAR),
-        ("identity_start", c.VARCHAR),
-        ("identity_increment", c.VARCHAR),
-        ("identity_maximum", c.VARCHAR),
-        ("identity_minimum", c.VARCHAR),
-        ("identity_cycle", c.VARCHAR),
-        ("is_generated", c.VARCHAR),
-        ("generation_expression", c.VARCHAR),
-        ("is_updatable", c.VARCHAR),
-    ],
-    "is_views": [
-        ("table_catalog", c.NAME),
-        ("table_schema", c.NAME),
-        ("table_name", c.NAME),
-        ("view_definition", c.TEXT),
-    ],
-    "is_table_constraints": [
-        ("constraint_catalog", c.NAME),
-        ("constraint_schema", c.NAME),
-        ("constraint_name", c.NAME),
-        ("table_catalog", c.NAME),
-        ("table_schema", c.NAME),
-        ("table_name", c.NAME),
-        ("constraint_type", c.VARCHAR),
-        ("is_deferrable", c.VARCHAR),
-        ("initially_deferred", c.VARCHAR),
-        ("enforced", c.VARCHAR),
-        ("nulls_distinct", c.VARCHAR),
-    ],
-    "is_key_column_usage": [
-        ("constraint_catalog", c.NAME),
-        ("constraint_schema", c.NAME),
-        ("constraint_name", c.NAME),
-        ("table_catalog", c.NAME),
-        ("table_schema", c.NAME),
-        ("table_name", c.NAME),
-        ("column_name", c.NAME),
-        ("ordinal_position", c.INT4),
-        ("position_in_unique_constraint", c.INT4),
-    ],
-    # Empty: dpsql declares no keys or indexes (peewee's and Django's introspection read them).
-    "is_constraint_column_usage": [
-        ("table_catalog", c.NAME),
-        ("table_schema", c.NAME),
-        ("table_name", c.NAME),
-        ("column_name", c.NAME),
-        ("constraint_catalog", c.NAME),
-        ("constraint_schema", c.NAME),
-        ("constraint_name", c.NAME),
-    ],
-    "is_referential_constraints": [
-        ("constraint_catalog", c.NAME),
-        ("constraint_schema", c.NAME),
-        ("constraint_name", c.NAME),
-        ("unique_constraint_catalog", c.NAME),
-        ("unique_constraint_schema", c.NAME),
-        ("unique_constraint_name", c.NAME),
-        ("match_option", c.VARCHAR),
-        ("update_rule", c.VARCHAR),
-        ("delete_rule", c.VARCHAR),
-    ],
+    # information_schema (stored as is_<name>; information_schema.py)
+    **INFORMATION_SCHEMA_TABLES,
     "pg_indexes": [
         ("schemaname", c.NAME),
         ("tablename", c.NAME),
@@ -739,108 +614,6 @@ for _spec in re.split(r"\n(?=\S)", _EMPTY_TABLES.strip()):
     _name, *_columns = _spec.split()
     TABLES[_name] = [(col, getattr(c, typ.upper())) for col, typ in (part.split(":") for part in _columns)]
 
-_STORAGE = {
-    c.INT2VECTOR: "SMALLINT[]",
-    c.OIDVECTOR: "BIGINT[]",
-    c.BOOL: "BOOLEAN",
-    c.INT2: "SMALLINT",
-    c.INT4: "INTEGER",
-    c.INT8: "BIGINT",
-    c.OID: "BIGINT",
-    c.FLOAT4: "FLOAT",
-    c.FLOAT8: "DOUBLE",
-    c.TEXT_ARRAY: "VARCHAR[]",
-    c.INT2_ARRAY: "SMALLINT[]",
-    c.OID_ARRAY: "BIGINT[]",
-    c.CHAR_ARRAY: "VARCHAR[]",
-    c.FLOAT8_ARRAY: "DOUBLE[]",
-    c.ACLITEM_ARRAY: "VARCHAR[]",
-    c.TIMESTAMPTZ: "TIMESTAMPTZ",
-}
-
-
-# Built-in types clients look up (oid, name, length, category, array oid).
-BASE_TYPES = [
-    (c.BOOL, "bool", 1, "B", 1000),
-    (c.BYTEA, "bytea", -1, "U", 1001),
-    (c.CHAR, "char", 1, "Z", 1002),
-    (c.NAME, "name", 64, "S", 1003),
-    (c.INT8, "int8", 8, "N", 1016),
-    (c.INT2, "int2", 2, "N", 1005),
-    (c.INT4, "int4", 4, "N", 1007),
-    (c.TEXT, "text", -1, "S", 1009),
-    (c.OID, "oid", 4, "N", 1028),
-    (c.FLOAT4, "float4", 4, "N", 1021),
-    (c.FLOAT8, "float8", 8, "N", 1022),
-    (c.BPCHAR, "bpchar", -1, "S", 1014),
-    (c.VARCHAR, "varchar", -1, "S", 1015),
-    (c.DATE, "date", 4, "D", 1182),
-    (c.TIME, "time", 8, "D", 1183),
-    (c.TIMESTAMP, "timestamp", 8, "D", 1115),
-    (c.TIMESTAMPTZ, "timestamptz", 8, "D", 1185),
-    (c.INTERVAL, "interval", 16, "T", 1187),
-    (c.NUMERIC, "numeric", -1, "N", 1231),
-    (c.UUID, "uuid", 16, "U", 2951),
-    (c.JSON, "json", -1, "U", 199),
-    (c.JSONB, "jsonb", -1, "U", 3807),
-    (c.REGCLASS, "regclass", 4, "N", 2210),
-    (c.REGPROC, "regproc", 4, "N", 1008),
-    (c.REGTYPE, "regtype", 4, "N", 2211),
-    (c.REGNAMESPACE, "regnamespace", 4, "N", 4090),
-    (c.INT2VECTOR, "int2vector", -1, "A", 1006),
-    (c.OIDVECTOR, "oidvector", -1, "A", 1013),
-]
-# The vector types are arrays of their element (typelem), as asyncpg decodes pg_index.indoption.
-_VECTOR_ELEMENTS = {c.INT2VECTOR: c.INT2, c.OIDVECTOR: c.OID}
-# Pseudo-types drivers load by name (Npgsql: record, void): (oid, name, length, category, array oid).
-PSEUDO_TYPES = [(2249, "record", -1, "P", 2287), (2278, "void", 4, "P", 0), (c.UNKNOWN, "unknown", -2, "X", 0)]
-# Types whose I/O functions PostgreSQL names with an underscore (date_recv, not daterecv).
-_UNDERSCORED_IO = {
-    "json",
-    "jsonb",
-    "date",
-    "time",
-    "timestamp",
-    "timestamptz",
-    "interval",
-    "numeric",
-    "uuid",
-    "record",
-    "void",
-}
-_ARRAYS = [
-    (1000, "_bool", c.BOOL),
-    (1001, "_bytea", c.BYTEA),
-    (1002, "_char", c.CHAR),
-    (1003, "_name", c.NAME),
-    (1016, "_int8", c.INT8),
-    (1005, "_int2", c.INT2),
-    (1007, "_int4", c.INT4),
-    (1009, "_text", c.TEXT),
-    (1028, "_oid", c.OID),
-    (1021, "_float4", c.FLOAT4),
-    (1022, "_float8", c.FLOAT8),
-    (1015, "_varchar", c.VARCHAR),
-    (1182, "_date", c.DATE),
-    (1115, "_timestamp", c.TIMESTAMP),
-    (1185, "_timestamptz", c.TIMESTAMPTZ),
-    (1231, "_numeric", c.NUMERIC),
-    (1014, "_bpchar", c.BPCHAR),
-    (1183, "_time", c.TIME),
-    (1187, "_interval", c.INTERVAL),
-    (2951, "_uuid", c.UUID),
-    (199, "_json", c.JSON),
-    (3807, "_jsonb", c.JSONB),
-    (2210, "_regclass", c.REGCLASS),
-    (1008, "_regproc", c.REGPROC),
-    (2211, "_regtype", c.REGTYPE),
-    (4090, "_regnamespace", c.REGNAMESPACE),
-    (1006, "_int2vector", c.INT2VECTOR),
-    (1013, "_oidvector", c.OIDVECTOR),
-    (2287, "_record", 2249),
-]
-
-
 # What pg_settings lists (the values a client reads there; SHOW answers from the session).
 _SETTINGS = {
     "server_version": "15.0",
@@ -854,9 +627,6 @@ _SETTINGS = {
     "DateStyle": "ISO, MDY",
     "bytea_output": "hex",
 }
-
-
-_DATETIME_PRECISION = {c.DATE: 0, c.TIME: 6, c.TIMESTAMP: 6, c.TIMESTAMPTZ: 6, c.INTERVAL: 6}
 
 
 # PostgreSQL's own OIDs of the catalog tables clients name in regclass casts (pg_description's
