@@ -22,12 +22,18 @@ CLOSE_WAIT = 5.0  # seconds close() waits for the thread
 class Watchdog:
     def __init__(self, seconds: float):
         self.seconds = seconds
+        self._tokens = itertools.count()
+        self._closed = False
+        self._start_afresh()
+
+    def _start_afresh(self) -> None:
+        """A new lock, no deadline and no thread, in this process. Also what a child of fork()
+        does first: the parent's thread does not exist there, and its lock may have been held by
+        that thread at the fork, and so would stay held for ever."""
         self._cond = threading.Condition()
         self._due: dict[int, tuple[float, Callable[[], None]]] = {}  # in registration order: earliest first
         self._expired: set[int] = set()
-        self._tokens = itertools.count()
         self._thread: threading.Thread | None = None
-        self._closed = False
         self._pid = os.getpid()
 
     @contextlib.contextmanager
@@ -36,7 +42,7 @@ class Watchdog:
         function that tells whether it was (the block's interrupt was the timeout's)."""
         token = next(self._tokens)
         if self._pid != os.getpid():
-            self._forked()
+            self._start_afresh()
         with self._cond:
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(target=self._run, name="dpsql-statement-timeout", daemon=True)
@@ -50,13 +56,6 @@ class Watchdog:
             with self._cond:
                 self._due.pop(token, None)
                 self._expired.discard(token)
-
-    def _forked(self) -> None:
-        """In a child of fork(): the parent's thread does not exist here, and its lock may have
-        been held by that thread at the fork, and so would stay held for ever: start afresh."""
-        self._cond = threading.Condition()
-        self._due, self._expired, self._thread = {}, set(), None
-        self._pid = os.getpid()
 
     def _run(self) -> None:
         with self._cond:

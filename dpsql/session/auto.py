@@ -24,7 +24,7 @@ from ..sql.analyze import Plan
 from ..sql.classify import Query
 from ..sql.options import QueryOptions
 from .answer import answer, noise_detail
-from .bounded import bounded_query, built, exact, key_domain
+from .bounded import bounded_query, built, domain_size, exact
 from .charging import charged_work
 from .result import Result
 
@@ -55,7 +55,7 @@ def explained(session: Session, plan: Plan, cal: Calibration, options: QueryOpti
     if not chosen_per_query(session, plan, cal, options):
         return {"auto_bounds": None, "auto_correction": None, "auto_release": 1.0}
     fix = auto_bounds.correction_share(
-        plan, session.settings.mechanism, key_domain(session, plan).row_count if plan.keys and plan.declared else 1
+        plan, session.settings.mechanism, 1 if (size := domain_size(session, plan)) is None else size
     )
     profile = Fraction(0) if auto_bounds.counts_units(plan, session.settings.mechanism) else auto_bounds.SHARE
     return {

@@ -50,6 +50,11 @@ def built(
     return Bounded(sql, timeless, domain)
 
 
+def domain_size(session: Session, plan: Plan) -> int | None:
+    """How many groups the declared key domain holds (public), or None when the query has none."""
+    return key_domain(session, plan).row_count if plan.keys and plan.declared else None
+
+
 def exact_result(session: Session, plan: Plan, salt: str | None = None) -> ResultSet:
     """The exact values a release of the plan noises, empty groups of a declared domain
     included (tests and audits compare neighbouring datasets on them)."""

@@ -17,7 +17,7 @@ from ..sql.narrow import narrowing
 from ..sql.options import QueryOptions
 from ..synopses import route as synopsis_route
 from . import auto
-from .bounded import bounded_query, key_domain
+from .bounded import bounded_query, domain_size
 from .budget import admits_more
 from .result import Result
 
@@ -56,7 +56,7 @@ def explain_plan(session: Session, tree: exp.Query, options: QueryOptions | None
         "max_groups_per_unit": cal.groups_per_unit,
         "max_rows_per_group": plan.max_rows,
         "max_rows_per_unit": plan.total_rows if plan.total_bound else None,
-        "groups": key_domain(session, plan).row_count if plan.keys and plan.declared else None,
+        "groups": domain_size(session, plan),
         "narrowed_by": list(narrowing(plan).used),
         **auto.explained(session, plan, cal, options or QueryOptions()),
         "mechanisms": mechanisms,

@@ -14,28 +14,11 @@ from typing import Callable
 
 from sqlglot import exp
 
+from ..config import INTEGER_TYPES
+
 ColumnType = Callable[[exp.Column], "str | None"]
 
-_INTEGER_NAMES = {
-    "TINYINT",
-    "SMALLINT",
-    "INTEGER",
-    "INT",
-    "BIGINT",
-    "HUGEINT",
-    "UTINYINT",
-    "USMALLINT",
-    "UINTEGER",
-    "UBIGINT",
-    "UHUGEINT",
-    "INT1",
-    "INT2",
-    "INT4",
-    "INT8",
-    "SHORT",
-    "LONG",
-    "SIGNED",
-}
+_INTEGER_NAMES = {*INTEGER_TYPES, "INT1", "INT2", "INT4", "INT8", "SHORT", "LONG", "SIGNED"}  # with aliases
 _INT8_MAX = 2**63 - 1  # a larger literal is a NUMERIC in PostgreSQL
 
 
