@@ -201,7 +201,7 @@ def synopses(
             r = session.execute(q)
         except (BudgetExceeded, Error):
             continue
-        free += r.dp is not None and r.dp.get("synopsis") is not None
+        free += r.dp is not None and r.dp.synopsis is not None
         errors.append(relative_error(r.rows, truth))
         answers[q] = r.rows
     answering = time.perf_counter() - started

@@ -34,11 +34,13 @@ import functools
 import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from types import MappingProxyType
 from typing import Sequence
 
 from sqlglot import exp
 
 from .accounting.cost import Part
+from .answer_record import ChosenBounds, ChosenLimits, ExpectedError
 from .auto_correction import with_filtered
 from .mechanisms import Noise, add_noise, laplace_scale
 from .sql import build as b
@@ -120,37 +122,35 @@ class Choice:
     def options(self, base: QueryOptions) -> QueryOptions:
         return replace(base, max_contributions=self.max_contributions, clips=self.clips)
 
-    def describe(self) -> dict:
-        return {
-            "max_contributions": self.max_contributions,
-            "clamps": {expr: [lo, hi] for expr, lo, hi in self.clips},
-            "profile_epsilon": float(self.epsilon),
-            "expected": {
-                "bias": self.bias,
-                "noise": max(self.expected - self.bias, 0.0),
-                "at_policy_limits": self.policy_expected,
-            },
-        }
-
-
-def told(bounds: dict) -> str:
-    """The chosen limits of an answer (its dp["bounds"]) in words, for a client's notice."""
-    parts = []
-    if bounds.get("max_contributions") is not None:
-        parts.append(f"at most {bounds['max_contributions']} row(s) per unit in all")
-    if bounds.get("max_groups") is not None:
-        parts.append(f"at most {bounds['max_groups']} group(s) per unit")
-    parts += [f"{expr} clamped to [{lo:g}, {hi:g}]" for expr, (lo, hi) in bounds.get("clamps", {}).items()]
-    if (model := bounds.get("expected")) is not None:
-        parts.append(
-            f"the profile's model expects a relative error of about {model['bias']:.1%} cut by these limits "
-            f"and {model['noise']:.1%} of noise (summed over the aggregates; "
-            f"{model['at_policy_limits']:.1%} at the policy's limits)"
+    def describe(self) -> ChosenLimits:
+        return ChosenLimits(
+            self.max_contributions,
+            MappingProxyType({expr: (lo, hi) for expr, lo, hi in self.clips}),
+            float(self.epsilon),
+            ExpectedError(self.bias, max(self.expected - self.bias, 0.0), self.policy_expected),
         )
-    fix = bounds.get("correction")
+
+
+def told(bounds: ChosenBounds) -> str:
+    """The chosen limits of an answer (its dp.bounds) in words, for a client's notice."""
+    parts = []
+    chosen = bounds.limits
+    if chosen is not None and chosen.max_contributions is not None:
+        parts.append(f"at most {chosen.max_contributions} row(s) per unit in all")
+    if bounds.max_groups is not None:
+        parts.append(f"at most {bounds.max_groups} group(s) per unit")
+    if chosen is not None:
+        parts += [f"{expr} clamped to [{lo:g}, {hi:g}]" for expr, (lo, hi) in chosen.clamps.items()]
+        model = chosen.expected
+        parts.append(
+            f"the profile's model expects a relative error of about {model.bias:.1%} cut by these limits "
+            f"and {model.noise:.1%} of noise (summed over the aggregates; "
+            f"{model.at_policy_limits:.1%} at the policy's limits)"
+        )
+    fix = bounds.correction
     if fix:
-        lo, hi = fix["factor_interval"]
-        parts.append(f"counts scaled by {fix['factor']:.4g} ({lo:.4g} to {hi:.4g}) for what these limits cut")
+        lo, hi = fix.factor_interval
+        parts.append(f"counts scaled by {fix.factor:.4g} ({lo:.4g} to {hi:.4g}) for what these limits cut")
     return "limits chosen for this query (dpsql.bounds = auto): " + "; ".join(parts)
 
 

@@ -12,6 +12,7 @@ from typing import Sequence
 
 from sqlglot import exp
 
+from .answer_record import CountCorrection
 from .mechanisms import Noise, add_noise, laplace_scale
 from .sql import build as b
 from .sql.analyze import Plan
@@ -71,8 +72,8 @@ class Correction:
             _factor(self.kept - self.kept_hw, self.excess + self.excess_hw, self.c, self.reach),
         )
 
-    def describe(self) -> dict:
-        return {"reach": self.reach, "factor": self.factor, "factor_interval": list(self.interval)}
+    def describe(self) -> CountCorrection:
+        return CountCorrection(self.reach, self.factor, self.interval)
 
 
 def _factor(kept: float, excess: float, c: int, far: int) -> float:

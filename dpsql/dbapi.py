@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+from .answer_record import AnswerRecord
 from .config import Policy, load_policy
 from .errors import InterfaceError, NotSupportedError
 from .session import Result, Session
@@ -140,7 +141,7 @@ class Cursor:
         self.connection = connection
         self._result: Result | None = None
         self._pos = 0
-        self.dp: dict[str, Any] | None = None
+        self.dp: AnswerRecord | None = None  # read as a mapping too: cur.dp["cost"]
         self.rowcount = -1
         self._closed = False
 

@@ -197,7 +197,7 @@ def test_the_profile_and_release_are_one_exact_charge(small_policy):
         assert 1 <= bounds["max_contributions"] <= 6 and bounds["profile_epsilon"] == pytest.approx(0.1)
         model = bounds["expected"]  # the profile's model of the chosen limits' error: bias and noise
         assert model["bias"] >= 0 and model["noise"] >= 0 and model["at_policy_limits"] > 0
-        assert f"{model['bias']:.1%} cut by these limits" in auto_bounds.told(bounds)
+        assert f"{model['bias']:.1%} cut by these limits" in auto_bounds.told(cur.dp.bounds)
         cur.execute("SET dpsql.bounds = policy")
         cur.execute("SELECT kind, AVG(amount), SUM(amount) FROM events GROUP BY kind")
         assert "bounds" not in cur.dp and conn.session.budget()["epsilon"]["spent"] == Fraction(2)

@@ -24,12 +24,13 @@ import shutil
 import tempfile
 import textwrap
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 import duckdb
 
+from ..answer_record import Amount
 from ..config import Policy, load_policy
 from ..duck_rows import insert_rows
 from ..engines import open_engine
@@ -145,7 +146,7 @@ class _Analyst:
             self.ledgers += 1
             self.session = self._open()
             result = self._run(sql)
-        if result.dp is None or result.dp.get("cached"):
+        if result.dp is None or result.dp.cached:
             raise RuntimeError(f"{sql!r} was not a fresh DP release; the audit needs independent runs")
         return result
 
@@ -156,9 +157,9 @@ class _Analyst:
             return self.session.execute(sql)
         done = publish(self.session, self.publish)
         result = self.session.execute(sql)
-        if (result.dp or {}).get("synopsis") != self.publish:
+        if result.dp is None or result.dp.synopsis != self.publish:
             raise RuntimeError(f"{sql!r} was not answered from synopsis {self.publish}")
-        result.dp = {**result.dp, "cost": {"epsilon": done.epsilon, "delta": 0.0}}
+        result.dp = replace(result.dp, cost=Amount(done.epsilon, 0.0))
         return result
 
     def close(self) -> None:
@@ -186,7 +187,7 @@ def run_case(
                 for analyst, out in ((d, values[0]), (d_prime, values[1])):
                     result = analyst.run(case.sql)
                     out.append(case.observe(result.rows))
-                    charged.add((result.dp["cost"]["epsilon"], result.dp["cost"]["delta"]))
+                    charged.add((result.dp.cost.epsilon, result.dp.cost.delta))  # run(): DP releases only
                 if progress and (i + 1) % step == 0 and i + 1 < runs:
                     progress(f"  {case.name}: {i + 1}/{runs} runs per dataset ({time.perf_counter() - start:.0f} s)")
         finally:

@@ -54,7 +54,7 @@ def _fmt(v: Any) -> str:
 
 def render_table(result: Result) -> str:
     """A psql-style table, with each noisy column's interval beside it."""
-    ci = (result.dp or {}).get("ci", {})
+    ci = (result.dp.ci if result.dp is not None else None) or {}
     headers, cells = [], []
     for name in result.names:
         headers.append(name)
@@ -84,7 +84,12 @@ def text_grid(headers: list[str], cells: list[list[str]]) -> list[str]:
 
 def _json_result(result: Result) -> str:
     return json.dumps(
-        {"columns": result.names, "types": result.types, "rows": [list(r) for r in result.rows], "dp": result.dp},
+        {
+            "columns": result.names,
+            "types": result.types,
+            "rows": [list(r) for r in result.rows],
+            "dp": None if result.dp is None else result.dp.as_dict(),
+        },
         default=str,
         indent=2,
     )

@@ -51,16 +51,12 @@ def query(
         click.echo(render_table(result))
     else:
         click.echo(result.status)
-    if result.dp and "confidence" in result.dp:
-        dp = result.dp
-        pct = f"{dp['confidence'] * 100:g}%"
-        origin = (
-            "from the cache, free"
-            if dp.get("cached")
-            else f"cost epsilon={dp['cost']['epsilon']:g} delta={dp['cost']['delta']:g}"
-        )
+    dp = result.dp
+    if dp is not None and dp.confidence is not None and dp.cost is not None and dp.remaining is not None:
+        pct = f"{dp.confidence * 100:g}%"
+        origin = "from the cache, free" if dp.cached else f"cost epsilon={dp.cost.epsilon:g} delta={dp.cost.delta:g}"
         click.echo(
-            f"{origin}; remaining epsilon={dp['remaining']['epsilon']:g} delta={dp['remaining']['delta']:g}; "
+            f"{origin}; remaining epsilon={dp.remaining.epsilon:g} delta={dp.remaining.delta:g}; "
             f"± columns are {pct} intervals for the noise",
             err=True,
         )

@@ -184,9 +184,9 @@ async def run_confirm(request: Request, login: Login, form: FormData) -> Respons
             changed=True,
         )
     result = ran.result
-    dp = result.dp or {}
-    if dp.get("cached"):
-        detail = json.dumps({"receipt": dp.get("receipt"), "sql": q.sql[:2000]})
+    dp = result.dp
+    if dp is not None and dp.cached:
+        detail = json.dumps({"receipt": dp.receipt, "sql": q.sql[:2000]})
         await blocking(
             request,
             console(request).server.ledger.record_event,
@@ -195,5 +195,5 @@ async def run_confirm(request: Request, login: Login, form: FormData) -> Respons
             address(request),
             detail,
         )
-    answer = results.table(result.names, result.rows, dp.get("ci"), "run")
+    answer = results.table(result.names, result.rows, None if dp is None else dp.ci, "run")
     return render(request, "result.html", login=login, title="Result", q=q, result=result, dp=dp, answer=answer)

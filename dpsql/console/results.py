@@ -4,7 +4,7 @@ and error bars per noisy column. Only what a client of the wire would receive is
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from markupsafe import Markup
 
@@ -31,7 +31,7 @@ class Table:
 def table(
     names: Sequence[str],
     rows: Sequence[Sequence[Any]],
-    ci: dict[str, Any] | None,
+    ci: Mapping[str, Any] | None,
     chart_prefix: str,
     limit: int = MAX_ROWS,
 ) -> Table:

@@ -16,6 +16,7 @@ from copy import deepcopy
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import auto_bounds
+from ..answer_record import AnswerRecord
 from ..errors import Error, InternalError
 from ..session import Result, Session
 from ..sql.classify import first_word, split_statements, without_leading_comments
@@ -131,35 +132,7 @@ class Connection(Transport, Login, Messages):
         fields = None
         if result.names:
             fields = [codec.Field(n, codec.oid_of(t)) for n, t in zip(result.names, result.types)]
-        notices = []
-        if result.dp and result.dp.get("explain") and not result.dp.get("admitted", True):
-            cost, now = result.dp["cost"], result.dp["remaining_now"]
-            notices.append(
-                f"dpsql: EXPLAIN only, nothing was charged; running the query would be refused: it costs "
-                f"epsilon={cost['epsilon']:g} delta={cost['delta']:g} and epsilon={now['epsilon']:g} "
-                f"delta={now['delta']:g} is left"
-            )
-        elif result.dp and result.dp.get("explain"):
-            cost, left = result.dp["cost"], result.dp["remaining"]
-            notices.append(
-                f"dpsql: EXPLAIN only, nothing was charged; running the query would cost "
-                f"epsilon={cost['epsilon']:g} delta={cost['delta']:g} and leave epsilon={left['epsilon']:g} "
-                f"delta={left['delta']:g}; the budget admits {result.dp['admits_more']} more like it"
-            )
-        elif result.dp and "remaining" in result.dp and result.dp.get("cost") is not None:
-            cost, left = result.dp["cost"], result.dp["remaining"]
-            origin = (
-                "answered from the cache, free"
-                if result.dp.get("cached")
-                else f"cost epsilon={cost['epsilon']:g} delta={cost['delta']:g}"
-            )
-            if result.dp.get("batch"):
-                origin = f"one charge for this batch of {result.dp['batch']} queries, {origin}"
-            notices.append(f"dpsql: {origin}; remaining epsilon={left['epsilon']:g} delta={left['delta']:g}")
-        if result.dp and result.dp.get("bounds"):
-            notices.append(f"dpsql: {auto_bounds.told(result.dp['bounds'])}")
-        if result.dp and result.dp.get("notice"):
-            notices.append(f"dpsql: {result.dp['notice']}")
+        notices = [] if result.dp is None else _notices(result.dp)
         return Answer(fields, result.rows, result.status, notices)
 
     def run_statement(self, sql: str, params: list[Any] | None = None, routed: Routed | None = None) -> Answer:
@@ -446,3 +419,32 @@ def _outcome(error: Error) -> str:
     """A failed statement's outcome in the statement log: its SQLSTATE, and an internal error's reference."""
     reference = getattr(error, "reference", None)
     return f"{error.sqlstate} (reference {reference})" if reference else error.sqlstate
+
+
+def _notices(dp: AnswerRecord) -> list[str]:
+    """What a client is told beside a DP answer: its cost (or EXPLAIN's) and what is left, the
+    limits chosen for it, its notice."""
+    notices = []
+    cost, left, now = dp.cost, dp.remaining, dp.remaining_now
+    if dp.explain and dp.admitted is False and cost is not None and now is not None:
+        notices.append(
+            f"dpsql: EXPLAIN only, nothing was charged; running the query would be refused: it costs "
+            f"epsilon={cost.epsilon:g} delta={cost.delta:g} and epsilon={now.epsilon:g} "
+            f"delta={now.delta:g} is left"
+        )
+    elif dp.explain and cost is not None and left is not None:
+        notices.append(
+            f"dpsql: EXPLAIN only, nothing was charged; running the query would cost "
+            f"epsilon={cost.epsilon:g} delta={cost.delta:g} and leave epsilon={left.epsilon:g} "
+            f"delta={left.delta:g}; the budget admits {dp.admits_more} more like it"
+        )
+    elif left is not None and cost is not None:
+        origin = "answered from the cache, free" if dp.cached else f"cost epsilon={cost.epsilon:g} delta={cost.delta:g}"
+        if dp.batch:
+            origin = f"one charge for this batch of {dp.batch} queries, {origin}"
+        notices.append(f"dpsql: {origin}; remaining epsilon={left.epsilon:g} delta={left.delta:g}")
+    if dp.bounds is not None:
+        notices.append(f"dpsql: {auto_bounds.told(dp.bounds)}")
+    if dp.notice:
+        notices.append(f"dpsql: {dp.notice}")
+    return notices

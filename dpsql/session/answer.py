@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from sqlglot import exp
 
+from ..answer_record import Amount, AnswerRecord, MeasureNoise, frozen_ci
 from ..calibration import Calibration
 from ..ledger import Charge, PendingCharge
 from ..plan_cache import Bounded
@@ -72,24 +73,24 @@ def answer(
     if pending is not None:
         session._headroom = (charge, room)
     rows = [tuple(_plain(v) for v in r) for r in out.rows]
-    dp = {
-        "cost": charge.cost.as_dict(),
-        "remaining": {k: float(v) for k, v in left.items()},
-        "ci": dict(out.ci),
-        "confidence": s.confidence,
-        "mechanism": s.mechanism,
-        "cached": False,
-        "noise": [dict(m) for m in detail["mechanisms"]],
-        "receipt": charge.id,
-    }
+    dp = AnswerRecord(
+        cost=Amount.of(charge.cost.as_dict()),
+        remaining=Amount.of(left),
+        ci=frozen_ci(out.ci),
+        confidence=s.confidence,
+        mechanism=s.mechanism,
+        cached=False,
+        noise=tuple(MeasureNoise(**m) for m in detail["mechanisms"]),
+        receipt=charge.id,
+    )
     return Result(out.names, out.types, rows, f"SELECT {len(rows)}", dp)
 
 
 def record(session: Session, result: Result, charge: Charge, key: str | None, bounds: bool = False) -> Result:
     """What left, as it left: the release record (the audit log and the console's history show
     it with its intervals, and `bounds`, the limits chosen per query) and the cache entry."""
-    dp = result.dp or {}
-    released = {"names": result.names, "rows": result.rows, "ci": dp.get("ci"), "confidence": dp.get("confidence")}
+    dp = result.dp if result.dp is not None else AnswerRecord()
+    released = {"names": result.names, "rows": result.rows, "ci": dp.get("ci"), "confidence": dp.confidence}
     if bounds:
         released["bounds"] = dp.get("bounds")
     session.ledger.record_release(charge.id, released)
@@ -99,7 +100,7 @@ def record(session: Session, result: Result, charge: Charge, key: str | None, bo
 
 
 def noise_detail(plan: Plan, cal: Calibration) -> dict[str, Any]:
-    """Noise of each measure, in the value's units, for the audit log and cursor.dp."""
+    """Noise of each measure, in the value's units, for the audit log and cursor.dp (its `noise`)."""
     return {
         "mechanisms": [
             {"measure": m.describe(), "kind": mn.noise.kind, "scale": mn.noise.scale * m.unit_scale}

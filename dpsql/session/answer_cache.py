@@ -7,11 +7,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
 from .. import guard
+from ..answer_record import Amount, AnswerRecord
 from ..config import Policy
 from ..sql.options import QueryOptions
 from . import settings
@@ -50,12 +52,13 @@ def receipted(session: Session, cached: dict[str, Any]) -> bool:
 
 def cached_answer(session: Session, cached: dict[str, Any]) -> Result:
     rows = [tuple(r) for r in cached["rows"]]
-    dp = dict(cached["dp"])
     f, totals = session.ledger.state(session.user.name, session.budget_policy)
-    dp["cost"] = {"epsilon": 0.0, "delta": 0.0}
-    dp["remaining"] = {k: float(v) for k, v in f.remaining(totals).items()}
-    dp["cached"] = True
-    dp["ci"] = {k: (None if v is None else [None if x is None else tuple(x) for x in v]) for k, v in dp["ci"].items()}
+    dp = replace(
+        AnswerRecord.of(cached["dp"]),
+        cost=Amount(0.0, 0.0),
+        remaining=Amount.of(f.remaining(totals)),
+        cached=True,
+    )
     return Result(cached["names"], cached["types"], rows, f"SELECT {len(rows)}", dp)
 
 
@@ -80,4 +83,5 @@ def answer_shaping(policy: Policy) -> str:
 
 
 def entry(result: Result) -> dict[str, Any]:
-    return {"names": result.names, "types": result.types, "rows": [list(r) for r in result.rows], "dp": result.dp}
+    dp = None if result.dp is None else result.dp.as_dict()
+    return {"names": result.names, "types": result.types, "rows": [list(r) for r in result.rows], "dp": dp}

@@ -5,6 +5,7 @@ read; then the chosen plan's release, corrected for truncation where asked."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from fractions import Fraction
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -13,6 +14,7 @@ from sqlglot import exp
 
 from .. import auto_bounds, auto_correction
 from ..accounting.cost import Cost
+from ..answer_record import AnswerRecord, ChosenBounds
 from ..calibration import Calibration, calibrate, measure_weights
 from ..errors import OperationalError
 from ..ledger import Charge
@@ -125,7 +127,8 @@ def answer_auto(
         pending,
         adjust=None if correction is None else partial(_corrected, plan, correction),
     )
-    result.dp["bounds"] = choice.describe() | ({"correction": correction.describe()} if correction else {})
+    bounds = ChosenBounds(limits=choice.describe(), correction=None if correction is None else correction.describe())
+    result.dp = replace(result.dp or AnswerRecord(), bounds=bounds)
     return result, charge
 
 
@@ -174,7 +177,9 @@ def units_answer(
         pending,
         adjust=partial(_corrected, plan, correction),
     )
-    result.dp["bounds"] = {"max_groups": g, "correction": correction.describe()}
+    result.dp = replace(
+        result.dp or AnswerRecord(), bounds=ChosenBounds(max_groups=g, correction=correction.describe())
+    )
     return result, charge
 
 

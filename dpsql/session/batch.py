@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Sequence
 
+from ..answer_record import AnswerRecord
 from ..config import Policy
 from ..errors import invalid_parameter, unsupported
 from ..plan_cache import Bounded
@@ -83,5 +85,5 @@ def answer_batch(
     results = [answer(session, p, q, c, charge, d) for p, q, c, d in zip(plans, bound, cals, detail["queries"])]
     session.ledger.record_release(charge.id, [r.rows for r in results])
     for r in results:
-        r.dp["batch"] = len(results)  # each carries the batch's one charge
+        r.dp = replace(r.dp or AnswerRecord(), batch=len(results))  # each carries the batch's one charge
     return results

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import sqlglot
 from sqlglot import exp
 
+from ..answer_record import Amount, AnswerRecord
 from ..families import family
 from ..sql.analyze import PublicQuery
 from ..sql.clock import now as clock_now
@@ -84,14 +85,14 @@ def explain_result(session: Session, tree: exp.Query, options: QueryOptions | No
     dp = (
         None
         if info["public"]
-        else {
-            "cost": info["cost"],
-            "remaining": info["remaining_after"],
-            "explain": True,
-            "admits_more": info["admits_more"],
-            "admitted": info["admitted"],
-            "remaining_now": info["remaining_now"],
-        }
+        else AnswerRecord(
+            cost=Amount.of(info["cost"]),
+            remaining=Amount.of(info["remaining_after"]),
+            explain=True,
+            admits_more=info["admits_more"],
+            admitted=info["admitted"],
+            remaining_now=Amount.of(info["remaining_now"]),
+        )
     )
     lines = explain_lines(info) + (synopsis_route.explain(session, tree, options) if not info["public"] else [])
     return Result(["QUERY PLAN"], ["VARCHAR"], [(line,) for line in lines], "EXPLAIN", dp)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 from fractions import Fraction
 from functools import partial
 from typing import Any, Mapping, Sequence
@@ -17,6 +18,7 @@ from typing import Any, Mapping, Sequence
 from sqlglot import exp
 
 from .. import plan_cache
+from ..answer_record import AnswerRecord
 from ..calibration import Calibration
 from ..config import Policy
 from ..engines import Engine, open_engine
@@ -191,11 +193,11 @@ class Session:
                 types,
                 [],
                 "SELECT 0",
-                {
-                    "notice": "the group keys' declared values give no group under this expression (each "
+                AnswerRecord(
+                    notice="the group keys' declared values give no group under this expression (each "
                     "becomes NULL) or the query's conditions on them exclude every one, so nothing "
                     "was released or charged"
-                },
+                ),
             )
         self._deadline.check()
         if chosen:
@@ -216,9 +218,10 @@ class Session:
             lambda: [as_written(k.expr)[:80] for k in plan.keys if k.declared and null_by_construction(k.expr)],
         )
         if dropped:
-            result.dp["notice"] = (
-                f"rows where {' or '.join(dropped)} is NULL are in no group: a declared domain "
-                "holds values, not NULL; to count them, give them a value, e.g. COALESCE(key, 'none')"
+            result.dp = replace(
+                result.dp or AnswerRecord(),
+                notice=f"rows where {' or '.join(dropped)} is NULL are in no group: a declared domain "
+                "holds values, not NULL; to count them, give them a value, e.g. COALESCE(key, 'none')",
             )
         return record(self, result, charge, key)
 

@@ -7,11 +7,12 @@ cache (a published synopsis's answer) are entries of EARLY."""
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from sqlglot import exp
 
+from ..answer_record import AnswerRecord
 from ..config import Policy
 from ..errors import BUDGET_RELATION, Error
 from ..prepare import plan_query
@@ -115,10 +116,10 @@ def _column_probe(session: Session, stmt: Query, tree: exp.Query, detail: Any) -
         types,
         [],
         "SELECT 0",
-        {
-            "notice": "rows of a private table are never shown: this answer has its columns only; "
+        AnswerRecord(
+            notice="rows of a private table are never shown: this answer has its columns only; "
             "ask for an aggregate, e.g. SELECT COUNT(*) FROM " + tree.args["from_"].this.name
-        },
+        ),
     )
 
 
@@ -153,11 +154,11 @@ def declared_keys(session: Session, tree: exp.Query, options: QueryOptions) -> R
     out = session._post.run(post, noisy)
     result = Result(out.names, out.types, out.rows, f"SELECT {len(out.rows)}")
     if tree.args.get("where") is not None or tree.args.get("joins"):  # a cascading filter's: all keys it allows
-        result.dp = {
-            "notice": "these are all the declared keys that the conditions on the keys themselves and "
+        result.dp = AnswerRecord(
+            notice="these are all the declared keys that the conditions on the keys themselves and "
             "joins with public tables allow, whatever the WHERE clause says of other columns: "
             "which of them have rows is private (ask COUNT(*) ... GROUP BY for noisy counts); free"
-        }
+        )
     return result
 
 
@@ -167,7 +168,7 @@ def derived_table(session: Session, stmt: Query, tree: exp.Select, inner: exp.Se
     outer_query(tree, alias)  # refused before the inner query is charged
     inner_result = session._query(Query(inner.sql(dialect="postgres"), inner, stmt.options), inner)
     result = over_rows(session._post, tree, alias, inner_result.names, inner_result.types, inner_result.rows)
-    result.dp = {k: v for k, v in (inner_result.dp or {}).items() if k != "ci"}
+    result.dp = None if inner_result.dp is None else replace(inner_result.dp, ci=None)
     return result
 
 

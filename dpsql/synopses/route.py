@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
+from ..answer_record import Amount, AnswerRecord, frozen_ci
 from ..errors import Error
 from ..families import family
 from ..prepare import plan_query
@@ -365,7 +366,7 @@ class Answer:
     names: list[str]
     types: list[str]
     rows: list[tuple]
-    dp: dict[str, Any]
+    dp: AnswerRecord
 
 
 def result_from(session, plan: Plan, stored: store.Stored, route: Route) -> Answer:
@@ -418,17 +419,17 @@ def result_from(session, plan: Plan, stored: store.Stored, route: Route) -> Answ
     out = session._post.run(plan.post, noisy)
     f, totals = session.ledger.state(session.user.name, session.budget_policy)
     published = datetime.datetime.fromtimestamp(stored.at, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    dp = {
-        "cost": {"epsilon": 0.0, "delta": 0.0},
-        "remaining": {k: float(v) for k, v in f.remaining(totals).items()},
-        "ci": dict(out.ci),
-        "confidence": confidence,
-        "mechanism": "synopsis",
-        "cached": False,
-        "synopsis": route.name,
-        "receipt": stored.charge_id,
-        "notice": f"answered from synopsis {route.name} (published {published}), free",
-    }
+    dp = AnswerRecord(
+        cost=Amount(0.0, 0.0),
+        remaining=Amount.of(f.remaining(totals)),
+        ci=frozen_ci(out.ci),
+        confidence=confidence,
+        mechanism="synopsis",
+        cached=False,
+        synopsis=route.name,
+        receipt=stored.charge_id,
+        notice=f"answered from synopsis {route.name} (published {published}), free",
+    )
     return Answer(out.names, out.types, [tuple(r) for r in out.rows], dp)
 
 
