@@ -101,9 +101,9 @@ def test_a_declaration_tells_values_of_other_types_apart():
 
     from dpsql.sql.analyze import GroupKey
 
-    keys = [GroupKey(exp.column("k"), "k", domain=(v,), type_name="VARCHAR") for v in (1, 1.0, True)]
+    keys = [GroupKey("k", exp.column("k"), domain=(v,), type_name="VARCHAR") for v in (1, 1.0, True)]
     assert len({k.declaration() for k in keys}) == 3
-    assert keys[0].declaration() == GroupKey(exp.column("j"), "j", domain=(1,), type_name="VARCHAR").declaration()
+    assert keys[0].declaration() == GroupKey("j", exp.column("j"), domain=(1,), type_name="VARCHAR").declaration()
 
 
 def test_no_group_under_the_expression_is_answered_free(conn):

@@ -116,7 +116,7 @@ def test_the_engine_deduplicates_keys_unless_their_cast_cannot_merge_them(values
     declared values are of the column's own type and unequal, so no key can be released twice."""
     from dpsql.sql.rewrite import _domain
 
-    key = GroupKey(exp.column("x"), "x", domain=values, type_name=type_name)
+    key = GroupKey("x", exp.column("x"), domain=values, type_name=type_name)
     assert bool(_domain(key, 0).args.get("distinct")) is distinct
 
 

@@ -7,6 +7,7 @@ import datetime
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Mapping
 
 from ..errors import PolicyError
@@ -66,7 +67,11 @@ class TablePolicy:
     max_rows: int = 1
     max_contributions: int | None = None  # rows per unit in a whole query, in any groups (Laplace)
     source: Path | None = None
-    columns: Mapping[str, ColumnPolicy] = field(default_factory=dict)
+    columns: Mapping[str, ColumnPolicy] = field(default_factory=dict)  # read-only (a MappingProxyType)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.columns, MappingProxyType):  # plans hold tables: nothing in one may change
+            object.__setattr__(self, "columns", MappingProxyType(dict(self.columns)))
 
     @property
     def row_unit(self) -> bool:

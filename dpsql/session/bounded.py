@@ -15,6 +15,7 @@ from ..plan_cache import Bounded
 from ..postprocess import is_trivial
 from ..sql.allowlist import CLOCK_FUNCTIONS
 from ..sql.analyze import Plan
+from ..sql.frozen import stored
 from ..sql.narrow import narrowing
 from ..sql.rewrite import declared_domain, rewrite
 
@@ -105,7 +106,8 @@ def check_post(session: Session, plan: Plan, sql: str) -> None:
     key_types = session.engine.describe(sql)[1][: len(plan.keys)]
     if is_trivial(plan.post):
         return
-    session._plans.derived(plan.post, f"post over {key_types!r}", lambda: check_outer(session, plan, key_types))
+    post = stored(plan, "post")  # the plan's own tree, as the key only: texts of one shape share it
+    session._plans.derived(post, f"post over {key_types!r}", lambda: check_outer(session, plan, key_types))
 
 
 def check_outer(session: Session, plan: Plan, key_types: list[str]) -> None:

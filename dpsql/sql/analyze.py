@@ -10,8 +10,9 @@ so COUNT(x), SUM(x) and AVG(x) in one query share their noisy counts and sums.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+import copy
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Sequence
 
 from sqlglot import exp
 
@@ -33,6 +34,7 @@ from .bounding import L2Clip, PerGroupCap, TotalCap, choose
 from .bounds import Interval, interval
 from .division import integer_division, integral
 from .domains import Image, column_values, image, literal_domain
+from .frozen import Owned
 from .measures import COUNT_BITS, Count, Histogram, Measure, Sum, Units
 from .options import QueryOptions
 from .outer import OuterQuery
@@ -70,8 +72,8 @@ class Estimate:
 
 @dataclass(frozen=True)
 class GroupKey:
-    expr: exp.Expression
     name: str
+    expr: Owned[exp.Expression] = Owned()
     domain: tuple[Any, ...] | None = None
     domain_table: tuple[str, str] | None = None
     type_name: str | None = None
@@ -95,20 +97,27 @@ class Plan:
     final once built (frozen), so what was calibrated is what runs."""
 
     relation: Relation
-    unit: exp.Expression | None
     unit_in_hash: bool
     row_id_source: str | None
-    keys: list[GroupKey]
-    measures: list[Measure]
-    estimates: list[Estimate]
-    post: exp.Select
-    output_names: list[str]
+    keys: tuple[GroupKey, ...]
+    measures: tuple[Measure, ...]
+    estimates: tuple[Estimate, ...]
+    output_names: tuple[str, ...]
     max_groups: int
     max_rows: int
     bounding: PerGroupCap  # choose()'s strategy; a weighted copy is chosen per run (rewrite's weighting)
+    unit: Owned[exp.Expression | None] = Owned()  # a copy on every read, as every tree a plan holds
+    post: Owned[exp.Select] = Owned()
     sample_rate: float | None = None  # privacy units are Poisson-sampled at this rate
-    item_estimates: list[set[int]] = field(default_factory=list)  # per select item, the estimates it uses
+    item_estimates: tuple[frozenset[int], ...] = ()  # per select item, the estimates it uses
     max_contributions: int | None = None
+
+    def with_relation(self, relation: Relation) -> Plan:
+        """This plan over `relation` (its other parts shared, trees included: a plan hands out
+        copies only, so the outer part stays one object, whose checks are kept: bounded.py)."""
+        plan = copy.copy(self)
+        object.__setattr__(plan, "relation", relation)
+        return plan
 
     @property
     def declared(self) -> bool:
@@ -207,7 +216,7 @@ def _matched_column(on: exp.Expression, alias: str) -> str | None:
     return None
 
 
-def _literal_domain_size(keys: list[GroupKey]) -> int | None:
+def _literal_domain_size(keys: Sequence[GroupKey]) -> int | None:
     size = 1
     for k in keys:
         if k.domain is None:
@@ -234,10 +243,10 @@ def analyze(
     resolver = Resolver(policy, schema)
     if not touches_private(tree, policy):
         check_rows_query(tree, resolver)
-        public = postgres_meaning(_unqualified(tree))
+        public = _as_select(postgres_meaning(_as_select(_unqualified(tree))))
         if public is tree and tree.find(exp.Div) is not None:
             public = tree.copy()  # the division pass works in place; the caller's tree stays as it was
-        return PublicQuery(integer_division(public, _public_column_type(public, schema)))
+        return PublicQuery(_as_select(integer_division(public, _public_column_type(public, schema))))
     return _Analysis(tree, policy, resolver, options or QueryOptions(), mechanism).run()
 
 
@@ -277,7 +286,7 @@ class _Analysis:
                     sqlstate="42803",
                     hint="use HAVING to filter on aggregates",
                 )
-            rel.where.append(scope.resolve(where.this, self.resolver))
+            self.rel = rel.with_where(scope.resolve(where.this, self.resolver))
         unit, unit_in_hash, row_id_source, max_groups, max_rows = self._unit()
         max_groups, max_rows = self._tightened(unit if row_id_source is None else None, max_groups, max_rows)
         self.unit = unit if row_id_source is None else None
@@ -323,22 +332,22 @@ class _Analysis:
         # COUNT(*) / 2 as PostgreSQL divides it; a cast of a noisy value that fails (SUM(x)::smallint
         # out of range) is NULL, as at row level: the outer query runs after the charge, and must
         # not lose a charged answer.
-        post = try_casts(integer_division(post, self._noisy_column_type))
+        post = _as_select(try_casts(integer_division(post, self._noisy_column_type)))
         return Plan(
-            relation=rel,
+            relation=self.rel,
             unit=unit,
             unit_in_hash=unit_in_hash,
             row_id_source=row_id_source,
-            keys=keys,
-            measures=self.measures,
-            estimates=self.estimates,
+            keys=tuple(keys),
+            measures=tuple(self.measures),
+            estimates=tuple(self.estimates),
             post=post,
-            output_names=names,
+            output_names=tuple(names),
             max_groups=max_groups,
             max_rows=max_rows,
             bounding=bounding,
             sample_rate=self.sample_rate,
-            item_estimates=outer.items,
+            item_estimates=tuple(frozenset(used) for used in outer.items),
             max_contributions=self.max_contributions,
         )
 
@@ -374,11 +383,14 @@ class _Analysis:
         if any(s.table.row_unit for s in private):
             raise unsupported('a table with privacy_unit = "row" cannot be joined with another private table')
         check_unit_joins(self.rel)
-        bound_unit_joins(self.rel, self.policy.limits)
-        unit = driver.column(driver.table.privacy_unit)
-        self.rel.where.append(b.not_null(unit.copy()))
-        limits = [s.table.max_contributions for s in private]
-        self.max_contributions = None if None in limits else max(limits)
+        self.rel = bound_unit_joins(self.rel, self.policy.limits)
+        unit_name = driver.table.privacy_unit
+        if unit_name is None:
+            raise TypeError(f"private table {driver.table.name} without a privacy unit")  # the policy requires one
+        unit = driver.column(unit_name)
+        self.rel = self.rel.with_where(b.not_null(unit.copy()))
+        limits = [c for c in (s.table.max_contributions for s in private) if c is not None]
+        self.max_contributions = max(limits) if len(limits) == len(private) else None
         ceiling = max((s.table.max_contributions or s.table.max_groups * s.table.max_rows) for s in private)
         if self.options.max_contributions is not None:  # a total bound chosen per query: never above the policy's
             self.max_contributions = max(1, min(ceiling, self.options.max_contributions))
@@ -440,17 +452,17 @@ class _Analysis:
             col = source.table.column(inner.name)
             type_name = source.columns.get(inner.name)
             if source.table.public:
-                return GroupKey(resolved, name, domain_table=(source.table.name, inner.name), type_name=type_name)
+                return GroupKey(name, resolved, domain_table=(source.table.name, inner.name), type_name=type_name)
             if col.keys_from is not None:
-                return GroupKey(resolved, name, domain_table=col.keys_from, type_name=type_name)
+                return GroupKey(name, resolved, domain_table=col.keys_from, type_name=type_name)
             values = column_values(source, inner.name)
             if values is not None:
-                return GroupKey(resolved, name, domain=values, type_name=type_name)
-            return GroupKey(resolved, name)
+                return GroupKey(name, resolved, domain=values, type_name=type_name)
+            return GroupKey(name, resolved)
         literal = literal_domain(inner)
         if literal is not None:
-            return GroupKey(resolved, name, domain=literal)
-        return GroupKey(resolved, name, image=image(inner, self._source))
+            return GroupKey(name, resolved, domain=literal)
+        return GroupKey(name, resolved, image=image(inner, self._source))
 
     def _source(self, alias: str) -> Source:
         return next(s for s in self.rel.sources if s.alias == alias)
@@ -537,7 +549,7 @@ class _Analysis:
         lower: float = 0.0,
         upper: float = 0.0,
         quantile: float | None = None,
-        categories: tuple | None = None,
+        categories: tuple[Any, ...] | None = None,
         whole: bool = False,
     ) -> int:
         """An estimate of the family `func`, over the measures the family asks for."""
@@ -603,24 +615,27 @@ class _Analysis:
         """AVG(x) alone uses a sum centred in x's range (half the sensitivity); next to SUM(x) it
         uses SUM's plain sum instead, so the query pays for one noisy sum, not two."""
         plain = {
-            (m.value.sql(), m.lower, m.upper): i
+            (value.sql(), m.lower, m.upper): i
             for i, m in enumerate(self.measures)
-            if isinstance(m, Sum) and m.centre == 0 and m.value is not None
+            if isinstance(m, Sum) and m.centre == 0 and (value := m.value) is not None
         }
         for i, est in enumerate(self.estimates):
-            if family(est).centred_sum:
+            if family(est).centred_sum and est.total is not None:
                 m = self.measures[est.total]
-                shared = plain.get((m.value.sql(), m.lower, m.upper))
+                shared = plain.get((m.read().sql(), m.lower, m.upper))
                 if shared is not None and shared != est.total:
                     self.estimates[i] = replace(est, total=shared, centre=0.0)
         used = sorted({j for e in self.estimates for j in (e.count, e.total, e.squares) if j is not None})
         if len(used) == len(self.measures):
             return
         new = {old: k for k, old in enumerate(used)}
+
+        def moved(j: int | None) -> int | None:
+            return None if j is None else new[j]
+
         self.measures = [self.measures[j] for j in used]
         self.estimates = [
-            replace(e, count=new.get(e.count), total=new.get(e.total), squares=new.get(e.squares))
-            for e in self.estimates
+            replace(e, count=moved(e.count), total=moved(e.total), squares=moved(e.squares)) for e in self.estimates
         ]
 
     def _is_unit(self, node: exp.Expression) -> bool:
@@ -634,3 +649,10 @@ class _Analysis:
             return False
         source = self._source(inner.table)
         return source.private and not source.table.row_unit and inner.name == source.table.privacy_unit
+
+
+def _as_select(node: exp.Expr) -> exp.Select:
+    """A pass's result over a SELECT, which stays one (the passes replace inner nodes only)."""
+    if not isinstance(node, exp.Select):
+        raise TypeError(f"a pass over a SELECT returned {type(node).__name__}")
+    return node

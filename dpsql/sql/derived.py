@@ -23,6 +23,7 @@ from ..errors import ProgrammingError, unsupported
 from .allowlist import contains_aggregate, is_aggregate
 from .bounds import Interval, interval
 from .build import dtype
+from .frozen import Owned, TreeMap, Trees
 from .scope import (
     Relation,
     Resolver,
@@ -40,16 +41,16 @@ MAX_COUNT_KEYS = 1000  # a per-unit count's domain 0..R is declared up to this s
 HIDDEN_UNIT = "__dpsql_unit"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Derived:
     """What the rewrite renders as (SELECT unit, items FROM (SELECT unit, aggregates ...))."""
 
     relation: Relation
-    unit: exp.Expression
+    unit: Owned[exp.Expression] = Owned()
     unit_name: str
-    aggregates: list[exp.Expression]  # bounded aggregates a0, a1, ... (row-level parts total)
-    items: list[tuple[str, exp.Expression]]  # outputs over the columns agg.a<i>
-    having: exp.Expression | None
+    aggregates: Trees[exp.Expression]  # bounded aggregates a0, a1, ... (row-level parts total)
+    items: TreeMap[exp.Expression]  # outputs over the columns agg.a<i>, in order
+    having: Owned[exp.Expression | None] = Owned()
 
 
 def per_unit_relation(resolver: Resolver, query: exp.Select, ctes: Mapping[str, exp.Query], alias: str) -> Relation:
@@ -79,7 +80,7 @@ def per_unit_relation(resolver: Resolver, query: exp.Select, ctes: Mapping[str, 
     if len(units) > 1:
         raise unsupported("private tables with different privacy units cannot be joined")
     check_unit_joins(rel)
-    bound_unit_joins(rel, resolver.policy.limits)
+    rel = bound_unit_joins(rel, resolver.policy.limits)
     unit = _group_unit(query, group, scope, resolver, rel, unit_name)
     where = query.args.get("where")
     if where is not None:
@@ -89,7 +90,7 @@ def per_unit_relation(resolver: Resolver, query: exp.Select, ctes: Mapping[str, 
                 sqlstate="42803",
                 hint="use HAVING to filter on aggregates",
             )
-        rel.where.append(scope.resolve(where.this, resolver))
+        rel = rel.with_where(scope.resolve(where.this, resolver))
     rows = max(s.table.max_rows * s.table.max_groups for s in private)
     builder = _Builder(scope, resolver, rel, unit, rows)
     items: list[tuple[str, exp.Expression]] = []
@@ -121,14 +122,14 @@ def per_unit_relation(resolver: Resolver, query: exp.Select, ctes: Mapping[str, 
     having = query.args.get("having")
     having_expr = builder.item(having.this)[0] if having is not None else None
     out_unit = selected_unit or HIDDEN_UNIT
-    derived = Derived(rel, unit, out_unit, builder.aggregates, items, having_expr)
+    derived = Derived(rel, unit, out_unit, Trees(builder.aggregates), TreeMap(items), having_expr)
     table = TablePolicy(name=f"subquery {alias}", privacy_unit=out_unit, max_groups=1, max_rows=1, columns=policies)
     unit_type = next(s.columns.get(unit.name, "BIGINT") for s in rel.sources if s.alias == unit.table)
     source = resolver.typed(Source(resolver.new_alias(), table, {out_unit: unit_type, **types}, derived=derived))
     columns = {name: source.column(name) for name, _ in items}
     if selected_unit:
         columns = {selected_unit: source.column(selected_unit), **columns}
-    return Relation([source], columns=columns)
+    return Relation((source,), columns=TreeMap(columns))
 
 
 def _group_unit(

@@ -27,6 +27,7 @@ from sqlglot import exp
 from ..config import INTEGER_TYPES, is_numeric_type
 from ..errors import unsupported
 from .bounds import EXTRACT_RANGES
+from .frozen import Owned
 from .scope import Source
 
 MAX_DERIVED_KEYS = 100_000
@@ -37,7 +38,7 @@ COLUMN = exp.column("c", table="d")  # the placeholder an image domain's express
 class Image:
     """Keys = { expr(c) : c in values }, computed by the engine; expr is over d.c."""
 
-    expr: exp.Expression
+    expr: Owned[exp.Expression] = Owned()
     values: tuple[Any, ...]
     type_name: str | None
 

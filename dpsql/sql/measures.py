@@ -19,6 +19,7 @@ from sqlglot import exp
 
 from . import build as b
 from .build import dtype
+from .frozen import Owned
 from .total import clamp, finite, total, try_casts, try_wrap
 
 FIXED_POINT_DIGITS = 24  # binary digits kept of the largest per-row magnitude
@@ -40,7 +41,7 @@ def literal(value: Any) -> exp.Expression:
 class Measure:
     """One noisy vector. `value` is the row expression it reads (None: every row)."""
 
-    value: exp.Expression | None
+    value: Owned[exp.Expression | None] = Owned()
     lower: float = 0.0
     upper: float = 0.0
     centre: float = 0.0
@@ -59,7 +60,7 @@ class Measure:
     @property
     def row_bound(self) -> int:
         """Largest |per-row integer| this measure adds (fixed-point units)."""
-        return 2**self.bits
+        return 1 << self.bits
 
     def group_bound(self, max_rows: int) -> int:
         """Largest |integer| one unit adds to one group: max_rows rows of row_bound."""
@@ -69,10 +70,11 @@ class Measure:
     def unit_scale(self) -> float:
         return 2.0**-self.bits
 
-    def signature(self) -> tuple:
+    def signature(self) -> tuple[Any, ...]:
+        value = self.value
         return (
             self.name,
-            self.value.sql() if self.value is not None else None,
+            value.sql() if value is not None else None,
             self.lower,
             self.upper,
             self.centre,
@@ -82,14 +84,23 @@ class Measure:
             self.own_norm,
         )
 
-    def spec(self) -> tuple:
+    def spec(self) -> tuple[Any, ...]:
         """What makes two measures' per-row values equal whatever the columns' table alias
         (a weighted copy stores a measure's per-row values once per table)."""
-        value = self.value.transform(lambda n: exp.column(n.name) if isinstance(n, exp.Column) else n).sql()
-        return (self.name, value, self.lower, self.upper, self.centre, self.bits, self.own_norm)
+        value = self.value
+        text = None if value is None else value.transform(_unqualified).sql()
+        return (self.name, text, self.lower, self.upper, self.centre, self.bits, self.own_norm)
+
+    def read(self) -> exp.Expression:
+        """The row expression of a measure that reads one (a sum, a histogram)."""
+        value = self.value
+        if value is None:
+            raise TypeError(f"a {self.name} measure reads a row expression")
+        return value
 
     def _inner(self) -> str:
-        return "*" if self.value is None else self.value.sql(dialect="postgres")
+        value = self.value
+        return "*" if value is None else value.sql(dialect="postgres")
 
     def describe(self) -> str:
         raise NotImplementedError
@@ -97,7 +108,8 @@ class Measure:
     # SQL: the bounded query's pieces for this measure, the j-th of its plan ---------------
     def row_value(self) -> exp.Expression | None:
         """The per-row integer v{j} (None: the measure reads no value)."""
-        return None if self.value is None else total(self.value)
+        value = self.value
+        return None if value is None else total(value)
 
     def partials(self, j: int) -> list[exp.Expression]:
         """Per unit and group: its rows with a value (n{j}), and what it sums."""
@@ -123,6 +135,8 @@ class Measure:
         """The group's total over rows of units within every limit (bounding.SplitCopy): each
         row adds its value, as `raw` would for a unit of those rows."""
         c = self.per_row(j)
+        if c is None:
+            raise TypeError(f"a {self.name} measure is totalled per bin, not per row")
         return b.mul(c, self.row_bound) if self.bits else c
 
     def weighted_row(self, value: exp.Expression, weight: exp.Expression) -> exp.Expression:
@@ -150,7 +164,7 @@ class Count(Measure):
     def describe(self) -> str:
         return f"COUNT({self._inner()})"
 
-    def spec(self) -> tuple:
+    def spec(self) -> tuple[Any, ...]:
         return (self.name, super().spec()[1])
 
 
@@ -196,7 +210,7 @@ class Sum(Measure):
         return f"SUM(clamp({self._inner()}, {self.lower:g}, {self.upper:g}) - {self.centre:g})"
 
     def row_value(self) -> exp.Expression:
-        clamped = clamp(_as_double(self.value), self.lower, self.upper)
+        clamped = clamp(_as_double(self.read()), self.lower, self.upper)
         centred = b.binary(exp.Sub, clamped, self.centre) if self.centre else clamped
         return b.cast(exp.Round(this=b.mul(centred, float(2.0**self.bits))), "BIGINT")
 
@@ -247,11 +261,11 @@ class Histogram(Measure):
         """The row's bin index, 0..bins-1."""
         if self.categories is not None:
             return exp.Case(
-                this=total(self.value),
+                this=total(self.read()),
                 ifs=[exp.If(this=literal(k), true=b.node(i)) for i, k in enumerate(self.categories)],
             )
         per_bin = float(self.bins / (self.upper - self.lower))
-        position = exp.Floor(this=b.mul(b.binary(exp.Sub, _as_double(self.value), self.lower), per_bin))
+        position = exp.Floor(this=b.mul(b.binary(exp.Sub, _as_double(self.read()), self.lower), per_bin))
         return b.cast(clamp(position, 0, self.bins - 1), "INTEGER")
 
     def per_row(self, j: int) -> None:
@@ -288,3 +302,7 @@ def squares_measure(value: exp.Expression, lower: float, upper: float) -> Sum:
     deviation = exp.Paren(this=exp.Sub(this=clamp(value, lower, upper), expression=exp.Literal.number(centre)))
     square = exp.Mul(this=deviation, expression=deviation.copy())
     return sum_measure(square, 0.0, half * half, half * half / 2)
+
+
+def _unqualified(node: exp.Expression) -> exp.Expression:
+    return exp.column(node.name) if isinstance(node, exp.Column) else node

@@ -358,7 +358,9 @@ def _derived(d: Derived) -> exp.Select:
     source, joins = _from(d.relation)
     inner = b.select(aggs, source, joins=joins, where=where, group=[d.unit.copy()])
     items = [exp.Alias(this=b.col("unit", "agg"), alias=exp.Identifier(this=d.unit_name, quoted=True))]
-    items += [exp.Alias(this=b.neutral(total(e)), alias=exp.Identifier(this=name, quoted=True)) for name, e in d.items]
+    items += [
+        exp.Alias(this=b.neutral(total(e)), alias=exp.Identifier(this=name, quoted=True)) for name, e in d.items.items()
+    ]
     having = [b.neutral(total(d.having))] if d.having is not None else None
     return b.select(items, b.subquery(inner, "agg"), where=having)
 

@@ -9,8 +9,9 @@ analyst's text never reaches the engine: only expressions rebuilt from checked n
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, Sequence
 
 from sqlglot import exp
 
@@ -25,6 +26,7 @@ from ..errors import (
 from .allowlist import check_tree, construct, contains_aggregate
 from .bounds import UNBOUNDED, Interval
 from .division import integer_division
+from .frozen import Owned, TreeMap, Trees
 from .limits import QueryLimits
 from .literals import check_literals
 from .pgfunctions import postgres_meaning
@@ -32,15 +34,19 @@ from .pgfunctions import postgres_meaning
 _SCHEMAS = ("", "public", "main")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Source:
     """One occurrence of a base table, under dpsql's alias."""
 
     alias: str
     table: TablePolicy
-    columns: Mapping[str, str]
+    columns: Mapping[str, str]  # read-only (a MappingProxyType)
     sample: float | None = None  # TABLESAMPLE BERNOULLI rate, as a fraction
     derived: Any = None  # a per-unit subquery (derived.Derived) instead of a base table
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.columns, MappingProxyType):
+            object.__setattr__(self, "columns", MappingProxyType(dict(self.columns)))
 
     @property
     def private(self) -> bool:
@@ -50,24 +56,30 @@ class Source:
         return exp.column(name, table=self.alias)
 
 
-@dataclass
+@dataclass(frozen=True)
 class JoinStep:
     kind: str  # "inner" or "left"
     source: Source
-    on: exp.Expression
+    on: Owned[exp.Expression] = Owned()
 
 
-@dataclass
+@dataclass(frozen=True)
 class Relation:
-    sources: list[Source]
-    joins: list[JoinStep] = field(default_factory=list)
-    where: list[exp.Expression] = field(default_factory=list)
-    columns: dict[str, exp.Expression] = field(default_factory=dict)
+    """The FROM clause resolved: sources, joins, conditions and the columns it offers. Frozen:
+    a step of the analysis that adds to it makes a new one (`with_where`, `joined`)."""
+
+    sources: tuple[Source, ...]
+    joins: tuple[JoinStep, ...] = ()
+    where: Trees[exp.Expression] = Trees()
+    columns: TreeMap[exp.Expression] = TreeMap()
     unit_rows: int | None = None  # a join of private tables: rows of a unit each keeps (bound_unit_joins)
 
     @property
     def private_sources(self) -> list[Source]:
         return [s for s in self.sources if s.private]
+
+    def with_where(self, *conditions: exp.Expression) -> Relation:
+        return replace(self, where=self.where + conditions)
 
 
 class Scope:
@@ -203,7 +215,7 @@ class Resolver:
                 conds.append(scope.resolve(on, self))
             elif kind != "cross":
                 raise unsupported("a JOIN needs an ON or USING condition")
-            self._attach(rel, right, "inner" if kind == "cross" else kind, conds)
+            rel = self._attach(rel, right, "inner" if kind == "cross" else kind, conds)
         return rel, scope
 
     @staticmethod
@@ -220,24 +232,23 @@ class Resolver:
             return "inner"
         raise unsupported(f"{kind} JOIN is not supported", hint="use JOIN ... ON or LEFT JOIN ... ON")
 
-    def _attach(self, left: Relation, right: Relation, kind: str, conds: list[exp.Expression]) -> None:
+    def _attach(self, left: Relation, right: Relation, kind: str, conds: list[exp.Expression]) -> Relation:
+        """`left` with `right` joined to it, on `conds` (a new relation: relations are frozen)."""
         if kind == "left":
             if len(right.sources) != 1:
                 raise unsupported(
                     "a LEFT JOIN to a subquery that joins several tables is not supported",
                     hint="join the tables directly in the outer query",
                 )
-            on = _conjunction(conds + right.where)
-            left.joins.append(JoinStep("left", right.sources[0], on))
+            on = _conjunction(conds + list(right.where))
+            joins, where = (JoinStep("left", right.sources[0], on),), left.where
         elif len(right.sources) == 1:
-            left.joins.append(JoinStep("inner", right.sources[0], _conjunction(conds)))
-            left.where.extend(right.where)
+            joins, where = (JoinStep("inner", right.sources[0], _conjunction(conds)),), left.where + right.where
         else:
             # The condition may name any table of the subquery: apply it once all are joined.
-            left.joins.append(JoinStep("inner", right.sources[0], exp.true()))
-            left.joins.extend(right.joins)
-            left.where.extend(conds + right.where)
-        left.sources.extend(right.sources)
+            joins = (JoinStep("inner", right.sources[0], exp.true()), *right.joins)
+            where = left.where + conds + right.where
+        return replace(left, sources=left.sources + right.sources, joins=left.joins + joins, where=where)
 
     def _item(self, node: exp.Expression, ctes: Mapping[str, exp.Query]) -> tuple[str, Relation]:
         if isinstance(node, exp.Table):
@@ -251,7 +262,7 @@ class Resolver:
                 return user_alias, _rename(rel, node)
             source = self.base_table(node)
             cols = {c: source.column(c) for c in source.columns}
-            return user_alias, Relation([source], columns=_rename_columns(cols, node))
+            return user_alias, Relation((source,), columns=TreeMap(_rename_columns(cols, node)))
         if isinstance(node, exp.Subquery):
             alias = (node.alias or "subquery").lower()
             return alias, _rename(self.rowlevel(node.this, ctes, alias), node)
@@ -301,7 +312,7 @@ class Resolver:
         rel, scope = self.from_clause(query, ctes)
         where = query.args.get("where")
         if where is not None:
-            rel.where.append(scope.resolve(where.this, self))
+            rel = rel.with_where(scope.resolve(where.this, self))
         columns: dict[str, exp.Expression] = {}
         for item in query.expressions:
             if isinstance(item, exp.Star):
@@ -316,8 +327,7 @@ class Resolver:
                 continue
             name = output_name(item)
             columns[name] = scope.resolve(item.unalias() if isinstance(item, exp.Alias) else item, self)
-        rel.columns = columns
-        return rel
+        return replace(rel, columns=TreeMap(columns))
 
     def public_subquery(self, node: exp.Expression) -> exp.Expression:
         """A subquery inside an expression: allowed over public tables only, uncorrelated; one
@@ -358,7 +368,7 @@ class Resolver:
         return node.copy()
 
 
-def column_bounds(sources: list[Source]) -> Callable[[exp.Column], Interval]:
+def column_bounds(sources: Sequence[Source]) -> Callable[[exp.Column], Interval]:
     """Bounds of a resolved column, as the policy declares them (unbounded if it does not)."""
     by_alias = {s.alias: s for s in sources}
 
@@ -398,7 +408,7 @@ def check_unit_joins(rel: Relation) -> None:
         )
 
 
-def bound_unit_joins(rel: Relation, limits: QueryLimits) -> None:
+def bound_unit_joins(rel: Relation, limits: QueryLimits) -> Relation:
     """A join of k private tables (joined on their unit: check_unit_joins) multiplies each
     unit's rows: n1 * n2 * ... rows for one person, so the engine's memory and time would grow
     with the product of one person's row counts, and a query could fail after its charge
@@ -408,12 +418,12 @@ def bound_unit_joins(rel: Relation, limits: QueryLimits) -> None:
     before anything runs or is charged. Per-unit subqueries (one row per unit) do not count."""
     tables = [s for s in rel.private_sources if s.derived is None]
     if len(tables) < 2:
-        return
+        return rel
     keep = limits.join_rows_each(len(tables))
     short = next((s.table for s in tables if keep < s.table.max_rows), None)
     if short is not None:
         raise limits.join_too_wide(len(tables), keep, short.name, short.max_rows)
-    rel.unit_rows = keep
+    return replace(rel, unit_rows=keep)
 
 
 def conjuncts(e: exp.Expression) -> list[exp.Expression]:
@@ -489,7 +499,7 @@ def output_name(item: exp.Expression) -> str:
     return "?column?"
 
 
-def _rename_columns(cols: dict[str, exp.Expression], node: exp.Expression) -> dict[str, exp.Expression]:
+def _rename_columns(cols: Mapping[str, exp.Expression], node: exp.Expression) -> Mapping[str, exp.Expression]:
     alias = node.args.get("alias")
     if alias is None or not alias.columns:
         return cols
@@ -504,8 +514,7 @@ def _rename_columns(cols: dict[str, exp.Expression], node: exp.Expression) -> di
 
 
 def _rename(rel: Relation, node: exp.Expression) -> Relation:
-    rel.columns = _rename_columns(rel.columns, node)
-    return rel
+    return replace(rel, columns=TreeMap(_rename_columns(rel.columns, node)))
 
 
 def _apply_column_aliases(body: exp.Expression, columns: list[exp.Expression]) -> exp.Expression:

@@ -27,6 +27,7 @@ from typing import Callable, Sequence
 from sqlglot import exp
 
 from .analyze import Plan
+from .frozen import Trees
 from .literals import check_literals
 
 SLOT = "dpsql_slot"  # meta key: the slot's index
@@ -121,7 +122,7 @@ def instantiate(plan: Plan, values: Sequence[exp.Expression], check: bool = True
         if check:
             check_literals(cond, lambda c: types.get(c.table, {}).get(c.name))
         where.append(cond)
-    return replace(plan, relation=replace(plan.relation, where=where))
+    return plan.with_relation(replace(plan.relation, where=Trees(where)))
 
 
 def slots_in(plan: Plan) -> set[int]:
