@@ -222,7 +222,7 @@ def sampled_cost(cost: Cost, rate: Fraction) -> Cost:
     return Cost.of([Part("sampled", eps, delta, rho=eps * eps / 2 if not delta else None, sampling=float(rate))])
 
 
-def _needs_delta(plan: Plan):
+def _needs_delta(plan: Plan) -> ProgrammingError:
     undeclared = [k.name for k in plan.keys if not k.declared]
     if undeclared:
         return invalid_parameter(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from statistics import NormalDist
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Sequence
 
 from sqlglot import exp
 
@@ -27,7 +27,11 @@ from .sql.measures import Count, Histogram, Measure, Units, squares_measure, sum
 if TYPE_CHECKING:
     from .sql.analyze import Estimate, Plan
 
-Values = tuple[list, list[tuple[float, float]]]
+Interval = tuple[float, float]
+Values = tuple[Sequence[float | None], Sequence[Interval | None]]  # an estimate per group, its interval
+# Per measure, its noisy integers: one per group, or for a histogram one list per bin; which of
+# the two is the measure's kind (Histogram or not), so the items are not typed here.
+Noisy = Sequence[Sequence[Any]]
 Roles = dict[str, Measure]  # the measures an estimate reads: count, total, squares
 QUANTILE_BINS = 64  # equal-width bins of a quantile's histogram over the column's bounds
 
@@ -52,7 +56,7 @@ class Family:
         upper: float,
         bits: int,
         sampled: bool,
-        categories: tuple | None,
+        categories: tuple[Any, ...] | None,
     ) -> Roles:
         """The measures an aggregate of `value` (bounded to [lower, upper]) is estimated from;
         `bits`: a count's fractional bits, `sampled`: under TABLESAMPLE."""
@@ -61,12 +65,12 @@ class Family:
     def centre(self, lower: float, upper: float) -> float:
         return 0.0
 
-    def estimate(self, plan: Plan, est: Estimate, noisy: list, noises: list[Noise], confidence: float) -> Values:
+    def estimate(self, plan: Plan, est: Estimate, noisy: Noisy, noises: Sequence[Noise], confidence: float) -> Values:
         if plan.sample_rate:
             return _sampled(plan, est, noisy, noises, plan.sample_rate, 1 - confidence)
         return self.exact(plan, est, noisy, noises, confidence)
 
-    def exact(self, plan: Plan, est: Estimate, noisy: list, noises: list[Noise], confidence: float) -> Values:
+    def exact(self, plan: Plan, est: Estimate, noisy: Noisy, noises: Sequence[Noise], confidence: float) -> Values:
         raise NotImplementedError
 
 
@@ -74,12 +78,20 @@ class _Count(Family):
     result_type = "BIGINT"
     targetable = True
 
-    def measures(self, value, lower, upper, bits, sampled, categories):
+    def measures(
+        self,
+        value: exp.Expression | None,
+        lower: float,
+        upper: float,
+        bits: int,
+        sampled: bool,
+        categories: tuple[Any, ...] | None,
+    ) -> Roles:
         return {"count": Count(value, bits=bits)}
 
-    def exact(self, plan, est, noisy, noises, confidence):
-        scale = plan.measures[est.count].unit_scale
-        col, h = [c * scale for c in noisy[est.count]], noises[est.count].half_width(confidence) * scale
+    def exact(self, plan: Plan, est: Estimate, noisy: Noisy, noises: Sequence[Noise], confidence: float) -> Values:
+        scale = plan.measures[_of(est.count)].unit_scale
+        col, h = [c * scale for c in noisy[_of(est.count)]], noises[_of(est.count)].half_width(confidence) * scale
         vals = [max(0, round(c)) for c in col]
         # Counts are whole numbers: widen the interval outward to integers (still valid).
         return vals, [(float(max(0, math.floor(c - h))), float(max(0, math.ceil(c + h)))) for c in col]
@@ -88,25 +100,41 @@ class _Count(Family):
 class _UnitCount(_Count):
     """COUNT(DISTINCT unit): one per unit and group."""
 
-    def measures(self, value, lower, upper, bits, sampled, categories):
+    def measures(
+        self,
+        value: exp.Expression | None,
+        lower: float,
+        upper: float,
+        bits: int,
+        sampled: bool,
+        categories: tuple[Any, ...] | None,
+    ) -> Roles:
         return {"count": Units(None, bits=bits)}
 
 
 class _Sum(Family):
     targetable = True
 
-    def measures(self, value, lower, upper, bits, sampled, categories):
+    def measures(
+        self,
+        value: exp.Expression | None,
+        lower: float,
+        upper: float,
+        bits: int,
+        sampled: bool,
+        categories: tuple[Any, ...] | None,
+    ) -> Roles:
         # A sampled SUM's interval needs a count to bound the sampling variance.
-        total = {"total": sum_measure(value, lower, upper, 0.0, own_norm=True)}
+        total: Roles = {"total": sum_measure(_summed(value), lower, upper, 0.0, own_norm=True)}
         return {**total, "count": Count(value, bits=bits)} if sampled else total
 
-    def exact(self, plan, est, noisy, noises, confidence):
-        unit = plan.measures[est.total].unit_scale
-        h = noises[est.total].half_width(confidence) * unit
-        vals = [s * unit for s in noisy[est.total]]
+    def exact(self, plan: Plan, est: Estimate, noisy: Noisy, noises: Sequence[Noise], confidence: float) -> Values:
+        unit = plan.measures[_of(est.total)].unit_scale
+        h = noises[_of(est.total)].half_width(confidence) * unit
+        vals = [s * unit for s in noisy[_of(est.total)]]
         return vals, [(v - h, v + h) for v in vals]
 
-    def estimate(self, plan, est, noisy, noises, confidence):
+    def estimate(self, plan: Plan, est: Estimate, noisy: Noisy, noises: Sequence[Noise], confidence: float) -> Values:
         """A sum of values that are never negative (or never positive) keeps that sign: a noisy
         total below zero is moved to zero, with its interval (post-processing, and closer)."""
         vals, cis = super().estimate(plan, est, noisy, noises, confidence)
@@ -130,7 +158,7 @@ class _WholeSum(_Sum):
 
     result_type = "BIGINT"
 
-    def estimate(self, plan, est, noisy, noises, confidence):
+    def estimate(self, plan: Plan, est: Estimate, noisy: Noisy, noises: Sequence[Noise], confidence: float) -> Values:
         vals, cis = super().estimate(plan, est, noisy, noises, confidence)
         return (
             [None if v is None else math.floor(v + 0.5) for v in vals],
@@ -143,19 +171,30 @@ class _Average(Family):
 
     centred_sum = True
 
-    def measures(self, value, lower, upper, bits, sampled, categories):
-        return {"total": sum_measure(value, lower, upper, self.centre(lower, upper)), "count": Count(value, bits=bits)}
+    def measures(
+        self,
+        value: exp.Expression | None,
+        lower: float,
+        upper: float,
+        bits: int,
+        sampled: bool,
+        categories: tuple[Any, ...] | None,
+    ) -> Roles:
+        return {
+            "total": sum_measure(_summed(value), lower, upper, self.centre(lower, upper)),
+            "count": Count(value, bits=bits),
+        }
 
-    def centre(self, lower, upper):
+    def centre(self, lower: float, upper: float) -> float:
         return (lower + upper) / 2
 
-    def exact(self, plan, est, noisy, noises, confidence):
+    def exact(self, plan: Plan, est: Estimate, noisy: Noisy, noises: Sequence[Noise], confidence: float) -> Values:
         # The interval holds at `confidence`: its two parts at (1 + confidence) / 2 each.
-        unit = plan.measures[est.total].unit_scale
-        count_scale = plan.measures[est.count].unit_scale
-        counts, sums = [c * count_scale for c in noisy[est.count]], noisy[est.total]
-        hc = noises[est.count].half_width((1 + confidence) / 2) * count_scale
-        hs = noises[est.total].half_width((1 + confidence) / 2) * unit
+        unit = plan.measures[_of(est.total)].unit_scale
+        count_scale = plan.measures[_of(est.count)].unit_scale
+        counts, sums = [c * count_scale for c in noisy[_of(est.count)]], noisy[_of(est.total)]
+        hc = noises[_of(est.count)].half_width((1 + confidence) / 2) * count_scale
+        hs = noises[_of(est.total)].half_width((1 + confidence) / 2) * unit
         vals, cis = [], []
         for c, s in zip(counts, sums):
             s = s * unit
@@ -170,32 +209,40 @@ class _Variance(Family):
     1 - alpha/3 and the extremes over them (union bound). `sample`: VAR_SAMP/STDDEV_SAMP's
     n/(n-1); `root`: STDDEV."""
 
-    def __init__(self, sample: bool, root: bool):
+    def __init__(self, sample: bool, root: bool) -> None:
         self.sample, self.root = sample, root
 
-    def measures(self, value, lower, upper, bits, sampled, categories):
+    def measures(
+        self,
+        value: exp.Expression | None,
+        lower: float,
+        upper: float,
+        bits: int,
+        sampled: bool,
+        categories: tuple[Any, ...] | None,
+    ) -> Roles:
         centre = self.centre(lower, upper)
         return {
-            "total": sum_measure(value, lower, upper, centre),
+            "total": sum_measure(_summed(value), lower, upper, centre),
             "count": Count(value, bits=bits),
-            "squares": squares_measure(value, lower, upper),
+            "squares": squares_measure(_summed(value), lower, upper),
         }
 
-    def centre(self, lower, upper):
+    def centre(self, lower: float, upper: float) -> float:
         return (lower + upper) / 2
 
-    def exact(self, plan, est, noisy, noises, confidence):
-        cm, tm, qm = (plan.measures[i] for i in (est.count, est.total, est.squares))
+    def exact(self, plan: Plan, est: Estimate, noisy: Noisy, noises: Sequence[Noise], confidence: float) -> Values:
+        cm, tm, qm = (plan.measures[_of(i)] for i in (est.count, est.total, est.squares))
         q_centre = qm.centre
         conf = 1 - (1 - confidence) / 3
-        hc = noises[est.count].half_width(conf) * cm.unit_scale
-        hs = noises[est.total].half_width(conf) * tm.unit_scale
-        hq = noises[est.squares].half_width(conf) * qm.unit_scale
+        hc = noises[_of(est.count)].half_width(conf) * cm.unit_scale
+        hs = noises[_of(est.total)].half_width(conf) * tm.unit_scale
+        hq = noises[_of(est.squares)].half_width(conf) * qm.unit_scale
         half = (est.upper - est.lower) / 2
         top = half * half
         sample, root = self.sample, self.root
         vals, cis = [], []
-        for c, s, sq in zip(noisy[est.count], noisy[est.total], noisy[est.squares]):
+        for c, s, sq in zip(noisy[_of(est.count)], noisy[_of(est.total)], noisy[_of(est.squares)]):
             n = c * cm.unit_scale
             s1 = s * tm.unit_scale
             s2 = sq * qm.unit_scale + q_centre * n  # undo the squares' own centring
@@ -225,24 +272,37 @@ class _Distinct(Family):
 
     result_type = "BIGINT"
 
-    def measures(self, value, lower, upper, bits, sampled, categories):
+    def measures(
+        self,
+        value: exp.Expression | None,
+        lower: float,
+        upper: float,
+        bits: int,
+        sampled: bool,
+        categories: tuple[Any, ...] | None,
+    ) -> Roles:
         return {
             "count": Histogram(
-                value, 0.0, float(len(categories)), bits=bits, bins=len(categories), categories=categories
+                value,
+                0.0,
+                float(len(_declared(categories))),
+                bits=bits,
+                bins=len(_declared(categories)),
+                categories=categories,
             )
         }
 
-    def exact(self, plan, est, noisy, noises, confidence):
-        m = plan.measures[est.count]
+    def exact(self, plan: Plan, est: Estimate, noisy: Noisy, noises: Sequence[Noise], confidence: float) -> Values:
+        m = plan.measures[_of(est.count)]
         scale = m.unit_scale
         # A present key has a count of at least 1, an absent one 0: a key counts when its noisy
         # count is above the noise level and above 1/2 (with little noise the half-width is 0,
         # and every absent key's count of exactly 0 would have reached it).
-        h = max(noises[est.count].half_width(confidence) * scale, 0.5)
-        h_all = noises[est.count].half_width(1 - (1 - confidence) / m.bins) * scale
+        h = max(noises[_of(est.count)].half_width(confidence) * scale, 0.5)
+        h_all = noises[_of(est.count)].half_width(1 - (1 - confidence) / m.bins) * scale
         vals, cis = [], []
-        for g in range(len(noisy[est.count][0]) if noisy[est.count] else 0):
-            counts = [b[g] * scale for b in noisy[est.count]]
+        for g in range(len(noisy[_of(est.count)][0]) if noisy[_of(est.count)] else 0):
+            counts = [b[g] * scale for b in noisy[_of(est.count)]]
             vals.append(sum(c > h for c in counts))
             cis.append((float(sum(c > max(h_all, 0.5) for c in counts)), float(sum(c > -h_all for c in counts))))
         return vals, cis
@@ -262,21 +322,30 @@ class _Quantile(Family):
     deviations: a normal approximation of a cumulative count's noise, so approximate, unlike
     the other intervals."""
 
-    def __init__(self, extreme: int = 0):
+    def __init__(self, extreme: int = 0) -> None:
         self.extreme = extreme
 
-    def measures(self, value, lower, upper, bits, sampled, categories):
+    def measures(
+        self,
+        value: exp.Expression | None,
+        lower: float,
+        upper: float,
+        bits: int,
+        sampled: bool,
+        categories: tuple[Any, ...] | None,
+    ) -> Roles:
         return {"count": Histogram(value, lower, upper, bits=bits, bins=QUANTILE_BINS)}
 
-    def exact(self, plan, est, noisy, noises, confidence):
-        m = plan.measures[est.count]
-        noise = noises[est.count]
+    def exact(self, plan: Plan, est: Estimate, noisy: Noisy, noises: Sequence[Noise], confidence: float) -> Values:
+        m = plan.measures[_of(est.count)]
+        noise = noises[_of(est.count)]
         scale = m.unit_scale
-        bins = noisy[est.count]
+        bins = noisy[_of(est.count)]
         width = (est.upper - est.lower) / m.bins
         floor = noise.half_width(confidence) * scale
         spread = _z(1 - confidence) * noise.std * scale * math.sqrt(m.bins)
-        vals, cis = [], []
+        vals: list[float | None] = []
+        cis: list[Interval | None] = []
         for g in range(len(bins[0]) if bins else 0):
             edges = cumulative([b[g] * scale for b in bins])
             n = edges[-1]
@@ -288,8 +357,10 @@ class _Quantile(Family):
                 target = min(floor, n / 2)
             elif self.extreme > 0:
                 target = max(n - floor, n / 2)
-            else:
+            elif est.quantile is not None:
                 target = est.quantile * n
+            else:
+                raise TypeError("a quantile estimate without its fraction")
             value = _point(edges, target, est.lower, width)
             lo, hi = _point(edges, target - spread, est.lower, width), _point(edges, target + spread, est.lower, width)
             if est.integral:  # integer values: the integer the point is nearest, within the bounds
@@ -317,13 +388,34 @@ FAMILIES: dict[str, Family] = {
 }
 
 
-SPREAD_FUNCTIONS = {
+SPREAD_FUNCTIONS: dict[type[exp.Expression], str] = {
     exp.VariancePop: "var_pop",
     exp.Variance: "var_samp",
     exp.StddevPop: "stddev_pop",
     exp.Stddev: "stddev_samp",
     exp.StddevSamp: "stddev_samp",
 }
+
+
+def _summed(value: exp.Expression | None) -> exp.Expression:
+    """The row expression a sum reads (SUM, AVG and VARIANCE always have one)."""
+    if value is None:
+        raise TypeError("a sum of no row expression")
+    return value
+
+
+def _declared(categories: tuple[Any, ...] | None) -> tuple[Any, ...]:
+    """COUNT(DISTINCT column)'s declared keys (the analysis refuses a column without them)."""
+    if categories is None:
+        raise TypeError("COUNT(DISTINCT ...) without declared keys")
+    return categories
+
+
+def _of(measure: int | None) -> int:
+    """The index of a measure the estimate's family reads (the analysis set it for the family)."""
+    if measure is None:
+        raise TypeError("the estimate has no measure in a role its family reads")
+    return measure
 
 
 def family(est: Estimate) -> Family:
@@ -338,25 +430,25 @@ def _ratio_interval(est: Estimate, c: float, hc: float, s: float, hs: float) -> 
     return (max(est.lower, min(corners)), min(est.upper, max(corners)))
 
 
-def _sampled(plan: Plan, est: Estimate, noisy: list, noises: list[Noise], q: float, alpha: float) -> Values:
+def _sampled(plan: Plan, est: Estimate, noisy: Noisy, noises: Sequence[Noise], q: float, alpha: float) -> Values:
     """COUNT, SUM and AVG on a Poisson sample of units at rate q: Horvitz-Thompson estimates
     (divided by q) whose intervals add the sampling error. Each unit's share in a group obeys
     |s_u| <= B c_u and c_u <= max_rows, so the variance sum_u s_u^2 (1-q)/q is at most
     max_rows B^2 C (1-q)/q, with C the noisy count's upper end. Noise and sampling each get half
     of the miss probability."""
     m_rows = plan.max_rows
-    cm = plan.measures[est.count]
-    counts = [c * cm.unit_scale / q for c in noisy[est.count]]
+    cm = plan.measures[_of(est.count)]
+    counts = [c * cm.unit_scale / q for c in noisy[_of(est.count)]]
     is_count = isinstance(family(est), _Count)
     if family(est).centred_sum:
         # AVG is a ratio of two HT estimates: noise (alpha/4) and sampling (alpha/4) for each part.
-        hc_noise = noises[est.count].half_width(1 - alpha / 4) * cm.unit_scale / q
-        tm = plan.measures[est.total]
-        hs_noise = noises[est.total].half_width(1 - alpha / 4) * tm.unit_scale / q
+        hc_noise = noises[_of(est.count)].half_width(1 - alpha / 4) * cm.unit_scale / q
+        tm = plan.measures[_of(est.total)]
+        hs_noise = noises[_of(est.total)].half_width(1 - alpha / 4) * tm.unit_scale / q
         spread = max(abs(est.lower - est.centre), abs(est.upper - est.centre))
         z = _z(alpha / 4)
         vals, cis = [], []
-        for c, s in zip(counts, noisy[est.total]):
+        for c, s in zip(counts, noisy[_of(est.total)]):
             s = s * tm.unit_scale / q
             c_up = max(0.0, c + hc_noise)
             samp = z * math.sqrt(m_rows * c_up * (1 - q) / q)
@@ -366,14 +458,14 @@ def _sampled(plan: Plan, est: Estimate, noisy: list, noises: list[Noise], q: flo
     # COUNT or SUM: the value's noise at alpha/2, its sampling error at alpha/2 (whose count
     # bound itself takes alpha/4 of the noise).
     z = _z(alpha / 2)
-    hc_noise = noises[est.count].half_width(1 - alpha / 4) * cm.unit_scale / q
+    hc_noise = noises[_of(est.count)].half_width(1 - alpha / 4) * cm.unit_scale / q
     if is_count:
-        bound, values, h_noise = 1.0, counts, noises[est.count].half_width(1 - alpha / 2) * cm.unit_scale / q
+        bound, values, h_noise = 1.0, counts, noises[_of(est.count)].half_width(1 - alpha / 2) * cm.unit_scale / q
     else:
-        tm = plan.measures[est.total]
+        tm = plan.measures[_of(est.total)]
         bound = max(abs(est.lower), abs(est.upper))
-        values = [s * tm.unit_scale / q for s in noisy[est.total]]
-        h_noise = noises[est.total].half_width(1 - alpha / 2) * tm.unit_scale / q
+        values = [s * tm.unit_scale / q for s in noisy[_of(est.total)]]
+        h_noise = noises[_of(est.total)].half_width(1 - alpha / 2) * tm.unit_scale / q
     vals, cis = [], []
     for c, v in zip(counts, values):
         c_up = max(0.0, c + hc_noise)

@@ -104,7 +104,7 @@ def rho_for(epsilon: Fraction, delta: Fraction) -> Fraction:
 
 
 @lru_cache(maxsize=512)
-def _sampler(kind: str, scale: float):
+def _sampler(kind: str, scale: float) -> dp.Measurement:
     space = dp.vector_domain(dp.atom_domain(T="i64"))
     if kind == "laplace":
         return dp.m.make_laplace(space, dp.l1_distance(T="i64"), scale=scale)

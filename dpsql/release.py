@@ -10,7 +10,7 @@ Everything after the noise (estimates, clamping counts at 0, intervals) is post-
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from . import guard
 from .calibration import Calibration
@@ -29,8 +29,8 @@ class NoisyTable:
 
     keys: list[list[Any]]
     key_types: list[str]
-    estimates: list[list[float | int]]
-    intervals: list[list[tuple[float, float]]]
+    estimates: list[Sequence[float | None]]
+    intervals: list[Sequence[tuple[float, float] | None]]
     estimate_types: list[str]
 
     @property
@@ -40,12 +40,12 @@ class NoisyTable:
         return len(self.estimates[0]) if self.estimates else 0
 
 
-def key_order(row: tuple) -> tuple:
+def key_order(row: tuple[Any, ...]) -> tuple[tuple[bool, str, Any], ...]:
     """Released rows' order: by their key values (None last, types apart), never the engine's."""
     return tuple((v is None, str(type(v)), v if v is not None else 0) for v in row)
 
 
-def _sort_by_keys(rows: list[tuple], n_keys: int) -> None:
+def _sort_by_keys(rows: list[tuple[Any, ...]], n_keys: int) -> None:
     """Sort in place by key_order; when each key column holds values of one type only (the usual
     case), by the values themselves, which is the same order at a fraction of the cost."""
     if all(len({type(r[i]) for r in rows}) <= 1 for i in range(n_keys)):
@@ -71,7 +71,7 @@ def release(
     _sort_by_keys(rows, n_keys)
     columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in rs.names]
     key_cols = columns[:n_keys]
-    noisy: list = []
+    noisy: list[list[Any]] = []
     at = n_keys + 1
     for m, mn in zip(plan.measures, cal.measures):
         cols = [add_noise(col, mn.noise) for col in columns[at : at + m.width]]

@@ -12,7 +12,10 @@ import json
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # dp-accounting ships no type information: this is Any to mypy
+    from dp_accounting.dp_event import DpEvent
 
 
 def fraction_text(x: Fraction) -> str:
@@ -114,7 +117,7 @@ class Cost:
             parse_fraction(d["epsilon"]), parse_fraction(d["delta"]), tuple(Part.from_json(p) for p in d["parts"])
         )
 
-    def dp_event(self):
+    def dp_event(self) -> DpEvent:
         """The release as a dp-accounting DpEvent (composition of its mechanisms)."""
         from dp_accounting import dp_event
 

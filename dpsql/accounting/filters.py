@@ -61,12 +61,14 @@ def gdp_mu(eps: Fraction) -> Fraction:
     e = float(eps)
     if e <= 0:
         return ZERO
-    if e < 1:
-        target = math.tanh(e / 2) * (1 + 1e-12)
-        reached = lambda mu: math.erf(mu / (2 * math.sqrt(2))) >= target  # noqa: E731
-    else:
-        target = 2 / (1 + math.exp(min(e, 700.0))) * (1 - 1e-12)
-        reached = lambda mu: math.erfc(mu / (2 * math.sqrt(2))) <= target  # noqa: E731
+    small = e < 1
+    target = math.tanh(e / 2) * (1 + 1e-12) if small else 2 / (1 + math.exp(min(e, 700.0))) * (1 - 1e-12)
+
+    def reached(mu: float) -> bool:
+        if small:
+            return math.erf(mu / (2 * math.sqrt(2))) >= target
+        return math.erfc(mu / (2 * math.sqrt(2))) <= target
+
     lo, hi = 0.0, 1.0
     while not reached(hi):
         lo, hi = hi, hi * 2
@@ -341,7 +343,9 @@ class RdpFilter(Filter):
 
 
 def _gdp_delta(eps: float, mu: float) -> float:
-    phi = lambda x: 0.5 * math.erfc(-x / math.sqrt(2))  # noqa: E731
+    def phi(x: float) -> float:
+        return 0.5 * math.erfc(-x / math.sqrt(2))
+
     return phi(-eps / mu + mu / 2) - math.exp(eps) * phi(-eps / mu - mu / 2)
 
 

@@ -22,9 +22,12 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from .zcdp import epsilon_from_rho, rho_from_epsilon
+
+if TYPE_CHECKING:  # dp-accounting ships no type information: these are Any to mypy
+    from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
 
 MIN_DELTA = 1e-12  # below this the PLD tails are not certified reliably
 DISCRETIZATION = 1e-4
@@ -36,7 +39,7 @@ class Planned:
     weight: float = 1.0
 
 
-def _pld(multiplier: float):
+def _pld(multiplier: float) -> PrivacyLossDistribution:
     """Randomized response at ε = 1/multiplier: the dominating pair of a discrete Laplace of
     scale multiplier * Δ at any integer shift up to Δ (see the module's docstring)."""
     from dp_accounting.pld import privacy_loss_distribution as pld
@@ -64,7 +67,7 @@ def batch_epsilon(mechanisms: Sequence[Planned], multiplier: float, delta: float
         p = p.self_compose(count) if count > 1 else p
         total = p if total is None else total.compose(p)
     assert total is not None  # _kind refused an empty batch
-    return total.get_epsilon_for_delta(delta)
+    return float(total.get_epsilon_for_delta(delta))
 
 
 def gaussian_rho(mechanisms: Sequence[Planned], multiplier: float) -> float:
@@ -116,8 +119,8 @@ def verify(mechanisms: Sequence[Planned], multiplier: float, delta: float) -> fl
         accountant = rdp.RdpAccountant()
         for m in mechanisms:
             accountant.compose(dp_event.GaussianDpEvent(multiplier / m.weight))
-        return accountant.get_epsilon(delta)
+        return float(accountant.get_epsilon(delta))
     accountant = pld.PLDAccountant(value_discretization_interval=DISCRETIZATION / 2)
     for m in mechanisms:
         accountant.compose(dp_event.DiscreteLaplaceDpEvent(m.weight / multiplier, 1))
-    return accountant.get_epsilon(delta)
+    return float(accountant.get_epsilon(delta))

@@ -229,7 +229,7 @@ def function_name(node: exp.Expression) -> str:
     return construct(node)
 
 
-def construct(node: exp.Expression) -> str:
+def construct(node: exp.Expr) -> str:
     """A node's kind in SQL's words, for messages: sqlglot names its classes after the keywords
     (GroupingSets is GROUPING SETS, SimilarTo SIMILAR TO, Union UNION), and an analyst should
     read the SQL they wrote, not a class of the parser."""

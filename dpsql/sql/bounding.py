@@ -172,7 +172,7 @@ class PartitionSelection(PerGroupCap):
 
     unit_in_hash: bool = True
 
-    def _per_unit(self, measures, keys, domain_size):
+    def _per_unit(self, measures: Sequence[Measure], keys: list[str], domain_size: int | None) -> exp.Select:
         q = super()._per_unit(measures, keys, domain_size)
         hashed = b.anonymous("DPSQL_HASH", *(["unit"] if self.unit_in_hash else []), *keys)
         rank = exp.Window(
@@ -189,12 +189,13 @@ class PartitionSelection(PerGroupCap):
 class RowUnits(PerGroupCap):
     """Every row is its own unit: a group's totals are plain aggregates of the rows."""
 
-    def stages(self, measures, keys, domain_size):
+    def stages(self, measures: Sequence[Measure], keys: list[str], domain_size: int | None) -> list[Stage]:
         aggs = [b.named(b.count(), "units")]
-        aggs += [b.named(m.per_row(j), f"m{j}") for j, m in enumerate(measures) if m.per_row(j) is not None]
+        per_row = [(j, m.per_row(j)) for j, m in enumerate(measures)]
+        aggs += [b.named(total, f"m{j}") for j, total in per_row if total is not None]
         return [("per_group", b.select([b.col(k) for k in keys] + aggs, b.table("filtered"), group=list(keys)))]
 
-    def histogram_stages(self, j, m, keys, domain_size):
+    def histogram_stages(self, j: int, m: Histogram, keys: list[str], domain_size: int | None) -> list[Stage]:
         not_null = b.not_null(b.col(f"v{j}"))
         cell = keys + [f"v{j}"]
         return [
@@ -218,28 +219,28 @@ class TotalCap(PerGroupCap):
 
     limit: int = 0
 
-    def l1(self, m, domain_size):
+    def l1(self, m: Measure, domain_size: int | None) -> int | None:
         return super().l1(m, domain_size) if not m.weighted_rows else self.limit * m.row_bound
 
-    def l2_squared(self, m, domain_size):
+    def l2_squared(self, m: Measure, domain_size: int | None) -> int:
         return super().l2_squared(m, domain_size) if not m.weighted_rows else (self.limit * m.row_bound) ** 2
 
-    def planned(self, m, mechanism, domain_size):
+    def planned(self, m: Measure, mechanism: str, domain_size: int | None) -> int:
         if mechanism == "gaussian":
             return super().planned(m, mechanism, domain_size)
         return self.l1(m, domain_size) or 0  # the whole vector is one mechanism
 
-    def planned_copies(self, mechanism, domain_size):
+    def planned_copies(self, mechanism: str, domain_size: int | None) -> int:
         return 1
 
-    def light_rows(self, domain_size):
+    def light_rows(self, domain_size: int | None) -> int:
         return self.limit  # under L2Clip too: a unit's L2 norm is at most its rows
 
     @property
     def _joins_unit_groups(self) -> bool:
         return True
 
-    def _unit_groups(self, measures):
+    def _unit_groups(self, measures: Sequence[Measure]) -> exp.Select:
         items = [b.col("unit"), b.named(b.count(), "groups"), self._unit_scale()]
         for j, m in enumerate(measures):
             if m.own_norm:
@@ -251,7 +252,7 @@ class TotalCap(PerGroupCap):
     def _unit_scale(self) -> exp.Expression:
         return b.named(b.total("n"), "unit_rows")
 
-    def _share(self, m, j, domain_size):
+    def _share(self, m: Measure, j: int, domain_size: int | None) -> exp.Expression:
         if not m.weighted_rows:
             return super()._share(m, j, domain_size)
         if m.own_norm:
@@ -262,7 +263,7 @@ class TotalCap(PerGroupCap):
         """A unit's share scaled by C / max(its rows, C), truncated toward zero."""
         return b.idiv(b.mul(value, self.limit), b.func("GREATEST", b.col("unit_rows", ug), self.limit))
 
-    def _cell_share(self, m, j, domain_size):
+    def _cell_share(self, m: Histogram, j: int, domain_size: int | None) -> exp.Expression:
         return self._total_share(b.mul(b.col("c", "c"), m.row_bound), "ug")
 
 
@@ -272,14 +273,14 @@ class L2Clip(TotalCap):
     The norm is a double SQRT made an upper bound by a relative margin of 2^-40 (far above its
     rounding error); every engine rounds the same IEEE operations alike."""
 
-    def l1(self, m, domain_size):
+    def l1(self, m: Measure, domain_size: int | None) -> int | None:
         if self.keyed and not m.own_norm and m.weighted_rows:  # ||x||_1 <= ceil(sqrt(D)) ||x||_2 over D groups
             if domain_size is None:
                 return None
             return self.limit * m.row_bound * (math.isqrt(max(domain_size, 1) - 1) + 1)
         return super().l1(m, domain_size)
 
-    def _unit_scale(self):
+    def _unit_scale(self) -> exp.Expression:
         norm = b.mul(
             exp.Sqrt(this=b.cast(b.total(b.mul("n", "n")), "DOUBLE")),
             b.binary(exp.Add, 1, exp.Pow(this=b.node(2), expression=b.node(-40))),
@@ -287,7 +288,7 @@ class L2Clip(TotalCap):
         weight = b.div(self.limit * 2**COUNT_BITS, b.func("GREATEST", norm, self.limit))
         return b.named(b.cast(exp.Floor(this=weight), "BIGINT"), "unit_weight")
 
-    def _total_share(self, value, ug=None):
+    def _total_share(self, value: exp.Expression, ug: str | None = None) -> exp.Expression:
         return weighted(value, b.col("unit_weight", ug))
 
 
