@@ -16,6 +16,7 @@ the sampling error (the others are refused at analysis).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from statistics import NormalDist
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -41,6 +42,34 @@ def _z(alpha: float) -> float:
     return NormalDist().inv_cdf(1 - alpha / 2)
 
 
+@dataclass(frozen=True)
+class Operand:
+    """What an aggregate's measures are built from: its row expression (None: every row), the
+    bounds it is clamped to, a count's fractional bits, whether units are sampled (TABLESAMPLE)
+    and COUNT(DISTINCT column)'s declared keys."""
+
+    value: exp.Expression | None
+    lower: float
+    upper: float
+    bits: int
+    sampled: bool
+    categories: tuple[Any, ...] | None
+
+    @property
+    def summed(self) -> exp.Expression:
+        """The row expression a sum reads (SUM, AVG and VARIANCE always have one)."""
+        if self.value is None:
+            raise TypeError("a sum of no row expression")
+        return self.value
+
+    @property
+    def keys(self) -> tuple[Any, ...]:
+        """COUNT(DISTINCT column)'s declared keys (the analysis refuses a column without them)."""
+        if self.categories is None:
+            raise TypeError("COUNT(DISTINCT ...) without declared keys")
+        return self.categories
+
+
 class Family:
     """One aggregate family: the measures it needs, its estimate and interval from their noisy
     values, its result type."""
@@ -49,17 +78,8 @@ class Family:
     targetable = False  # dpsql.target_error sizes epsilon for its COUNT and SUM estimates
     centred_sum = False  # its sum is centred in the bounds (an AVG), so a plain SUM of the same column can serve
 
-    def measures(
-        self,
-        value: exp.Expression | None,
-        lower: float,
-        upper: float,
-        bits: int,
-        sampled: bool,
-        categories: tuple[Any, ...] | None,
-    ) -> Roles:
-        """The measures an aggregate of `value` (bounded to [lower, upper]) is estimated from;
-        `bits`: a count's fractional bits, `sampled`: under TABLESAMPLE."""
+    def measures(self, of: Operand) -> Roles:
+        """The measures an aggregate of `of.value` (bounded to [of.lower, of.upper]) is estimated from."""
         raise NotImplementedError
 
     def centre(self, lower: float, upper: float) -> float:
@@ -78,16 +98,8 @@ class _Count(Family):
     result_type = "BIGINT"
     targetable = True
 
-    def measures(
-        self,
-        value: exp.Expression | None,
-        lower: float,
-        upper: float,
-        bits: int,
-        sampled: bool,
-        categories: tuple[Any, ...] | None,
-    ) -> Roles:
-        return {"count": Count(value, bits=bits)}
+    def measures(self, of: Operand) -> Roles:
+        return {"count": Count(of.value, bits=of.bits)}
 
     def exact(self, plan: Plan, est: Estimate, noisy: Noisy, noises: Sequence[Noise], confidence: float) -> Values:
         scale = plan.measures[_of(est.count)].unit_scale
@@ -100,33 +112,17 @@ class _Count(Family):
 class _UnitCount(_Count):
     """COUNT(DISTINCT unit): one per unit and group."""
 
-    def measures(
-        self,
-        value: exp.Expression | None,
-        lower: float,
-        upper: float,
-        bits: int,
-        sampled: bool,
-        categories: tuple[Any, ...] | None,
-    ) -> Roles:
-        return {"count": Units(None, bits=bits)}
+    def measures(self, of: Operand) -> Roles:
+        return {"count": Units(None, bits=of.bits)}
 
 
 class _Sum(Family):
     targetable = True
 
-    def measures(
-        self,
-        value: exp.Expression | None,
-        lower: float,
-        upper: float,
-        bits: int,
-        sampled: bool,
-        categories: tuple[Any, ...] | None,
-    ) -> Roles:
+    def measures(self, of: Operand) -> Roles:
         # A sampled SUM's interval needs a count to bound the sampling variance.
-        total: Roles = {"total": sum_measure(_summed(value), lower, upper, 0.0, own_norm=True)}
-        return {**total, "count": Count(value, bits=bits)} if sampled else total
+        total: Roles = {"total": sum_measure(of.summed, of.lower, of.upper, 0.0, own_norm=True)}
+        return {**total, "count": Count(of.value, bits=of.bits)} if of.sampled else total
 
     def exact(self, plan: Plan, est: Estimate, noisy: Noisy, noises: Sequence[Noise], confidence: float) -> Values:
         unit = plan.measures[_of(est.total)].unit_scale
@@ -171,18 +167,10 @@ class _Average(Family):
 
     centred_sum = True
 
-    def measures(
-        self,
-        value: exp.Expression | None,
-        lower: float,
-        upper: float,
-        bits: int,
-        sampled: bool,
-        categories: tuple[Any, ...] | None,
-    ) -> Roles:
+    def measures(self, of: Operand) -> Roles:
         return {
-            "total": sum_measure(_summed(value), lower, upper, self.centre(lower, upper)),
-            "count": Count(value, bits=bits),
+            "total": sum_measure(of.summed, of.lower, of.upper, self.centre(of.lower, of.upper)),
+            "count": Count(of.value, bits=of.bits),
         }
 
     def centre(self, lower: float, upper: float) -> float:
@@ -212,20 +200,12 @@ class _Variance(Family):
     def __init__(self, sample: bool, root: bool) -> None:
         self.sample, self.root = sample, root
 
-    def measures(
-        self,
-        value: exp.Expression | None,
-        lower: float,
-        upper: float,
-        bits: int,
-        sampled: bool,
-        categories: tuple[Any, ...] | None,
-    ) -> Roles:
-        centre = self.centre(lower, upper)
+    def measures(self, of: Operand) -> Roles:
+        centre = self.centre(of.lower, of.upper)
         return {
-            "total": sum_measure(_summed(value), lower, upper, centre),
-            "count": Count(value, bits=bits),
-            "squares": squares_measure(_summed(value), lower, upper),
+            "total": sum_measure(of.summed, of.lower, of.upper, centre),
+            "count": Count(of.value, bits=of.bits),
+            "squares": squares_measure(of.summed, of.lower, of.upper),
         }
 
     def centre(self, lower: float, upper: float) -> float:
@@ -272,24 +252,9 @@ class _Distinct(Family):
 
     result_type = "BIGINT"
 
-    def measures(
-        self,
-        value: exp.Expression | None,
-        lower: float,
-        upper: float,
-        bits: int,
-        sampled: bool,
-        categories: tuple[Any, ...] | None,
-    ) -> Roles:
+    def measures(self, of: Operand) -> Roles:
         return {
-            "count": Histogram(
-                value,
-                0.0,
-                float(len(_declared(categories))),
-                bits=bits,
-                bins=len(_declared(categories)),
-                categories=categories,
-            )
+            "count": Histogram(of.value, 0.0, float(len(of.keys)), bits=of.bits, bins=len(of.keys), categories=of.keys)
         }
 
     def exact(self, plan: Plan, est: Estimate, noisy: Noisy, noises: Sequence[Noise], confidence: float) -> Values:
@@ -325,16 +290,8 @@ class _Quantile(Family):
     def __init__(self, extreme: int = 0) -> None:
         self.extreme = extreme
 
-    def measures(
-        self,
-        value: exp.Expression | None,
-        lower: float,
-        upper: float,
-        bits: int,
-        sampled: bool,
-        categories: tuple[Any, ...] | None,
-    ) -> Roles:
-        return {"count": Histogram(value, lower, upper, bits=bits, bins=QUANTILE_BINS)}
+    def measures(self, of: Operand) -> Roles:
+        return {"count": Histogram(of.value, of.lower, of.upper, bits=of.bits, bins=QUANTILE_BINS)}
 
     def exact(self, plan: Plan, est: Estimate, noisy: Noisy, noises: Sequence[Noise], confidence: float) -> Values:
         m = plan.measures[_of(est.count)]
@@ -395,20 +352,6 @@ SPREAD_FUNCTIONS: dict[type[exp.Expression], str] = {
     exp.Stddev: "stddev_samp",
     exp.StddevSamp: "stddev_samp",
 }
-
-
-def _summed(value: exp.Expression | None) -> exp.Expression:
-    """The row expression a sum reads (SUM, AVG and VARIANCE always have one)."""
-    if value is None:
-        raise TypeError("a sum of no row expression")
-    return value
-
-
-def _declared(categories: tuple[Any, ...] | None) -> tuple[Any, ...]:
-    """COUNT(DISTINCT column)'s declared keys (the analysis refuses a column without them)."""
-    if categories is None:
-        raise TypeError("COUNT(DISTINCT ...) without declared keys")
-    return categories
 
 
 def _of(measure: int | None) -> int:

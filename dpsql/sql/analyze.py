@@ -18,7 +18,7 @@ from sqlglot import exp
 
 from ..config import Policy
 from ..errors import ProgrammingError, forbidden, invalid_parameter, unsupported
-from ..families import FAMILIES, QUANTILE_BINS, SPREAD_FUNCTIONS, family  # noqa: F401 (QUANTILE_BINS: re-exported)
+from ..families import FAMILIES, QUANTILE_BINS, SPREAD_FUNCTIONS, Operand, family  # noqa: F401 (QUANTILE_BINS: re-exported)
 from . import build as b
 from .allowlist import (
     DP_AGGREGATES,
@@ -554,7 +554,7 @@ class _Analysis:
     ) -> int:
         """An estimate of the family `func`, over the measures the family asks for."""
         fam = FAMILIES[func]
-        roles = fam.measures(value, lower, upper, self.count_bits, self.sample_rate is not None, categories)
+        roles = fam.measures(Operand(value, lower, upper, self.count_bits, self.sample_rate is not None, categories))
         est = Estimate(
             func,
             text,

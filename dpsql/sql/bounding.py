@@ -196,19 +196,7 @@ class RowUnits(PerGroupCap):
         return [("per_group", b.select([b.col(k) for k in keys] + aggs, b.table("filtered"), group=list(keys)))]
 
     def histogram_stages(self, j: int, m: Histogram, keys: list[str], domain_size: int | None) -> list[Stage]:
-        not_null = b.not_null(b.col(f"v{j}"))
-        cell = keys + [f"v{j}"]
-        return [
-            (
-                f"bins{j}",
-                b.select(
-                    [b.col(k) for k in cell] + [b.named(b.mul(b.count(), m.row_bound), "s")],
-                    b.table("filtered"),
-                    where=[not_null],
-                    group=cell,
-                ),
-            )
-        ]
+        return [(f"bins{j}", _bins_of_rows(j, keys, b.mul(b.count(), m.row_bound)))]
 
 
 @dataclass(frozen=True)
@@ -329,19 +317,7 @@ class WeightedCopy:
         return [("per_group", b.select([b.col(k) for k in keys] + aggs, b.table("filtered"), group=list(keys)))]
 
     def histogram_stages(self, j: int, m: Histogram, keys: list[str], domain_size: int | None) -> list[Stage]:
-        not_null = b.not_null(b.col(f"v{j}"))
-        cell = keys + [f"v{j}"]
-        return [
-            (
-                f"bins{j}",
-                b.select(
-                    [b.col(k) for k in cell] + [b.named(b.total("w"), "s")],
-                    b.table("filtered"),
-                    where=[not_null],
-                    group=cell,
-                ),
-            )
-        ]
+        return [(f"bins{j}", _bins_of_rows(j, keys, b.total("w")))]
 
 
 @dataclass(frozen=True)
@@ -400,6 +376,17 @@ class SplitCopy:
             (f"light_bins{j}", light),
             (f"bins{j}", _summed(f"light_bins{j}", f"heavy_bins{j}", cell, ["s"])),
         ]
+
+
+def _bins_of_rows(j: int, keys: list[str], total: exp.Expression) -> exp.Select:
+    """Histogram j's bins per group straight from the filtered rows: `total` of each cell's rows."""
+    cell = keys + [f"v{j}"]
+    return b.select(
+        [b.col(k) for k in cell] + [b.named(total, "s")],
+        b.table("filtered"),
+        where=[b.not_null(b.col(f"v{j}"))],
+        group=cell,
+    )
 
 
 def _summed(first: str, second: str, keys: list[str], values: list[str]) -> exp.Select:
