@@ -145,3 +145,11 @@ def test_what_leaves_a_real_answer_is_the_json_form(session):
     assert again.dp is not None and again.dp.cached and again.dp.receipt == first.dp.receipt
     assert list(again.dp) == order and again.dp.cost == Amount(0.0, 0.0)
     assert again.dp.ci == first.dp.ci and again.rows == first.rows and again.dp.noise == first.dp.noise
+
+
+def test_cursor_dp_reads_both_ways_as_the_readme_shows(conn):
+    cur = conn.cursor()
+    cur.execute("SET dpsql.bounds = policy")
+    cur.execute("SELECT sex, COUNT(*) AS n FROM people GROUP BY sex")
+    assert cur.dp["cost"] == {"epsilon": cur.dp.cost.epsilon, "delta": cur.dp.cost.delta} and cur.dp.cost.epsilon > 0
+    assert cur.dp["ci"]["n"] == [tuple(iv) for iv in cur.dp.ci["n"]] and cur.dp["ci"]["sex"] is None
