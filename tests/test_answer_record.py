@@ -153,3 +153,44 @@ def test_cursor_dp_reads_both_ways_as_the_readme_shows(conn):
     cur.execute("SELECT sex, COUNT(*) AS n FROM people GROUP BY sex")
     assert cur.dp["cost"] == {"epsilon": cur.dp.cost.epsilon, "delta": cur.dp.cost.delta} and cur.dp.cost.epsilon > 0
     assert cur.dp["ci"]["n"] == [tuple(iv) for iv in cur.dp.ci["n"]] and cur.dp["ci"]["sex"] is None
+
+
+def test_the_wire_notices_read_the_record_as_they_read_the_dict():
+    """The texts a client is told beside an answer (server/app.py), as they were."""
+    from dpsql.server.app import _notices
+
+    assert _notices(_ANSWER) == ["dpsql: cost epsilon=0.5 delta=0; remaining epsilon=9.5 delta=1e-06"]
+    cached = dataclasses.replace(_ANSWER, cached=True, cost=Amount(0.0, 0.0), batch=3, notice="n")
+    assert _notices(cached) == [
+        "dpsql: one charge for this batch of 3 queries, answered from the cache, free; "
+        "remaining epsilon=9.5 delta=1e-06",
+        "dpsql: n",
+    ]
+    units = dataclasses.replace(_ANSWER, bounds=ChosenBounds(max_groups=2, correction=_FIX))
+    assert _notices(units)[1] == (
+        "dpsql: limits chosen for this query (dpsql.bounds = auto): at most 2 group(s) per unit; "
+        "counts scaled by 1.25 (1 to 1.5) for what these limits cut"
+    )
+    chosen = dataclasses.replace(_ANSWER, bounds=ChosenBounds(limits=_LIMITS))
+    assert _notices(chosen)[1] == (
+        "dpsql: limits chosen for this query (dpsql.bounds = auto): amount clamped to [-2, 3.5]; the profile's "
+        "model expects a relative error of about 4.0% cut by these limits and 28.0% of noise (summed over the "
+        "aggregates; 42.0% at the policy's limits)"
+    )
+    explained = AnswerRecord(
+        cost=Amount(1.0, 0.0),
+        remaining=Amount(8.0, 0.0),
+        explain=True,
+        admits_more=8,
+        admitted=False,
+        remaining_now=Amount(0.5, 0.0),
+    )
+    assert _notices(explained) == [
+        "dpsql: EXPLAIN only, nothing was charged; running the query would be refused: it costs "
+        "epsilon=1 delta=0 and epsilon=0.5 delta=0 is left"
+    ]
+    assert _notices(dataclasses.replace(explained, admitted=True)) == [
+        "dpsql: EXPLAIN only, nothing was charged; running the query would cost epsilon=1 delta=0 and leave "
+        "epsilon=8 delta=0; the budget admits 8 more like it"
+    ]
+    assert _notices(AnswerRecord(notice="free")) == ["dpsql: free"]
