@@ -10,10 +10,10 @@ the limits that minimise a model of its error (noise plus what truncation and cl
 - a total bound C on a unit's rows in the whole query (TotalCap: a unit with n > C rows has
   each of its rows weighted C / n), at most the policy's total bound
   (max_contributions, or max_groups * max_rows);
-- for each summed column with lower bound >= 0, an upper clamp U at most the policy's upper bound,
-  when a mean or a spread reads the column: a SUM alone keeps the policy's, since under a total
-  bound it clips each unit's total at C * U (TotalCap's own norm), and a lower U only cuts more
-  of the same unit totals for the same sensitivity C * U as a lower C.
+- for each summed column with lower bound >= 0, an upper clamp U at most the policy's upper bound.
+  Under a total bound a SUM clips each unit's own total at K = C * U (TotalCap's own norm), so
+  C = 1 with U = K is a clip of unit totals at K (each row at most its unit's total), and the
+  choice reaches clips of unit totals below the policy's U as well as C times it.
 
 The profile is two kinds of histogram over fixed, public bins, each with L1 sensitivity MASS
 under adding or removing one unit, noised with discrete Laplace noise (OpenDP):
@@ -80,7 +80,6 @@ class Column:
     upper: float
     centre: float
     bits: int
-    shared: bool = True  # also a mean's or a spread's, which see the clamp row by row
     declared: tuple[float, float] = (0.0, 0.0)  # the policy's bounds (lower, upper: narrowed by the WHERE)
 
     @property
@@ -267,10 +266,7 @@ def columns(plan: Plan) -> tuple[Column, ...]:
         if isinstance(m.value, exp.Column):
             narrow = narrowed(m.value, Interval(m.lower, m.upper), plan.relation.where)
             lo, hi = narrow.lo, narrow.hi
-        col = out.setdefault(
-            expr, Column(est.total, expr, lo, hi, m.centre, m.bits, shared=False, declared=(m.lower, m.upper))
-        )
-        out[expr] = replace(col, shared=col.shared or est.func not in ("sum", "whole_sum"))
+        out.setdefault(expr, Column(est.total, expr, lo, hi, m.centre, m.bits, declared=(m.lower, m.upper)))
     return tuple(out.values())
 
 
@@ -392,6 +388,21 @@ class _Rows:
     def kept(self, c: float) -> float:
         return _kept(self.reps, self.units, c)
 
+    def counts(self, top: int) -> tuple[float, ...]:
+        """Each bin's rows per unit, the units beyond the policy's bound taken at twice it (the
+        correction's model: as many rows again as the bound)."""
+        return self.reps[:-1] + (2.0 * top,)
+
+    def total_rows(self, top: int) -> float:
+        return sum(u * n for u, n in zip(self.units, self.counts(top)))
+
+    def clipped(self, v: _Values, u: float, k: float, top: int) -> float:
+        """What clipping each unit's total of values clamped at u to k cuts, summed over units:
+        a unit of one row cuts its value's excess over k (from the value histogram), one of n
+        rows that of a normal total of mean n * mean and variance n * variance (the values'
+        clamped moments, a unit's rows taken as independent draws)."""
+        return _clipped(self.counts(top), self.units, v.mids, v.mass, u, k)
+
 
 def _rows(profile: Profile) -> _Rows:
     edges = profile.steps
@@ -419,6 +430,40 @@ class _Values:
 @functools.lru_cache(maxsize=4096)
 def _kept(reps: tuple[float, ...], units: tuple[float, ...], c: float) -> float:
     return sum(u * min(r, c) for r, u in zip(reps, units))
+
+
+@functools.lru_cache(maxsize=65536)
+def _clipped(
+    counts: tuple[float, ...],
+    units: tuple[float, ...],
+    mids: tuple[float, ...],
+    mass: tuple[float, ...],
+    u: float,
+    k: float,
+) -> float:
+    weight = sum(mass)
+    if weight <= 0:
+        return 0.0
+    mean = _moment(mids, mass, u, 1)
+    sd = math.sqrt(max(_moment(mids, mass, u, 2) - mean * mean, 0.0))
+    out = 0.0
+    for n, count in zip(counts, units):
+        if count <= 0:
+            continue
+        if n <= 1:
+            excess = sum(m * max(min(x, u) - k, 0.0) for x, m in zip(mids, mass)) / weight
+        else:
+            excess = _normal_excess(n * mean, math.sqrt(n) * sd, k)
+        out += count * excess
+    return out
+
+
+def _normal_excess(mean: float, sd: float, k: float) -> float:
+    """E[max(T - k, 0)] for T normal with this mean and standard deviation."""
+    if sd <= 0:
+        return max(mean - k, 0.0)
+    d = (mean - k) / sd
+    return (mean - k) * 0.5 * math.erfc(-d / math.sqrt(2)) + sd * math.exp(-d * d / 2) / math.sqrt(2 * math.pi)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -493,8 +538,6 @@ def choose(
         for far in reaches(top, c) if correct else (reach_of(top),):
             clamps = {
                 e: _best_clamp(terms, by_expr[e], values[e], rows, c, top, groups, per_measure, fix(c, far))
-                if by_expr[e].shared
-                else by_expr[e].upper
                 for e in by_expr
             }
             err = _error(terms, by_expr, values, rows, c, top, clamps, groups, per_measure, fix(c, far))
@@ -614,8 +657,11 @@ def _error(
         col, v, u = cols[t.expr], values[t.expr], clamps[t.expr]
         mean, clamped = max(v.mean(col.upper), 1e-9), v.mean(u)
         if t.func in ("sum", "whole_sum"):
-            bias = (lost * mean + kept * (mean - clamped)) / groups  # full * mean - kept * clamped
-            total += (bias + c * (u - col.lower) / per_measure) / max(full * mean / groups, 1e-9)
+            # TotalCap clips a unit's own total of clamped values at K = c * u (`own_weight`), so
+            # the bias is what the clamp cuts from rows plus what the clip cuts from totals.
+            whole = rows.total_rows(top) * mean
+            bias = rows.total_rows(top) * (mean - clamped) + rows.clipped(v, u, c * max(u, abs(col.lower)), top)
+            total += (bias / groups + c * max(u, abs(col.lower)) / per_measure) / max(whole / groups, 1e-9)
         elif t.func in SPREADS:
             total += _spread_error(col, v, u, c, kept / groups, per_measure, t.func.startswith("stddev"))
         else:  # a mean: centred sum over count
