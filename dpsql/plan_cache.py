@@ -71,6 +71,9 @@ class PlanCache:
         self.domains: dict[Hashable, Any] = {}
         # query shape (with its settings) -> Seen, Template or UNUSABLE
         self._templates: OrderedDict[Hashable, Any] = OrderedDict()
+        # (analyst, data version, profile SQL) -> the noisy profile (auto_bounds.Profile) last released
+        # to that analyst for it, already charged: EXPLAIN reads the model's bias from it, free
+        self._profiles: OrderedDict[Hashable, Any] = OrderedDict()
 
     def plan(self, key: Hashable) -> Any | None:
         return self._get(self._plans, key)
@@ -83,6 +86,12 @@ class PlanCache:
 
     def put_template(self, key: Hashable, entry: Seen | Template | str) -> None:
         self._put(self._templates, key, entry)
+
+    def profile(self, key: Hashable) -> Any | None:
+        return self._get(self._profiles, key)
+
+    def put_profile(self, key: Hashable, profile: Any) -> None:
+        self._put(self._profiles, key, profile)
 
     def _get(self, store: OrderedDict[Hashable, Any], key: Hashable) -> Any | None:
         """An entry of a store kept in order of use (the least recently used goes first)."""

@@ -411,3 +411,36 @@ def test_a_corrected_count_profiles_no_group_masses(session):
     assert auto_bounds.profiled_groups(total, 3) == 3 and auto_bounds.profiled_groups(total, 1) == 0
     top = auto_bounds.ceiling(count)
     assert auto_bounds.epsilons(Fraction(1), (), top, False) == (auto_bounds.SHARE,)
+
+
+def test_explain_reads_the_model_from_the_profile_already_released(small_policy):
+    """Before a profile of the query is released EXPLAIN says the chosen limits' bias is unknown;
+    after the query ran, EXPLAIN (free) gives the limits and the error model of that profile at
+    the same epsilon: the very ones the answer came with. Another analyst, who paid for no
+    profile, still sees 'unknown'."""
+    sql = "SELECT kind, AVG(amount), SUM(amount) FROM events GROUP BY kind"
+
+    def explained(conn) -> tuple[str, dict]:
+        cur = conn.cursor()
+        cur.execute(f"EXPLAIN {sql}")
+        return "\n".join(r[0] for r in cur.fetchall()), conn.session.explain_plan(classify(sql).tree)
+
+    conn = dpsql.connect(small_policy, user="alice")
+    try:
+        conn.cursor().execute("SET dpsql.epsilon = 1")
+        text, info = explained(conn)
+        assert info["auto_expected"] is None and "unknown until a profile" in text
+    finally:
+        conn.close()
+    with _answered(small_policy, sql) as (conn, cur):
+        bounds = cur.dp["bounds"]
+        text, info = explained(conn)
+        assert conn.session.budget()["epsilon"]["spent"] == Fraction(1)  # EXPLAIN charged nothing
+        assert info["auto_expected"] == bounds
+        assert f"about {bounds['expected']['bias']:.1%} cut by them" in text
+        other = Session(conn.session.policy, "bob", engine=conn.session.engine)  # a server's shared engine
+        try:
+            other.execute("SET dpsql.epsilon = 1")
+            assert other.explain_plan(classify(sql).tree)["auto_expected"] is None
+        finally:
+            other.close()

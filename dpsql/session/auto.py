@@ -53,7 +53,7 @@ def explained(session: Session, plan: Plan, cal: Calibration, options: QueryOpti
     """What EXPLAIN says of limits chosen per query: the profile's and the correction's shares
     of epsilon, and by how much the release's smaller share scales the noise up."""
     if not chosen_per_query(session, plan, cal, options):
-        return {"auto_bounds": None, "auto_correction": None, "auto_release": 1.0}
+        return {"auto_bounds": None, "auto_correction": None, "auto_release": 1.0, "auto_expected": None}
     fix = auto_bounds.correction_share(
         plan, session.settings.mechanism, 1 if (size := domain_size(session, plan)) is None else size
     )
@@ -62,7 +62,34 @@ def explained(session: Session, plan: Plan, cal: Calibration, options: QueryOpti
         "auto_bounds": float(profile) or None,
         "auto_correction": float(fix) or None,
         "auto_release": float(1 / (1 - profile - fix)),
+        "auto_expected": expected(session, plan, cal.cost.epsilon, size) if profile else None,
     }
+
+
+def expected(session: Session, plan: Plan, epsilon: Fraction, size: int | None) -> dict[str, Any] | None:
+    """The limits and the model's error (`auto_bounds.Choice.describe`) that the profile last
+    released to this analyst for this query, on the current data version, gives at `epsilon`:
+    post-processing of a release already charged, so free; None when there is none yet (the
+    bias of chosen limits is unknown until a profile is released)."""
+    top, cols = auto_bounds.ceiling(plan), auto_bounds.columns(plan)
+    groups = 1 if size is None else size
+    key = profile_key(session, plan, cols, top, bool(auto_bounds.profiled_groups(plan, size or 0)))
+    released = None if key is None else session._plans.profile(key)
+    if released is None:
+        return None
+    correct = auto_bounds.corrected(plan, groups)
+    return auto_bounds.choose(plan, released, cols, top, epsilon, groups, correct).describe()
+
+
+def profile_key(
+    session: Session, plan: Plan, cols: tuple[auto_bounds.Column, ...], top: int, by_group: bool
+) -> tuple | None:
+    """Where a noisy profile is kept for EXPLAIN: per analyst, data version and profile query;
+    None when the profile depends on more than the data (a clock)."""
+    sql, timeless = session._plans.derived(
+        plan, f"profile {by_group}", lambda: prepared_sql(session, auto_bounds.profile_query(plan, cols, top, by_group))
+    )
+    return (session.user.name, session.engine.data_version(), sql) if timeless else None
 
 
 def answer_auto(
@@ -99,9 +126,12 @@ def answer_auto(
     with charged_work(
         session, pending, charge, "the query's cost stays charged: its limits were being chosen from the data"
     ):
+        key = profile_key(session, policy_plan, cols, top, bool(by_group))  # the data version before the rows
         profile = auto_bounds.noised(
             profile_rows(session, policy_plan, cols, top, bool(by_group)), cols, top, epsilon, by_group
         )
+        if key is not None:
+            session._plans.put_profile(key, profile)
         choice = auto_bounds.choose(policy_plan, profile, cols, top, epsilon, len(groups) if groups else 1, correct)
         plan, cal, bounded = session._plans.derived(
             policy_plan,

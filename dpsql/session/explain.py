@@ -154,6 +154,7 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
             if info.get("auto_correction")
             else []
         ),
+        *([_expected_line(info["auto_expected"])] if info.get("auto_bounds") else []),
     ]
     for m in info["mechanisms"]:
         share = (
@@ -193,6 +194,24 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
     lines.append("rewritten query:")
     lines.extend(info["sql"].splitlines())
     return lines
+
+
+def _expected_line(model: dict[str, Any] | None) -> str:
+    """What the profile last released for this query (to this analyst, on this data) expects of
+    the limits it would choose, or that the bias is not known before a profile is."""
+    if model is None:
+        return (
+            "expected error of the chosen limits: what they cut is unknown until a profile of this query is "
+            "released (run it once; EXPLAIN then reads that profile, free); the noise below is an upper bound"
+        )
+    limits = [f"{model['max_contributions']} row(s) per unit"] if model.get("max_contributions") else []
+    limits += [f"{expr} clamped to [{lo:g}, {hi:g}]" for expr, (lo, hi) in model["clamps"].items()]
+    e = model["expected"]
+    return (
+        f"expected error of the chosen limits (from the profile last released for this query, reused free): "
+        f"{'; '.join(limits) or 'the policy limits'}, about {e['bias']:.1%} cut by them and {e['noise']:.1%} "
+        f"of noise, relative, summed over the aggregates ({e['at_policy_limits']:.1%} at the policy's limits)"
+    )
 
 
 def _pretty(sql: str, dialect: str) -> str:
