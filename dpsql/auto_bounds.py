@@ -62,7 +62,7 @@ CORRECTED = ("count",)  # sums clip each unit's total (bounding.TotalCap), which
 # groups it keeps and those it cuts up to the domain's size, each with this share of epsilon.
 UNITS_SHARE = Fraction(1, 10)
 MASS = 1024  # what one unit adds to each profile histogram
-VALUE_BINS = 32  # half-octaves of a column's range: candidate clamps from range / 2^15.5 to the whole range
+VALUE_BINS = 16  # octaves of a column's range: candidate clamps from range / 2^15 to the whole range
 ROW_STEPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 SUMMED = ("sum", "whole_sum", "avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp")
 SPREADS = ("var_pop", "var_samp", "stddev_pop", "stddev_samp")
@@ -85,7 +85,7 @@ class Column:
     @property
     def edges(self) -> tuple[float, ...]:
         span = self.upper - self.lower
-        return tuple(self.lower + span / 2 ** ((VALUE_BINS - 1 - i) / 2) for i in range(VALUE_BINS))
+        return tuple(self.lower + span / 2 ** (VALUE_BINS - 1 - i) for i in range(VALUE_BINS))
 
     def threshold(self, edge: float) -> int:
         """An edge in the fixed-point units of v{j}, rounded as the measure rounds a value."""
