@@ -115,6 +115,7 @@ class Choice:
     epsilon: Fraction  # spent on the profile
     reach: int | None = None  # the correction's reach (None: not corrected)
     bias: float = 0.0  # the part of `expected` the chosen limits cut (the rest: noise)
+    by_aggregate: tuple[tuple[str, float, float], ...] = ()  # (aggregate, its bias, its noise) in the model
 
     def options(self, base: QueryOptions) -> QueryOptions:
         return replace(base, max_contributions=self.max_contributions, clips=self.clips)
@@ -128,6 +129,7 @@ class Choice:
                 "bias": self.bias,
                 "noise": max(self.expected - self.bias, 0.0),
                 "at_policy_limits": self.policy_expected,
+                "by_aggregate": {text: {"bias": b, "noise": n} for text, b, n in self.by_aggregate},
             },
         }
 
@@ -564,7 +566,22 @@ def choose(
         for e, u in sorted(clamps.items())
         if u < by_expr[e].declared[1] or by_expr[e].lower > by_expr[e].declared[0]
     )
-    return Choice(c if top > 1 else None, clips, err, policy, epsilon * SHARE, far if correct else None, min(bias, err))
+    # Each aggregate's share of both (the model's relative error is a sum over them).
+    by_aggregate = []
+    for est, t in zip(plan.estimates, terms):
+        whole = _error((t,), by_expr, values, rows, c, top, clamps, groups, per_measure, fix(c, far))
+        cut = _error((t,), by_expr, values, rows, c, top, clamps, groups, math.inf, replace(fix(c, far), noise=0.0))
+        by_aggregate.append((est.text, min(cut, whole), max(whole - cut, 0.0)))
+    return Choice(
+        c if top > 1 else None,
+        clips,
+        err,
+        policy,
+        epsilon * SHARE,
+        far if correct else None,
+        min(bias, err),
+        tuple(by_aggregate),
+    )
 
 
 def reaches(top: int, c: int) -> tuple[int, ...]:

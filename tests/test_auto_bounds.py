@@ -436,8 +436,17 @@ def test_explain_reads_the_model_from_the_profile_already_released(small_policy)
         bounds = cur.dp["bounds"]
         text, info = explained(conn)
         assert conn.session.budget()["epsilon"]["spent"] == Fraction(1)  # EXPLAIN charged nothing
-        assert info["auto_expected"] == bounds
+        model = dict(info["auto_expected"])
+        widths = model.pop("half_widths")
+        assert model == bounds
         assert f"about {bounds['expected']['bias']:.1%} cut by them" in text
+        assert set(bounds["expected"]["by_aggregate"]) == {"AVG(amount)", "SUM(amount)"}
+        for text_, part in bounds["expected"]["by_aggregate"].items():
+            assert part["bias"] >= 0 and part["noise"] >= 0 and f"{text_}: about {part['bias']:.1%} cut" in text
+        # Each measure's noise at the chosen limits: within what EXPLAIN bounds it by at the policy's.
+        assert len(widths) == len(info["mechanisms"])
+        for m, hw in zip(info["mechanisms"], widths.values()):
+            assert 0 < hw <= m["half_width"] * info["auto_release"] * (1 + 1e-9)
         other = Session(conn.session.policy, "bob", engine=conn.session.engine)  # a server's shared engine
         try:
             other.execute("SET dpsql.epsilon = 1")

@@ -49,7 +49,9 @@ def chosen_per_query(session: Session, plan: Plan, cal: Calibration, options: Qu
     return auto_bounds.ceiling(plan) > 1 or bool(auto_bounds.columns(plan))
 
 
-def explained(session: Session, plan: Plan, cal: Calibration, options: QueryOptions) -> dict[str, Any]:
+def explained(
+    session: Session, plan: Plan, cal: Calibration, options: QueryOptions, tree: exp.Query | None = None
+) -> dict[str, Any]:
     """What EXPLAIN says of limits chosen per query: the profile's and the correction's shares
     of epsilon, and by how much the release's smaller share scales the noise up."""
     if not chosen_per_query(session, plan, cal, options):
@@ -62,15 +64,23 @@ def explained(session: Session, plan: Plan, cal: Calibration, options: QueryOpti
         "auto_bounds": float(profile) or None,
         "auto_correction": float(fix) or None,
         "auto_release": float(1 / (1 - profile - fix)),
-        "auto_expected": expected(session, plan, cal.cost.epsilon, size) if profile else None,
+        "auto_expected": expected(session, plan, cal.cost.epsilon, size, options, tree) if profile else None,
     }
 
 
-def expected(session: Session, plan: Plan, epsilon: Fraction, size: int | None) -> dict[str, Any] | None:
+def expected(
+    session: Session,
+    plan: Plan,
+    epsilon: Fraction,
+    size: int | None,
+    options: QueryOptions | None = None,
+    tree: exp.Query | None = None,
+) -> dict[str, Any] | None:
     """The limits and the model's error (`auto_bounds.Choice.describe`) that the profile last
-    released to this analyst for this query, on the current data version, gives at `epsilon`:
-    post-processing of a release already charged, so free; None when there is none yet (the
-    bias of chosen limits is unknown until a profile is released)."""
+    released to this analyst for this query, on the current data version, gives at `epsilon`,
+    and (with the query's `tree`) each measure's noise half-width at those limits and the
+    release's share of epsilon: post-processing of a release already charged, so free; None
+    when there is none yet (the bias of chosen limits is unknown until a profile is released)."""
     top, cols = auto_bounds.ceiling(plan), auto_bounds.columns(plan)
     groups = 1 if size is None else size
     key = profile_key(session, plan, cols, top, bool(auto_bounds.profiled_groups(plan, size or 0)))
@@ -78,7 +88,20 @@ def expected(session: Session, plan: Plan, epsilon: Fraction, size: int | None) 
     if released is None:
         return None
     correct = auto_bounds.corrected(plan, groups)
-    return auto_bounds.choose(plan, released, cols, top, epsilon, groups, correct).describe()
+    choice = auto_bounds.choose(plan, released, cols, top, epsilon, groups, correct)
+    out = choice.describe()
+    if tree is not None:
+        rest = auto_bounds.release_epsilon(epsilon, correct)
+        at, cal, _ = session._plans.derived(
+            plan,
+            f"chosen {choice.options(QueryOptions())}",
+            lambda: chosen(session, tree, options or QueryOptions(), choice, rest),
+        )
+        confidence = session.settings.confidence
+        out["half_widths"] = {
+            m.describe(): mn.noise.half_width(confidence) * m.unit_scale for m, mn in zip(at.measures, cal.measures)
+        }
+    return out
 
 
 def profile_key(
