@@ -45,7 +45,7 @@ from .sql import build as b
 from .sql.analyze import Plan
 from .sql.bounding import PerGroupCap, TotalCap
 from .sql.bounds import Interval
-from .sql.measures import Sum
+from .sql.measures import Histogram, Sum, sum_measure
 from .sql.options import QueryOptions
 from .sql.ranges import narrowed
 
@@ -81,6 +81,13 @@ class Column:
     centre: float
     bits: int
     declared: tuple[float, float] = (0.0, 0.0)  # the policy's bounds (lower, upper: narrowed by the WHERE)
+    quantile: bool = False  # a quantile's only: its value is profiled from q{j}, added to `filtered`
+
+    @property
+    def name(self) -> str:
+        """The column of `filtered` the profile bins: a sum's v{j}, or for a quantile's histogram
+        (whose v{j} is a bin index) q{j}, the value in a sum's fixed point (`quantile_value`)."""
+        return f"q{self.j}" if self.quantile else f"v{self.j}"
 
     @property
     def edges(self) -> tuple[float, ...]:
@@ -258,18 +265,33 @@ def columns(plan: Plan) -> tuple[Column, ...]:
     that `WHERE cost > 2000` centres a mean of cost in [2000, U] and bins its values there."""
     out: dict[str, Column] = {}
     for est in plan.estimates:
-        if est.func not in SUMMED or est.total is None:
+        j = est.total if est.func in SUMMED else est.count if est.func in QUANTILES else None
+        if j is None:
             continue
-        m = plan.measures[est.total]
-        if not isinstance(m, Sum) or m.value is None or m.lower < 0 or m.upper <= m.lower:
+        m = plan.measures[j]
+        usable = isinstance(m, Sum) or (isinstance(m, Histogram) and m.categories is None)
+        if not usable or m.value is None or m.lower < 0 or m.upper <= m.lower:
             continue
         expr = m.value.sql(dialect="postgres")
         lo, hi = m.lower, m.upper
         if isinstance(m.value, exp.Column):
             narrow = narrowed(m.value, Interval(m.lower, m.upper), plan.relation.where)
             lo, hi = narrow.lo, narrow.hi
-        out.setdefault(expr, Column(est.total, expr, lo, hi, m.centre, m.bits, declared=(m.lower, m.upper)))
+        if isinstance(m, Sum):
+            col = Column(j, expr, lo, hi, m.centre, m.bits, declared=(m.lower, m.upper))
+        else:
+            bits = quantile_value(m).bits
+            col = Column(j, expr, lo, hi, 0.0, bits, declared=(m.lower, m.upper), quantile=True)
+        if expr not in out or (out[expr].quantile and not col.quantile):  # a sum's v{j} when there is one
+            out[expr] = col
     return tuple(out.values())
+
+
+def quantile_value(m: Histogram) -> Sum:
+    """A quantile's value as a sum would read it (clamped to the histogram's bounds, fixed point):
+    what the profile bins for a column only a quantile reads."""
+    assert m.value is not None
+    return sum_measure(m.value, m.lower, m.upper, 0.0)
 
 
 def steps(top: int) -> tuple[int, ...]:
@@ -292,7 +314,7 @@ def profile_query(plan: Plan, cols: Sequence[Column], top: int, by_group: bool =
     ]
     weight = b.idiv(MASS, b.col("n", "u"))
     for i, c in enumerate(cols):
-        v = b.col(f"v{c.j}", "f")
+        v = b.col(c.name, "f")
         value_bin = _bin(v, tuple(c.threshold(e) for e in c.edges[:-1]))
         parts.append(
             b.select(
@@ -320,7 +342,23 @@ def profile_query(plan: Plan, cols: Sequence[Column], top: int, by_group: bool =
     union = parts[0]
     for p in parts[1:]:
         union = exp.union(union, p, distinct=False)
-    return with_filtered(plan, b.select([exp.Star()], b.subquery(union, "profile")))
+    return _with_quantile_values(plan, cols, with_filtered(plan, b.select([exp.Star()], b.subquery(union, "profile"))))
+
+
+def _with_quantile_values(plan: Plan, cols: Sequence[Column], query: exp.Select) -> exp.Select:
+    """`query` whose `filtered` also gives, for each quantile's column, its value in a sum's fixed
+    point as q{j}, beside the histogram's bin index v{j} (in the same select, so from the same row)."""
+    for c in cols:
+        if not c.quantile:
+            continue
+        m = plan.measures[c.j]
+        assert isinstance(m, Histogram)
+        (cte,) = [t for t in query.args["with_"].expressions if t.alias == "filtered"]
+        (alias,) = [a for a in cte.this.find_all(exp.Alias) if a.alias == f"v{c.j}"]
+        select = alias.parent
+        assert isinstance(select, exp.Select)
+        select.append("expressions", b.named(quantile_value(m).row_value(), c.name))
+    return query
 
 
 def _bin(value: exp.Expression, uppers: Sequence[int]) -> exp.Expression:
@@ -420,6 +458,16 @@ def _rows(profile: Profile) -> _Rows:
 class _Values:
     mids: tuple[float, ...]
     mass: tuple[float, ...]
+    edges: tuple[float, ...] = ()  # the bins' lower edge, then each one's upper edge
+
+    def quantile(self, p: float) -> float:
+        """Where the values' cumulative mass reaches p of the whole (linear within a bin)."""
+        return _quantile(self.edges, self.mass, p)
+
+    def top_of(self, p: float) -> float:
+        """The upper edge of the bin where the values' cumulative mass reaches p of the whole."""
+        q = self.quantile(p)
+        return next((e for e in self.edges[1:] if e >= q), self.edges[-1] if self.edges else q)
 
     def mean(self, clamp: float) -> float:
         return self.moment(clamp, 1)
@@ -427,6 +475,19 @@ class _Values:
     def moment(self, clamp: float, k: int) -> float:
         """E[min(x, clamp)^k] over the profile's weighted rows."""
         return _moment(self.mids, self.mass, clamp, k)
+
+
+@functools.lru_cache(maxsize=4096)
+def _quantile(edges: tuple[float, ...], mass: tuple[float, ...], p: float) -> float:
+    total = sum(mass)
+    if total <= 0 or not edges:
+        return edges[-1] if edges else 0.0
+    target, running = p * total, 0.0
+    for i, m in enumerate(mass):
+        if m > 0 and running + m >= target:
+            return edges[i] + (edges[i + 1] - edges[i]) * min(max((target - running) / m, 0.0), 1.0)
+        running += m
+    return edges[-1]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -483,23 +544,27 @@ class _Term:
     expr: str | None
     bins: int
     bound: float
+    quantile: float = 0.5  # a quantile's fraction p (0 for MIN, 1 for MAX)
 
 
 def _terms(plan: Plan) -> tuple[_Term, ...]:
     out = []
     for est in plan.estimates:
         m = plan.measures[est.total] if est.total is not None else None
-        expr = m.value.sql(dialect="postgres") if isinstance(m, Sum) and m.value is not None else None
+        if est.func in QUANTILES:
+            m = plan.measures[est.count]
+        expr = m.value.sql(dialect="postgres") if isinstance(m, (Sum, Histogram)) and m.value is not None else None
         bins = plan.measures[est.count].width if est.func in QUANTILES else 0
         bound = 1.0 if est.func == "count" else max(abs(est.upper - est.centre), abs(est.lower - est.centre), 1.0)
-        out.append(_Term(est.func, expr, bins, bound))
+        p = est.quantile if est.quantile is not None else 0.5
+        out.append(_Term(est.func, expr, bins, bound, p))
     return tuple(out)
 
 
 def _values(col: Column, mass: Sequence[float]) -> _Values:
     edges = (col.lower,) + col.edges
     mids = tuple((edges[i] + edges[i + 1]) / 2 for i in range(VALUE_BINS))
-    return _Values(mids, tuple(max(m, 0.0) for m in mass))
+    return _Values(mids, tuple(max(m, 0.0) for m in mass), edges)
 
 
 def choose(
@@ -663,7 +728,11 @@ def _error(
         if t.func in QUANTILES:
             # A noisy histogram's quantile: wrong by about its bins' noise over the group's rows. A
             # total bound reweighs a unit's rows without changing their spread: no truncation term.
-            total += math.sqrt(t.bins) * c / per_measure / max(kept / groups, 1.0)
+            rank = math.sqrt(t.bins) * c / per_measure / max(kept / groups, 1.0)
+            if t.expr in cols:
+                total += _quantile_error(cols[t.expr], values[t.expr], clamps[t.expr], t, rank)
+            else:
+                total += rank
             continue
         if t.expr not in cols:  # a count, or a sum whose clamp is not chosen here: rows only
             fixed = fix if t.func in CORRECTED else _Fix()
@@ -687,6 +756,20 @@ def _error(
             noise = (c * (u - col.lower) / 2 + abs(clamped - centre) * c) / per_measure
             total += ((mean - clamped) + noise / max(n, 1.0)) / mean
     return total
+
+
+def _quantile_error(col: Column, v: _Values, u: float, t: _Term, rank: float) -> float:
+    """A quantile from a histogram of `t.bins` equal bins over [lower, u], relative to its value
+    (from the profile's values, in no group): its rank error `rank` (a fraction of the group's
+    rows) made a value by the values' spread around it, half a bin's width, and what the clamp
+    may cut: the histogram's last bin holds every value above u, so a clamp below the top of the
+    profile's bin where the quantile (plus its rank error) falls is taken to cut down to u (the
+    profile's bins are octaves: where in one the quantile lies it cannot tell)."""
+    q = v.quantile(t.quantile)
+    spread = (v.quantile(min(t.quantile + rank, 1.0)) - v.quantile(max(t.quantile - rank, 0.0))) / 2
+    width = (u - col.lower) / max(t.bins, 1)
+    cut = max(v.top_of(min(t.quantile + rank, 1.0)) - u, 0.0)
+    return (spread + width / 2 + cut) / max(q, width, 1e-9)
 
 
 def _spread_error(col: Column, v: _Values, u: float, c: float, n: float, per_measure: float, root: bool) -> float:

@@ -453,3 +453,26 @@ def test_explain_reads_the_model_from_the_profile_already_released(small_policy)
             assert other.explain_plan(classify(sql).tree)["auto_expected"] is None
         finally:
             other.close()
+
+
+def test_a_quantile_is_profiled_and_its_histogram_clamped(session):
+    """A column only a quantile reads is profiled from its value (q{j}, beside the histogram's
+    bin index v{j}), and a chosen clamp narrows the quantile's histogram to [lower, U]; with the
+    profile's values in one low bin the choice keeps that bin whole (U at least its top) and
+    drops the empty range above it, where the histogram's bins would be wasted."""
+    sql = "SELECT kind, MEDIAN(amount) FROM events GROUP BY kind"
+    plan = _plan(session, sql)
+    (col,), top = auto_bounds.columns(plan), auto_bounds.ceiling(plan)
+    assert col.quantile and col.name == f"q{col.j}"
+    hists = _profile(session, plan, (col,), top)
+    assert sum(hists[1]) > 0  # the value histogram was filled from q{j}
+    clipped = _plan(session, sql, QueryOptions(clips=((col.expr, col.lower, col.edges[-3]),)))
+    (est,) = clipped.estimates
+    assert est.upper == col.edges[-3] == clipped.measures[est.count].upper
+    rows = (1000.0,) + (0.0,) * len(auto_bounds.steps(top))
+    values = tuple(1000.0 if i == 5 else 0.0 for i in range(auto_bounds.VALUE_BINS))
+    choice = auto_bounds.choose(
+        plan, auto_bounds.Profile(auto_bounds.steps(top), rows, (values,)), (col,), top, Fraction(1), 3
+    )
+    ((expr, lo, hi),) = choice.clips
+    assert expr == col.expr and lo == col.lower and col.edges[5] <= hi < col.upper

@@ -133,7 +133,7 @@ def test_answered_and_charged_once(backend, policies, tmp_path):
     cur.execute("SELECT diagnosis, COUNT(*) AS n, AVG(cost) AS avg_cost FROM visits GROUP BY diagnosis")
     rows = cur.fetchall()
     assert [d[0] for d in cur.description] == ["diagnosis", "n", "avg_cost"]
-    assert len(rows) == 12 and all(r[1] >= 0 and 0 <= r[2] <= 10000 for r in rows)  # noisy counts may be 0
+    assert len(rows) == 12 and all(r[1] >= 0 and 0 <= r[2] <= 50000 for r in rows)  # noisy counts may be 0
     assert conn.session.budget()["queries"] == 1
     cur.execute("SELECT floor, COUNT(*) FROM wards GROUP BY floor")  # a public table: no charge
     assert cur.fetchall() and conn.session.budget()["queries"] == 1

@@ -519,8 +519,8 @@ class _Analysis:
         return self._add(func, text, value, bounds.lo, bounds.hi)
 
     def _clipped(self, value: exp.Expression, bounds: Interval) -> Interval:
-        """A summed value's bounds narrowed by a clamp chosen for this query (QueryOptions.clips),
-        never widened: the measure clamps each row to the result."""
+        """A summed (or a quantile's) value's bounds narrowed by a clamp chosen for this query
+        (QueryOptions.clips), never widened: the measure clamps each row to the result."""
         if not self.options.clips or not bounds.finite:
             return bounds
         text = value.sql(dialect="postgres")
@@ -573,7 +573,7 @@ class _Analysis:
         if contains_aggregate(arg):
             raise ProgrammingError("aggregate function calls cannot be nested", sqlstate="42803")
         value = self.scope.resolve(arg, self.resolver)
-        bounds = interval(value, self._bounds)
+        bounds = self._clipped(value, interval(value, self._bounds))
         if not bounds.finite:
             raise unbounded(node, arg, value, self._source, quantile=name)
         if bounds.hi <= bounds.lo:
