@@ -40,12 +40,12 @@ from sqlglot import exp
 
 from .accounting.cost import Part
 from .auto_correction import with_filtered
-from .mechanisms import Noise, add_noise, laplace_scale
+from .guarantee.bounding import PerGroupCap, TotalCap
+from .guarantee.measures import Histogram, Sum, sum_measure
+from .guarantee.mechanisms import Noise, add_noise, laplace_scale
+from .guarantee.plan import Plan
 from .sql import build as b
-from .sql.analyze import Plan
-from .sql.bounding import PerGroupCap, TotalCap
 from .sql.bounds import Interval
-from .sql.measures import Histogram, Sum, sum_measure
 from .sql.options import QueryOptions
 from .sql.ranges import narrowed
 

@@ -12,9 +12,9 @@ from typing import Sequence
 
 from sqlglot import exp
 
-from .mechanisms import Noise, add_noise, laplace_scale
+from .guarantee.mechanisms import Noise, add_noise, laplace_scale
+from .guarantee.plan import Plan
 from .sql import build as b
-from .sql.analyze import Plan
 from .sql.rewrite import rewrite
 
 

@@ -15,15 +15,11 @@ from typing import Mapping
 
 from sqlglot import exp
 
-from .calibration import (
-    Calibration,
-    calibrate,
-    measure_weights,
-    needs_delta,
-)
 from .config import Policy, exact
 from .errors import invalid_parameter
-from .sql.analyze import Plan, PublicQuery, analyze
+from .guarantee.calibration import Calibration, calibrate, measure_weights, needs_delta
+from .guarantee.plan import Plan
+from .sql.analyze import PublicQuery, analyze
 from .sql.options import QueryOptions
 from .targets import (
     batch_cost,

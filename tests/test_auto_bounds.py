@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 
 import dpsql
 from dpsql import auto_bounds, auto_correction
-from dpsql.calibration import calibrate
 from dpsql.config import load_policy
+from dpsql.guarantee.bounding import TotalCap
+from dpsql.guarantee.calibration import calibrate
 from dpsql.prepare import plan_query
 from dpsql.session import Session
 from dpsql.session.auto import correction_of, rows_of
-from dpsql.sql.bounding import TotalCap
 from dpsql.sql.classify import classify
 from dpsql.sql.options import QueryOptions
 

@@ -77,7 +77,7 @@ def _rows(session: Session, sql: str) -> list[tuple]:
         for r in zip(*rs.columns)
     ]  # PostgreSQL's NUMERIC and EXTRACT, DuckDB's BIGINT: one number
     if not isinstance(plan, PublicQuery) and plan.keys and cal.selection is None:
-        # Without partition selection the units column is read by nothing (release.py), and a
+        # Without partition selection the units column is read by nothing (guarantee/release.py), and a
         # weighted copy split into light and heavy units counts only the heavy ones there.
         k = len(plan.keys)
         rows = [r[:k] + r[k + 1 :] for r in rows]

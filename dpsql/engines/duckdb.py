@@ -22,8 +22,8 @@ from sqlglot import exp
 from .. import owner_only
 from ..config import Policy, check_against_schema
 from ..errors import OperationalError, PolicyError
+from ..guarantee.bounding import UNIT_ROWS, unit_rows, weighted_rows
 from ..sql import build as b
-from ..sql.bounding import UNIT_ROWS, unit_rows, weighted_rows
 from ..sql.build import DUCKDB, dtype
 from .base import (
     ENGINE_FAILURE_HINT,
@@ -430,7 +430,7 @@ def copy_statements(
 ) -> list[str]:
     """The statements that build weighted copy `name` of `table` in the scratch database
     (DuckDBEngine.weighted_copy): its units' rows (and `per_unit` aggregates) in a table of
-    their own, then sql/bounding.py's weighted rows with the columns `sums` appended, in three
+    their own, then guarantee/bounding.py's weighted rows with the columns `sums` appended, in three
     appends instead of a sort (which held the whole table in memory): units of one row, then
     those within the limit, then the others, so a split's tail (__dpsql_n > limit) skips the
     row groups before it. `sums` and `per_unit` are DuckDB SQL (the session's)."""

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
-from .. import guard
 from ..config import Policy
+from ..guarantee import guard
 from ..sql.options import QueryOptions
 from . import settings
 from .result import Result

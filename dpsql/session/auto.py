@@ -13,14 +13,14 @@ from sqlglot import exp
 
 from .. import auto_bounds, auto_correction
 from ..accounting.cost import Cost
-from ..calibration import Calibration, calibrate, measure_weights
 from ..errors import OperationalError
+from ..guarantee.calibration import Calibration, calibrate, measure_weights
+from ..guarantee.plan import Plan
+from ..guarantee.release import NoisyTable
 from ..ledger import Charge
 from ..plan_cache import Bounded
 from ..prepare import plan_query
-from ..release import NoisyTable
 from ..sql.allowlist import CLOCK_FUNCTIONS
-from ..sql.analyze import Plan
 from ..sql.classify import Query
 from ..sql.options import QueryOptions
 from .answer import answer, noise_detail

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from sqlglot import exp
 
 from ..errors import BUDGET_RELATION
-from ..families import family
+from ..guarantee.families import family
 from ..prepare import plan_query
 from ..sql.analyze import PublicQuery, check_rows_query, touches_private
 from ..sql.classify import Explain, SetCommand, ShowCommand, Statement, TransactionCommand, ViewCommand

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import sqlglot
 from sqlglot import exp
 
-from ..families import family
+from ..guarantee.families import family
 from ..sql.analyze import PublicQuery
 from ..sql.clock import now as clock_now
 from ..sql.clock import pinned

@@ -17,15 +17,16 @@ from typing import Any, Mapping, Sequence
 from sqlglot import exp
 
 from .. import plan_cache
-from ..calibration import Calibration
 from ..config import Policy
 from ..engines import Engine, open_engine
 from ..engines.base import ResultSet
 from ..errors import Error, InternalError, forbidden
+from ..guarantee.calibration import Calibration
+from ..guarantee.plan import Plan
 from ..ledger import Ledger, open_ledger
 from ..postprocess import PostProcessor
 from ..prepare import Settings, prepare
-from ..sql.analyze import Plan, PublicQuery
+from ..sql.analyze import PublicQuery
 from ..sql.classify import Query, Statement, split_statements
 from ..sql.clock import now as clock_now
 from ..sql.clock import pinned

@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 
 from sqlglot import exp
 
-from .analyze import Plan
+from ..guarantee.plan import Plan
 from .literals import check_literals
 
 SLOT = "dpsql_slot"  # meta key: the slot's index

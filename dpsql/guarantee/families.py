@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
+from .measures import Count, Histogram, Measure, Units, squares_measure, sum_measure
 from .mechanisms import Noise
-from .sql.measures import Count, Histogram, Measure, Units, squares_measure, sum_measure
 
 if TYPE_CHECKING:
-    from .sql.analyze import Estimate, Plan
+    from .plan import Estimate, Plan
 
 Values = tuple[list, list[tuple[float, float]]]
 Roles = dict[str, Measure]  # the measures an estimate reads: count, total, squares
