@@ -137,6 +137,9 @@ def answer_auto(
     at_rest = calibrate(policy_plan, rest, Fraction(0), s.mechanism, policy_plan.literal_domain_size(), weights)
     by_group = auto_bounds.profiled_groups(policy_plan, len(groups) if groups else 0)  # public
     cost = Cost.of(auto_bounds.parts(epsilon, cols, top, correct, bool(by_group)) + at_rest.cost.parts)
+    # The profile's SQL is built (and kept) before the charge, so that a query it cannot be built
+    # for is refused free; the data version is read before the profile's rows.
+    key = profile_key(session, policy_plan, cols, top, bool(by_group))
     pending = session.ledger.charging(
         session.user.name,
         session.budget_policy,
@@ -149,7 +152,6 @@ def answer_auto(
     with charged_work(
         session, pending, charge, "the query's cost stays charged: its limits were being chosen from the data"
     ):
-        key = profile_key(session, policy_plan, cols, top, bool(by_group))  # the data version before the rows
         profile = auto_bounds.noised(
             profile_rows(session, policy_plan, cols, top, bool(by_group)), cols, top, epsilon, by_group
         )
