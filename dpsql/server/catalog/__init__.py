@@ -22,7 +22,7 @@ from sqlglot import exp
 from ...config import Policy
 from ...duck_rows import insert_rows
 from ...errors import Error, ProgrammingError
-from .. import codec as c
+from ..wire import types as c
 from .bind import _bind
 from .contents import Contents
 from .detect import is_catalog_query
