@@ -10,6 +10,7 @@ import struct
 from .. import __version__
 from ..errors import Error
 from ..session import Session
+from ..session.setting_table import REPORTED
 from .throttle import Verdict
 from .transport import log
 from .wire import codec
@@ -120,22 +121,13 @@ class Login:
         app = params.get("application_name", "")
         if app:
             self.session.settings.client["application_name"] = app
-        for name, value in (
-            ("application_name", app),
-            ("client_encoding", "UTF8"),
-            ("DateStyle", "ISO, MDY"),
-            ("default_transaction_read_only", "on"),
-            ("in_hot_standby", "off"),
-            ("integer_datetimes", "on"),
-            ("IntervalStyle", "postgres"),
-            ("is_superuser", "off"),
-            ("server_encoding", "UTF8"),
-            ("server_version", f"15.0 (dpsql {__version__})"),
-            ("session_authorization", self.user),
-            ("standard_conforming_strings", "on"),
-            ("TimeZone", "UTC"),
-        ):
-            self.send(codec.parameter_status(name, value))
+        told = {
+            "application_name": app,
+            "server_version": f"15.0 (dpsql {__version__})",
+            "session_authorization": self.user,
+        }
+        for st in REPORTED:  # the settings PostgreSQL reports, as this session has them
+            self.send(codec.parameter_status(st.reported_as or st.name, told.get(st.name, st.default or "")))
         self.send(codec.backend_key_data(self.pid, self.key))
         self.send(codec.ready("I"))
         await self.flush()

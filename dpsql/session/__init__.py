@@ -8,7 +8,8 @@ from .pipeline import Session
 from .randomized import LocalRelease
 from .released import public_names
 from .result import Result
-from .settings import DP_SETTINGS, default_settings
+from .setting_table import DP_SETTINGS
+from .settings import default_settings
 
 __all__ = [
     "DP_SETTINGS",
