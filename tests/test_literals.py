@@ -11,9 +11,9 @@ from sqlglot import exp
 
 import dpsql
 from dpsql.errors import DataError
-from dpsql.session import bind_parameters
 from dpsql.sql.classify import classify
 from dpsql.sql.literals import check_literals
+from dpsql.sql.parameters import bind_parameters
 
 # (DuckDB column type, PostgreSQL type, the string compared with it)
 INPUTS = [
