@@ -15,11 +15,11 @@ from ..sql.classify import Explain, SetCommand, ShowCommand, Statement, Transact
 from ..sql.clock import now as clock_now
 from ..sql.clock import pinned
 from ..sql.options import QueryOptions
+from ..sql.parameters import bind_parameters, null_parameters
 from ..sql.rewrite import rewrite
 from ..sql.scope import Resolver
 from ..sql.wrappers import released_subquery, schema_probe
 from .budget import budget_result
-from .parameters import bind_parameters, null_parameters
 from .released import over_rows, public_names
 
 if TYPE_CHECKING:

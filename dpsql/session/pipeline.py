@@ -31,6 +31,7 @@ from ..sql.classify import Query, Statement, split_statements
 from ..sql.clock import now as clock_now
 from ..sql.clock import pinned
 from ..sql.options import QueryOptions
+from ..sql.parameters import bind_parameters
 from ..sql.route import Entry, Kind, Routed, empty_refusal
 from ..sql.scope import as_written
 from ..synopses import publish as synopsis_publish
@@ -39,7 +40,6 @@ from .answer import answer, noise_detail, null_by_construction, record
 from .boundary import no_internals
 from .budget import budget_result, budget_summary
 from .charging import Stopper, charge_told, overlapping
-from .parameters import bind_parameters
 from .released import public_names
 from .result import Result
 from .statements import Statements
