@@ -47,6 +47,7 @@ from .data import (
     generate,
     policy_text,
 )
+from .keys import SECTION as KEYS_SECTION
 from .serving import serve, throughput
 from .shared import (
     log,
@@ -67,7 +68,7 @@ ROOT = HERE.parent
 EPSILON, DELTA = 1.0, 1e-6  # charged per query in the latency and accuracy runs
 BUDGET = (1.0, 1e-6)  # the analyst's budget in the budget figure
 BUDGET_QUERY_EPSILON, BUDGET_QUERY_DELTA = 0.01, 1e-8
-KEPT_SECTIONS = (UTILITY_SECTION, ONE_MACHINE_SECTION)  # written by other benchmarks, or by --huge alone
+KEPT_SECTIONS = (UTILITY_SECTION, ONE_MACHINE_SECTION, KEYS_SECTION)  # written by other benchmarks, or by --huge alone
 HUGE = 100_000_000
 
 
