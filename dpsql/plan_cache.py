@@ -64,6 +64,8 @@ class PlanCache:
         self._lock = threading.Lock()
         self._plans: OrderedDict[Hashable, Any] = OrderedDict()
         self._derived: dict[tuple[int, str], tuple[Any, Any]] = {}  # (id(obj), kind) -> (obj, value)
+        # a query's text (with its settings) -> the names and types a Describe answers
+        self._shapes: OrderedDict[Hashable, Any] = OrderedDict()
         # per table and row limit: what its weighted copy stores (column -> SQL), which measure each serves
         self.stored: dict[tuple[str, int], tuple[dict[str, str], dict[tuple, str], dict[str, str]]] = {}
         # (public table, column) -> (data version, whether it holds each value once): one entry a column
@@ -72,8 +74,6 @@ class PlanCache:
         self.domains: dict[Hashable, Any] = {}
         # query shape (with its settings) -> Seen, Template or UNUSABLE
         self._templates: OrderedDict[Hashable, Any] = OrderedDict()
-        # a query's text (with its settings) -> the names and types a Describe answers
-        self._shapes: OrderedDict[Hashable, Any] = OrderedDict()
 
     def plan(self, key: Hashable) -> Any | None:
         return self._get(self._plans, key)
@@ -86,12 +86,6 @@ class PlanCache:
 
     def put_template(self, key: Hashable, entry: Seen | Template | str) -> None:
         self._put(self._templates, key, entry)
-
-    def shape(self, key: Hashable) -> Any | None:
-        return self._get(self._shapes, key)
-
-    def put_shape(self, key: Hashable, shape: Any) -> None:
-        self._put(self._shapes, key, shape)
 
     def _get(self, store: OrderedDict[Hashable, Any], key: Hashable) -> Any | None:
         """An entry of a store kept in order of use (the least recently used goes first)."""
@@ -112,6 +106,12 @@ class PlanCache:
             if len(self.domains) >= self._size:
                 self.domains.clear()
             self.domains[key] = domain
+
+    def shape(self, key: Hashable) -> Any | None:
+        return self._get(self._shapes, key)
+
+    def put_shape(self, key: Hashable, shape: Any) -> None:
+        self._put(self._shapes, key, shape)
 
     def derived(self, obj: Any, kind: str, make: Callable[[], Any]) -> Any:
         """`make()`, kept for as long as `obj` (a cached plan or calibration, frozen) is: what a
