@@ -91,6 +91,12 @@ class DuckDBEngine(Engine):
         if policy.engine.threads:
             config["threads"] = policy.engine.threads
         config["memory_limit"] = policy.engine.memory_limit or DEFAULT_MEMORY_LIMIT
+        # A result without ORDER BY comes in whatever order the engine's threads produce it, as
+        # in PostgreSQL: DuckDB otherwise keeps the source's order in every parallel operator,
+        # which cost a weighted copy's build (three large appends) about a third of its time
+        # (16.1 -> 10.2 s at 20M rows). Released rows are ordered by their keys in any case
+        # (release.py), and a copy's three runs stay in order, each its own statement.
+        config["preserve_insertion_order"] = False
         # A private directory for what the engine writes: the operators' spills (DuckDB's default
         # is .tmp in the working directory, readable by others and left behind by a crash) and
         # the weighted copies, on disk by default, stored compressed, so scanning one costs about
