@@ -37,7 +37,7 @@ import numpy as np
 
 from dpsql.config import load_policy
 from dpsql.errors import BudgetExceeded, Error
-from dpsql.mechanisms import Noise, add_noise, laplace_scale
+from dpsql.guarantee.mechanisms import Noise, add_noise, laplace_scale
 from dpsql.session import Session
 from dpsql.synopses import publish as pub
 from dpsql.synopses import route, store

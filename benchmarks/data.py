@@ -22,8 +22,9 @@ VALUE_BOUNDS = (0.0, 500.0)
 MAX_GROUPS, MAX_ROWS = 2, 5  # per person: groups per query, rows per group (10 rows in all)
 
 
-def generate(directory: Path, rows: int, seed: int = 7) -> Path:
-    """Write bench_<rows>.duckdb and events_<rows>.parquet under directory (kept if present)."""
+def generate(directory: Path, rows: int, seed: int = 7, parquet: bool = True) -> Path:
+    """Write bench_<rows>.duckdb and (with `parquet`) events_<rows>.parquet under directory
+    (kept if present)."""
     directory.mkdir(parents=True, exist_ok=True)
     db = directory / f"bench_{rows}.duckdb"
     if db.exists():
@@ -46,7 +47,8 @@ def generate(directory: Path, rows: int, seed: int = 7) -> Path:
         "CREATE TABLE groups AS SELECT 'g' || CAST(i AS VARCHAR) AS grp, 'r' || CAST(i % 3 AS VARCHAR) AS region "
         "FROM range(10) AS t(i)"
     )
-    con.execute(f"COPY events TO '{directory / f'events_{rows}.parquet'}' (FORMAT parquet)")
+    if parquet:
+        con.execute(f"COPY events TO '{directory / f'events_{rows}.parquet'}' (FORMAT parquet)")
     con.close()
     tmp.rename(db)
     return db

@@ -1,16 +1,18 @@
 """Undeclared group keys (partition selection): dpsql vs plain DuckDB on the same GROUP BY, side
 by side in one run.
 
-    python -m benchmarks.keys [--rows 1000000] [--keys 12800 100000] [--repeat 5]
+    python -m benchmarks.keys [--rows 1000000] [--keys 12800 100000] [--repeat 5] [--out benchmarks/RESULTS.md]
 
 One row per person, so a key's unit count is its row count; at epsilon 1 and delta 1e-5 a key
 needs about two dozen people to be released. Prints each size's medians, their ratio, and how
-many keys dpsql released (plain DuckDB returns them all).
+many keys dpsql released (plain DuckDB returns them all); with --out, also as that file's
+section "## Undeclared keys (partition selection)" (replaced in place, kept by the full run).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from pathlib import Path
 
@@ -18,7 +20,10 @@ import duckdb
 
 import dpsql
 
+from .shared import replace_section
 from .timing import interleaved_ms
+
+SECTION = "## Undeclared keys (partition selection)"
 
 
 def run(rows: int, keys: list[int], repeat: int) -> list[dict]:
@@ -62,15 +67,28 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--keys", type=int, nargs="*", default=[12_800, 100_000])
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--out", type=Path, help="also write the table as its section of this file (RESULTS.md)")
     args = ap.parse_args()
-    print(f"{args.rows:,} rows, one person each; epsilon 1, delta 1e-5; medians of {args.repeat}")
-    print("| keys | plain DuckDB | dpsql | ratio | keys released |")
-    print("|---|---|---|---|---|")
-    for r in run(args.rows, args.keys, args.repeat):
-        print(
-            f"| {r['keys']:,} | {r['plain_ms']:.0f} ms | {r['dpsql_ms']:.0f} ms | {r['dpsql_ms'] / r['plain_ms']:.1f}x "
-            f"| {r['released']:,} |"
+    load = os.getloadavg()[0]
+    results = run(args.rows, args.keys, args.repeat)
+    lines = [
+        f"`python -m benchmarks.keys --keys {' '.join(map(str, args.keys))} --repeat {args.repeat}`: "
+        f"{args.rows:,} rows, one person each; epsilon 1, delta 1e-5; medians of {args.repeat} rounds side by side; "
+        f"load average {load:.2f} before, {os.getloadavg()[0]:.2f} after",
+        "",
+        "| keys | plain DuckDB | dpsql | ratio | keys released |",
+        "|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['keys']:,} | {r['plain_ms']:.0f} ms | {r['dpsql_ms']:.0f} ms | "
+            f"{r['dpsql_ms'] / r['plain_ms']:.1f}x | {r['released']:,} |"
         )
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out is not None:
+        old = args.out.read_text() if args.out.exists() else ""
+        args.out.write_text(replace_section(old, f"{SECTION}\n\n{text}"))
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@ from pathlib import Path
 from dpsql.accounting.cost import Cost, Part
 from dpsql.accounting.filters import FILTERS, make_filter, simulate
 from dpsql.config import BudgetPolicy
+from dpsql.guarantee.mechanisms import rho_for
 from dpsql.ledger import Ledger, PostgresLedger
-from dpsql.mechanisms import rho_for
 
 
 def time_charges(ledger: Ledger, n: int) -> float:

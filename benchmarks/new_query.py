@@ -30,8 +30,9 @@ from typing import Any, Callable, Iterator
 import duckdb
 
 import dpsql
-from dpsql import mechanisms, postprocess
+from dpsql import postprocess
 from dpsql.engines.duckdb import DuckDBEngine
+from dpsql.guarantee import mechanisms
 from dpsql.ledger import Ledger, PendingCharge
 from dpsql.postprocess import PostProcessor
 

@@ -2,6 +2,8 @@
 
     python -m benchmarks            # full: 100k, 1M and 10M rows (under 30 minutes on 2 cores)
     python -m benchmarks --quick    # 100k rows, fewer runs (under 3 minutes; a smoke test runs it)
+    python -m benchmarks --huge     # 100M rows, dpsql and plain DuckDB only (benchmarks/copy_build.py):
+                                    # weighted-copy build, peak RSS, grouped queries; its own section
 
 Same data, same bounds and contribution limits, same queries for every system. Latency is the
 median of repeated runs, as a ratio to the same plain query on DuckDB measured in the same run;
@@ -33,6 +35,9 @@ import dpsql
 from dpsql.accounting.filters import FILTERS, make_filter, simulate
 from dpsql.sql.classify import classify
 
+from .copy_build import SECTION as ONE_MACHINE_SECTION
+from .copy_build import measure as one_machine
+from .copy_build import section as one_machine_section
 from .data import (
     KEYS,
     MAX_GROUPS,
@@ -42,8 +47,18 @@ from .data import (
     generate,
     policy_text,
 )
+from .keys import SECTION as KEYS_SECTION
 from .serving import serve, throughput
-from .shared import log, peer_versions, peers_python, relative_errors, run_job, truth, write_keeping
+from .shared import (
+    log,
+    peer_versions,
+    peers_python,
+    relative_errors,
+    replace_section,
+    run_job,
+    truth,
+    write_keeping,
+)
 from .timing import interleaved_ms, median_ms
 from .utility import SECTION as UTILITY_SECTION
 from .workload import QUERIES, SCALE, THROUGHPUT
@@ -53,7 +68,8 @@ ROOT = HERE.parent
 EPSILON, DELTA = 1.0, 1e-6  # charged per query in the latency and accuracy runs
 BUDGET = (1.0, 1e-6)  # the analyst's budget in the budget figure
 BUDGET_QUERY_EPSILON, BUDGET_QUERY_DELTA = 0.01, 1e-8
-KEPT_SECTIONS = (UTILITY_SECTION,)  # written by other benchmarks
+KEPT_SECTIONS = (UTILITY_SECTION, ONE_MACHINE_SECTION, KEYS_SECTION)  # written by other benchmarks, or by --huge alone
+HUGE = 100_000_000
 
 
 # Peers ----------------------------------------------------------------------------------------
@@ -140,7 +156,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
     ap.add_argument("--work", type=Path, default=ROOT / ".bench", help="data and the peers' environment")
     ap.add_argument("--no-peers", action="store_true", help="skip SmartNoise and Qrlew")
+    ap.add_argument(
+        "--huge",
+        type=int,
+        nargs="?",
+        const=HUGE,
+        metavar="ROWS",
+        help=f"only the one-machine run at ROWS rows (default {HUGE:,}): generated, then weighted-copy build, "
+        "peak RSS and grouped queries against plain DuckDB, into its own section of --out",
+    )
     args = ap.parse_args(argv)
+    if args.huge:
+        huge(args.huge, args.work / "data", args.out)
+        return
     sizes = args.sizes or ([100_000] if args.quick else [100_000, 1_000_000, 10_000_000])
     main_size = 1_000_000 if 1_000_000 in sizes else sizes[0]
     latency_runs = 5 if args.quick else 7  # the peers'
@@ -453,6 +481,16 @@ def report(r: dict) -> str:
 
 def _refused(r: dict, query: str, system: str) -> str:
     return "refused" if system in r["errors"].get(query, {}) else "-"
+
+
+def huge(rows: int, work: Path, out: Path) -> None:
+    """The one-machine run (benchmarks/copy_build.py) at `rows`, written as its own section of `out`."""
+    started = time.time()
+    log(f"{rows:,} rows: generating data (kept in {work}), then the build and the queries in a child process")
+    section = one_machine_section(one_machine(rows, work, parquet=False), _cores())
+    print(section)
+    out.write_text(replace_section(out.read_text() if out.exists() else "", section))
+    log(f"done in {time.time() - started:.0f} s: {out}")
 
 
 def _cores() -> int:

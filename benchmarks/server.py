@@ -15,7 +15,8 @@ ratio: the host's speed drifts between runs more than between variants). dpsql r
 serves by default (a repeated query's exact values computed once per data version, the noise
 drawn afresh) and with SET dpsql.reuse = off (the engine runs every execution, as PostgreSQL
 does), in one process and as `dpsql serve --workers N` (N processes sharing the port and the
-ledger; by default one per core).
+ledger; by default one per core). Every variant is warmed for a second first (a fresh server
+builds its weighted copy and plans the query on its first executions).
 """
 
 from __future__ import annotations
@@ -32,11 +33,13 @@ import psycopg
 import dpsql
 
 from .serving import load, sample_policy, serve, throughput
+from .shared import write_keeping
 from .timing import median_ms
 
 QUERY = "SELECT sex, COUNT(*), AVG(age) FROM patients WHERE age > 30 GROUP BY sex"
 GROUPED = "SELECT sex, COUNT(*) FROM patients GROUP BY sex"
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_data"
+BREAKDOWN_SECTION = "## Where a query's time goes"  # measured apart (per-thread CPU), kept by --out
 
 
 def postgres_with_patients(server) -> str:
@@ -89,12 +92,14 @@ def main() -> None:
         run(args)
     finally:
         if args.out is not None:
-            args.out.write_text(
+            write_keeping(
+                args.out,
                 "# `python -m benchmarks.server "
                 + " ".join(sys.argv[1:])
                 + "`\n\n"
                 + "\n\n".join(_SAID).replace("|\n\n|", "|\n|")
-                + "\n"
+                + "\n",
+                (BREAKDOWN_SECTION,),
             )
 
 
@@ -148,6 +153,11 @@ def against_postgres(servers: dict[str, str], args) -> None:
             f"and the median (min-max) of each round's ratio; load average {os.getloadavg()[0]:.2f} at the start"
         )
         variants = [(name, reuse) for name in servers for reuse in ("on", "off")]
+        # Warm every variant first: a fresh server builds the weighted copy and plans the query
+        # on its first executions (each worker of --workers its own), which is no steady state.
+        for name, reuse in variants:
+            load(servers[name], GROUPED, 8, 1.0, setup=("SET dpsql.cache = off", f"SET dpsql.reuse = {reuse}"))
+        load(pg, GROUPED, 8, 1.0)
         header = (
             ["clients"]
             + [f"{name}, reuse {reuse}: q/s, p50 / p99 ms" for name, reuse in variants]

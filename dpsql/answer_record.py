@@ -54,9 +54,19 @@ class ExpectedError:
     bias: float
     noise: float
     at_policy_limits: float
+    by_aggregate: tuple[tuple[str, float, float], ...] | None = None  # (aggregate, its bias, its noise)
 
-    def as_dict(self) -> dict[str, float]:
-        return {"bias": self.bias, "noise": self.noise, "at_policy_limits": self.at_policy_limits}
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"bias": self.bias, "noise": self.noise, "at_policy_limits": self.at_policy_limits}
+        if self.by_aggregate is not None:
+            out["by_aggregate"] = {text: {"bias": b, "noise": n} for text, b, n in self.by_aggregate}
+        return out
+
+    @classmethod
+    def of(cls, d: Mapping[str, Any]) -> ExpectedError:
+        parts = d.get("by_aggregate")
+        by = None if parts is None else tuple((text, e["bias"], e["noise"]) for text, e in parts.items())
+        return cls(d["bias"], d["noise"], d["at_policy_limits"], by)
 
 
 @dataclass(frozen=True)
@@ -120,7 +130,7 @@ class ChosenBounds:
                 d["max_contributions"],
                 MappingProxyType({k: (v[0], v[1]) for k, v in d["clamps"].items()}),
                 d["profile_epsilon"],
-                ExpectedError(**d["expected"]),
+                ExpectedError.of(d["expected"]),
             ),
             correction=None if not fix else CountCorrection(fix["reach"], fix["factor"], (lo, hi)),
         )

@@ -10,10 +10,10 @@ the limits that minimise a model of its error (noise plus what truncation and cl
 - a total bound C on a unit's rows in the whole query (TotalCap: a unit with n > C rows has
   each of its rows weighted C / n), at most the policy's total bound
   (max_contributions, or max_groups * max_rows);
-- for each summed column with lower bound >= 0, an upper clamp U at most the policy's upper bound,
-  when a mean or a spread reads the column: a SUM alone keeps the policy's, since under a total
-  bound it clips each unit's total at C * U (TotalCap's own norm), and a lower U only cuts more
-  of the same unit totals for the same sensitivity C * U as a lower C.
+- for each summed column with lower bound >= 0, an upper clamp U at most the policy's upper bound.
+  Under a total bound a SUM clips each unit's own total at K = C * U (TotalCap's own norm), so
+  C = 1 with U = K is a clip of unit totals at K (each row at most its unit's total), and the
+  choice reaches clips of unit totals below the policy's U as well as C times it.
 
 The profile is two kinds of histogram over fixed, public bins, each with L1 sensitivity MASS
 under adding or removing one unit, noised with discrete Laplace noise (OpenDP):
@@ -42,12 +42,12 @@ from sqlglot import exp
 from .accounting.cost import Part
 from .answer_record import ChosenBounds, ChosenLimits, ExpectedError
 from .auto_correction import with_filtered
-from .mechanisms import Noise, add_noise, laplace_scale
+from .guarantee.bounding import PerGroupCap, TotalCap
+from .guarantee.measures import Histogram, Sum, sum_measure
+from .guarantee.mechanisms import Noise, add_noise, laplace_scale
+from .guarantee.plan import Plan
 from .sql import build as b
-from .sql.analyze import Plan
-from .sql.bounding import PerGroupCap, TotalCap
 from .sql.bounds import Interval
-from .sql.measures import Sum
 from .sql.options import QueryOptions
 from .sql.ranges import narrowed
 
@@ -64,7 +64,7 @@ CORRECTED = ("count",)  # sums clip each unit's total (bounding.TotalCap), which
 # groups it keeps and those it cuts up to the domain's size, each with this share of epsilon.
 UNITS_SHARE = Fraction(1, 10)
 MASS = 1024  # what one unit adds to each profile histogram
-VALUE_BINS = 32  # half-octaves of a column's range: candidate clamps from range / 2^15.5 to the whole range
+VALUE_BINS = 16  # octaves of a column's range: candidate clamps from range / 2^15 to the whole range
 ROW_STEPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 SUMMED = ("sum", "whole_sum", "avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp")
 SPREADS = ("var_pop", "var_samp", "stddev_pop", "stddev_samp")
@@ -82,13 +82,19 @@ class Column:
     upper: float
     centre: float
     bits: int
-    shared: bool = True  # also a mean's or a spread's, which see the clamp row by row
     declared: tuple[float, float] = (0.0, 0.0)  # the policy's bounds (lower, upper: narrowed by the WHERE)
+    quantile: bool = False  # a quantile's only: its value is profiled from q{j}, added to `filtered`
+
+    @property
+    def name(self) -> str:
+        """The column of `filtered` the profile bins: a sum's v{j}, or for a quantile's histogram
+        (whose v{j} is a bin index) q{j}, the value in a sum's fixed point (`quantile_value`)."""
+        return f"q{self.j}" if self.quantile else f"v{self.j}"
 
     @property
     def edges(self) -> tuple[float, ...]:
         span = self.upper - self.lower
-        return tuple(self.lower + span / 2 ** ((VALUE_BINS - 1 - i) / 2) for i in range(VALUE_BINS))
+        return tuple(self.lower + span / 2 ** (VALUE_BINS - 1 - i) for i in range(VALUE_BINS))
 
     def threshold(self, edge: float) -> int:
         """An edge in the fixed-point units of v{j}, rounded as the measure rounds a value."""
@@ -118,6 +124,7 @@ class Choice:
     epsilon: Fraction  # spent on the profile
     reach: int | None = None  # the correction's reach (None: not corrected)
     bias: float = 0.0  # the part of `expected` the chosen limits cut (the rest: noise)
+    by_aggregate: tuple[tuple[str, float, float], ...] = ()  # (aggregate, its bias, its noise) in the model
 
     def options(self, base: QueryOptions) -> QueryOptions:
         return replace(base, max_contributions=self.max_contributions, clips=self.clips)
@@ -127,7 +134,7 @@ class Choice:
             self.max_contributions,
             MappingProxyType({expr: (lo, hi) for expr, lo, hi in self.clips}),
             float(self.epsilon),
-            ExpectedError(self.bias, max(self.expected - self.bias, 0.0), self.policy_expected),
+            ExpectedError(self.bias, max(self.expected - self.bias, 0.0), self.policy_expected, self.by_aggregate),
         )
 
 
@@ -257,21 +264,33 @@ def columns(plan: Plan) -> tuple[Column, ...]:
     that `WHERE cost > 2000` centres a mean of cost in [2000, U] and bins its values there."""
     out: dict[str, Column] = {}
     for est in plan.estimates:
-        if est.func not in SUMMED or est.total is None:
+        j = est.total if est.func in SUMMED else est.count if est.func in QUANTILES else None
+        if j is None:
             continue
-        m = plan.measures[est.total]
-        if not isinstance(m, Sum) or m.value is None or m.lower < 0 or m.upper <= m.lower:
+        m = plan.measures[j]
+        usable = isinstance(m, Sum) or (isinstance(m, Histogram) and m.categories is None)
+        if not usable or m.value is None or m.lower < 0 or m.upper <= m.lower:
             continue
         expr = m.value.sql(dialect="postgres")
         lo, hi = m.lower, m.upper
         if isinstance(m.value, exp.Column):
             narrow = narrowed(m.value, Interval(m.lower, m.upper), plan.relation.where)
             lo, hi = narrow.lo, narrow.hi
-        col = out.setdefault(
-            expr, Column(est.total, expr, lo, hi, m.centre, m.bits, shared=False, declared=(m.lower, m.upper))
-        )
-        out[expr] = replace(col, shared=col.shared or est.func not in ("sum", "whole_sum"))
+        if isinstance(m, Sum):
+            col = Column(j, expr, lo, hi, m.centre, m.bits, declared=(m.lower, m.upper))
+        else:
+            bits = quantile_value(m).bits
+            col = Column(j, expr, lo, hi, 0.0, bits, declared=(m.lower, m.upper), quantile=True)
+        if expr not in out or (out[expr].quantile and not col.quantile):  # a sum's v{j} when there is one
+            out[expr] = col
     return tuple(out.values())
+
+
+def quantile_value(m: Histogram) -> Sum:
+    """A quantile's value as a sum would read it (clamped to the histogram's bounds, fixed point):
+    what the profile bins for a column only a quantile reads."""
+    assert m.value is not None
+    return sum_measure(m.value, m.lower, m.upper, 0.0)
 
 
 def steps(top: int) -> tuple[int, ...]:
@@ -294,7 +313,7 @@ def profile_query(plan: Plan, cols: Sequence[Column], top: int, by_group: bool =
     ]
     weight = b.idiv(MASS, b.col("n", "u"))
     for i, c in enumerate(cols):
-        v = b.col(f"v{c.j}", "f")
+        v = b.col(c.name, "f")
         value_bin = _bin(v, tuple(c.threshold(e) for e in c.edges[:-1]))
         parts.append(
             b.select(
@@ -322,7 +341,23 @@ def profile_query(plan: Plan, cols: Sequence[Column], top: int, by_group: bool =
     union = parts[0]
     for p in parts[1:]:
         union = exp.union(union, p, distinct=False)
-    return with_filtered(plan, b.select([exp.Star()], b.subquery(union, "profile")))
+    return _with_quantile_values(plan, cols, with_filtered(plan, b.select([exp.Star()], b.subquery(union, "profile"))))
+
+
+def _with_quantile_values(plan: Plan, cols: Sequence[Column], query: exp.Select) -> exp.Select:
+    """`query` whose `filtered` also gives, for each quantile's column, its value in a sum's fixed
+    point as q{j}, beside the histogram's bin index v{j} (in the same select, so from the same row)."""
+    for c in cols:
+        if not c.quantile:
+            continue
+        m = plan.measures[c.j]
+        assert isinstance(m, Histogram)
+        (cte,) = [t for t in query.args["with_"].expressions if t.alias == "filtered"]
+        (alias,) = [a for a in cte.this.find_all(exp.Alias) if a.alias == f"v{c.j}"]
+        select = alias.parent
+        assert isinstance(select, exp.Select)
+        select.append("expressions", b.named(quantile_value(m).row_value(), c.name))
+    return query
 
 
 def _bin(value: exp.Expression, uppers: Sequence[int]) -> exp.Expression:
@@ -392,6 +427,21 @@ class _Rows:
     def kept(self, c: float) -> float:
         return _kept(self.reps, self.units, c)
 
+    def counts(self, top: int) -> tuple[float, ...]:
+        """Each bin's rows per unit, the units beyond the policy's bound taken at twice it (the
+        correction's model: as many rows again as the bound)."""
+        return self.reps[:-1] + (2.0 * top,)
+
+    def total_rows(self, top: int) -> float:
+        return sum(u * n for u, n in zip(self.units, self.counts(top)))
+
+    def clipped(self, v: _Values, u: float, k: float, top: int) -> float:
+        """What clipping each unit's total of values clamped at u to k cuts, summed over units:
+        a unit of one row cuts its value's excess over k (from the value histogram), one of n
+        rows that of a normal total of mean n * mean and variance n * variance (the values'
+        clamped moments, a unit's rows taken as independent draws)."""
+        return _clipped(self.counts(top), self.units, v.mids, v.mass, u, k)
+
 
 def _rows(profile: Profile) -> _Rows:
     edges = profile.steps
@@ -407,6 +457,16 @@ def _rows(profile: Profile) -> _Rows:
 class _Values:
     mids: tuple[float, ...]
     mass: tuple[float, ...]
+    edges: tuple[float, ...] = ()  # the bins' lower edge, then each one's upper edge
+
+    def quantile(self, p: float) -> float:
+        """Where the values' cumulative mass reaches p of the whole (linear within a bin)."""
+        return _quantile(self.edges, self.mass, p)
+
+    def top_of(self, p: float) -> float:
+        """The upper edge of the bin where the values' cumulative mass reaches p of the whole."""
+        q = self.quantile(p)
+        return next((e for e in self.edges[1:] if e >= q), self.edges[-1] if self.edges else q)
 
     def mean(self, clamp: float) -> float:
         return self.moment(clamp, 1)
@@ -417,8 +477,55 @@ class _Values:
 
 
 @functools.lru_cache(maxsize=4096)
+def _quantile(edges: tuple[float, ...], mass: tuple[float, ...], p: float) -> float:
+    total = sum(mass)
+    if total <= 0 or not edges:
+        return edges[-1] if edges else 0.0
+    target, running = p * total, 0.0
+    for i, m in enumerate(mass):
+        if m > 0 and running + m >= target:
+            return edges[i] + (edges[i + 1] - edges[i]) * min(max((target - running) / m, 0.0), 1.0)
+        running += m
+    return edges[-1]
+
+
+@functools.lru_cache(maxsize=4096)
 def _kept(reps: tuple[float, ...], units: tuple[float, ...], c: float) -> float:
     return sum(u * min(r, c) for r, u in zip(reps, units))
+
+
+@functools.lru_cache(maxsize=65536)
+def _clipped(
+    counts: tuple[float, ...],
+    units: tuple[float, ...],
+    mids: tuple[float, ...],
+    mass: tuple[float, ...],
+    u: float,
+    k: float,
+) -> float:
+    weight = sum(mass)
+    if weight <= 0:
+        return 0.0
+    mean = _moment(mids, mass, u, 1)
+    sd = math.sqrt(max(_moment(mids, mass, u, 2) - mean * mean, 0.0))
+    out = 0.0
+    for n, count in zip(counts, units):
+        if count <= 0:
+            continue
+        if n <= 1:
+            excess = sum(m * max(min(x, u) - k, 0.0) for x, m in zip(mids, mass)) / weight
+        else:
+            excess = _normal_excess(n * mean, math.sqrt(n) * sd, k)
+        out += count * excess
+    return out
+
+
+def _normal_excess(mean: float, sd: float, k: float) -> float:
+    """E[max(T - k, 0)] for T normal with this mean and standard deviation."""
+    if sd <= 0:
+        return max(mean - k, 0.0)
+    d = (mean - k) / sd
+    return (mean - k) * 0.5 * math.erfc(-d / math.sqrt(2)) + sd * math.exp(-d * d / 2) / math.sqrt(2 * math.pi)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -436,23 +543,27 @@ class _Term:
     expr: str | None
     bins: int
     bound: float
+    quantile: float = 0.5  # a quantile's fraction p (0 for MIN, 1 for MAX)
 
 
 def _terms(plan: Plan) -> tuple[_Term, ...]:
     out = []
     for est in plan.estimates:
         m = plan.measures[est.total] if est.total is not None else None
-        expr = m.value.sql(dialect="postgres") if isinstance(m, Sum) and m.value is not None else None
+        if est.func in QUANTILES:
+            m = plan.measures[est.count]
+        expr = m.value.sql(dialect="postgres") if isinstance(m, (Sum, Histogram)) and m.value is not None else None
         bins = plan.measures[est.count].width if est.func in QUANTILES else 0
         bound = 1.0 if est.func == "count" else max(abs(est.upper - est.centre), abs(est.lower - est.centre), 1.0)
-        out.append(_Term(est.func, expr, bins, bound))
+        p = est.quantile if est.quantile is not None else 0.5
+        out.append(_Term(est.func, expr, bins, bound, p))
     return tuple(out)
 
 
 def _values(col: Column, mass: Sequence[float]) -> _Values:
     edges = (col.lower,) + col.edges
     mids = tuple((edges[i] + edges[i + 1]) / 2 for i in range(VALUE_BINS))
-    return _Values(mids, tuple(max(m, 0.0) for m in mass))
+    return _Values(mids, tuple(max(m, 0.0) for m in mass), edges)
 
 
 def choose(
@@ -493,8 +604,6 @@ def choose(
         for far in reaches(top, c) if correct else (reach_of(top),):
             clamps = {
                 e: _best_clamp(terms, by_expr[e], values[e], rows, c, top, groups, per_measure, fix(c, far))
-                if by_expr[e].shared
-                else by_expr[e].upper
                 for e in by_expr
             }
             err = _error(terms, by_expr, values, rows, c, top, clamps, groups, per_measure, fix(c, far))
@@ -521,7 +630,22 @@ def choose(
         for e, u in sorted(clamps.items())
         if u < by_expr[e].declared[1] or by_expr[e].lower > by_expr[e].declared[0]
     )
-    return Choice(c if top > 1 else None, clips, err, policy, epsilon * SHARE, far if correct else None, min(bias, err))
+    # Each aggregate's share of both (the model's relative error is a sum over them).
+    by_aggregate = []
+    for est, t in zip(plan.estimates, terms):
+        whole = _error((t,), by_expr, values, rows, c, top, clamps, groups, per_measure, fix(c, far))
+        cut = _error((t,), by_expr, values, rows, c, top, clamps, groups, math.inf, replace(fix(c, far), noise=0.0))
+        by_aggregate.append((est.text, min(cut, whole), max(whole - cut, 0.0)))
+    return Choice(
+        c if top > 1 else None,
+        clips,
+        err,
+        policy,
+        epsilon * SHARE,
+        far if correct else None,
+        min(bias, err),
+        tuple(by_aggregate),
+    )
 
 
 def reaches(top: int, c: int) -> tuple[int, ...]:
@@ -603,7 +727,11 @@ def _error(
         if t.func in QUANTILES:
             # A noisy histogram's quantile: wrong by about its bins' noise over the group's rows. A
             # total bound reweighs a unit's rows without changing their spread: no truncation term.
-            total += math.sqrt(t.bins) * c / per_measure / max(kept / groups, 1.0)
+            rank = math.sqrt(t.bins) * c / per_measure / max(kept / groups, 1.0)
+            if t.expr in cols:
+                total += _quantile_error(cols[t.expr], values[t.expr], clamps[t.expr], t, rank)
+            else:
+                total += rank
             continue
         if t.expr not in cols:  # a count, or a sum whose clamp is not chosen here: rows only
             fixed = fix if t.func in CORRECTED else _Fix()
@@ -614,8 +742,11 @@ def _error(
         col, v, u = cols[t.expr], values[t.expr], clamps[t.expr]
         mean, clamped = max(v.mean(col.upper), 1e-9), v.mean(u)
         if t.func in ("sum", "whole_sum"):
-            bias = (lost * mean + kept * (mean - clamped)) / groups  # full * mean - kept * clamped
-            total += (bias + c * (u - col.lower) / per_measure) / max(full * mean / groups, 1e-9)
+            # TotalCap clips a unit's own total of clamped values at K = c * u (`own_weight`), so
+            # the bias is what the clamp cuts from rows plus what the clip cuts from totals.
+            whole = rows.total_rows(top) * mean
+            bias = rows.total_rows(top) * (mean - clamped) + rows.clipped(v, u, c * max(u, abs(col.lower)), top)
+            total += (bias / groups + c * max(u, abs(col.lower)) / per_measure) / max(whole / groups, 1e-9)
         elif t.func in SPREADS:
             total += _spread_error(col, v, u, c, kept / groups, per_measure, t.func.startswith("stddev"))
         else:  # a mean: centred sum over count
@@ -624,6 +755,20 @@ def _error(
             noise = (c * (u - col.lower) / 2 + abs(clamped - centre) * c) / per_measure
             total += ((mean - clamped) + noise / max(n, 1.0)) / mean
     return total
+
+
+def _quantile_error(col: Column, v: _Values, u: float, t: _Term, rank: float) -> float:
+    """A quantile from a histogram of `t.bins` equal bins over [lower, u], relative to its value
+    (from the profile's values, in no group): its rank error `rank` (a fraction of the group's
+    rows) made a value by the values' spread around it, half a bin's width, and what the clamp
+    may cut: the histogram's last bin holds every value above u, so a clamp below the top of the
+    profile's bin where the quantile (plus its rank error) falls is taken to cut down to u (the
+    profile's bins are octaves: where in one the quantile lies it cannot tell)."""
+    q = v.quantile(t.quantile)
+    spread = (v.quantile(min(t.quantile + rank, 1.0)) - v.quantile(max(t.quantile - rank, 0.0))) / 2
+    width = (u - col.lower) / max(t.bins, 1)
+    cut = max(v.top_of(min(t.quantile + rank, 1.0)) - u, 0.0)
+    return (spread + width / 2 + cut) / max(q, width, 1e-9)
 
 
 def _spread_error(col: Column, v: _Values, u: float, c: float, n: float, per_measure: float, root: bool) -> float:

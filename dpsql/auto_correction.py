@@ -13,9 +13,9 @@ from typing import Sequence
 from sqlglot import exp
 
 from .answer_record import CountCorrection
-from .mechanisms import Noise, add_noise, laplace_scale
+from .guarantee.mechanisms import Noise, add_noise, laplace_scale
+from .guarantee.plan import Plan
 from .sql import build as b
-from .sql.analyze import Plan
 from .sql.rewrite import rewrite
 
 

@@ -42,7 +42,7 @@ from typing import Any, Sequence
 import opendp.prelude as dp
 
 from .errors import ProgrammingError, unsupported
-from .mechanisms import Noise, laplace_scale, sample
+from .guarantee.mechanisms import Noise, laplace_scale, sample
 
 dp.enable_features("contrib")
 

@@ -4,7 +4,8 @@ A plan and its calibration are pure functions of the query, the settings that sh
 policy, the schema and the data version; a bounded query's SQL is a function of its plan and
 the engine's weighted copies (which follow the data version too). Kept per session, every new
 connection planned its queries afresh: a BI tool that opens a connection per chart paid about
-25 ms of planning per chart. Kept per engine, a plan made once serves every connection of the
+25 ms of planning per chart (and a Describe of a new connection's first prepared statement,
+psycopg's sixth execution, about 20 ms, planned again). Kept per engine, a plan made once serves every connection of the
 same analyst with the same settings (sessions key plans by analyst, so that timing cannot tell
 one analyst another's queries). Plans are frozen and SQL is text, so sharing them across
 threads is safe; two sessions that plan the same query at once both plan it, and either result
@@ -63,6 +64,8 @@ class PlanCache:
         self._lock = threading.Lock()
         self._plans: OrderedDict[Hashable, Any] = OrderedDict()
         self._derived: dict[tuple[int, str], tuple[Any, Any]] = {}  # (id(obj), kind) -> (obj, value)
+        # a query's text (with its settings) -> the names and types a Describe answers
+        self._shapes: OrderedDict[Hashable, Any] = OrderedDict()
         # per table and row limit: what its weighted copy stores (column -> SQL), which measure each serves
         self.stored: dict[tuple[str, int], tuple[dict[str, str], dict[tuple, str], dict[str, str]]] = {}
         # (public table, column) -> (data version, whether it holds each value once): one entry a column
@@ -71,6 +74,9 @@ class PlanCache:
         self.domains: dict[Hashable, Any] = {}
         # query shape (with its settings) -> Seen, Template or UNUSABLE
         self._templates: OrderedDict[Hashable, Any] = OrderedDict()
+        # (analyst, data version, profile SQL) -> the noisy profile (auto_bounds.Profile) last released
+        # to that analyst for it, already charged: EXPLAIN reads the model's bias from it, free
+        self._profiles: OrderedDict[Hashable, Any] = OrderedDict()
 
     def plan(self, key: Hashable) -> Any | None:
         return self._get(self._plans, key)
@@ -83,6 +89,12 @@ class PlanCache:
 
     def put_template(self, key: Hashable, entry: Seen | Template | str) -> None:
         self._put(self._templates, key, entry)
+
+    def profile(self, key: Hashable) -> Any | None:
+        return self._get(self._profiles, key)
+
+    def put_profile(self, key: Hashable, profile: Any) -> None:
+        self._put(self._profiles, key, profile)
 
     def _get(self, store: OrderedDict[Hashable, Any], key: Hashable) -> Any | None:
         """An entry of a store kept in order of use (the least recently used goes first)."""
@@ -103,6 +115,12 @@ class PlanCache:
             if len(self.domains) >= self._size:
                 self.domains.clear()
             self.domains[key] = domain
+
+    def shape(self, key: Hashable) -> Any | None:
+        return self._get(self._shapes, key)
+
+    def put_shape(self, key: Hashable, shape: Any) -> None:
+        self._put(self._shapes, key, shape)
 
     def derived(self, obj: Any, kind: str, make: Callable[[], Any]) -> Any:
         """`make()`, kept for as long as `obj` (a cached plan or calibration, frozen) is: what a

@@ -8,15 +8,13 @@ from fractions import Fraction
 from typing import Any, Sequence
 
 from .accounting.filters import Totals
-from .calibration import (
-    calibrate,
-    needs_delta,
-)
 from .errors import invalid_parameter, unsupported
+from .guarantee.calibration import calibrate, needs_delta
+from .guarantee.plan import Plan
 from .ledger import segment_filter
 from .prepare import plan_query
 from .session import Session
-from .sql.analyze import Plan, PublicQuery
+from .sql.analyze import PublicQuery
 from .sql.classify import Query, classify
 from .targets import (
     calibrate_planned,

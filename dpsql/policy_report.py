@@ -31,8 +31,8 @@ from sqlglot import exp
 
 from .config import ColumnPolicy, Policy, TablePolicy
 from .engines import Engine
+from .guarantee.measures import literal
 from .sql import build as b
-from .sql.measures import literal
 
 KEEP = 0.99  # the share of rows (units, values) a suggested limit keeps, unless the owner says otherwise
 QUANTILES = (0.5, 0.9, 0.99)  # of rows per unit

@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from .duck_rows import insert_rows
 from .errors import OperationalError
-from .release import NoisyTable
+from .guarantee.release import NoisyTable
 from .sql.bounds import UNBOUNDED, Interval, interval
 
 

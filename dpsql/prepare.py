@@ -15,15 +15,11 @@ from typing import Mapping
 
 from sqlglot import exp
 
-from .calibration import (
-    Calibration,
-    calibrate,
-    measure_weights,
-    needs_delta,
-)
 from .config import Policy, exact
 from .errors import invalid_parameter
-from .sql.analyze import Plan, PublicQuery, analyze
+from .guarantee.calibration import Calibration, calibrate, measure_weights, needs_delta
+from .guarantee.plan import Plan
+from .sql.analyze import PublicQuery, analyze
 from .sql.options import QueryOptions
 from .targets import (
     batch_cost,
@@ -32,41 +28,6 @@ from .targets import (
     planned_mechanisms,
     pld_multiplier,
 )
-
-# Ordinary PostgreSQL client settings: accepted and remembered, never passed to the engine.
-CLIENT_SETTINGS = {
-    "client_encoding": "UTF8",
-    "datestyle": "ISO, MDY",
-    "timezone": "UTC",
-    "search_path": '"$user", public',
-    "application_name": "",
-    "extra_float_digits": "1",
-    "statement_timeout": "0",
-    "intervalstyle": "postgres",
-    "standard_conforming_strings": "on",
-    "client_min_messages": "notice",
-    "bytea_output": "hex",
-    "lock_timeout": "0",
-    "idle_in_transaction_session_timeout": "0",
-    "default_transaction_isolation": "read committed",
-    "transaction_isolation": "read committed",
-    "default_transaction_read_only": "on",
-    "transaction_read_only": "on",
-    "server_version": "15.0",
-    "server_version_num": "150000",
-    "server_encoding": "UTF8",
-    "integer_datetimes": "on",
-    "max_identifier_length": "63",
-    "is_superuser": "off",
-    "jit": "off",
-    "geqo": "on",
-    "lc_messages": "C",
-    "lc_monetary": "C",
-    "lc_numeric": "C",
-    "lc_time": "C",
-    "row_security": "on",
-    "session_authorization": "",
-}
 
 
 @dataclass
@@ -83,7 +44,8 @@ class Settings:
     target_error: float | None = None  # pick the smallest epsilon meeting this 95% error on COUNT/SUM
     exact_curve: bool = False  # every filter charged composes (ε, δ) pairs: Gaussian σ by its exact curve
     bounds: str = "policy"  # "auto": limits chosen per query from part of its epsilon (auto_bounds.py)
-    client: dict[str, str] = field(default_factory=lambda: dict(CLIENT_SETTINGS))
+    # PostgreSQL client settings, accepted and echoed only (session/setting_table.py has their defaults)
+    client: dict[str, str] = field(default_factory=dict)
 
 
 def plan_query(

@@ -10,12 +10,12 @@ from typing import Sequence
 
 from .accounting.cost import Cost, Part
 from .accounting.planner import Planned, plan
-from .calibration import Calibration, MeasureNoise, calibrate, check_scales, measures_of
 from .errors import invalid_parameter
-from .families import family
-from .mechanisms import Noise
-from .sql.analyze import Plan
-from .sql.measures import Histogram
+from .guarantee.calibration import Calibration, MeasureNoise, calibrate, check_scales, measures_of
+from .guarantee.families import family
+from .guarantee.measures import Histogram
+from .guarantee.mechanisms import Noise
+from .guarantee.plan import Plan
 
 
 def epsilon_for_target(

@@ -4,6 +4,7 @@ sensitivity, the choice within the policy, and the whole path through a session.
 from __future__ import annotations
 
 import contextlib
+import math
 import tempfile
 from fractions import Fraction
 from pathlib import Path
@@ -14,12 +15,12 @@ from hypothesis import strategies as st
 
 import dpsql
 from dpsql import auto_bounds, auto_correction
-from dpsql.calibration import calibrate
 from dpsql.config import load_policy
+from dpsql.guarantee.bounding import TotalCap
+from dpsql.guarantee.calibration import calibrate
 from dpsql.prepare import plan_query
 from dpsql.session import Session
 from dpsql.session.auto import correction_of, rows_of
-from dpsql.sql.bounding import TotalCap
 from dpsql.sql.classify import classify
 from dpsql.sql.options import QueryOptions
 
@@ -146,27 +147,36 @@ def test_a_chosen_reach_is_above_the_bound_and_never_above_the_widest(session, r
     assert choice.max_contributions < choice.reach <= auto_bounds.reach(plan)
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(profile=profiles, epsilon=st.sampled_from([Fraction(1, 100), Fraction(1, 10), Fraction(1)]))
-def test_a_column_only_summed_keeps_the_policys_clamp(session, profile, epsilon):
-    """A SUM alone clips unit totals at C * U: its clamp stays the policy's (C is chosen), while
-    the same column under an AVG is the column whose clamp is chosen."""
-    rows, values = profile
-    for sql, shared in (
-        ("SELECT kind, SUM(amount) FROM events GROUP BY kind", False),
-        ("SELECT kind, SUM(amount), AVG(amount) FROM events GROUP BY kind", True),
-    ):
-        plan = _plan(session, sql)
-        cols, top = auto_bounds.columns(plan), auto_bounds.ceiling(plan)
-        assert [c.shared for c in cols] == [shared]
-        p = auto_bounds.Profile(
-            auto_bounds.steps(top),
-            tuple(rows[: len(auto_bounds.steps(top)) + 1]),
-            (tuple(values) + (0.0,) * (auto_bounds.VALUE_BINS - len(values)),),
-        )
-        choice = auto_bounds.choose(plan, p, cols, top, epsilon, 3)
-        if not shared:
-            assert choice.clips == ()
+@pytest.mark.parametrize(
+    "sql", ["SELECT SUM(amount) FROM events", "SELECT kind, SUM(amount) FROM events GROUP BY kind"]
+)
+def test_a_sum_of_small_values_clips_unit_totals_where_the_values_end(session, sql):
+    """A SUM clips each unit's total at C * U: when every unit has one row and every value lies
+    in one low bin, the model sees no cut above that bin's upper edge and less noise below it, so
+    it chooses C = 1 and U = that edge (a clip of unit totals far below the policy's bound)."""
+    plan = _plan(session, sql)
+    cols, top = auto_bounds.columns(plan), auto_bounds.ceiling(plan)
+    (col,) = cols
+    rows = (10_000.0,) + (0.0,) * len(auto_bounds.steps(top))
+    values = tuple(10_000.0 if i == 10 else 0.0 for i in range(auto_bounds.VALUE_BINS))
+    p = auto_bounds.Profile(auto_bounds.steps(top), rows, (values,))
+    choice = auto_bounds.choose(plan, p, cols, top, Fraction(1), 3)
+    assert choice.max_contributions == 1
+    assert choice.clips == ((col.expr, col.lower, col.edges[10]),)
+
+
+@pytest.mark.parametrize("mean, sd, k", [(10.0, 3.0, 12.0), (10.0, 3.0, 4.0), (100.0, 40.0, 150.0), (5.0, 0.0, 4.0)])
+def test_the_expected_excess_of_a_normal_total(mean, sd, k):
+    """E[max(T - k, 0)] for a normal T, against a midpoint sum of the integral over ±10 sd."""
+    if sd == 0:
+        assert auto_bounds._normal_excess(mean, sd, k) == max(mean - k, 0.0)
+        return
+    n, lo, hi = 200_000, mean - 10 * sd, mean + 10 * sd
+    step = (hi - lo) / n
+    xs = (lo + (i + 0.5) * step for i in range(n))
+    density = lambda x: math.exp(-((x - mean) ** 2) / (2 * sd * sd)) / (sd * math.sqrt(2 * math.pi))  # noqa: E731
+    numeric = sum(max(x - k, 0.0) * density(x) * step for x in xs)
+    assert auto_bounds._normal_excess(mean, sd, k) == pytest.approx(numeric, rel=1e-6, abs=1e-9)
 
 
 def test_a_chosen_bound_is_clamped_to_the_policy(session):
@@ -401,3 +411,68 @@ def test_a_corrected_count_profiles_no_group_masses(session):
     assert auto_bounds.profiled_groups(total, 3) == 3 and auto_bounds.profiled_groups(total, 1) == 0
     top = auto_bounds.ceiling(count)
     assert auto_bounds.epsilons(Fraction(1), (), top, False) == (auto_bounds.SHARE,)
+
+
+def test_explain_reads_the_model_from_the_profile_already_released(small_policy):
+    """Before a profile of the query is released EXPLAIN says the chosen limits' bias is unknown;
+    after the query ran, EXPLAIN (free) gives the limits and the error model of that profile at
+    the same epsilon: the very ones the answer came with. Another analyst, who paid for no
+    profile, still sees 'unknown'."""
+    sql = "SELECT kind, AVG(amount), SUM(amount) FROM events GROUP BY kind"
+
+    def explained(conn) -> tuple[str, dict]:
+        cur = conn.cursor()
+        cur.execute(f"EXPLAIN {sql}")
+        return "\n".join(r[0] for r in cur.fetchall()), conn.session.explain_plan(classify(sql).tree)
+
+    conn = dpsql.connect(small_policy, user="alice")
+    try:
+        conn.cursor().execute("SET dpsql.epsilon = 1")
+        text, info = explained(conn)
+        assert info["auto_expected"] is None and "unknown until a profile" in text
+    finally:
+        conn.close()
+    with _answered(small_policy, sql) as (conn, cur):
+        bounds = cur.dp["bounds"]
+        text, info = explained(conn)
+        assert conn.session.budget()["epsilon"]["spent"] == Fraction(1)  # EXPLAIN charged nothing
+        model = dict(info["auto_expected"])
+        widths = model.pop("half_widths")
+        assert model == bounds
+        assert f"about {bounds['expected']['bias']:.1%} cut by them" in text
+        assert set(bounds["expected"]["by_aggregate"]) == {"AVG(amount)", "SUM(amount)"}
+        for text_, part in bounds["expected"]["by_aggregate"].items():
+            assert part["bias"] >= 0 and part["noise"] >= 0 and f"{text_}: about {part['bias']:.1%} cut" in text
+        # Each measure's noise at the chosen limits: within what EXPLAIN bounds it by at the policy's.
+        assert len(widths) == len(info["mechanisms"])
+        for m, hw in zip(info["mechanisms"], widths.values()):
+            assert 0 < hw <= m["half_width"] * info["auto_release"] * (1 + 1e-9)
+        other = Session(conn.session.policy, "bob", engine=conn.session.engine)  # a server's shared engine
+        try:
+            other.execute("SET dpsql.epsilon = 1")
+            assert other.explain_plan(classify(sql).tree)["auto_expected"] is None
+        finally:
+            other.close()
+
+
+def test_a_quantile_is_profiled_and_its_histogram_clamped(session):
+    """A column only a quantile reads is profiled from its value (q{j}, beside the histogram's
+    bin index v{j}), and a chosen clamp narrows the quantile's histogram to [lower, U]; with the
+    profile's values in one low bin the choice keeps that bin whole (U at least its top) and
+    drops the empty range above it, where the histogram's bins would be wasted."""
+    sql = "SELECT kind, MEDIAN(amount) FROM events GROUP BY kind"
+    plan = _plan(session, sql)
+    (col,), top = auto_bounds.columns(plan), auto_bounds.ceiling(plan)
+    assert col.quantile and col.name == f"q{col.j}"
+    hists = _profile(session, plan, (col,), top)
+    assert sum(hists[1]) > 0  # the value histogram was filled from q{j}
+    clipped = _plan(session, sql, QueryOptions(clips=((col.expr, col.lower, col.edges[-3]),)))
+    (est,) = clipped.estimates
+    assert est.upper == col.edges[-3] == clipped.measures[est.count].upper
+    rows = (1000.0,) + (0.0,) * len(auto_bounds.steps(top))
+    values = tuple(1000.0 if i == 5 else 0.0 for i in range(auto_bounds.VALUE_BINS))
+    choice = auto_bounds.choose(
+        plan, auto_bounds.Profile(auto_bounds.steps(top), rows, (values,)), (col,), top, Fraction(1), 3
+    )
+    ((expr, lo, hi),) = choice.clips
+    assert expr == col.expr and lo == col.lower and col.edges[5] <= hi < col.upper

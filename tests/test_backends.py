@@ -77,7 +77,7 @@ def _rows(session: Session, sql: str) -> list[tuple]:
         for r in zip(*rs.columns)
     ]  # PostgreSQL's NUMERIC and EXTRACT, DuckDB's BIGINT: one number
     if not isinstance(plan, PublicQuery) and plan.keys and cal.selection is None:
-        # Without partition selection the units column is read by nothing (release.py), and a
+        # Without partition selection the units column is read by nothing (guarantee/release.py), and a
         # weighted copy split into light and heavy units counts only the heavy ones there.
         k = len(plan.keys)
         rows = [r[:k] + r[k + 1 :] for r in rows]
@@ -133,7 +133,7 @@ def test_answered_and_charged_once(backend, policies, tmp_path):
     cur.execute("SELECT diagnosis, COUNT(*) AS n, AVG(cost) AS avg_cost FROM visits GROUP BY diagnosis")
     rows = cur.fetchall()
     assert [d[0] for d in cur.description] == ["diagnosis", "n", "avg_cost"]
-    assert len(rows) == 12 and all(r[1] >= 0 and 0 <= r[2] <= 10000 for r in rows)  # noisy counts may be 0
+    assert len(rows) == 12 and all(r[1] >= 0 and 0 <= r[2] <= 50000 for r in rows)  # noisy counts may be 0
     assert conn.session.budget()["queries"] == 1
     cur.execute("SELECT floor, COUNT(*) FROM wards GROUP BY floor")  # a public table: no charge
     assert cur.fetchall() and conn.session.budget()["queries"] == 1

@@ -163,3 +163,44 @@ def test_utility_benchmark_runs_auto_bounds_where_the_build_accepts_them():
         POLICY_LIMITS: ["SET dpsql.bounds = policy"],
         AUTO: ["SET dpsql.bounds = auto"],
     }
+
+
+def test_huge_run_writes_its_own_section_and_a_full_run_keeps_it(tmp_path):
+    """`python -m benchmarks --huge ROWS` (here at a small size): the weighted copy's build, peak
+    RSS and the three grouped queries beside plain DuckDB, in its own section of the results
+    file, which the full run carries over."""
+    from benchmarks.copy_build import SECTION
+    from benchmarks.run import KEPT_SECTIONS, main
+
+    out = tmp_path / "RESULTS.md"
+    out.write_text("# Benchmarks\n\n## Latency\n\nkept\n")
+    main(["--huge", "20000", "--work", str(tmp_path), "--out", str(out)])
+    text = out.read_text()
+    assert text.startswith("# Benchmarks\n\n## Latency\n\nkept\n")
+    mine = text[text.index(SECTION) :]
+    assert "20,000 rows" in mine and "weighted-copy build" in mine
+    for label in ("COUNT(*) GROUP BY grp", "SUM(value) GROUP BY grp", "AVG(value) GROUP BY grp"):
+        row = next(line for line in mine.splitlines() if line.startswith(f"| {label} |"))
+        plain, dp, ratio = (cell.strip() for cell in row.strip("|").split("|")[1:])
+        assert plain.endswith(" ms") and dp.endswith(" ms") and ratio.endswith("x")
+    assert not (tmp_path / "data" / "events_20000.parquet").exists()  # the DuckDB file alone
+    assert SECTION in KEPT_SECTIONS
+
+
+def test_keys_benchmark_writes_its_section(tmp_path, monkeypatch):
+    """`python -m benchmarks.keys --out FILE`: the table (with the keys dpsql released, which plain
+    DuckDB returns all of) as its own section of FILE, replaced in place on the next run."""
+    from benchmarks import keys
+    from benchmarks.run import KEPT_SECTIONS
+
+    out = tmp_path / "RESULTS.md"
+    out.write_text("# Benchmarks\n\n## Latency\n\nkept\n")
+    for _ in range(2):
+        monkeypatch.setattr(sys, "argv", ["keys", "--rows", "3000", "--keys", "10", "--repeat", "1", "--out", str(out)])
+        keys.main()
+    text = out.read_text()
+    assert text.startswith("# Benchmarks\n\n## Latency\n\nkept\n") and text.count(keys.SECTION) == 1
+    row = next(line for line in text.splitlines() if line.startswith("| 10 |"))
+    released = int(row.strip("|").split("|")[-1].strip().replace(",", ""))
+    assert released == 10  # 300 people per key: every key clears the threshold
+    assert keys.SECTION in KEPT_SECTIONS

@@ -26,8 +26,8 @@ from dpsql.console import create_app, timeline
 from dpsql.console.audit import Record, csv_text
 from dpsql.errors import PolicyError
 from dpsql.server.listener import Server
-from dpsql.server.scram import Verifier, make_verifier, password_matches
 from dpsql.server.throttle import LoginThrottle
+from dpsql.server.wire.scram import Verifier, make_verifier, password_matches
 
 from .browser import launch
 from .conftest import ROOT, default_events, default_people, make_db, write_policy

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from dpsql.errors import Error
-from dpsql.server import codec, copyout
+from dpsql.server.wire import copyout, types
 
 
 def test_options_and_escaping():
@@ -18,10 +18,10 @@ def test_options_and_escaping():
     assert copyout.parse("copy (select 2) to stdout with csv header").header
     assert copyout.parse("COPY places TO STDOUT").query == "SELECT * FROM places"
     text = copyout.parse("COPY (SELECT 1) TO STDOUT")
-    lines = copyout.encode(text, ["a", "b"], [codec.TEXT, codec.INT8], [("x\ty\\z", None), ("", 3)])
+    lines = copyout.encode(text, ["a", "b"], [types.TEXT, types.INT8], [("x\ty\\z", None), ("", 3)])
     assert lines == [b"x\\ty\\\\z\t\\N\n", b"\t3\n"]
     csv = copyout.parse("COPY (SELECT 1) TO STDOUT (FORMAT csv, HEADER)")
-    assert copyout.encode(csv, ["a", "b"], [codec.TEXT, codec.INT8], [('say "hi", ok', None), ("", 3)]) == [
+    assert copyout.encode(csv, ["a", "b"], [types.TEXT, types.INT8], [('say "hi", ok', None), ("", 3)]) == [
         b"a,b\n",
         b'"say ""hi"", ok",\n',
         b'"",3\n',
@@ -82,13 +82,13 @@ def test_copy_option_refusals(sql, sqlstate):
 
 def test_csv_quote_escape_and_force_quote():
     c = copyout.parse(r"COPY (SELECT 1) TO STDOUT (FORMAT csv, HEADER, QUOTE '''', ESCAPE E'\\', FORCE_QUOTE *)")
-    assert copyout.encode(c, ["a", "b"], [codec.TEXT, codec.INT8], [("it's \\ here", None), ("x", 3)]) == [
+    assert copyout.encode(c, ["a", "b"], [types.TEXT, types.INT8], [("it's \\ here", None), ("x", 3)]) == [
         b"a,b\n",
         b"'it\\'s \\\\ here',\n",
         b"'x','3'\n",
     ]
     text = copyout.parse("COPY (SELECT 1) TO STDOUT (HEADER)")  # PostgreSQL 15 writes a header in text format too
-    assert copyout.encode(text, ["a b", "c"], [codec.TEXT, codec.INT8], [("x", 1)]) == [b"a b\tc\n", b"x\t1\n"]
+    assert copyout.encode(text, ["a b", "c"], [types.TEXT, types.INT8], [("x", 1)]) == [b"a b\tc\n", b"x\t1\n"]
 
 
 @pytest.mark.clients

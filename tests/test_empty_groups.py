@@ -1,4 +1,4 @@
-"""The declared domain's empty groups are added in Python (empty_groups.py), not by a join in
+"""The declared domain's empty groups are added in Python (guarantee/empty_groups.py), not by a join in
 the engine: every key tuple of the domain appears once, in the domain's order, with zeros where
 the data has no rows; a row outside the domain, or a key tuple twice, never passes."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from dpsql.empty_groups import with_empty_groups
 from dpsql.engines.base import ResultSet
-from dpsql.guard import ReleaseRefused
+from dpsql.guarantee.empty_groups import with_empty_groups
+from dpsql.guarantee.guard import ReleaseRefused
 
 NAMES, TYPES = ["k0", "k1", "units", "m0"], ["VARCHAR", "INTEGER", "BIGINT", "BIGINT"]
 
@@ -99,7 +99,7 @@ def test_a_declaration_tells_values_of_other_types_apart():
     '1.0' and 'true', so their declarations must differ although the tuples are equal."""
     from sqlglot import exp
 
-    from dpsql.sql.analyze import GroupKey
+    from dpsql.guarantee.plan import GroupKey
 
     keys = [GroupKey("k", exp.column("k"), domain=(v,), type_name="VARCHAR") for v in (1, 1.0, True)]
     assert len({k.declaration() for k in keys}) == 3

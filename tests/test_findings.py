@@ -23,8 +23,8 @@ from sqlglot import exp
 import dpsql
 from dpsql.config import load_policy
 from dpsql.errors import PolicyError
+from dpsql.guarantee.plan import GroupKey
 from dpsql.session import Session
-from dpsql.sql.analyze import GroupKey
 from dpsql.sql.classify import classify
 
 from .conftest import SAMPLE

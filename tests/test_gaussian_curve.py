@@ -15,7 +15,7 @@ import pytest
 
 from dpsql.accounting.gaussian_curve import SUMMED_SIGMA, _sum_delta, discrete_gaussian_delta, sigma_for
 from dpsql.config import load_policy
-from dpsql.mechanisms import gaussian_sigma, rho_for
+from dpsql.guarantee.mechanisms import gaussian_sigma, rho_for
 from dpsql.session import Session
 from dpsql.sql.classify import classify
 

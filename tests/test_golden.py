@@ -3,7 +3,7 @@
 
 - tests/fixtures/bounded.sql: the whole bounded query, one CTE per stage;
 - tests/fixtures/bounding/<strategy>.sql: only the stages each bounding strategy writes
-  (sql/bounding.py), for every case that uses it, so a change to one strategy shows up as a
+  (guarantee/bounding.py), for every case that uses it, so a change to one strategy shows up as a
   readable diff in its own file.
 
     DPSQL_UPDATE_GOLDEN=1 pytest tests/test_golden.py    # rewrite the fixtures after a deliberate change
@@ -21,10 +21,10 @@ import sqlglot
 from sqlglot import exp
 
 from dpsql.config import load_policy
+from dpsql.guarantee.bounding import SplitCopy, WeightedCopy
+from dpsql.guarantee.measures import Histogram
 from dpsql.session import Session
-from dpsql.sql.bounding import SplitCopy, WeightedCopy
 from dpsql.sql.classify import classify
-from dpsql.sql.measures import Histogram
 from dpsql.sql.rewrite import rewrite
 
 from .conftest import make_db, write_policy
@@ -268,7 +268,7 @@ def _render_copies(sessions) -> dict[str, str]:
 
 
 def test_weighted_copy_sql_matches_the_golden_fixtures(sessions):
-    """The SQL each engine runs to build a weighted copy, whose __dpsql_w (sql/bounding.py's
+    """The SQL each engine runs to build a weighted copy, whose __dpsql_w (guarantee/bounding.py's
     row_weight) carries the total bound: integer division of a BIGINT in every dialect."""
     got = _render_copies(sessions)
     _matches_the_fixtures(got)

@@ -10,9 +10,9 @@ import pytest
 
 from dpsql.accounting.cost import Cost
 from dpsql.engines.base import ResultSet
-from dpsql.guard import ReleaseRefused, check
-from dpsql.mechanisms import Noise
-from dpsql.release import release
+from dpsql.guarantee.guard import ReleaseRefused, check
+from dpsql.guarantee.mechanisms import Noise
+from dpsql.guarantee.release import release
 from dpsql.session import answer_cache
 from dpsql.sql.classify import classify
 

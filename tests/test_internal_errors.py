@@ -13,11 +13,11 @@ import psycopg
 import pytest
 
 from dpsql.config import load_policy
-from dpsql.server import copyout
 from dpsql.server.catalog import Catalog
 from dpsql.server.listener import Server
-from dpsql.server.scram import make_verifier
 from dpsql.server.throttle import LoginThrottle
+from dpsql.server.wire import copyout
+from dpsql.server.wire.scram import make_verifier
 from dpsql.session import Session
 
 from .server_fixture import PASSWORD, Serve

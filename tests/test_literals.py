@@ -11,9 +11,9 @@ from sqlglot import exp
 
 import dpsql
 from dpsql.errors import DataError
-from dpsql.session import bind_parameters
 from dpsql.sql.classify import classify
 from dpsql.sql.literals import check_literals
+from dpsql.sql.parameters import bind_parameters
 
 # (DuckDB column type, PostgreSQL type, the string compared with it)
 INPUTS = [
@@ -184,11 +184,11 @@ def test_pgjdbc_set_date_is_read_as_its_date(hospital):
     """pgjdbc's setDate sends an untyped '2024-01-31 +01' (a date with its zone): decoded, it is
     a string DuckDB reads as that date, so the filter means what PostgreSQL means; DuckDB reads
     the raw form as nothing, which the literal check would refuse."""
-    from dpsql.server import codec
+    from dpsql.server.wire import types, values
 
-    assert codec.decode_param(b"2024-01-31 +01", 0, 0) == "2024-01-31 00:00:00+01"
-    assert codec.decode_param(b"2024-01-31 -05:30", codec.DATE, 0) == datetime.date(2024, 1, 31)
-    assert codec.decode_param(b"2024-01-31 +01 x", 0, 0) == "2024-01-31 +01 x"  # anything else as sent
+    assert values.decode_param(b"2024-01-31 +01", 0, 0) == "2024-01-31 00:00:00+01"
+    assert values.decode_param(b"2024-01-31 -05:30", types.DATE, 0) == datetime.date(2024, 1, 31)
+    assert values.decode_param(b"2024-01-31 +01 x", 0, 0) == "2024-01-31 +01 x"  # anything else as sent
     session = hospital.connection.session
     filtered = "SELECT COUNT(*) FROM visits WHERE visit_date >= $1"
 
@@ -199,6 +199,6 @@ def test_pgjdbc_set_date_is_read_as_its_date(hospital):
     plain = exact("2024-01-31")
     assert plain != exact("2024-02-01")  # the filter matters
     for raw in (b"2024-01-31 +01", b"2024-01-31 -05", b"2024-01-31 +05:30"):
-        assert exact(codec.decode_param(raw, 0, 0)) == plain
+        assert exact(values.decode_param(raw, 0, 0)) == plain
     with pytest.raises(dpsql.DataError):
         hospital.execute(filtered.replace("$1", "%s"), ["2024-01-31 +01"])  # the raw form, decoded by no one

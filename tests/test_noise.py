@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from dpsql.calibration import calibrate
-from dpsql.mechanisms import PARALLEL_DRAWS, Noise, sample, selection_threshold
+from dpsql.guarantee.calibration import calibrate
+from dpsql.guarantee.mechanisms import PARALLEL_DRAWS, Noise, sample, selection_threshold
 from dpsql.sql.classify import classify
 from dpsql.sql.rewrite import rewrite
 
@@ -217,7 +217,7 @@ def test_calibration_splits_epsilon_across_measures(session):
 def test_released_rows_sort_by_key_values_alone_in_the_one_order(rows, mixed):
     """The fast path (one type per key column) sorts exactly as key_order does; mixed columns
     (None among integers, or integers among strings) take key_order itself."""
-    from dpsql.release import _sort_by_keys, key_order
+    from dpsql.guarantee.release import _sort_by_keys, key_order
 
     if mixed and rows:
         rows = rows + [("x", 1.5)]

@@ -37,7 +37,7 @@ def test_per_unit_aggregates_skip_nulls(hospital):
     truth = (
         duckdb.connect()
         .execute(
-            f"SELECT AVG(a) FROM (SELECT patient_id, AVG(CASE WHEN cost > 5000 THEN LEAST(cost, 10000) END) AS a "
+            f"SELECT AVG(a) FROM (SELECT patient_id, AVG(CASE WHEN cost > 5000 THEN LEAST(cost, 50000) END) AS a "
             f"FROM '{SAMPLE / 'visits.parquet'}' GROUP BY 1) WHERE a IS NOT NULL"
         )
         .fetchone()[0]

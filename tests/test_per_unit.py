@@ -19,7 +19,7 @@ def test_per_unit_average_covers_the_bounded_truth(hospital):
     truth = (
         duckdb.connect()
         .execute(
-            f"SELECT AVG(s * LEAST(1, {R} / n)) FROM (SELECT patient_id, SUM(LEAST(GREATEST(cost, 0), 10000)) AS s, "
+            f"SELECT AVG(s * LEAST(1, {R} / n)) FROM (SELECT patient_id, SUM(LEAST(GREATEST(cost, 0), 50000)) AS s, "
             f"COUNT(cost) AS n FROM '{VISITS}' GROUP BY patient_id)"
         )
         .fetchone()[0]

@@ -12,8 +12,8 @@ import pytest
 
 from dpsql.config import load_policy
 from dpsql.errors import PolicyError
+from dpsql.guarantee.bounding import SplitCopy, WeightedCopy
 from dpsql.session import Session
-from dpsql.sql.bounding import SplitCopy, WeightedCopy
 from dpsql.sql.classify import classify
 
 from .backends import READER, SAMPLE, SCRATCH, allow_scratch, load_into_postgres, postgres_policy
@@ -149,7 +149,7 @@ def test_the_scratch_role_is_not_the_reader(clinic, tmp_path):
 
 
 def test_the_row_weight_is_exact_integer_floor_on_duckdb_and_postgres(clinic):
-    """sql/bounding.py's row_weight, as each engine generates it, is floor(C 2^b / max(N, C))
+    """guarantee/bounding.py's row_weight, as each engine generates it, is floor(C 2^b / max(N, C))
     exactly, up to the largest limit whose C 2^b fits a BIGINT (no float rounding upward, no
     overflow); a larger limit is refused before any SQL is built."""
     import duckdb
@@ -157,8 +157,8 @@ def test_the_row_weight_is_exact_integer_floor_on_duckdb_and_postgres(clinic):
 
     from dpsql.engines.pg_total import lower_for_postgres
     from dpsql.errors import OperationalError
+    from dpsql.guarantee.bounding import BIGINT_MAX, row_weight
     from dpsql.sql import build as b
-    from dpsql.sql.bounding import BIGINT_MAX, row_weight
 
     bits = 10
     largest = BIGINT_MAX >> bits

@@ -20,8 +20,8 @@ from sqlglot import exp
 from dpsql.config import load_policy
 from dpsql.engines import open_engine
 from dpsql.errors import Error
+from dpsql.guarantee.plan import Plan
 from dpsql.prepare import plan_query
-from dpsql.sql.analyze import Plan
 from dpsql.sql.classify import classify
 from dpsql.sql.frozen import TreeMap, Trees
 

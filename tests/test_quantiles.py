@@ -79,7 +79,7 @@ def test_median_is_accurate_and_its_interval_covers(hospital):
 def test_quantiles_of_heavy_units_and_refusals(hospital):
     hospital.execute("SELECT diagnosis, MEDIAN(cost), MAX(length_of_stay) FROM visits GROUP BY diagnosis")
     rows = hospital.fetchall()
-    assert len(rows) == 12 and all(0 <= r[1] <= 10000 and 0 <= r[2] <= 30 for r in rows)
+    assert len(rows) == 12 and all(0 <= r[1] <= 50000 and 0 <= r[2] <= 30 for r in rows)
     nulls = 0
     for _ in range(30):  # nothing there: NULL, as in SQL, unless the noise alone clears the level
         hospital.execute("SELECT MEDIAN(age) FROM patients WHERE age > 500")

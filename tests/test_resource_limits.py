@@ -262,6 +262,31 @@ def test_the_watchdog_interrupts_only_what_outlives_it_and_rests_when_idle(monke
         dog.close()
 
 
+def test_queries_in_a_row_do_not_wake_the_watchdog_each_and_are_still_timed():
+    """The thread sleeps until the earliest deadline it saw; a query registered meanwhile (a later
+    deadline) does not wake it: 200 quick queries in a row wake it a few times, not 200; a query
+    that outlives its timeout after them is still interrupted."""
+    import time
+
+    from dpsql.engines import watchdog
+
+    dog = watchdog.Watchdog(0.5)
+    interrupted = []
+    try:
+        for _ in range(200):
+            with dog.timed(lambda: interrupted.append("quick")):
+                pass
+        assert dog.wakeups < 20 and interrupted == []
+        with dog.timed(lambda: interrupted.append("slow")) as expired:
+            start = time.monotonic()
+            while not expired():
+                assert time.monotonic() - start < 10.0
+                time.sleep(0.005)
+        assert time.monotonic() - start >= 0.4 and interrupted == ["slow"]
+    finally:
+        dog.close()
+
+
 def test_the_watchdog_holds_no_interrupt_once_its_query_ends_and_close_waits_for_it():
     """A server aborted at exit ("terminate called ... exception not rethrown"): the watchdog's
     thread still held the last query's interrupt, a bound method of a DuckDB cursor, and dropped

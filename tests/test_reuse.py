@@ -192,7 +192,7 @@ def test_an_ungrouped_unfiltered_query_reads_the_copys_totals_of_the_current_dat
     """COUNT(*) with no filter or GROUP BY reads the weighted copy's stored totals (built with
     the copy, as DuckDB answers COUNT(*) from its statistics): the values are those of the scan
     it replaces, and a change of the data rebuilds them with the copy."""
-    from dpsql.sql.bounding import WeightedCopy
+    from dpsql.guarantee.bounding import WeightedCopy
     from dpsql.sql.rewrite import rewrite
 
     s = _session(tmp_path)

@@ -19,10 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dpsql.config import load_policy
-from dpsql.empty_groups import with_empty_groups
+from dpsql.guarantee.bounding import L2Clip, SplitCopy, TotalCap, WeightedCopy
+from dpsql.guarantee.empty_groups import with_empty_groups
 from dpsql.session import Session
 from dpsql.session.bounded import key_domain
-from dpsql.sql.bounding import L2Clip, SplitCopy, TotalCap, WeightedCopy
 from dpsql.sql.classify import classify
 from dpsql.sql.rewrite import rewrite
 

@@ -16,12 +16,12 @@ import duckdb
 import numpy as np
 import pytest
 
-from dpsql import guard
 from dpsql.accounting.cost import Cost
 from dpsql.config import load_policy
 from dpsql.engines.base import ResultSet
 from dpsql.errors import BudgetExceeded, Error, PolicyError
-from dpsql.mechanisms import Noise
+from dpsql.guarantee import guard
+from dpsql.guarantee.mechanisms import Noise
 from dpsql.session import Session
 from dpsql.synopses import publish as pub
 from dpsql.synopses import reconstruct, store, strategy
@@ -581,7 +581,7 @@ def test_intervals_cover_the_truth_through_least_squares_and_non_negativity_fpr_
     route's, from the estimator's variance) misses the truth in at most as many runs as a
     Binomial(120, 1 - confidence) exceeds with probability 1e-6 / 12 (union bound over the 12:
     a false positive at most once in a million runs)."""
-    from dpsql.mechanisms import add_noise, laplace_scale
+    from dpsql.guarantee.mechanisms import add_noise, laplace_scale
     from dpsql.synopses.route import _half
 
     sizes = (3, 2, 4)

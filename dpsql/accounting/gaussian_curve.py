@@ -9,7 +9,7 @@ N_Z(Δ, σ²), which Canonne, Kamath and Steinke (2020, Thm. 7) write as
 and which covers every shift |x - x'| <= Δ. At equal (ε, δ) it needs about 7-10 % less noise
 than the zCDP route. Filters that compose releases as (ε, δ) pairs (basic, advanced,
 whitehouse) therefore calibrate a one-coordinate Gaussian release by this curve
-(`calibration.py`); filters that add up ρ or μ keep the zCDP calibration, which is what
+(`guarantee/calibration.py`); filters that add up ρ or μ keep the zCDP calibration, which is what
 they charge.
 
 Every value here is an upper bound on the true δ: small σ by summing the distribution

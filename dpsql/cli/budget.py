@@ -13,8 +13,8 @@ from ..accounting.cost import Cost, Part, show
 from ..accounting.filters import FILTERS, make_filter, simulate
 from ..config import default_reserve, exact, load_policy
 from ..errors import Error, invalid_parameter
+from ..guarantee.mechanisms import rho_for
 from ..ledger import failure_of, failure_text, open_ledger
-from ..mechanisms import rho_for
 from ..session import budget_summary
 from .common import (
     _fail,

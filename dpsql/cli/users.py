@@ -11,7 +11,7 @@ import click
 from ..config import load_policy
 from ..errors import Error, invalid_parameter
 from ..ledger import open_ledger
-from ..server.scram import make_verifier
+from ..server.wire.scram import make_verifier
 from .common import (
     _fail,
     _ledger,

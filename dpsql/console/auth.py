@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from starlette.requests import Request
 
 from ..errors import Error
-from ..server.scram import Verifier, password_matches
+from ..server.wire.scram import Verifier, password_matches
 from ..session import Session
 from .logins import Login, TooManyLogins
 from .web import address, blocking, console, log

@@ -73,7 +73,7 @@ class Capabilities:
     overlaps_admission: bool = False
     execute_reused: bool = False  # execute_reused(sql, scope[, stop]): exact results kept per data version
     # weighted_copy(table, unit, limit, bits, sums, per_unit) -> a relation name holding the
-    # table's rows with __dpsql_n (rows of the unit) and __dpsql_w (sql/bounding.py's
+    # table's rows with __dpsql_n (rows of the unit) and __dpsql_w (guarantee/bounding.py's
     # row_weight), kept per data version. Engines without it bound contributions with a
     # per-unit aggregation instead.
     weighted_copy: bool = False

@@ -3,7 +3,7 @@ built by a second role in a scratch schema, so that the role running analyst-der
 stays read-only.
 
 A weighted table holds a private table's rows with __dpsql_n (the rows of the row's unit in the
-whole table) and __dpsql_w = floor(limit * 2^bits / max(__dpsql_n, limit)) (sql/bounding.py's
+whole table) and __dpsql_w = floor(limit * 2^bits / max(__dpsql_n, limit)) (guarantee/bounding.py's
 row_weight), built in one statement, so both come from one snapshot: the weights always match
 the rows they weight. Bounded queries then read only the weighted table (whole, or split by
 __dpsql_n), never the live table, so a result is a function of one snapshot. It is rebuilt when
@@ -26,8 +26,8 @@ from typing import Any, Callable, Mapping
 from sqlglot import exp
 
 from ..errors import OperationalError, PolicyError
+from ..guarantee.bounding import unit_rows, weighted_rows
 from ..sql import build as b
-from ..sql.bounding import unit_rows, weighted_rows
 from .base import quote
 from .pg_total import lower_for_postgres
 
@@ -37,7 +37,7 @@ PREFIX = "__dpsql_w_"
 
 def build_sql(target: str, schema: str, table: str, unit: str, limit: int, bits: int) -> str:
     """The statement that builds weighted table `target` from `schema`.`table` in one snapshot:
-    sql/bounding.py's weighted rows, lowered for PostgreSQL (its integer division is `/` of
+    guarantee/bounding.py's weighted rows, lowered for PostgreSQL (its integer division is `/` of
     integers; DIV() would compute in NUMERIC)."""
     source = exp.Table(this=exp.to_identifier(table, quoted=True), db=exp.to_identifier(schema, quoted=True))
     rows = weighted_rows(source, b.subquery(unit_rows(source, unit), "u"), unit, limit, bits)

@@ -37,8 +37,8 @@ from sqlglot import exp
 
 from ..config import Policy, check_against_schema
 from ..errors import OperationalError, PolicyError, unsupported
+from ..guarantee.bounding import unit_rows, weighted_rows
 from ..sql import build as b
-from ..sql.bounding import unit_rows, weighted_rows
 from ..sql.build import dtype
 from .base import (
     ENGINE_FAILURE_HINT,
@@ -278,7 +278,7 @@ class SparkEngine(Engine):
         per_unit: Mapping[str, str] | None = None,
     ) -> str:
         """The rows of `table` with __dpsql_n (its unit's rows in the whole table) and
-        __dpsql_w (sql/bounding.py's row_weight), as of the current data version:
+        __dpsql_w (guarantee/bounding.py's row_weight), as of the current data version:
         written once per version as Parquet in the private scratch directory (see the module's
         docstring), under a view name no policy table has."""
         name = "__dpsql_w_" + hashlib.sha256(repr((table, limit, bits)).encode()).hexdigest()[:12]
@@ -356,7 +356,7 @@ class SparkEngine(Engine):
 
 
 def copy_sql(table: str, unit: str, limit: int, bits: int) -> str:
-    """The query whose rows a weighted copy holds: sql/bounding.py's weighted rows in Spark's
+    """The query whose rows a weighted copy holds: guarantee/bounding.py's weighted rows in Spark's
     SQL (one job reads the source twice: the rows, the counts)."""
     source = b.table(table, quote=True)
     return weighted_rows(source, b.subquery(unit_rows(source, unit), "u"), unit, limit, bits).sql(dialect="spark")

@@ -2,8 +2,11 @@
 engine, asleep until the earliest deadline, interrupts what outlives it.
 
 Every query gets the same timeout, so a new deadline is never earlier than those already
-waiting: registering one wakes the thread only when nothing was waiting. A query costs a lock,
-a dict entry and, at most, one notify; no thread or timer is started per query.
+waiting: registering one wakes the thread only when it sleeps without a deadline, or until a
+later one. While queries follow one another, the thread sleeps until the earliest deadline it
+last saw (a query since finished, perhaps), then until the next: one wake per timeout period,
+not one per query. A query costs a lock and a dict entry; no thread or timer is started per
+query.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ class Watchdog:
         self._due: dict[int, tuple[float, Callable[[], None]]] = {}  # in registration order: earliest first
         self._expired: set[int] = set()
         self._thread: threading.Thread | None = None
+        self._wakes_at: float | None = None  # when the thread's sleep ends (None: no deadline)
+        self.wakeups = 0  # times the thread woke (tests/test_resource_limits.py counts them)
         self._pid = os.getpid()
 
     @contextlib.contextmanager
@@ -47,8 +52,9 @@ class Watchdog:
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(target=self._run, name="dpsql-statement-timeout", daemon=True)
                 self._thread.start()
-            self._due[token] = (time.monotonic() + self.seconds, interrupt)
-            if len(self._due) == 1:
+            deadline = time.monotonic() + self.seconds
+            self._due[token] = (deadline, interrupt)
+            if self._wakes_at is None or self._wakes_at > deadline:
                 self._cond.notify()
         try:
             yield lambda: token in self._expired
@@ -62,13 +68,16 @@ class Watchdog:
             while not self._closed:
                 self._interrupt_expired()
                 first = next(iter(self._due.values()), None)
+                self._wakes_at = None if first is None else first[0]
                 wait = None if first is None else max(first[0] - time.monotonic(), 0.001)
                 del first  # no interrupt (a bound method of an engine's cursor) is held while asleep
                 if wait is None and not self._cond.wait(IDLE_EXIT) and not self._due:
                     break  # nothing to time for a while (an engine nobody closed, say): the next query starts one
                 if wait is not None:
                     self._cond.wait(wait)
+                self.wakeups += 1
             self._thread = None
+            self._wakes_at = None
 
     def _interrupt_expired(self) -> None:
         """Interrupt what has outlived its deadline (under the lock). A function of its own so

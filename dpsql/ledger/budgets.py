@@ -112,7 +112,7 @@ def lifetime_filter(budget: BudgetPolicy) -> Filter | None:
 @dataclass(frozen=True)
 class Charge:
     """The receipt of a charge the filters admitted, written in its transaction, and required
-    by the release guard (dpsql/guard.py) before any noisy value is drawn; nothing drawn leaves
+    by the release guard (dpsql/guarantee/guard.py) before any noisy value is drawn; nothing drawn leaves
     before that transaction is durable (PendingCharge.durable)."""
 
     id: int

@@ -21,12 +21,14 @@ from ..errors import Error, InternalError
 from ..session import Result, Session
 from ..sql.classify import first_word, split_statements, without_leading_comments
 from ..sql.route import Entry, Kind, Routed, word_kind
-from . import codec, copyout, resets
+from . import resets
 from .catalog import is_catalog_query
 from .cursors import Cursors
 from .login import Login
-from .messages import Answer, Messages, Portal, Prepared
+from .messages import Messages
 from .transport import Transport, _peer
+from .wire import codec, copyout, types
+from .wire.extended import Answer, Portal, Prepared
 
 if TYPE_CHECKING:
     from .listener import Server
@@ -131,7 +133,7 @@ class Connection(Transport, Login, Messages):
     def _answer_session(self, result: Result) -> Answer:
         fields = None
         if result.names:
-            fields = [codec.Field(n, codec.oid_of(t)) for n, t in zip(result.names, result.types)]
+            fields = [codec.Field(n, types.oid_of(t)) for n, t in zip(result.names, result.types)]
         notices = [] if result.dp is None else _notices(result.dp)
         return Answer(fields, result.rows, result.status, notices)
 
@@ -267,7 +269,7 @@ class Connection(Transport, Login, Messages):
     def _signal(self, routed: Routed, params: list[Any] | None) -> Answer:
         # pgAdmin's Query Tool cancels through another connection of the same analyst
         return Answer(
-            [codec.Field("pg_cancel_backend", codec.BOOL)], [(self._cancel_backend(int(routed.detail[1])),)], "SELECT 1"
+            [codec.Field("pg_cancel_backend", types.BOOL)], [(self._cancel_backend(int(routed.detail[1])),)], "SELECT 1"
         )
 
     def _catalog(self, routed: Routed, params: list[Any] | None) -> Answer:
@@ -372,7 +374,7 @@ class Connection(Transport, Login, Messages):
         described = self.session.describe(routed, params)
         if described is None:
             return None
-        return [codec.Field(n, codec.oid_of(t)) for n, t in zip(*described)]
+        return [codec.Field(n, types.oid_of(t)) for n, t in zip(*described)]
 
     # Simple query --------------------------------------------------------------------------
     # Extended query ------------------------------------------------------------------------

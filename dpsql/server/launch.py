@@ -15,8 +15,8 @@ from ..config import Policy, load_policy
 from ..errors import invalid_parameter
 from ..ledger import Ledger
 from .listener import Limits, Server, tls_context
-from .scram import make_verifier
 from .throttle import LoginThrottle
+from .wire.scram import make_verifier
 from .worker_link import WorkerLink
 
 

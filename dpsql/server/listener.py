@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import os
 import secrets
 import signal
@@ -113,6 +114,7 @@ class Server:
         await self.start()
         for service in self.services:
             await service.start()
+        settle_heap()
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         # A worker stops on SIGTERM from its supervisor; Ctrl-C goes to the supervisor alone.
@@ -208,6 +210,15 @@ class Server:
         conn = self.connections.get(pid)
         if conn is not None and secrets.compare_digest(struct.pack("!i", conn.key), struct.pack("!i", key)):
             conn.cancel()
+
+
+def settle_heap() -> None:
+    """Move what start-up allocated (modules, the catalog, the policy) out of the garbage
+    collector's view: a full collection otherwise walks it all, a pause of 50-150 ms in which
+    every connection waits (the tail of a 32-client load). Collected first, so only live
+    objects are kept."""
+    gc.collect()
+    gc.freeze()
 
 
 def tls_context(cert: str, key: str) -> ssl.SSLContext:

@@ -10,10 +10,12 @@ import struct
 from .. import __version__
 from ..errors import Error
 from ..session import Session
-from . import codec
-from .scram import ScramError, ScramServer, Verifier
+from ..session.setting_table import REPORTED
 from .throttle import Verdict
 from .transport import log
+from .wire import codec
+from .wire.codes import Authentication, Frontend, Startup
+from .wire.scram import ScramError, ScramServer, Verifier
 
 _DUMPERS = ("pg_dump", "pg_dumpall")
 _NO_DUMP = (
@@ -65,29 +67,29 @@ class Login:
                 if not await self._claim_pending():
                     return False
             code = struct.unpack("!i", body[:4])[0]
-            if code in (codec.SSL_REQUEST, codec.GSSENC_REQUEST):
+            if code in (Startup.SSL_REQUEST, Startup.GSSENC_REQUEST):
                 negotiations += 1
                 if negotiations > 2:  # answered forever, they would keep a connection looking active
                     raise codec.ProtocolError("too many encryption requests")
-            if code == codec.SSL_REQUEST:
+            if code == Startup.SSL_REQUEST:
                 if self.server.tls is None or self.tls:
-                    self.send(b"N")
+                    self.send(Startup.ENCRYPTION_REFUSED)
                     continue
-                self.send(b"S")
+                self.send(Startup.ENCRYPTION_ACCEPTED)
                 self._handshaking = True
                 await self.flush()
                 await self.writer.start_tls(self.server.tls)
                 self.tls, self._handshaking = True, False
                 continue
-            if code == codec.GSSENC_REQUEST:
-                self.send(b"N")
+            if code == Startup.GSSENC_REQUEST:
+                self.send(Startup.ENCRYPTION_REFUSED)
                 continue
-            if code == codec.CANCEL_REQUEST:
+            if code == Startup.CANCEL_REQUEST:
                 if len(body) >= 12:
                     pid, key = struct.unpack("!ii", body[4:12])
                     self.server.cancel(pid, key)
                 return False
-            if code != codec.PROTOCOL_3:
+            if code != Startup.PROTOCOL_3:
                 self.send(codec.error_response("0A000", "unsupported frontend protocol", severity="FATAL"))
                 await self.flush()
                 return False
@@ -115,27 +117,18 @@ class Login:
             self.send(codec.error_response(e.sqlstate, e.message, e.hint, severity="FATAL"))
             await self.flush()
             return False
-        self.send(codec.message(b"R", codec.int32(0)))
+        self.send(codec.authentication(Authentication.OK))
         app = params.get("application_name", "")
         if app:
             self.session.settings.client["application_name"] = app
-        for name, value in (
-            ("application_name", app),
-            ("client_encoding", "UTF8"),
-            ("DateStyle", "ISO, MDY"),
-            ("default_transaction_read_only", "on"),
-            ("in_hot_standby", "off"),
-            ("integer_datetimes", "on"),
-            ("IntervalStyle", "postgres"),
-            ("is_superuser", "off"),
-            ("server_encoding", "UTF8"),
-            ("server_version", f"15.0 (dpsql {__version__})"),
-            ("session_authorization", self.user),
-            ("standard_conforming_strings", "on"),
-            ("TimeZone", "UTC"),
-        ):
-            self.send(codec.parameter_status(name, value))
-        self.send(codec.message(b"K", codec.int32(self.pid) + codec.int32(self.key)))
+        told = {
+            "application_name": app,
+            "server_version": f"15.0 (dpsql {__version__})",
+            "session_authorization": self.user,
+        }
+        for st in REPORTED:  # the settings PostgreSQL reports, as this session has them
+            self.send(codec.parameter_status(st.reported_as or st.name, told.get(st.name, st.default or "")))
+        self.send(codec.backend_key_data(self.pid, self.key))
         self.send(codec.ready("I"))
         await self.flush()
         return True
@@ -163,7 +156,7 @@ class Login:
         if not verdict.ok:
             await self._refuse(verdict)
             return False
-        self.send(codec.message(b"R", codec.int32(12) + final.encode()))
+        self.send(codec.authentication(Authentication.SASL_FINAL, final.encode()))
         return True
 
     async def _refuse(self, verdict: Verdict) -> None:
@@ -196,11 +189,11 @@ class Login:
             except ValueError:
                 creds = None
         scram = ScramServer(verifier)
-        self.send(codec.message(b"R", codec.int32(10) + codec.cstr("SCRAM-SHA-256") + b"\0"))
+        self.send(codec.authentication(Authentication.SASL, codec.cstr("SCRAM-SHA-256") + b"\0"))
         await self.flush()
         try:
             kind, body = await self.read_message()
-            if kind != b"p":
+            if kind != Frontend.SASL_RESPONSE:
                 raise ScramError("expected a SASL response")
             r = codec.Reader(body)
             mechanism = r.cstring()
@@ -208,10 +201,10 @@ class Login:
                 raise ScramError("unsupported SASL mechanism")
             n = r.int32()
             first = r.bytes(n).decode("utf-8")
-            self.send(codec.message(b"R", codec.int32(11) + scram.first(first).encode()))
+            self.send(codec.authentication(Authentication.SASL_CONTINUE, scram.first(first).encode()))
             await self.flush()
             kind, body = await self.read_message()
-            if kind != b"p":
+            if kind != Frontend.SASL_RESPONSE:
                 raise ScramError("expected a SASL response")
             final = scram.final(body.decode("utf-8"))
         except ScramError:

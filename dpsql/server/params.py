@@ -13,7 +13,7 @@ import sqlglot
 from sqlglot import exp
 
 from ..sql.classify import spaced_parameters
-from . import codec
+from .wire import types
 
 _COMPARISONS = (
     exp.EQ,
@@ -32,46 +32,46 @@ _COMPARISONS = (
     exp.Div,
 )
 _CASTS = {
-    "int": codec.INT4,
-    "integer": codec.INT4,
-    "int4": codec.INT4,
-    "bigint": codec.INT8,
-    "int8": codec.INT8,
-    "smallint": codec.INT2,
-    "int2": codec.INT2,
-    "text": codec.TEXT,
-    "varchar": codec.VARCHAR,
-    "character varying": codec.VARCHAR,
-    "double precision": codec.FLOAT8,
-    "float": codec.FLOAT8,
-    "float8": codec.FLOAT8,
-    "real": codec.FLOAT4,
-    "float4": codec.FLOAT4,
-    "numeric": codec.NUMERIC,
-    "decimal": codec.NUMERIC,
-    "boolean": codec.BOOL,
-    "bool": codec.BOOL,
-    "date": codec.DATE,
-    "timestamp": codec.TIMESTAMP,
-    "timestamp without time zone": codec.TIMESTAMP,
-    "timestamptz": codec.TIMESTAMPTZ,
-    "timestamp with time zone": codec.TIMESTAMPTZ,
-    "time": codec.TIME,
-    "interval": codec.INTERVAL,
-    "uuid": codec.UUID,
-    "json": codec.JSON,
-    "jsonb": codec.JSONB,
-    "bytea": codec.BYTEA,
-    "oid": codec.OID,
-    "regclass": codec.REGCLASS,
-    "regtype": codec.REGTYPE,
-    "regproc": codec.REGPROC,
-    "regnamespace": codec.REGNAMESPACE,
-    "name": codec.NAME,
-    '"char"': codec.CHAR,
-    "char": codec.BPCHAR,
-    "character": codec.BPCHAR,
-    "bpchar": codec.BPCHAR,
+    "int": types.INT4,
+    "integer": types.INT4,
+    "int4": types.INT4,
+    "bigint": types.INT8,
+    "int8": types.INT8,
+    "smallint": types.INT2,
+    "int2": types.INT2,
+    "text": types.TEXT,
+    "varchar": types.VARCHAR,
+    "character varying": types.VARCHAR,
+    "double precision": types.FLOAT8,
+    "float": types.FLOAT8,
+    "float8": types.FLOAT8,
+    "real": types.FLOAT4,
+    "float4": types.FLOAT4,
+    "numeric": types.NUMERIC,
+    "decimal": types.NUMERIC,
+    "boolean": types.BOOL,
+    "bool": types.BOOL,
+    "date": types.DATE,
+    "timestamp": types.TIMESTAMP,
+    "timestamp without time zone": types.TIMESTAMP,
+    "timestamptz": types.TIMESTAMPTZ,
+    "timestamp with time zone": types.TIMESTAMPTZ,
+    "time": types.TIME,
+    "interval": types.INTERVAL,
+    "uuid": types.UUID,
+    "json": types.JSON,
+    "jsonb": types.JSONB,
+    "bytea": types.BYTEA,
+    "oid": types.OID,
+    "regclass": types.REGCLASS,
+    "regtype": types.REGTYPE,
+    "regproc": types.REGPROC,
+    "regnamespace": types.REGNAMESPACE,
+    "name": types.NAME,
+    '"char"': types.CHAR,
+    "char": types.BPCHAR,
+    "character": types.BPCHAR,
+    "bpchar": types.BPCHAR,
 }
 # `$n::type` as written, read from the text (sqlglot reads neither `::OID[]` nor `::"char"`).
 _PARAMETER_CAST = re.compile(
@@ -90,7 +90,7 @@ def cast_types(sql: str) -> dict[int, int]:
         name = " ".join(m.group("type").lower().split())
         oid = _CASTS.get(name)
         if oid is not None:
-            out.setdefault(int(m.group("n")), codec.array_of(oid) if m.group("array") else oid)
+            out.setdefault(int(m.group("n")), types.array_of(oid) if m.group("array") else oid)
     return out
 
 
@@ -103,7 +103,7 @@ def infer_parameter_types(sql: str, schema: Mapping[str, Mapping[str, str]]) -> 
     except (sqlglot.errors.ParseError, sqlglot.errors.TokenError):
         tree = None
     if tree is None:
-        return [casts.get(i + 1, codec.TEXT) for i in range(max(casts, default=0))]
+        return [casts.get(i + 1, types.TEXT) for i in range(max(casts, default=0))]
     columns: dict[str, str] = {}
     for cols in schema.values():
         for name, dtype in cols.items():
@@ -111,12 +111,12 @@ def infer_parameter_types(sql: str, schema: Mapping[str, Mapping[str, str]]) -> 
     holders = [n for n in tree.walk() if isinstance(n, exp.Parameter) and isinstance(n.this, exp.Literal)]
     if not holders and not casts:
         return []
-    types = [codec.TEXT] * max([int(h.this.this) for h in holders] + list(casts))
+    oids = [types.TEXT] * max([int(h.this.this) for h in holders] + list(casts))
     for h in holders:
-        types[int(h.this.this) - 1] = _infer(h, columns)
+        oids[int(h.this.this) - 1] = _infer(h, columns)
     for n, oid in casts.items():
-        types[n - 1] = oid
-    return types
+        oids[n - 1] = oid
+    return oids
 
 
 def _infer(node: exp.Expression, columns: Mapping[str, str]) -> int:
@@ -126,18 +126,18 @@ def _infer(node: exp.Expression, columns: Mapping[str, str]) -> int:
     if isinstance(parent, exp.Cast):
         to = parent.to
         if to.is_type(exp.DataType.Type.ARRAY) and to.expressions:
-            return codec.array_of(_CASTS.get(to.expressions[0].sql(dialect="postgres").lower(), codec.TEXT))
-        return _CASTS.get(to.sql(dialect="postgres").lower(), codec.TEXT)
+            return types.array_of(_CASTS.get(to.expressions[0].sql(dialect="postgres").lower(), types.TEXT))
+        return _CASTS.get(to.sql(dialect="postgres").lower(), types.TEXT)
     if isinstance(parent, exp.Anonymous) and _ADVISORY.match(parent.name.lower()):
-        return codec.INT8 if len(parent.expressions) == 1 else codec.INT4
+        return types.INT8 if len(parent.expressions) == 1 else types.INT4
     if isinstance(parent, (exp.Limit, exp.Offset)):
-        return codec.INT8
+        return types.INT8
     if isinstance(parent, exp.Any):
-        return codec.array_of(_infer(parent, columns))
+        return types.array_of(_infer(parent, columns))
     if isinstance(parent, _COMPARISONS):
         for col in parent.find_all(exp.Column):
             dtype = columns.get(col.name.lower())
             if dtype is not None:
-                oid = codec.oid_of(dtype)
-                return codec.FLOAT8 if oid == codec.NUMERIC else oid
-    return codec.TEXT
+                oid = types.oid_of(dtype)
+                return types.FLOAT8 if oid == types.NUMERIC else oid
+    return types.TEXT

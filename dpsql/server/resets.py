@@ -15,21 +15,21 @@ from dataclasses import dataclass
 
 from ..errors import Error, unsupported
 from ..sql.classify import identifier, without_leading_comments
-from . import codec
+from .wire import types
 
 # Advisory-lock functions and the type of what they return (void, or whether the lock was taken or released).
 _ADVISORY = {
-    "pg_advisory_lock": codec.VOID,
-    "pg_advisory_lock_shared": codec.VOID,
-    "pg_advisory_xact_lock": codec.VOID,
-    "pg_advisory_xact_lock_shared": codec.VOID,
-    "pg_advisory_unlock_all": codec.VOID,
-    "pg_advisory_unlock": codec.BOOL,
-    "pg_advisory_unlock_shared": codec.BOOL,
-    "pg_try_advisory_lock": codec.BOOL,
-    "pg_try_advisory_lock_shared": codec.BOOL,
-    "pg_try_advisory_xact_lock": codec.BOOL,
-    "pg_try_advisory_xact_lock_shared": codec.BOOL,
+    "pg_advisory_lock": types.VOID,
+    "pg_advisory_lock_shared": types.VOID,
+    "pg_advisory_xact_lock": types.VOID,
+    "pg_advisory_xact_lock_shared": types.VOID,
+    "pg_advisory_unlock_all": types.VOID,
+    "pg_advisory_unlock": types.BOOL,
+    "pg_advisory_unlock_shared": types.BOOL,
+    "pg_try_advisory_lock": types.BOOL,
+    "pg_try_advisory_lock_shared": types.BOOL,
+    "pg_try_advisory_xact_lock": types.BOOL,
+    "pg_try_advisory_xact_lock_shared": types.BOOL,
 }
 # The keys are never evaluated (the answer does not depend on them): literals, parameters, hashtext('name').
 _ADVISORY_CALL = re.compile(
@@ -53,7 +53,7 @@ class Advisory:
 
     @property
     def value(self) -> object:
-        return "" if self.oid == codec.VOID else True
+        return "" if self.oid == types.VOID else True
 
 
 def advisory(sql: str) -> Advisory | None:

@@ -10,7 +10,7 @@ import struct
 import threading
 from typing import Any, Callable
 
-from . import codec
+from .wire import codec
 
 log = logging.getLogger("dpsql.server")
 

@@ -3,12 +3,12 @@ that do each of its steps' work. Front ends import from here."""
 
 from .budget import admits_more, budget_summary
 from .explain import explain_lines
-from .parameters import bind_parameters, to_literal
 from .pipeline import Session
 from .randomized import LocalRelease
 from .released import public_names
 from .result import Result
-from .settings import DP_SETTINGS, default_settings
+from .setting_table import DP_SETTINGS
+from .settings import default_settings
 
 __all__ = [
     "DP_SETTINGS",
@@ -16,10 +16,8 @@ __all__ = [
     "Result",
     "Session",
     "admits_more",
-    "bind_parameters",
     "budget_summary",
     "default_settings",
     "explain_lines",
     "public_names",
-    "to_literal",
 ]

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any, Callable
 from sqlglot import exp
 
 from ..answer_record import Amount, AnswerRecord, MeasureNoise, frozen_ci
-from ..calibration import Calibration
+from ..guarantee.calibration import Calibration
+from ..guarantee.plan import Plan
+from ..guarantee.release import NoisyTable, release
 from ..ledger import Charge, PendingCharge
 from ..plan_cache import Bounded
-from ..release import NoisyTable, release
-from ..sql.analyze import Plan
 from . import answer_cache
 from .bounded import bounded_query, released_groups, run
 from .charging import Stopper, failed

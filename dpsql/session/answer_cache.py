@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
-from .. import guard
 from ..answer_record import Amount, AnswerRecord
 from ..config import Policy
+from ..guarantee import guard
 from ..sql.options import QueryOptions
 from . import settings
 from .result import Result
+from .setting_table import ANSWER_NEUTRAL
 
 if TYPE_CHECKING:
     from .pipeline import Session
@@ -26,7 +27,7 @@ log = logging.getLogger("dpsql")
 
 
 def cache_key(session: Session, tree: exp.Query, options: QueryOptions) -> str:
-    dp = {k: v for k, v in settings.values(session.settings).items() if k not in settings.ANSWER_NEUTRAL}
+    dp = {k: v for k, v in settings.values(session.settings).items() if k not in ANSWER_NEUTRAL}
     text = json.dumps(
         [
             tree.sql(dialect="postgres", normalize=True),

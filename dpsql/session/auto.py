@@ -15,14 +15,14 @@ from sqlglot import exp
 from .. import auto_bounds, auto_correction
 from ..accounting.cost import Cost
 from ..answer_record import AnswerRecord, ChosenBounds
-from ..calibration import Calibration, calibrate, measure_weights
 from ..errors import OperationalError
+from ..guarantee.calibration import Calibration, calibrate, measure_weights
+from ..guarantee.plan import Plan
+from ..guarantee.release import NoisyTable
 from ..ledger import Charge
 from ..plan_cache import Bounded
 from ..prepare import plan_query
-from ..release import NoisyTable
 from ..sql.allowlist import CLOCK_FUNCTIONS
-from ..sql.analyze import Plan
 from ..sql.classify import Query
 from ..sql.options import QueryOptions
 from .answer import answer, noise_detail
@@ -51,11 +51,13 @@ def chosen_per_query(session: Session, plan: Plan, cal: Calibration, options: Qu
     return auto_bounds.ceiling(plan) > 1 or bool(auto_bounds.columns(plan))
 
 
-def explained(session: Session, plan: Plan, cal: Calibration, options: QueryOptions) -> dict[str, Any]:
+def explained(
+    session: Session, plan: Plan, cal: Calibration, options: QueryOptions, tree: exp.Query | None = None
+) -> dict[str, Any]:
     """What EXPLAIN says of limits chosen per query: the profile's and the correction's shares
     of epsilon, and by how much the release's smaller share scales the noise up."""
     if not chosen_per_query(session, plan, cal, options):
-        return {"auto_bounds": None, "auto_correction": None, "auto_release": 1.0}
+        return {"auto_bounds": None, "auto_correction": None, "auto_release": 1.0, "auto_expected": None}
     fix = auto_bounds.correction_share(
         plan, session.settings.mechanism, 1 if (size := domain_size(session, plan)) is None else size
     )
@@ -64,7 +66,55 @@ def explained(session: Session, plan: Plan, cal: Calibration, options: QueryOpti
         "auto_bounds": float(profile) or None,
         "auto_correction": float(fix) or None,
         "auto_release": float(1 / (1 - profile - fix)),
+        "auto_expected": expected(session, plan, cal.cost.epsilon, size, options, tree) if profile else None,
     }
+
+
+def expected(
+    session: Session,
+    plan: Plan,
+    epsilon: Fraction,
+    size: int | None,
+    options: QueryOptions | None = None,
+    tree: exp.Query | None = None,
+) -> dict[str, Any] | None:
+    """The limits and the model's error (`auto_bounds.Choice.describe`) that the profile last
+    released to this analyst for this query, on the current data version, gives at `epsilon`,
+    and (with the query's `tree`) each measure's noise half-width at those limits and the
+    release's share of epsilon: post-processing of a release already charged, so free; None
+    when there is none yet (the bias of chosen limits is unknown until a profile is released)."""
+    top, cols = auto_bounds.ceiling(plan), auto_bounds.columns(plan)
+    groups = 1 if size is None else size
+    key = profile_key(session, plan, cols, top, bool(auto_bounds.profiled_groups(plan, size or 0)))
+    released = None if key is None else session._plans.profile(key)
+    if released is None:
+        return None
+    correct = auto_bounds.corrected(plan, groups)
+    choice = auto_bounds.choose(plan, released, cols, top, epsilon, groups, correct)
+    out = choice.describe().as_dict()  # the JSON form: EXPLAIN shows it, the console too
+    if tree is not None:
+        rest = auto_bounds.release_epsilon(epsilon, correct)
+        at, cal, _ = session._plans.derived(
+            plan,
+            f"chosen {choice.options(QueryOptions())}",
+            lambda: chosen(session, tree, options or QueryOptions(), choice, rest),
+        )
+        confidence = session.settings.confidence
+        out["half_widths"] = {
+            m.describe(): mn.noise.half_width(confidence) * m.unit_scale for m, mn in zip(at.measures, cal.measures)
+        }
+    return out
+
+
+def profile_key(
+    session: Session, plan: Plan, cols: tuple[auto_bounds.Column, ...], top: int, by_group: bool
+) -> tuple | None:
+    """Where a noisy profile is kept for EXPLAIN: per analyst, data version and profile query;
+    None when the profile depends on more than the data (a clock)."""
+    sql, timeless = session._plans.derived(
+        plan, f"profile {by_group}", lambda: prepared_sql(session, auto_bounds.profile_query(plan, cols, top, by_group))
+    )
+    return (session.user.name, session.engine.data_version(), sql) if timeless else None
 
 
 def answer_auto(
@@ -89,6 +139,9 @@ def answer_auto(
     at_rest = calibrate(policy_plan, rest, Fraction(0), s.mechanism, policy_plan.literal_domain_size(), weights)
     by_group = auto_bounds.profiled_groups(policy_plan, len(groups) if groups else 0)  # public
     cost = Cost.of(auto_bounds.parts(epsilon, cols, top, correct, bool(by_group)) + at_rest.cost.parts)
+    # The profile's SQL is built (and kept) before the charge, so that a query it cannot be built
+    # for is refused free; the data version is read before the profile's rows.
+    key = profile_key(session, policy_plan, cols, top, bool(by_group))
     pending = session.ledger.charging(
         session.user.name,
         session.budget_policy,
@@ -104,6 +157,8 @@ def answer_auto(
         profile = auto_bounds.noised(
             profile_rows(session, policy_plan, cols, top, bool(by_group)), cols, top, epsilon, by_group
         )
+        if key is not None:
+            session._plans.put_profile(key, profile)
         choice = auto_bounds.choose(policy_plan, profile, cols, top, epsilon, len(groups) if groups else 1, correct)
         plan, cal, bounded = session._plans.derived(
             policy_plan,

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Sequence
 from ..answer_record import AnswerRecord
 from ..config import Policy
 from ..errors import invalid_parameter, unsupported
+from ..guarantee.plan import Plan
 from ..plan_cache import Bounded
 from ..prepare import plan_query, positive, probability, within_cap
-from ..sql.analyze import Plan, PublicQuery, touches_private
+from ..sql.analyze import PublicQuery, touches_private
 from ..sql.classify import Query, classify
 from ..sql.clock import now as clock_now
 from ..sql.clock import pinned

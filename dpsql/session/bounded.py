@@ -7,14 +7,14 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from ..empty_groups import with_empty_groups
 from ..engines.base import ResultSet
 from ..errors import OperationalError, ProgrammingError
-from ..families import family
+from ..guarantee.empty_groups import with_empty_groups
+from ..guarantee.families import family
+from ..guarantee.plan import Plan
 from ..plan_cache import Bounded
 from ..postprocess import is_trivial
 from ..sql.allowlist import CLOCK_FUNCTIONS
-from ..sql.analyze import Plan
 from ..sql.frozen import stored
 from ..sql.narrow import narrowing
 from ..sql.rewrite import declared_domain, rewrite

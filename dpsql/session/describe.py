@@ -8,18 +8,18 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from sqlglot import exp
 
 from ..errors import BUDGET_RELATION
-from ..families import family
+from ..guarantee.families import family
 from ..prepare import plan_query
 from ..sql.analyze import PublicQuery, check_rows_query, touches_private
-from ..sql.classify import Explain, SetCommand, ShowCommand, Statement, TransactionCommand, ViewCommand
+from ..sql.classify import Explain, Query, SetCommand, ShowCommand, Statement, TransactionCommand, ViewCommand
 from ..sql.clock import now as clock_now
 from ..sql.clock import pinned
 from ..sql.options import QueryOptions
+from ..sql.parameters import bind_parameters, null_parameters
 from ..sql.rewrite import rewrite
 from ..sql.scope import Resolver
 from ..sql.wrappers import released_subquery, schema_probe
 from .budget import budget_result
-from .parameters import bind_parameters, null_parameters
 from .released import over_rows, public_names
 
 if TYPE_CHECKING:
@@ -39,6 +39,21 @@ def describe_statement(
         return r.names, r.types
     if isinstance(stmt, Explain):
         return ["QUERY PLAN"], ["VARCHAR"]
+    if isinstance(stmt, Query) and not stmt.placeholders and not session._views:
+        # A function of the text, the settings, the policy, the schema and the data version (the
+        # plan's key), never of the rows: kept for every session of the analyst over the engine,
+        # so that a new connection's first Describe does not plan the query again.
+        key = ("describe", session._plan_key(stmt.tree, stmt.options or QueryOptions(), stmt.sql))
+        shape = session._plans.shape(key)
+        if shape is None:
+            names, types = _described(session, stmt, params)
+            shape = (tuple(names), tuple(types))
+            session._plans.put_shape(key, shape)
+        return list(shape[0]), list(shape[1])
+    return _described(session, stmt, params)
+
+
+def _described(session: Session, stmt: Statement, params: Sequence[Any] | Mapping[str, Any] | None) -> Shape:
     tree = bind_parameters(stmt.tree, params if params is not None else null_parameters(stmt.tree))
     return describe_tree(session, pinned(session._views.expand(tree), clock_now()), stmt.options)
 

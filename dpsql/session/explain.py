@@ -10,7 +10,7 @@ import sqlglot
 from sqlglot import exp
 
 from ..answer_record import Amount, AnswerRecord
-from ..families import family
+from ..guarantee.families import family
 from ..sql.analyze import PublicQuery
 from ..sql.clock import now as clock_now
 from ..sql.clock import pinned
@@ -59,7 +59,7 @@ def explain_plan(session: Session, tree: exp.Query, options: QueryOptions | None
         "max_rows_per_unit": plan.total_rows if plan.total_bound else None,
         "groups": domain_size(session, plan),
         "narrowed_by": list(narrowing(plan).used),
-        **auto.explained(session, plan, cal, options or QueryOptions()),
+        **auto.explained(session, plan, cal, options or QueryOptions(), tree),
         "mechanisms": mechanisms,
         "selection": None
         if cal.selection is None
@@ -155,6 +155,7 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
             if info.get("auto_correction")
             else []
         ),
+        *(_expected_lines(info["auto_expected"], pct) if info.get("auto_bounds") else []),
     ]
     for m in info["mechanisms"]:
         share = (
@@ -193,6 +194,34 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
         )
     lines.append("rewritten query:")
     lines.extend(info["sql"].splitlines())
+    return lines
+
+
+def _expected_lines(model: dict[str, Any] | None, pct: str) -> list[str]:
+    """What the profile last released for this query (to this analyst, on this data) expects of
+    the limits it would choose, per aggregate, and each measure's noise at them; or that the
+    bias is not known before a profile is."""
+    if model is None:
+        return [
+            "expected error of the chosen limits: what they cut is unknown until a profile of this query is "
+            "released (run it once; EXPLAIN then reads that profile, free); the noise below is an upper bound"
+        ]
+    limits = [f"{model['max_contributions']} row(s) per unit"] if model.get("max_contributions") else []
+    limits += [f"{expr} clamped to [{lo:g}, {hi:g}]" for expr, (lo, hi) in model["clamps"].items()]
+    e = model["expected"]
+    lines = [
+        f"expected error of the chosen limits (from the profile last released for this query, reused free): "
+        f"{'; '.join(limits) or 'the policy limits'}, about {e['bias']:.1%} cut by them and {e['noise']:.1%} "
+        f"of noise, relative, summed over the aggregates ({e['at_policy_limits']:.1%} at the policy's limits)"
+    ]
+    lines += [
+        f"  {text}: about {part['bias']:.1%} cut, {part['noise']:.1%} noise (the model's expected relative error)"
+        for text, part in e.get("by_aggregate", {}).items()
+    ]
+    lines += [
+        f"  {measure} at the chosen limits: {pct} error within ±{hw:.6g}"
+        for measure, hw in model.get("half_widths", {}).items()
+    ]
     return lines
 
 

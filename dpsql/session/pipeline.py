@@ -19,19 +19,21 @@ from sqlglot import exp
 
 from .. import plan_cache
 from ..answer_record import AnswerRecord
-from ..calibration import Calibration
 from ..config import Policy
 from ..engines import Engine, open_engine
 from ..engines.base import ResultSet
 from ..errors import Error, InternalError, forbidden
+from ..guarantee.calibration import Calibration
+from ..guarantee.plan import Plan
 from ..ledger import Ledger, open_ledger
 from ..postprocess import PostProcessor
 from ..prepare import Settings, prepare
-from ..sql.analyze import Plan, PublicQuery
+from ..sql.analyze import PublicQuery
 from ..sql.classify import Query, Statement, split_statements
 from ..sql.clock import now as clock_now
 from ..sql.clock import pinned
 from ..sql.options import QueryOptions
+from ..sql.parameters import bind_parameters
 from ..sql.route import Entry, Kind, Routed, empty_refusal
 from ..sql.scope import as_written
 from ..synopses import publish as synopsis_publish
@@ -40,7 +42,6 @@ from .answer import answer, noise_detail, null_by_construction, record
 from .boundary import no_internals
 from .budget import budget_result, budget_summary
 from .charging import Stopper, charge_told, overlapping
-from .parameters import bind_parameters
 from .released import public_names
 from .result import Result
 from .statements import Statements

@@ -15,9 +15,10 @@ from sqlglot import exp
 from ..answer_record import AnswerRecord
 from ..config import Policy
 from ..errors import BUDGET_RELATION, Error
+from ..guarantee.plan import Plan
+from ..guarantee.release import NoisyTable, key_order
 from ..prepare import plan_query
-from ..release import NoisyTable, key_order
-from ..sql.analyze import Plan, touches_private
+from ..sql.analyze import touches_private
 from ..sql.classify import Query
 from ..sql.options import QueryOptions
 from ..sql.wrappers import column_probe, released_subquery, schema_probe

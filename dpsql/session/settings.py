@@ -1,42 +1,16 @@
 """SET, RESET and SHOW of a session's settings: the dpsql.* ones, which shape its answers, and
-the client's (PostgreSQL's names a driver sets), which are only echoed back."""
+the client's (PostgreSQL's names a driver sets), which are only echoed back. Which settings
+exist, their types, defaults and checks are setting_table.py's; this reads that table."""
 
 from __future__ import annotations
 
-from ..accounting.cost import show as show_number
 from ..accounting.filters import PAIR_FILTERS
-from ..config import MECHANISMS, Policy, UserPolicy
-from ..errors import ProgrammingError, forbidden, invalid_parameter
-from ..prepare import CLIENT_SETTINGS, Settings, open_unit, positive, probability, within_cap
+from ..config import Policy, UserPolicy
+from ..errors import ProgrammingError, forbidden
+from ..prepare import Settings
 from ..sql.classify import SetCommand
 from .result import Result
-
-# The session's own settings (SET, SHOW, current_setting), named once for the hints that list them.
-DP_SETTINGS = (
-    "dpsql.epsilon",
-    "dpsql.delta",
-    "dpsql.mechanism",
-    "dpsql.confidence",
-    "dpsql.cache",
-    "dpsql.reuse",
-    "dpsql.planner",
-    "dpsql.target_error",
-    "dpsql.bounds",
-)
-
-# Settings that cannot change an answer's value or accuracy: every other dpsql.* setting is part of
-# the answer cache's key, so a setting added later is keyed by default.
-ANSWER_NEUTRAL = frozenset({"dpsql.cache", "dpsql.reuse"})
-
-_READ_ONLY = {
-    "server_version",
-    "server_version_num",
-    "server_encoding",
-    "integer_datetimes",
-    "max_identifier_length",
-    "is_superuser",
-    "session_authorization",
-}
+from .setting_table import BY_NAME, CLIENT_DEFAULTS, DP_SETTINGS, TYPES
 
 
 def default_settings(policy: Policy, user: UserPolicy) -> Settings:
@@ -50,6 +24,7 @@ def default_settings(policy: Policy, user: UserPolicy) -> Settings:
         confidence=p.confidence,
         exact_curve=pairs,
         bounds=p.bounds,
+        client=dict(CLIENT_DEFAULTS),
     )
 
 
@@ -60,49 +35,20 @@ def assign(settings: Settings, policy: Policy, user: UserPolicy, cmd: SetCommand
     s = settings
     if name == "all" and value is None:
         return default_settings(policy, user), "RESET"
+    st = BY_NAME.get(name)
     if name.startswith("dpsql."):
-        key = name[len("dpsql.") :]
-        d = default_settings(policy, user)
-        if key == "epsilon":
-            s.epsilon = d.epsilon if value is None else within_cap(policy, positive(value, name))
-        elif key == "delta":
-            s.delta = d.delta if value is None else probability(value, name)
-        elif key == "mechanism":
-            v = (value or d.mechanism).lower()
-            if v not in MECHANISMS:
-                raise invalid_parameter(f"invalid value for {name}: {value!r}", hint="use 'laplace' or 'gaussian'")
-            s.mechanism = v
-        elif key == "confidence":
-            s.confidence = d.confidence if value is None else open_unit(value, name)
-        elif key == "cache":
-            s.cache = True if value is None else _boolean(value, name)
-        elif key == "reuse":
-            s.reuse = True if value is None else _boolean(value, name)
-        elif key == "target_error":
-            off = value is None or value.strip().lower() in ("0", "off", "none", "default")
-            s.target_error = None if off else float(positive(value, name, f"SET {name} = 50, or off"))
-        elif key == "bounds":
-            v = (value or d.bounds).lower()
-            if v not in ("policy", "auto"):
-                raise invalid_parameter(
-                    f"invalid value for {name}: {value!r}",
-                    hint="'auto' chooses each query's limits with part of its epsilon; "
-                    "'policy' uses the policy's limits as they are",
-                )
-            s.bounds = v
-        elif key == "planner":
-            v = (value or "filter").lower()
-            if v not in ("filter", "pld"):
-                raise invalid_parameter(
-                    f"invalid value for {name}: {value!r}",
-                    hint="'filter' splits a query's epsilon equally; 'pld' calibrates its aggregates jointly",
-                )
-            s.planner = v
-        else:
+        if st is None:
             raise unknown_setting(name)
+        assert st.field is not None
+        # RESET, SET ... TO DEFAULT, and an empty choice: the policy's default
+        if value is None or (st.type == "choice" and not value):
+            new = getattr(default_settings(policy, user), st.field)
+        else:
+            new = TYPES[st.type].parse(value, st, policy)
+        setattr(s, st.field, new)
         return s, "RESET" if value is None else "SET"
-    if name in CLIENT_SETTINGS and name not in _READ_ONLY:
-        s.client[name] = CLIENT_SETTINGS[name] if value is None else value
+    if st is not None and st.shown and not st.read_only:
+        s.client[name] = CLIENT_DEFAULTS[name] if value is None else value
         return s, "RESET" if value is None else "SET"
     raise forbidden(
         f'setting "{name}" cannot be changed through dpsql',
@@ -112,17 +58,7 @@ def assign(settings: Settings, policy: Policy, user: UserPolicy, cmd: SetCommand
 
 def values(s: Settings) -> dict[str, str]:
     """Every dpsql.* setting and its value, in DP_SETTINGS' order."""
-    return {
-        "dpsql.epsilon": show_number(s.epsilon),
-        "dpsql.delta": show_number(s.delta),
-        "dpsql.mechanism": s.mechanism,
-        "dpsql.confidence": repr(s.confidence),
-        "dpsql.cache": "on" if s.cache else "off",
-        "dpsql.reuse": "on" if s.reuse else "off",
-        "dpsql.planner": s.planner,
-        "dpsql.target_error": "off" if s.target_error is None else repr(s.target_error),
-        "dpsql.bounds": s.bounds,
-    }
+    return {name: TYPES[BY_NAME[name].type].show(getattr(s, BY_NAME[name].field or "")) for name in DP_SETTINGS}
 
 
 def setting(s: Settings, name: str) -> str | None:
@@ -143,15 +79,6 @@ def show(s: Settings, name: str) -> Result:
         rows = sorted({**s.client, **dp}.items())
         return Result(["name", "setting"], ["VARCHAR", "VARCHAR"], rows, "SHOW")
     raise unknown_setting(name)
-
-
-def _boolean(value: str, name: str) -> bool:
-    v = value.strip().lower()
-    if v in ("on", "true", "1", "yes"):
-        return True
-    if v in ("off", "false", "0", "no"):
-        return False
-    raise invalid_parameter(f"invalid value for {name}: {value!r}", hint="use on or off")
 
 
 def unknown_setting(name: str) -> ProgrammingError:

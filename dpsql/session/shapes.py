@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
-from ..calibration import Calibration
+from ..guarantee.calibration import Calibration
+from ..guarantee.plan import Plan
 from ..plan_cache import UNUSABLE, Bounded, Seen, Template
 from ..sql import slots
-from ..sql.analyze import Plan, PublicQuery
+from ..sql.analyze import PublicQuery
 from ..sql.options import QueryOptions
 from ..sql.rewrite import rewrite
 from .bounded import bounded_query, built

@@ -22,6 +22,10 @@ class Views:
     def clear(self) -> None:
         self._defined.clear()
 
+    def __bool__(self) -> bool:
+        """Whether the session has defined any view."""
+        return bool(self._defined)
+
     def apply(self, cmd: ViewCommand, policy: Policy) -> str:
         """CREATE [OR REPLACE] TEMPORARY VIEW or DROP VIEW: its command tag."""
         if cmd.query is None:

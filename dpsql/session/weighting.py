@@ -1,4 +1,4 @@
-"""Which weighted copy of a private table a plan reads (sql/bounding.py's WeightedCopy or
+"""Which weighted copy of a private table a plan reads (guarantee/bounding.py's WeightedCopy or
 SplitCopy), built or brought up to date by the engine; and whether a public table's column is a
 unique key, which a split copy's joins need."""
 
@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from ..config import TablePolicy
+from ..guarantee.bounding import SplitCopy, WeightedCopy, copy_column, unit_norm
+from ..guarantee.measures import COUNT_BITS, Count, Measure, squares_measure, sum_measure
+from ..guarantee.plan import Plan
 from ..sql import build as b
-from ..sql.analyze import Plan
-from ..sql.bounding import SplitCopy, WeightedCopy, copy_column, unit_norm
-from ..sql.measures import COUNT_BITS, Count, Measure, squares_measure, sum_measure
 from .charging import charge_told
 
 if TYPE_CHECKING:

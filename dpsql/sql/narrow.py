@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from ..config import INTEGER_TYPES
+from ..guarantee.plan import GroupKey, Plan
 from . import build as b
 from .allowlist import CLOCK_FUNCTIONS
-from .analyze import GroupKey, Plan
 from .domains import COLUMN, Image, image
 from .scope import Source, as_written, conjuncts
 from .total import total

@@ -5,12 +5,12 @@ DPSQL_COIN(unit, salt) (a keyed pseudorandom coin) are lowered by each engine.
 
 domain<i>  a declared key domain, each key once as the engine sees it;
 filtered   FROM/JOIN/WHERE, the unit, group keys and per-row measure values: clamped to their
-           bounds and converted to fixed point (measures.py), so sums are exact integers;
-...        the bounding strategy's stages, from filtered to per_group (bounding.py);
+           bounds and converted to fixed point (guarantee/measures.py), so sums are exact integers;
+...        the bounding strategy's stages, from filtered to per_group (guarantee/bounding.py);
 wide<j>    histogram j pivoted to one column per bin;
 final      each group's totals. Over declared keys the domain is not the engine's work: the
            session keeps the groups inside it and adds its empty ones with zeros
-           (empty_groups.py), from the domain the engine lists once per plan (declared_domain),
+           (guarantee/empty_groups.py), from the domain the engine lists once per plan (declared_domain),
            which spares every query a join (a whole stage on Spark).
 """
 
@@ -22,13 +22,13 @@ from typing import Callable
 
 from sqlglot import exp
 
+from ..guarantee.bounding import SplitCopy, Stage, WeightedCopy
+from ..guarantee.measures import Histogram, Measure, literal
+from ..guarantee.plan import GroupKey, Plan
 from . import build as b
-from .analyze import GroupKey, Plan
-from .bounding import SplitCopy, Stage, WeightedCopy
 from .build import dtype
 from .derived import Derived
 from .domains import COLUMN
-from .measures import Histogram, Measure, literal
 from .narrow import NONE, ROW, Narrowing, narrowing
 from .scope import Relation, Source, conjuncts
 from .total import total

@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 
 from sqlglot import exp
 
-from .analyze import Plan
+from ..guarantee.plan import Plan
 from .frozen import Trees
 from .literals import check_literals
 

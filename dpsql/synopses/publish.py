@@ -1,5 +1,5 @@
 """Publishing a synopsis: ONE charge, durable before the data is read; the bounded cube; Laplace
-noise on each measured marginal (mechanisms.py, OpenDP's samplers), checked by the release
+noise on each measured marginal (guarantee/mechanisms.py, OpenDP's samplers), checked by the release
 guard first; least squares and non-negativity (post-processing); the result stored and its
 release recorded.
 
@@ -24,13 +24,13 @@ import numpy as np
 import sqlglot
 from sqlglot import exp
 
-from .. import guard
 from ..accounting.cost import Cost, Part
 from ..errors import Error, OperationalError, ProgrammingError, unsupported
-from ..mechanisms import Noise, add_noise, laplace_scale
+from ..guarantee import guard
+from ..guarantee.mechanisms import Noise, add_noise, laplace_scale
+from ..guarantee.plan import Plan
+from ..guarantee.release import key_order
 from ..prepare import plan_query
-from ..release import key_order
-from ..sql.analyze import Plan
 from ..sql.options import QueryOptions
 from ..sql.rewrite import declared_domain
 from . import reconstruct, store

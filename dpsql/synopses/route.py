@@ -35,11 +35,11 @@ from sqlglot import exp
 
 from ..answer_record import Amount, AnswerRecord, frozen_ci
 from ..errors import Error
-from ..families import family
+from ..guarantee.families import family
+from ..guarantee.measures import Count, Sum
+from ..guarantee.plan import Plan
+from ..guarantee.release import NoisyTable, key_order
 from ..prepare import plan_query
-from ..release import NoisyTable, key_order
-from ..sql.analyze import Plan
-from ..sql.measures import Count, Sum
 from ..sql.scope import conjuncts
 from . import store
 from .publish import cube_plan, decode

@@ -22,8 +22,8 @@ from sqlglot import exp
 from ...config import Policy
 from ...duck_rows import insert_rows
 from ...errors import Error, ProgrammingError
-from .. import codec as c
-from .bind import _bind
+from ...sql.parameters import bind
+from ..wire import types as c
 from .contents import Contents
 from .detect import is_catalog_query
 from .functions import _NO_SOURCE
@@ -66,7 +66,7 @@ class Catalog(Contents, Rewriting):
         names = _output_names(tree)
         types = _output_types(tree)
         io = _joins_regproc(tree)
-        tree = _regproc_comparisons(_reg_comparisons(_bind(tree, params)))
+        tree = _regproc_comparisons(_reg_comparisons(bind(tree, params, absent_as_null=True)))
         views = self._view_rows(session)
         tree = self._rewrite(tree, session, user, set(views), pid, io)
         text = tree.sql(dialect="duckdb")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ...duck_rows import insert_rows
-from .. import codec as c
+from ..wire import types as c
 from .functions import _FUNCTIONS, _MACROS, _NO_SOURCE
 from .pg_types import (
     _ARRAYS,

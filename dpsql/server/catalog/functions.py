@@ -7,7 +7,7 @@ import re
 
 import sqlglot.expressions as exp
 
-from .. import codec as c
+from ..wire import types as c
 
 # The functions a query may use (sql/allowlist.py), listed in pg_proc and
 # information_schema.routines so SQL editors complete them: (name, return type, aggregate).

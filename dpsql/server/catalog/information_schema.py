@@ -3,7 +3,7 @@ stored in the catalog as is_<name> and part of TABLES."""
 
 from __future__ import annotations
 
-from .. import codec as c
+from ..wire import types as c
 
 # (column, PostgreSQL type OID), as in TABLES.
 INFORMATION_SCHEMA_TABLES: dict[str, list[tuple[str, int]]] = {

@@ -3,7 +3,7 @@ function names, and the DuckDB type each type OID is stored as."""
 
 from __future__ import annotations
 
-from .. import codec as c
+from ..wire import types as c
 
 _STORAGE = {
     c.INT2VECTOR: "SMALLINT[]",

@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from .. import codec as c
+from ..wire import types as c
 from .functions import FUNCTION_TYPES, _func_name
 from .tables import TABLES
 

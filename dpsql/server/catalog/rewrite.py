@@ -10,7 +10,7 @@ from sqlglot import exp
 
 from ... import __version__
 from ...errors import Error, ProgrammingError
-from .. import codec as c
+from ..wire import types as c
 from .functions import _REWRITTEN_FUNCTIONS, _SESSION_FUNCTIONS, _func_name
 from .tables import _CATALOG_OIDS, _SETTINGS, TABLES
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from .. import codec as c
+from ..wire import types as c
 from .information_schema import INFORMATION_SCHEMA_TABLES
 
 PUBLIC, PG_CATALOG, INFORMATION_SCHEMA = 2200, 11, 13000
@@ -519,7 +519,7 @@ TABLES: dict[str, list[tuple[str, int]]] = {
 # Catalog tables and views that are empty here (dpsql has none of these objects, or shows none:
 # other sessions' activity and locks are not an analyst's business), read by pgAdmin's tree and
 # dashboard and by drivers: "table column:type ...", PostgreSQL 15's columns, a line continued
-# by indented ones; a type is a codec constant's name.
+# by indented ones; a type is a constant's name in wire/types.py.
 _EMPTY_TABLES = """
 pg_seclabels objoid:oid classoid:oid objsubid:int4 objtype:text objnamespace:oid objname:text provider:text
     label:text

@@ -7,8 +7,9 @@ import re
 import struct
 from dataclasses import dataclass
 
-from ..errors import ProgrammingError, unsupported
-from . import codec
+from ...errors import ProgrammingError, unsupported
+from . import codec, values
+from .codes import Backend
 
 _COPY = re.compile(
     r"^\s*COPY\s+(?P<binary>BINARY\s+)?(?:\((?P<query>.*)\)|(?P<table>[\w.\"]+)(?:\s*\([^)]*\))?)"
@@ -246,7 +247,7 @@ def encode(copy: Copy, names: list[str], oids: list[int], rows: list[tuple]) -> 
                 if v is None:
                     fields.append(struct.pack("!i", -1))
                 else:
-                    data = codec.encode_binary(v, oid)
+                    data = values.encode_binary(v, oid)
                     fields.append(struct.pack("!i", len(data)) + data)
             out.append(b"".join(fields))
         out.append(struct.pack("!h", -1))
@@ -259,10 +260,12 @@ def encode(copy: Copy, names: list[str], oids: list[int], rows: list[tuple]) -> 
         )
     for row in rows:
         if copy.format == "csv":
-            lines.append(copy.delimiter.join(copy.null if v is None else _csv(codec.encode_text(v), copy) for v in row))
+            lines.append(
+                copy.delimiter.join(copy.null if v is None else _csv(values.encode_text(v), copy) for v in row)
+            )
         else:
             lines.append(
-                copy.delimiter.join(copy.null if v is None else _text(codec.encode_text(v), copy) for v in row)
+                copy.delimiter.join(copy.null if v is None else _text(values.encode_text(v), copy) for v in row)
             )
     return [(line + "\n").encode("utf-8") for line in lines]
 
@@ -288,8 +291,8 @@ def _csv(value: str, copy: Copy, header: bool = False) -> str:
 def response(copy: Copy, columns: int) -> bytes:
     """CopyOutResponse: overall format, then each column's."""
     fmt = 1 if copy.format == "binary" else 0
-    return codec.message(b"H", struct.pack("!bh", fmt, columns) + struct.pack("!h", fmt) * columns)
+    return codec.message(Backend.COPY_OUT_RESPONSE, struct.pack("!bh", fmt, columns) + struct.pack("!h", fmt) * columns)
 
 
 def data(payload: bytes) -> bytes:
-    return codec.message(b"d", payload)
+    return codec.message(Backend.COPY_DATA, payload)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .engines.base import ResultSet
+from ..engines.base import ResultSet
 from .guard import ReleaseRefused
 
 

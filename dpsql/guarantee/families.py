@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from sqlglot import exp
 
+from .measures import Count, Histogram, Measure, Units, squares_measure, sum_measure
 from .mechanisms import Noise
-from .sql.measures import Count, Histogram, Measure, Units, squares_measure, sum_measure
 
 if TYPE_CHECKING:
-    from .sql.analyze import Estimate, Plan
+    from .plan import Estimate, Plan
 
 Interval = tuple[float, float]
 Values = tuple[Sequence[float | None], Sequence[Interval | None]]  # an estimate per group, its interval

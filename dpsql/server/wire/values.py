@@ -1,281 +1,37 @@
-"""PostgreSQL protocol 3.0: message framing, type OIDs, and value encoding (text and binary)."""
+"""Values on the wire: a Python value written in PostgreSQL's text or binary format for its type,
+and a bound parameter read back from either (pure)."""
 
 from __future__ import annotations
 
 import datetime
 import decimal
-import functools
+import json
 import math
 import re
 import struct
-from dataclasses import dataclass
 from typing import Any
 
-PROTOCOL_3 = 196608
-SSL_REQUEST = 80877103
-GSSENC_REQUEST = 80877104
-CANCEL_REQUEST = 80877102
-
-# PostgreSQL type OIDs (pg_type.oid), as clients expect them.
-BOOL, BYTEA, CHAR, NAME, INT8, INT2, INT4, TEXT, OID = 16, 17, 18, 19, 20, 21, 23, 25, 26
-FLOAT4, FLOAT8, UNKNOWN, VARCHAR, BPCHAR = 700, 701, 705, 1043, 1042
-DATE, TIME, TIMESTAMP, TIMESTAMPTZ, INTERVAL, NUMERIC = 1082, 1083, 1114, 1184, 1186, 1700
-UUID, JSON, JSONB, REGCLASS, REGPROC, REGTYPE, REGNAMESPACE = 2950, 114, 3802, 2205, 24, 2206, 4089
-INT2VECTOR, OIDVECTOR = 22, 30
-VOID = 2278  # what a function returning nothing returns: an empty value, not NULL
-TEXT_ARRAY, INT2_ARRAY, INT4_ARRAY, INT8_ARRAY, OID_ARRAY, NAME_ARRAY, CHAR_ARRAY, BOOL_ARRAY = (
-    1009,
-    1005,
-    1007,
-    1016,
-    1028,
-    1003,
-    1002,
-    1000,
+from .types import (
+    ARRAY_OIDS,
+    BOOL,
+    BYTEA,
+    DATE,
+    FLOAT4,
+    FLOAT8,
+    INT2,
+    INT4,
+    INT8,
+    NUMERIC,
+    OID,
+    REGCLASS,
+    REGNAMESPACE,
+    REGPROC,
+    REGTYPE,
+    TIMESTAMP,
+    TIMESTAMPTZ,
+    TYPE_NAMES,
 )
-FLOAT8_ARRAY, ACLITEM_ARRAY = 1022, 1034
 
-TYPE_LENGTH = {
-    BOOL: 1,
-    CHAR: 1,
-    NAME: 64,
-    INT8: 8,
-    INT2: 2,
-    INT4: 4,
-    OID: 4,
-    FLOAT4: 4,
-    FLOAT8: 8,
-    DATE: 4,
-    TIME: 8,
-    TIMESTAMP: 8,
-    TIMESTAMPTZ: 8,
-    INTERVAL: 16,
-    UUID: 16,
-    REGCLASS: 4,
-    REGPROC: 4,
-    REGTYPE: 4,
-    REGNAMESPACE: 4,
-}
-
-_DUCKDB_TO_OID = {
-    "BOOLEAN": BOOL,
-    "TINYINT": INT2,
-    "SMALLINT": INT2,
-    "INTEGER": INT4,
-    "BIGINT": INT8,
-    "HUGEINT": NUMERIC,
-    "UTINYINT": INT2,
-    "USMALLINT": INT4,
-    "UINTEGER": INT8,
-    "UBIGINT": NUMERIC,
-    "UHUGEINT": NUMERIC,
-    "FLOAT": FLOAT4,
-    "REAL": FLOAT4,
-    "DOUBLE": FLOAT8,
-    "DECIMAL": NUMERIC,
-    "VARCHAR": TEXT,
-    "BLOB": BYTEA,
-    "DATE": DATE,
-    "TIME": TIME,
-    "TIMESTAMP": TIMESTAMP,
-    "TIMESTAMP WITH TIME ZONE": TIMESTAMPTZ,
-    "INTERVAL": INTERVAL,
-    "UUID": UUID,
-    "JSON": JSON,
-    "NULL": TEXT,
-    # type aliases the catalog uses to keep PostgreSQL's own column types
-    "PG_NAME": NAME,
-    "PG_OID": OID,
-    "PG_CHAR": CHAR,
-    "PG_REGCLASS": REGCLASS,
-    "PG_REGPROC": REGPROC,
-    "PG_REGTYPE": REGTYPE,
-    "PG_INT2VECTOR": INT2VECTOR,
-    "PG_OIDVECTOR": OIDVECTOR,
-    "PG_BPCHAR": BPCHAR,
-    "PG_VARCHAR": VARCHAR,
-    "PG_ACLITEM_ARRAY": ACLITEM_ARRAY,
-    "PG_REGNAMESPACE": REGNAMESPACE,
-}
-_ARRAY_OF = {
-    TEXT: TEXT_ARRAY,
-    VARCHAR: TEXT_ARRAY,
-    NAME: NAME_ARRAY,
-    INT2: INT2_ARRAY,
-    INT4: INT4_ARRAY,
-    INT8: INT8_ARRAY,
-    OID: OID_ARRAY,
-    CHAR: CHAR_ARRAY,
-    BOOL: BOOL_ARRAY,
-    FLOAT8: FLOAT8_ARRAY,
-}
-
-TYPE_NAMES = {
-    BOOL: "boolean",
-    BYTEA: "bytea",
-    CHAR: '"char"',
-    NAME: "name",
-    INT8: "bigint",
-    INT2: "smallint",
-    INT4: "integer",
-    TEXT: "text",
-    OID: "oid",
-    FLOAT4: "real",
-    FLOAT8: "double precision",
-    VARCHAR: "character varying",
-    BPCHAR: "character",
-    DATE: "date",
-    TIME: "time without time zone",
-    TIMESTAMP: "timestamp without time zone",
-    TIMESTAMPTZ: "timestamp with time zone",
-    INTERVAL: "interval",
-    NUMERIC: "numeric",
-    UUID: "uuid",
-    JSON: "json",
-}
-
-
-def array_of(oid: int) -> int:
-    """The array type of a type (text[] where PostgreSQL's array type is not emulated)."""
-    return _ARRAY_OF.get(oid, TEXT_ARRAY)
-
-
-@functools.lru_cache(maxsize=1024)
-def oid_of(duckdb_type: str) -> int:
-    """The PostgreSQL type OID for a DuckDB type name (lists become arrays); every answer asks
-    it for each of its columns."""
-    t = duckdb_type.upper().strip()
-    if t.endswith("[]"):
-        return array_of(oid_of(t[:-2]))
-    base = t.split("(")[0]
-    return _DUCKDB_TO_OID.get(t, _DUCKDB_TO_OID.get(base, TEXT))
-
-
-class ProtocolError(Exception):
-    """The client broke the protocol: the connection is closed."""
-
-
-@dataclass
-class Reader:
-    data: bytes
-    pos: int = 0
-
-    def byte(self) -> int:
-        if self.pos >= len(self.data):
-            raise ProtocolError("message too short")
-        b = self.data[self.pos]
-        self.pos += 1
-        return b
-
-    def int16(self) -> int:
-        return self._unpack("!h", 2)
-
-    def int32(self) -> int:
-        return self._unpack("!i", 4)
-
-    def _unpack(self, fmt: str, n: int) -> int:
-        if self.pos + n > len(self.data):
-            raise ProtocolError("message too short")
-        (v,) = struct.unpack_from(fmt, self.data, self.pos)
-        self.pos += n
-        return v
-
-    def cstring(self) -> str:
-        end = self.data.find(b"\0", self.pos)
-        if end < 0:
-            raise ProtocolError("unterminated string")
-        s = self.data[self.pos : end].decode("utf-8", errors="strict")
-        self.pos = end + 1
-        return s
-
-    def bytes(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise ProtocolError("message too short")
-        b = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return b
-
-
-def message(kind: bytes, payload: bytes = b"") -> bytes:
-    return kind + struct.pack("!i", len(payload) + 4) + payload
-
-
-def cstr(s: str) -> bytes:
-    return s.encode("utf-8") + b"\0"
-
-
-def int16(v: int) -> bytes:
-    return struct.pack("!h", v)
-
-
-def int32(v: int) -> bytes:
-    return struct.pack("!i", v)
-
-
-def parameter_status(name: str, value: str) -> bytes:
-    return message(b"S", cstr(name) + cstr(value))
-
-
-def ready(status: str = "I") -> bytes:
-    return message(b"Z", status.encode())
-
-
-def command_complete(tag: str) -> bytes:
-    return message(b"C", cstr(tag))
-
-
-def error_response(sqlstate: str, text: str, hint: str | None = None, severity: str = "ERROR") -> bytes:
-    fields = b"S" + cstr(severity) + b"V" + cstr(severity) + b"C" + cstr(sqlstate) + b"M" + cstr(text)
-    if hint:
-        fields += b"H" + cstr(hint)
-    return message(b"E", fields + b"\0")
-
-
-def notice(text: str) -> bytes:
-    return message(
-        b"N", b"S" + cstr("NOTICE") + b"V" + cstr("NOTICE") + b"C" + cstr("00000") + b"M" + cstr(text) + b"\0"
-    )
-
-
-@dataclass(frozen=True)
-class Field:
-    name: str
-    oid: int
-    format: int = 0
-    table_oid: int = 0
-    column: int = 0
-    typmod: int = -1
-
-
-def row_description(fields: list[Field]) -> bytes:
-    """A RowDescription: sent with every answer of a statement, built once per set of fields."""
-    return _row_description(tuple(fields))
-
-
-@functools.lru_cache(maxsize=1024)
-def _row_description(fields: tuple[Field, ...]) -> bytes:
-    out = [int16(len(fields))]
-    for f in fields:
-        out.append(
-            cstr(f.name)
-            + int32(f.table_oid)
-            + int16(f.column)
-            + int32(f.oid)
-            + int16(TYPE_LENGTH.get(f.oid, -1))
-            + int32(f.typmod)
-            + int16(f.format)
-        )
-    return message(b"T", b"".join(out))
-
-
-def data_row(values: list[bytes | None]) -> bytes:
-    out = [int16(len(values))]
-    for v in values:
-        out.append(int32(-1) if v is None else int32(len(v)) + v)
-    return message(b"D", b"".join(out))
-
-
-# Values -------------------------------------------------------------------------------------
 _PG_EPOCH = datetime.date(2000, 1, 1)
 # A date with a time zone and no time: pgjdbc's setDate sends it untyped ('2024-01-31 +01'), for
 # PostgreSQL to read as a date (the zone ignored) or a timestamptz (midnight there). DuckDB reads
@@ -324,8 +80,6 @@ def encode_text(v: Any) -> str:
     if isinstance(v, bytes):
         return "\\x" + v.hex()
     if isinstance(v, dict):
-        import json
-
         return json.dumps(v)
     return str(v)
 
@@ -448,10 +202,6 @@ def decode_param(raw: bytes | None, oid: int, fmt: int) -> Any:
     except ValueError:
         raise ValueError(f"invalid input for a parameter of type {TYPE_NAMES.get(oid, oid)}: {text!r}") from None
     return text
-
-
-# Arrays a client may send in binary (psycopg's %b with a list, asyncpg always): one-dimensional.
-ARRAY_OIDS = frozenset(_ARRAY_OF.values()) | {1015, 1021, 1182, 1115, 1185, 1231}
 
 
 def _array_from_binary(raw: bytes) -> list:

@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy
 import opendp.prelude as dp
 
-from .accounting.zcdp import rho_from_epsilon
+from ..accounting.zcdp import rho_from_epsilon
 
 dp.enable_features("contrib")
 

@@ -24,16 +24,16 @@ import math
 from fractions import Fraction
 from typing import Any, Callable, Sequence
 
-from .accounting.cost import Cost
-from .accounting.filters import amplified_epsilon
-from .accounting.gaussian_curve import discrete_gaussian_delta
+from ..accounting.cost import Cost
+from ..accounting.filters import amplified_epsilon
+from ..accounting.gaussian_curve import discrete_gaussian_delta
+from ..config import Policy
+from ..engines.base import ResultSet
+from ..errors import InternalError
+from ..ledger import Charge
 from .calibration import Calibration, one_coordinate
-from .config import Policy
-from .engines.base import ResultSet
-from .errors import InternalError
-from .ledger import Charge
 from .mechanisms import Noise, rho_for
-from .sql.analyze import Plan
+from .plan import Plan
 
 
 class ReleaseRefused(InternalError):

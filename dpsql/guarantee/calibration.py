@@ -15,19 +15,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Sequence
 
-from .accounting.cost import Cost, Part
-from .accounting.filters import amplified_epsilon
-from .accounting.gaussian_curve import sigma_for
-from .errors import ProgrammingError, invalid_parameter
-from .mechanisms import (
-    MAX_SCALE,
-    Noise,
-    gaussian_sigma,
-    laplace_scale,
-    rho_for,
-    selection_threshold,
-)
-from .sql.analyze import Estimate, Plan
+from ..accounting.cost import Cost, Part
+from ..accounting.filters import amplified_epsilon
+from ..accounting.gaussian_curve import sigma_for
+from ..errors import ProgrammingError, invalid_parameter
+from .mechanisms import MAX_SCALE, Noise, gaussian_sigma, laplace_scale, rho_for, selection_threshold
+from .plan import Estimate, Plan
 
 
 @dataclass(frozen=True)

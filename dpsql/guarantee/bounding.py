@@ -37,7 +37,7 @@ from typing import Mapping, Sequence
 from sqlglot import exp
 
 from ..errors import OperationalError
-from . import build as b
+from ..sql import build as b
 from .measures import COUNT_BITS, Count, Histogram, Measure, weighted
 
 Stage = tuple[str, exp.Select]

@@ -1,7 +1,7 @@
 """Measures: the noisy vectors a plan releases, one integer per group in fixed-point units of
 2**-bits, each with its per-row value, its per-unit partials and its per-row bound.
 
-The bound is what sensitivity rests on (sql/bounding.py multiplies it by the rows and groups
+The bound is what sensitivity rests on (guarantee/bounding.py multiplies it by the rows and groups
 a unit may reach); the SQL here is what makes the bound true: a row adds at most `row_bound`
 because its value is clamped before it is converted to an integer. Which measures an aggregate
 needs is its family's choice (families.py); the kinds are classes, so no module compares
@@ -17,10 +17,10 @@ from typing import Any, ClassVar
 
 from sqlglot import exp
 
-from . import build as b
-from .build import dtype
-from .frozen import Owned
-from .total import clamp, finite, total, try_casts, try_wrap
+from ..sql import build as b
+from ..sql.build import dtype
+from ..sql.frozen import Owned
+from ..sql.total import clamp, finite, total, try_casts, try_wrap
 
 FIXED_POINT_DIGITS = 24  # binary digits kept of the largest per-row magnitude
 COUNT_BITS = 10  # fractional binary digits of counts when a unit's groups are scaled down

@@ -12,15 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ..config import Policy
+from ..engines.base import ResultSet
+from ..ledger import Charge
 from . import guard
 from .calibration import Calibration
-from .config import Policy
-from .engines.base import ResultSet
 from .families import family
-from .ledger import Charge
+from .measures import Histogram
 from .mechanisms import add_noise
-from .sql.analyze import Plan
-from .sql.measures import Histogram
+from .plan import Plan
 
 
 @dataclass
