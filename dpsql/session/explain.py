@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import sqlglot
 from sqlglot import exp
 
+from .. import auto_bounds
 from ..guarantee.families import family
 from ..sql.analyze import PublicQuery
 from ..sql.clock import now as clock_now
@@ -29,6 +30,7 @@ def explain_plan(session: Session, tree: exp.Query, options: QueryOptions | None
     plan, cal = session._prepare(pinned(tree, clock_now()), options)
     if isinstance(plan, PublicQuery):
         return {"public": True, "sql": session.engine.prepare(plan.tree)}
+    cal, target = auto.targeted(session, plan, cal, options or QueryOptions(), tree)
     s = session.settings
     f, totals = session.ledger.state(session.user.name, session.budget_policy)
     after = totals.plus(f.usage(cal.cost))
@@ -70,6 +72,7 @@ def explain_plan(session: Session, tree: exp.Query, options: QueryOptions | None
         },
         "confidence": s.confidence,
         "target_error": None if options and options.epsilon is not None else s.target_error,
+        "target": target,
         "cost": cal.cost.as_dict(),
         "admitted": f.admits(after),
         "admits_more": admits_more(session.ledger, session.user.name, session.budget_policy, f, totals, cal.cost),
@@ -111,7 +114,12 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
                 f"epsilon chosen as the smallest giving COUNT and SUM a {pct} error within ±{info['target_error']:g} "
                 "(dpsql.target_error)"
             ]
-            if info.get("target_error")
+            if info.get("target_error") and not info.get("target")
+            else [
+                f"epsilon chosen as the smallest giving COUNT and SUM a {pct} error within ±{info['target_error']:g} "
+                f"(dpsql.target_error) {auto_bounds.chose(info['target'])}"
+            ]
+            if info.get("target")
             else []
         ),
         (
