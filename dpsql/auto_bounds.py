@@ -124,6 +124,7 @@ class Choice:
     bias: float = 0.0  # the part of `expected` the chosen limits cut (the rest: noise)
     by_aggregate: tuple[tuple[str, float, float], ...] = ()  # (aggregate, its bias, its noise) in the model
     scales: tuple[float, ...] = ()  # each aggregate's expected value in a group, in the model (its error's unit)
+    reused: bool = False  # chosen from a profile released (and charged) before: `epsilon` is then 0
 
     def absolute_bias(self, i: int) -> float:
         """What the chosen limits cut from the plan's i-th aggregate in a group, in the
@@ -138,6 +139,7 @@ class Choice:
             "max_contributions": self.max_contributions,
             "clamps": {expr: [lo, hi] for expr, lo, hi in self.clips},
             "profile_epsilon": float(self.epsilon),
+            "profile_reused": self.reused,
             "expected": {
                 "bias": self.bias,
                 "noise": max(self.expected - self.bias, 0.0),
@@ -158,6 +160,8 @@ def told(bounds: dict) -> str:
     if bounds.get("max_groups") is not None:
         parts.append(f"at most {bounds['max_groups']} group(s) per unit")
     parts += [f"{expr} clamped to [{lo:g}, {hi:g}]" for expr, (lo, hi) in bounds.get("clamps", {}).items()]
+    if bounds.get("profile_reused"):
+        parts.append("chosen from this query's profile released before (reused, free: nothing charged for it)")
     if (model := bounds.get("expected")) is not None:
         parts.append(
             f"the profile's model expects a relative error of about {model['bias']:.1%} cut by these limits "
@@ -404,12 +408,19 @@ def _part(e: Fraction) -> Part:
 
 
 def parts(
-    epsilon: Fraction, cols: Sequence[Column], top: int, correct: Sequence[Fraction] = (), by_group: bool = False
+    epsilon: Fraction,
+    cols: Sequence[Column],
+    top: int,
+    correct: Sequence[Fraction] = (),
+    by_group: bool = False,
+    profiled: bool = True,
 ) -> tuple[Part, ...]:
-    """The profile's parts of the query's cost: one Laplace mechanism per histogram, and the
-    correction's two at its shares `correct` (`corrected`) when there is one."""
+    """The profile's parts of the query's cost: one Laplace mechanism per histogram (none when
+    not `profiled`: a profile already released is reused, free), and the correction's two at
+    its shares `correct` (`corrected`) when there is one."""
     extra = tuple(epsilon * share for share in correct)
-    return tuple(_part(e) for e in epsilons(epsilon, cols, top, by_group) + extra)
+    own = epsilons(epsilon, cols, top, by_group) if profiled else ()
+    return tuple(_part(e) for e in own + extra)
 
 
 def noised(rows: Sequence[tuple], cols: Sequence[Column], top: int, epsilon: Fraction, groups: int = 0) -> Profile:

@@ -566,3 +566,31 @@ def test_a_target_the_cap_cannot_meet_is_refused_free(small_policy):
         assert conn.session.budget()["epsilon"]["spent"] == spent and conn.session.budget()["queries"] == 1
     finally:
         conn.close()
+
+
+def test_a_later_query_reuses_the_released_profile_and_is_charged_less(small_policy):
+    """A query whose profile (same analyst, data and profile query) was released before chooses
+    its limits from that profile: post-processing of a release already charged, so its charge
+    is its release's only, smaller by the profile's share, as the ledger records and EXPLAIN
+    (free) says beforehand. With dpsql.cache = off each run profiles (and pays) afresh."""
+    with _answered(small_policy, TARGETED) as (conn, cur):
+        assert cur.dp["bounds"]["profile_reused"] is False
+        cur.execute("SET dpsql.cache = on")
+        cur.execute("SET dpsql.epsilon = 2")  # another answer (the cache is keyed by epsilon), the same profile
+        text, info = _explained(conn)
+        saved = 2 * auto_bounds.SHARE
+        assert info["auto_reused"] and info["cost"]["epsilon"] == float(2 - saved) and "reused free" in text
+        assert conn.session.budget()["epsilon"]["spent"] == 1  # EXPLAIN charged nothing
+        cur.execute(TARGETED)
+        bounds = cur.dp["bounds"]
+        assert bounds["profile_reused"] is True and bounds["profile_epsilon"] == 0
+        assert "reused, free" in auto_bounds.told(bounds)
+        assert cur.dp["cost"]["epsilon"] == float(2 - saved)
+        assert conn.session.budget()["epsilon"]["spent"] == 1 + 2 - saved
+        last = conn.session.ledger.history("alice")[-1]
+        assert last["cost"].epsilon == 2 - saved and len(last["cost"].parts) == 2  # the release's two measures
+        cur.execute("SET dpsql.cache = off")
+        cur.execute("SET dpsql.epsilon = 3")
+        cur.execute(TARGETED)
+        assert cur.dp["bounds"]["profile_reused"] is False and cur.dp["cost"]["epsilon"] == 3.0
+        assert conn.session.budget()["epsilon"]["spent"] == 1 + 2 - saved + 3

@@ -5,6 +5,7 @@ read; then the chosen plan's release, corrected for truncation where asked."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from fractions import Fraction
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -162,16 +163,31 @@ def explained(
     """What EXPLAIN says of limits chosen per query: the profile's and the correction's shares
     of epsilon, and by how much the release's smaller share scales the noise up."""
     if not chosen_per_query(session, plan, cal, options):
-        return {"auto_bounds": None, "auto_correction": None, "auto_release": 1.0, "auto_expected": None}
+        return {
+            "auto_bounds": None,
+            "auto_correction": None,
+            "auto_release": 1.0,
+            "auto_expected": None,
+            "auto_reused": False,
+            "auto_cost": None,
+        }
     fix = auto_bounds.correction_share(
         plan, session.settings.mechanism, 1 if (size := domain_size(session, plan)) is None else size
     )
-    profile = Fraction(0) if auto_bounds.counts_units(plan, session.settings.mechanism) else auto_bounds.SHARE
+    units = auto_bounds.counts_units(plan, session.settings.mechanism)
+    profile = Fraction(0) if units else auto_bounds.SHARE
+    top, cols = auto_bounds.ceiling(plan), auto_bounds.columns(plan)
+    key = None if units else profile_key(session, plan, cols, top, bool(auto_bounds.profiled_groups(plan, size or 0)))
+    reused = reusable(session, key) is not None
     return {
         "auto_bounds": float(profile) or None,
         "auto_correction": float(fix) or None,
         "auto_release": float(1 / (1 - profile - fix)),
         "auto_expected": expected(session, plan, cal.cost.epsilon, size, options, tree) if profile else None,
+        "auto_reused": reused,
+        "auto_cost": auto_cost(session, plan, cal.cost.epsilon, options, 1 if size is None else size, False)[0]
+        if reused
+        else None,
     }
 
 
@@ -211,6 +227,31 @@ def expected(
     return out
 
 
+def auto_cost(
+    session: Session, plan: Plan, epsilon: Fraction, options: QueryOptions, groups: int, profiled: bool
+) -> tuple[Cost, Calibration]:
+    """What a query whose limits are chosen is charged at `epsilon` (its profile's parts unless
+    it reuses one, its correction's, its release's), and the release's calibration at the
+    policy's limits (the chosen ones cost the same)."""
+    s = session.settings
+    top, cols = auto_bounds.ceiling(plan), auto_bounds.columns(plan)
+    correct = auto_bounds.corrected(plan, groups)
+    rest = auto_bounds.release_epsilon(epsilon, correct)
+    weights = measure_weights(plan, options.weights)
+    at_rest = calibrate(plan, rest, Fraction(0), s.mechanism, plan.literal_domain_size(), weights)
+    by_group = bool(auto_bounds.profiled_groups(plan, groups if groups > 1 else 0))
+    own = auto_bounds.parts(epsilon, cols, top, correct, by_group, profiled=profiled)
+    return Cost.of(own + at_rest.cost.parts), at_rest
+
+
+def reusable(session: Session, key: tuple | None) -> auto_bounds.Profile | None:
+    """The profile released before under `key` (`profile_key`: this analyst, data version and
+    profile query), which a query then reuses instead of releasing its own: its limits are
+    chosen by post-processing a release already charged, so the query is charged for its
+    release (and correction) only. Not with dpsql.cache = off, where each run stands alone."""
+    return session._plans.profile(key) if key is not None and session.settings.cache else None
+
+
 def profile_key(
     session: Session, plan: Plan, cols: tuple[auto_bounds.Column, ...], top: int, by_group: bool
 ) -> tuple | None:
@@ -242,13 +283,12 @@ def answer_auto(
     correct = auto_bounds.corrected(policy_plan, len(groups) if groups else 1)
     epsilon = policy_cal.cost.epsilon
     rest = auto_bounds.release_epsilon(epsilon, correct)
-    weights = measure_weights(policy_plan, options.weights)
-    at_rest = calibrate(policy_plan, rest, Fraction(0), s.mechanism, policy_plan.literal_domain_size(), weights)
     by_group = auto_bounds.profiled_groups(policy_plan, len(groups) if groups else 0)  # public
-    cost = Cost.of(auto_bounds.parts(epsilon, cols, top, correct, bool(by_group)) + at_rest.cost.parts)
     # The profile's SQL is built (and kept) before the charge, so that a query it cannot be built
     # for is refused free; the data version is read before the profile's rows.
     key = profile_key(session, policy_plan, cols, top, bool(by_group))
+    kept = reusable(session, key)  # released (and charged) before: the choice from it is free
+    cost, at_rest = auto_cost(session, policy_plan, epsilon, options, len(groups) if groups else 1, kept is None)
     pending = session.ledger.charging(
         session.user.name,
         session.budget_policy,
@@ -261,12 +301,14 @@ def answer_auto(
     with charged_work(
         session, pending, charge, "the query's cost stays charged: its limits were being chosen from the data"
     ):
-        profile = auto_bounds.noised(
+        profile = kept or auto_bounds.noised(
             profile_rows(session, policy_plan, cols, top, bool(by_group)), cols, top, epsilon, by_group
         )
-        if key is not None:
+        if key is not None and kept is None:
             session._plans.put_profile(key, profile)
         choice = auto_bounds.choose(policy_plan, profile, cols, top, epsilon, len(groups) if groups else 1, correct)
+        if kept is not None:
+            choice = replace(choice, epsilon=Fraction(0), reused=True)
         plan, cal, bounded = session._plans.derived(
             policy_plan,
             f"chosen {choice.options(QueryOptions())} {rest}",
