@@ -589,6 +589,7 @@ def test_a_later_query_reuses_the_released_profile_and_is_charged_less(small_pol
         assert conn.session.budget()["epsilon"]["spent"] == 1 + 2 - saved
         last = conn.session.ledger.history("alice")[-1]
         assert last["cost"].epsilon == 2 - saved and len(last["cost"].parts) == 2  # the release's two measures
+        assert last["released"]["bounds"]["profile_reused"] is True
         cur.execute("SET dpsql.cache = off")
         cur.execute("SET dpsql.epsilon = 3")
         cur.execute(TARGETED)
