@@ -118,8 +118,9 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
             ]
             if info.get("target_error") and not info.get("target")
             else [
-                f"epsilon chosen as the smallest giving COUNT and SUM a {pct} error within ±{info['target_error']:g} "
-                f"(dpsql.target_error) {auto_bounds.chose(info['target'])}"
+                f"epsilon {info['target']['epsilon']:g} chosen as the smallest giving COUNT and SUM a {pct} error "
+                f"within ±{info['target_error']:g} (dpsql.target_error) {auto_bounds.chose(info['target'])}"
+                + ("; the profile's share of it is not charged (reused)" if info.get("auto_reused") else "")
             ]
             if info.get("target")
             else []
