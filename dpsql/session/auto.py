@@ -390,9 +390,8 @@ def units_answer(
         pending,
         adjust=partial(_corrected, plan, correction),
     )
-    result.dp["bounds"] = {"max_groups": g, "correction": correction.describe()}
-    if target:
-        result.dp["bounds"]["target"] = target
+    told = {"max_groups": g, "correction": correction.describe()}
+    result.dp["bounds"] = told | ({"target": target} if target else {})
     return result, charge
 
 
