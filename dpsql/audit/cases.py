@@ -185,6 +185,24 @@ charts = [[]]
 )
 
 
+# The hospital's visits with a synopsis whose dimension is the person's sex, from people joined
+# through the privacy unit: the target moves both tables (four people rows where one is allowed,
+# twenty visits at twenty times the bound), and the cube is bounded as the per-query join is.
+JOINED_SYNOPSIS = World(
+    "joined_synopsis",
+    HOSPITAL.tables,
+    """
+[synopses.audit_joined]
+table = "visits"
+dimensions = ["kind", "people.sex"]
+measures = ["count", "sum(amount)"]
+epsilon = 1
+charged_to = "auditor"
+charts = [["people.sex"], []]
+""",
+)
+
+
 # Cases --------------------------------------------------------------------------------------
 
 POLICY_LIMITS = {"dpsql.bounds": "policy"}
@@ -282,4 +300,12 @@ CASES: tuple[Case, ...] = (
         publish="audit",
     ),
     Case("synopsis_sum", SYNOPSIS, "SELECT SUM(income) FROM people", scalar, runs=1500, publish="audit"),
+    Case(
+        "synopsis_joined",
+        JOINED_SYNOPSIS,
+        "SELECT p.sex, COUNT(*) FROM visits v JOIN people p ON v.pid = p.pid GROUP BY p.sex",
+        group("F"),
+        runs=1500,
+        publish="audit_joined",
+    ),
 )

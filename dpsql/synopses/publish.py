@@ -64,7 +64,7 @@ def spec_of(policy, name: str) -> SynopsisSpec:
 def dimension_sql(spec: SynopsisSpec, i: int) -> str:
     """The GROUP BY expression of dimension i (the cube's, and a query's that matches it)."""
     d = spec.dimensions[i]
-    col = f'"{d.column}"'
+    col = f'"{d.table or spec.table}"."{d.column}"'
     if d.width is not None:
         w = int(d.width) if float(d.width).is_integer() else d.width
         return f"FLOOR({col} / {w}) * {w}"
@@ -73,27 +73,34 @@ def dimension_sql(spec: SynopsisSpec, i: int) -> str:
     return col
 
 
-def cube_query(spec: SynopsisSpec) -> exp.Select:
-    """SELECT <dimensions>, COUNT(*), SUM(col)... FROM table GROUP BY <dimensions>."""
+def cube_query(spec: SynopsisSpec, policy) -> exp.Select:
+    """SELECT <dimensions>, COUNT(*), SUM(col)... FROM table [JOIN other ON the privacy unit]...
+    GROUP BY <dimensions>: a joined dimension's table is joined as an analyst's query would
+    join it, so the planner bounds each person's rows exactly as it bounds that query's."""
     dims = [f"{dimension_sql(spec, i)} AS d{i}" for i in range(len(spec.dimensions))]
     measures = [
-        ("COUNT(*)" if m.kind == "count" else f'SUM("{m.column}")') + f" AS m{j}" for j, m in enumerate(spec.measures)
+        ("COUNT(*)" if m.kind == "count" else f'SUM("{spec.table}"."{m.column}")') + f" AS m{j}"
+        for j, m in enumerate(spec.measures)
     ]
+    unit = policy.table(spec.table).privacy_unit
+    joins = "".join(
+        f' JOIN "{t}" ON "{spec.table}"."{unit}" = "{t}"."{policy.table(t).privacy_unit}"' for t in spec.joined
+    )
     group = ", ".join(str(i + 1) for i in range(len(spec.dimensions)))
     return sqlglot.parse_one(
-        f'SELECT {", ".join(dims + measures)} FROM "{spec.table}" GROUP BY {group}', read="postgres"
+        f'SELECT {", ".join(dims + measures)} FROM "{spec.table}"{joins} GROUP BY {group}', read="postgres"
     )
 
 
 def cube_plan(spec: SynopsisSpec, policy, schema) -> Plan:
     """The cube's plan at the policy's limits (pure: the policy and the schema)."""
     try:
-        plan = plan_query(cube_query(spec), policy, schema, "laplace", QueryOptions())
+        plan = plan_query(cube_query(spec, policy), policy, schema, "laplace", QueryOptions())
     except Error as e:
         raise unsupported(
             f"synopsis {spec.name}: its cube cannot be planned: {e.message}",
             hint="bucket numeric dimensions of integer columns by width and date columns by unit; "
-            "give every other dimension declared keys",
+            "give every other dimension declared keys; a joined table's rows must fit max_join_rows",
         ) from None
     if not isinstance(plan, Plan) or not plan.declared or plan.sample_rate is not None:
         raise unsupported(
@@ -223,6 +230,7 @@ def publish(session, name: str) -> Published:
         "dimensions": [
             {
                 "column": d.column,
+                "table": d.table or spec.table,
                 "width": d.width,
                 "unit": d.unit,
                 "sql": dimension_sql(spec, i),
@@ -265,7 +273,7 @@ def publish(session, name: str) -> Published:
 
 
 def _names(spec: SynopsisSpec, mask: int) -> list[str]:
-    return [d.column for i, d in enumerate(spec.dimensions) if mask >> i & 1]
+    return [d.label for i, d in enumerate(spec.dimensions) if mask >> i & 1]
 
 
 def exact_cubes(plan: Plan, rs, values: list[list[Any]], sizes: tuple[int, ...], n_measures: int) -> list[np.ndarray]:

@@ -3,8 +3,8 @@ then its answer, free.
 
 Decided from the query text, the policy and the synopsis's public metadata only (its
 dimensions and their values, its data version): never from the data. A query is answered from
-a synopsis when, planned as any DP query is, it reads the synopsis's table alone (no join, no
-sample) and
+a synopsis when, planned as any DP query is, it reads the synopsis's tables (its own, and those
+its dimensions are joined from, each once, inner-joined on the privacy unit; no sample) and
 - every GROUP BY key is one of its dimensions, written as the synopsis's own bucket expression
   for a bucketed one (e.g. FLOOR(age / 10) * 10);
 - every WHERE term is `dim = v`, `dim IN (...)`, `dim <> v` on a dimension, or a comparison of
@@ -69,7 +69,7 @@ def candidates(session, tree: exp.Expression) -> list[store.Stored]:
     if not synopses or not isinstance(tree, exp.Select):
         return []
     tables = {t.name.lower() for t in tree.find_all(exp.Table)}
-    specs = [s for s in synopses.values() if s.table in tables]
+    specs = [s for s in synopses.values() if {s.table, *s.joined} <= tables]
     if not specs:
         return []
     version = session.engine.data_version()
@@ -128,19 +128,50 @@ def _plan(session, stmt, tree: exp.Expression) -> Plan | None:
     return plan if isinstance(plan, Plan) else None
 
 
-def _unqualified(e: exp.Expression) -> str:
-    return e.transform(lambda n: exp.column(n.name) if isinstance(n, exp.Column) else n).sql(dialect="duckdb")
+def _tables(plan: Plan) -> dict[str, str]:
+    """Each source's alias in the plan -> its table's name."""
+    return {s.alias: s.table.name for s in plan.relation.sources}
+
+
+def _canonical(e: exp.Expression, tables: dict[str, str]) -> str:
+    """An expression's SQL with each column qualified by its table's name (not the alias)."""
+    return e.transform(
+        lambda n: exp.column(n.name, table=tables.get(n.table, n.table)) if isinstance(n, exp.Column) else n
+    ).sql(dialect="duckdb")
 
 
 def _dimension_keys(policy, schema, stored: store.Stored) -> dict[str, int]:
-    """Each dimension's GROUP BY expression as a planned key (unqualified SQL) -> its index."""
+    """Each dimension's GROUP BY expression as a planned key (canonical SQL) -> its index."""
     cache = (stored.name, stored.data_version, stored.charge_id)
     hit = _key_sql.get(cache)
     if hit is None:
         plan = cube_plan(policy.synopses[stored.name], policy, schema)
-        hit = {_unqualified(k.expr): i for i, k in enumerate(plan.keys)}
+        hit = {_canonical(k.expr, _tables(plan)): i for i, k in enumerate(plan.keys)}
         _key_sql[cache] = hit
     return hit
+
+
+def _joined_as_the_cube(plan: Plan, spec) -> bool:
+    """The query reads the synopsis's table and each table its dimensions are joined from, once
+    each, as base tables, inner-joined (the planner has checked the joins are on the privacy
+    unit and bounded them as the cube's: the same tables, the same max_join_rows)."""
+    rel = plan.relation
+    names = [s.table.name for s in rel.sources]
+    return (
+        sorted(names) == sorted([spec.table, *spec.joined])
+        and all(s.derived is None for s in rel.sources)
+        and all(j.kind == "inner" for j in rel.joins)
+        and len(rel.joins) == len(spec.joined)
+    )
+
+
+def _unit_equality(term: exp.Expression, plan: Plan) -> bool:
+    """Whether a term is `a.unit = b.unit` between two sources (the join through the unit)."""
+    if not isinstance(term, exp.EQ) or not all(isinstance(x, exp.Column) for x in (term.this, term.expression)):
+        return False
+    units = {(s.alias, s.table.privacy_unit) for s in plan.relation.sources}
+    a, b = term.this, term.expression
+    return a.table != b.table and (a.table, a.name) in units and (b.table, b.name) in units
 
 
 def match(policy, schema, plan: Plan, stored: store.Stored) -> Route | None:
@@ -148,39 +179,37 @@ def match(policy, schema, plan: Plan, stored: store.Stored) -> Route | None:
     body = stored.body
     spec = policy.synopses.get(stored.name)
     rel = plan.relation
-    if (
-        spec is None
-        or plan.sample_rate is not None
-        or len(rel.sources) != 1
-        or rel.joins
-        or rel.sources[0].derived is not None
-        or rel.sources[0].table.name != body["table"]
-    ):
+    if spec is None or plan.sample_rate is not None or not _joined_as_the_cube(plan, spec):
         return None
     keys = _dimension_keys(policy, schema, stored)
+    tables = _tables(plan)
     dims = []
     for k in plan.keys:
-        i = keys.get(_unqualified(k.expr))
+        i = keys.get(_canonical(k.expr, tables))
         if i is None or i in dims:
             return None
         dims.append(i)
     selection: list[set[int] | None] = [None] * len(body["dimensions"])
     unit = plan.unit.sql() if plan.unit is not None else None
-    for cond in rel.where:
+    for cond in list(rel.where) + [j.on for j in rel.joins]:
         for term in conjuncts(cond):
             if (
-                unit is not None
-                and term.sql() == exp.Not(this=exp.Is(this=plan.unit.copy(), expression=exp.Null())).sql()
+                (
+                    unit is not None
+                    and term.sql() == exp.Not(this=exp.Is(this=plan.unit.copy(), expression=exp.Null())).sql()
+                )
+                or (isinstance(term, exp.Boolean) and term.this)
+                or _unit_equality(term, plan)
             ):
                 continue
-            picked = _selection(term, body, keys)
+            picked = _selection(term, body, keys, tables)
             if picked is None:
                 return None
             i, chosen = picked
             selection[i] = chosen if selection[i] is None else selection[i] & chosen
     estimates = []
     for e in plan.estimates:
-        needed = _estimate(plan, e, body, policy)
+        needed = _estimate(plan, e, body, policy, tables)
         if needed is None:
             return None
         estimates.append(needed)
@@ -193,7 +222,7 @@ def match(policy, schema, plan: Plan, stored: store.Stored) -> Route | None:
     )
 
 
-def _estimate(plan: Plan, e, body: dict, policy) -> tuple[str, str] | None:
+def _estimate(plan: Plan, e, body: dict, policy, tables: dict[str, str]) -> tuple[str, str] | None:
     measures = {m["name"] for m in body["measures"]}
     table = policy.table(body["table"])
     if e.func == "count":
@@ -202,7 +231,7 @@ def _estimate(plan: Plan, e, body: dict, policy) -> tuple[str, str] | None:
         return ("count", "count") if isinstance(m, Count) and every_row and "count" in measures else None
     if e.func in ("sum", "whole_sum", "avg"):  # whole_sum: SUM of an integer column, an integer
         m = plan.measures[e.total]
-        if not isinstance(m, Sum) or not isinstance(m.value, exp.Column):
+        if not isinstance(m, Sum) or not isinstance(m.value, exp.Column) or tables.get(m.value.table) != body["table"]:
             return None
         col = table.columns.get(m.value.name.lower())
         name = f"sum({m.value.name.lower()})"
@@ -250,14 +279,16 @@ def _same(a: Any, b: Any) -> bool:
 _FLIP = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE, exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
 
 
-def _selection(term: exp.Expression, body: dict, keys: dict[str, int]) -> tuple[int, set[int]] | None:
+def _selection(
+    term: exp.Expression, body: dict, keys: dict[str, int], tables: dict[str, str]
+) -> tuple[int, set[int]] | None:
     """(dimension, value indexes) that a WHERE term keeps, or None when it is not a selection
     of whole cells of one dimension."""
     dims = body["dimensions"]
     if isinstance(term, exp.Paren):
-        return _selection(term.this, body, keys)
+        return _selection(term.this, body, keys, tables)
     if isinstance(term, exp.In) and not term.args.get("query"):
-        i = _dimension_of(term.this, dims, keys, exact=True)
+        i = _dimension_of(term.this, body, keys, tables, exact=True)
         if i is None:
             return None
         literals = [_literal(v) for v in term.expressions]
@@ -266,8 +297,8 @@ def _selection(term: exp.Expression, body: dict, keys: dict[str, int]) -> tuple[
         values = [decode(v) for v in dims[i]["values"]]
         return i, {j for j, v in enumerate(values) if any(_same(lit, v) for _, lit in literals)}
     if isinstance(term, exp.Between):
-        low = _selection(exp.GTE(this=term.this.copy(), expression=term.args["low"].copy()), body, keys)
-        high = _selection(exp.LTE(this=term.this.copy(), expression=term.args["high"].copy()), body, keys)
+        low = _selection(exp.GTE(this=term.this.copy(), expression=term.args["low"].copy()), body, keys, tables)
+        high = _selection(exp.LTE(this=term.this.copy(), expression=term.args["high"].copy()), body, keys, tables)
         if low is None or high is None or low[0] != high[0]:
             return None
         return low[0], low[1] & high[1]
@@ -280,7 +311,7 @@ def _selection(term: exp.Expression, body: dict, keys: dict[str, int]) -> tuple[
         left, op = right, _FLIP[op]
     if not ok:
         return None
-    i = _dimension_of(left, dims, keys, exact=True)
+    i = _dimension_of(left, body, keys, tables, exact=True)
     if i is not None:  # the dimension's own value (a key, or a bucket expression)
         values = [decode(v) for v in dims[i]["values"]]
         if op in (exp.EQ, exp.NEQ):
@@ -289,20 +320,23 @@ def _selection(term: exp.Expression, body: dict, keys: dict[str, int]) -> tuple[
         if dims[i]["width"] is None and dims[i]["unit"] is None:
             return None
         return _aligned(i, dims[i], values, op, value, bucket_value=True)
-    i = _dimension_of(left, dims, keys, exact=False)
+    i = _dimension_of(left, body, keys, tables, exact=False)
     if i is None:
         return None
     values = [decode(v) for v in dims[i]["values"]]
     return _aligned(i, dims[i], values, op, value, bucket_value=False)
 
 
-def _dimension_of(e: exp.Expression, dims: list[dict], keys: dict[str, int], exact: bool) -> int | None:
+def _dimension_of(
+    e: exp.Expression, body: dict, keys: dict[str, int], tables: dict[str, str], exact: bool
+) -> int | None:
     """The dimension `e` is: its key expression (exact), or the raw column of a bucketed one."""
     if exact:
-        return keys.get(_unqualified(e))
+        return keys.get(_canonical(e, tables))
     if isinstance(e, exp.Column):
-        for i, d in enumerate(dims):
-            if d["column"] == e.name.lower() and (d["width"] is not None or d["unit"] is not None):
+        for i, d in enumerate(body["dimensions"]):
+            same = d["column"] == e.name.lower() and d.get("table", body["table"]) == tables.get(e.table)
+            if same and (d["width"] is not None or d["unit"] is not None):
                 return i
     return None
 
