@@ -56,13 +56,19 @@ def check(plan: Plan, cal: Calibration, rs: ResultSet, charge: Charge, policy: P
 
 
 def check_synopsis(
-    plan: Plan, rs: ResultSet, charge: Charge, policy: Policy, draws: Sequence[tuple[int, Fraction, Noise]], cells: int
+    plan: Plan,
+    rs: ResultSet,
+    charge: Charge,
+    policy: Policy,
+    draws: Sequence[tuple[int, Fraction, Noise, int]],
+    cells: int,
 ) -> None:
-    """Raise ReleaseRefused unless noising a synopsis's marginals of `rs` (the bounded cube) with
-    `draws` (measure index, epsilon, noise: one per measured marginal) is what `charge` paid for:
-    a durable receipt; the cube's cells exactly its declared domain's, each key tuple once; the
-    policy's limits; every scale at least the measure's L1 sensitivity over the cube (which
-    bounds every marginal's) over its epsilon; the epsilons within the charged Laplace parts."""
+    """Raise ReleaseRefused unless noising a synopsis's measurements of `rs` (the bounded cube)
+    with `draws` (measure index, epsilon, noise, how many partitions of the cube the measurement
+    releases: 1 for a marginal, a hierarchy's levels) is what `charge` paid for: a durable
+    receipt; the cube's cells exactly its declared domain's, each key tuple once; the policy's
+    limits; every scale at least the partitions times the measure's L1 sensitivity over the cube
+    (which bounds every partition's) over its epsilon; the epsilons within the charged parts."""
     if not isinstance(charge, Charge) or not isinstance(charge.id, int):
         raise ReleaseRefused("no durable charge receipt")
     if rs.row_count != cells:
@@ -70,14 +76,16 @@ def check_synopsis(
     _unique_keys(plan, rs)
     _limits(plan, policy)
     spent = Fraction(0)
-    for j, epsilon, noise in draws:
+    for j, epsilon, noise, parts in draws:
         l1 = plan.bounding.l1(plan.measures[j], cells)
         if (
             l1 is None
+            or not isinstance(parts, int)
+            or parts < 1
             or noise.kind != "laplace"
             or not math.isfinite(noise.scale)
             or epsilon <= 0
-            or Fraction(noise.scale) < Fraction(l1) / epsilon
+            or Fraction(noise.scale) < Fraction(l1 * parts) / epsilon
         ):
             raise ReleaseRefused(
                 f"{plan.measures[j].describe()}: a marginal's Laplace scale below L1 sensitivity / epsilon"

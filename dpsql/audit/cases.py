@@ -203,6 +203,32 @@ charts = [["people.sex"], []]
 )
 
 
+# A synopsis charted by its total and by ranges of an age in 64 one-year buckets, which the
+# strategy measures with a hierarchy over the buckets (blocks of several buckets, each level
+# a partition charged at the cube's sensitivity): the target (four rows, one allowed, at the
+# top of the range) against twenty people at age 5; the query reads a range of the top buckets.
+AGES = World(
+    "ages",
+    {
+        "people": Table(
+            "pid INTEGER, age INTEGER",
+            'privacy_unit = "pid"\nmax_groups = 1\nmax_rows = 1\ncolumns.age = { lower = 0, upper = 63 }\n',
+            tuple((p, 5) for p in range(1, 21)),
+            tuple((TARGET, 62) for _ in range(4)),
+        ),
+    },
+    """
+[synopses.audit_ages]
+table = "people"
+dimensions = [{ column = "age", width = 1 }]
+measures = ["count"]
+epsilon = 1
+charged_to = "auditor"
+charts = [[]]
+""",
+)
+
+
 # Cases --------------------------------------------------------------------------------------
 
 POLICY_LIMITS = {"dpsql.bounds": "policy"}
@@ -307,5 +333,13 @@ CASES: tuple[Case, ...] = (
         group("F"),
         runs=1500,
         publish="audit_joined",
+    ),
+    Case(
+        "synopsis_hierarchy",
+        AGES,
+        "SELECT COUNT(*) FROM people WHERE age >= 32 AND age < 64",
+        scalar,
+        runs=1500,
+        publish="audit_ages",
     ),
 )

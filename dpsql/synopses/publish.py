@@ -18,6 +18,7 @@ import datetime
 import time
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -33,9 +34,10 @@ from ..release import key_order
 from ..sql.analyze import Plan
 from ..sql.options import QueryOptions
 from ..sql.rewrite import declared_domain
+from . import axes as ax
 from . import reconstruct, store
 from .spec import EVERYONE, SynopsisSpec
-from .strategy import Charts, Strategy, choose, default_charts, eigenvalues
+from .strategy import Charts, Strategy, choose, default_charts, with_trees
 
 
 @dataclass(frozen=True)
@@ -45,8 +47,9 @@ class Published:
     epsilon: float
     data_version: str
     cells: int
-    marginals: int
+    marginals: int  # measurements: marginals and hierarchies
     seconds: float
+    measured: str = ""  # what was measured (Strategy.describe)
 
 
 def spec_of(policy, name: str) -> SynopsisSpec:
@@ -141,12 +144,27 @@ def charts_of(spec: SynopsisSpec) -> Charts:
     return Charts(groupings, sum(1 << i for i in spec.filters))
 
 
+@lru_cache(maxsize=64)
+def _strategy(sizes: tuple[int, ...], charts: Charts, bucketed: tuple[int, ...]) -> Strategy:
+    """The strategy for public inputs only (so it is kept: republishing does not search again)."""
+    return with_trees(choose(sizes, charts), sizes, charts, bucketed)
+
+
 def strategy_for(spec: SynopsisSpec, sizes: tuple[int, ...]) -> tuple[Strategy, list[list[Fraction]]]:
-    """The marginals measured and each (measure, marginal)'s epsilon: the synopsis's epsilon
-    split equally among its measures, then by the strategy among marginals."""
-    strategy = choose(sizes, charts_of(spec))
+    """What is measured (marginals, and hierarchies over bucketed dimensions where they lower the
+    class's error) and each (measure, measurement)'s epsilon: the synopsis's epsilon split equally
+    among its measures, then by the strategy among measurements."""
+    strategy = _strategy(sizes, charts_of(spec), tuple(i for i, d in enumerate(spec.dimensions) if d.bucketed))
     per_measure = spec.epsilon / len(spec.measures)
     return strategy, [strategy.epsilons(per_measure) for _ in spec.measures]
+
+
+def measurement_name(spec: SynopsisSpec, strategy: Strategy, t: int) -> str:
+    """The t-th measurement's name: a marginal's dimensions ("total" for none), or a hierarchy."""
+    if t < len(strategy.marginals):
+        return "×".join(_names(spec, strategy.marginals[t])) or "total"
+    dim, axis = strategy.trees[t - len(strategy.marginals)]
+    return f"hierarchy over {spec.dimensions[dim].label} (blocks {axis.blocks[1:-1]})"
 
 
 def payers(spec: SynopsisSpec, policy) -> list[str]:
@@ -164,16 +182,21 @@ def publish(session, name: str) -> Published:
     sizes = tuple(len(v) for v in values)
     cells = int(np.prod(sizes))
     strategy, epsilons = strategy_for(spec, sizes)
+    axes = strategy.axes(sizes)
+    measurements = strategy.measurements(sizes)
     l1 = [plan.bounding.l1(plan.measures[measure_index(plan, j)], cells) for j in range(len(spec.measures))]
     if any(x is None for x in l1):
         raise unsupported(f"synopsis {spec.name}: a measure has no L1 sensitivity under the policy's limits")
-    noises = [[Noise("laplace", laplace_scale(l1[j], e)) for e in epsilons[j]] for j in range(len(spec.measures))]
+    noises = [
+        [Noise("laplace", laplace_scale(l1[j] * ax.partitions(lv), e)) for lv, e in zip(measurements, epsilons[j])]
+        for j in range(len(spec.measures))
+    ]
     session.bounded_sql(plan)  # the engine binds the bounded query before the charge: a refusal is free
     version = engine.data_version()
     parts = [
-        Part("laplace", e, rho=e * e / 2, noise_multiplier=n.scale / l1[j])
+        Part("laplace", e, rho=e * e / 2, noise_multiplier=n.scale / (l1[j] * ax.partitions(lv)))
         for j in range(len(spec.measures))
-        for e, n in zip(epsilons[j], noises[j])
+        for lv, e, n in zip(measurements, epsilons[j], noises[j])
     ]
     cost = Cost.of(parts)
     who = payers(spec, policy)
@@ -184,16 +207,17 @@ def publish(session, name: str) -> Published:
         "dimensions": [d.describe() for d in spec.dimensions],
         "measures": [m.name for m in spec.measures],
         "marginals": [list(_names(spec, m)) for m in strategy.marginals],
+        "strategy": strategy.describe([d.label for d in spec.dimensions]),
         "mechanisms": [
             {
                 "measure": spec.measures[j].name,
-                "marginal": "×".join(_names(spec, m)) or "total",
+                "marginal": measurement_name(spec, strategy, t),
                 "kind": "laplace",
                 "epsilon": float(e),
                 "scale": n.scale,
             }
             for j in range(len(spec.measures))
-            for m, e, n in zip(strategy.marginals, epsilons[j], noises[j])
+            for t, (e, n) in enumerate(zip(epsilons[j], noises[j]))
         ],
     }
     pending = ledger.charging(
@@ -214,7 +238,11 @@ def publish(session, name: str) -> Published:
             sqlstate=e.sqlstate,
             hint="its cost stays charged, because whether a query fails can depend on the data",
         )
-    draws = [(measure_index(plan, j), e, n) for j in range(len(spec.measures)) for e, n in zip(epsilons[j], noises[j])]
+    draws = [
+        (measure_index(plan, j), e, n, ax.partitions(lv))
+        for j in range(len(spec.measures))
+        for lv, e, n in zip(measurements, epsilons[j], noises[j])
+    ]
     guard.check_synopsis(plan, rs, charge, policy, draws, cells)
     exact = exact_cubes(plan, rs, values, sizes, len(spec.measures))
     body = {
@@ -226,6 +254,8 @@ def publish(session, name: str) -> Published:
         "charged_to": spec.charged_to,
         "readers": list(spec.readers(policy.users)),
         "sizes": list(sizes),
+        "axes": [list(a.blocks) for a in axes],
+        "strategy": strategy.describe([d.label for d in spec.dimensions]),
         "published_at": time.time(),
         "dimensions": [
             {
@@ -242,16 +272,18 @@ def publish(session, name: str) -> Published:
     }
     for j, m in enumerate(spec.measures):
         unit = plan.measures[measure_index(plan, j)].unit_scale
-        noisy, precision = {}, {}
-        for mask, n in zip(strategy.marginals, noises[j]):
-            marg = reconstruct.marginal(exact[j], mask)
-            flat = [int(v) for v in np.ravel(marg)]
-            noisy[mask] = np.array(add_noise(flat, n), dtype=float).reshape(np.shape(marg)) * unit
-            precision[mask] = 1.0 / (2.0 * (n.scale * unit) ** 2)
-        lam = eigenvalues(precision, sizes)
-        cube = reconstruct.least_squares(noisy, precision, lam, sizes)
+        rhs, precision = np.zeros(sizes), {}
+        for levels, n in zip(measurements, noises[j]):
+            w = 1.0 / (2.0 * (n.scale * unit) ** 2)
+            precision[levels] = precision.get(levels, 0.0) + w
+            for combo, part in ax.released(exact[j], axes, levels).items():
+                flat = [int(v) for v in np.ravel(part)]
+                noisy = np.array(add_noise(flat, n), dtype=float).reshape(np.shape(part)) * unit
+                rhs = rhs + w * ax.spread(noisy, axes, combo)
+        lam = ax.eigenvalues(precision, axes)
+        cube = reconstruct.least_squares(rhs, lam, axes)
         if m.kind == "count":  # not sums: clipping their many small noisy cells would bias every total up
-            cube = reconstruct.non_negative(cube, lam)
+            cube = reconstruct.non_negative(cube, lam, axes)
         cube = reconstruct.rounded(cube)
         body["measures"].append(
             {
@@ -259,7 +291,7 @@ def publish(session, name: str) -> Published:
                 "kind": m.kind,
                 "column": m.column,
                 "cube": [float(v) for v in np.ravel(cube)],
-                "eigen": [float(v) for v in lam],
+                "eigen": [float(v) for v in np.ravel(lam)],
             }
         )
     store.put(ledger, spec.name, version, charge.id, body)
@@ -268,7 +300,14 @@ def publish(session, name: str) -> Published:
         {"synopsis": spec.name, "data_version": version, "cells": cells, "measures": [m.name for m in spec.measures]},
     )
     return Published(
-        spec.name, charge.id, float(cost.epsilon), version, cells, len(strategy.marginals), time.perf_counter() - start
+        spec.name,
+        charge.id,
+        float(cost.epsilon),
+        version,
+        cells,
+        len(measurements),
+        time.perf_counter() - start,
+        body["strategy"],
     )
 
 

@@ -15,7 +15,7 @@ wrapper) is post-processing, as for any answer. Everything else goes the per-que
 
 Every answer sums cells of the synopsis's one consistent cube (integers), so totals and their
 breakdowns agree exactly. Intervals come from the least-squares estimator's exact variance
-(strategy.variance) at the session's confidence: the wider of a Laplace and a normal interval
+(axes.variance, for the cells the answer sums) at the session's confidence: the wider of a Laplace and a normal interval
 of that variance (_half; the non-negativity step is not accounted, see reconstruct.py;
 coverage is tested by simulation). AVG(col) is SUM(col) / COUNT(*): rows whose col is NULL are in its
 denominator (equal to SQL's AVG when col has no NULLs).
@@ -40,9 +40,11 @@ from ..release import NoisyTable, key_order
 from ..sql.analyze import Plan
 from ..sql.measures import Count, Sum
 from ..sql.scope import conjuncts
+from . import axes as ax
 from . import store
+from .axes import Axis, flat
 from .publish import cube_plan, decode
-from .strategy import variance
+from .reconstruct import from_masks
 
 DECISIONS = 512  # query texts whose route each process remembers
 
@@ -408,9 +410,10 @@ def result_from(session, plan: Plan, stored: store.Stored, route: Route) -> Answ
     sizes = tuple(body["sizes"])
     values = [[decode(v) for v in d["values"]] for d in body["dimensions"]]
     cubes = {m["name"]: np.array(m["cube"]).reshape(sizes) for m in body["measures"]}
-    eigen = {m["name"]: np.array(m["eigen"]) for m in body["measures"]}
+    axes, eigen = estimator(body)
     index = [np.arange(n) if s is None else np.array(s, dtype=int) for n, s in zip(sizes, route.selection)]
     grouped = list(route.dims)
+    queries = _queries(axes, grouped, index)
 
     def reduced(name: str) -> np.ndarray:
         sub = cubes[name][np.ix_(*index)]
@@ -419,7 +422,6 @@ def result_from(session, plan: Plan, stored: store.Stored, route: Route) -> Answ
         order = sorted(grouped)
         return np.transpose(summed, [order.index(i) for i in grouped]) if grouped else summed
 
-    selected = tuple(1 if i in grouped else len(index[i]) for i in range(len(sizes)))
     confidence = session.settings.confidence
     cells = [list(idx) for idx in np.ndindex(*[len(index[i]) for i in grouped])] if grouped else [[]]
     rows = [tuple(values[i][index[i][j]] for i, j in zip(grouped, c)) for c in cells]
@@ -429,7 +431,7 @@ def result_from(session, plan: Plan, stored: store.Stored, route: Route) -> Answ
     for e, (func, name) in zip(plan.estimates, route.estimates):
         if func == "avg":
             s_, c_ = arrays[name], arrays["count"]
-            vs, vc = variance(eigen[name], sizes, selected), variance(eigen["count"], sizes, selected)
+            vs, vc = ax.variance(eigen[name], axes, queries), ax.variance(eigen["count"], axes, queries)
         vals, cis = [], []
         for r in order:
             at = tuple(cells[r])
@@ -440,7 +442,7 @@ def result_from(session, plan: Plan, stored: store.Stored, route: Route) -> Answ
             else:
                 v = float(arrays[name][at])
                 v = int(round(v)) if func in ("count", "whole_sum") else v
-                half = _half(math.sqrt(variance(eigen[name], sizes, selected)), confidence)
+                half = _half(math.sqrt(ax.variance(eigen[name], axes, queries)), confidence)
             vals.append(v)
             cis.append((math.nan, math.nan) if v is None else (v - half, v + half))
         estimates.append(vals)
@@ -464,6 +466,24 @@ def result_from(session, plan: Plan, stored: store.Stored, route: Route) -> Answ
         "notice": f"answered from synopsis {route.name} (published {published}), free",
     }
     return Answer(out.names, out.types, [tuple(r) for r in out.rows], dp)
+
+
+def estimator(body: dict) -> tuple[tuple[Axis, ...], dict[str, np.ndarray]]:
+    """A published synopsis's axes and each measure's eigenvalues over their levels (a body
+    published before hierarchies: plain axes, eigenvalues by subspace mask)."""
+    sizes = tuple(body["sizes"])
+    if "axes" not in body:
+        axes = tuple(flat(n) for n in sizes)
+        return axes, {m["name"]: from_masks(np.array(m["eigen"]), len(sizes)) for m in body["measures"]}
+    axes = tuple(Axis(tuple(b)) for b in body["axes"])
+    shape = tuple(a.top + 1 for a in axes)
+    return axes, {m["name"]: np.array(m["eigen"]).reshape(shape) for m in body["measures"]}
+
+
+def _queries(axes: tuple[Axis, ...], grouped: list[int], index) -> list[np.ndarray]:
+    """Per dimension, the cells one answered group sums: one cell of a grouped dimension (every
+    cell's variance is the same), the selected cells of the others."""
+    return [ax.picks(a, [0]) if i in grouped else ax.picks(a, index[i]) for i, a in enumerate(axes)]
 
 
 def _half(std: float, confidence: float) -> float:
@@ -503,14 +523,17 @@ def explain(session, tree: exp.Expression, options) -> list[str]:
         return [f"route: per query (charged as above): not a function of published synopsis {names}"]
     stored = next(s for s in found if s.name == route.name)
     sizes = tuple(stored.body["sizes"])
-    selected = tuple(
-        1 if i in route.dims else (n if s is None else len(s)) for i, (n, s) in enumerate(zip(sizes, route.selection))
-    )
-    eigen = {m["name"]: np.array(m["eigen"]) for m in stored.body["measures"]}
+    axes, eigen = estimator(stored.body)
+    index = [range(n) if s is None else s for n, s in zip(sizes, route.selection)]
+    queries = _queries(axes, list(route.dims), index)
     pct = f"{session.settings.confidence * 100:g}%"
-    lines = [f"route: synopsis {route.name}, free (instead of the per-query cost above)"]
+    measured = stored.body.get("strategy")
+    lines = [
+        f"route: synopsis {route.name}, free (instead of the per-query cost above)"
+        + (f"; it measured {measured}" if measured else "")
+    ]
     for func, name in route.estimates:
-        half = _half(math.sqrt(variance(eigen[name], sizes, selected)), session.settings.confidence)
+        half = _half(math.sqrt(ax.variance(eigen[name], axes, queries)), session.settings.confidence)
         column = name[4:-1] if name.startswith("sum(") else "*"
         label = "COUNT(*)" if func == "count" else f"{func.upper().replace('WHOLE_', '')}({column})"
         part = f" (its SUM({column}); divided by the count)" if func == "avg" else ""
