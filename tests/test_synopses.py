@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import sqlglot
 
-from dpsql import guard
+from dpsql import guard, mechanisms
 from dpsql.accounting.cost import Cost
 from dpsql.config import load_policy
 from dpsql.engines.base import ResultSet
@@ -26,7 +26,7 @@ from dpsql.errors import BudgetExceeded, Error, PolicyError
 from dpsql.mechanisms import Noise
 from dpsql.prepare import plan_query
 from dpsql.session import Session
-from dpsql.synopses import axes, reconstruct, store, strategy
+from dpsql.synopses import axes, budget, reconstruct, store, strategy
 from dpsql.synopses import publish as pub
 from dpsql.synopses.route import estimator
 
@@ -172,6 +172,9 @@ BAD = [
     ('filters = ["nope"]', "'nope' is not one of the dimensions"),
     ('filters = "g"', "filters must be a list"),
     ('dimensions = ["g", "flag", "age", "amount", "day", "a", "b", "c", "d", "e", "f"]', "11 dimensions, more than 10"),
+    ('mechanism = "exponential"', "is not laplace or gaussian"),
+    ("delta = 2", "between 0 and 1"),
+    ('mechanism = "laplace"\ndelta = 1e-6', "delta is set but the mechanism is laplace"),
     ('dimensions = ["nope.g"]', "'nope' is not a table of the policy"),
     ('dimensions = ["places.name"]', "places is public, not joined through the privacy unit"),
     ('dimensions = ["events.cost"]', "has no declared keys in [tables.events]"),
@@ -401,22 +404,43 @@ def test_the_guard_refuses_a_scale_below_the_sensitivity(alice):
     rs = alice.bounded_result(plan)
     charge = alice.ledger.charge("alice", alice.budget_policy, Cost.pure(Fraction(1)), "test", {})
     l1 = plan.bounding.l1(plan.measures[0], 3)
-    guard.check_synopsis(plan, rs, charge, alice.policy, [(0, Fraction(1), Noise("laplace", float(l1)), 1)], 3)
+
+    def check(draws, result=rs, paid=charge):
+        guard.check_synopsis(plan, result, paid, alice.policy, draws, 3)
+
+    def laplace(scale, epsilon=Fraction(1), partitions=1):
+        return [guard.SynopsisDraw(0, epsilon, Noise("laplace", float(scale)), partitions, partitions == 1)]
+
+    check(laplace(l1))
+    for bad in (laplace(l1 / 2), laplace(l1 / 2, Fraction(2)), laplace(l1, partitions=2)):  # 2: a two-level tree
+        with pytest.raises(guard.ReleaseRefused):
+            check(bad)
     with pytest.raises(guard.ReleaseRefused):
-        guard.check_synopsis(plan, rs, charge, alice.policy, [(0, Fraction(1), Noise("laplace", l1 / 2), 1)], 3)
-    with pytest.raises(guard.ReleaseRefused):
-        guard.check_synopsis(plan, rs, charge, alice.policy, [(0, Fraction(2), Noise("laplace", l1 / 2.0), 1)], 3)
-    with pytest.raises(guard.ReleaseRefused):
-        guard.check_synopsis(
-            plan,
-            ResultSet(rs.names, rs.types, [c[:2] for c in rs.columns]),
-            charge,
-            alice.policy,
-            [(0, Fraction(1), Noise("laplace", float(l1)), 1)],
-            3,
-        )
-    with pytest.raises(guard.ReleaseRefused):  # a hierarchy of two levels at one level's scale
-        guard.check_synopsis(plan, rs, charge, alice.policy, [(0, Fraction(1), Noise("laplace", float(l1)), 2)], 3)
+        check(laplace(l1), ResultSet(rs.names, rs.types, [c[:2] for c in rs.columns]))
+    # Gaussian: sigma for the measurement's L2 (the cells: the plan's; a merged partition: the L1)
+    rho = mechanisms.rho_for(Fraction(1), Fraction(1, 10**6))
+    gaussian = alice.ledger.charge(
+        "alice",
+        alice.budget_policy,
+        budget.cost(budget.Budget("gaussian", Fraction(1), Fraction(1, 10**6), rho), []),
+        "t",
+        {},
+    )
+    l2 = plan.bounding.l2_squared(plan.measures[0], 3)
+    assert l2 <= l1 * l1
+    cells = mechanisms.gaussian_sigma(l2, rho)
+    merged = mechanisms.gaussian_sigma(l1 * l1, rho)
+    check([guard.SynopsisDraw(0, rho, Noise("gaussian", cells), 1, True)], paid=gaussian)
+    check([guard.SynopsisDraw(0, rho, Noise("gaussian", merged), 1, False)], paid=gaussian)
+    for bad in (
+        [guard.SynopsisDraw(0, rho, Noise("gaussian", merged), 2, False)],  # two levels at one's sigma
+        [guard.SynopsisDraw(0, rho * 2, Noise("gaussian", cells / 2), 1, True)],  # more rho than charged
+        [guard.SynopsisDraw(0, rho, Noise("laplace", float(l1)), 1, True)],  # Laplace on a Gaussian charge
+    ):
+        with pytest.raises(guard.ReleaseRefused):
+            check(bad, paid=gaussian)
+    with pytest.raises(guard.ReleaseRefused):  # a Gaussian draw on a Laplace charge
+        check([guard.SynopsisDraw(0, rho, Noise("gaussian", cells), 1, True)])
 
 
 # Dimensions joined through the privacy unit ------------------------------------------------------
@@ -901,4 +925,47 @@ def test_a_published_hierarchy_answers_ranges_consistently_and_says_so(tmp_path,
     lines = [x[0] for x in s.execute("EXPLAIN SELECT COUNT(*) FROM people WHERE age BETWEEN 13 AND 40").rows]
     assert any("synopsis ages" in line and "hierarchy over age" in line for line in lines)
     assert s.budget()["epsilon"]["spent"] == spent
+    s.close()
+
+
+def test_under_a_zcdp_filter_a_synopsis_is_gaussian_charged_its_rho_and_within_its_bound_fpr_1e6(tmp_path):
+    """Every payer's filter is zcdp: the synopsis is measured with Gaussian noise, charged as one
+    Gaussian part (rho from its epsilon and the policy's per-query delta), which the filter
+    accounts by rho. The published total (every cell holds 400+ people, so non-negativity
+    moves nothing but with negligible probability; rounding moves it by 0.5) is a linear
+    combination of discrete Gaussian noises, sub-Gaussian with at most the estimator's variance:
+    P(|error| > t) <= 2 exp(-t^2 / 2 Var), t for 1e-6. Answers are routed, free."""
+    synopses = """
+[synopses.s]
+table = "people"
+dimensions = ["g", "flag"]
+measures = ["count", "sum(amount)"]
+epsilon = 0.5
+charged_to = "alice"
+"""
+    path = make_world(tmp_path, synopses=synopses)
+    path.write_text(path.read_text().replace('filter = "basic"', 'filter = "zcdp"'))
+    policy = load_policy(path)
+    assert budget.mechanism_of(policy.synopses["s"], policy) == "gaussian"
+    s = Session(policy, "alice")
+    done = pub.publish(s, "s")
+    assert done.measured.endswith("gaussian noise")
+    charge = s.ledger.history("alice")[-1]
+    (part,) = charge["cost"].parts
+    rho = mechanisms.rho_for(Fraction(1, 2), policy.privacy.default_query_delta)
+    assert part.kind == "gaussian" and part.rho == rho and part.epsilon == Fraction(1, 2)
+    assert {m["kind"] for m in charge["detail"]["mechanisms"]} == {"gaussian"}
+    assert sum(Fraction(m["rho"]) for m in charge["detail"]["mechanisms"]) == pytest.approx(float(rho))
+    stored = store.current(s.ledger, "s", s.engine.data_version())
+    axes_, eigen = estimator(stored.body)
+    r = s.execute("SELECT COUNT(*) FROM people")
+    assert r.dp["synopsis"] == "s" and r.dp["cost"]["epsilon"] == 0
+    std = math.sqrt(axes.variance(eigen["count"], axes_, [np.ones(n) for n in stored.body["sizes"]]))
+    assert abs(r.rows[0][0] - 3000) <= std * math.sqrt(2 * math.log(2 / 1e-6)) + 0.5
+    assert s.ledger.verify() == []
+    s.close()
+    explicit = make_world(tmp_path / "basic", synopses=synopses + 'mechanism = "gaussian"\ndelta = 1e-7\n')
+    s = Session(load_policy(explicit), "alice")  # the basic filter: charged the pair (0.5, 1e-7)
+    pub.publish(s, "s")
+    assert s.budget()["epsilon"]["spent"] == 0.5 and s.budget()["delta"]["spent"] == pytest.approx(1e-7)
     s.close()

@@ -229,6 +229,16 @@ charts = [[]]
 )
 
 
+# The synopsis world's people measured with Gaussian noise (zCDP, its rho from epsilon and
+# delta): as for the gaussian_count case, an epsilon of 4 makes the bound say something.
+GAUSSIAN_SYNOPSIS = World(
+    "gaussian_synopsis",
+    SYNOPSIS.tables,
+    SYNOPSIS.synopses.replace("[synopses.audit]", "[synopses.audit_gaussian]").replace("epsilon = 1", "epsilon = 4")
+    + 'mechanism = "gaussian"\ndelta = 1e-5\n',
+)
+
+
 # Cases --------------------------------------------------------------------------------------
 
 POLICY_LIMITS = {"dpsql.bounds": "policy"}
@@ -333,6 +343,14 @@ CASES: tuple[Case, ...] = (
         group("F"),
         runs=1500,
         publish="audit_joined",
+    ),
+    Case(
+        "synopsis_gaussian",
+        GAUSSIAN_SYNOPSIS,
+        "SELECT sex, COUNT(*) FROM people GROUP BY sex",
+        group("F"),
+        runs=1500,
+        publish="audit_gaussian",
     ),
     Case(
         "synopsis_hierarchy",

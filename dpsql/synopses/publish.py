@@ -26,17 +26,18 @@ import sqlglot
 from sqlglot import exp
 
 from .. import guard
-from ..accounting.cost import Cost, Part
 from ..errors import Error, OperationalError, ProgrammingError, unsupported
-from ..mechanisms import Noise, add_noise, laplace_scale
+from ..mechanisms import add_noise
 from ..prepare import plan_query
 from ..release import key_order
 from ..sql.analyze import Plan
 from ..sql.options import QueryOptions
 from ..sql.rewrite import declared_domain
 from . import axes as ax
+from . import budget as bud
 from . import reconstruct, store
-from .spec import EVERYONE, SynopsisSpec
+from .budget import Budget, budget_of, payers
+from .spec import SynopsisSpec
 from .strategy import Charts, Strategy, choose, default_charts, with_trees
 
 
@@ -49,7 +50,8 @@ class Published:
     cells: int
     marginals: int  # measurements: marginals and hierarchies
     seconds: float
-    measured: str = ""  # what was measured (Strategy.describe)
+    measured: str = ""  # what was measured (Strategy.describe) and with which noise
+    delta: float = 0.0
 
 
 def spec_of(policy, name: str) -> SynopsisSpec:
@@ -145,17 +147,18 @@ def charts_of(spec: SynopsisSpec) -> Charts:
 
 
 @lru_cache(maxsize=64)
-def _strategy(sizes: tuple[int, ...], charts: Charts, bucketed: tuple[int, ...]) -> Strategy:
+def _strategy(sizes: tuple[int, ...], charts: Charts, bucketed: tuple[int, ...], gaussian: bool) -> Strategy:
     """The strategy for public inputs only (so it is kept: republishing does not search again)."""
-    return with_trees(choose(sizes, charts), sizes, charts, bucketed)
+    return with_trees(choose(sizes, charts, gaussian), sizes, charts, bucketed, gaussian)
 
 
-def strategy_for(spec: SynopsisSpec, sizes: tuple[int, ...]) -> tuple[Strategy, list[list[Fraction]]]:
+def strategy_for(spec: SynopsisSpec, sizes: tuple[int, ...], budget: Budget) -> tuple[Strategy, list[list[Fraction]]]:
     """What is measured (marginals, and hierarchies over bucketed dimensions where they lower the
-    class's error) and each (measure, measurement)'s epsilon: the synopsis's epsilon split equally
-    among its measures, then by the strategy among measurements."""
-    strategy = _strategy(sizes, charts_of(spec), tuple(i for i, d in enumerate(spec.dimensions) if d.bucketed))
-    per_measure = spec.epsilon / len(spec.measures)
+    class's error) and each (measure, measurement)'s share of the budget (an epsilon, or a rho):
+    the budget split equally among the measures, then by the strategy among measurements."""
+    bucketed = tuple(i for i, d in enumerate(spec.dimensions) if d.bucketed)
+    strategy = _strategy(sizes, charts_of(spec), bucketed, budget.gaussian)
+    per_measure = budget.whole / len(spec.measures)
     return strategy, [strategy.epsilons(per_measure) for _ in spec.measures]
 
 
@@ -167,11 +170,6 @@ def measurement_name(spec: SynopsisSpec, strategy: Strategy, t: int) -> str:
     return f"hierarchy over {spec.dimensions[dim].label} (blocks {axis.blocks[1:-1]})"
 
 
-def payers(spec: SynopsisSpec, policy) -> list[str]:
-    """Whose budgets are charged: the analyst named, or every analyst of the policy."""
-    return sorted(policy.users) if spec.charged_to == EVERYONE else [spec.charged_to]
-
-
 def publish(session, name: str) -> Published:
     """Publish synopsis `name` for the data as it is now (replacing one of this data version)."""
     start = time.perf_counter()
@@ -181,24 +179,30 @@ def publish(session, name: str) -> Published:
     values = domain_values(engine, plan)
     sizes = tuple(len(v) for v in values)
     cells = int(np.prod(sizes))
-    strategy, epsilons = strategy_for(spec, sizes)
+    budget = budget_of(spec, policy)
+    strategy, shares = strategy_for(spec, sizes, budget)
     axes = strategy.axes(sizes)
     measurements = strategy.measurements(sizes)
-    l1 = [plan.bounding.l1(plan.measures[measure_index(plan, j)], cells) for j in range(len(spec.measures))]
+    measures = [plan.measures[measure_index(plan, j)] for j in range(len(spec.measures))]
+    l1 = [plan.bounding.l1(m, cells) for m in measures]
     if any(x is None for x in l1):
         raise unsupported(f"synopsis {spec.name}: a measure has no L1 sensitivity under the policy's limits")
+    l2 = [plan.bounding.l2_squared(m, cells) for m in measures]
     noises = [
-        [Noise("laplace", laplace_scale(l1[j] * ax.partitions(lv), e)) for lv, e in zip(measurements, epsilons[j])]
+        [bud.noise(budget, sh, l1[j], l2[j], lv) for lv, sh in zip(measurements, shares[j])]
         for j in range(len(spec.measures))
     ]
     session.bounded_sql(plan)  # the engine binds the bounded query before the charge: a refusal is free
     version = engine.data_version()
-    parts = [
-        Part("laplace", e, rho=e * e / 2, noise_multiplier=n.scale / (l1[j] * ax.partitions(lv)))
-        for j in range(len(spec.measures))
-        for lv, e, n in zip(measurements, epsilons[j], noises[j])
-    ]
-    cost = Cost.of(parts)
+    cost = bud.cost(
+        budget,
+        [
+            (sh, n, l1[j] * ax.partitions(lv))
+            for j in range(len(spec.measures))
+            for lv, sh, n in zip(measurements, shares[j], noises[j])
+        ],
+    )
+    measured = f"{strategy.describe([d.label for d in spec.dimensions])}, {budget.mechanism} noise"
     who = payers(spec, policy)
     detail = {
         "synopsis": spec.name,
@@ -207,17 +211,17 @@ def publish(session, name: str) -> Published:
         "dimensions": [d.describe() for d in spec.dimensions],
         "measures": [m.name for m in spec.measures],
         "marginals": [list(_names(spec, m)) for m in strategy.marginals],
-        "strategy": strategy.describe([d.label for d in spec.dimensions]),
+        "strategy": measured,
         "mechanisms": [
             {
                 "measure": spec.measures[j].name,
                 "marginal": measurement_name(spec, strategy, t),
-                "kind": "laplace",
-                "epsilon": float(e),
+                "kind": n.kind,
+                ("rho" if budget.gaussian else "epsilon"): float(sh),
                 "scale": n.scale,
             }
             for j in range(len(spec.measures))
-            for t, (e, n) in enumerate(zip(epsilons[j], noises[j]))
+            for t, (sh, n) in enumerate(zip(shares[j], noises[j]))
         ],
     }
     pending = ledger.charging(
@@ -239,9 +243,9 @@ def publish(session, name: str) -> Published:
             hint="its cost stays charged, because whether a query fails can depend on the data",
         )
     draws = [
-        (measure_index(plan, j), e, n, ax.partitions(lv))
+        guard.SynopsisDraw(measure_index(plan, j), sh, n, ax.partitions(lv), all(ks == (0,) for ks in lv))
         for j in range(len(spec.measures))
-        for lv, e, n in zip(measurements, epsilons[j], noises[j])
+        for lv, sh, n in zip(measurements, shares[j], noises[j])
     ]
     guard.check_synopsis(plan, rs, charge, policy, draws, cells)
     exact = exact_cubes(plan, rs, values, sizes, len(spec.measures))
@@ -251,11 +255,12 @@ def publish(session, name: str) -> Published:
         "data_version": version,
         "charge_id": charge.id,
         "epsilon": float(spec.epsilon),
+        "mechanism": budget.mechanism,
         "charged_to": spec.charged_to,
         "readers": list(spec.readers(policy.users)),
         "sizes": list(sizes),
         "axes": [list(a.blocks) for a in axes],
-        "strategy": strategy.describe([d.label for d in spec.dimensions]),
+        "strategy": measured,
         "published_at": time.time(),
         "dimensions": [
             {
@@ -274,7 +279,7 @@ def publish(session, name: str) -> Published:
         unit = plan.measures[measure_index(plan, j)].unit_scale
         rhs, precision = np.zeros(sizes), {}
         for levels, n in zip(measurements, noises[j]):
-            w = 1.0 / (2.0 * (n.scale * unit) ** 2)
+            w = 1.0 / (bud.variance(n) * unit * unit)
             precision[levels] = precision.get(levels, 0.0) + w
             for combo, part in ax.released(exact[j], axes, levels).items():
                 flat = [int(v) for v in np.ravel(part)]
@@ -308,6 +313,7 @@ def publish(session, name: str) -> Published:
         len(measurements),
         time.perf_counter() - start,
         body["strategy"],
+        float(cost.delta),
     )
 
 

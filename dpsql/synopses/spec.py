@@ -9,6 +9,10 @@
     # optional, to tune what is measured (strategy.py) to the dashboard's charts:
     charts = [["region"], ["sex"], ["region", "sex"], ["age"], []]  # GROUP BY of each chart
     filters = ["region"]        # dimensions the charts are filtered on (one value at a time)
+    # optional, the noise: "laplace" (pure epsilon), or "gaussian" (zCDP: rho from epsilon and
+    # delta); by default gaussian when every payer's filter is zcdp, else laplace
+    mechanism = "gaussian"
+    delta = 1e-8                # the Gaussian's delta (default: the policy's per-query delta)
 
 A dimension is a column with declared keys, or a bounded numeric column bucketed by `width`,
 or a date column bucketed by `unit` = "month" or "year"; written `other.column` it is a column
@@ -80,6 +84,8 @@ class SynopsisSpec:
     charged_to: str
     charts: tuple[tuple[int, ...], ...] | None = None  # each declared chart's dimensions (indexes)
     filters: tuple[int, ...] = ()  # dimensions (indexes) the charts are filtered on
+    mechanism: str | None = None  # laplace | gaussian; None: by the payers' filters (publish.py)
+    delta: Fraction | None = None  # the Gaussian's delta; None: the policy's per-query delta
 
     @property
     def joined(self) -> tuple[str, ...]:
@@ -92,7 +98,8 @@ class SynopsisSpec:
 
 
 REQUIRED = ("table", "dimensions", "measures", "epsilon", "charged_to")
-ALLOWED = REQUIRED + ("charts", "filters")
+ALLOWED = REQUIRED + ("charts", "filters", "mechanism", "delta")
+MECHANISMS = ("laplace", "gaussian")
 
 
 def parse_synopses(
@@ -185,7 +192,19 @@ def _parse_one(
             'charts: [["region"], ["region", "sex"], []]',
         )
     filters = tuple(sorted({_index(f, where, names, "filters") for f in _list(body, "filters", where)}))
-    return SynopsisSpec(name, table.name, dimensions, measures, epsilon, who, charts, filters)
+    mechanism = body.get("mechanism")
+    if mechanism is not None and mechanism not in MECHANISMS:
+        raise _fail(where, f"mechanism = {mechanism!r} is not laplace or gaussian", 'write mechanism = "gaussian"')
+    delta = body.get("delta")
+    if delta is not None:
+        if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
+            raise _fail(where, f"delta = {delta!r} must be a number between 0 and 1", "for example delta = 1e-8")
+        if mechanism == "laplace":
+            raise _fail(
+                where, "delta is set but the mechanism is laplace", 'remove delta, or set mechanism = "gaussian"'
+            )
+        delta = Fraction(repr(float(delta)))
+    return SynopsisSpec(name, table.name, dimensions, measures, epsilon, who, charts, filters, mechanism, delta)
 
 
 def _list(body: Mapping[str, Any], key: str, where: str) -> list:
