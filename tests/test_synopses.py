@@ -969,3 +969,41 @@ charged_to = "alice"
     pub.publish(s, "s")
     assert s.budget()["epsilon"]["spent"] == 0.5 and s.budget()["delta"]["spent"] == pytest.approx(1e-7)
     s.close()
+
+
+@pytest.mark.parametrize(
+    "scales,kinds,gaussian",
+    [
+        ([1.0, 2.0], ["count", "sum"], False),
+        ([1.0, 2.0], ["count", "sum"], True),
+        ([1.0, 2.0, 5.0], ["count", "sum", "sum"], False),
+        ([3.0, 2.0], ["sum", "sum"], True),
+    ],
+)
+def test_the_measure_split_minimises_the_declared_measures_error(scales, kinds, gaussian):
+    """The shares sum to 1 exactly, and no nearby split (nor the equal one) has a lower expected
+    relative error of the measures and their AVGs (the objective is convex)."""
+    shares = budget.measure_shares(scales, kinds, gaussian)
+    assert sum(shares) == 1 and all(s > 0 for s in shares)
+    best = budget.split_error(np.array([float(s) for s in shares]), scales, kinds, gaussian)
+    equal = np.full(len(scales), 1 / len(scales))
+    assert best <= budget.split_error(equal, scales, kinds, gaussian) + 1e-12
+    for i in range(len(scales)):
+        for j in range(len(scales)):
+            if i != j:
+                moved = np.array([float(s) for s in shares])
+                moved[i] += 0.005
+                moved[j] -= 0.005
+                assert best <= budget.split_error(moved, scales, kinds, gaussian) + 1e-9
+
+
+def test_publishing_splits_count_and_sum_by_their_public_scales(alice):
+    """events_dash: count and sum(cost) with cost in [0, 10]: a = 1 and 2, so 0.4 and 0.6 of
+    its epsilon under Laplace, recorded in the charge and used for every noise."""
+    pub.publish(alice, "events_dash")
+    detail = alice.ledger.history("alice")[-1]["detail"]
+    assert detail["measure_shares"] == {"count": 0.4, "sum(cost)": 0.6}
+    by_measure = {}
+    for m in detail["mechanisms"]:
+        by_measure[m["measure"]] = by_measure.get(m["measure"], 0) + m["epsilon"]
+    assert by_measure == pytest.approx({"count": 0.4, "sum(cost)": 0.6})

@@ -16,6 +16,20 @@ Gaussian query's: the zcdp, rdp and gdp filters by its rho, the (epsilon, delta)
 pair. Under Gaussian noise many marginals cost sqrt(P) rather than P in scale, which is where it
 beats Laplace at the same charge; by default a synopsis is Gaussian when every payer's filter is
 zcdp (where rho is what is spent), else Laplace; `mechanism` in the spec says otherwise.
+
+The split among measures (`measure_shares`) minimises the expected relative error of what the
+declared measures answer, from public quantities only. A measure's answer over a group of r
+rows has standard deviation proportional to Delta_j / s_j (Laplace, s_j its share of epsilon)
+or Delta_j / sqrt(s_j) (Gaussian, of rho), with the same factor for every measure (the
+strategy's variance of that group, least squares included); its value is about r (a count) or
+r * mu_j (a sum, mu_j = (|lower| + |upper|) / 2 of the column's declared bounds: the public
+stand-in for its mean). So its relative error is a_j / s_j^p, a_j = Delta_j / mu_j (mu = 1 for a
+count), p = 1 or 1/2, r cancelling. The objective is the sum of these over the declared measures
+plus, for each sum when count is declared, its AVG's: sqrt(rel_sum^2 + rel_count^2) (the first-
+order relative error of sum / count, the two noises independent). It is convex in the shares;
+minimised by exponentiated gradient, shares exact multiples of 1/10,000. With one measure, or
+measures alike, the split is equal. E.g. count and sum(income) with income in [0, 300000]
+(a = 1 and 2) under Laplace: 0.4 and 0.6 (its AVG's error 5 % lower than at an equal split).
 """
 
 from __future__ import annotations
@@ -23,6 +37,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+
+import numpy as np
 
 from ..accounting.cost import Cost, Part
 from ..errors import invalid_parameter
@@ -110,3 +126,58 @@ def cost(budget: Budget, draws: list[tuple[Fraction, Noise, int]]) -> Cost:
 def variance(n: Noise) -> float:
     """A noise's variance (the discrete samplers': at most the continuous ones')."""
     return n.scale**2 if n.kind == "gaussian" else 2 * n.scale**2
+
+
+SPLIT_STEPS = 3000
+SPLIT_DENOMINATOR = 10_000
+
+
+def relative_scales(spec: SynopsisSpec, policy, sensitivities: list[float]) -> list[float]:
+    """a_j = Delta_j / mu_j per measure (Delta_j in the measure's own units: rows, or the column's)."""
+    table = policy.table(spec.table)
+    out = []
+    for m, delta in zip(spec.measures, sensitivities):
+        if m.kind == "count":
+            out.append(float(delta))
+            continue
+        col = table.columns[m.column]
+        mu = (abs(float(col.lower)) + abs(float(col.upper))) / 2
+        out.append(float(delta) / mu if mu > 0 else float(delta))
+    return out
+
+
+def split_error(shares: np.ndarray, scales: list[float], kinds: list[str], gaussian: bool) -> float:
+    """The objective: each measure's relative error, plus each AVG's (a sum over the count)."""
+    rel = np.asarray(scales) / np.asarray(shares) ** (0.5 if gaussian else 1.0)
+    total = float(np.sum(rel))
+    if "count" in kinds:
+        c = rel[kinds.index("count")]
+        total += sum(float(np.hypot(r, c)) for r, k in zip(rel, kinds) if k == "sum")
+    return total
+
+
+def measure_shares(scales: list[float], kinds: list[str], gaussian: bool) -> list[Fraction]:
+    """The shares (exact, summing to 1) minimising split_error."""
+    n = len(scales)
+    if n == 1:
+        return [Fraction(1)]
+    p = 0.5 if gaussian else 1.0
+    a = np.asarray(scales, dtype=float)
+    a = a / a.max()
+    count = kinds.index("count") if "count" in kinds else None
+    share = np.full(n, 1.0 / n)
+    for _ in range(SPLIT_STEPS):
+        rel = a / share**p
+        drel = -p * rel / share  # d rel_j / d share_j
+        grad = drel.copy()
+        if count is not None:
+            for j, k in enumerate(kinds):
+                if k == "sum":
+                    h = float(np.hypot(rel[j], rel[count]))
+                    grad[j] += rel[j] * drel[j] / h
+                    grad[count] += rel[count] * drel[count] / h
+        share = share * np.exp(-0.1 * grad / np.max(np.abs(grad)))
+        share /= share.sum()
+    units = [max(1, round(float(x) * SPLIT_DENOMINATOR)) for x in share[:-1]]
+    units.append(SPLIT_DENOMINATOR - sum(units))
+    return [Fraction(u, SPLIT_DENOMINATOR) for u in units]

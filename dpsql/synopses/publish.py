@@ -152,14 +152,25 @@ def _strategy(sizes: tuple[int, ...], charts: Charts, bucketed: tuple[int, ...],
     return with_trees(choose(sizes, charts, gaussian), sizes, charts, bucketed, gaussian)
 
 
-def strategy_for(spec: SynopsisSpec, sizes: tuple[int, ...], budget: Budget) -> tuple[Strategy, list[list[Fraction]]]:
+def strategy_for(
+    spec: SynopsisSpec, sizes: tuple[int, ...], budget: Budget, split: list[Fraction]
+) -> tuple[Strategy, list[list[Fraction]]]:
     """What is measured (marginals, and hierarchies over bucketed dimensions where they lower the
     class's error) and each (measure, measurement)'s share of the budget (an epsilon, or a rho):
-    the budget split equally among the measures, then by the strategy among measurements."""
+    the budget split among the measures by `split` (budget.measure_shares), then by the strategy
+    among measurements."""
     bucketed = tuple(i for i, d in enumerate(spec.dimensions) if d.bucketed)
     strategy = _strategy(sizes, charts_of(spec), bucketed, budget.gaussian)
-    per_measure = budget.whole / len(spec.measures)
-    return strategy, [strategy.epsilons(per_measure) for _ in spec.measures]
+    return strategy, [strategy.epsilons(budget.whole * s) for s in split]
+
+
+def measure_split(spec: SynopsisSpec, policy, plan: Plan, cells: int, budget: Budget) -> list[Fraction]:
+    """Each measure's share of the budget (budget.measure_shares: from the plan's sensitivities
+    and the policy's bounds, public)."""
+    measures = [plan.measures[measure_index(plan, j)] for j in range(len(spec.measures))]
+    deltas = [plan.bounding.l1(m, cells) * m.unit_scale for m in measures]
+    scales = bud.relative_scales(spec, policy, deltas)
+    return bud.measure_shares(scales, [m.kind for m in spec.measures], budget.gaussian)
 
 
 def measurement_name(spec: SynopsisSpec, strategy: Strategy, t: int) -> str:
@@ -180,13 +191,14 @@ def publish(session, name: str) -> Published:
     sizes = tuple(len(v) for v in values)
     cells = int(np.prod(sizes))
     budget = budget_of(spec, policy)
-    strategy, shares = strategy_for(spec, sizes, budget)
-    axes = strategy.axes(sizes)
-    measurements = strategy.measurements(sizes)
     measures = [plan.measures[measure_index(plan, j)] for j in range(len(spec.measures))]
     l1 = [plan.bounding.l1(m, cells) for m in measures]
     if any(x is None for x in l1):
         raise unsupported(f"synopsis {spec.name}: a measure has no L1 sensitivity under the policy's limits")
+    split = measure_split(spec, policy, plan, cells, budget)
+    strategy, shares = strategy_for(spec, sizes, budget, split)
+    axes = strategy.axes(sizes)
+    measurements = strategy.measurements(sizes)
     l2 = [plan.bounding.l2_squared(m, cells) for m in measures]
     noises = [
         [bud.noise(budget, sh, l1[j], l2[j], lv) for lv, sh in zip(measurements, shares[j])]
@@ -211,6 +223,7 @@ def publish(session, name: str) -> Published:
         "dimensions": [d.describe() for d in spec.dimensions],
         "measures": [m.name for m in spec.measures],
         "marginals": [list(_names(spec, m)) for m in strategy.marginals],
+        "measure_shares": {m.name: float(x) for m, x in zip(spec.measures, split)},
         "strategy": measured,
         "mechanisms": [
             {
