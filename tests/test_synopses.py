@@ -366,6 +366,18 @@ def test_a_hierarchy_is_measured_where_it_lowers_the_range_variance():
 # Sensitivity on neighbouring datasets ---------------------------------------------------------
 
 
+def _bounded_cube(s: Session, name: str):
+    """A synopsis's cube plan, its exact bounded cube per measure, their L1 sensitivities, sizes."""
+    spec = s.policy.synopses[name]
+    plan = pub.cube_plan(spec, s.policy, s.engine.schema())
+    values = pub.domain_values(s.engine, plan)
+    sizes = tuple(len(v) for v in values)
+    exact = pub.exact_cubes(plan, s.bounded_result(plan), values, sizes, len(spec.measures))
+    cells = int(np.prod(sizes))
+    l1 = [plan.bounding.l1(plan.measures[pub.measure_index(plan, j)], cells) for j in range(len(spec.measures))]
+    return plan, exact, l1, sizes
+
+
 def _marginals_move_within_l1(cubes) -> None:
     """Every marginal of the neighbours' exact cubes moves by at most the L1 sensitivity, and one
     moves at all (the test can fail)."""
@@ -390,15 +402,7 @@ def test_one_person_moves_every_marginal_by_at_most_the_sensitivity(tmp_path, ta
     for name, rows in (("d", events), ("d-prime", [e for e in events if e[0] != target])):
         policy = load_policy(make_world(tmp_path / name, events=rows))
         s = Session(policy, "alice")
-        spec = policy.synopses["events_dash"]
-        plan = pub.cube_plan(spec, policy, s.engine.schema())
-        values = pub.domain_values(s.engine, plan)
-        sizes = tuple(len(v) for v in values)
-        exact = pub.exact_cubes(plan, s.bounded_result(plan), values, sizes, len(spec.measures))
-        l1 = [
-            plan.bounding.l1(plan.measures[pub.measure_index(plan, j)], int(np.prod(sizes)))
-            for j in range(len(spec.measures))
-        ]
+        _, exact, l1, sizes = _bounded_cube(s, "events_dash")
         cubes.append((exact, l1, sizes))
         s.close()
     _marginals_move_within_l1(cubes)
@@ -483,13 +487,8 @@ def test_a_joined_synopsis_is_bounded_as_the_per_query_join(tmp_path, target):
     ):
         policy = load_policy(make_world(tmp_path / name, people=pp, events=ev, synopses=SYNOPSES + JOINED))
         s = Session(policy, "alice")
-        spec = policy.synopses["joined_dash"]
-        plan = pub.cube_plan(spec, policy, s.engine.schema())
-        values = pub.domain_values(s.engine, plan)
-        sizes = tuple(len(v) for v in values)
-        exact = pub.exact_cubes(plan, s.bounded_result(plan), values, sizes, len(spec.measures))
+        plan, exact, l1, sizes = _bounded_cube(s, "joined_dash")
         cells = int(np.prod(sizes))
-        l1 = [plan.bounding.l1(plan.measures[pub.measure_index(plan, j)], cells) for j in range(len(spec.measures))]
         asked = plan_query(
             sqlglot.parse_one(
                 "SELECT e.kind, p.g, FLOOR(p.age / 20) * 20, COUNT(*), SUM(e.cost) FROM events e "
