@@ -158,7 +158,7 @@ class _Analyst:
         result = self.session.execute(sql)
         if (result.dp or {}).get("synopsis") != self.publish:
             raise RuntimeError(f"{sql!r} was not answered from synopsis {self.publish}")
-        result.dp = {**result.dp, "cost": {"epsilon": done.epsilon, "delta": 0.0}}
+        result.dp = {**result.dp, "cost": {"epsilon": done.epsilon, "delta": done.delta}}
         return result
 
     def close(self) -> None:
