@@ -252,9 +252,10 @@ def plain_cube(
         exact = pub.exact_cubes(plan, session.bounded_result(plan), values, sizes, len(spec.measures))
         measures = []
         full = (1 << len(sizes)) - 1
+        split = pub.measure_split(spec, policy, plan, int(np.prod(sizes)), pub.budget_of(spec, policy))
         for j, m in enumerate(spec.measures):
             pm = plan.measures[pub.measure_index(plan, j)]
-            eps = spec.epsilon / len(spec.measures)
+            eps = spec.epsilon * split[j]  # the synopsis's own split, so only the strategy differs
             noise = Noise("laplace", laplace_scale(plan.bounding.l1(pm, int(np.prod(sizes))), eps))
             noisy = np.array(add_noise([int(v) for v in np.ravel(exact[j])], noise), dtype=float) * pm.unit_scale
             lam = eigenvalues({full: 1.0 / (2 * (noise.scale * pm.unit_scale) ** 2)}, sizes)

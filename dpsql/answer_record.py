@@ -54,18 +54,19 @@ class ExpectedError:
     bias: float
     noise: float
     at_policy_limits: float
-    by_aggregate: tuple[tuple[str, float, float], ...] | None = None  # (aggregate, its bias, its noise)
+    # (aggregate, its bias, its noise, its value's scale or None); None: not told (older answers)
+    by_aggregate: tuple[tuple[str, float, float, float | None], ...] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"bias": self.bias, "noise": self.noise, "at_policy_limits": self.at_policy_limits}
         if self.by_aggregate is not None:
-            out["by_aggregate"] = {text: {"bias": b, "noise": n} for text, b, n in self.by_aggregate}
+            out["by_aggregate"] = {text: {"bias": b, "noise": n, "value": v} for text, b, n, v in self.by_aggregate}
         return out
 
     @classmethod
     def of(cls, d: Mapping[str, Any]) -> ExpectedError:
         parts = d.get("by_aggregate")
-        by = None if parts is None else tuple((text, e["bias"], e["noise"]) for text, e in parts.items())
+        by = None if parts is None else tuple((t, e["bias"], e["noise"], e.get("value")) for t, e in parts.items())
         return cls(d["bias"], d["noise"], d["at_policy_limits"], by)
 
 
@@ -83,12 +84,35 @@ class CountCorrection:
 
 
 @dataclass(frozen=True)
+class TargetChoice:
+    """How dpsql.target_error chose a query's epsilon: the target, where the model came from
+    ("policy": its limits; "profile": the query's profile released before), the epsilon, and
+    the profile model's expected error there."""
+
+    error: float
+    source: str
+    epsilon: float
+    expected: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"error": self.error, "from": self.source, "epsilon": self.epsilon}
+        if self.expected is not None:
+            out["expected"] = self.expected
+        return out
+
+    @classmethod
+    def of(cls, d: Mapping[str, Any]) -> TargetChoice:
+        return cls(d["error"], d["from"], d["epsilon"], d.get("expected"))
+
+
+@dataclass(frozen=True)
 class ChosenLimits:
     """The limits a profile chose for one query (dpsql.bounds = auto)."""
 
     max_contributions: int | None
     clamps: Mapping[str, Interval]
     profile_epsilon: float
+    profile_reused: bool
     expected: ExpectedError
 
     def as_dict(self) -> dict[str, Any]:
@@ -96,6 +120,7 @@ class ChosenLimits:
             "max_contributions": self.max_contributions,
             "clamps": {expr: list(bound) for expr, bound in self.clamps.items()},
             "profile_epsilon": self.profile_epsilon,
+            "profile_reused": self.profile_reused,
             "expected": self.expected.as_dict(),
         }
 
@@ -108,6 +133,7 @@ class ChosenBounds:
     max_groups: int | None = None
     limits: ChosenLimits | None = None
     correction: CountCorrection | None = None
+    target: TargetChoice | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {} if self.max_groups is None else {"max_groups": self.max_groups}
@@ -115,6 +141,8 @@ class ChosenBounds:
             out |= self.limits.as_dict()
         if self.correction is not None:
             out["correction"] = self.correction.as_dict()
+        if self.target is not None:
+            out["target"] = self.target.as_dict()
         return out
 
     @classmethod
@@ -130,9 +158,11 @@ class ChosenBounds:
                 d["max_contributions"],
                 MappingProxyType({k: (v[0], v[1]) for k, v in d["clamps"].items()}),
                 d["profile_epsilon"],
+                d.get("profile_reused", False),
                 ExpectedError.of(d["expected"]),
             ),
             correction=None if not fix else CountCorrection(fix["reach"], fix["factor"], (lo, hi)),
+            target=None if d.get("target") is None else TargetChoice.of(d["target"]),
         )
 
 

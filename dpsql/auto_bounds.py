@@ -40,7 +40,7 @@ from typing import Sequence
 from sqlglot import exp
 
 from .accounting.cost import Part
-from .answer_record import ChosenBounds, ChosenLimits, ExpectedError
+from .answer_record import ChosenBounds, ChosenLimits, ExpectedError, TargetChoice
 from .auto_correction import with_filtered
 from .guarantee.bounding import PerGroupCap, TotalCap
 from .guarantee.measures import Histogram, Sum, sum_measure
@@ -125,6 +125,13 @@ class Choice:
     reach: int | None = None  # the correction's reach (None: not corrected)
     bias: float = 0.0  # the part of `expected` the chosen limits cut (the rest: noise)
     by_aggregate: tuple[tuple[str, float, float], ...] = ()  # (aggregate, its bias, its noise) in the model
+    scales: tuple[float, ...] = ()  # each aggregate's expected value in a group, in the model (its error's unit)
+    reused: bool = False  # chosen from a profile released (and charged) before: `epsilon` is then 0
+
+    def absolute_bias(self, i: int) -> float:
+        """What the chosen limits cut from the plan's i-th aggregate in a group, in the
+        aggregate's own units (its relative bias times the model's value of it)."""
+        return self.by_aggregate[i][1] * self.scales[i]
 
     def options(self, base: QueryOptions) -> QueryOptions:
         return replace(base, max_contributions=self.max_contributions, clips=self.clips)
@@ -134,7 +141,16 @@ class Choice:
             self.max_contributions,
             MappingProxyType({expr: (lo, hi) for expr, lo, hi in self.clips}),
             float(self.epsilon),
-            ExpectedError(self.bias, max(self.expected - self.bias, 0.0), self.policy_expected, self.by_aggregate),
+            self.reused,
+            ExpectedError(
+                self.bias,
+                max(self.expected - self.bias, 0.0),
+                self.policy_expected,
+                tuple(
+                    (text, b, n, v)
+                    for (text, b, n), v in zip(self.by_aggregate, self.scales or (None,) * len(self.by_aggregate))
+                ),
+            ),
         )
 
 
@@ -148,17 +164,34 @@ def told(bounds: ChosenBounds) -> str:
         parts.append(f"at most {bounds.max_groups} group(s) per unit")
     if chosen is not None:
         parts += [f"{expr} clamped to [{lo:g}, {hi:g}]" for expr, (lo, hi) in chosen.clamps.items()]
+        if chosen.profile_reused:
+            parts.append("chosen from this query's profile released before (reused, free: nothing charged for it)")
         model = chosen.expected
         parts.append(
             f"the profile's model expects a relative error of about {model.bias:.1%} cut by these limits "
             f"and {model.noise:.1%} of noise (summed over the aggregates; "
             f"{model.at_policy_limits:.1%} at the policy's limits)"
         )
+    if (target := bounds.target) is not None:
+        parts.append(f"epsilon {target.epsilon:g} chosen for dpsql.target_error = {target.error:g} {chose(target)}")
     fix = bounds.correction
     if fix:
         lo, hi = fix.factor_interval
         parts.append(f"counts scaled by {fix.factor:.4g} ({lo:.4g} to {hi:.4g}) for what these limits cut")
     return "limits chosen for this query (dpsql.bounds = auto): " + "; ".join(parts)
+
+
+def chose(target: TargetChoice) -> str:
+    """How dpsql.target_error's epsilon was chosen under limits chosen per query, in words."""
+    if target.source == "profile":
+        return (
+            f"by the model of this query's profile already released (noise at the limits it chooses plus the "
+            f"bias they cut: about ±{target.expected:.4g})"
+        )
+    return (
+        "at the policy's limits, for the release's share of epsilon (no profile of this query released yet: "
+        "the noise is met, what the chosen limits cut is not counted)"
+    )
 
 
 def corrected(plan: Plan, groups: int = 1) -> tuple[Fraction, ...]:
@@ -378,12 +411,19 @@ def _part(e: Fraction) -> Part:
 
 
 def parts(
-    epsilon: Fraction, cols: Sequence[Column], top: int, correct: Sequence[Fraction] = (), by_group: bool = False
+    epsilon: Fraction,
+    cols: Sequence[Column],
+    top: int,
+    correct: Sequence[Fraction] = (),
+    by_group: bool = False,
+    profiled: bool = True,
 ) -> tuple[Part, ...]:
-    """The profile's parts of the query's cost: one Laplace mechanism per histogram, and the
-    correction's two at its shares `correct` (`corrected`) when there is one."""
+    """The profile's parts of the query's cost: one Laplace mechanism per histogram (none when
+    not `profiled`: a profile already released is reused, free), and the correction's two at
+    its shares `correct` (`corrected`) when there is one."""
     extra = tuple(epsilon * share for share in correct)
-    return tuple(_part(e) for e in epsilons(epsilon, cols, top, by_group) + extra)
+    own = epsilons(epsilon, cols, top, by_group) if profiled else ()
+    return tuple(_part(e) for e in own + extra)
 
 
 def noised(rows: Sequence[tuple], cols: Sequence[Column], top: int, epsilon: Fraction, groups: int = 0) -> Profile:
@@ -631,8 +671,9 @@ def choose(
         if u < by_expr[e].declared[1] or by_expr[e].lower > by_expr[e].declared[0]
     )
     # Each aggregate's share of both (the model's relative error is a sum over them).
-    by_aggregate = []
+    by_aggregate, scales = [], []
     for est, t in zip(plan.estimates, terms):
+        scales.append(_scale(t, by_expr, values, rows, top, groups))
         whole = _error((t,), by_expr, values, rows, c, top, clamps, groups, per_measure, fix(c, far))
         cut = _error((t,), by_expr, values, rows, c, top, clamps, groups, math.inf, replace(fix(c, far), noise=0.0))
         by_aggregate.append((est.text, min(cut, whole), max(whole - cut, 0.0)))
@@ -645,7 +686,23 @@ def choose(
         far if correct else None,
         min(bias, err),
         tuple(by_aggregate),
+        tuple(scales),
     )
+
+
+def _scale(t: _Term, cols: dict, values: dict, rows: _Rows, top: int, groups: float) -> float:
+    """An aggregate's value in a group as `_error` divides by it: a count's rows; a sum's rows
+    times the mean of its column at the policy's bounds (without a chosen clamp, times the
+    largest value allowed: at least the sum); a ratio's or a quantile's column mean."""
+    rows_in = max(rows.kept(top) / groups, 1.0)
+    if t.func == "count":
+        return rows_in
+    if t.expr not in cols:
+        return rows_in * t.bound
+    mean = max(values[t.expr].mean(cols[t.expr].upper), 1e-9)
+    if t.func in ("sum", "whole_sum"):
+        return max(rows.total_rows(top) * mean / groups, 1e-9)
+    return mean
 
 
 def reaches(top: int, c: int) -> tuple[int, ...]:

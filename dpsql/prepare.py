@@ -96,11 +96,12 @@ def prepare(
         epsilon = epsilon_for_target(
             plan, s.target_error, delta, s.mechanism, domain, weights, s.confidence, exact_curve=s.exact_curve
         )
-        within_cap(
-            policy,
-            epsilon,
-            hint="raise dpsql.target_error: a smaller error costs more epsilon than one query may spend",
-        )
+        if s.bounds != "auto":  # else checked where the limits are chosen (session/auto.py: targeted)
+            within_cap(
+                policy,
+                epsilon,
+                hint="raise dpsql.target_error: a smaller error costs more epsilon than one query may spend",
+            )
     return plan, calibrate(plan, epsilon, delta, s.mechanism, domain, weights, s.exact_curve)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .accounting.cost import Cost, Part
 from .accounting.planner import Planned, plan
@@ -50,22 +50,32 @@ def epsilon_for_target(
             f"no epsilon up to {ceiling} gives a {confidence:.0%} error within ±{target:g}",
             hint="raise dpsql.target_error, or group by fewer keys",
         )
+    return smallest_meeting(meets, ceiling)
+
+
+def smallest_meeting(meets: Callable[[Fraction], bool], ceiling: Fraction, steps: int = 80) -> Fraction:
+    """The smallest epsilon up to `ceiling` (which meets) at which `meets`, found by bisection on
+    a log scale and rounded up to 3 significant digits (still meeting)."""
     lo, hi = 1e-9, float(ceiling)
-    for _ in range(80):
+    for _ in range(steps):
         mid = math.sqrt(lo * hi)
         if meets(Fraction(mid)):
             hi = mid
         else:
             lo = mid
+    eps = round_up(hi)
     digits = 2 - math.floor(math.log10(hi))
-    eps = (
-        Fraction(math.ceil(hi * 10**digits)) / 10**digits
-        if digits >= 0
-        else Fraction(math.ceil(hi / 10**-digits) * 10**-digits)
-    )
-    while not meets(eps):  # rounding up keeps it met; guard float edge cases all the same
+    while eps < ceiling and not meets(eps):  # rounding up keeps it met; guard float edge cases all the same
         eps += Fraction(1, 10 ** max(digits, 0))
-    return eps
+    return min(eps, ceiling)
+
+
+def round_up(x: float) -> Fraction:
+    """`x` rounded up to 3 significant digits, exactly."""
+    digits = 2 - math.floor(math.log10(x))
+    if digits >= 0:
+        return Fraction(math.ceil(Fraction(x) * 10**digits)) / 10**digits
+    return Fraction(math.ceil(Fraction(x) / 10**-digits) * 10**-digits)
 
 
 def planned_mechanisms(plan: Plan, mechanism: str, domain_size: int | None, weight: float = 1.0) -> list[Planned]:

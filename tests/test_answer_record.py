@@ -34,7 +34,13 @@ _ANSWER = AnswerRecord(
     noise=(MeasureNoise("COUNT(*)", "laplace", 2.0),),
     receipt=7,
 )
-_LIMITS = ChosenLimits(None, MappingProxyType({"amount": (-2.0, 3.5)}), 0.1, ExpectedError(0.04, 0.28, 0.42))
+_LIMITS = ChosenLimits(
+    None,
+    MappingProxyType({"amount": (-2.0, 3.5)}),
+    0.1,
+    False,
+    ExpectedError(0.04, 0.28, 0.42, (("SUM(amount)", 0.04, 0.28, None),)),
+)
 _FIX = CountCorrection(3, 1.25, (1.0, 1.5))
 
 # The JSON each kind of answer carried before Result.dp was a record (the dicts' key order as
@@ -64,8 +70,9 @@ _BEFORE = [
         '{"cost": {"epsilon": 0.5, "delta": 0.0}, "remaining": {"epsilon": 9.5, "delta": 1e-06}, '
         '"ci": {"sex": null, "n": [[1.5, 2.5], null]}, "confidence": 0.95, "mechanism": "laplace", '
         '"cached": false, "noise": [], "receipt": 7, "bounds": {"max_contributions": null, '
-        '"clamps": {"amount": [-2.0, 3.5]}, "profile_epsilon": 0.1, '
-        '"expected": {"bias": 0.04, "noise": 0.28, "at_policy_limits": 0.42}, '
+        '"clamps": {"amount": [-2.0, 3.5]}, "profile_epsilon": 0.1, "profile_reused": false, '
+        '"expected": {"bias": 0.04, "noise": 0.28, "at_policy_limits": 0.42, '
+        '"by_aggregate": {"SUM(amount)": {"bias": 0.04, "noise": 0.28, "value": null}}}, '
         '"correction": {"reach": 3, "factor": 1.25, "factor_interval": [1.0, 1.5]}}}',
     ),
     (

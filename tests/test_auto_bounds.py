@@ -23,6 +23,7 @@ from dpsql.session import Session
 from dpsql.session.auto import correction_of, rows_of
 from dpsql.sql.classify import classify
 from dpsql.sql.options import QueryOptions
+from dpsql.targets import epsilon_for_target, round_up
 
 from .test_sensitivity import QUERIES, _build, _by_group, _neighbours
 
@@ -476,3 +477,121 @@ def test_a_quantile_is_profiled_and_its_histogram_clamped(session):
     )
     ((expr, lo, hi),) = choice.clips
     assert expr == col.expr and lo == col.lower and col.edges[5] <= hi < col.upper
+
+
+TARGETED = "SELECT kind, SUM(amount), COUNT(*) FROM events GROUP BY kind"
+
+
+def _explained(conn, sql: str = TARGETED) -> tuple[str, dict]:
+    cur = conn.cursor()
+    cur.execute(f"EXPLAIN {sql}")
+    return "\n".join(r[0] for r in cur.fetchall()), conn.session.explain_plan(classify(sql).tree)
+
+
+def test_a_target_without_a_profile_is_met_at_the_policys_limits_and_says_so(small_policy):
+    """Before any profile of the query is released, dpsql.target_error's epsilon is the one
+    meeting it at the policy's limits (public) divided by the release's share, and EXPLAIN,
+    the answer's detail and its notice say so; the charge is that epsilon."""
+    conn = dpsql.connect(small_policy, user="alice")
+    try:
+        cur = conn.cursor()
+        cur.execute("SET dpsql.target_error = 50")
+        plan = _plan(conn.session, TARGETED)
+        at_policy = epsilon_for_target(plan, 50, Fraction(0), "laplace", 3, None, 0.95)
+        want = round_up(float(at_policy / (1 - auto_bounds.SHARE)))
+        text, info = _explained(conn)
+        assert info["target"] == {"error": 50.0, "from": "policy", "epsilon": float(want)}
+        assert info["cost"]["epsilon"] == float(want) and "no profile of this query released yet" in text
+        cur.execute(TARGETED)
+        target = cur.dp["bounds"]["target"]
+        assert target["from"] == "policy" and cur.dp["cost"]["epsilon"] == float(want)
+        assert conn.session.budget()["epsilon"]["spent"] == want
+        assert "no profile of this query released yet" in auto_bounds.told(cur.dp.bounds)
+    finally:
+        conn.close()
+
+
+def test_a_target_is_met_by_the_models_own_prediction(small_policy):
+    """Once a profile of the query is released, EXPLAIN (free) chooses the epsilon by its model:
+    each COUNT's and SUM's noise half-width at the limits the model chooses plus the bias they
+    cut (its relative bias times its value in the model) is within the target, as EXPLAIN's own
+    description of those limits at that epsilon shows; the query then charges that epsilon."""
+    conn = dpsql.connect(small_policy, user="alice")
+    try:
+        cur = conn.cursor()
+        cur.execute("SET dpsql.epsilon = 1")
+        cur.execute(TARGETED)  # releases (and pays for) the profile
+        spent = conn.session.budget()["epsilon"]["spent"]
+        cur.execute("SET dpsql.target_error = 60")
+        cur.execute("SET dpsql.cache = off")
+        text, info = _explained(conn)
+        assert conn.session.budget()["epsilon"]["spent"] == spent  # EXPLAIN charged nothing
+        target = info["target"]
+        assert target["from"] == "profile" and info["cost"]["epsilon"] == target["epsilon"]
+        assert "by the model of this query's profile already released" in text
+        model = info["auto_expected"]
+        parts = model["expected"]["by_aggregate"]
+        widths = list(model["half_widths"].values())  # SUM's measure, then COUNT's
+        errors = [hw + parts[a]["bias"] * parts[a]["value"] for hw, a in zip(widths, ("SUM(amount)", "COUNT(*)"))]
+        assert max(errors) == pytest.approx(target["expected"]) and target["expected"] <= 60
+        cur.execute(TARGETED)
+        assert cur.dp["bounds"]["target"]["from"] == "profile"
+        assert conn.session.budget()["epsilon"]["spent"] == spent + Fraction(target["epsilon"]).limit_denominator(1000)
+    finally:
+        conn.close()
+
+
+def test_a_target_the_cap_cannot_meet_is_refused_free(small_policy):
+    """A target no epsilon within max_query_epsilon meets is refused (22023, saying what to do)
+    before any charge: at the policy's limits before a profile is released, by the profile's
+    model after."""
+    text = small_policy.read_text().replace("query_epsilon = 1.0\n", "query_epsilon = 1.0\nmax_query_epsilon = 2\n")
+    small_policy.write_text(text)
+    conn = dpsql.connect(small_policy, user="alice")
+    try:
+        cur = conn.cursor()
+        cur.execute("SET dpsql.target_error = 200")
+        with pytest.raises(dpsql.ProgrammingError, match="at most epsilon=2") as info:
+            cur.execute(TARGETED)
+        assert info.value.sqlstate == "22023" and "raise dpsql.target_error" in info.value.hint
+        assert conn.session.budget()["queries"] == 0
+        cur.execute("RESET dpsql.target_error")
+        cur.execute(TARGETED)  # releases the profile
+        spent = conn.session.budget()["epsilon"]["spent"]
+        # At epsilon 2, a SUM's noise within ±20 needs a clamp near 6 for amounts of mean about 25.
+        cur.execute("SET dpsql.target_error = 20")
+        with pytest.raises(dpsql.ProgrammingError, match="by the model of this query's profile") as info:
+            cur.execute(TARGETED)
+        assert info.value.sqlstate == "22023" and "raise dpsql.target_error" in info.value.hint
+        assert conn.session.budget()["epsilon"]["spent"] == spent and conn.session.budget()["queries"] == 1
+    finally:
+        conn.close()
+
+
+def test_a_later_query_reuses_the_released_profile_and_is_charged_less(small_policy):
+    """A query whose profile (same analyst, data and profile query) was released before chooses
+    its limits from that profile: post-processing of a release already charged, so its charge
+    is its release's only, smaller by the profile's share, as the ledger records and EXPLAIN
+    (free) says beforehand. With dpsql.cache = off each run profiles (and pays) afresh."""
+    with _answered(small_policy, TARGETED) as (conn, cur):
+        assert cur.dp["bounds"]["profile_reused"] is False
+        cur.execute("SET dpsql.cache = on")
+        cur.execute("SET dpsql.epsilon = 2")  # another answer (the cache is keyed by epsilon), the same profile
+        text, info = _explained(conn)
+        saved = 2 * auto_bounds.SHARE
+        assert info["auto_reused"] and info["cost"]["epsilon"] == float(2 - saved) and "reused free" in text
+        assert conn.session.budget()["epsilon"]["spent"] == 1  # EXPLAIN charged nothing
+        cur.execute(TARGETED)
+        bounds = cur.dp["bounds"]
+        assert bounds["profile_reused"] is True and bounds["profile_epsilon"] == 0
+        assert "reused, free" in auto_bounds.told(cur.dp.bounds)
+        assert cur.dp["cost"]["epsilon"] == float(2 - saved)
+        assert conn.session.budget()["epsilon"]["spent"] == 1 + 2 - saved
+        last = conn.session.ledger.history("alice")[-1]
+        assert last["cost"].epsilon == 2 - saved and len(last["cost"].parts) == 2  # the release's two measures
+        assert last["released"]["bounds"]["profile_reused"] is True
+        cur.execute("SET dpsql.cache = off")
+        cur.execute("SET dpsql.epsilon = 3")
+        cur.execute(TARGETED)
+        assert cur.dp["bounds"]["profile_reused"] is False and cur.dp["cost"]["epsilon"] == 3.0
+        assert conn.session.budget()["epsilon"]["spent"] == 1 + 2 - saved + 3

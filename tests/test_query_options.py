@@ -116,6 +116,8 @@ def test_bigquery_mistakes_are_refused_and_free(hospital, sql, fragment):
 
 
 def test_target_error_picks_the_smallest_epsilon(hospital):
+    """At the policy's limits (under dpsql.bounds = auto see test_auto_bounds.py's targets)."""
+    hospital.execute("SET dpsql.bounds = policy")
     hospital.execute("SET dpsql.target_error = 50")
     lines = _explain(hospital, "SELECT diagnosis, COUNT(*) FROM visits GROUP BY diagnosis")
     assert any("dpsql.target_error" in line for line in lines)

@@ -159,7 +159,7 @@ class _Analyst:
         result = self.session.execute(sql)
         if result.dp is None or result.dp.synopsis != self.publish:
             raise RuntimeError(f"{sql!r} was not answered from synopsis {self.publish}")
-        result.dp = replace(result.dp, cost=Amount(done.epsilon, 0.0))
+        result.dp = replace(result.dp, cost=Amount(done.epsilon, done.delta))
         return result
 
     def close(self) -> None:

@@ -185,6 +185,60 @@ charts = [[]]
 )
 
 
+# The hospital's visits with a synopsis whose dimension is the person's sex, from people joined
+# through the privacy unit: the target moves both tables (four people rows where one is allowed,
+# twenty visits at twenty times the bound), and the cube is bounded as the per-query join is.
+JOINED_SYNOPSIS = World(
+    "joined_synopsis",
+    HOSPITAL.tables,
+    """
+[synopses.audit_joined]
+table = "visits"
+dimensions = ["kind", "people.sex"]
+measures = ["count", "sum(amount)"]
+epsilon = 1
+charged_to = "auditor"
+charts = [["people.sex"], []]
+""",
+)
+
+
+# A synopsis charted by its total and by ranges of an age in 64 one-year buckets, which the
+# strategy measures with a hierarchy over the buckets (blocks of several buckets, each level
+# a partition charged at the cube's sensitivity): the target (four rows, one allowed, at the
+# top of the range) against twenty people at age 5; the query reads a range of the top buckets.
+AGES = World(
+    "ages",
+    {
+        "people": Table(
+            "pid INTEGER, age INTEGER",
+            'privacy_unit = "pid"\nmax_groups = 1\nmax_rows = 1\ncolumns.age = { lower = 0, upper = 63 }\n',
+            tuple((p, 5) for p in range(1, 21)),
+            tuple((TARGET, 62) for _ in range(4)),
+        ),
+    },
+    """
+[synopses.audit_ages]
+table = "people"
+dimensions = [{ column = "age", width = 1 }]
+measures = ["count"]
+epsilon = 1
+charged_to = "auditor"
+charts = [[]]
+""",
+)
+
+
+# The synopsis world's people measured with Gaussian noise (zCDP, its rho from epsilon and
+# delta): as for the gaussian_count case, an epsilon of 4 makes the bound say something.
+GAUSSIAN_SYNOPSIS = World(
+    "gaussian_synopsis",
+    SYNOPSIS.tables,
+    SYNOPSIS.synopses.replace("[synopses.audit]", "[synopses.audit_gaussian]").replace("epsilon = 1", "epsilon = 4")
+    + 'mechanism = "gaussian"\ndelta = 1e-5\n',
+)
+
+
 # Cases --------------------------------------------------------------------------------------
 
 POLICY_LIMITS = {"dpsql.bounds": "policy"}
@@ -285,4 +339,28 @@ CASES: tuple[Case, ...] = (
         publish="audit",
     ),
     Case("synopsis_sum", SYNOPSIS, "SELECT SUM(income) FROM people", scalar, runs=1500, publish="audit"),
+    Case(
+        "synopsis_joined",
+        JOINED_SYNOPSIS,
+        "SELECT p.sex, COUNT(*) FROM visits v JOIN people p ON v.pid = p.pid GROUP BY p.sex",
+        group("F"),
+        runs=1500,
+        publish="audit_joined",
+    ),
+    Case(
+        "synopsis_gaussian",
+        GAUSSIAN_SYNOPSIS,
+        "SELECT sex, COUNT(*) FROM people GROUP BY sex",
+        group("F"),
+        runs=1500,
+        publish="audit_gaussian",
+    ),
+    Case(
+        "synopsis_hierarchy",
+        AGES,
+        "SELECT COUNT(*) FROM people WHERE age >= 32 AND age < 64",
+        scalar,
+        runs=1500,
+        publish="audit_ages",
+    ),
 )

@@ -44,7 +44,7 @@ def synopsis_publish(policy: str, ledger: str | None, name: str) -> None:
         _fail(e)
         return
     click.echo(
-        f"published synopsis {done.name}: {done.cells} cells from {done.marginals} measured marginals, "
+        f"published synopsis {done.name}: {done.cells} cells from {done.marginals} measurements ({done.measured}), "
         f"charged epsilon {done.epsilon:g} (receipt {done.charge_id}), data version {done.data_version}, "
         f"in {done.seconds:.1f} s"
     )
@@ -80,6 +80,7 @@ def synopsis_list(policy: str, ledger: str | None, as_json: bool) -> None:
         click.echo(
             f"{r['name']}: {r['table']} by {', '.join(r['dimensions'])}; {', '.join(r['measures'])}; "
             f"epsilon {r['epsilon']:g} charged to {r['charged_to']}: {r['state']}"
+            + (f" (measured: {r['measured']})" if r.get("measured") else "")
         )
 
 

@@ -21,6 +21,7 @@ A refusal releases nothing; the charge stays (it was recorded, and the failure m
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable, Sequence
 
@@ -55,37 +56,66 @@ def check(plan: Plan, cal: Calibration, rs: ResultSet, charge: Charge, policy: P
     _scales(plan, cal, charge.cost)
 
 
+@dataclass(frozen=True)
+class SynopsisDraw:
+    """One measurement of a synopsis: the plan's measure it noises, its share of the charge (an
+    epsilon for Laplace noise, a rho for Gaussian), the noise, how many partitions of the cube
+    it releases (1 for a marginal, a hierarchy's levels), and whether the cube's own cells are
+    one of them (their L2 sensitivity is the plan's; any partition merging cells has the L1's)."""
+
+    measure: int
+    share: Fraction
+    noise: Noise
+    partitions: int
+    cells: bool
+
+
 def check_synopsis(
-    plan: Plan, rs: ResultSet, charge: Charge, policy: Policy, draws: Sequence[tuple[int, Fraction, Noise]], cells: int
+    plan: Plan, rs: ResultSet, charge: Charge, policy: Policy, draws: Sequence[SynopsisDraw], cells: int
 ) -> None:
-    """Raise ReleaseRefused unless noising a synopsis's marginals of `rs` (the bounded cube) with
-    `draws` (measure index, epsilon, noise: one per measured marginal) is what `charge` paid for:
-    a durable receipt; the cube's cells exactly its declared domain's, each key tuple once; the
-    policy's limits; every scale at least the measure's L1 sensitivity over the cube (which
-    bounds every marginal's) over its epsilon; the epsilons within the charged Laplace parts."""
+    """Raise ReleaseRefused unless noising a synopsis's measurements of `rs` (the bounded cube)
+    with `draws` is what `charge` paid for: a durable receipt; the cube's cells exactly its
+    declared domain's, each key tuple once; the policy's limits; every Laplace scale at least the
+    partitions times the measure's L1 sensitivity over the cube (which bounds every partition's)
+    over its epsilon, and every Gaussian sigma at least what its rho allows for the
+    measurement's L2 sensitivity; the epsilons within the charged Laplace parts, the rhos within
+    the charged Gaussian parts, whose (epsilon, delta) must allow their rho."""
     if not isinstance(charge, Charge) or not isinstance(charge.id, int):
         raise ReleaseRefused("no durable charge receipt")
     if rs.row_count != cells:
         raise ReleaseRefused(f"{rs.row_count} cells where the synopsis's domain has {cells}")
     _unique_keys(plan, rs)
     _limits(plan, policy)
-    spent = Fraction(0)
-    for j, epsilon, noise in draws:
-        l1 = plan.bounding.l1(plan.measures[j], cells)
+    spent = {"laplace": Fraction(0), "gaussian": Fraction(0)}
+    for d in draws:
+        m = plan.measures[d.measure]
+        l1 = plan.bounding.l1(m, cells)
+        scale = d.noise.scale
         if (
             l1 is None
-            or noise.kind != "laplace"
-            or not math.isfinite(noise.scale)
-            or epsilon <= 0
-            or Fraction(noise.scale) < Fraction(l1) / epsilon
+            or not isinstance(d.partitions, int)
+            or d.partitions < 1
+            or d.noise.kind not in spent
+            or not math.isfinite(scale)
+            or d.share <= 0
         ):
-            raise ReleaseRefused(
-                f"{plan.measures[j].describe()}: a marginal's Laplace scale below L1 sensitivity / epsilon"
-            )
-        spent += epsilon
-    charged = sum((p.epsilon for p in charge.cost.parts if p.kind == "laplace"), Fraction(0))
-    if spent > charged or charged > charge.cost.epsilon:
+            raise ReleaseRefused(f"{m.describe()}: a synopsis measurement that is not calibrated")
+        if d.noise.kind == "laplace" and Fraction(scale) < Fraction(l1 * d.partitions) / d.share:
+            raise ReleaseRefused(f"{m.describe()}: a measurement's Laplace scale below its L1 sensitivity / epsilon")
+        if d.noise.kind == "gaussian":
+            merged = d.partitions - (1 if d.cells else 0)
+            l2_squared = (plan.bounding.l2_squared(m, cells) if d.cells else 0) + merged * l1 * l1
+            if scale <= 0 or Fraction(l2_squared) / (2 * Fraction(scale) ** 2) > d.share:
+                raise ReleaseRefused(f"{m.describe()}: a measurement's Gaussian sigma below what its rho allows")
+        spent[d.noise.kind] += d.share
+    parts = charge.cost.parts
+    charged_eps = sum((p.epsilon for p in parts if p.kind == "laplace"), Fraction(0))
+    charged_rho = sum((p.rho or Fraction(0) for p in parts if p.kind == "gaussian"), Fraction(0))
+    if spent["laplace"] > charged_eps or spent["gaussian"] > charged_rho or charged_eps > charge.cost.epsilon:
         raise ReleaseRefused("the synopsis's noise shares exceed the charged cost")
+    for p in parts:
+        if p.kind == "gaussian" and (p.rho is None or p.rho > rho_for(p.epsilon, p.delta)):
+            raise ReleaseRefused("a Gaussian part's rho beyond what its epsilon and delta allow")
 
 
 def check_cached(cached: dict[str, Any], recorded: Callable[[int], bool]) -> None:

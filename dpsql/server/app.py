@@ -29,6 +29,7 @@ from .messages import Messages
 from .transport import Transport, _peer
 from .wire import codec, copyout, types
 from .wire.extended import Answer, Portal, Prepared
+from .wire.sequence import Sequence
 
 if TYPE_CHECKING:
     from .listener import Server
@@ -74,7 +75,7 @@ class Connection(Transport, Login, Messages):
         self.key = secrets.randbelow(2**31 - 1)
         self.session: Session | None = None
         self.user = ""
-        self.status = "I"
+        self.sequence = Sequence()  # the transaction status (self.status) and skipping to Sync
         # Settings as PostgreSQL scopes them: a transaction's SETs are undone by its rollback, and
         # SET LOCAL ends with the transaction (the settings before BEGIN, before the first SET LOCAL).
         self._before_transaction: Any = None

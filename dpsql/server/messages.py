@@ -1,7 +1,8 @@
 """The protocol's message loop: simple and extended query (Parse, Bind, Describe, Execute,
-Close, Sync, Flush), prepared statements and portals, an error skipping to the next Sync, and
-answers written as row descriptions, data rows and command tags. Each statement is answered by
-app.Connection's routing. A mixin of app.Connection."""
+Close, Sync, Flush), prepared statements and portals, and answers written as row descriptions,
+data rows and command tags. What follows each message (skipping to the next Sync after an error,
+ReadyForQuery, flushing) is decided by wire/sequence.py; this loop does the I/O. Each statement
+is answered by app.Connection's routing. A mixin of app.Connection."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from .params import infer_parameter_types
 from .wire import codec, copyout, extended, values
 from .wire.codes import Backend, Frontend
 from .wire.extended import Answer, Prepared
+from .wire.sequence import Status
 
 
 def _session_setting(text: str, local_ledger: bool) -> bool:
@@ -31,65 +33,64 @@ def _session_setting(text: str, local_ledger: bool) -> bool:
 class Messages:
     """Reading the client's messages and answering each."""
 
+    @property
+    def status(self) -> Status:
+        """The transaction status ReadyForQuery reports, kept by the sequencing."""
+        return self.sequence.status
+
+    @status.setter
+    def status(self, value: Status) -> None:
+        self.sequence.status = value
+
     async def loop(self) -> None:
-        skipping = False
+        sequence = self.sequence
         self._batching = True
         while True:
             kind, body = await self.read_message()
-            if kind == Frontend.TERMINATE:
+            step = sequence.receive(kind)
+            if step.end:
                 return
-            if kind == Frontend.SYNC:
-                skipping = False
-                self.send(codec.ready(self.status))
+            if step.process:
+                try:
+                    await self._dispatch(kind, body)
+                    step = sequence.done(kind)
+                except codec.ProtocolError as e:  # PostgreSQL's answer to a malformed message: FATAL, then close
+                    self.send(codec.error_response("08P01", f"protocol violation: {e}", severity="FATAL"))
+                    await self.flush()
+                    raise
+                except (ConnectionError, asyncio.IncompleteReadError):
+                    raise  # the client is gone: nothing to answer
+                except Exception as e:  # an Error, or a failure inside dpsql: answered, and the session goes on
+                    if isinstance(e, UnicodeDecodeError):
+                        e = Error(
+                            'invalid byte sequence for encoding "UTF8"',
+                            sqlstate="22021",
+                            hint="send the statement and its parameters in UTF-8",
+                        )
+                    e = self.internal(e, extended.statement_of(kind, body, self.statements, self.portals))
+                    self.send(codec.error_response(e.sqlstate, e.message, e.hint))
+                    step = sequence.failed(kind)
+            if step.ready is not None:
+                self.send(codec.ready(step.ready))
+            if step.flush:
                 await self.flush()
-                continue
-            if kind == Frontend.FLUSH:
-                await self.flush()
-                continue
-            if skipping:
-                continue
-            try:
-                if kind == Frontend.QUERY:
-                    await self.simple_query(codec.Reader(body).cstring())
-                    self.send(codec.ready(self.status))
-                elif kind == Frontend.PARSE:
-                    self.parse(codec.Reader(body))
-                elif kind == Frontend.BIND:
-                    self.bind(codec.Reader(body))
-                elif kind == Frontend.DESCRIBE:
-                    await self.describe(codec.Reader(body))
-                elif kind == Frontend.EXECUTE:
-                    await self.execute(codec.Reader(body))
-                elif kind == Frontend.CLOSE:
-                    self.close_object(codec.Reader(body))
-                elif kind in (Frontend.COPY_DATA, Frontend.COPY_DONE, Frontend.COPY_FAIL):
-                    continue  # CopyData/Done/Fail outside COPY: ignored, as PostgreSQL does (a client sends
-                    # them right behind a COPY FROM STDIN that was refused; answering them desynchronised asyncpg)
-                else:
-                    raise codec.ProtocolError(f"unexpected message type {kind!r}")
-            except codec.ProtocolError as e:  # PostgreSQL's answer to a malformed message: FATAL, then close
-                self.send(codec.error_response("08P01", f"protocol violation: {e}", severity="FATAL"))
-                await self.flush()
-                raise
-            except (ConnectionError, asyncio.IncompleteReadError):
-                raise  # the client is gone: nothing to answer
-            except Exception as e:  # an Error, or a failure inside dpsql: answered, and the session goes on
-                if isinstance(e, UnicodeDecodeError):
-                    e = Error(
-                        'invalid byte sequence for encoding "UTF8"',
-                        sqlstate="22021",
-                        hint="send the statement and its parameters in UTF-8",
-                    )
-                e = self.internal(e, extended.statement_of(kind, body, self.statements, self.portals))
-                self.send(codec.error_response(e.sqlstate, e.message, e.hint))
-                if self.status == "T":
-                    self.status = "E"
-                if kind == Frontend.QUERY:
-                    self.send(codec.ready(self.status))
-                else:
-                    skipping = True  # as PostgreSQL: the rest up to the client's Sync is ignored
-            if kind not in extended.BUFFERED:
-                await self.flush()
+
+    async def _dispatch(self, kind: bytes, body: bytes) -> None:
+        """One message handed to its handler; an unknown type is a protocol violation."""
+        if kind == Frontend.QUERY:
+            await self.simple_query(codec.Reader(body).cstring())
+        elif kind == Frontend.PARSE:
+            self.parse(codec.Reader(body))
+        elif kind == Frontend.BIND:
+            self.bind(codec.Reader(body))
+        elif kind == Frontend.DESCRIBE:
+            await self.describe(codec.Reader(body))
+        elif kind == Frontend.EXECUTE:
+            await self.execute(codec.Reader(body))
+        elif kind == Frontend.CLOSE:
+            self.close_object(codec.Reader(body))
+        else:
+            raise codec.ProtocolError(f"unexpected message type {kind!r}")
 
     async def simple_query(self, text: str) -> None:
         if _session_setting(text, self.server.local_ledger):  # no engine, no waiting: on the loop, no thread hop

@@ -14,17 +14,19 @@ from sqlglot import exp
 
 from .. import auto_bounds, auto_correction
 from ..accounting.cost import Cost
-from ..answer_record import AnswerRecord, ChosenBounds
-from ..errors import OperationalError
-from ..guarantee.calibration import Calibration, calibrate, measure_weights
+from ..answer_record import AnswerRecord, ChosenBounds, TargetChoice
+from ..errors import OperationalError, invalid_parameter
+from ..guarantee.calibration import Calibration, calibrate, measure_weights, measures_of
+from ..guarantee.families import family
 from ..guarantee.plan import Plan
 from ..guarantee.release import NoisyTable
 from ..ledger import Charge
 from ..plan_cache import Bounded
-from ..prepare import plan_query
+from ..prepare import plan_query, within_cap
 from ..sql.allowlist import CLOCK_FUNCTIONS
 from ..sql.classify import Query
 from ..sql.options import QueryOptions
+from ..targets import round_up, smallest_meeting
 from .answer import answer, noise_detail
 from .bounded import bounded_query, built, domain_size, exact
 from .charging import charged_work
@@ -38,7 +40,7 @@ def chosen_per_query(session: Session, plan: Plan, cal: Calibration, options: Qu
     """Whether the query's limits are chosen per query (auto_bounds.py): SET dpsql.bounds = auto,
     a plan of a kind it can choose for, the filter planner at a plain epsilon, something to choose."""
     s = session.settings
-    if s.bounds != "auto" or s.planner != "filter" or s.target_error is not None or cal.selection is not None:
+    if s.bounds != "auto" or s.planner != "filter" or cal.selection is not None:
         return False
     if options.max_groups is not None or options.max_rows is not None:
         return False  # the query states its own limits (BigQuery's clause): they are kept as written
@@ -51,22 +53,142 @@ def chosen_per_query(session: Session, plan: Plan, cal: Calibration, options: Qu
     return auto_bounds.ceiling(plan) > 1 or bool(auto_bounds.columns(plan))
 
 
+def targeted(
+    session: Session, plan: Plan, cal: Calibration, options: QueryOptions, tree: exp.Query
+) -> tuple[Calibration, dict[str, Any] | None]:
+    """The calibration a query runs at under dpsql.target_error, and what chose its epsilon.
+
+    `cal` is at the smallest epsilon meeting the target at the policy's limits (prepare.py,
+    public). Under limits chosen per query the epsilon is chosen instead from the model of the
+    profile last released for this query to this analyst on this data (`expected`'s profile:
+    already charged, so free), the smallest at which every COUNT and SUM's noise half-width at
+    the limits the model chooses, plus the bias those limits cut, is within the target; without
+    such a profile, the smallest at which the release's share of epsilon meets the target at the
+    policy's limits (the chosen ones are no looser; what they cut is not known yet). Refused
+    (free: before any charge) when the policy's max_query_epsilon cannot meet it."""
+    s = session.settings
+    if s.target_error is None or options.epsilon is not None:
+        return cal, None
+    hint = "raise dpsql.target_error, or group by fewer keys: nothing was charged"
+    if not chosen_per_query(session, plan, cal, options):
+        within_cap(session.policy, cal.cost.epsilon, hint=hint)
+        return cal, None
+    cap = session.policy.privacy.max_query_epsilon
+    ceiling = min(cap, TARGET_CEILING) if cap is not None else TARGET_CEILING
+    size = domain_size(session, plan)
+    groups = 1 if size is None else size
+    released = None
+    if not auto_bounds.counts_units(plan, s.mechanism):
+        top, cols = auto_bounds.ceiling(plan), auto_bounds.columns(plan)
+        key = profile_key(session, plan, cols, top, bool(auto_bounds.profiled_groups(plan, size or 0)))
+        released = None if key is None else session._plans.profile(key)
+    if released is None:
+        share = 1 - auto_bounds.release_epsilon(Fraction(1), auto_bounds.corrected(plan, groups))
+        if auto_bounds.counts_units(plan, s.mechanism):
+            share = auto_bounds.correction_share(plan, s.mechanism, groups)
+        epsilon = round_up(float(cal.cost.epsilon / (1 - share)))
+        within_cap(
+            session.policy,
+            epsilon,
+            hint=f"{hint}; the release gets {float(1 - share):.0%} of the epsilon after choosing its limits "
+            "(SET dpsql.bounds = policy to spend it all on the release)",
+        )
+        info = {"error": s.target_error, "from": "policy", "epsilon": float(epsilon)}
+    else:
+        predicted = partial(target_error_at, session, plan, released, tree, options, groups)
+        if predicted(ceiling) > s.target_error:
+            raise invalid_parameter(
+                f"no epsilon up to {float(ceiling):g} gives a {s.confidence:.0%} error within "
+                f"±{s.target_error:g} (noise plus the bias of the limits chosen) by the model of this "
+                "query's profile",
+                hint=f"{hint}; or SET dpsql.bounds = policy to keep the policy's limits",
+            )
+        epsilon = smallest_meeting(lambda e: predicted(e) <= s.target_error, ceiling, steps=40)
+        info = {"error": s.target_error, "from": "profile", "epsilon": float(epsilon), "expected": predicted(epsilon)}
+    # Kept per epsilon (3 significant digits: few), so that what is derived from it is kept too.
+    at = session._plans.derived(
+        cal,
+        f"target {epsilon}",
+        lambda: calibrate(
+            plan, epsilon, Fraction(0), s.mechanism, plan.literal_domain_size(), measure_weights(plan, options.weights)
+        ),
+    )
+    return at, info
+
+
+TARGET_CEILING = Fraction(100)  # as targets.epsilon_for_target's
+
+
+def target_error_at(
+    session: Session,
+    plan: Plan,
+    profile: auto_bounds.Profile,
+    tree: exp.Query,
+    options: QueryOptions,
+    groups: int,
+    epsilon: Fraction,
+) -> float:
+    """The model's largest expected error of a COUNT or SUM of the plan at `epsilon`, in its own
+    units: the noise half-width at the limits the profile's model chooses (at the release's share
+    of epsilon) plus the bias they cut (`auto_bounds.Choice.absolute_bias`). Post-processing of a
+    released profile: free."""
+    s = session.settings
+    top, cols = auto_bounds.ceiling(plan), auto_bounds.columns(plan)
+    correct = auto_bounds.corrected(plan, groups)
+    choice = auto_bounds.choose(plan, profile, cols, top, epsilon, groups, correct)
+    at = session._plans.derived(
+        plan,
+        f"chosen plan {choice.options(QueryOptions())}",
+        lambda: plan_query(tree, session.policy, session.engine.schema(), s.mechanism, choice.options(options)),
+    )
+    cal = calibrate(
+        at,
+        auto_bounds.release_epsilon(epsilon, correct),
+        Fraction(0),
+        s.mechanism,
+        at.literal_domain_size(),
+        measure_weights(at, options.weights),
+    )
+    worst = 0.0
+    for i, est in enumerate(at.estimates):
+        if not family(est).targetable:
+            continue
+        widths = (cal.measures[m].noise.half_width(s.confidence) * at.measures[m].unit_scale for m in measures_of(est))
+        worst = max(worst, max(widths) + choice.absolute_bias(i))
+    return worst
+
+
 def explained(
     session: Session, plan: Plan, cal: Calibration, options: QueryOptions, tree: exp.Query | None = None
 ) -> dict[str, Any]:
     """What EXPLAIN says of limits chosen per query: the profile's and the correction's shares
     of epsilon, and by how much the release's smaller share scales the noise up."""
     if not chosen_per_query(session, plan, cal, options):
-        return {"auto_bounds": None, "auto_correction": None, "auto_release": 1.0, "auto_expected": None}
+        return {
+            "auto_bounds": None,
+            "auto_correction": None,
+            "auto_release": 1.0,
+            "auto_expected": None,
+            "auto_reused": False,
+            "auto_cost": None,
+        }
     fix = auto_bounds.correction_share(
         plan, session.settings.mechanism, 1 if (size := domain_size(session, plan)) is None else size
     )
-    profile = Fraction(0) if auto_bounds.counts_units(plan, session.settings.mechanism) else auto_bounds.SHARE
+    units = auto_bounds.counts_units(plan, session.settings.mechanism)
+    profile = Fraction(0) if units else auto_bounds.SHARE
+    top, cols = auto_bounds.ceiling(plan), auto_bounds.columns(plan)
+    key = None if units else profile_key(session, plan, cols, top, bool(auto_bounds.profiled_groups(plan, size or 0)))
+    reused = reusable(session, key) is not None
     return {
         "auto_bounds": float(profile) or None,
         "auto_correction": float(fix) or None,
         "auto_release": float(1 / (1 - profile - fix)),
         "auto_expected": expected(session, plan, cal.cost.epsilon, size, options, tree) if profile else None,
+        "auto_reused": reused,
+        "auto_cost": auto_cost(session, plan, cal.cost.epsilon, options, 1 if size is None else size, False)[0]
+        if reused
+        else None,
     }
 
 
@@ -96,7 +218,7 @@ def expected(
         rest = auto_bounds.release_epsilon(epsilon, correct)
         at, cal, _ = session._plans.derived(
             plan,
-            f"chosen {choice.options(QueryOptions())}",
+            f"chosen {choice.options(QueryOptions())} {rest}",
             lambda: chosen(session, tree, options or QueryOptions(), choice, rest),
         )
         confidence = session.settings.confidence
@@ -104,6 +226,31 @@ def expected(
             m.describe(): mn.noise.half_width(confidence) * m.unit_scale for m, mn in zip(at.measures, cal.measures)
         }
     return out
+
+
+def auto_cost(
+    session: Session, plan: Plan, epsilon: Fraction, options: QueryOptions, groups: int, profiled: bool
+) -> tuple[Cost, Calibration]:
+    """What a query whose limits are chosen is charged at `epsilon` (its profile's parts unless
+    it reuses one, its correction's, its release's), and the release's calibration at the
+    policy's limits (the chosen ones cost the same)."""
+    s = session.settings
+    top, cols = auto_bounds.ceiling(plan), auto_bounds.columns(plan)
+    correct = auto_bounds.corrected(plan, groups)
+    rest = auto_bounds.release_epsilon(epsilon, correct)
+    weights = measure_weights(plan, options.weights)
+    at_rest = calibrate(plan, rest, Fraction(0), s.mechanism, plan.literal_domain_size(), weights)
+    by_group = bool(auto_bounds.profiled_groups(plan, groups if groups > 1 else 0))
+    own = auto_bounds.parts(epsilon, cols, top, correct, by_group, profiled=profiled)
+    return Cost.of(own + at_rest.cost.parts), at_rest
+
+
+def reusable(session: Session, key: tuple | None) -> auto_bounds.Profile | None:
+    """The profile released before under `key` (`profile_key`: this analyst, data version and
+    profile query), which a query then reuses instead of releasing its own: its limits are
+    chosen by post-processing a release already charged, so the query is charged for its
+    release (and correction) only. Not with dpsql.cache = off, where each run stands alone."""
+    return session._plans.profile(key) if key is not None and session.settings.cache else None
 
 
 def profile_key(
@@ -125,23 +272,24 @@ def answer_auto(
     policy_cal: Calibration,
     options: QueryOptions,
     groups: tuple | None,
+    target: dict[str, Any] | None = None,
 ) -> tuple[Result, Charge]:
     """One charge for the profile and the release, durable before the profile runs (so no
-    refusal or failure after it depends on the data); then the chosen plan's release."""
+    refusal or failure after it depends on the data); then the chosen plan's release. `target`:
+    how dpsql.target_error chose the epsilon (`targeted`), told with the limits."""
     s = session.settings
     if auto_bounds.counts_units(policy_plan, s.mechanism):
-        return units_answer(session, stmt, policy_plan, policy_cal, options, groups)
+        return units_answer(session, stmt, policy_plan, policy_cal, options, groups, target)
     top, cols = auto_bounds.ceiling(policy_plan), auto_bounds.columns(policy_plan)
     correct = auto_bounds.corrected(policy_plan, len(groups) if groups else 1)
     epsilon = policy_cal.cost.epsilon
     rest = auto_bounds.release_epsilon(epsilon, correct)
-    weights = measure_weights(policy_plan, options.weights)
-    at_rest = calibrate(policy_plan, rest, Fraction(0), s.mechanism, policy_plan.literal_domain_size(), weights)
     by_group = auto_bounds.profiled_groups(policy_plan, len(groups) if groups else 0)  # public
-    cost = Cost.of(auto_bounds.parts(epsilon, cols, top, correct, bool(by_group)) + at_rest.cost.parts)
     # The profile's SQL is built (and kept) before the charge, so that a query it cannot be built
     # for is refused free; the data version is read before the profile's rows.
     key = profile_key(session, policy_plan, cols, top, bool(by_group))
+    kept = reusable(session, key)  # released (and charged) before: the choice from it is free
+    cost, at_rest = auto_cost(session, policy_plan, epsilon, options, len(groups) if groups else 1, kept is None)
     pending = session.ledger.charging(
         session.user.name,
         session.budget_policy,
@@ -154,15 +302,17 @@ def answer_auto(
     with charged_work(
         session, pending, charge, "the query's cost stays charged: its limits were being chosen from the data"
     ):
-        profile = auto_bounds.noised(
+        profile = kept or auto_bounds.noised(
             profile_rows(session, policy_plan, cols, top, bool(by_group)), cols, top, epsilon, by_group
         )
-        if key is not None:
+        if key is not None and kept is None:
             session._plans.put_profile(key, profile)
         choice = auto_bounds.choose(policy_plan, profile, cols, top, epsilon, len(groups) if groups else 1, correct)
+        if kept is not None:
+            choice = replace(choice, epsilon=Fraction(0), reused=True)
         plan, cal, bounded = session._plans.derived(
             policy_plan,
-            f"chosen {choice.options(QueryOptions())}",
+            f"chosen {choice.options(QueryOptions())} {rest}",
             lambda: chosen(session, tree, options, choice, rest),
         )
         if _shares(cal.cost) != _shares(at_rest.cost):
@@ -182,13 +332,23 @@ def answer_auto(
         pending,
         adjust=None if correction is None else partial(_corrected, plan, correction),
     )
-    bounds = ChosenBounds(limits=choice.describe(), correction=None if correction is None else correction.describe())
+    bounds = ChosenBounds(
+        limits=choice.describe(),
+        correction=None if correction is None else correction.describe(),
+        target=None if not target else TargetChoice.of(target),
+    )
     result.dp = replace(result.dp or AnswerRecord(), bounds=bounds)
     return result, charge
 
 
 def units_answer(
-    session: Session, stmt: Query, plan: Plan, policy_cal: Calibration, options: QueryOptions, groups: tuple | None
+    session: Session,
+    stmt: Query,
+    plan: Plan,
+    policy_cal: Calibration,
+    options: QueryOptions,
+    groups: tuple | None,
+    target: dict[str, Any] | None = None,
 ) -> tuple[Result, Charge]:
     """Units per group at the policy's limits, corrected for the groups max_groups cuts: one
     charge for the correction (auto_correction.groups_query) and the release at the rest."""
@@ -232,9 +392,10 @@ def units_answer(
         pending,
         adjust=partial(_corrected, plan, correction),
     )
-    result.dp = replace(
-        result.dp or AnswerRecord(), bounds=ChosenBounds(max_groups=g, correction=correction.describe())
+    bounds = ChosenBounds(
+        max_groups=g, correction=correction.describe(), target=None if not target else TargetChoice.of(target)
     )
+    result.dp = replace(result.dp or AnswerRecord(), bounds=bounds)
     return result, charge
 
 

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 import sqlglot
 from sqlglot import exp
 
-from ..answer_record import Amount, AnswerRecord
+from .. import auto_bounds
+from ..answer_record import Amount, AnswerRecord, TargetChoice
 from ..guarantee.families import family
 from ..sql.analyze import PublicQuery
 from ..sql.clock import now as clock_now
@@ -30,9 +31,12 @@ def explain_plan(session: Session, tree: exp.Query, options: QueryOptions | None
     plan, cal = session._prepare(pinned(tree, clock_now()), options)
     if isinstance(plan, PublicQuery):
         return {"public": True, "sql": session.engine.prepare(plan.tree)}
+    cal, target = auto.targeted(session, plan, cal, options or QueryOptions(), tree)
     s = session.settings
+    auto_info = auto.explained(session, plan, cal, options or QueryOptions(), tree)
+    cost = auto_info.pop("auto_cost") or cal.cost  # less a profile's share when one released before is reused
     f, totals = session.ledger.state(session.user.name, session.budget_policy)
-    after = totals.plus(f.usage(cal.cost))
+    after = totals.plus(f.usage(cost))
     mechanisms = []
     scaled_up = 1 / plan.sample_rate if plan.sample_rate else 1.0  # TABLESAMPLE's estimates are divided by the rate
     for m, mn in zip(plan.measures, cal.measures):
@@ -59,7 +63,7 @@ def explain_plan(session: Session, tree: exp.Query, options: QueryOptions | None
         "max_rows_per_unit": plan.total_rows if plan.total_bound else None,
         "groups": domain_size(session, plan),
         "narrowed_by": list(narrowing(plan).used),
-        **auto.explained(session, plan, cal, options or QueryOptions(), tree),
+        **auto_info,
         "mechanisms": mechanisms,
         "selection": None
         if cal.selection is None
@@ -71,9 +75,10 @@ def explain_plan(session: Session, tree: exp.Query, options: QueryOptions | None
         },
         "confidence": s.confidence,
         "target_error": None if options and options.epsilon is not None else s.target_error,
-        "cost": cal.cost.as_dict(),
+        "target": target,
+        "cost": cost.as_dict(),
         "admitted": f.admits(after),
-        "admits_more": admits_more(session.ledger, session.user.name, session.budget_policy, f, totals, cal.cost),
+        "admits_more": admits_more(session.ledger, session.user.name, session.budget_policy, f, totals, cost),
         "filter": f.name,
         "remaining_after": {k: float(v) for k, v in f.remaining(after).items()},
         "remaining_now": {k: float(v) for k, v in f.remaining(totals).items()},
@@ -112,7 +117,14 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
                 f"epsilon chosen as the smallest giving COUNT and SUM a {pct} error within ±{info['target_error']:g} "
                 "(dpsql.target_error)"
             ]
-            if info.get("target_error")
+            if info.get("target_error") and not info.get("target")
+            else [
+                f"epsilon {info['target']['epsilon']:g} chosen as the smallest giving COUNT and SUM a {pct} error "
+                f"within ±{info['target_error']:g} (dpsql.target_error) "
+                f"{auto_bounds.chose(TargetChoice.of(info['target']))}"
+                + ("; the profile's share of it is not charged (reused)" if info.get("auto_reused") else "")
+            ]
+            if info.get("target")
             else []
         ),
         (
@@ -142,6 +154,14 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
                 "profiles its rows, then a total bound on a unit's rows and clamps of summed values are chosen within "
                 "the policy's limits above; the noise below is at the policy's limits (the chosen ones are shown "
                 "with the answer); SET dpsql.bounds = policy to keep them"
+            ]
+            if info.get("auto_bounds") and not info.get("auto_reused")
+            else [
+                "limits chosen when the query runs (dpsql.bounds = auto) from this query's profile released before "
+                f"(this analyst, this data; reused free): the {info['auto_bounds']:.0%} of epsilon a profile would "
+                "spend is not charged, the cost above is the release's (and any correction's) only; a total bound "
+                "on a unit's rows and clamps of summed values are chosen within the policy's limits above; "
+                "SET dpsql.cache = off to profile afresh"
             ]
             if info.get("auto_bounds")
             else []

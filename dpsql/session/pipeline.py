@@ -178,6 +178,7 @@ class Session:
             cached = self.ledger.cache_get(self.user.name, key)
             if cached is not None and answer_cache.receipted(self, cached):
                 return answer_cache.cached_answer(self, cached)
+        cal, target = auto.targeted(self, plan, cal, options, tree)  # dpsql.target_error's epsilon, before any charge
         chosen = auto.chosen_per_query(self, plan, cal, options)
         detail = self._plans.derived(cal, "detail", lambda: noise_detail(plan, cal))  # read-only: shared
         # An engine's refusal comes before the charge (under chosen limits, the policy's plan is
@@ -202,7 +203,7 @@ class Session:
             )
         self._deadline.check()
         if chosen:
-            result, charge = auto.answer_auto(self, stmt, tree, plan, cal, options, bound.domain)
+            result, charge = auto.answer_auto(self, stmt, tree, plan, cal, options, bound.domain, target)
             return record(self, result, charge, key, bounds=True)
         stopper = Stopper(self.engine) if overlapping(self, cal.cost) else None
         detail_text = self._plans.derived(cal, "detail_text", lambda: json.dumps(detail, default=str))

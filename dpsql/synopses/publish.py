@@ -18,24 +18,27 @@ import datetime
 import time
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 import sqlglot
 from sqlglot import exp
 
-from ..accounting.cost import Cost, Part
 from ..errors import Error, OperationalError, ProgrammingError, unsupported
 from ..guarantee import guard
-from ..guarantee.mechanisms import Noise, add_noise, laplace_scale
+from ..guarantee.mechanisms import add_noise
 from ..guarantee.plan import Plan
 from ..guarantee.release import key_order
 from ..prepare import plan_query
 from ..sql.options import QueryOptions
 from ..sql.rewrite import declared_domain
+from . import axes as ax
+from . import budget as bud
 from . import reconstruct, store
-from .spec import EVERYONE, SynopsisSpec
-from .strategy import Charts, Strategy, choose, default_charts, eigenvalues
+from .budget import Budget, budget_of, payers
+from .spec import SynopsisSpec
+from .strategy import Charts, Strategy, choose, default_charts, with_trees
 
 
 @dataclass(frozen=True)
@@ -45,8 +48,10 @@ class Published:
     epsilon: float
     data_version: str
     cells: int
-    marginals: int
+    marginals: int  # measurements: marginals and hierarchies
     seconds: float
+    measured: str = ""  # what was measured (Strategy.describe) and with which noise
+    delta: float = 0.0
 
 
 def spec_of(policy, name: str) -> SynopsisSpec:
@@ -64,7 +69,7 @@ def spec_of(policy, name: str) -> SynopsisSpec:
 def dimension_sql(spec: SynopsisSpec, i: int) -> str:
     """The GROUP BY expression of dimension i (the cube's, and a query's that matches it)."""
     d = spec.dimensions[i]
-    col = f'"{d.column}"'
+    col = f'"{d.table or spec.table}"."{d.column}"'
     if d.width is not None:
         w = int(d.width) if float(d.width).is_integer() else d.width
         return f"FLOOR({col} / {w}) * {w}"
@@ -73,27 +78,34 @@ def dimension_sql(spec: SynopsisSpec, i: int) -> str:
     return col
 
 
-def cube_query(spec: SynopsisSpec) -> exp.Select:
-    """SELECT <dimensions>, COUNT(*), SUM(col)... FROM table GROUP BY <dimensions>."""
+def cube_query(spec: SynopsisSpec, policy) -> exp.Select:
+    """SELECT <dimensions>, COUNT(*), SUM(col)... FROM table [JOIN other ON the privacy unit]...
+    GROUP BY <dimensions>: a joined dimension's table is joined as an analyst's query would
+    join it, so the planner bounds each person's rows exactly as it bounds that query's."""
     dims = [f"{dimension_sql(spec, i)} AS d{i}" for i in range(len(spec.dimensions))]
     measures = [
-        ("COUNT(*)" if m.kind == "count" else f'SUM("{m.column}")') + f" AS m{j}" for j, m in enumerate(spec.measures)
+        ("COUNT(*)" if m.kind == "count" else f'SUM("{spec.table}"."{m.column}")') + f" AS m{j}"
+        for j, m in enumerate(spec.measures)
     ]
+    unit = policy.table(spec.table).privacy_unit
+    joins = "".join(
+        f' JOIN "{t}" ON "{spec.table}"."{unit}" = "{t}"."{policy.table(t).privacy_unit}"' for t in spec.joined
+    )
     group = ", ".join(str(i + 1) for i in range(len(spec.dimensions)))
     return sqlglot.parse_one(
-        f'SELECT {", ".join(dims + measures)} FROM "{spec.table}" GROUP BY {group}', read="postgres"
+        f'SELECT {", ".join(dims + measures)} FROM "{spec.table}"{joins} GROUP BY {group}', read="postgres"
     )
 
 
 def cube_plan(spec: SynopsisSpec, policy, schema) -> Plan:
     """The cube's plan at the policy's limits (pure: the policy and the schema)."""
     try:
-        plan = plan_query(cube_query(spec), policy, schema, "laplace", QueryOptions())
+        plan = plan_query(cube_query(spec, policy), policy, schema, "laplace", QueryOptions())
     except Error as e:
         raise unsupported(
             f"synopsis {spec.name}: its cube cannot be planned: {e.message}",
             hint="bucket numeric dimensions of integer columns by width and date columns by unit; "
-            "give every other dimension declared keys",
+            "give every other dimension declared keys; a joined table's rows must fit max_join_rows",
         ) from None
     if not isinstance(plan, Plan) or not plan.declared or plan.sample_rate is not None:
         raise unsupported(
@@ -134,17 +146,39 @@ def charts_of(spec: SynopsisSpec) -> Charts:
     return Charts(groupings, sum(1 << i for i in spec.filters))
 
 
-def strategy_for(spec: SynopsisSpec, sizes: tuple[int, ...]) -> tuple[Strategy, list[list[Fraction]]]:
-    """The marginals measured and each (measure, marginal)'s epsilon: the synopsis's epsilon
-    split equally among its measures, then by the strategy among marginals."""
-    strategy = choose(sizes, charts_of(spec))
-    per_measure = spec.epsilon / len(spec.measures)
-    return strategy, [strategy.epsilons(per_measure) for _ in spec.measures]
+@lru_cache(maxsize=64)
+def _strategy(sizes: tuple[int, ...], charts: Charts, bucketed: tuple[int, ...], gaussian: bool) -> Strategy:
+    """The strategy for public inputs only (so it is kept: republishing does not search again)."""
+    return with_trees(choose(sizes, charts, gaussian), sizes, charts, bucketed, gaussian)
 
 
-def payers(spec: SynopsisSpec, policy) -> list[str]:
-    """Whose budgets are charged: the analyst named, or every analyst of the policy."""
-    return sorted(policy.users) if spec.charged_to == EVERYONE else [spec.charged_to]
+def strategy_for(
+    spec: SynopsisSpec, sizes: tuple[int, ...], budget: Budget, split: list[Fraction]
+) -> tuple[Strategy, list[list[Fraction]]]:
+    """What is measured (marginals, and hierarchies over bucketed dimensions where they lower the
+    class's error) and each (measure, measurement)'s share of the budget (an epsilon, or a rho):
+    the budget split among the measures by `split` (budget.measure_shares), then by the strategy
+    among measurements."""
+    bucketed = tuple(i for i, d in enumerate(spec.dimensions) if d.bucketed)
+    strategy = _strategy(sizes, charts_of(spec), bucketed, budget.gaussian)
+    return strategy, [strategy.epsilons(budget.whole * s) for s in split]
+
+
+def measure_split(spec: SynopsisSpec, policy, plan: Plan, cells: int, budget: Budget) -> list[Fraction]:
+    """Each measure's share of the budget (budget.measure_shares: from the plan's sensitivities
+    and the policy's bounds, public)."""
+    measures = [plan.measures[measure_index(plan, j)] for j in range(len(spec.measures))]
+    deltas = [plan.bounding.l1(m, cells) * m.unit_scale for m in measures]
+    scales = bud.relative_scales(spec, policy, deltas)
+    return bud.measure_shares(scales, [m.kind for m in spec.measures], budget.gaussian)
+
+
+def measurement_name(spec: SynopsisSpec, strategy: Strategy, t: int) -> str:
+    """The t-th measurement's name: a marginal's dimensions ("total" for none), or a hierarchy."""
+    if t < len(strategy.marginals):
+        return "×".join(_names(spec, strategy.marginals[t])) or "total"
+    dim, axis = strategy.trees[t - len(strategy.marginals)]
+    return f"hierarchy over {spec.dimensions[dim].label} (blocks {axis.blocks[1:-1]})"
 
 
 def publish(session, name: str) -> Published:
@@ -156,19 +190,31 @@ def publish(session, name: str) -> Published:
     values = domain_values(engine, plan)
     sizes = tuple(len(v) for v in values)
     cells = int(np.prod(sizes))
-    strategy, epsilons = strategy_for(spec, sizes)
-    l1 = [plan.bounding.l1(plan.measures[measure_index(plan, j)], cells) for j in range(len(spec.measures))]
+    budget = budget_of(spec, policy)
+    measures = [plan.measures[measure_index(plan, j)] for j in range(len(spec.measures))]
+    l1 = [plan.bounding.l1(m, cells) for m in measures]
     if any(x is None for x in l1):
         raise unsupported(f"synopsis {spec.name}: a measure has no L1 sensitivity under the policy's limits")
-    noises = [[Noise("laplace", laplace_scale(l1[j], e)) for e in epsilons[j]] for j in range(len(spec.measures))]
+    split = measure_split(spec, policy, plan, cells, budget)
+    strategy, shares = strategy_for(spec, sizes, budget, split)
+    axes = strategy.axes(sizes)
+    measurements = strategy.measurements(sizes)
+    l2 = [plan.bounding.l2_squared(m, cells) for m in measures]
+    noises = [
+        [bud.noise(budget, sh, l1[j], l2[j], lv) for lv, sh in zip(measurements, shares[j])]
+        for j in range(len(spec.measures))
+    ]
     session.bounded_sql(plan)  # the engine binds the bounded query before the charge: a refusal is free
     version = engine.data_version()
-    parts = [
-        Part("laplace", e, rho=e * e / 2, noise_multiplier=n.scale / l1[j])
-        for j in range(len(spec.measures))
-        for e, n in zip(epsilons[j], noises[j])
-    ]
-    cost = Cost.of(parts)
+    cost = bud.cost(
+        budget,
+        [
+            (sh, n, l1[j] * ax.partitions(lv))
+            for j in range(len(spec.measures))
+            for lv, sh, n in zip(measurements, shares[j], noises[j])
+        ],
+    )
+    measured = f"{strategy.describe([d.label for d in spec.dimensions])}, {budget.mechanism} noise"
     who = payers(spec, policy)
     detail = {
         "synopsis": spec.name,
@@ -177,16 +223,18 @@ def publish(session, name: str) -> Published:
         "dimensions": [d.describe() for d in spec.dimensions],
         "measures": [m.name for m in spec.measures],
         "marginals": [list(_names(spec, m)) for m in strategy.marginals],
+        "measure_shares": {m.name: float(x) for m, x in zip(spec.measures, split)},
+        "strategy": measured,
         "mechanisms": [
             {
                 "measure": spec.measures[j].name,
-                "marginal": "×".join(_names(spec, m)) or "total",
-                "kind": "laplace",
-                "epsilon": float(e),
+                "marginal": measurement_name(spec, strategy, t),
+                "kind": n.kind,
+                ("rho" if budget.gaussian else "epsilon"): float(sh),
                 "scale": n.scale,
             }
             for j in range(len(spec.measures))
-            for m, e, n in zip(strategy.marginals, epsilons[j], noises[j])
+            for t, (sh, n) in enumerate(zip(shares[j], noises[j]))
         ],
     }
     pending = ledger.charging(
@@ -207,7 +255,11 @@ def publish(session, name: str) -> Published:
             sqlstate=e.sqlstate,
             hint="its cost stays charged, because whether a query fails can depend on the data",
         )
-    draws = [(measure_index(plan, j), e, n) for j in range(len(spec.measures)) for e, n in zip(epsilons[j], noises[j])]
+    draws = [
+        guard.SynopsisDraw(measure_index(plan, j), sh, n, ax.partitions(lv), all(ks == (0,) for ks in lv))
+        for j in range(len(spec.measures))
+        for lv, sh, n in zip(measurements, shares[j], noises[j])
+    ]
     guard.check_synopsis(plan, rs, charge, policy, draws, cells)
     exact = exact_cubes(plan, rs, values, sizes, len(spec.measures))
     body = {
@@ -216,13 +268,17 @@ def publish(session, name: str) -> Published:
         "data_version": version,
         "charge_id": charge.id,
         "epsilon": float(spec.epsilon),
+        "mechanism": budget.mechanism,
         "charged_to": spec.charged_to,
         "readers": list(spec.readers(policy.users)),
         "sizes": list(sizes),
+        "axes": [list(a.blocks) for a in axes],
+        "strategy": measured,
         "published_at": time.time(),
         "dimensions": [
             {
                 "column": d.column,
+                "table": d.table or spec.table,
                 "width": d.width,
                 "unit": d.unit,
                 "sql": dimension_sql(spec, i),
@@ -234,16 +290,18 @@ def publish(session, name: str) -> Published:
     }
     for j, m in enumerate(spec.measures):
         unit = plan.measures[measure_index(plan, j)].unit_scale
-        noisy, precision = {}, {}
-        for mask, n in zip(strategy.marginals, noises[j]):
-            marg = reconstruct.marginal(exact[j], mask)
-            flat = [int(v) for v in np.ravel(marg)]
-            noisy[mask] = np.array(add_noise(flat, n), dtype=float).reshape(np.shape(marg)) * unit
-            precision[mask] = 1.0 / (2.0 * (n.scale * unit) ** 2)
-        lam = eigenvalues(precision, sizes)
-        cube = reconstruct.least_squares(noisy, precision, lam, sizes)
+        rhs, precision = np.zeros(sizes), {}
+        for levels, n in zip(measurements, noises[j]):
+            w = 1.0 / (bud.variance(n) * unit * unit)
+            precision[levels] = precision.get(levels, 0.0) + w
+            for combo, part in ax.released(exact[j], axes, levels).items():
+                flat = [int(v) for v in np.ravel(part)]
+                noisy = np.array(add_noise(flat, n), dtype=float).reshape(np.shape(part)) * unit
+                rhs = rhs + w * ax.spread(noisy, axes, combo)
+        lam = ax.eigenvalues(precision, axes)
+        cube = reconstruct.least_squares(rhs, lam, axes)
         if m.kind == "count":  # not sums: clipping their many small noisy cells would bias every total up
-            cube = reconstruct.non_negative(cube, lam)
+            cube = reconstruct.non_negative(cube, lam, axes)
         cube = reconstruct.rounded(cube)
         body["measures"].append(
             {
@@ -251,7 +309,7 @@ def publish(session, name: str) -> Published:
                 "kind": m.kind,
                 "column": m.column,
                 "cube": [float(v) for v in np.ravel(cube)],
-                "eigen": [float(v) for v in lam],
+                "eigen": [float(v) for v in np.ravel(lam)],
             }
         )
     store.put(ledger, spec.name, version, charge.id, body)
@@ -260,12 +318,20 @@ def publish(session, name: str) -> Published:
         {"synopsis": spec.name, "data_version": version, "cells": cells, "measures": [m.name for m in spec.measures]},
     )
     return Published(
-        spec.name, charge.id, float(cost.epsilon), version, cells, len(strategy.marginals), time.perf_counter() - start
+        spec.name,
+        charge.id,
+        float(cost.epsilon),
+        version,
+        cells,
+        len(measurements),
+        time.perf_counter() - start,
+        body["strategy"],
+        float(cost.delta),
     )
 
 
 def _names(spec: SynopsisSpec, mask: int) -> list[str]:
-    return [d.column for i, d in enumerate(spec.dimensions) if mask >> i & 1]
+    return [d.label for i, d in enumerate(spec.dimensions) if mask >> i & 1]
 
 
 def exact_cubes(plan: Plan, rs, values: list[list[Any]], sizes: tuple[int, ...], n_measures: int) -> list[np.ndarray]:

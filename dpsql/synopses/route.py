@@ -3,8 +3,8 @@ then its answer, free.
 
 Decided from the query text, the policy and the synopsis's public metadata only (its
 dimensions and their values, its data version): never from the data. A query is answered from
-a synopsis when, planned as any DP query is, it reads the synopsis's table alone (no join, no
-sample) and
+a synopsis when, planned as any DP query is, it reads the synopsis's tables (its own, and those
+its dimensions are joined from, each once, inner-joined on the privacy unit; no sample) and
 - every GROUP BY key is one of its dimensions, written as the synopsis's own bucket expression
   for a bucketed one (e.g. FLOOR(age / 10) * 10);
 - every WHERE term is `dim = v`, `dim IN (...)`, `dim <> v` on a dimension, or a comparison of
@@ -15,7 +15,7 @@ wrapper) is post-processing, as for any answer. Everything else goes the per-que
 
 Every answer sums cells of the synopsis's one consistent cube (integers), so totals and their
 breakdowns agree exactly. Intervals come from the least-squares estimator's exact variance
-(strategy.variance) at the session's confidence: the wider of a Laplace and a normal interval
+(axes.variance, for the cells the answer sums) at the session's confidence: the wider of a Laplace and a normal interval
 of that variance (_half; the non-negativity step is not accounted, see reconstruct.py;
 coverage is tested by simulation). AVG(col) is SUM(col) / COUNT(*): rows whose col is NULL are in its
 denominator (equal to SQL's AVG when col has no NULLs).
@@ -41,9 +41,11 @@ from ..guarantee.plan import Plan
 from ..guarantee.release import NoisyTable, key_order
 from ..prepare import plan_query
 from ..sql.scope import conjuncts
+from . import axes as ax
 from . import store
+from .axes import Axis, flat
 from .publish import cube_plan, decode
-from .strategy import variance
+from .reconstruct import from_masks
 
 DECISIONS = 512  # query texts whose route each process remembers
 
@@ -70,7 +72,7 @@ def candidates(session, tree: exp.Expression) -> list[store.Stored]:
     if not synopses or not isinstance(tree, exp.Select):
         return []
     tables = {t.name.lower() for t in tree.find_all(exp.Table)}
-    specs = [s for s in synopses.values() if s.table in tables]
+    specs = [s for s in synopses.values() if {s.table, *s.joined} <= tables]
     if not specs:
         return []
     version = session.engine.data_version()
@@ -129,19 +131,50 @@ def _plan(session, stmt, tree: exp.Expression) -> Plan | None:
     return plan if isinstance(plan, Plan) else None
 
 
-def _unqualified(e: exp.Expression) -> str:
-    return e.transform(lambda n: exp.column(n.name) if isinstance(n, exp.Column) else n).sql(dialect="duckdb")
+def _tables(plan: Plan) -> dict[str, str]:
+    """Each source's alias in the plan -> its table's name."""
+    return {s.alias: s.table.name for s in plan.relation.sources}
+
+
+def _canonical(e: exp.Expression, tables: dict[str, str]) -> str:
+    """An expression's SQL with each column qualified by its table's name (not the alias)."""
+    return e.transform(
+        lambda n: exp.column(n.name, table=tables.get(n.table, n.table)) if isinstance(n, exp.Column) else n
+    ).sql(dialect="duckdb")
 
 
 def _dimension_keys(policy, schema, stored: store.Stored) -> dict[str, int]:
-    """Each dimension's GROUP BY expression as a planned key (unqualified SQL) -> its index."""
+    """Each dimension's GROUP BY expression as a planned key (canonical SQL) -> its index."""
     cache = (stored.name, stored.data_version, stored.charge_id)
     hit = _key_sql.get(cache)
     if hit is None:
         plan = cube_plan(policy.synopses[stored.name], policy, schema)
-        hit = {_unqualified(k.expr): i for i, k in enumerate(plan.keys)}
+        hit = {_canonical(k.expr, _tables(plan)): i for i, k in enumerate(plan.keys)}
         _key_sql[cache] = hit
     return hit
+
+
+def _joined_as_the_cube(plan: Plan, spec) -> bool:
+    """The query reads the synopsis's table and each table its dimensions are joined from, once
+    each, as base tables, inner-joined (the planner has checked the joins are on the privacy
+    unit and bounded them as the cube's: the same tables, the same max_join_rows)."""
+    rel = plan.relation
+    names = [s.table.name for s in rel.sources]
+    return (
+        sorted(names) == sorted([spec.table, *spec.joined])
+        and all(s.derived is None for s in rel.sources)
+        and all(j.kind == "inner" for j in rel.joins)
+        and len(rel.joins) == len(spec.joined)
+    )
+
+
+def _unit_equality(term: exp.Expression, plan: Plan) -> bool:
+    """Whether a term is `a.unit = b.unit` between two sources (the join through the unit)."""
+    if not isinstance(term, exp.EQ) or not all(isinstance(x, exp.Column) for x in (term.this, term.expression)):
+        return False
+    units = {(s.alias, s.table.privacy_unit) for s in plan.relation.sources}
+    a, b = term.this, term.expression
+    return a.table != b.table and (a.table, a.name) in units and (b.table, b.name) in units
 
 
 def match(policy, schema, plan: Plan, stored: store.Stored) -> Route | None:
@@ -149,39 +182,37 @@ def match(policy, schema, plan: Plan, stored: store.Stored) -> Route | None:
     body = stored.body
     spec = policy.synopses.get(stored.name)
     rel = plan.relation
-    if (
-        spec is None
-        or plan.sample_rate is not None
-        or len(rel.sources) != 1
-        or rel.joins
-        or rel.sources[0].derived is not None
-        or rel.sources[0].table.name != body["table"]
-    ):
+    if spec is None or plan.sample_rate is not None or not _joined_as_the_cube(plan, spec):
         return None
     keys = _dimension_keys(policy, schema, stored)
+    tables = _tables(plan)
     dims = []
     for k in plan.keys:
-        i = keys.get(_unqualified(k.expr))
+        i = keys.get(_canonical(k.expr, tables))
         if i is None or i in dims:
             return None
         dims.append(i)
     selection: list[set[int] | None] = [None] * len(body["dimensions"])
     unit = plan.unit.sql() if plan.unit is not None else None
-    for cond in rel.where:
+    for cond in list(rel.where) + [j.on for j in rel.joins]:
         for term in conjuncts(cond):
             if (
-                unit is not None
-                and term.sql() == exp.Not(this=exp.Is(this=plan.unit.copy(), expression=exp.Null())).sql()
+                (
+                    unit is not None
+                    and term.sql() == exp.Not(this=exp.Is(this=plan.unit.copy(), expression=exp.Null())).sql()
+                )
+                or (isinstance(term, exp.Boolean) and term.this)
+                or _unit_equality(term, plan)
             ):
                 continue
-            picked = _selection(term, body, keys)
+            picked = _selection(term, body, keys, tables)
             if picked is None:
                 return None
             i, chosen = picked
             selection[i] = chosen if selection[i] is None else selection[i] & chosen
     estimates = []
     for e in plan.estimates:
-        needed = _estimate(plan, e, body, policy)
+        needed = _estimate(plan, e, body, policy, tables)
         if needed is None:
             return None
         estimates.append(needed)
@@ -194,7 +225,7 @@ def match(policy, schema, plan: Plan, stored: store.Stored) -> Route | None:
     )
 
 
-def _estimate(plan: Plan, e, body: dict, policy) -> tuple[str, str] | None:
+def _estimate(plan: Plan, e, body: dict, policy, tables: dict[str, str]) -> tuple[str, str] | None:
     measures = {m["name"] for m in body["measures"]}
     table = policy.table(body["table"])
     if e.func == "count":
@@ -203,7 +234,7 @@ def _estimate(plan: Plan, e, body: dict, policy) -> tuple[str, str] | None:
         return ("count", "count") if isinstance(m, Count) and every_row and "count" in measures else None
     if e.func in ("sum", "whole_sum", "avg"):  # whole_sum: SUM of an integer column, an integer
         m = plan.measures[e.total]
-        if not isinstance(m, Sum) or not isinstance(m.value, exp.Column):
+        if not isinstance(m, Sum) or not isinstance(m.value, exp.Column) or tables.get(m.value.table) != body["table"]:
             return None
         col = table.columns.get(m.value.name.lower())
         name = f"sum({m.value.name.lower()})"
@@ -251,14 +282,16 @@ def _same(a: Any, b: Any) -> bool:
 _FLIP = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE, exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
 
 
-def _selection(term: exp.Expression, body: dict, keys: dict[str, int]) -> tuple[int, set[int]] | None:
+def _selection(
+    term: exp.Expression, body: dict, keys: dict[str, int], tables: dict[str, str]
+) -> tuple[int, set[int]] | None:
     """(dimension, value indexes) that a WHERE term keeps, or None when it is not a selection
     of whole cells of one dimension."""
     dims = body["dimensions"]
     if isinstance(term, exp.Paren):
-        return _selection(term.this, body, keys)
+        return _selection(term.this, body, keys, tables)
     if isinstance(term, exp.In) and not term.args.get("query"):
-        i = _dimension_of(term.this, dims, keys, exact=True)
+        i = _dimension_of(term.this, body, keys, tables, exact=True)
         if i is None:
             return None
         literals = [_literal(v) for v in term.expressions]
@@ -267,8 +300,8 @@ def _selection(term: exp.Expression, body: dict, keys: dict[str, int]) -> tuple[
         values = [decode(v) for v in dims[i]["values"]]
         return i, {j for j, v in enumerate(values) if any(_same(lit, v) for _, lit in literals)}
     if isinstance(term, exp.Between):
-        low = _selection(exp.GTE(this=term.this.copy(), expression=term.args["low"].copy()), body, keys)
-        high = _selection(exp.LTE(this=term.this.copy(), expression=term.args["high"].copy()), body, keys)
+        low = _selection(exp.GTE(this=term.this.copy(), expression=term.args["low"].copy()), body, keys, tables)
+        high = _selection(exp.LTE(this=term.this.copy(), expression=term.args["high"].copy()), body, keys, tables)
         if low is None or high is None or low[0] != high[0]:
             return None
         return low[0], low[1] & high[1]
@@ -281,7 +314,7 @@ def _selection(term: exp.Expression, body: dict, keys: dict[str, int]) -> tuple[
         left, op = right, _FLIP[op]
     if not ok:
         return None
-    i = _dimension_of(left, dims, keys, exact=True)
+    i = _dimension_of(left, body, keys, tables, exact=True)
     if i is not None:  # the dimension's own value (a key, or a bucket expression)
         values = [decode(v) for v in dims[i]["values"]]
         if op in (exp.EQ, exp.NEQ):
@@ -290,20 +323,23 @@ def _selection(term: exp.Expression, body: dict, keys: dict[str, int]) -> tuple[
         if dims[i]["width"] is None and dims[i]["unit"] is None:
             return None
         return _aligned(i, dims[i], values, op, value, bucket_value=True)
-    i = _dimension_of(left, dims, keys, exact=False)
+    i = _dimension_of(left, body, keys, tables, exact=False)
     if i is None:
         return None
     values = [decode(v) for v in dims[i]["values"]]
     return _aligned(i, dims[i], values, op, value, bucket_value=False)
 
 
-def _dimension_of(e: exp.Expression, dims: list[dict], keys: dict[str, int], exact: bool) -> int | None:
+def _dimension_of(
+    e: exp.Expression, body: dict, keys: dict[str, int], tables: dict[str, str], exact: bool
+) -> int | None:
     """The dimension `e` is: its key expression (exact), or the raw column of a bucketed one."""
     if exact:
-        return keys.get(_unqualified(e))
+        return keys.get(_canonical(e, tables))
     if isinstance(e, exp.Column):
-        for i, d in enumerate(dims):
-            if d["column"] == e.name.lower() and (d["width"] is not None or d["unit"] is not None):
+        for i, d in enumerate(body["dimensions"]):
+            same = d["column"] == e.name.lower() and d.get("table", body["table"]) == tables.get(e.table)
+            if same and (d["width"] is not None or d["unit"] is not None):
                 return i
     return None
 
@@ -375,9 +411,10 @@ def result_from(session, plan: Plan, stored: store.Stored, route: Route) -> Answ
     sizes = tuple(body["sizes"])
     values = [[decode(v) for v in d["values"]] for d in body["dimensions"]]
     cubes = {m["name"]: np.array(m["cube"]).reshape(sizes) for m in body["measures"]}
-    eigen = {m["name"]: np.array(m["eigen"]) for m in body["measures"]}
+    axes, eigen = estimator(body)
     index = [np.arange(n) if s is None else np.array(s, dtype=int) for n, s in zip(sizes, route.selection)]
     grouped = list(route.dims)
+    queries = _queries(axes, grouped, index)
 
     def reduced(name: str) -> np.ndarray:
         sub = cubes[name][np.ix_(*index)]
@@ -386,7 +423,6 @@ def result_from(session, plan: Plan, stored: store.Stored, route: Route) -> Answ
         order = sorted(grouped)
         return np.transpose(summed, [order.index(i) for i in grouped]) if grouped else summed
 
-    selected = tuple(1 if i in grouped else len(index[i]) for i in range(len(sizes)))
     confidence = session.settings.confidence
     cells = [list(idx) for idx in np.ndindex(*[len(index[i]) for i in grouped])] if grouped else [[]]
     rows = [tuple(values[i][index[i][j]] for i, j in zip(grouped, c)) for c in cells]
@@ -396,7 +432,7 @@ def result_from(session, plan: Plan, stored: store.Stored, route: Route) -> Answ
     for e, (func, name) in zip(plan.estimates, route.estimates):
         if func == "avg":
             s_, c_ = arrays[name], arrays["count"]
-            vs, vc = variance(eigen[name], sizes, selected), variance(eigen["count"], sizes, selected)
+            vs, vc = ax.variance(eigen[name], axes, queries), ax.variance(eigen["count"], axes, queries)
         vals, cis = [], []
         for r in order:
             at = tuple(cells[r])
@@ -407,7 +443,7 @@ def result_from(session, plan: Plan, stored: store.Stored, route: Route) -> Answ
             else:
                 v = float(arrays[name][at])
                 v = int(round(v)) if func in ("count", "whole_sum") else v
-                half = _half(math.sqrt(variance(eigen[name], sizes, selected)), confidence)
+                half = _half(math.sqrt(ax.variance(eigen[name], axes, queries)), confidence)
             vals.append(v)
             cis.append((math.nan, math.nan) if v is None else (v - half, v + half))
         estimates.append(vals)
@@ -431,6 +467,24 @@ def result_from(session, plan: Plan, stored: store.Stored, route: Route) -> Answ
         notice=f"answered from synopsis {route.name} (published {published}), free",
     )
     return Answer(out.names, out.types, [tuple(r) for r in out.rows], dp)
+
+
+def estimator(body: dict) -> tuple[tuple[Axis, ...], dict[str, np.ndarray]]:
+    """A published synopsis's axes and each measure's eigenvalues over their levels (a body
+    published before hierarchies: plain axes, eigenvalues by subspace mask)."""
+    sizes = tuple(body["sizes"])
+    if "axes" not in body:
+        axes = tuple(flat(n) for n in sizes)
+        return axes, {m["name"]: from_masks(np.array(m["eigen"]), len(sizes)) for m in body["measures"]}
+    axes = tuple(Axis(tuple(b)) for b in body["axes"])
+    shape = tuple(a.top + 1 for a in axes)
+    return axes, {m["name"]: np.array(m["eigen"]).reshape(shape) for m in body["measures"]}
+
+
+def _queries(axes: tuple[Axis, ...], grouped: list[int], index) -> list[np.ndarray]:
+    """Per dimension, the cells one answered group sums: one cell of a grouped dimension (every
+    cell's variance is the same), the selected cells of the others."""
+    return [ax.picks(a, [0]) if i in grouped else ax.picks(a, index[i]) for i, a in enumerate(axes)]
 
 
 def _half(std: float, confidence: float) -> float:
@@ -470,14 +524,17 @@ def explain(session, tree: exp.Expression, options) -> list[str]:
         return [f"route: per query (charged as above): not a function of published synopsis {names}"]
     stored = next(s for s in found if s.name == route.name)
     sizes = tuple(stored.body["sizes"])
-    selected = tuple(
-        1 if i in route.dims else (n if s is None else len(s)) for i, (n, s) in enumerate(zip(sizes, route.selection))
-    )
-    eigen = {m["name"]: np.array(m["eigen"]) for m in stored.body["measures"]}
+    axes, eigen = estimator(stored.body)
+    index = [range(n) if s is None else s for n, s in zip(sizes, route.selection)]
+    queries = _queries(axes, list(route.dims), index)
     pct = f"{session.settings.confidence * 100:g}%"
-    lines = [f"route: synopsis {route.name}, free (instead of the per-query cost above)"]
+    measured = stored.body.get("strategy")
+    lines = [
+        f"route: synopsis {route.name}, free (instead of the per-query cost above)"
+        + (f"; it measured {measured}" if measured else "")
+    ]
     for func, name in route.estimates:
-        half = _half(math.sqrt(variance(eigen[name], sizes, selected)), session.settings.confidence)
+        half = _half(math.sqrt(ax.variance(eigen[name], axes, queries)), session.settings.confidence)
         column = name[4:-1] if name.startswith("sum(") else "*"
         label = "COUNT(*)" if func == "count" else f"{func.upper().replace('WHOLE_', '')}({column})"
         part = f" (its SUM({column}); divided by the count)" if func == "avg" else ""

@@ -9,10 +9,17 @@
     # optional, to tune what is measured (strategy.py) to the dashboard's charts:
     charts = [["region"], ["sex"], ["region", "sex"], ["age"], []]  # GROUP BY of each chart
     filters = ["region"]        # dimensions the charts are filtered on (one value at a time)
+    # optional, the noise: "laplace" (pure epsilon), or "gaussian" (zCDP: rho from epsilon and
+    # delta); by default gaussian when every payer's filter is zcdp, else laplace
+    mechanism = "gaussian"
+    delta = 1e-8                # the Gaussian's delta (default: the policy's per-query delta)
 
 A dimension is a column with declared keys, or a bounded numeric column bucketed by `width`,
-or a date column bucketed by `unit` = "month" or "year". A measure is `count` or `sum(col)`
-of a bounded numeric column. Parsing is pure: the policy's own tables and users are the only
+or a date column bucketed by `unit` = "month" or "year"; written `other.column` it is a column
+of another private table, joined to the synopsis's table through the privacy unit (each
+table's privacy_unit column), as a per-query join would be: `dimensions = ["diagnosis",
+"patients.region"]` on visits. A measure is `count` or `sum(col)` of a bounded numeric column
+of the synopsis's own table. Parsing is pure: the policy's own tables and users are the only
 thing checked against.
 """
 
@@ -39,6 +46,11 @@ class Dimension:
     column: str
     width: float | None = None  # a bounded numeric column's bucket width
     unit: str | None = None  # a date column's bucket: month or year
+    table: str | None = None  # a table joined through the privacy unit (None: the synopsis's)
+
+    @property
+    def label(self) -> str:
+        return self.column if self.table is None else f"{self.table}.{self.column}"
 
     @property
     def bucketed(self) -> bool:
@@ -46,10 +58,10 @@ class Dimension:
 
     def describe(self) -> str:
         if self.width is not None:
-            return f"{self.column} (width {self.width:g})"
+            return f"{self.label} (width {self.width:g})"
         if self.unit is not None:
-            return f"{self.column} (by {self.unit})"
-        return self.column
+            return f"{self.label} (by {self.unit})"
+        return self.label
 
 
 @dataclass(frozen=True)
@@ -72,6 +84,13 @@ class SynopsisSpec:
     charged_to: str
     charts: tuple[tuple[int, ...], ...] | None = None  # each declared chart's dimensions (indexes)
     filters: tuple[int, ...] = ()  # dimensions (indexes) the charts are filtered on
+    mechanism: str | None = None  # laplace | gaussian; None: by the payers' filters (publish.py)
+    delta: Fraction | None = None  # the Gaussian's delta; None: the policy's per-query delta
+
+    @property
+    def joined(self) -> tuple[str, ...]:
+        """The other tables its dimensions come from, joined through the privacy unit."""
+        return tuple(dict.fromkeys(d.table for d in self.dimensions if d.table is not None))
 
     def readers(self, users: Mapping[str, Any]) -> tuple[str, ...]:
         """The analysts who may read it: whoever paid for it."""
@@ -79,7 +98,8 @@ class SynopsisSpec:
 
 
 REQUIRED = ("table", "dimensions", "measures", "epsilon", "charged_to")
-ALLOWED = REQUIRED + ("charts", "filters")
+ALLOWED = REQUIRED + ("charts", "filters", "mechanism", "delta")
+MECHANISMS = ("laplace", "gaussian")
 
 
 def parse_synopses(
@@ -135,8 +155,8 @@ def _parse_one(
             f"{len(dims_raw)} dimensions, more than {MAX_DIMENSIONS}",
             "split the dashboard into synopses of fewer dimensions",
         )
-    dimensions = tuple(_dimension(d, where, table) for d in dims_raw)
-    names = [d.column for d in dimensions]
+    dimensions = tuple(_dimension(d, where, table, tables) for d in dims_raw)
+    names = [d.label for d in dimensions]
     if len(set(names)) != len(names):
         raise _fail(where, "a column is listed twice in dimensions", "list each dimension once")
     measures_raw = body["measures"]
@@ -158,7 +178,7 @@ def _parse_one(
         )
     cells = 1
     for d in dimensions:
-        cells *= dimension_size(d, table)
+        cells *= dimension_size(d, table if d.table is None else tables[d.table])
     if cells > MAX_CELLS:
         raise _fail(
             where, f"the full cube has {cells} cells, more than {MAX_CELLS}", "use fewer dimensions or wider buckets"
@@ -172,7 +192,19 @@ def _parse_one(
             'charts: [["region"], ["region", "sex"], []]',
         )
     filters = tuple(sorted({_index(f, where, names, "filters") for f in _list(body, "filters", where)}))
-    return SynopsisSpec(name, table.name, dimensions, measures, epsilon, who, charts, filters)
+    mechanism = body.get("mechanism")
+    if mechanism is not None and mechanism not in MECHANISMS:
+        raise _fail(where, f"mechanism = {mechanism!r} is not laplace or gaussian", 'write mechanism = "gaussian"')
+    delta = body.get("delta")
+    if delta is not None:
+        if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
+            raise _fail(where, f"delta = {delta!r} must be a number between 0 and 1", "for example delta = 1e-8")
+        if mechanism == "laplace":
+            raise _fail(
+                where, "delta is set but the mechanism is laplace", 'remove delta, or set mechanism = "gaussian"'
+            )
+        delta = Fraction(repr(float(delta)))
+    return SynopsisSpec(name, table.name, dimensions, measures, epsilon, who, charts, filters, mechanism, delta)
 
 
 def _list(body: Mapping[str, Any], key: str, where: str) -> list:
@@ -207,14 +239,40 @@ def _chart(raw: Any, where: str, names: list[str]) -> tuple[int, ...]:
     return dims
 
 
-def _dimension(raw: Any, where: str, table: Any) -> Dimension:
+def _joined(raw: str, where: str, table: Any, tables: Mapping[str, Any]) -> tuple[str, Any, str | None]:
+    """A dimension's column name, its table's policy and the joined table's name (None: its own):
+    `other.column` names a column of another private table, joined through the privacy unit."""
+    name = raw.lower()
+    if "." not in name:
+        return name, table, None
+    other_name, column = name.split(".", 1)
+    if other_name == table.name:
+        return column, table, None
+    other = tables.get(other_name)
+    if other is None:
+        raise _fail(
+            where,
+            f"dimension {raw!r}: {other_name!r} is not a table of the policy",
+            f"name one of: {', '.join(sorted(tables))}",
+        )
+    if other.public:
+        raise _fail(
+            where,
+            f"dimension {raw!r}: {other.name} is public, not joined through the privacy unit",
+            "a synopsis's dimensions come from its table or a private table joined on the privacy unit",
+        )
+    return column, other, other.name
+
+
+def _dimension(raw: Any, where: str, table: Any, tables: Mapping[str, Any]) -> Dimension:
     if isinstance(raw, str):
-        col = table.columns.get(raw.lower())
+        column, table, joined = _joined(raw, where, table, tables)
+        col = table.columns.get(column)
         if col is None or (col.keys is None and col.keys_from is None):
             raise _fail(
                 where,
                 f"dimension {raw!r} has no declared keys in [tables.{table.name}]",
-                f"declare columns.{raw} = {{ keys = [...] }}, or bucket a bounded column: "
+                f"declare columns.{column} = {{ keys = [...] }}, or bucket a bounded column: "
                 f'{{ column = "{raw}", width = 10 }}',
             )
         if col.keys is None:
@@ -223,7 +281,7 @@ def _dimension(raw: Any, where: str, table: Any) -> Dimension:
                 f"dimension {raw!r} takes its keys from a public table (keys_from)",
                 "list its keys in the policy (keys = [...]) for a synopsis",
             )
-        return Dimension(col.name)
+        return Dimension(col.name, table=joined)
     if not isinstance(raw, dict):
         raise _fail(
             where,
@@ -237,7 +295,7 @@ def _dimension(raw: Any, where: str, table: Any) -> Dimension:
             f"dimension {raw!r}: {'unknown key ' + repr(extra[0]) if extra else 'missing column'}",
             'write { column = "age", width = 10 } or { column = "visit_date", unit = "month" }',
         )
-    name = str(raw["column"]).lower()
+    name, table, joined = _joined(str(raw["column"]), where, table, tables)
     col = table.columns.get(name)
     if col is None:
         raise _fail(
@@ -257,7 +315,7 @@ def _dimension(raw: Any, where: str, table: Any) -> Dimension:
             )
         if "unit" in raw:
             raise _fail(where, f"dimension {name!r} has both width and unit", "keep one")
-        return Dimension(name, width=float(w))
+        return Dimension(name, width=float(w), table=joined)
     unit = raw.get("unit")
     if unit not in DATE_UNITS:
         raise _fail(
@@ -271,7 +329,7 @@ def _dimension(raw: Any, where: str, table: Any) -> Dimension:
             f"dimension {name!r} is bucketed by {unit} but has no date bounds",
             f"declare columns.{name} = {{ lower = 2023-01-01, upper = 2024-12-31 }}",
         )
-    return Dimension(name, unit=unit)
+    return Dimension(name, unit=unit, table=joined)
 
 
 def _measure(raw: Any, where: str, table: Any) -> Measure:

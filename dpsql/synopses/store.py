@@ -116,6 +116,7 @@ def status(specs: dict[str, Any], stored: list[Stored], version: str) -> list[di
                 "state": state,
                 "published_at": current[-1].at if current else None,
                 "receipt": current[-1].charge_id if current else None,
+                "measured": current[-1].body.get("strategy") if current else None,
             }
         )
     return rows

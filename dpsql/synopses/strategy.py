@@ -44,6 +44,9 @@ from fractions import Fraction
 
 import numpy as np
 
+from . import axes as ax
+from .axes import Axis, flat, internal, measured
+
 MIN_SHARE = 0.01  # a marginal below this share of the epsilon is not measured (not the full cube)
 FULL_SHARE = 0.02  # the full cube's share at least: every query over the dimensions estimable
 STEPS = 1000
@@ -95,13 +98,34 @@ def variance(lam: np.ndarray, sizes: tuple[int, ...], selected: tuple[int, ...])
 
 @dataclass(frozen=True)
 class Strategy:
-    """The marginals measured (masks) and each one's share of the measure's epsilon."""
+    """The marginals measured (masks), the hierarchies (a bucketed dimension and its chain of
+    block sizes, axes.py), and each one's share of the measure's epsilon: the marginals' first."""
 
     marginals: tuple[int, ...]
-    shares: tuple[Fraction, ...]  # exact, summing to 1
+    shares: tuple[Fraction, ...]  # exact, summing to 1: one per marginal, then one per tree
+    trees: tuple[tuple[int, Axis], ...] = ()
 
     def epsilons(self, epsilon: Fraction) -> list[Fraction]:
         return [epsilon * s for s in self.shares]
+
+    def axes(self, sizes: tuple[int, ...]) -> tuple[Axis, ...]:
+        chain = dict(self.trees)
+        return tuple(chain.get(i, flat(n)) for i, n in enumerate(sizes))
+
+    def measurements(self, sizes: tuple[int, ...]) -> list[tuple[tuple[int, ...], ...]]:
+        """Each measurement's levels per dimension (axes.py), in the order of the shares."""
+        axes = self.axes(sizes)
+        out = [tuple(measured(a, bool(m >> i & 1)) for i, a in enumerate(axes)) for m in self.marginals]
+        for dim, _ in self.trees:
+            out.append(tuple(internal(a) if i == dim else measured(a, False) for i, a in enumerate(axes)))
+        return out
+
+    def describe(self, names: list[str]) -> str:
+        """What is measured, for EXPLAIN and the list: marginals, and any hierarchy."""
+        text = f"{len(self.marginals)} marginal{'s' if len(self.marginals) != 1 else ''}"
+        for dim, axis in self.trees:
+            text += f" + a hierarchy over {names[dim]} (blocks of {', '.join(str(b) for b in axis.blocks[1:-1])})"
+        return text
 
 
 @dataclass(frozen=True)
@@ -153,6 +177,15 @@ def _cube_variances(sizes: tuple[int, ...], c: np.ndarray) -> np.ndarray:
     return np.sum(np.where(c > 0, c / lam, 0.0), axis=1)
 
 
+def _weight(share: np.ndarray, gaussian: bool) -> tuple[np.ndarray, np.ndarray]:
+    """A measurement's precision at sensitivity 1 from its share of the budget, and its
+    derivative: Laplace at epsilon = share has variance 2 / share^2; a Gaussian at rho = share / 2
+    (zCDP composes linearly in rho) has variance 1 / share."""
+    if gaussian:
+        return share, np.ones_like(share)
+    return share * share / 2, share
+
+
 def _score(v: np.ndarray, base: np.ndarray, counts: np.ndarray) -> tuple[float, np.ndarray]:
     """The class's error from its charts' variances v, and its derivative in each v: the mean
     over charts of (std / the full cube's std) ** POWER, its log when POWER is 0."""
@@ -162,11 +195,11 @@ def _score(v: np.ndarray, base: np.ndarray, counts: np.ndarray) -> tuple[float, 
     return float(np.sum(counts * ratio ** (POWER / 2)) / POWER), counts * ratio ** (POWER / 2) / v / 2
 
 
-def expected_error(shares: np.ndarray, sizes: tuple[int, ...], charts: Charts) -> float:
+def expected_error(shares: np.ndarray, sizes: tuple[int, ...], charts: Charts, gaussian: bool = False) -> float:
     """The class's error under shares (one per marginal mask, summing to 1), at sensitivity 1 and
-    epsilon 1 (Laplace), per chart: inf if one is not estimable."""
+    epsilon 1 (Laplace) or rho 1/2 (Gaussian), per chart: inf if one is not estimable."""
     c, counts = _workload(sizes, charts)
-    lam = _contains(len(sizes)).T @ (np.asarray(shares, dtype=float) ** 2 / 2 * _outside(sizes))
+    lam = _contains(len(sizes)).T @ (_weight(np.asarray(shares, dtype=float), gaussian)[0] * _outside(sizes))
     live = c > 0
     if np.any(live & (lam <= 0)):
         return math.inf
@@ -183,7 +216,7 @@ def _starts(k: int) -> list[np.ndarray]:
     return [alike, cube]
 
 
-def _optimised(sizes: tuple[int, ...], charts: Charts) -> np.ndarray:
+def _optimised(sizes: tuple[int, ...], charts: Charts, gaussian: bool = False) -> np.ndarray:
     """Shares minimising expected_error by exponentiated gradient, the best of a few starts."""
     k = len(sizes)
     c, counts = _workload(sizes, charts)
@@ -194,15 +227,16 @@ def _optimised(sizes: tuple[int, ...], charts: Charts) -> np.ndarray:
     for start in _starts(k):
         share = start / start.sum()
         for _ in range(STEPS):
-            lam = contains.T @ (share * share / 2 * outside)
+            weight, slope = _weight(share, gaussian)
+            lam = contains.T @ (weight * outside)
             inverse = np.where(lam > 0, 1 / np.where(lam > 0, lam, 1.0), 0.0)
             v = np.sum(np.where(live, c * inverse, 0.0), axis=1)
             error, dv = _score(v, base, counts)
             if error < best_error:
                 best, best_error = share.copy(), error
             g = dv @ c  # d error / d (1/lambda_T)
-            # d error / d share_m = - sum_{T in m} g_T / lambda_T^2 * outside_m * share_m
-            grad = -(contains @ (g * inverse * inverse)) * outside * share
+            # d error / d share_m = - sum_{T in m} g_T / lambda_T^2 * outside_m * d weight / d share_m
+            grad = -(contains @ (g * inverse * inverse)) * outside * slope
             share = np.maximum(share * np.exp(-0.5 * grad / (np.max(np.abs(grad)) or 1.0)), TINY)
             share /= share.sum()
     return best
@@ -237,20 +271,124 @@ def _dense(strategy: Strategy, k: int) -> np.ndarray:
     return out
 
 
-def candidates(sizes: tuple[int, ...], charts: Charts) -> list[Strategy]:
+def candidates(sizes: tuple[int, ...], charts: Charts, gaussian: bool = False) -> list[Strategy]:
     """The optimised split, the full cube alone, and the class's marginals (and the full cube)
     measured alike."""
     k = len(sizes)
     full = (1 << k) - 1
     alike = {m: 1.0 for m in chart_marginals(charts, k)}
     alike[full] = max(alike.get(full, 0.0), FULL_SHARE * len(alike))
-    return [_exact(_kept(_optimised(sizes, charts), full)), Strategy((full,), (Fraction(1),)), _exact(alike)]
+    return [
+        _exact(_kept(_optimised(sizes, charts, gaussian), full)),
+        Strategy((full,), (Fraction(1),)),
+        _exact(alike),
+    ]
 
 
-def choose(sizes: tuple[int, ...], charts: Charts | None = None) -> Strategy:
+def choose(sizes: tuple[int, ...], charts: Charts | None = None, gaussian: bool = False) -> Strategy:
     """The candidate with the least expected error on the class of charts (default_charts)."""
     charts = default_charts(len(sizes)) if charts is None else charts
     scored = [
-        (expected_error(_dense(s, len(sizes)), sizes, charts), i, s) for i, s in enumerate(candidates(sizes, charts))
+        (expected_error(_dense(s, len(sizes)), sizes, charts, gaussian), i, s)
+        for i, s in enumerate(candidates(sizes, charts, gaussian))
     ]
     return min(scored, key=lambda x: x[:2])[2]
+
+
+# Hierarchies over bucketed dimensions -----------------------------------------------------------
+
+TREE_SHARES = (Fraction(1, 10), Fraction(1, 5), Fraction(3, 10), Fraction(2, 5), Fraction(1, 2))
+MAX_RANGES = 400  # range queries weighed per bucketed dimension (evenly spaced when more)
+
+
+def _precisions(strategy: Strategy, sizes: tuple[int, ...], gaussian: bool = False) -> dict:
+    """Each measurement's precision at sensitivity 1 per partition: Laplace at epsilon = its
+    share (variance 2 b^2, b = its partitions P over its epsilon), Gaussian at rho = share / 2
+    (its L2 sensitivity sqrt(P): variance P / share)."""
+    out: dict = {}
+    for levels, share in zip(strategy.measurements(sizes), strategy.shares):
+        p = ax.partitions(levels)
+        w = float(share) / p if gaussian else float(share) ** 2 / (2 * p * p)
+        out[levels] = out.get(levels, 0.0) + w
+    return out
+
+
+def ranges(n: int) -> list[tuple[int, int]]:
+    """Bucket-aligned ranges [a, b) of a dimension of n buckets, neither one bucket nor all."""
+    every = [(a, b) for a in range(n) for b in range(a + 2, n + 1) if b - a < n]
+    step = max(1, len(every) // MAX_RANGES)
+    return every[::step]
+
+
+def general_error(
+    strategy: Strategy, sizes: tuple[int, ...], charts: Charts, ranged: tuple[int, ...], gaussian: bool = False
+) -> float:
+    """The class's error as expected_error gives it (each chart's standard deviation over the full
+    cube's alone), with one more item per dimension in `ranged`: the mean, over its bucket-aligned
+    ranges (the other dimensions summed), of the same ratio. Any strategy, hierarchies included."""
+    axes = strategy.axes(sizes)
+    lam = ax.eigenvalues(_precisions(strategy, sizes, gaussian), axes)
+    plain = tuple(flat(n) for n in sizes)
+    base = ax.eigenvalues({tuple(measured(a, True) for a in plain): 1.0 if gaussian else 0.5}, plain)
+
+    def ratio(queries: list[np.ndarray]) -> float:
+        return math.sqrt(ax.variance(lam, axes, queries) / ax.variance(base, plain, queries))
+
+    every = [np.ones(n) for n in sizes]
+    total, weight = 0.0, 0.0
+    for mask, count in chart_marginals(charts, len(sizes)).items():
+        one = [ax.picks(a, [0]) if mask >> i & 1 else every[i] for i, a in enumerate(axes)]
+        total += count * ratio(one)
+        weight += count
+    for i in ranged:
+        spans = ranges(sizes[i])
+        if spans:
+            total += sum(ratio(every[:i] + [ax.picks(axes[i], range(a, b))] + every[i + 1 :]) for a, b in spans) / len(
+                spans
+            )
+            weight += 1
+    return total / weight
+
+
+def flat_alternatives(strategy: Strategy, k: int) -> list[Strategy]:
+    """The marginal strategy with more of the epsilon on the full cube (each share of
+    TREE_SHARES moved to it): range queries read its cells, so these are what a hierarchy must
+    beat."""
+    full = (1 << k) - 1
+    out = []
+    for h in TREE_SHARES:
+        shares = [s * (1 - h) + (h if m == full else 0) for m, s in zip(strategy.marginals, strategy.shares)]
+        out.append(Strategy(strategy.marginals, tuple(shares)))
+    return out
+
+
+def with_trees(
+    strategy: Strategy, sizes: tuple[int, ...], charts: Charts, bucketed: tuple[int, ...], gaussian: bool = False
+) -> Strategy:
+    """The strategy with a hierarchy over a bucketed dimension wherever one lowers the class's
+    error, range queries over the bucketed dimensions included (general_error): first the flat
+    alternatives (more on the full cube), then for each bucketed dimension in turn every chain of
+    block sizes its bucket count allows (axes.chains) at each share of TREE_SHARES, the
+    marginals scaled down to make room; the least error wins (a hierarchy only when it beats
+    every flat strategy tried)."""
+    ranged = tuple(i for i in bucketed if ax.chains(sizes[i]))
+    best, best_error = strategy, general_error(strategy, sizes, charts, ranged, gaussian)
+    if not ranged:
+        return best
+    for flat_candidate in flat_alternatives(strategy, len(sizes)):  # ranges met without a hierarchy
+        error = general_error(flat_candidate, sizes, charts, ranged, gaussian)
+        if error < best_error:
+            best, best_error = flat_candidate, error
+    for i in ranged:
+        current = best
+        for axis in ax.chains(sizes[i]):
+            for h in TREE_SHARES:
+                tried = Strategy(
+                    current.marginals,
+                    tuple(s * (1 - h) for s in current.shares) + (h,),
+                    current.trees + ((i, axis),),
+                )
+                error = general_error(tried, sizes, charts, ranged, gaussian)
+                if error < best_error:
+                    best, best_error = tried, error
+    return best

@@ -1,5 +1,6 @@
 """PostgreSQL 15's types as data: the built-in, pseudo and array types pg_type lists, their I/O
-function names, and the DuckDB type each type OID is stored as."""
+function names, and the DuckDB type each type OID is stored as (lengths as the wire
+sends them, from wire/types.py)."""
 
 from __future__ import annotations
 
@@ -25,36 +26,37 @@ _STORAGE = {
 }
 
 
-# Built-in types clients look up (oid, name, length, category, array oid).
-BASE_TYPES = [
-    (c.BOOL, "bool", 1, "B", 1000),
-    (c.BYTEA, "bytea", -1, "U", 1001),
-    (c.CHAR, "char", 1, "Z", 1002),
-    (c.NAME, "name", 64, "S", 1003),
-    (c.INT8, "int8", 8, "N", 1016),
-    (c.INT2, "int2", 2, "N", 1005),
-    (c.INT4, "int4", 4, "N", 1007),
-    (c.TEXT, "text", -1, "S", 1009),
-    (c.OID, "oid", 4, "N", 1028),
-    (c.FLOAT4, "float4", 4, "N", 1021),
-    (c.FLOAT8, "float8", 8, "N", 1022),
-    (c.BPCHAR, "bpchar", -1, "S", 1014),
-    (c.VARCHAR, "varchar", -1, "S", 1015),
-    (c.DATE, "date", 4, "D", 1182),
-    (c.TIME, "time", 8, "D", 1183),
-    (c.TIMESTAMP, "timestamp", 8, "D", 1115),
-    (c.TIMESTAMPTZ, "timestamptz", 8, "D", 1185),
-    (c.INTERVAL, "interval", 16, "T", 1187),
-    (c.NUMERIC, "numeric", -1, "N", 1231),
-    (c.UUID, "uuid", 16, "U", 2951),
-    (c.JSON, "json", -1, "U", 199),
-    (c.JSONB, "jsonb", -1, "U", 3807),
-    (c.REGCLASS, "regclass", 4, "N", 2210),
-    (c.REGPROC, "regproc", 4, "N", 1008),
-    (c.REGTYPE, "regtype", 4, "N", 2211),
-    (c.REGNAMESPACE, "regnamespace", 4, "N", 4090),
-    (c.INT2VECTOR, "int2vector", -1, "A", 1006),
-    (c.OIDVECTOR, "oidvector", -1, "A", 1013),
+# Built-in types clients look up: (oid, pg_type's name, category). Their length is the wire's
+# (wire/types.py) and their array type the one _ARRAYS lists for them (BASE_TYPES below).
+_BUILT_IN = [
+    (c.BOOL, "bool", "B"),
+    (c.BYTEA, "bytea", "U"),
+    (c.CHAR, "char", "Z"),
+    (c.NAME, "name", "S"),
+    (c.INT8, "int8", "N"),
+    (c.INT2, "int2", "N"),
+    (c.INT4, "int4", "N"),
+    (c.TEXT, "text", "S"),
+    (c.OID, "oid", "N"),
+    (c.FLOAT4, "float4", "N"),
+    (c.FLOAT8, "float8", "N"),
+    (c.BPCHAR, "bpchar", "S"),
+    (c.VARCHAR, "varchar", "S"),
+    (c.DATE, "date", "D"),
+    (c.TIME, "time", "D"),
+    (c.TIMESTAMP, "timestamp", "D"),
+    (c.TIMESTAMPTZ, "timestamptz", "D"),
+    (c.INTERVAL, "interval", "T"),
+    (c.NUMERIC, "numeric", "N"),
+    (c.UUID, "uuid", "U"),
+    (c.JSON, "json", "U"),
+    (c.JSONB, "jsonb", "U"),
+    (c.REGCLASS, "regclass", "N"),
+    (c.REGPROC, "regproc", "N"),
+    (c.REGTYPE, "regtype", "N"),
+    (c.REGNAMESPACE, "regnamespace", "N"),
+    (c.INT2VECTOR, "int2vector", "A"),
+    (c.OIDVECTOR, "oidvector", "A"),
 ]
 # The vector types are arrays of their element (typelem), as asyncpg decodes pg_index.indoption.
 _VECTOR_ELEMENTS = {c.INT2VECTOR: c.INT2, c.OIDVECTOR: c.OID}
@@ -75,22 +77,22 @@ _UNDERSCORED_IO = {
     "void",
 }
 _ARRAYS = [
-    (1000, "_bool", c.BOOL),
+    (c.BOOL_ARRAY, "_bool", c.BOOL),
     (1001, "_bytea", c.BYTEA),
-    (1002, "_char", c.CHAR),
-    (1003, "_name", c.NAME),
-    (1016, "_int8", c.INT8),
-    (1005, "_int2", c.INT2),
-    (1007, "_int4", c.INT4),
-    (1009, "_text", c.TEXT),
-    (1028, "_oid", c.OID),
-    (1021, "_float4", c.FLOAT4),
-    (1022, "_float8", c.FLOAT8),
-    (1015, "_varchar", c.VARCHAR),
-    (1182, "_date", c.DATE),
-    (1115, "_timestamp", c.TIMESTAMP),
-    (1185, "_timestamptz", c.TIMESTAMPTZ),
-    (1231, "_numeric", c.NUMERIC),
+    (c.CHAR_ARRAY, "_char", c.CHAR),
+    (c.NAME_ARRAY, "_name", c.NAME),
+    (c.INT8_ARRAY, "_int8", c.INT8),
+    (c.INT2_ARRAY, "_int2", c.INT2),
+    (c.INT4_ARRAY, "_int4", c.INT4),
+    (c.TEXT_ARRAY, "_text", c.TEXT),
+    (c.OID_ARRAY, "_oid", c.OID),
+    (c.FLOAT4_ARRAY, "_float4", c.FLOAT4),
+    (c.FLOAT8_ARRAY, "_float8", c.FLOAT8),
+    (c.VARCHAR_ARRAY, "_varchar", c.VARCHAR),
+    (c.DATE_ARRAY, "_date", c.DATE),
+    (c.TIMESTAMP_ARRAY, "_timestamp", c.TIMESTAMP),
+    (c.TIMESTAMPTZ_ARRAY, "_timestamptz", c.TIMESTAMPTZ),
+    (c.NUMERIC_ARRAY, "_numeric", c.NUMERIC),
     (1014, "_bpchar", c.BPCHAR),
     (1183, "_time", c.TIME),
     (1187, "_interval", c.INTERVAL),
@@ -105,6 +107,9 @@ _ARRAYS = [
     (1013, "_oidvector", c.OIDVECTOR),
     (2287, "_record", 2249),
 ]
+# pg_type's rows for the built-in types: (oid, name, length, category, array oid).
+_ARRAY_TYPE = {elem: oid for oid, _, elem in _ARRAYS}
+BASE_TYPES = [(oid, name, c.TYPE_LENGTH.get(oid, -1), category, _ARRAY_TYPE[oid]) for oid, name, category in _BUILT_IN]
 
 
 _DATETIME_PRECISION = {c.DATE: 0, c.TIME: 6, c.TIMESTAMP: 6, c.TIMESTAMPTZ: 6, c.INTERVAL: 6}

@@ -41,10 +41,6 @@ class Portal:
     pos: int = 0
 
 
-# Extended-query messages whose answers wait for the client's Sync or Flush, as PostgreSQL's do.
-BUFFERED = frozenset({Frontend.PARSE, Frontend.BIND, Frontend.DESCRIBE, Frontend.EXECUTE, Frontend.CLOSE})
-
-
 @dataclass(frozen=True)
 class Parse:
     """A Parse message: the statement's name, its SQL and the parameter types the client gave."""

@@ -25,6 +25,14 @@ TEXT_ARRAY, INT2_ARRAY, INT4_ARRAY, INT8_ARRAY, OID_ARRAY, NAME_ARRAY, CHAR_ARRA
     1000,
 )
 FLOAT8_ARRAY, ACLITEM_ARRAY = 1022, 1034
+VARCHAR_ARRAY, FLOAT4_ARRAY, DATE_ARRAY, TIMESTAMP_ARRAY, TIMESTAMPTZ_ARRAY, NUMERIC_ARRAY = (
+    1015,
+    1021,
+    1182,
+    1115,
+    1185,
+    1231,
+)
 
 
 @dataclass(frozen=True)
@@ -69,7 +77,14 @@ TYPE_LENGTH = {t.oid: t.length for t in TYPES if t.length != -1}
 TYPE_NAMES = {t.oid: t.name for t in TYPES if t.name is not None}
 _ARRAY_OF = {t.oid: t.array for t in TYPES if t.array is not None}
 # Arrays a client may send in binary (psycopg's %b with a list, asyncpg always): one-dimensional.
-ARRAY_OIDS = frozenset(_ARRAY_OF.values()) | {1015, 1021, 1182, 1115, 1185, 1231}
+ARRAY_OIDS = frozenset(_ARRAY_OF.values()) | {
+    VARCHAR_ARRAY,
+    FLOAT4_ARRAY,
+    DATE_ARRAY,
+    TIMESTAMP_ARRAY,
+    TIMESTAMPTZ_ARRAY,
+    NUMERIC_ARRAY,
+}
 
 _DUCKDB_TO_OID = {
     "BOOLEAN": BOOL,
