@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dpsql
-from dpsql import auto_bounds, auto_correction
+from dpsql import auto_bounds, auto_choice, auto_correction
 from dpsql.config import load_policy
 from dpsql.guarantee.bounding import TotalCap
 from dpsql.guarantee.calibration import calibrate
@@ -122,7 +122,7 @@ def test_the_choice_never_exceeds_the_policy(session, profile, epsilon, groups):
     cols, top = auto_bounds.columns(plan), auto_bounds.ceiling(plan)
     rows, values = profile
     p = auto_bounds.Profile(auto_bounds.steps(top), tuple(rows[: len(auto_bounds.steps(top)) + 1]), (tuple(values),))
-    choice = auto_bounds.choose(plan, p, cols, top, epsilon, groups)
+    choice = auto_choice.choose(plan, p, cols, top, epsilon, groups)
     assert 1 <= choice.max_contributions <= top
     for expr, lo, hi in choice.clips:
         col = next(c for c in cols if c.expr == expr)
@@ -143,8 +143,8 @@ def test_a_chosen_reach_is_above_the_bound_and_never_above_the_widest(session, r
     plan = _plan(session, "SELECT kind, COUNT(*) FROM events GROUP BY kind")
     top = auto_bounds.ceiling(plan)
     p = auto_bounds.Profile(auto_bounds.steps(top), tuple(rows[: len(auto_bounds.steps(top)) + 1]), ())
-    choice = auto_bounds.choose(plan, p, (), top, epsilon, groups, auto_bounds.corrected(plan, groups))
-    assert choice.reach in auto_bounds.reaches(top, choice.max_contributions)
+    choice = auto_choice.choose(plan, p, (), top, epsilon, groups, auto_bounds.corrected(plan, groups))
+    assert choice.reach in auto_choice.reaches(top, choice.max_contributions)
     assert choice.max_contributions < choice.reach <= auto_bounds.reach(plan)
 
 
@@ -161,7 +161,7 @@ def test_a_sum_of_small_values_clips_unit_totals_where_the_values_end(session, s
     rows = (10_000.0,) + (0.0,) * len(auto_bounds.steps(top))
     values = tuple(10_000.0 if i == 10 else 0.0 for i in range(auto_bounds.VALUE_BINS))
     p = auto_bounds.Profile(auto_bounds.steps(top), rows, (values,))
-    choice = auto_bounds.choose(plan, p, cols, top, Fraction(1), 3)
+    choice = auto_choice.choose(plan, p, cols, top, Fraction(1), 3)
     assert choice.max_contributions == 1
     assert choice.clips == ((col.expr, col.lower, col.edges[10]),)
 
@@ -170,14 +170,14 @@ def test_a_sum_of_small_values_clips_unit_totals_where_the_values_end(session, s
 def test_the_expected_excess_of_a_normal_total(mean, sd, k):
     """E[max(T - k, 0)] for a normal T, against a midpoint sum of the integral over ±10 sd."""
     if sd == 0:
-        assert auto_bounds._normal_excess(mean, sd, k) == max(mean - k, 0.0)
+        assert auto_choice.normal_excess(mean, sd, k) == max(mean - k, 0.0)
         return
     n, lo, hi = 200_000, mean - 10 * sd, mean + 10 * sd
     step = (hi - lo) / n
     xs = (lo + (i + 0.5) * step for i in range(n))
     density = lambda x: math.exp(-((x - mean) ** 2) / (2 * sd * sd)) / (sd * math.sqrt(2 * math.pi))  # noqa: E731
     numeric = sum(max(x - k, 0.0) * density(x) * step for x in xs)
-    assert auto_bounds._normal_excess(mean, sd, k) == pytest.approx(numeric, rel=1e-6, abs=1e-9)
+    assert auto_choice.normal_excess(mean, sd, k) == pytest.approx(numeric, rel=1e-6, abs=1e-9)
 
 
 def test_a_chosen_bound_is_clamped_to_the_policy(session):
@@ -246,7 +246,7 @@ def _correction_row(session: Session, plan, c: int, far: int) -> tuple[int, int]
 def test_one_unit_moves_the_correction_by_at_most_its_sensitivities(units, target, rows, drop_row, c, lower):
     """The correction's kept rows are noised for sensitivity c and its cut rows for reach - c:
     check both on neighbouring databases, for every count the choice may correct, at the widest
-    reach or (`lower`) the lowest the choice may take for c (auto_bounds.reaches)."""
+    reach or (`lower`) the lowest the choice may take for c (auto_choice.reaches)."""
     with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
         a = Session(load_policy(_build(Path(d1), units, target, True, rows)), "alice")
         b = Session(load_policy(_build(Path(d2), units, target, False, rows)), "alice")
@@ -256,7 +256,7 @@ def test_one_unit_moves_the_correction_by_at_most_its_sensitivities(units, targe
             for q in queries:
                 plan = _plan(a, q)
                 cc = min(c, auto_bounds.ceiling(plan))
-                far = auto_bounds.reaches(auto_bounds.ceiling(plan), cc)[0] if lower else auto_bounds.reach(plan)
+                far = auto_choice.reaches(auto_bounds.ceiling(plan), cc)[0] if lower else auto_bounds.reach(plan)
                 (ka, ea), (kb, eb) = _correction_row(a, plan, cc, far), _correction_row(b, plan, cc, far)
                 assert abs(ka - kb) <= cc, q
                 assert abs(ea - eb) <= far - cc, q
@@ -286,7 +286,7 @@ def test_a_corrected_count_is_one_exact_charge(small_policy):
         bounds = cur.dp["bounds"]
         assert 1 <= bounds["max_contributions"] <= 6
         fix = bounds["correction"]
-        assert fix["reach"] in auto_bounds.reaches(6, bounds["max_contributions"])
+        assert fix["reach"] in auto_choice.reaches(6, bounds["max_contributions"])
         assert 1 <= fix["factor"] <= fix["reach"] / bounds["max_contributions"]
         cur.execute("EXPLAIN SELECT kind, COUNT(*) FROM events GROUP BY kind")
         text = "\n".join(r[0] for r in cur.fetchall())
@@ -378,9 +378,9 @@ def test_the_models_bias_is_what_remains_without_noise(session):
     rows = tuple([50.0, 40.0, 30.0, 20.0, 10.0, 5.0][: len(auto_bounds.steps(top))] + [3.0])
     values = tuple(float(100 - 3 * i) for i in range(auto_bounds.VALUE_BINS))
     p = auto_bounds.Profile(auto_bounds.steps(top), rows, (values,))
-    small = auto_bounds.choose(plan, p, cols, top, Fraction(1, 10), 3)
+    small = auto_choice.choose(plan, p, cols, top, Fraction(1, 10), 3)
     assert 0 <= small.bias <= small.expected
-    huge = auto_bounds.choose(plan, p, cols, top, Fraction(10**12), 3)
+    huge = auto_choice.choose(plan, p, cols, top, Fraction(10**12), 3)
     assert huge.expected - huge.bias < 1e-6
 
 
@@ -399,7 +399,7 @@ def test_a_filter_narrows_the_columns_range_before_the_choice(session, profile, 
         tuple(rows[: len(auto_bounds.steps(top)) + 1]),
         (tuple(values) + (0.0,) * (auto_bounds.VALUE_BINS - len(values)),),
     )
-    ((expr, lo, hi),) = auto_bounds.choose(plan, p, (col,), top, epsilon, 3).clips
+    ((expr, lo, hi),) = auto_choice.choose(plan, p, (col,), top, epsilon, 3).clips
     assert expr == col.expr and lo == 5.0 and 5.0 < hi <= 20.0
 
 
@@ -472,7 +472,7 @@ def test_a_quantile_is_profiled_and_its_histogram_clamped(session):
     assert est.upper == col.edges[-3] == clipped.measures[est.count].upper
     rows = (1000.0,) + (0.0,) * len(auto_bounds.steps(top))
     values = tuple(1000.0 if i == 5 else 0.0 for i in range(auto_bounds.VALUE_BINS))
-    choice = auto_bounds.choose(
+    choice = auto_choice.choose(
         plan, auto_bounds.Profile(auto_bounds.steps(top), rows, (values,)), (col,), top, Fraction(1), 3
     )
     ((expr, lo, hi),) = choice.clips

@@ -314,7 +314,7 @@ CASES: tuple[Case, ...] = (
     # chosen total bound, the rows it keeps and those it cuts, and so the factor every group is
     # scaled by; all three are in the charge.
     Case("auto_count_by_kind", SKEWED, "SELECT kind, COUNT(*) FROM visits GROUP BY kind", group("a"), AUTO),
-    # The correction's reach is chosen from the profile too (auto_bounds.reaches): under a filter
+    # The correction's reach is chosen from the profile too (auto_choice.reaches): under a filter
     # the background has one row each, so without the target a reach just above the chosen bound
     # is best, and with it (twenty rows, past the policy's six) the widest; E is noised for the
     # reach chosen, so D and D' are corrected at different sensitivities.

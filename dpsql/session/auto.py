@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
-from .. import auto_bounds, auto_correction
+from .. import auto_bounds, auto_choice, auto_correction
 from ..accounting.cost import Cost
 from ..answer_record import AnswerRecord, ChosenBounds, TargetChoice
 from ..errors import OperationalError, invalid_parameter
@@ -135,7 +135,7 @@ def target_error_at(
     s = session.settings
     top, cols = auto_bounds.ceiling(plan), auto_bounds.columns(plan)
     correct = auto_bounds.corrected(plan, groups)
-    choice = auto_bounds.choose(plan, profile, cols, top, epsilon, groups, correct)
+    choice = auto_choice.choose(plan, profile, cols, top, epsilon, groups, correct)
     at = session._plans.derived(
         plan,
         f"chosen plan {choice.options(QueryOptions())}",
@@ -212,7 +212,7 @@ def expected(
     if released is None:
         return None
     correct = auto_bounds.corrected(plan, groups)
-    choice = auto_bounds.choose(plan, released, cols, top, epsilon, groups, correct)
+    choice = auto_choice.choose(plan, released, cols, top, epsilon, groups, correct)
     out = choice.describe().as_dict()  # the JSON form: EXPLAIN shows it, the console too
     if tree is not None:
         rest = auto_bounds.release_epsilon(epsilon, correct)
@@ -307,7 +307,7 @@ def answer_auto(
         )
         if key is not None and kept is None:
             session._plans.put_profile(key, profile)
-        choice = auto_bounds.choose(policy_plan, profile, cols, top, epsilon, len(groups) if groups else 1, correct)
+        choice = auto_choice.choose(policy_plan, profile, cols, top, epsilon, len(groups) if groups else 1, correct)
         if kept is not None:
             choice = replace(choice, epsilon=Fraction(0), reused=True)
         plan, cal, bounded = session._plans.derived(
@@ -364,7 +364,7 @@ def units_answer(
         plan.literal_domain_size(),
         measure_weights(plan, options.weights),
     )
-    parts = tuple(auto_bounds._part(epsilon * auto_bounds.UNITS_SHARE) for _ in range(2))
+    parts = tuple(auto_bounds.laplace_part(epsilon * auto_bounds.UNITS_SHARE) for _ in range(2))
     pending = session.ledger.charging(
         session.user.name,
         session.budget_policy,

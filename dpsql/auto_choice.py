@@ -1,0 +1,413 @@
+"""The choice of auto bounds' limits from a released profile: the error model (what noise, truncation
+and clipping cost at each candidate total bound C and clamp U) and its minimum. Pure
+post-processing of the profile (auto_bounds.py builds, noises and releases it).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from typing import Sequence
+
+from .auto_bounds import (
+    CORRECTED,
+    QUANTILES,
+    RESIDUAL,
+    SHARE,
+    SPREADS,
+    VALUE_BINS,
+    Choice,
+    Column,
+    Profile,
+    reach_of,
+    release_epsilon,
+    steps,
+)
+from .guarantee.measures import Histogram, Sum
+from .guarantee.plan import Plan
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """Units by row count, from the profile: rows kept under a total bound C."""
+
+    reps: tuple[float, ...]
+    units: tuple[float, ...]
+
+    def kept(self, c: float) -> float:
+        return _kept(self.reps, self.units, c)
+
+    def counts(self, top: int) -> tuple[float, ...]:
+        """Each bin's rows per unit, the units beyond the policy's bound taken at twice it (the
+        correction's model: as many rows again as the bound)."""
+        return self.reps[:-1] + (2.0 * top,)
+
+    def total_rows(self, top: int) -> float:
+        return sum(u * n for u, n in zip(self.units, self.counts(top)))
+
+    def clipped(self, v: _Values, u: float, k: float, top: int) -> float:
+        """What clipping each unit's total of values clamped at u to k cuts, summed over units:
+        a unit of one row cuts its value's excess over k (from the value histogram), one of n
+        rows that of a normal total of mean n * mean and variance n * variance (the values'
+        clamped moments, a unit's rows taken as independent draws)."""
+        return _clipped(self.counts(top), self.units, v.mids, v.mass, u, k)
+
+
+def _rows(profile: Profile) -> _Rows:
+    edges = profile.steps
+    reps = []
+    for i, upper in enumerate(edges):
+        lower = edges[i - 1] if i else 0
+        reps.append((lower + 1 + upper) / 2)
+    reps.append(edges[-1])  # beyond the policy's bound: the bound is all any choice keeps
+    return _Rows(tuple(reps), tuple(max(u, 0.0) for u in profile.rows))
+
+
+@dataclass(frozen=True)
+class _Values:
+    mids: tuple[float, ...]
+    mass: tuple[float, ...]
+    edges: tuple[float, ...] = ()  # the bins' lower edge, then each one's upper edge
+
+    def quantile(self, p: float) -> float:
+        """Where the values' cumulative mass reaches p of the whole (linear within a bin)."""
+        return _quantile(self.edges, self.mass, p)
+
+    def top_of(self, p: float) -> float:
+        """The upper edge of the bin where the values' cumulative mass reaches p of the whole."""
+        q = self.quantile(p)
+        return next((e for e in self.edges[1:] if e >= q), self.edges[-1] if self.edges else q)
+
+    def mean(self, clamp: float) -> float:
+        return self.moment(clamp, 1)
+
+    def moment(self, clamp: float, k: int) -> float:
+        """E[min(x, clamp)^k] over the profile's weighted rows."""
+        return _moment(self.mids, self.mass, clamp, k)
+
+
+@functools.lru_cache(maxsize=4096)
+def _quantile(edges: tuple[float, ...], mass: tuple[float, ...], p: float) -> float:
+    total = sum(mass)
+    if total <= 0 or not edges:
+        return edges[-1] if edges else 0.0
+    target, running = p * total, 0.0
+    for i, m in enumerate(mass):
+        if m > 0 and running + m >= target:
+            return edges[i] + (edges[i + 1] - edges[i]) * min(max((target - running) / m, 0.0), 1.0)
+        running += m
+    return edges[-1]
+
+
+@functools.lru_cache(maxsize=4096)
+def _kept(reps: tuple[float, ...], units: tuple[float, ...], c: float) -> float:
+    return sum(u * min(r, c) for r, u in zip(reps, units))
+
+
+@functools.lru_cache(maxsize=65536)
+def _clipped(
+    counts: tuple[float, ...],
+    units: tuple[float, ...],
+    mids: tuple[float, ...],
+    mass: tuple[float, ...],
+    u: float,
+    k: float,
+) -> float:
+    weight = sum(mass)
+    if weight <= 0:
+        return 0.0
+    mean = _moment(mids, mass, u, 1)
+    sd = math.sqrt(max(_moment(mids, mass, u, 2) - mean * mean, 0.0))
+    out = 0.0
+    for n, count in zip(counts, units):
+        if count <= 0:
+            continue
+        if n <= 1:
+            excess = sum(m * max(min(x, u) - k, 0.0) for x, m in zip(mids, mass)) / weight
+        else:
+            excess = normal_excess(n * mean, math.sqrt(n) * sd, k)
+        out += count * excess
+    return out
+
+
+def normal_excess(mean: float, sd: float, k: float) -> float:
+    """E[max(T - k, 0)] for T normal with this mean and standard deviation."""
+    if sd <= 0:
+        return max(mean - k, 0.0)
+    d = (mean - k) / sd
+    return (mean - k) * 0.5 * math.erfc(-d / math.sqrt(2)) + sd * math.exp(-d * d / 2) / math.sqrt(2 * math.pi)
+
+
+@functools.lru_cache(maxsize=4096)
+def _moment(mids: tuple[float, ...], mass: tuple[float, ...], clamp: float, k: int) -> float:
+    total = sum(mass)
+    return sum(m * min(v, clamp) ** k for v, m in zip(mids, mass)) / total if total > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class _Term:
+    """One aggregate of the plan as the model sees it: its family, the summed column's SQL (None:
+    rows only), its quantile's bins, its per-row bound at the policy's bounds."""
+
+    func: str
+    expr: str | None
+    bins: int
+    bound: float
+    quantile: float = 0.5  # a quantile's fraction p (0 for MIN, 1 for MAX)
+
+
+def _terms(plan: Plan) -> tuple[_Term, ...]:
+    out = []
+    for est in plan.estimates:
+        m = plan.measures[est.total] if est.total is not None else None
+        if est.func in QUANTILES:
+            m = plan.measures[est.count]
+        expr = m.value.sql(dialect="postgres") if isinstance(m, (Sum, Histogram)) and m.value is not None else None
+        bins = plan.measures[est.count].width if est.func in QUANTILES else 0
+        bound = 1.0 if est.func == "count" else max(abs(est.upper - est.centre), abs(est.lower - est.centre), 1.0)
+        p = est.quantile if est.quantile is not None else 0.5
+        out.append(_Term(est.func, expr, bins, bound, p))
+    return tuple(out)
+
+
+def _values(col: Column, mass: Sequence[float]) -> _Values:
+    edges = (col.lower,) + col.edges
+    mids = tuple((edges[i] + edges[i + 1]) / 2 for i in range(VALUE_BINS))
+    return _Values(mids, tuple(max(m, 0.0) for m in mass), edges)
+
+
+def choose(
+    plan: Plan,
+    profile: Profile,
+    cols: Sequence[Column],
+    top: int,
+    epsilon: Fraction,
+    groups: int,
+    correct: Sequence[Fraction] = (),
+) -> Choice:
+    """The total bound and clamps that minimise the model's error at the release's epsilon
+    (`epsilon` minus the profile's share, and the correction's shares `correct`), over every
+    candidate (the policy's own among them). `groups`: the groups the query releases (its
+    declared domain's size; public), of which the profile's group masses give the effective
+    number (`effective_groups`). Under a correction, what truncation cuts counts for
+    RESIDUAL of itself, and the correction's own noise (its excess's scale over the rows) is
+    added to each count."""
+    release = float(release_epsilon(epsilon, correct))
+    per_measure = release / max(len(plan.measures), 1)
+    groups = effective_groups(profile.groups, groups)
+    rows = _rows(profile)
+    terms = _terms(plan)
+    values = {c.expr: _values(c, m) for c, m in zip(cols, profile.values)}
+    by_expr = {c.expr: c for c in cols}
+    candidates = steps(top) if top > 1 else (top,)
+
+    def fix(c: float, far: int) -> _Fix:
+        if not correct:
+            return _Fix()
+        # Rows beyond the reach stay cut: those between it and the policy's bound (from the
+        # profile), and, below the bound, those of units beyond it (the model: as many again).
+        beyond = (rows.kept(top) - rows.kept(far) + rows.units[-1] * top) if far < reach_of(top) else 0.0
+        return _Fix(float(RESIDUAL), (far - c) / float(epsilon * correct[1]) / max(rows.kept(top), 1.0), beyond)
+
+    best: tuple[float, int, int, dict[str, float]] | None = None
+    for c in candidates:
+        for far in reaches(top, c) if correct else (reach_of(top),):
+            clamps = {
+                e: _best_clamp(terms, by_expr[e], values[e], rows, c, top, groups, per_measure, fix(c, far))
+                for e in by_expr
+            }
+            err = _error(terms, by_expr, values, rows, c, top, clamps, groups, per_measure, fix(c, far))
+            if best is None or err < best[0]:
+                best = (err, c, far, clamps)
+    assert best is not None
+    err, c, far, clamps = best
+    policy = _error(
+        terms,
+        by_expr,
+        values,
+        rows,
+        top,
+        top,
+        {e: by_expr[e].upper for e in by_expr},
+        groups,
+        per_measure,
+        fix(top, reach_of(top)),
+    )
+    # The same model without noise: what the chosen limits cut (a correction's residual included).
+    bias = _error(terms, by_expr, values, rows, c, top, clamps, groups, math.inf, replace(fix(c, far), noise=0.0))
+    clips = tuple(
+        (e, by_expr[e].lower, u)
+        for e, u in sorted(clamps.items())
+        if u < by_expr[e].declared[1] or by_expr[e].lower > by_expr[e].declared[0]
+    )
+    # Each aggregate's share of both (the model's relative error is a sum over them).
+    by_aggregate, scales = [], []
+    for est, t in zip(plan.estimates, terms):
+        scales.append(_scale(t, by_expr, values, rows, top, groups))
+        whole = _error((t,), by_expr, values, rows, c, top, clamps, groups, per_measure, fix(c, far))
+        cut = _error((t,), by_expr, values, rows, c, top, clamps, groups, math.inf, replace(fix(c, far), noise=0.0))
+        by_aggregate.append((est.text, min(cut, whole), max(whole - cut, 0.0)))
+    return Choice(
+        c if top > 1 else None,
+        clips,
+        err,
+        policy,
+        epsilon * SHARE,
+        far if correct else None,
+        min(bias, err),
+        tuple(by_aggregate),
+        tuple(scales),
+    )
+
+
+def _scale(t: _Term, cols: dict, values: dict, rows: _Rows, top: int, groups: float) -> float:
+    """An aggregate's value in a group as `_error` divides by it: a count's rows; a sum's rows
+    times the mean of its column at the policy's bounds (without a chosen clamp, times the
+    largest value allowed: at least the sum); a ratio's or a quantile's column mean."""
+    rows_in = max(rows.kept(top) / groups, 1.0)
+    if t.func == "count":
+        return rows_in
+    if t.expr not in cols:
+        return rows_in * t.bound
+    mean = max(values[t.expr].mean(cols[t.expr].upper), 1e-9)
+    if t.func in ("sum", "whole_sum"):
+        return max(rows.total_rows(top) * mean / groups, 1e-9)
+    return mean
+
+
+def reaches(top: int, c: int) -> tuple[int, ...]:
+    """The correction's candidate reaches for a total bound c: the candidate bounds above c, and
+    REACH times the policy's bound. A lower reach lowers the excess's sensitivity (reach - c)
+    when the profile shows few units with more rows than it."""
+    return tuple(r for r in steps(top) if r > c) + (reach_of(top),)
+
+
+def effective_groups(masses: Sequence[float], groups: int) -> float:
+    """How many groups the rows are spread over, from the groups' noisy masses (those below 0 as
+    empty): (Σ m)² / Σ m², which is the number of groups when they are equal and 1 when one
+    holds all; `groups` (the domain's size) without masses. Never above `groups`, nor below 1."""
+    m = [max(x, 0.0) for x in masses]
+    squares = sum(x * x for x in m)
+    if not m or squares <= 0:
+        return float(max(groups, 1))
+    return min(max(sum(m) ** 2 / squares, 1.0), float(max(groups, 1)))
+
+
+@dataclass(frozen=True)
+class _Fix:
+    """How a correction changes the model: the share of truncation's cut left, the correction's
+    relative noise."""
+
+    residual: float = 1.0
+    noise: float = 0.0
+    beyond: float = 0.0  # rows the correction does not see (beyond its reach)
+
+
+def _best_clamp(terms, col, values, rows, c, top, groups, per_measure, fix) -> float:
+    scored = [
+        (
+            _error(
+                terms,
+                {col.expr: col},
+                {col.expr: values},
+                rows,
+                c,
+                top,
+                {col.expr: u},
+                groups,
+                per_measure,
+                fix,
+                only=col.expr,
+            ),
+            u,
+        )
+        for u in col.edges
+    ]
+    return min(scored)[1]
+
+
+def _error(
+    terms: Sequence[_Term],
+    cols: dict,
+    values: dict,
+    rows: _Rows,
+    c: float,
+    top: int,
+    clamps: dict[str, float],
+    groups: int,
+    per_measure: float,
+    fix: _Fix = _Fix(),
+    only: str | None = None,
+) -> float:
+    """The model's relative error summed over the plan's aggregates (those over column `only`,
+    if given): a group's expected |Laplace noise| (its scale) plus what truncation to c rows and
+    clamping at U cut, over the group's expected value; the units' rows spread evenly over the
+    groups. Under a correction (`fix`), counts keep `fix.residual` of truncation's cut and gain
+    the correction's noise."""
+    full = max(rows.kept(top), 1.0)
+    kept = max(rows.kept(c), 1.0)
+    lost = full - kept
+    total = 0.0
+    for t in terms:
+        if only is not None and t.expr != only:
+            continue
+        if t.func in QUANTILES:
+            # A noisy histogram's quantile: wrong by about its bins' noise over the group's rows. A
+            # total bound reweighs a unit's rows without changing their spread: no truncation term.
+            rank = math.sqrt(t.bins) * c / per_measure / max(kept / groups, 1.0)
+            if t.expr in cols:
+                total += _quantile_error(cols[t.expr], values[t.expr], clamps[t.expr], t, rank)
+            else:
+                total += rank
+            continue
+        if t.expr not in cols:  # a count, or a sum whose clamp is not chosen here: rows only
+            fixed = fix if t.func in CORRECTED else _Fix()
+            total += ((fixed.residual * lost + fixed.beyond) / groups + c * t.bound / per_measure) / max(
+                full / groups, 1.0
+            ) + fixed.noise
+            continue
+        col, v, u = cols[t.expr], values[t.expr], clamps[t.expr]
+        mean, clamped = max(v.mean(col.upper), 1e-9), v.mean(u)
+        if t.func in ("sum", "whole_sum"):
+            # TotalCap clips a unit's own total of clamped values at K = c * u (`own_weight`), so
+            # the bias is what the clamp cuts from rows plus what the clip cuts from totals.
+            whole = rows.total_rows(top) * mean
+            bias = rows.total_rows(top) * (mean - clamped) + rows.clipped(v, u, c * max(u, abs(col.lower)), top)
+            total += (bias / groups + c * max(u, abs(col.lower)) / per_measure) / max(whole / groups, 1e-9)
+        elif t.func in SPREADS:
+            total += _spread_error(col, v, u, c, kept / groups, per_measure, t.func.startswith("stddev"))
+        else:  # a mean: centred sum over count
+            n = kept / groups
+            centre = (col.lower + u) / 2
+            noise = (c * (u - col.lower) / 2 + abs(clamped - centre) * c) / per_measure
+            total += ((mean - clamped) + noise / max(n, 1.0)) / mean
+    return total
+
+
+def _quantile_error(col: Column, v: _Values, u: float, t: _Term, rank: float) -> float:
+    """A quantile from a histogram of `t.bins` equal bins over [lower, u], relative to its value
+    (from the profile's values, in no group): its rank error `rank` (a fraction of the group's
+    rows) made a value by the values' spread around it, half a bin's width, and what the clamp
+    may cut: the histogram's last bin holds every value above u, so a clamp below the top of the
+    profile's bin where the quantile (plus its rank error) falls is taken to cut down to u (the
+    profile's bins are octaves: where in one the quantile lies it cannot tell)."""
+    q = v.quantile(t.quantile)
+    spread = (v.quantile(min(t.quantile + rank, 1.0)) - v.quantile(max(t.quantile - rank, 0.0))) / 2
+    width = (u - col.lower) / max(t.bins, 1)
+    cut = max(v.top_of(min(t.quantile + rank, 1.0)) - u, 0.0)
+    return (spread + width / 2 + cut) / max(q, width, 1e-9)
+
+
+def _spread_error(col: Column, v: _Values, u: float, c: float, n: float, per_measure: float, root: bool) -> float:
+    """A variance from a count, a centred sum and a sum of squares centred at half their range:
+    what the clamp cuts from the spread, plus the squares' noise and the centred sum's (times
+    twice the mean's distance from the centre), over the group's rows; half that for a root."""
+    full = max(v.moment(col.upper, 2) - v.mean(col.upper) ** 2, 1e-9)
+    clamped = v.moment(u, 2) - v.mean(u) ** 2
+    half = (u - col.lower) / 2
+    centre = col.lower + half
+    noise = c * (half * half / 2 + 2 * abs(v.mean(u) - centre) * half) / per_measure / max(n, 1.0)
+    error = (abs(full - clamped) + noise) / full
+    return error / 2 if root else error
