@@ -155,7 +155,7 @@ def test_the_row_weight_is_exact_integer_floor_on_duckdb_and_postgres(clinic):
     import duckdb
     from sqlglot import exp
 
-    from dpsql.engines.pg_total import lower_for_postgres
+    from dpsql.engines.pg_nonfailing import lower_for_postgres
     from dpsql.errors import OperationalError
     from dpsql.guarantee.bounding import BIGINT_MAX, row_weight
     from dpsql.sql import build as b

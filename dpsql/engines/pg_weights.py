@@ -29,7 +29,7 @@ from ..errors import OperationalError, PolicyError
 from ..guarantee.bounding import unit_rows, weighted_rows
 from ..sql import build as b
 from .base import quote
-from .pg_total import lower_for_postgres
+from .pg_nonfailing import lower_for_postgres
 
 LOCK_CLASS = 0x64707371  # 'dpsq': the first key of dpsql's two-key advisory locks
 PREFIX = "__dpsql_w_"

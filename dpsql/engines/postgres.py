@@ -3,7 +3,7 @@
 Every connection is read-only (default_transaction_read_only, and each query runs in its own
 transaction that is rolled back), has a fixed search_path and a statement_timeout, and must
 belong to a role that is no superuser and cannot write the policy's tables. PostgreSQL has no
-TRY, so the rewrite's TRY is lowered to forms that cannot raise (pg_total.py), or the query is
+TRY, so the rewrite's TRY is lowered to forms that cannot raise (pg_nonfailing.py), or the query is
 refused before anything is charged. With `[engine] scratch_url`, a second role builds weighted
 tables for contribution bounding (pg_weights.py); the reader still only reads.
 """
@@ -30,7 +30,7 @@ from .base import (
     register,
     statement_timeout,
 )
-from .pg_total import lower_for_postgres
+from .pg_nonfailing import lower_for_postgres
 from .pg_weights import PgWeights
 
 

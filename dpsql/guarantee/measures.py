@@ -20,7 +20,7 @@ from sqlglot import exp
 from ..sql import build as b
 from ..sql.build import dtype
 from ..sql.frozen import Owned
-from ..sql.total import clamp, finite, total, try_casts, try_wrap
+from ..sql.nonfailing import clamp, finite, nonfailing, try_casts, try_wrap
 
 FIXED_POINT_DIGITS = 24  # binary digits kept of the largest per-row magnitude
 COUNT_BITS = 10  # fractional binary digits of counts when a unit's groups are scaled down
@@ -109,7 +109,7 @@ class Measure:
     def row_value(self) -> exp.Expression | None:
         """The per-row integer v{j} (None: the measure reads no value)."""
         value = self.value
-        return None if value is None else total(value)
+        return None if value is None else nonfailing(value)
 
     def partials(self, j: int) -> list[exp.Expression]:
         """Per unit and group: its rows with a value (n{j}), and what it sums."""
@@ -261,7 +261,7 @@ class Histogram(Measure):
         """The row's bin index, 0..bins-1."""
         if self.categories is not None:
             return exp.Case(
-                this=total(self.read()),
+                this=nonfailing(self.read()),
                 ifs=[exp.If(this=literal(k), true=b.node(i)) for i, k in enumerate(self.categories)],
             )
         per_bin = float(self.bins / (self.upper - self.lower))

@@ -35,6 +35,7 @@ from .arguments import DISTINCT_HINT, distinct_keys, quantile_fraction, unbounde
 from .bounds import Interval, interval
 from .division import integer_division, integral
 from .domains import column_values, image, literal_domain
+from .nonfailing import try_casts
 from .options import QueryOptions
 from .outer import OuterQuery
 from .pgfunctions import postgres_meaning
@@ -47,7 +48,6 @@ from .scope import (
     column_bounds,
     output_name,
 )
-from .total import try_casts
 
 
 def analyze(

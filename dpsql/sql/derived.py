@@ -24,6 +24,7 @@ from .allowlist import contains_aggregate, is_aggregate
 from .bounds import Interval, interval
 from .build import dtype
 from .frozen import Owned, TreeMap, Trees
+from .nonfailing import clamp, nonfailing, try_casts, try_wrap
 from .scope import (
     Relation,
     Resolver,
@@ -35,7 +36,6 @@ from .scope import (
     grouped_item,
     output_name,
 )
-from .total import clamp, total, try_casts, try_wrap
 
 MAX_COUNT_KEYS = 1000  # a per-unit count's domain 0..R is declared up to this size
 HIDDEN_UNIT = "__dpsql_unit"
@@ -190,12 +190,14 @@ class _Builder:
         if isinstance(node, exp.Count):
             arg = node.this
             if isinstance(arg, exp.Distinct):
-                inner = exp.Distinct(expressions=[total(self.scope.resolve(a, self.resolver)) for a in arg.expressions])
+                inner = exp.Distinct(
+                    expressions=[nonfailing(self.scope.resolve(a, self.resolver)) for a in arg.expressions]
+                )
                 counted = exp.Count(this=inner)
             elif arg is None or isinstance(arg, exp.Star):
                 counted = exp.Count(this=exp.Star())
             else:
-                counted = exp.Count(this=total(self.scope.resolve(arg, self.resolver)))
+                counted = exp.Count(this=nonfailing(self.scope.resolve(arg, self.resolver)))
             self._counts.add(len(self.aggregates))
             return self._add(exp.func("LEAST", counted, exp.Literal.number(r)), Interval(0.0, float(r)))
         if not isinstance(node, (exp.Sum, exp.Avg, exp.Min, exp.Max)):

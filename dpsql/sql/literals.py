@@ -2,7 +2,7 @@
 
 PostgreSQL types `age = '30'` by the column: the string is an integer's input, and `age =
 'abc'` or `age = '30.5'` is an error (invalid input syntax for type integer), as is
-`CAST('abc' AS INTEGER)`. Left to the engine, dpsql's total() would make the comparison NULL
+`CAST('abc' AS INTEGER)`. Left to the engine, dpsql's nonfailing() would make the comparison NULL
 instead (TRY: no row matches), so a typo would be answered with zero rows and charged. This
 pass refuses it first, free: it reads the query's text and the schema's types only, never the
 data.

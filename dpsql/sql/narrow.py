@@ -39,8 +39,8 @@ from ..guarantee.plan import GroupKey, Plan
 from . import build as b
 from .allowlist import CLOCK_FUNCTIONS
 from .domains import COLUMN, Image, image
+from .nonfailing import nonfailing
 from .scope import Source, as_written, conjuncts
-from .total import total
 
 VALUE, ROW = "value", "row"  # an own condition over the key's value (d.c), or over its public table's row
 
@@ -192,7 +192,7 @@ class _Pass:
                 continue
             if any(a in self.nullable and a not in self.matched for a in aliases):
                 continue
-            made = total(cond, self.types)
+            made = nonfailing(cond, self.types)
             before = sum(map(len, own)) + len(links)
             if len(atoms) == 1:
                 kind, what = next(iter(atoms))

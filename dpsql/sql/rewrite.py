@@ -30,8 +30,8 @@ from .build import dtype
 from .derived import Derived
 from .domains import COLUMN
 from .narrow import NONE, ROW, Narrowing, narrowing
+from .nonfailing import nonfailing
 from .scope import Relation, Source, conjuncts
-from .total import total
 
 COIN_BITS = 60  # DPSQL_COIN(unit, salt) is uniform on [0, 2^60)
 
@@ -227,7 +227,7 @@ def _rows(plan: Plan, salt: str | None, weighting: WeightedCopy | SplitCopy | No
     whole = weighting if isinstance(weighting, WeightedCopy) else None
     stored = whole.values if whole is not None else {}
     alias = plan.relation.sources[0].alias
-    items = [b.named(b.neutral(total(k.expr)), f"k{i}") for i, k in enumerate(plan.keys)]
+    items = [b.named(b.neutral(nonfailing(k.expr)), f"k{i}") for i, k in enumerate(plan.keys)]
     for j, m in enumerate(plan.measures):
         if j in stored:
             items.append(b.named(b.quoted(stored[j], alias), f"v{j}"))
@@ -299,7 +299,7 @@ def _filtered(
 def _conditions(nodes: list[exp.Expression], rel: Relation) -> list[exp.Expression]:
     """Conjuncts, each made total on its own (a failing one must not hide the others)."""
     types = {(s.alias, c): t for s in rel.sources for c, t in s.columns.items()}
-    return [b.neutral(total(c, types)) for n in nodes for c in conjuncts(n)]
+    return [b.neutral(nonfailing(c, types)) for n in nodes for c in conjuncts(n)]
 
 
 def _from(
@@ -359,9 +359,10 @@ def _derived(d: Derived) -> exp.Select:
     inner = b.select(aggs, source, joins=joins, where=where, group=[d.unit.copy()])
     items = [exp.Alias(this=b.col("unit", "agg"), alias=exp.Identifier(this=d.unit_name, quoted=True))]
     items += [
-        exp.Alias(this=b.neutral(total(e)), alias=exp.Identifier(this=name, quoted=True)) for name, e in d.items.items()
+        exp.Alias(this=b.neutral(nonfailing(e)), alias=exp.Identifier(this=name, quoted=True))
+        for name, e in d.items.items()
     ]
-    having = [b.neutral(total(d.having))] if d.having is not None else None
+    having = [b.neutral(nonfailing(d.having))] if d.having is not None else None
     return b.select(items, b.subquery(inner, "agg"), where=having)
 
 
@@ -382,7 +383,7 @@ def _domain(key: GroupKey, i: int, own=None) -> exp.Expression:
 
     if key.domain is not None and own is not None and own.image is not None:
         # A domain from the key's form, narrowed to the keys its column's allowed values give.
-        f = b.neutral(total(own.image.expr))
+        f = b.neutral(nonfailing(own.image.expr))
         given = b.select(
             [f], b.subquery(_values(own.image.values, own.image.type_name), "d", ["c"]), where=narrowed(COLUMN)
         )
@@ -400,7 +401,7 @@ def _domain(key: GroupKey, i: int, own=None) -> exp.Expression:
             distinct=not _distinct_as_cast(key.domain, key.type_name),
         )
     if key.image is not None:
-        f = b.neutral(total(key.image.expr))
+        f = b.neutral(nonfailing(key.image.expr))
         return b.select(
             [b.named(f, f"k{i}")],
             b.subquery(_values(key.image.values, key.image.type_name), "d", ["c"]),

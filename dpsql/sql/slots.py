@@ -37,7 +37,7 @@ _WRAPPERS = (exp.Cast, exp.TryCast, exp.Neg, exp.Paren)  # a slot's literal may 
 
 def kind(literal: exp.Literal) -> str:
     """A slot's kind, part of the shape: a string, a BIGINT, or another number (1.5, 1e3, 2^70),
-    as the analysis tells them apart (sql/total.py, sql/division.py)."""
+    as the analysis tells them apart (sql/nonfailing.py, sql/division.py)."""
     if literal.is_string:
         return "s"
     return "i" if literal.this.isdigit() and int(literal.this) < 2**63 else "n"

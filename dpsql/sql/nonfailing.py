@@ -1,8 +1,8 @@
-"""Total row-level expressions: whether a query fails must not depend on a private value.
+"""Row-level expressions that cannot fail (total functions): whether a query fails must not depend on a private value.
 
 An engine error on one row (a failed cast, an overflow, a division by zero) would end the
 query, so its text or mere occurrence could reveal that row. Every row-level expression dpsql
-runs over private data goes through total(): casts become TRY_CAST and anything else that
+runs over private data goes through nonfailing(): casts become TRY_CAST and anything else that
 could fail is wrapped in TRY, which yields NULL instead.
 """
 
@@ -80,10 +80,10 @@ def _cannot_fail(node: exp.Expression, types: Mapping[tuple[str, str], str]) -> 
     return False
 
 
-def total(node: exp.Expression, types: Mapping[tuple[str, str], str] | None = None) -> exp.Expression:
+def nonfailing(node: exp.Expression, types: Mapping[tuple[str, str], str] | None = None) -> exp.Expression:
     """Make a row-level expression total: casts become TRY_CAST, and any other engine error
     becomes NULL, so whether a query fails cannot depend on a private value."""
-    return _total(finite(try_casts(node)), types or {})
+    return _nonfailing(finite(try_casts(node)), types or {})
 
 
 _MATH = (exp.Sqrt, exp.Ln, exp.Log, exp.Exp, exp.Pow)
@@ -153,7 +153,7 @@ def _not_finite_to_null(value: exp.Expression) -> exp.Expression:
     return value
 
 
-def _total(node: exp.Expression, types: Mapping[tuple[str, str], str]) -> exp.Expression:
+def _nonfailing(node: exp.Expression, types: Mapping[tuple[str, str], str]) -> exp.Expression:
     if _cannot_fail(node, types):
         return node
     if node.find(exp.Subquery, exp.Select) is None:
@@ -162,12 +162,12 @@ def _total(node: exp.Expression, types: Mapping[tuple[str, str], str]) -> exp.Ex
     # subquery itself reads public tables only, so its failures cannot depend on private rows).
     for key, value in list(node.args.items()):
         if isinstance(value, exp.Expression) and not isinstance(value, (exp.Subquery, exp.Select)):
-            node.set(key, _total(value, types))
+            node.set(key, _nonfailing(value, types))
         elif isinstance(value, list):
             node.set(
                 key,
                 [
-                    _total(v, types)
+                    _nonfailing(v, types)
                     if isinstance(v, exp.Expression) and not isinstance(v, (exp.Subquery, exp.Select))
                     else v
                     for v in value

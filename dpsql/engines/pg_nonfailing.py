@@ -1,6 +1,6 @@
 """The rewrite's TRY and TRY_CAST for PostgreSQL, which has neither.
 
-Whether a query fails must not depend on a private value (sql/total.py). DuckDB and Spark
+Whether a query fails must not depend on a private value (sql/nonfailing.py). DuckDB and Spark
 (ANSI mode off) turn a failing row expression into NULL; PostgreSQL raises. So every TRY is
 lowered to a form that cannot raise on any row:
 
