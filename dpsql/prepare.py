@@ -23,9 +23,9 @@ from .sql.analyze import PublicQuery, analyze
 from .sql.options import QueryOptions
 from .targets import (
     batch_cost,
+    batch_members,
     calibrate_planned,
     epsilon_for_target,
-    planned_mechanisms,
     pld_multiplier,
 )
 
@@ -86,7 +86,7 @@ def prepare(
             )
         if delta <= 0:
             raise invalid_parameter("the PLD planner needs delta > 0", hint="SET dpsql.delta = 1e-8")
-        mechanisms = planned_mechanisms(plan, s.mechanism, domain)
+        mechanisms = batch_members(plan, s.mechanism, domain)
         multiplier = pld_multiplier(mechanisms, epsilon, delta)
         cal = calibrate_planned(plan, s.mechanism, multiplier, domain)
         return plan, replace(cal, cost=batch_cost(epsilon, delta, multiplier, len(mechanisms)))

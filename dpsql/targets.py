@@ -1,5 +1,5 @@
 """Calibration toward other targets than one query's (ε, δ): a batch's common PLD-planned noise
-multiplier (charged once for the whole batch, `accounting/planner.py`), and the smallest ε that
+multiplier (charged once for the whole batch, `accounting/pld.py`), and the smallest ε that
 meets an error target (dpsql.target_error). Both only calibrate, so they reveal nothing."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from fractions import Fraction
 from typing import Callable, Sequence
 
 from .accounting.cost import Cost, Part
-from .accounting.planner import Planned, plan
+from .accounting.pld import BatchMember, joint_multiplier
 from .errors import invalid_parameter
 from .guarantee.calibration import Calibration, MeasureNoise, calibrate, check_scales, measures_of
 from .guarantee.families import family
@@ -78,7 +78,7 @@ def round_up(x: float) -> Fraction:
     return Fraction(math.ceil(Fraction(x) / 10**-digits) * 10**-digits)
 
 
-def planned_mechanisms(plan: Plan, mechanism: str, domain_size: int | None, weight: float = 1.0) -> list[Planned]:
+def batch_members(plan: Plan, mechanism: str, domain_size: int | None, weight: float = 1.0) -> list[BatchMember]:
     """A plan's measures as PLD-planned mechanisms. A Laplace measure over G groups bounded per
     group moves each of its G independent coordinates by at most max_rows * R: G one-dimensional
     mechanisms of that sensitivity dominate it; under a total bound the whole vector is one
@@ -96,7 +96,7 @@ def planned_mechanisms(plan: Plan, mechanism: str, domain_size: int | None, weig
             hint="SET dpsql.planner = 'filter' for this query, or send it outside the batch",
         )
     per_measure = plan.bounding.planned_copies(mechanism, domain_size)
-    return [Planned(mechanism, weight) for m in plan.measures if m.row_bound for _ in range(per_measure)]
+    return [BatchMember(mechanism, weight) for m in plan.measures if m.row_bound for _ in range(per_measure)]
 
 
 def calibrate_planned(
@@ -127,12 +127,12 @@ def batch_cost(epsilon: Fraction, delta: Fraction, multiplier: float, n_mechanis
     return Cost.of([Part("approx", epsilon, delta, noise_multiplier=multiplier, count=n_mechanisms)])
 
 
-def pld_multiplier(mechanisms: list[Planned], epsilon: Fraction, delta: Fraction) -> float:
+def pld_multiplier(mechanisms: list[BatchMember], epsilon: Fraction, delta: Fraction) -> float:
     """PLD-plan at a float target no larger than the exact ε that will be charged."""
     target = float(epsilon)
     if Fraction(target) > epsilon:
         target = math.nextafter(target, 0.0)
     try:
-        return plan(mechanisms, target, float(delta))
+        return joint_multiplier(mechanisms, target, float(delta))
     except ValueError as e:
         raise invalid_parameter(str(e)) from None

@@ -429,9 +429,9 @@ def test_planned_discrete_laplace_meets_its_charge_exactly(k, epsilon, delta):
     """The noise multiplier PLD planning picks for k discrete Laplace releases gives, computed
     exactly at integer shift 1 (the worst case), at most the charged delta at the charged epsilon
     (the continuous Laplace's PLD gave up to 3.2 times the delta at epsilon 3, k = 10)."""
-    from dpsql.accounting.planner import Planned, plan
+    from dpsql.accounting.pld import BatchMember, joint_multiplier
 
-    m = plan([Planned("laplace")] * k, epsilon, delta)
+    m = joint_multiplier([BatchMember("laplace")] * k, epsilon, delta)
     assert _rr_delta(k, 1 / m, epsilon) <= delta
 
 

@@ -9,7 +9,7 @@ import click
 
 from ..config import exact
 from ..errors import Error
-from ..planning import plan_report
+from ..pld_report import pld_report
 from ..session import explain_lines
 from ..sql.classify import Explain, Query, classify, split_statements
 from .common import (
@@ -120,7 +120,7 @@ def plan(
     try:
         session = _session(policy, user, ledger)
         sqls = split_statements(file.read(), session.policy.limits)
-        report = plan_report(session, sqls, exact(epsilon), exact(delta))
+        report = pld_report(session, sqls, exact(epsilon), exact(delta))
         results = session.execute_batch(sqls, epsilon, delta) if run else None
     except Error as e:
         _fail(e)

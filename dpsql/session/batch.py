@@ -19,7 +19,7 @@ from ..sql.classify import Query, classify
 from ..sql.clock import now as clock_now
 from ..sql.clock import pinned
 from ..sql.route import Routed
-from ..targets import batch_cost, calibrate_planned, planned_mechanisms, pld_multiplier
+from ..targets import batch_cost, batch_members, calibrate_planned, pld_multiplier
 from .answer import answer, noise_detail
 from .bounded import bounded_query
 from .result import Result
@@ -68,9 +68,7 @@ def answer_batch(
         bound.append(bounded_query(session, plan, None))  # an engine's refusal comes before the charge
         plans.append(plan)
         deadline.check()
-    mechanisms = [
-        m for p, w in zip(plans, weights) for m in planned_mechanisms(p, s.mechanism, p.literal_domain_size(), w)
-    ]
+    mechanisms = [m for p, w in zip(plans, weights) for m in batch_members(p, s.mechanism, p.literal_domain_size(), w)]
     multiplier = pld_multiplier(mechanisms, eps, dlt)
     cost = batch_cost(eps, dlt, multiplier, len(mechanisms))
     cals = [calibrate_planned(p, s.mechanism, multiplier, p.literal_domain_size(), w) for p, w in zip(plans, weights)]

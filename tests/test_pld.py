@@ -8,17 +8,17 @@ import sys
 import pytest
 
 import dpsql
-from dpsql.accounting.planner import Planned, batch_epsilon, plan, verify
+from dpsql.accounting.pld import BatchMember, batch_epsilon, joint_multiplier, verify
 from dpsql.sql.classify import classify
 
 from .conftest import write_policy
 
 
 def test_100_laplace_counts_at_1_and_1e_6():
-    """Planned for OpenDP's discrete Laplace (randomized response at shift 1 dominates it): 0.418
+    """Calibrated for OpenDP's discrete Laplace (randomized response at shift 1 dominates it): 0.418
     of the basic-composition scale; the continuous Laplace's PLD gave 0.415, under-charging."""
-    mechs = [Planned("laplace")] * 100
-    m = plan(mechs, 1.0, 1e-6)
+    mechs = [BatchMember("laplace")] * 100
+    m = joint_multiplier(mechs, 1.0, 1e-6)
     assert abs(m - 41.844) / 41.844 < 1e-3
     assert m / 100 == pytest.approx(0.418, abs=5e-4)  # of the basic-composition scale 100
     assert verify(mechs, m, 1e-6) <= 1.0  # independent PLD accountant

@@ -17,8 +17,8 @@ from .session import Session
 from .sql.analyze import PublicQuery
 from .sql.classify import Query, classify
 from .targets import (
+    batch_members,
     calibrate_planned,
-    planned_mechanisms,
     pld_multiplier,
 )
 
@@ -65,11 +65,11 @@ def separate_epsilon(
     return lo, q_delta
 
 
-def plan_report(session: Session, sqls: Sequence[str], epsilon: Fraction, delta: Fraction) -> dict[str, Any]:
+def pld_report(session: Session, sqls: Sequence[str], epsilon: Fraction, delta: Fraction) -> dict[str, Any]:
     plans = _plans(session, sqls)
     mech = session.settings.mechanism
     conf = session.settings.confidence
-    mechanisms = [m for p in plans for m in planned_mechanisms(p, mech, p.literal_domain_size())]
+    mechanisms = [m for p in plans for m in batch_members(p, mech, p.literal_domain_size())]
     multiplier = pld_multiplier(mechanisms, epsilon, delta)
     eps_q, delta_q = separate_epsilon(session, plans, epsilon, delta)
     queries, ratios = [], []

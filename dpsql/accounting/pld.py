@@ -34,7 +34,7 @@ DISCRETIZATION = 1e-4
 
 
 @dataclass(frozen=True)
-class Planned:
+class BatchMember:
     kind: str  # laplace | gaussian
     weight: float = 1.0
 
@@ -49,14 +49,14 @@ def _pld(multiplier: float) -> PrivacyLossDistribution:
     )
 
 
-def _kind(mechanisms: Sequence[Planned]) -> str:
+def _kind(mechanisms: Sequence[BatchMember]) -> str:
     kinds = {m.kind for m in mechanisms}
     if len(kinds) != 1:
         raise ValueError("a planned batch holds Laplace or Gaussian mechanisms, not both")
     return kinds.pop()
 
 
-def batch_epsilon(mechanisms: Sequence[Planned], multiplier: float, delta: float) -> float:
+def batch_epsilon(mechanisms: Sequence[BatchMember], multiplier: float, delta: float) -> float:
     """ε at δ of the composition, each mechanism with noise multiplier `multiplier / weight`."""
     if _kind(mechanisms) == "gaussian":
         return epsilon_from_rho(gaussian_rho(mechanisms, multiplier), delta)
@@ -70,7 +70,7 @@ def batch_epsilon(mechanisms: Sequence[Planned], multiplier: float, delta: float
     return float(total.get_epsilon_for_delta(delta))
 
 
-def gaussian_rho(mechanisms: Sequence[Planned], multiplier: float) -> float:
+def gaussian_rho(mechanisms: Sequence[BatchMember], multiplier: float) -> float:
     """ρ of discrete Gaussians with σ_i = multiplier / weight_i times their L2 sensitivity."""
     return sum(m.weight * m.weight for m in mechanisms) / (2 * multiplier * multiplier)
 
@@ -83,7 +83,7 @@ def check_delta(delta: float) -> None:
         )
 
 
-def plan(mechanisms: Sequence[Planned], epsilon: float, delta: float, tolerance: float = 1e-4) -> float:
+def joint_multiplier(mechanisms: Sequence[BatchMember], epsilon: float, delta: float, tolerance: float = 1e-4) -> float:
     """The smallest common noise multiplier (within `tolerance`, relative, rounded up) meeting (ε, δ)."""
     check_delta(delta)
     if not mechanisms:
@@ -110,7 +110,7 @@ def plan(mechanisms: Sequence[Planned], epsilon: float, delta: float, tolerance:
     return hi
 
 
-def verify(mechanisms: Sequence[Planned], multiplier: float, delta: float) -> float:
+def verify(mechanisms: Sequence[BatchMember], multiplier: float, delta: float) -> float:
     """ε of the planned batch by an independent route: DpEvents through dp-accounting's own
     accountants (PLD for discrete Laplace at shift 1, RDP for the Gaussians' zCDP bound)."""
     from dp_accounting import dp_event, pld, rdp
