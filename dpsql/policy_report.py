@@ -160,7 +160,7 @@ def _plain(value: Any) -> Any:
 
 
 def _rows_of(engine: Engine, tree: exp.Select) -> list[tuple]:
-    rs = engine.execute(engine.prepare(tree, owned=True))
+    rs = engine.execute(engine.sql_of(tree, owned=True))
     return list(zip(*rs.columns)) if rs.row_count else []
 
 

@@ -69,7 +69,7 @@ def _rows(session: Session, sql: str) -> list[tuple]:
     tree = wrapped[0] if wrapped is not None else stmt.tree  # a BI wrapper: its inner DP query's rows
     plan, cal = session._prepare(tree, stmt.options)
     if isinstance(plan, PublicQuery):
-        rs = session.engine.execute(session.engine.prepare(plan.tree))
+        rs = session.engine.execute(session.engine.sql_of(plan.tree))
     else:
         rs = session.bounded_result(plan)
     rows = [
@@ -417,7 +417,7 @@ def test_clock_and_formatting_functions_agree_with_duckdb(backend, sessions):
         stmt = session._classify(sql)
         plan, _ = session._prepare(pinned(stmt.tree, AT), stmt.options)
         rs = (
-            session.engine.execute(session.engine.prepare(plan.tree))
+            session.engine.execute(session.engine.sql_of(plan.tree))
             if isinstance(plan, PublicQuery)
             else session.bounded_result(plan)
         )

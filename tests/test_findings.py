@@ -489,7 +489,7 @@ def test_units_within_the_row_limit_skip_per_unit_bounding_when_groups_cannot_bi
             plan, _ = s._prepare(classify(text).tree)
             sql = s.bounded_sql(plan)
             assert f"__dpsql_n <= {light}" in sql, sql
-            per_unit = s.engine.prepare(rewrite(plan, plan.literal_domain_size(), None, None), owned=True)
+            per_unit = s.engine.sql_of(rewrite(plan, plan.literal_domain_size(), None, None), owned=True)
             assert "__dpsql_n" not in per_unit
             n = len(plan.keys)  # then the unit counts, which only partition selection reads (none here)
 

@@ -197,9 +197,9 @@ def test_bounded_tree_is_owned_by_its_caller(sessions):
         ids = [id(n) for n in tree.walk()]
         assert len(ids) == len(set(ids)), f"a node appears twice in the bounded tree of {sql}"
         assert not set(ids) & {id(n) for n in _nodes(plan)}, f"the bounded tree of {sql} shares nodes with its plan"
-        assert session.engine.prepare(tree, owned=True) == session.engine.prepare(
-            _rewritten(plan, domain, weighting)
-        ), sql
+        assert session.engine.sql_of(tree, owned=True) == session.engine.sql_of(_rewritten(plan, domain, weighting)), (
+            sql
+        )
 
 
 def test_duckdb_lowers_every_function_of_dpsql_even_nested_in_another(sessions):
@@ -215,15 +215,15 @@ def test_duckdb_lowers_every_function_of_dpsql_even_nested_in_another(sessions):
         "WHERE DPSQL_HASH(a, b) > 0",
         read="duckdb",
     )
-    assert engine.prepare(flat) == flat.transform(duck._lower).sql(dialect=duck.DUCKDB)
+    assert engine.sql_of(flat) == flat.transform(duck._lower).sql(dialect=duck.DUCKDB)
     nested = (
         "SELECT DPSQL_COIN(DPSQL_HASH(a, DPSQL_HASH(b)), 's') AS c, "
         "WIDTH_BUCKET(DPSQL_HASH(a) % 7, 0, 7, 3) AS w FROM t WHERE DPSQL_HASH(a) > 0"
     )
     tree = sqlglot.parse_one(nested, read="duckdb")
-    lowered = engine.prepare(tree)
+    lowered = engine.sql_of(tree)
     assert "DPSQL" not in lowered.upper() and lowered.count("HASH(") == 6 and "sha256" in lowered.lower()
-    assert engine.prepare(tree.copy(), owned=True) == lowered
+    assert engine.sql_of(tree.copy(), owned=True) == lowered
     assert tree.sql(dialect="duckdb") == sqlglot.parse_one(nested, read="duckdb").sql(dialect="duckdb")  # not owned
 
 

@@ -145,7 +145,7 @@ def _noise_through_queries(session, sql: str, runs: int):
     session.execute("SET dpsql.bounds = policy")
     tree = classify(sql).tree
     plan, cal = session._prepare(tree)
-    truth = session.engine.execute(session.engine.prepare(rewrite(plan, plan.literal_domain_size())))
+    truth = session.engine.execute(session.engine.sql_of(rewrite(plan, plan.literal_domain_size())))
     exact = int(truth.columns[1][0])
     unit = plan.measures[0].unit_scale
     out = []

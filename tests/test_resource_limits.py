@@ -68,7 +68,7 @@ def _joined_rows_per_unit(session: Session, sql: str) -> int:
     most = exp.select("MAX(n)").from_(
         exp.select("unit", "COUNT(*) AS n").from_(filtered.subquery("f")).group_by("unit").subquery("c")
     )
-    rs = session.engine.execute(session.engine.prepare(most))
+    rs = session.engine.execute(session.engine.sql_of(most))
     return rs.columns[0][0]
 
 

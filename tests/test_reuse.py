@@ -207,7 +207,7 @@ def test_an_ungrouped_unfiltered_query_reads_the_copys_totals_of_the_current_dat
         assert "_totals" in s.bounded_sql(plan)
         read = s.bounded_result(plan)
         copy = s._weighting(plan)
-        scanned = s.engine.execute(s.engine.prepare(rewrite(plan, None, None, WeightedCopy(plan.bounding, copy.table))))
+        scanned = s.engine.execute(s.engine.sql_of(rewrite(plan, None, None, WeightedCopy(plan.bounding, copy.table))))
         assert [list(c) for c in read.columns] == [list(c) for c in scanned.columns] == [[0], [rows]]
     s.close()
 

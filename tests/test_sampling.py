@@ -84,7 +84,7 @@ def test_units_not_rows_are_sampled(hospital):
     from dpsql.sql.rewrite import rewrite
 
     plan, _ = session._prepare(classify("SELECT COUNT(*) FROM visits TABLESAMPLE BERNOULLI (30)").tree)
-    sql = session.engine.prepare(rewrite(plan, None, salt="salt"))
+    sql = session.engine.sql_of(rewrite(plan, None, salt="salt"))
     assert "SHA256('salt' || ':' || CAST(t0.patient_id AS TEXT))" in sql
     threshold = int(0.3 * 2**60)
     coin = "CAST('0x' || SUBSTRING(SHA256('salt:' || CAST(patient_id AS TEXT)), 1, 15) AS BIGINT)"

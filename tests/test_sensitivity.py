@@ -269,7 +269,7 @@ def test_a_heavy_unit_is_truncated(tmp_path):
         s.execute(f"SET dpsql.mechanism = '{mechanism}'")
         plan, cal = s._prepare(classify("SELECT kind, COUNT(*), SUM(amount) FROM events GROUP BY kind").tree)
         assert isinstance(plan.bounding, TotalCap) == (mechanism == "laplace")
-        exact = s.engine.execute(s.engine.prepare(rewrite(plan, plan.literal_domain_size())))
+        exact = s.engine.execute(s.engine.sql_of(rewrite(plan, plan.literal_domain_size())))
         got = _by_group(with_empty_groups(exact, 1, list(zip(*key_domain(s, plan).columns))), 1)
         assert got[("a",)][1] == rows * 2 ** plan.measures[0].bits  # fixed-point count
         # Its SUM: at most its row limit times the bound (50, all its values here), short of it by
@@ -327,9 +327,9 @@ def test_weighted_copy_sums_equal_the_computed_ones(sample_conn):
         own = {f"m{j}" for j, m in enumerate(plan.measures) if m.own_norm}
         domain = plan.literal_domain_size()
         computed = s.engine.execute(
-            s.engine.prepare(rewrite(plan, domain, None, WeightedCopy(plan.bounding, weighting.table)))
+            s.engine.sql_of(rewrite(plan, domain, None, WeightedCopy(plan.bounding, weighting.table)))
         )
-        per_unit = s.engine.execute(s.engine.prepare(rewrite(plan, domain)))
+        per_unit = s.engine.execute(s.engine.sql_of(rewrite(plan, domain)))
         keys = len(plan.keys)
         for i, name in enumerate(stored.names):
             by_key = [
@@ -361,7 +361,7 @@ def test_an_ungrouped_query_of_stored_sums_reads_the_copys_totals_with_the_scans
     assert weighting.reads_totals(plan.measures, plan.keys)
     assert weighting.totals in s.bounded_sql(plan) and weighting.table not in s.bounded_sql(plan)
     scanned = s.engine.execute(
-        s.engine.prepare(rewrite(plan, None, None, WeightedCopy(plan.bounding, weighting.table, weighting.values)))
+        s.engine.sql_of(rewrite(plan, None, None, WeightedCopy(plan.bounding, weighting.table, weighting.values)))
     )
     assert scanned.row_count == 1 and [list(c) for c in s.bounded_result(plan).columns] == [
         list(c) for c in scanned.columns
@@ -434,8 +434,8 @@ def test_split_copy_equals_per_query_bounding(tmp_path, mechanism, contributions
             assert isinstance(weighting, SplitCopy), q
             split += 1
             domain = plan.literal_domain_size()
-            got = s.engine.execute(s.engine.prepare(rewrite(plan, domain, None, weighting)))
-            want = s.engine.execute(s.engine.prepare(rewrite(plan, domain)))
+            got = s.engine.execute(s.engine.sql_of(rewrite(plan, domain, None, weighting)))
+            want = s.engine.execute(s.engine.sql_of(rewrite(plan, domain)))
             if plan.keys and plan.declared:  # as released: the domain's groups, no others
                 domain = list(zip(*key_domain(s, plan).columns))
                 got, want = (with_empty_groups(rs, len(plan.keys), domain) for rs in (got, want))

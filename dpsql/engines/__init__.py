@@ -15,7 +15,7 @@ def open_engine(policy: Policy) -> Engine:
     # Parse and generate once before any server thread does: sqlglot sets up a dialect on its
     # first use, and 64 first queries arriving at once once failed to parse (a ParseError seen
     # once in tests/test_scale_out.py, not reproduced since).
-    engine.prepare(sqlglot.parse_one("SELECT 1 AS one", read="duckdb"))
+    engine.sql_of(sqlglot.parse_one("SELECT 1 AS one", read="duckdb"))
     return engine
 
 

@@ -96,7 +96,7 @@ class Engine:
         the wire codec read one vocabulary whatever the backend; the policy's tables only."""
         raise NotImplementedError
 
-    def prepare(self, tree: exp.Expression, *, owned: bool = False) -> str:
+    def sql_of(self, tree: exp.Expression, *, owned: bool = False) -> str:
         """The neutral tree (rewrite's, or a public query's) as this engine's SQL, with dpsql's
         TRY and DPSQL_HASH lowered; raises a refusal when the engine cannot run it safely, and
         is called before anything is charged. `owned`: the caller hands the tree over (a tree

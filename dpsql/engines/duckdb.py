@@ -197,7 +197,7 @@ class DuckDBEngine(Engine):
     def schema(self) -> Mapping[str, Mapping[str, str]]:
         return self._schema
 
-    def prepare(self, tree: exp.Expression, *, owned: bool = False) -> str:
+    def sql_of(self, tree: exp.Expression, *, owned: bool = False) -> str:
         """DuckDB has TRY itself; DPSQL_HASH is its hash(), and width_bucket, which it lacks,
         becomes a CASE."""
         tree = tree if owned else tree.copy()
@@ -212,7 +212,7 @@ class DuckDBEngine(Engine):
         return tree.sql(dialect=DUCKDB, copy=False)
 
     def literal_sql(self, literal: exp.Literal) -> str:
-        """A literal as `prepare` writes it, apart from any query (sql/slots.py splices a text's
+        """A literal as `sql_of` writes it, apart from any query (sql/slots.py splices a text's
         filter values into its shape's bounded query)."""
         return literal.sql(dialect=DUCKDB)
 

@@ -178,7 +178,7 @@ class PostgresEngine(Engine):
         }
         return {**self._schema, **extra}
 
-    def prepare(self, tree: exp.Expression, *, owned: bool = False) -> str:
+    def sql_of(self, tree: exp.Expression, *, owned: bool = False) -> str:
         """Lower TRY and the keyed hash, transpile, and have PostgreSQL plan it (EXPLAIN reads
         no rows), so that a type error refuses the query before it is charged."""
         sql = lower_for_postgres(tree, self._types(), self._public, copy=not owned).sql(dialect="postgres", copy=False)

@@ -196,12 +196,12 @@ class SparkEngine(Engine):
     def schema(self) -> Mapping[str, Mapping[str, str]]:
         return self._schema
 
-    def prepare(self, tree: exp.Expression, *, owned: bool = False) -> str:
+    def sql_of(self, tree: exp.Expression, *, owned: bool = False) -> str:
         """With ANSI mode off every expression is total, so TRY is the expression itself."""
         return tree.transform(_lower, copy=not owned).sql(dialect="spark", copy=False)  # copied unless owned
 
     def literal_sql(self, literal: exp.Literal) -> str:
-        """A literal as `prepare` writes it, apart from any query (sql/slots.py splices a text's
+        """A literal as `sql_of` writes it, apart from any query (sql/slots.py splices a text's
         filter values into its shape's bounded query)."""
         return literal.sql(dialect="spark")
 

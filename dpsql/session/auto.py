@@ -442,11 +442,11 @@ def profile_rows(
 
 
 def prepared_sql(session: Session, tree: exp.Select) -> tuple[str, bool]:
-    return session.engine.prepare(tree, owned=True), tree.find(*CLOCK_FUNCTIONS) is None
+    return session.engine.sql_of(tree, owned=True), tree.find(*CLOCK_FUNCTIONS) is None
 
 
 def rows_of(session: Session, tree: exp.Select) -> list[tuple]:
-    rs = session.engine.execute(session.engine.prepare(tree, owned=True))
+    rs = session.engine.execute(session.engine.sql_of(tree, owned=True))
     return list(zip(*rs.columns)) if rs.row_count else []
 
 

@@ -43,7 +43,7 @@ def built(
     else:
         tree = rewrite(plan, plan.literal_domain_size(), salt, session._weighting(plan) if copies else None)
         timeless = tree.find(*CLOCK_FUNCTIONS) is None  # then its result is the data's alone
-        sql = session.engine.prepare(tree, owned=True)
+        sql = session.engine.sql_of(tree, owned=True)
     if salt is not None:
         return Bounded(sql, timeless)
     check_post(session, plan, sql)
@@ -90,7 +90,7 @@ def key_domain(session: Session, plan: Plan) -> ResultSet:
     key = (session.engine.data_version(), tuple(k.declaration() for k in plan.keys), narrowing(plan).signature())
     hit = session._plans.domains.get(key)
     if hit is None:
-        hit = session.engine.execute(session.engine.prepare(declared_domain(plan), owned=True))
+        hit = session.engine.execute(session.engine.sql_of(declared_domain(plan), owned=True))
         session._plans.put_domain(key, hit)
     return hit
 

@@ -82,15 +82,13 @@ def describe_tree(session: Session, tree: exp.Query, options: QueryOptions) -> S
         for t in empty.find_all(exp.Table):  # the engine's own names: "public".x is x there
             if t.db.lower() == "public":
                 t.set("db", None)
-        names, types = session.engine.describe(session.engine.prepare(empty))
+        names, types = session.engine.describe(session.engine.sql_of(empty))
         return public_names(tree, names), types
     plan = plan_query(tree, session.policy, session.engine.schema(), session.settings.mechanism, options)
     if isinstance(plan, PublicQuery):
-        names, types = session.engine.describe(session.engine.prepare(plan.tree))
+        names, types = session.engine.describe(session.engine.sql_of(plan.tree))
         return public_names(plan.tree, names), types
-    names, types = session.engine.describe(
-        session.engine.prepare(rewrite(plan, plan.literal_domain_size()), owned=True)
-    )
+    names, types = session.engine.describe(session.engine.sql_of(rewrite(plan, plan.literal_domain_size()), owned=True))
     key_types = types[: len(plan.keys)]
     est_types = [family(e).result_type for e in plan.estimates]
     return session._post.describe(plan.post, key_types, est_types)

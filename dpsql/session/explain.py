@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 def explain_plan(session: Session, tree: exp.Query, options: QueryOptions | None = None) -> dict[str, Any]:
     plan, cal = session._prepare(pinned(tree, clock_now()), options)
     if isinstance(plan, PublicQuery):
-        return {"public": True, "sql": session.engine.prepare(plan.tree)}
+        return {"public": True, "sql": session.engine.sql_of(plan.tree)}
     cal, target = auto.targeted(session, plan, cal, options or QueryOptions(), tree)
     s = session.settings
     auto_info = auto.explained(session, plan, cal, options or QueryOptions(), tree)

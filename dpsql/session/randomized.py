@@ -113,7 +113,7 @@ def person_values(session: Session, table: TablePolicy, spec: local.LocalSpec) -
             .group_by(unit.copy(), *cols)
         )
     with charge_told("nothing was charged"):
-        rs = session.engine.execute(session.engine.prepare(query))
+        rs = session.engine.execute(session.engine.sql_of(query))
     rows = list(zip(*rs.columns)) if rs.row_count else []
     if table.row_unit:
         return [[(r, 1)] for r in rows]

@@ -95,7 +95,7 @@ def template(
     if cal != seen.cal or slots.slots_in(plan) != set(range(len(literals))):
         return UNUSABLE
     marked = slots.instantiate(plan, [slots.MARKERS.marker(i, lit) for i, lit in enumerate(literals)], check=False)
-    sql = session.engine.prepare(
+    sql = session.engine.sql_of(
         rewrite(marked, marked.literal_domain_size(), None, session._weighting(marked)), owned=True
     )
     splice = slots.MARKERS.splicer(literals, session.engine.literal_sql)

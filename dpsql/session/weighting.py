@@ -89,7 +89,7 @@ def unique_key(session: Session, table: str, column: str) -> bool:
             b.table(table, quote=True),
         )
         with charge_told("nothing was charged"):
-            rs = session.engine.execute(session.engine.prepare(tree, owned=True))
+            rs = session.engine.execute(session.engine.sql_of(tree, owned=True))
         known = bool(rs.columns[0][0])
         session._plans.unique[(table, column)] = (version, known)
     return known

@@ -125,7 +125,7 @@ def measure_index(plan: Plan, j: int) -> int:
 
 def domain_values(engine, plan: Plan) -> list[list[Any]]:
     """Each dimension's values, as the engine lists the declared domain (public data, free)."""
-    rs = engine.execute(engine.prepare(declared_domain(plan), owned=True))
+    rs = engine.execute(engine.sql_of(declared_domain(plan), owned=True))
     values = []
     for col in rs.columns[: len(plan.keys)]:
         seen = list(dict.fromkeys(col))
