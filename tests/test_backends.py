@@ -84,6 +84,34 @@ def _rows(session: Session, sql: str) -> list[tuple]:
     return sorted(rows, key=lambda r: tuple((v is None, repr(v)) for v in r))
 
 
+def _same_rows(want: list[tuple], got: list[tuple]) -> bool:
+    """Equal, but for the last place of a fixed-point total: a row's value is rounded once to an
+    integer from a DOUBLE in DuckDB and Spark and from a NUMERIC in PostgreSQL (pg_nonfailing.py), so
+    the square of a fractional cost may round to the neighbouring integer, and a total of n rows
+    may differ by up to n units. Allowed: 1e-9 of the total, far below one row's share (a lost or
+    doubled row moves a total of fewer than 1e9 rows by more than that)."""
+    if len(want) != len(got):
+        return False
+    for a, b in zip(want, got):
+        if len(a) != len(b):
+            return False
+        for x, y in zip(a, b):
+            if isinstance(x, float) and isinstance(y, float):
+                if abs(x - y) > 1e-9 * max(abs(x), abs(y)):
+                    return False
+            elif x != y:
+                return False
+    return True
+
+
+def test_same_rows_allows_only_the_last_places():
+    assert _same_rows([("a", 684481281078.0)], [("a", 684481281082.0)])
+    assert not _same_rows([("a", 684481281078.0)], [("a", 684481281078.0 * (1 + 1e-6))])
+    assert not _same_rows([("a", 1.0)], [("b", 1.0)])
+    assert not _same_rows([("a", 1.0)], [("a", 1.0), ("b", 2.0)])
+    assert not _same_rows([("a", 3.0)], [("a", 4.0)])
+
+
 @pytest.mark.parametrize(
     "backend,reference", [("postgres", "duckdb"), ("spark", "duckdb"), ("spark-weighted", "duckdb-weighted")]
 )
@@ -96,7 +124,7 @@ def test_same_pre_noise_values_as_duckdb(backend, reference, sessions):
             continue
         want, got = _rows(sessions[reference], sql), _rows(sessions[backend], sql)
         checked += 1
-        if want != got:
+        if not _same_rows(want, got):
             different.append((sql, want[:2], got[:2]))
     assert checked >= 55
     assert not different, different
