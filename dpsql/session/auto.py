@@ -29,7 +29,7 @@ from ..sql.options import QueryOptions
 from ..targets import round_up, smallest_meeting
 from .answer import answer, noise_detail
 from .bounded import bounded_query, built, domain_size, exact
-from .charging import charged_work
+from .charging import charged_work, charging
 from .result import Result
 
 if TYPE_CHECKING:
@@ -290,14 +290,7 @@ def answer_auto(
     key = profile_key(session, policy_plan, cols, top, bool(by_group))
     kept = reusable(session, key)  # released (and charged) before: the choice from it is free
     cost, at_rest = auto_cost(session, policy_plan, epsilon, options, len(groups) if groups else 1, kept is None)
-    pending = session.ledger.charging(
-        session.user.name,
-        session.budget_policy,
-        cost,
-        stmt.sql,
-        json.dumps(noise_detail(policy_plan, at_rest), default=str),
-        session.global_budget,
-    )
+    pending = charging(session, cost, stmt.sql, json.dumps(noise_detail(policy_plan, at_rest), default=str))
     charge = pending.admitted()
     with charged_work(
         session, pending, charge, "the query's cost stays charged: its limits were being chosen from the data"
@@ -365,13 +358,8 @@ def units_answer(
         measure_weights(plan, options.weights),
     )
     parts = tuple(auto_bounds.laplace_part(epsilon * auto_bounds.UNITS_SHARE) for _ in range(2))
-    pending = session.ledger.charging(
-        session.user.name,
-        session.budget_policy,
-        Cost.of(parts + at_rest.cost.parts),
-        stmt.sql,
-        json.dumps(noise_detail(plan, at_rest), default=str),
-        session.global_budget,
+    pending = charging(
+        session, Cost.of(parts + at_rest.cost.parts), stmt.sql, json.dumps(noise_detail(plan, at_rest), default=str)
     )
     charge = pending.admitted()
     with charged_work(

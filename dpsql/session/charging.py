@@ -71,6 +71,14 @@ def overlapping(session: Session, cost: Cost) -> bool:
     return room if cost is last.cost or cost == last.cost else last.filter.admits_cost(last.totals, cost)
 
 
+def charging(session: Session, cost: Cost, sql: str, detail_text: str, stopper: Stopper | None = None) -> PendingCharge:
+    """The session's charge of `cost` for `sql`, sent to the ledger: to the analyst's filter and
+    the global budget the session charges to; admitted (or refused) when it is awaited."""
+    return session.ledger.charging(
+        session.user.name, session.budget_policy, cost, sql, detail_text, session.global_budget, stopper
+    )
+
+
 @contextlib.contextmanager
 def charged_work(session: Session, pending: PendingCharge, charge: Charge, status: str) -> Iterator[None]:
     """Data-dependent work between a charge's admission and its answer: a failure stays

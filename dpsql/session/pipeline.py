@@ -41,7 +41,7 @@ from . import answer_cache, auto, batch, bounded, describe, explain, randomized,
 from .answer import answer, noise_detail, null_by_construction, record
 from .boundary import no_internals
 from .budget import budget_result, budget_summary
-from .charging import Stopper, charge_told, overlapping
+from .charging import Stopper, charge_told, charging, overlapping
 from .released import public_names
 from .result import Result
 from .statements import Statements
@@ -207,9 +207,7 @@ class Session:
             return record(self, result, charge, key, bounds=True)
         stopper = Stopper(self.engine) if overlapping(self, cal.cost) else None
         detail_text = self._plans.derived(cal, "detail_text", lambda: json.dumps(detail, default=str))
-        pending = self.ledger.charging(
-            self.user.name, self.budget_policy, cal.cost, stmt.sql, detail_text, self.global_budget, stopper
-        )
+        pending = charging(self, cal.cost, stmt.sql, detail_text, stopper)
         self._headroom = None  # kept again only once this charge is admitted
         charge = None if stopper is not None else pending.admitted()  # else admitted while the engine runs
         result = answer(self, plan, bound, cal, charge, detail, pending, stopper)
