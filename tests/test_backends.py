@@ -417,6 +417,44 @@ def test_spark_weighted_copies_are_private_follow_their_files_and_leave_nothing(
     assert not scratch.exists()
 
 
+_TWO_CONTEXTS = """
+import os, stat, sys, tempfile
+from pathlib import Path
+from dpsql.config import load_policy
+from dpsql.engines.scratch import PREFIX
+from dpsql.session import Session
+for _ in range(2):  # the second SparkContext starts in the JVM the first one left running
+    session = Session(load_policy(sys.argv[1]), "alice")
+    assert session.execute("SELECT COUNT(*) FROM events").rows
+    session.close()
+    for d in Path(tempfile.gettempdir()).glob(PREFIX + "*"):
+        print(oct(stat.S_IMODE(os.stat(d).st_mode)), sorted(p.name for p in d.iterdir()))
+"""
+
+
+def test_spark_local_dir_stays_private_across_contexts_and_leaves_nothing(small_policy, tmp_path):
+    """The JVM keeps its first context's spark.local.dir for life: a second context in the same
+    process writes there. That directory must still be dpsql's 0700 one, emptied when a context
+    stops (only its owner file left), and gone when the process exits."""
+    import subprocess
+    import sys
+
+    from .backends import move_policy
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    policy = move_policy(small_policy, "spark")
+    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run(
+        [sys.executable, "-c", _TWO_CONTEXTS, str(policy)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2  # one directory, listed after each context stopped
+    assert all(line == "0o700 ['owner.pid']" for line in lines), lines
+    assert not list(tmp.glob("dpsql-engine-*"))
+
+
 # The clock and PostgreSQL's formatting functions (sql/clock.py, sql/pgfunctions.py): pinned at
 # one instant inside the sample's dates, every engine must compute the same groups and values.
 AT = __import__("datetime").datetime(2024, 6, 15, 13, 45, 7, 250000, tzinfo=__import__("datetime").timezone.utc)

@@ -51,6 +51,16 @@ class ScratchDir:
         for p in self.path.rglob("*"):
             os.chmod(p, owner_only.DIR_MODE if p.is_dir() else owner_only.FILE_MODE)
 
+    def empty(self) -> None:
+        """Remove what the engine wrote inside, keeping the directory and its owner file."""
+        for p in self.path.iterdir():
+            if p.name == OWNER:
+                continue
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+
     def close(self) -> None:
         self._finalizer()
 

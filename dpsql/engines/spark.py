@@ -71,7 +71,10 @@ _LOCAL = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0
 _LIVE = [0]  # engines open in this process: the last to close stops the shared SparkContext
 _LIVE_LOCK = threading.Lock()
 # A local SparkContext's spark.local.dir (shuffle files, blocks): private rows, so a private
-# directory of the process's, swept by the next start after a crash, removed when the context stops.
+# directory of the process's, swept by the next start after a crash. The JVM keeps the first
+# context's local directories for its whole life (a later context in the same process writes
+# there, whatever its own conf says, and would recreate a removed directory world-readable),
+# so the directory lives as long as the process: emptied when a context stops, removed at exit.
 _LOCAL_DIR: list[ScratchDir | None] = [None]
 # EXTRACT fields in Spark's terms, under both spellings a tree may carry (PostgreSQL's, as the
 # analyst wrote them, and DuckDB's): dow / dayofweek is 0-6 from Sunday there, Spark's DOW 1-7.
@@ -110,7 +113,7 @@ class SparkEngine(Engine):
         if not cfg.remote:  # the driver is this process: its blocks and spills hold rows
             if "spark.local.dir" not in cfg.conf:
                 with _LIVE_LOCK:
-                    if _LOCAL_DIR[0] is None or _LOCAL_DIR[0].closed:
+                    if _LOCAL_DIR[0] is None:
                         _LOCAL_DIR[0] = ScratchDir()
                     builder = builder.config("spark.local.dir", str(_LOCAL_DIR[0].path))
         for key, value in {**_DEFAULTS, **(_LOCAL if local else {}), **cfg.conf, **_FIXED}.items():
@@ -351,8 +354,7 @@ class SparkEngine(Engine):
                 pass
             with _LIVE_LOCK:
                 if _LIVE[0] == 0 and _LOCAL_DIR[0] is not None:
-                    _LOCAL_DIR[0].close()
-                    _LOCAL_DIR[0] = None
+                    _LOCAL_DIR[0].empty()
 
 
 def copy_sql(table: str, unit: str, limit: int, bits: int) -> str:
