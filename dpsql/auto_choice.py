@@ -401,25 +401,13 @@ def _quantile_error(col: Column, v: _Values, u: float, t: _Term, rank: float) ->
 
 
 def _spread_error(col: Column, v: _Values, u: float, c: float, n: float, per_measure: float, root: bool) -> float:
-    """A variance from a count, a sum centred at the clamp's middle m and a sum of squares about m
-    (itself centred at half its range h²/2, so the count's noise moves it too), over a group's n
-    rows: what the clamp cuts from the variance, plus the noise's standard deviation to first order
-    (each measure's Laplace scale c / per_measure times its row bound, times the estimate's
-    derivative in it, in quadrature: 1/n for the squares, 2 (mean - m)/n for the sum,
-    (E[(x-m)²] - h²/2 - 2 (mean - m)²)/n for the count), as a share of the clamped variance the
-    release estimates; the profile's variance at the policy's bounds is too noisy a reference
-    (its top octaves' noise, of a few hundred units at ε / 30, times their values squared). A
-    root's relative error is about half its square's, and at most 1 (a STDDEV clamped at 0). The cut and
-    the noise add in quadrature: the noise is as likely to undo the cut as to add to it."""
+    """A variance from a count, a centred sum and a sum of squares centred at half their range:
+    what the clamp cuts from the spread, plus the squares' noise and the centred sum's (times
+    twice the mean's distance from the centre), over the group's rows; half that for a root."""
     full = max(v.moment(col.upper, 2) - v.mean(col.upper) ** 2, 1e-9)
-    mean = v.mean(u)
-    clamped = max(v.moment(u, 2) - mean * mean, 1e-9)
+    clamped = v.moment(u, 2) - v.mean(u) ** 2
     half = (u - col.lower) / 2
-    shift = mean - (col.lower + half)
-    square = half * half / 2
-    second = clamped + shift * shift  # E[(x - m)²] of the clamped values
-    scale = c / per_measure / max(n, 1.0)
-    noise = scale * math.hypot(square, 2 * shift * half, second - square - 2 * shift * shift) / clamped
-    if root:
-        return math.hypot(max(1.0 - math.sqrt(min(clamped / full, 1.0)), 0.0), min(noise / 2, 1.0))
-    return math.hypot(abs(full - clamped) / full, min(noise, 1.0))
+    centre = col.lower + half
+    noise = c * (half * half / 2 + 2 * abs(v.mean(u) - centre) * half) / per_measure / max(n, 1.0)
+    error = (abs(full - clamped) + noise) / full
+    return error / 2 if root else error

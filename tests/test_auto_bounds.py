@@ -595,36 +595,3 @@ def test_a_later_query_reuses_the_released_profile_and_is_charged_less(small_pol
         cur.execute(TARGETED)
         assert cur.dp["bounds"]["profile_reused"] is False and cur.dp["cost"]["epsilon"] == 3.0
         assert conn.session.budget()["epsilon"]["spent"] == 1 + 2 - saved + 3
-
-
-def test_the_spread_models_noise_is_the_variance_estimators_own():
-    """The model's noise for a VARIANCE is the first-order spread of the estimator the family
-    computes (families._Variance: a count, a sum centred at the clamp's middle and squares about
-    it centred at half their range, each with Laplace noise of its row bound over its epsilon):
-    checked against 20,000 draws with a fixed seed (deterministic) at a noise small enough to be
-    linear. Without noise the model is exactly what the clamp cuts from the spread."""
-    import numpy as np
-
-    from dpsql.guarantee.families import _variance
-
-    col = auto_bounds.Column(0, "x", 0.0, 16.0, 8.0, 20, (0.0, 16.0))
-    values = auto_choice._Values((1.0, 5.0, 9.0, 14.0), (50.0, 30.0, 15.0, 5.0), (0.0, 2.0, 8.0, 12.0, 16.0))
-    n, c, per_measure, u = 1000.0, 2.0, 5.0, 12.0
-    model = auto_choice._spread_error(col, values, u, c, n, per_measure, root=False)
-    cut = auto_choice._spread_error(col, values, u, c, n, math.inf, root=False)
-    full = values.moment(16.0, 2) - values.mean(16.0) ** 2
-    clamped = values.moment(u, 2) - values.mean(u) ** 2
-    assert cut == pytest.approx((full - clamped) / full)
-    noise = math.sqrt(model**2 - cut**2)  # the two add in quadrature
-    x = np.minimum(np.array(values.mids), u)
-    w = np.array(values.mass) / sum(values.mass) * n
-    half = (u - col.lower) / 2
-    m, q = col.lower + half, half * half / 2
-    exact = (w.sum(), (w * (x - m)).sum(), (w * ((x - m) ** 2 - q)).sum())
-    scales = (c / per_measure, c * half / per_measure, c * q / per_measure)
-    rng = np.random.default_rng(20261127)
-    draws = [exact[i] + rng.laplace(0.0, scales[i], 20000) for i in range(3)]
-    got = [_variance(k, s1, s2 + q * k, half * half, False) for k, s1, s2 in zip(*draws)]
-    # The model is in units of the Laplace scale (E|Z| = b): its standard deviation is sqrt(2) b.
-    assert np.std(got) / clamped == pytest.approx(math.sqrt(2) * noise, rel=0.05)
-    assert auto_choice._spread_error(col, values, 16.0, c, n, math.inf, root=True) == 0.0
