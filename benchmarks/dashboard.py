@@ -42,25 +42,10 @@ from dpsql.session import Session
 from dpsql.synopses import publish as pub
 from dpsql.synopses import route, store
 from dpsql.synopses.strategy import eigenvalues
+from sample_data.generate import DIAGNOSES, REGIONS, SEXES
 
 from . import sample
 
-REGIONS = ["North", "South", "East", "West", "Central", "Coast", "Valley", "Highlands", "Lakes", "Islands"]
-SEXES = ["F", "M", "X"]
-DIAGNOSES = [
-    "infection",
-    "injury",
-    "cardiac",
-    "respiratory",
-    "digestive",
-    "neoplasm",
-    "mental",
-    "musculoskeletal",
-    "pregnancy",
-    "skin",
-    "neurological",
-    "checkup",
-]
 BAND = "FLOOR(age / 10) * 10"
 YEAR = "DATE_TRUNC('year', visit_date)"
 

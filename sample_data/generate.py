@@ -3,6 +3,10 @@
 Deterministic (fixed seed): 20,000 patients, about 120,000 visits (most patients have a few,
 some have dozens: the heavy tail that contribution bounding is for), and a public table of
 wards. Written as Parquet (private tables) and CSV (public table) beside this script.
+
+Its vocabularies (REGIONS, SEXES, WARDS, DIAGNOSES) are the one definition of the sample's keys:
+the benchmarks and tests that enumerate them import them from here (`from sample_data.generate
+import ...`, run from the repository's root), as sample_data/dpsql.toml declares them.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import numpy as np
 SEED = 20261121
 N_PATIENTS = 20_000
 
+SEXES = ["F", "M", "X"]
 REGIONS = ["North", "South", "East", "West", "Central", "Coast", "Valley", "Highlands", "Lakes", "Islands"]
 WARDS = [
     # name, building, floor, specialty
@@ -52,7 +57,7 @@ def generate(out: Path) -> None:
     rng = np.random.default_rng(SEED)
     pid = np.arange(1, N_PATIENTS + 1)
     age = np.clip(rng.gamma(4.0, 11.0, N_PATIENTS), 0, 104).astype(int)
-    sex = rng.choice(["F", "M", "X"], N_PATIENTS, p=[0.51, 0.48, 0.01])
+    sex = rng.choice(SEXES, N_PATIENTS, p=[0.51, 0.48, 0.01])
     region = rng.choice(REGIONS, N_PATIENTS, p=np.array([14, 12, 11, 11, 16, 8, 7, 6, 9, 6]) / 100)
     insurance = rng.choice(["public", "private", "none", "military"], N_PATIENTS, p=[0.62, 0.28, 0.08, 0.02])
     income = np.round(np.clip(rng.lognormal(10.6, 0.6, N_PATIENTS), 0, 2_000_000), -2)

@@ -22,40 +22,14 @@ from dpsql.sql import rewrite as rewrite_module
 from dpsql.sql.classify import classify
 from dpsql.sql.narrow import NONE, narrowing
 from dpsql.sql.rewrite import declared_domain
+from sample_data.generate import DIAGNOSES, REGIONS
+from sample_data.generate import WARDS as SAMPLE_WARDS
 
 from .conftest import default_events, default_people, make_db, write_policy
 from .test_golden import _pretty
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-DIAGNOSES = [
-    "infection",
-    "injury",
-    "cardiac",
-    "respiratory",
-    "digestive",
-    "neoplasm",
-    "mental",
-    "musculoskeletal",
-    "pregnancy",
-    "skin",
-    "neurological",
-    "checkup",
-]
-WARDS = {  # name: (building, floor, specialty), as in sample_data/wards.csv
-    "Cardiology": ("A", 2, "heart"),
-    "Oncology": ("A", 3, "cancer"),
-    "Neurology": ("A", 4, "brain"),
-    "Orthopaedics": ("B", 1, "bones"),
-    "Paediatrics": ("B", 2, "children"),
-    "Maternity": ("B", 3, "births"),
-    "Emergency": ("C", 0, "acute"),
-    "Intensive Care": ("C", 1, "critical"),
-    "Geriatrics": ("C", 2, "elderly"),
-    "Dermatology": ("D", 1, "skin"),
-    "Psychiatry": ("D", 2, "mental health"),
-    "Radiology": ("D", 0, "imaging"),
-}
-REGIONS = ["North", "South", "East", "West", "Central", "Coast", "Valley", "Highlands", "Lakes", "Islands"]
+WARDS = {name: rest for name, *rest in SAMPLE_WARDS}  # name: [building, floor, specialty], as in wards.csv
 
 
 def _month(y: int, m: int) -> datetime.datetime:
