@@ -75,12 +75,12 @@ class Contents:
                 )
             ],
         )
+        roles = [(OWNER, "dpsql")] + [(20000 + i, u) for i, u in enumerate(sorted(self.policy.users))]
         self._insert(
             "pg_roles",
-            [(OWNER, "dpsql", False, True, False, False, True, False, -1, False, None, "********", None)]
-            + [
-                (20000 + i, u, False, True, False, False, True, False, -1, False, None, "********", None)
-                for i, u in enumerate(sorted(self.policy.users))
+            [
+                (oid, name, False, True, False, False, True, False, -1, False, None, "********", None)
+                for oid, name in roles
             ],
         )
         self._insert(
@@ -89,102 +89,53 @@ class Contents:
         )
         self._insert("pg_am", [(2, "heap", "heap_tableam_handler", "t"), (403, "btree", "bthandler", "i")])
         self._insert("pg_tablespace", [(1663, "pg_default", OWNER), (1664, "pg_global", OWNER)])
-        types = []
-        for oid, name, length, category, array in BASE_TYPES:
-            io = f"{name}_" if name in _UNDERSCORED_IO else name  # ADBC maps types by typreceive's name
-            types.append(
-                (
-                    oid,
-                    name,
-                    PG_CATALOG,
-                    OWNER,
-                    length,
-                    length in (1, 2, 4, 8),
-                    "b",
-                    category,
-                    False,
-                    True,
-                    ",",
-                    0,
-                    _VECTOR_ELEMENTS.get(oid, 0),
-                    array,
-                    f"{io}in",
-                    f"{io}out",
-                    f"{io}recv",
-                    f"{io}send",
-                    0,
-                    -1,
-                    0,
-                    0,
-                    False,
-                    "i",
-                    "p",
-                    None,
-                )
+        types = [
+            _type_row(
+                oid,
+                name,
+                PG_CATALOG,
+                length=length,
+                byval=length in (1, 2, 4, 8),
+                typtype="b",
+                category=category,
+                elem=_VECTOR_ELEMENTS.get(oid, 0),
+                array=array,
+                io=_io_prefix(name),
+                align="i",
+                storage="p",
             )
-        for oid, name, length, category, array in PSEUDO_TYPES:
-            io = f"{name}_" if name in _UNDERSCORED_IO else name
-            types.append(
-                (
-                    oid,
-                    name,
-                    PG_CATALOG,
-                    OWNER,
-                    length,
-                    False,
-                    "p",
-                    category,
-                    False,
-                    True,
-                    ",",
-                    0,
-                    0,
-                    array,
-                    f"{io}in",
-                    f"{io}out",
-                    f"{io}recv",
-                    f"{io}send",
-                    0,
-                    -1,
-                    0,
-                    0,
-                    False,
-                    "d",
-                    "x",
-                    None,
-                )
+            for oid, name, length, category, array in BASE_TYPES
+        ]
+        types += [
+            _type_row(
+                oid,
+                name,
+                PG_CATALOG,
+                length=length,
+                typtype="p",
+                category=category,
+                array=array,
+                io=_io_prefix(name),
+                align="d",
+                storage="x",
             )
-        for oid, name, elem in _ARRAYS:
-            types.append(
-                (
-                    oid,
-                    name,
-                    PG_CATALOG,
-                    OWNER,
-                    -1,
-                    False,
-                    "b",
-                    "A",
-                    False,
-                    True,
-                    ",",
-                    0,
-                    elem,
-                    0,
-                    "array_in",
-                    "array_out",
-                    "array_recv",
-                    "array_send",
-                    0,
-                    -1,
-                    0,
-                    0,
-                    False,
-                    "i",
-                    "x",
-                    None,
-                )
+            for oid, name, length, category, array in PSEUDO_TYPES
+        ]
+        types += [
+            _type_row(
+                oid,
+                name,
+                PG_CATALOG,
+                length=-1,
+                typtype="b",
+                category="A",
+                elem=elem,
+                io="array_",
+                align="i",
+                storage="x",
             )
+            for oid, name, elem in _ARRAYS
+        ]
         rows: dict[str, list[tuple]] = {"pg_type": types}
         for i, (name, table) in enumerate(sorted(self.policy.tables.items())):
             comments = {col: _column_comment(table, col) for col in self.schema.get(name, {})}
@@ -194,26 +145,7 @@ class Contents:
                 rows.setdefault(kind, []).extend(part)
         for kind, part in rows.items():
             self._insert(kind, part)
-        procs = [
-            (
-                FIRST_FUNCTION_OID + i,
-                name,
-                PG_CATALOG,
-                ret,
-                "a" if agg else "f",
-                None,
-                None,
-                None,
-                None,
-                False,
-                None,
-                name,
-                12,
-                agg,
-                False,
-            )
-            for i, (name, ret, agg) in enumerate(_FUNCTIONS)
-        ]
+        procs = [_proc_row(FIRST_FUNCTION_OID + i, name, ret, agg) for i, (name, ret, agg) in enumerate(_FUNCTIONS)]
         self._insert("pg_proc", procs)
         # The types' I/O functions, which drivers join pg_type to (Npgsql: pg_proc.oid = typreceive): only such
         # a join reads them (pg_proc_with_io), so that listings and completions show the functions queries may use.
@@ -222,29 +154,7 @@ class Contents:
         insert_rows(
             con,
             "pgc.io_functions",
-            _full_rows(
-                "pg_proc",
-                [
-                    (
-                        FIRST_IO_FUNCTION_OID + i,
-                        name,
-                        PG_CATALOG,
-                        0,
-                        "f",
-                        None,
-                        None,
-                        None,
-                        None,
-                        False,
-                        None,
-                        name,
-                        12,
-                        False,
-                        False,
-                    )
-                    for i, name in enumerate(io)
-                ],
-            ),
+            _full_rows("pg_proc", [_proc_row(FIRST_IO_FUNCTION_OID + i, name, 0, False) for i, name in enumerate(io)]),
             len(TABLES["pg_proc"]),
         )
         con.execute(
@@ -262,7 +172,7 @@ class Contents:
                     p[1],
                     "FUNCTION",
                     c.TYPE_NAMES.get(p[3], "text"),
-                    next((t[1] for t in BASE_TYPES if t[0] == p[3]), "text"),
+                    _udt_name(p[3]),
                     "EXTERNAL",
                     None,
                     "C",
@@ -284,14 +194,9 @@ class Contents:
         self._insert(
             "pg_get_keywords",
             [
-                (
-                    word,
-                    *categories.get(kind, ("U", "unreserved"))[:1],
-                    True,
-                    categories.get(kind, ("U", "unreserved"))[1],
-                    "can be bare label",
-                )
+                (word, code, True, label, "can be bare label")
                 for word, kind in keywords
+                for code, label in [categories.get(kind, ("U", "unreserved"))]
             ],
         )
         self._insert(
@@ -338,34 +243,18 @@ class Contents:
         space, space_name = (PG_TEMP, PG_TEMP_NAME) if view else (PUBLIC, "public")
         out: dict[str, list[tuple]] = {
             "pg_type": [
-                (
+                _type_row(
                     rowtype,
                     name,
                     space,
-                    OWNER,
-                    -1,
-                    False,
-                    "c",
-                    "C",
-                    False,
-                    True,
-                    ",",
-                    oid,
-                    0,
-                    0,
-                    "record_in",
-                    "record_out",
-                    "record_recv",
-                    "record_send",
-                    0,
-                    -1,
-                    0,
-                    0,
-                    False,
-                    "d",
-                    "x",
-                    None,
-                )
+                    length=-1,
+                    typtype="c",
+                    category="C",
+                    relid=oid,
+                    io="record_",
+                    align="d",
+                    storage="x",
+                ),
             ],
             "pg_class": [
                 (
@@ -466,7 +355,7 @@ class Contents:
                     "data_type": c.TYPE_NAMES.get(typ, "text"),
                     "udt_catalog": self.database,
                     "udt_schema": "pg_catalog",
-                    "udt_name": next((t[1] for t in BASE_TYPES if t[0] == typ), "text"),
+                    "udt_name": _udt_name(typ),
                     "datetime_precision": _DATETIME_PRECISION.get(typ),
                     "dtd_identifier": str(num),
                     "is_self_referencing": "NO",
@@ -480,6 +369,86 @@ class Contents:
 
     def _insert(self, table: str, rows: list[tuple | dict]) -> None:
         insert_rows(self._con, f"pgc.{table}", _full_rows(table, rows), len(TABLES[table]))
+
+
+def _type_row(
+    oid: int,
+    name: str,
+    namespace: int,
+    *,
+    length: int,
+    typtype: str,
+    category: str,
+    io: str,
+    align: str,
+    storage: str,
+    byval: bool = False,
+    relid: int = 0,
+    elem: int = 0,
+    array: int = 0,
+) -> tuple:
+    """A pg_type row, up to typdefault (the columns after it are NULL): its I/O functions are
+    `io` + in, out, recv and send; everything not given is PostgreSQL's default."""
+    return (
+        oid,
+        name,
+        namespace,
+        OWNER,
+        length,
+        byval,
+        typtype,
+        category,
+        False,
+        True,
+        ",",
+        relid,
+        elem,
+        array,
+        f"{io}in",
+        f"{io}out",
+        f"{io}recv",
+        f"{io}send",
+        0,
+        -1,
+        0,
+        0,
+        False,
+        align,
+        storage,
+        None,
+    )
+
+
+def _io_prefix(name: str) -> str:
+    """The prefix of a type's I/O functions' names (ADBC maps types by typreceive's name)."""
+    return f"{name}_" if name in _UNDERSCORED_IO else name
+
+
+def _proc_row(oid: int, name: str, rettype: int, agg: bool) -> tuple:
+    """A pg_proc row, up to proiswindow (the columns after it are NULL): a built-in function
+    (or aggregate) in pg_catalog, its source its name, in language 12 (internal)."""
+    return (
+        oid,
+        name,
+        PG_CATALOG,
+        rettype,
+        "a" if agg else "f",
+        None,
+        None,
+        None,
+        None,
+        False,
+        None,
+        name,
+        12,
+        agg,
+        False,
+    )
+
+
+def _udt_name(oid: int) -> str:
+    """A type's name in pg_type (information_schema's udt_name), text for one it does not list."""
+    return next((t[1] for t in BASE_TYPES if t[0] == oid), "text")
 
 
 def _table_comment(table) -> str:
