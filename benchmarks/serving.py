@@ -31,9 +31,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@contextlib.contextmanager
-def serve(policy: Path, ledger: Path, user: str = "alice", *extra: str) -> Iterator[str]:
-    """Start `dpsql serve` (with `extra` options) on a free port with one analyst; yield a psycopg DSN."""
+def add_user(policy: Path, ledger: Path, user: str) -> None:
+    """`dpsql users add` the analyst `user`, with the benchmarks' password, to `ledger`."""
     subprocess.run(
         [
             sys.executable,
@@ -53,8 +52,12 @@ def serve(policy: Path, ledger: Path, user: str = "alice", *extra: str) -> Itera
         check=True,
         capture_output=True,
     )
-    port = free_port()
-    server = subprocess.Popen(
+
+
+def launch(policy: Path, ledger: Path, port: int, *extra: str) -> subprocess.Popen:
+    """`dpsql serve` (with `extra` options) on 127.0.0.1:`port`, its output discarded; returns at
+    once (see wait_until_up)."""
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -71,14 +74,34 @@ def serve(policy: Path, ledger: Path, user: str = "alice", *extra: str) -> Itera
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    dsn = f"host=127.0.0.1 port={port} dbname=dpsql user={user} password={PASSWORD} sslmode=disable"
+
+
+def dsn_of(port: int, user: str) -> str:
+    """The psycopg DSN of `user` (the benchmarks' password) on the dpsql serve at 127.0.0.1:`port`."""
+    return f"host=127.0.0.1 port={port} dbname=dpsql user={user} password={PASSWORD} sslmode=disable"
+
+
+def wait_until_up(dsn: str, seconds: float = 30.0, pause: float = 0.05) -> None:
+    """Returns once a connection to `dsn` opens; RuntimeError if none has within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            psycopg.connect(dsn, connect_timeout=2).close()
+            return
+        except psycopg.OperationalError:
+            time.sleep(pause)
+    raise RuntimeError("dpsql serve did not start")
+
+
+@contextlib.contextmanager
+def serve(policy: Path, ledger: Path, user: str = "alice", *extra: str) -> Iterator[str]:
+    """Start `dpsql serve` (with `extra` options) on a free port with one analyst; yield a psycopg DSN."""
+    add_user(policy, ledger, user)
+    port = free_port()
+    server = launch(policy, ledger, port, *extra)
     try:
-        for _ in range(200):
-            try:
-                psycopg.connect(dsn).close()
-                break
-            except psycopg.OperationalError:
-                time.sleep(0.05)
+        dsn = dsn_of(port, user)
+        wait_until_up(dsn)
         yield dsn
     finally:
         server.terminate()

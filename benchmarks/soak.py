@@ -32,7 +32,7 @@ from pathlib import Path
 
 import psycopg
 
-from .serving import PASSWORD, free_port, sample_policy
+from .serving import add_user, dsn_of, free_port, launch, sample_policy, wait_until_up
 
 QUERIES = [
     "SELECT sex, COUNT(*), AVG(age) FROM patients GROUP BY sex",
@@ -60,35 +60,9 @@ class Server:
         self.lives: list[list[int]] = []  # RSS samples (kB) of each life
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "dpsql.cli",
-                "serve",
-                "-p",
-                str(self.policy),
-                "--ledger",
-                str(self.ledger),
-                "--port",
-                str(self.port),
-                "--host",
-                "127.0.0.1",
-                "--workers",
-                str(self.workers),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        self.proc = launch(self.policy, self.ledger, self.port, "--host", "127.0.0.1", "--workers", str(self.workers))
         self.lives.append([])
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                psycopg.connect(self.dsn("alice"), connect_timeout=2).close()
-                return
-            except psycopg.OperationalError:
-                time.sleep(0.1)
-        raise RuntimeError("dpsql serve did not start")
+        wait_until_up(self.dsn("alice"), pause=0.1)
 
     def kill(self) -> None:
         if self.proc is not None:
@@ -124,7 +98,7 @@ class Server:
             pass
 
     def dsn(self, user: str) -> str:
-        return f"host=127.0.0.1 port={self.port} dbname=dpsql user={user} password={PASSWORD} sslmode=disable"
+        return dsn_of(self.port, user)
 
 
 def client(
@@ -179,25 +153,7 @@ def main() -> None:
         policy = sample_policy(Path(d))
         ledger = Path(d) / "ledger.sqlite"
         for user in ("alice", "bob"):
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "dpsql.cli",
-                    "users",
-                    "add",
-                    "-p",
-                    str(policy),
-                    "--ledger",
-                    str(ledger),
-                    user,
-                    "--password-stdin",
-                ],
-                input=PASSWORD + "\n",
-                text=True,
-                check=True,
-                capture_output=True,
-            )
+            add_user(policy, ledger, user)
         servers = [Server(policy, ledger, args.workers) for _ in range(args.servers)]
         for s in servers:
             s.start()
