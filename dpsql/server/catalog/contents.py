@@ -89,37 +89,24 @@ class Contents:
         )
         self._insert("pg_am", [(2, "heap", "heap_tableam_handler", "t"), (403, "btree", "bthandler", "i")])
         self._insert("pg_tablespace", [(1663, "pg_default", OWNER), (1664, "pg_global", OWNER)])
+        # base types (by value when their length allows) and pseudo-types, each with PostgreSQL's alignment and storage
         types = [
             _type_row(
                 oid,
                 name,
                 PG_CATALOG,
                 length=length,
-                byval=length in (1, 2, 4, 8),
-                typtype="b",
+                byval=typtype == "b" and length in (1, 2, 4, 8),
+                typtype=typtype,
                 category=category,
                 elem=_VECTOR_ELEMENTS.get(oid, 0),
                 array=array,
                 io=_io_prefix(name),
-                align="i",
-                storage="p",
+                align=align,
+                storage=storage,
             )
-            for oid, name, length, category, array in BASE_TYPES
-        ]
-        types += [
-            _type_row(
-                oid,
-                name,
-                PG_CATALOG,
-                length=length,
-                typtype="p",
-                category=category,
-                array=array,
-                io=_io_prefix(name),
-                align="d",
-                storage="x",
-            )
-            for oid, name, length, category, array in PSEUDO_TYPES
+            for typtype, align, storage, listed in (("b", "i", "p", BASE_TYPES), ("p", "d", "x", PSEUDO_TYPES))
+            for oid, name, length, category, array in listed
         ]
         types += [
             _type_row(
