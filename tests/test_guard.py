@@ -152,3 +152,41 @@ def test_a_gaussian_pair_its_noise_does_not_cover_is_refused(session):
     cost = Cost.of(parts)
     with pytest.raises(ReleaseRefused, match="charged less"):
         check(plan, dataclasses.replace(shrunk, cost=cost), rs, dataclasses.replace(charge, cost=cost), session.policy)
+
+
+def test_partition_selection_laxer_than_its_share_is_refused(session):
+    """Odds for a larger epsilon or delta than the selection's share, odds edited after their
+    check, or a Laplace fallback below g/epsilon or its threshold: each refused."""
+    from dpsql.guarantee.selection import release_odds
+
+    plan, cal, rs, charge = _parts(session, "SELECT city, COUNT(*) FROM people GROUP BY city")
+    sel = cal.selection
+    assert sel is not None and sel.odds is not None
+    check(plan, cal, rs, charge, session.policy)
+
+    def with_selection(**changes):
+        return dataclasses.replace(cal, selection=dataclasses.replace(sel, **changes))
+
+    g = plan.groups_per_unit(plan.literal_domain_size())
+    lax = release_odds(2 * sel.epsilon / g, sel.delta / g)
+    with pytest.raises(ReleaseRefused, match="laxer"):
+        check(plan, with_selection(odds=lax, threshold=lax.certain), rs, charge, session.policy)
+    lax = release_odds(sel.epsilon / g, 2 * sel.delta / g)
+    with pytest.raises(ReleaseRefused, match="laxer"):
+        check(plan, with_selection(odds=lax, threshold=lax.certain), rs, charge, session.policy)
+    flips = list(sel.odds.flips)
+    flips[1] *= 1.5  # a two-unit group released half as often again
+    edited = dataclasses.replace(sel.odds, flips=tuple(flips))
+    with pytest.raises(ReleaseRefused, match="exact privacy check"):
+        check(plan, with_selection(odds=edited), rs, charge, session.policy)
+    with pytest.raises(ReleaseRefused, match="laxer"):
+        check(plan, with_selection(threshold=sel.threshold - 1), rs, charge, session.policy)
+    scale = float(g / sel.epsilon)
+    from dpsql.guarantee.mechanisms import selection_threshold
+
+    tau = selection_threshold(scale, sel.delta / g)
+    check(plan, with_selection(odds=None, noise=Noise("laplace", scale), threshold=tau), rs, charge, session.policy)
+    with pytest.raises(ReleaseRefused, match="scale"):
+        check(plan, with_selection(odds=None, noise=Noise("laplace", scale / 2), threshold=tau), rs, charge, session.policy)
+    with pytest.raises(ReleaseRefused, match="threshold"):
+        check(plan, with_selection(odds=None, noise=Noise("laplace", scale), threshold=tau - 1), rs, charge, session.policy)

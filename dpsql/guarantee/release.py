@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import numpy
+
 from ..config import Policy
 from ..engines.base import ResultSet
 from ..ledger import Charge
@@ -62,20 +64,22 @@ def release(
     once the release guard has checked the result against it (no noise is drawn before)."""
     guard.check(plan, cal, rs, charge, policy)
     n_keys = len(plan.keys)
-    rows = list(zip(*rs.columns)) if rs.columns and rs.row_count else []
+    columns: Sequence[Sequence[Any]] = rs.columns
     sel = cal.selection
-    if sel is not None and rows:
+    if sel is not None and rs.row_count:
         # Partition selection first: a group is kept by its odds (selection.py) or when its noisy
         # unit count clears the threshold. Measures' noise is independent of it, so drawing it
         # for the kept groups only is the same release, without the noise of the dropped ones.
-        units = rs.columns[n_keys]
+        units = columns[n_keys]
         if sel.odds is not None:
             kept = select(units, sel.odds)
         else:
-            kept = [u >= sel.threshold for u in add_noise(units, sel.noise)]
-        if len(kept) != len(rows):
-            raise guard.ReleaseRefused(f"{len(kept)} selection decisions for {len(rows)} groups")
-        rows = [r for r, k in zip(rows, kept) if k]
+            kept = numpy.array([u >= sel.threshold for u in add_noise(units, sel.noise)], dtype=bool)
+        if len(kept) != rs.row_count:
+            raise guard.ReleaseRefused(f"{len(kept)} selection decisions for {rs.row_count} groups")
+        chosen = numpy.flatnonzero(kept).tolist()
+        columns = [[col[i] for i in chosen] for col in columns]
+    rows = list(zip(*columns)) if columns and len(columns[0]) else []
     _sort_by_keys(rows, n_keys)
     columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in rs.names]
     key_cols = columns[:n_keys]

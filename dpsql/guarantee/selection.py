@@ -172,7 +172,7 @@ def release_odds(epsilon: Fraction, delta: Fraction) -> ReleaseOdds | None:
     return odds
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=ODDS_LIMIT)
 def _flipper(p: float) -> dp.Measurement:
     return dp.m.make_randomized_response_bitvec(
         dp.bitvector_domain(max_weight=_MAX_WEIGHT), dp.discrete_distance(), f=2 * p
