@@ -11,8 +11,9 @@ import pytest
 from dpsql.accounting.cost import Cost
 from dpsql.engines.base import ResultSet
 from dpsql.guarantee.guard import ReleaseRefused, check
-from dpsql.guarantee.mechanisms import Noise
+from dpsql.guarantee.mechanisms import Noise, laplace_scale, selection_threshold
 from dpsql.guarantee.release import release
+from dpsql.guarantee.selection import release_odds
 from dpsql.session import answer_cache
 from dpsql.sql.classify import classify
 
@@ -157,8 +158,6 @@ def test_a_gaussian_pair_its_noise_does_not_cover_is_refused(session):
 def test_partition_selection_laxer_than_its_share_is_refused(session):
     """Odds for a larger epsilon or delta than the selection's share, odds edited after their
     check, or a Laplace fallback below g/epsilon or its threshold: each refused."""
-    from dpsql.guarantee.selection import release_odds
-
     plan, cal, rs, charge = _parts(session, "SELECT city, COUNT(*) FROM people GROUP BY city")
     sel = cal.selection
     assert sel is not None and sel.odds is not None
@@ -181,12 +180,14 @@ def test_partition_selection_laxer_than_its_share_is_refused(session):
         check(plan, with_selection(odds=edited), rs, charge, session.policy)
     with pytest.raises(ReleaseRefused, match="laxer"):
         check(plan, with_selection(threshold=sel.threshold - 1), rs, charge, session.policy)
-    scale = float(g / sel.epsilon)
-    from dpsql.guarantee.mechanisms import selection_threshold
-
+    scale = laplace_scale(g, sel.epsilon)
     tau = selection_threshold(scale, sel.delta / g)
-    check(plan, with_selection(odds=None, noise=Noise("laplace", scale), threshold=tau), rs, charge, session.policy)
+
+    def laplace(b, threshold):
+        return with_selection(odds=None, noise=Noise("laplace", b), threshold=threshold)
+
+    check(plan, laplace(scale, tau), rs, charge, session.policy)
     with pytest.raises(ReleaseRefused, match="scale"):
-        check(plan, with_selection(odds=None, noise=Noise("laplace", scale / 2), threshold=tau), rs, charge, session.policy)
+        check(plan, laplace(scale / 2, tau), rs, charge, session.policy)
     with pytest.raises(ReleaseRefused, match="threshold"):
-        check(plan, with_selection(odds=None, noise=Noise("laplace", scale), threshold=tau - 1), rs, charge, session.policy)
+        check(plan, laplace(scale, tau - 1), rs, charge, session.policy)

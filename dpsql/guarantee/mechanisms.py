@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 import numpy
 import opendp.prelude as dp
@@ -24,6 +24,7 @@ import opendp.prelude as dp
 from ..accounting.zcdp import rho_from_epsilon
 
 dp.enable_features("contrib")
+T = TypeVar("T")
 
 MAX_SCALE = float(2**52)
 # OpenDP draws 60,000-100,000 exact discrete Laplace values a second on one core and releases the
@@ -142,15 +143,20 @@ def sample(noise: Noise, n: int) -> list[int]:
     return drawn[:n]
 
 
+def in_parts(draw: Callable[[int], T], n: int) -> list[T]:
+    """draw(k) for sizes k summing to n, in order: one part, or one per core (each at least
+    PARALLEL_DRAWS) drawn at once, as OpenDP releases the GIL while it draws."""
+    parts = min(_CORES, n // PARALLEL_DRAWS)
+    if parts <= 1:
+        return [draw(n)]
+    return list(_DRAWERS.map(draw, [n // parts + (i < n % parts) for i in range(parts)]))
+
+
 def _draw(noise: Noise, n: int) -> list[int]:
     # A zero vector as a NumPy array: OpenDP takes it without a per-element check (a third of
     # the time for 100,000 draws); the draws themselves are OpenDP's, from the OS's source.
     sampler = _sampler(noise.kind, noise.scale)
-    parts = min(_CORES, n // PARALLEL_DRAWS)
-    if parts <= 1:
-        return list(sampler(numpy.zeros(n, dtype=numpy.int64)))
-    sizes = [n // parts + (i < n % parts) for i in range(parts)]
-    drawn = _DRAWERS.map(lambda k: sampler(numpy.zeros(k, dtype=numpy.int64)), sizes)
+    drawn = in_parts(lambda k: sampler(numpy.zeros(k, dtype=numpy.int64)), n)
     return [d for part in drawn for d in part]
 
 

@@ -32,7 +32,7 @@ from typing import Sequence
 import numpy
 import opendp.prelude as dp
 
-from .mechanisms import PARALLEL_DRAWS, _CORES, _DRAWERS
+from .mechanisms import in_parts
 
 dp.enable_features("contrib")
 
@@ -183,8 +183,6 @@ def _bits(p: float, one: bool, n: int) -> numpy.ndarray:
     """n independent bits, each 1 with probability 1 - p (one) or p (not one), from OpenDP."""
     flipper = _flipper(p)
     fill = b"\xff" if one else b"\x00"
-    parts = min(_CORES, n // PARALLEL_DRAWS)
-    sizes = [n // parts + (i < n % parts) for i in range(parts)] if parts > 1 else [n]
 
     def draw(k: int) -> numpy.ndarray:
         out = numpy.frombuffer(flipper(fill * ((k + 7) // 8)), dtype=numpy.uint8)
@@ -193,8 +191,7 @@ def _bits(p: float, one: bool, n: int) -> numpy.ndarray:
             raise RuntimeError(f"OpenDP returned {len(bits)} bits for {k}")
         return bits[:k]
 
-    drawn = list(_DRAWERS.map(draw, sizes)) if len(sizes) > 1 else [draw(n)]
-    return numpy.concatenate(drawn).astype(bool)
+    return numpy.concatenate(in_parts(draw, n)).astype(bool)
 
 
 def select(units: Sequence[int], odds: ReleaseOdds) -> numpy.ndarray:

@@ -215,7 +215,10 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
                 f"{sel['even']} units, always from {sel['threshold']}"
             )
         else:
-            rule = f"a group is shown when its noisy unit count (laplace scale {sel['scale']:.6g}) reaches {sel['threshold']}"
+            rule = (
+                f"a group is shown when its noisy unit count (laplace scale {sel['scale']:.6g}) "
+                f"reaches {sel['threshold']}"
+            )
         lines.append(f"partition selection: {rule}; epsilon={sel['epsilon']:g} delta={sel['delta']:g}")
     lines.append("rewritten query:")
     lines.extend(info["sql"].splitlines())
