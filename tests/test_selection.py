@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from fractions import Fraction
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -131,3 +132,38 @@ def test_released_keys_carry_their_own_counts(tmp_path):
     conn.close()
     assert all(truth[k] == 30 for k in released)  # keys and counts aligned; no one-unit group
     assert len(released) == 40
+
+
+def test_explain_and_console_describe_the_odds_and_the_fallback(tmp_path):
+    """EXPLAIN states the odds (even from, certain from) or, at an epsilon per group too small for
+    them, the Laplace threshold; the console's page says the same in words."""
+    from jinja2 import Environment, FileSystemLoader
+
+    from dpsql.console import charts
+    from dpsql.sql.classify import classify
+
+    db = tmp_path / "k.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE t AS SELECT range AS pid, 'k' || CAST(range % 7 AS VARCHAR) AS key FROM range(100)")
+    con.close()
+    policy = tmp_path / "p.toml"
+    policy.write_text(
+        f'[engine]\ndatabase = "{db.name}"\n[privacy]\nepsilon = 100\ndelta = 1e-5\nbounds = "policy"\n'
+        '[tables.t]\nprivacy_unit = "pid"\n[users.a]\n'
+    )
+    conn = dpsql.connect(policy, user="a", ledger=tmp_path / "l.sqlite")
+    cur = conn.cursor()
+    infos = []
+    for eps, expected in (("1", "even from 30 units, always from 60"), ("0.0001", "noisy unit count (laplace scale")):
+        cur.execute(f"SET dpsql.epsilon = {eps}")
+        cur.execute("EXPLAIN SELECT key, COUNT(*) FROM t GROUP BY key")
+        text = "\n".join(str(r[0]) for r in cur.fetchall())
+        assert expected in text, text
+        infos.append(conn.session.explain_plan(classify("SELECT key, COUNT(*) FROM t GROUP BY key").tree))
+    conn.close()
+    env = Environment(loader=FileSystemLoader(Path(dpsql.__file__).parent / "console" / "templates"))
+    env.filters["number"] = charts.number
+    template = env.get_template("explain_info.html")
+    odds, laplace = (template.render(info=info) for info in infos)
+    assert "even from 30, certain from 60" in odds
+    assert "only when their noisy count of people reaches" in laplace
