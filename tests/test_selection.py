@@ -104,6 +104,24 @@ def test_selection_draws_each_uncertain_group_at_its_probability():
         assert abs(part.mean() - p) <= t, (part.mean(), p)
 
 
+def test_groups_asked_a_few_at_a_time_are_drawn_at_their_probability():
+    """Small requests come from a pool of OpenDP bits: 30,000 requests of one to three groups of
+    a count near even odds and one near 1e-12 (never pooled into each other): the rates are
+    within Hoeffding's bound at 1e-7, and the rare count is never released (3e-8)."""
+    odds = release_odds(Fraction(1, 2), Fraction(1, 10**12))
+    c = odds.even
+    p = float(odds.probability(c))
+    low, _ = _low_and_high(odds, Fraction(1, 10**12))
+    kept = []
+    for _ in range(10_000):
+        for k in (1, 2, 3):
+            out = select([low] + [c] * k, odds)
+            assert not out[0]
+            kept.extend(out[1:].tolist())
+    t = math.sqrt(math.log(2e7) / (2 * len(kept)))
+    assert abs(np.mean(kept) - p) <= t
+
+
 def test_released_keys_carry_their_own_counts(tmp_path):
     """End to end on DuckDB: groups from 1 unit to well past `certain`, shuffled in the table;
     every group with at least `certain` units is released with its own count (noise at this

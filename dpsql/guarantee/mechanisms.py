@@ -37,8 +37,8 @@ _DRAWERS = ThreadPoolExecutor(max_workers=_CORES, thread_name_prefix="dpsql-nois
 # scale seen before, small requests are served from a pool of iid draws made POOL_BATCH at a
 # time: consuming an iid sequence in order is still iid, and the draws are still OpenDP's.
 POOL_BATCH = 64
-_POOLS: OrderedDict[tuple[str, float], list[int]] = OrderedDict()
-_SEEN: OrderedDict[tuple[str, float], None] = OrderedDict()
+_POOLS: OrderedDict[tuple[object, ...], list] = OrderedDict()
+_SEEN: OrderedDict[tuple[object, ...], None] = OrderedDict()
 _POOL_LOCK = threading.Lock()
 _POOLS_KEPT = 256
 
@@ -118,9 +118,14 @@ def sample(noise: Noise, n: int) -> list[int]:
         return [0] * n
     if noise.scale > MAX_SCALE:
         raise ValueError("noise scale too large for 64-bit sampling")
+    return pooled((noise.kind, noise.scale), n, lambda k: _draw(noise, k))
+
+
+def pooled(key: tuple[object, ...], n: int, draw: Callable[[int], list[T]]) -> list[T]:
+    """n of `draw`'s iid values: fresh for a large request or a key used once, else from the
+    key's pool (refilled with POOL_BATCH more than a request needs), each value used once."""
     if n >= POOL_BATCH:
-        return _draw(noise, n)
-    key = (noise.kind, noise.scale)
+        return draw(n)
     with _POOL_LOCK:
         pool = _POOLS.get(key)
         if pool is not None and len(pool) >= n:
@@ -132,9 +137,9 @@ def sample(noise: Noise, n: int) -> list[int]:
         _SEEN[key] = None
         if len(_SEEN) > 4 * _POOLS_KEPT:
             _SEEN.popitem(last=False)
-    if not seen:  # a scale used once draws only what it needs
-        return _draw(noise, n)
-    drawn = _draw(noise, n + POOL_BATCH)
+    if not seen:  # a key used once draws only what it needs
+        return draw(n)
+    drawn = draw(n + POOL_BATCH)
     with _POOL_LOCK:
         _POOLS.setdefault(key, []).extend(drawn[n:])
         _POOLS.move_to_end(key)

@@ -32,7 +32,7 @@ from typing import Sequence
 import numpy
 import opendp.prelude as dp
 
-from .mechanisms import in_parts
+from .mechanisms import POOL_BATCH, in_parts, pooled
 
 dp.enable_features("contrib")
 
@@ -180,7 +180,8 @@ def _flipper(p: float) -> dp.Measurement:
 
 
 def _bits(p: float, one: bool, n: int) -> numpy.ndarray:
-    """n independent bits, each 1 with probability 1 - p (one) or p (not one), from OpenDP."""
+    """n independent bits, each 1 with probability 1 - p (one) or p (not one), from OpenDP; a
+    few at a time from a pool of such bits (mechanisms.pooled): one call costs ~0.1 ms."""
     flipper = _flipper(p)
     fill = b"\xff" if one else b"\x00"
 
@@ -191,7 +192,12 @@ def _bits(p: float, one: bool, n: int) -> numpy.ndarray:
             raise RuntimeError(f"OpenDP returned {len(bits)} bits for {k}")
         return bits[:k]
 
-    return numpy.concatenate(in_parts(draw, n)).astype(bool)
+    def fresh(k: int) -> numpy.ndarray:
+        return numpy.concatenate(in_parts(draw, k)).astype(bool)
+
+    if n >= POOL_BATCH:
+        return fresh(n)
+    return numpy.array(pooled(("bits", p, one), n, lambda k: fresh(k).tolist()), dtype=bool)
 
 
 def select(units: Sequence[int], odds: ReleaseOdds) -> numpy.ndarray:
