@@ -32,7 +32,7 @@ import duckdb
 import dpsql
 from dpsql import postprocess
 from dpsql.engines.duckdb import DuckDBEngine
-from dpsql.guarantee import mechanisms
+from dpsql.guarantee import mechanisms, selection
 from dpsql.ledger import Ledger, PendingCharge
 from dpsql.postprocess import PostProcessor
 
@@ -123,6 +123,7 @@ def instrumented(clock: Clock) -> Iterator[None]:
     ]
     patches.append((postprocess, "insert_rows", "engine"))
     patches.append((mechanisms, "sample", "noise"))  # the noisy table's rows into the scratch DuckDB
+    patches.append((selection, "_bits", "noise"))  # partition selection's bits
     saved = [(cls, name, getattr(cls, name)) for cls, name, _ in patches]
     scratch = PostProcessor._scratch
     for cls, name, kind in patches:

@@ -11,8 +11,9 @@ import pytest
 from dpsql.accounting.cost import Cost
 from dpsql.engines.base import ResultSet
 from dpsql.guarantee.guard import ReleaseRefused, check
-from dpsql.guarantee.mechanisms import Noise
+from dpsql.guarantee.mechanisms import Noise, laplace_scale, selection_threshold
 from dpsql.guarantee.release import release
+from dpsql.guarantee.selection import release_odds
 from dpsql.session import answer_cache
 from dpsql.sql.classify import classify
 
@@ -152,3 +153,41 @@ def test_a_gaussian_pair_its_noise_does_not_cover_is_refused(session):
     cost = Cost.of(parts)
     with pytest.raises(ReleaseRefused, match="charged less"):
         check(plan, dataclasses.replace(shrunk, cost=cost), rs, dataclasses.replace(charge, cost=cost), session.policy)
+
+
+def test_partition_selection_laxer_than_its_share_is_refused(session):
+    """Odds for a larger epsilon or delta than the selection's share, odds edited after their
+    check, or a Laplace fallback below g/epsilon or its threshold: each refused."""
+    plan, cal, rs, charge = _parts(session, "SELECT city, COUNT(*) FROM people GROUP BY city")
+    sel = cal.selection
+    assert sel is not None and sel.odds is not None
+    check(plan, cal, rs, charge, session.policy)
+
+    def with_selection(**changes):
+        return dataclasses.replace(cal, selection=dataclasses.replace(sel, **changes))
+
+    g = plan.groups_per_unit(plan.literal_domain_size())
+    lax = release_odds(2 * sel.epsilon / g, sel.delta / g)
+    with pytest.raises(ReleaseRefused, match="laxer"):
+        check(plan, with_selection(odds=lax, threshold=lax.certain), rs, charge, session.policy)
+    lax = release_odds(sel.epsilon / g, 2 * sel.delta / g)
+    with pytest.raises(ReleaseRefused, match="laxer"):
+        check(plan, with_selection(odds=lax, threshold=lax.certain), rs, charge, session.policy)
+    flips = list(sel.odds.flips)
+    flips[1] *= 1.5  # a two-unit group released half as often again
+    edited = dataclasses.replace(sel.odds, flips=tuple(flips))
+    with pytest.raises(ReleaseRefused, match="exact privacy check"):
+        check(plan, with_selection(odds=edited), rs, charge, session.policy)
+    with pytest.raises(ReleaseRefused, match="laxer"):
+        check(plan, with_selection(threshold=sel.threshold - 1), rs, charge, session.policy)
+    scale = laplace_scale(g, sel.epsilon)
+    tau = selection_threshold(scale, sel.delta / g)
+
+    def laplace(b, threshold):
+        return with_selection(odds=None, noise=Noise("laplace", b), threshold=threshold)
+
+    check(plan, laplace(scale, tau), rs, charge, session.policy)
+    with pytest.raises(ReleaseRefused, match="scale"):
+        check(plan, laplace(scale / 2, tau), rs, charge, session.policy)
+    with pytest.raises(ReleaseRefused, match="threshold"):
+        check(plan, laplace(scale, tau - 1), rs, charge, session.policy)

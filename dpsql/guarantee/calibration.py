@@ -1,4 +1,4 @@
-"""From a plan and a query budget to noise scales, a selection threshold and a cost (pure).
+"""From a plan and a query budget to noise scales, partition selection's odds and a cost (pure).
 
 The query's ε (and δ) is split across its measures, equally unless the analyst weights the
 select items, plus a share for partition selection when group keys have no declared domain.
@@ -21,6 +21,7 @@ from ..accounting.gaussian_curve import sigma_for
 from ..errors import ProgrammingError, invalid_parameter
 from .mechanisms import MAX_SCALE, Noise, gaussian_sigma, laplace_scale, rho_for, selection_threshold
 from .plan import Estimate, Plan
+from .selection import ReleaseOdds, release_odds
 
 
 @dataclass(frozen=True)
@@ -34,10 +35,17 @@ class MeasureNoise:
 
 @dataclass(frozen=True)
 class Selection:
+    """Partition selection at (epsilon, delta) for the whole query. With `odds` (the usual
+    case, selection.py) a group is released with a probability that grows with its unit count,
+    always from `threshold` units on, and `noise` is unused (scale 0); without (an epsilon per
+    group too small for a table of odds), when its unit count plus discrete Laplace `noise`
+    reaches `threshold`."""
+
     noise: Noise
     threshold: int
     epsilon: Fraction
     delta: Fraction
+    odds: ReleaseOdds | None = None
 
 
 @dataclass(frozen=True)
@@ -106,16 +114,20 @@ def calibrate(
         sel_eps = epsilon / whole
         sel_delta = delta if mechanism == "laplace" else delta / 2
         scale = laplace_scale(groups, sel_eps)
-        if not math.isfinite(scale) or scale > MAX_SCALE:
+        odds = release_odds(sel_eps / groups, sel_delta / groups)
+        if odds is not None:
+            selection = Selection(Noise("laplace", 0.0), odds.certain, sel_eps, sel_delta, odds)
+        elif not math.isfinite(scale) or scale > MAX_SCALE:
             raise ProgrammingError(
                 f"grouping by {', '.join(k.name for k in plan.keys if not k.declared)}: the noise partition selection "
                 f"needs at this epsilon (scale {scale:.3g}) is too large to be useful",
                 sqlstate="22003",
                 hint="raise epsilon (SET dpsql.epsilon = 0.1), or declare the keys in the policy; nothing was charged",
             )
-        selection = Selection(
-            Noise("laplace", scale), selection_threshold(scale, sel_delta / groups), sel_eps, sel_delta
-        )
+        else:
+            selection = Selection(
+                Noise("laplace", scale), selection_threshold(scale, sel_delta / groups), sel_eps, sel_delta
+            )
         parts.append(Part("selection", sel_eps, sel_delta, rho=sel_eps * sel_eps / 2, noise_multiplier=scale / groups))
         delta_used += sel_delta
     measures = []

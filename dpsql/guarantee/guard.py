@@ -14,7 +14,10 @@ released. It checks that
   sensitivity^2 / (2 sigma^2) <= rho (Gaussian) for its share, the shares summing to at most
   the charged cost; a PLD-planned measure's scale is at least the charged multiplier times its
   sensitivity; a Gaussian part's (ε, δ) follows from its ρ by the zCDP conversion, or from
-  its one measure's σ by the discrete Gaussian's exact curve.
+  its one measure's σ by the discrete Gaussian's exact curve;
+- partition selection's odds pass their exact (ε/g, δ/g)-per-group check for the plan's g
+  groups per unit (or its Laplace scale is at least g/ε and its threshold keeps a one-unit
+  group's release within δ/g), at the ε and δ its share was charged.
 A refusal releases nothing; the charge stays (it was recorded, and the failure may depend on data).
 """
 
@@ -33,8 +36,9 @@ from ..engines.base import ResultSet
 from ..errors import InternalError
 from ..ledger import Charge
 from .calibration import Calibration, one_coordinate
-from .mechanisms import Noise, rho_for
+from .mechanisms import Noise, rho_for, selection_threshold
 from .plan import Plan
+from .selection import odds_private
 
 
 class ReleaseRefused(InternalError):
@@ -54,6 +58,7 @@ def check(plan: Plan, cal: Calibration, rs: ResultSet, charge: Charge, policy: P
     _unique_keys(plan, rs)
     _limits(plan, policy)
     _scales(plan, cal, charge.cost)
+    _selection(plan, cal, charge.cost)
 
 
 @dataclass(frozen=True)
@@ -221,3 +226,27 @@ def _gaussian_pairs(cal: Calibration, cost: Cost) -> None:
             continue
         if m is None or discrete_gaussian_delta(float(p.epsilon), m.noise.scale, m.l1) > float(p.delta):
             raise ReleaseRefused("a Gaussian part charged less (epsilon, delta) than its noise allows")
+
+
+def _selection(plan: Plan, cal: Calibration, cost: Cost) -> None:
+    """Partition selection is what its (ε, δ) share pays for, at the plan's groups per unit."""
+    sel = cal.selection
+    if sel is None:
+        return
+    if sel.epsilon <= 0 or sel.delta <= 0:
+        raise ReleaseRefused("partition selection without a positive (epsilon, delta)")
+    if not any(p.kind == "sampled" for p in cost.parts) and sel.delta > cost.delta:
+        raise ReleaseRefused("partition selection's delta exceeds the charged delta")
+    g = plan.groups_per_unit(plan.literal_domain_size())
+    if sel.odds is not None:
+        odds = sel.odds
+        if odds.epsilon * g > sel.epsilon or odds.delta * g > sel.delta or sel.threshold != odds.certain:
+            raise ReleaseRefused("partition selection's odds are laxer than its share for the groups per unit")
+        if not odds_private(odds):
+            raise ReleaseRefused("partition selection's odds fail their exact privacy check")
+        return
+    scale = sel.noise.scale
+    if sel.noise.kind != "laplace" or not math.isfinite(scale) or Fraction(scale) < Fraction(g) / sel.epsilon:
+        raise ReleaseRefused("partition selection's Laplace scale is below groups per unit / epsilon")
+    if sel.threshold < selection_threshold(scale, sel.delta / g):
+        raise ReleaseRefused("partition selection's threshold is below what its delta allows")

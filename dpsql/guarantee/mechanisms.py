@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 import numpy
 import opendp.prelude as dp
@@ -24,6 +24,7 @@ import opendp.prelude as dp
 from ..accounting.zcdp import rho_from_epsilon
 
 dp.enable_features("contrib")
+T = TypeVar("T")
 
 MAX_SCALE = float(2**52)
 # OpenDP draws 60,000-100,000 exact discrete Laplace values a second on one core and releases the
@@ -36,8 +37,8 @@ _DRAWERS = ThreadPoolExecutor(max_workers=_CORES, thread_name_prefix="dpsql-nois
 # scale seen before, small requests are served from a pool of iid draws made POOL_BATCH at a
 # time: consuming an iid sequence in order is still iid, and the draws are still OpenDP's.
 POOL_BATCH = 64
-_POOLS: OrderedDict[tuple[str, float], list[int]] = OrderedDict()
-_SEEN: OrderedDict[tuple[str, float], None] = OrderedDict()
+_POOLS: OrderedDict[tuple[object, ...], list] = OrderedDict()
+_SEEN: OrderedDict[tuple[object, ...], None] = OrderedDict()
 _POOL_LOCK = threading.Lock()
 _POOLS_KEPT = 256
 
@@ -117,9 +118,14 @@ def sample(noise: Noise, n: int) -> list[int]:
         return [0] * n
     if noise.scale > MAX_SCALE:
         raise ValueError("noise scale too large for 64-bit sampling")
+    return pooled((noise.kind, noise.scale), n, lambda k: _draw(noise, k))
+
+
+def pooled(key: tuple[object, ...], n: int, draw: Callable[[int], list[T]]) -> list[T]:
+    """n of `draw`'s iid values: fresh for a large request or a key used once, else from the
+    key's pool (refilled with POOL_BATCH more than a request needs), each value used once."""
     if n >= POOL_BATCH:
-        return _draw(noise, n)
-    key = (noise.kind, noise.scale)
+        return draw(n)
     with _POOL_LOCK:
         pool = _POOLS.get(key)
         if pool is not None and len(pool) >= n:
@@ -131,9 +137,9 @@ def sample(noise: Noise, n: int) -> list[int]:
         _SEEN[key] = None
         if len(_SEEN) > 4 * _POOLS_KEPT:
             _SEEN.popitem(last=False)
-    if not seen:  # a scale used once draws only what it needs
-        return _draw(noise, n)
-    drawn = _draw(noise, n + POOL_BATCH)
+    if not seen:  # a key used once draws only what it needs
+        return draw(n)
+    drawn = draw(n + POOL_BATCH)
     with _POOL_LOCK:
         _POOLS.setdefault(key, []).extend(drawn[n:])
         _POOLS.move_to_end(key)
@@ -142,15 +148,20 @@ def sample(noise: Noise, n: int) -> list[int]:
     return drawn[:n]
 
 
+def in_parts(draw: Callable[[int], T], n: int) -> list[T]:
+    """draw(k) for sizes k summing to n, in order: one part, or one per core (each at least
+    PARALLEL_DRAWS) drawn at once, as OpenDP releases the GIL while it draws."""
+    parts = min(_CORES, n // PARALLEL_DRAWS)
+    if parts <= 1:
+        return [draw(n)]
+    return list(_DRAWERS.map(draw, [n // parts + (i < n % parts) for i in range(parts)]))
+
+
 def _draw(noise: Noise, n: int) -> list[int]:
     # A zero vector as a NumPy array: OpenDP takes it without a per-element check (a third of
     # the time for 100,000 draws); the draws themselves are OpenDP's, from the OS's source.
     sampler = _sampler(noise.kind, noise.scale)
-    parts = min(_CORES, n // PARALLEL_DRAWS)
-    if parts <= 1:
-        return list(sampler(numpy.zeros(n, dtype=numpy.int64)))
-    sizes = [n // parts + (i < n % parts) for i in range(parts)]
-    drawn = _DRAWERS.map(lambda k: sampler(numpy.zeros(k, dtype=numpy.int64)), sizes)
+    drawn = in_parts(lambda k: sampler(numpy.zeros(k, dtype=numpy.int64)), n)
     return [d for part in drawn for d in part]
 
 

@@ -1,9 +1,9 @@
 """Turn the bounded query's exact per-group values into released, noisy estimates.
 
-Order of operations matters for privacy: partition selection keeps groups whose noisy unit
-count clears the threshold, rows are sorted by their (public, or selected) key values so that
-the engine's internal row order, which may depend on data, never shows, and every kept group's
-measures are noised.
+Order of operations matters for privacy: partition selection keeps groups by their unit
+counts' release odds (or their noisy unit counts against a threshold), rows are sorted by their
+(public, or selected) key values so that the engine's internal row order, which may depend on
+data, never shows, and every kept group's measures are noised.
 Everything after the noise (estimates, clamping counts at 0, intervals) is post-processing.
 """
 
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Sequence
+
+import numpy
 
 from ..config import Policy
 from ..engines.base import ResultSet
@@ -21,6 +23,7 @@ from .families import family
 from .measures import Histogram
 from .mechanisms import add_noise
 from .plan import Plan
+from .selection import select
 
 
 @dataclass
@@ -61,13 +64,22 @@ def release(
     once the release guard has checked the result against it (no noise is drawn before)."""
     guard.check(plan, cal, rs, charge, policy)
     n_keys = len(plan.keys)
-    rows = list(zip(*rs.columns)) if rs.columns and rs.row_count else []
-    if cal.selection is not None:
-        # Partition selection first: a group is kept when its noisy unit count clears the
-        # threshold. Measures' noise is independent of it, so drawing it for the kept groups
-        # only is the same release, without the noise of the many groups that are dropped.
-        noisy_units = add_noise([r[n_keys] for r in rows], cal.selection.noise)
-        rows = [r for r, u in zip(rows, noisy_units) if u >= cal.selection.threshold]
+    columns: Sequence[Sequence[Any]] = rs.columns
+    sel = cal.selection
+    if sel is not None and rs.row_count:
+        # Partition selection first: a group is kept by its odds (selection.py) or when its noisy
+        # unit count clears the threshold. Measures' noise is independent of it, so drawing it
+        # for the kept groups only is the same release, without the noise of the dropped ones.
+        units = columns[n_keys]
+        if sel.odds is not None:
+            kept = select(units, sel.odds)
+        else:
+            kept = numpy.array([u >= sel.threshold for u in add_noise(units, sel.noise)], dtype=bool)
+        if len(kept) != rs.row_count:
+            raise guard.ReleaseRefused(f"{len(kept)} selection decisions for {rs.row_count} groups")
+        chosen = numpy.flatnonzero(kept).tolist()
+        columns = [[col[i] for i in chosen] for col in columns]
+    rows = list(zip(*columns)) if columns and len(columns[0]) else []
     _sort_by_keys(rows, n_keys)
     columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in rs.names]
     key_cols = columns[:n_keys]

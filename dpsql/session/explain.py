@@ -69,7 +69,8 @@ def explain_plan(session: Session, tree: exp.Query, options: QueryOptions | None
         if cal.selection is None
         else {
             "threshold": cal.selection.threshold,
-            "scale": cal.selection.noise.scale,
+            "scale": None if cal.selection.odds else cal.selection.noise.scale,
+            "even": cal.selection.odds.even if cal.selection.odds else None,
             "epsilon": float(cal.selection.epsilon),
             "delta": float(cal.selection.delta),
         },
@@ -208,10 +209,17 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
         )
     if info["selection"]:
         sel = info["selection"]
-        lines.append(
-            f"partition selection: a group is shown when its noisy unit count (laplace scale {sel['scale']:.6g}) "
-            f"reaches {sel['threshold']}; epsilon={sel['epsilon']:g} delta={sel['delta']:g}"
-        )
+        if sel["scale"] is None:
+            rule = (
+                f"a group is shown with a probability that grows with its unit count: at least even from "
+                f"{sel['even']} units, always from {sel['threshold']}"
+            )
+        else:
+            rule = (
+                f"a group is shown when its noisy unit count (laplace scale {sel['scale']:.6g}) "
+                f"reaches {sel['threshold']}"
+            )
+        lines.append(f"partition selection: {rule}; epsilon={sel['epsilon']:g} delta={sel['delta']:g}")
     lines.append("rewritten query:")
     lines.extend(info["sql"].splitlines())
     return lines
