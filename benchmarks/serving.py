@@ -31,9 +31,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@contextlib.contextmanager
-def serve(policy: Path, ledger: Path, user: str = "alice", *extra: str) -> Iterator[str]:
-    """Start `dpsql serve` (with `extra` options) on a free port with one analyst; yield a psycopg DSN."""
+def add_user(policy: Path, ledger: Path, user: str) -> None:
+    """A login for `user` in the ledger, with the benchmarks' password."""
     subprocess.run(
         [
             sys.executable,
@@ -53,6 +52,12 @@ def serve(policy: Path, ledger: Path, user: str = "alice", *extra: str) -> Itera
         check=True,
         capture_output=True,
     )
+
+
+@contextlib.contextmanager
+def serve(policy: Path, ledger: Path, user: str = "alice", *extra: str) -> Iterator[str]:
+    """Start `dpsql serve` (with `extra` options) on a free port with one analyst; yield a psycopg DSN."""
+    add_user(policy, ledger, user)
     port = free_port()
     server = subprocess.Popen(
         [
