@@ -67,23 +67,16 @@ def drive(dsn: str, query: str, clients: int, statements: int) -> None:
 
 @contextlib.contextmanager
 def child(policy: Path, ledger: Path, profile: Path | None, code: Path):
-    import psycopg
+    from benchmarks.serving import add_user, dsn_of, free_port, wait_until_up
 
-    from benchmarks.serving import PASSWORD, add_user, free_port
-
-    env = {**os.environ, "PYTHONPATH": str(code)}
     add_user(policy, ledger, "alice")
     port = free_port()
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(policy), str(ledger), str(port)]
+    env = {**os.environ, "PYTHONPATH": str(code)}
     proc = subprocess.Popen(cmd + ([str(profile)] if profile else []), cwd=code, env=env)
-    dsn = f"host=127.0.0.1 port={port} dbname=dpsql user=alice password={PASSWORD} sslmode=disable"
     try:
-        for _ in range(400):
-            try:
-                psycopg.connect(dsn).close()
-                break
-            except psycopg.OperationalError:
-                time.sleep(0.05)
+        dsn = dsn_of(port, "alice")
+        wait_until_up(dsn, 60)
         yield dsn, proc.pid
     finally:
         proc.terminate()

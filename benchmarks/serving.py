@@ -31,8 +31,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def add_user(policy: Path, ledger: Path, user: str) -> None:
-    """A login for `user` in the ledger, with the benchmarks' password."""
+@contextlib.contextmanager
+def serve(policy: Path, ledger: Path, user: str = "alice", *extra: str) -> Iterator[str]:
+    """Start `dpsql serve` (with `extra` options) on a free port with one analyst; yield a psycopg DSN."""
     subprocess.run(
         [
             sys.executable,
@@ -52,12 +53,6 @@ def add_user(policy: Path, ledger: Path, user: str) -> None:
         check=True,
         capture_output=True,
     )
-
-
-@contextlib.contextmanager
-def serve(policy: Path, ledger: Path, user: str = "alice", *extra: str) -> Iterator[str]:
-    """Start `dpsql serve` (with `extra` options) on a free port with one analyst; yield a psycopg DSN."""
-    add_user(policy, ledger, user)
     port = free_port()
     server = subprocess.Popen(
         [

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import psycopg
 
-from .serving import PASSWORD, add_user, free_port, sample_policy
+from .serving import PASSWORD, free_port, sample_policy
 
 QUERIES = [
     "SELECT sex, COUNT(*), AVG(age) FROM patients GROUP BY sex",
@@ -179,7 +179,25 @@ def main() -> None:
         policy = sample_policy(Path(d))
         ledger = Path(d) / "ledger.sqlite"
         for user in ("alice", "bob"):
-            add_user(policy, ledger, user)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "dpsql.cli",
+                    "users",
+                    "add",
+                    "-p",
+                    str(policy),
+                    "--ledger",
+                    str(ledger),
+                    user,
+                    "--password-stdin",
+                ],
+                input=PASSWORD + "\n",
+                text=True,
+                check=True,
+                capture_output=True,
+            )
         servers = [Server(policy, ledger, args.workers) for _ in range(args.servers)]
         for s in servers:
             s.start()
