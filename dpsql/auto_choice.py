@@ -5,9 +5,8 @@ post-processing of the profile (auto_bounds.py builds, noises and releases it).
 
 from __future__ import annotations
 
-import functools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Sequence
 
@@ -31,13 +30,19 @@ from .guarantee.plan import Plan
 
 @dataclass(frozen=True)
 class _Rows:
-    """Units by row count, from the profile: rows kept under a total bound C."""
+    """Units by row count, from the profile: rows kept under a total bound C. What the search
+    asks of it again and again is computed once per choice (`memo`: by the same arithmetic, so
+    the numbers are those of computing it afresh)."""
 
     reps: tuple[float, ...]
     units: tuple[float, ...]
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     def kept(self, c: float) -> float:
-        return _kept(self.reps, self.units, c)
+        key = ("kept", c)
+        if key not in self.memo:
+            self.memo[key] = sum(u * min(r, c) for r, u in zip(self.reps, self.units))
+        return self.memo[key]
 
     def counts(self, top: int) -> tuple[float, ...]:
         """Each bin's rows per unit, the units beyond the policy's bound taken at twice it (the
@@ -45,14 +50,29 @@ class _Rows:
         return self.reps[:-1] + (2.0 * top,)
 
     def total_rows(self, top: int) -> float:
-        return sum(u * n for u, n in zip(self.units, self.counts(top)))
+        key = ("total", top)
+        if key not in self.memo:
+            self.memo[key] = sum(u * n for u, n in zip(self.units, self.counts(top)))
+        return self.memo[key]
 
     def clipped(self, v: _Values, u: float, k: float, top: int) -> float:
         """What clipping each unit's total of values clamped at u to k cuts, summed over units:
         a unit of one row cuts its value's excess over k (from the value histogram), one of n
         rows that of a normal total of mean n * mean and variance n * variance (the values'
         clamped moments, a unit's rows taken as independent draws)."""
-        return _clipped(self.counts(top), self.units, v.mids, v.mass, u, k)
+        key = ("clipped", id(v), u, k, top)
+        if key not in self.memo:
+            self.memo[key] = _clipped(self._bins(top), v, u, k)
+        return self.memo[key]
+
+    def _bins(self, top: int) -> tuple[tuple[float, float, float], ...]:
+        """(rows per unit, units, the rows' square root) of each bin that holds units."""
+        key = ("bins", top)
+        if key not in self.memo:
+            self.memo[key] = tuple(
+                (n, count, math.sqrt(n)) for n, count in zip(self.counts(top), self.units) if count > 0
+            )
+        return self.memo[key]
 
 
 def _rows(profile: Profile) -> _Rows:
@@ -70,25 +90,42 @@ class _Values:
     mids: tuple[float, ...]
     mass: tuple[float, ...]
     edges: tuple[float, ...] = ()  # the bins' lower edge, then each one's upper edge
+    memo: dict = field(default_factory=dict, compare=False, repr=False)  # moments, once per choice
 
     def quantile(self, p: float) -> float:
         """Where the values' cumulative mass reaches p of the whole (linear within a bin)."""
-        return _quantile(self.edges, self.mass, p)
+        key = ("quantile", p)
+        if key not in self.memo:
+            self.memo[key] = _quantile(self.edges, self.mass, p)
+        return self.memo[key]
 
     def top_of(self, p: float) -> float:
         """The upper edge of the bin where the values' cumulative mass reaches p of the whole."""
-        q = self.quantile(p)
-        return next((e for e in self.edges[1:] if e >= q), self.edges[-1] if self.edges else q)
+        key = ("top", p)
+        if key not in self.memo:
+            q = self.quantile(p)
+            self.memo[key] = next((e for e in self.edges[1:] if e >= q), self.edges[-1] if self.edges else q)
+        return self.memo[key]
 
     def mean(self, clamp: float) -> float:
         return self.moment(clamp, 1)
 
     def moment(self, clamp: float, k: int) -> float:
         """E[min(x, clamp)^k] over the profile's weighted rows."""
-        return _moment(self.mids, self.mass, clamp, k)
+        key = (clamp, k)
+        if key not in self.memo:
+            total = self.weight()
+            self.memo[key] = (
+                sum(m * min(v, clamp) ** k for v, m in zip(self.mids, self.mass)) / total if total > 0 else 0.0
+            )
+        return self.memo[key]
+
+    def weight(self) -> float:
+        if "weight" not in self.memo:
+            self.memo["weight"] = sum(self.mass)
+        return self.memo["weight"]
 
 
-@functools.lru_cache(maxsize=4096)
 def _quantile(edges: tuple[float, ...], mass: tuple[float, ...], p: float) -> float:
     total = sum(mass)
     if total <= 0 or not edges:
@@ -101,49 +138,44 @@ def _quantile(edges: tuple[float, ...], mass: tuple[float, ...], p: float) -> fl
     return edges[-1]
 
 
-@functools.lru_cache(maxsize=4096)
-def _kept(reps: tuple[float, ...], units: tuple[float, ...], c: float) -> float:
-    return sum(u * min(r, c) for r, u in zip(reps, units))
+_ROOT_2 = math.sqrt(2)
+_ROOT_2PI = math.sqrt(2 * math.pi)
 
 
-@functools.lru_cache(maxsize=65536)
-def _clipped(
-    counts: tuple[float, ...],
-    units: tuple[float, ...],
-    mids: tuple[float, ...],
-    mass: tuple[float, ...],
-    u: float,
-    k: float,
-) -> float:
-    weight = sum(mass)
+def _clipped(bins: tuple[tuple[float, float, float], ...], v: _Values, u: float, k: float) -> float:
+    """`_Rows.clipped` over its bins that hold units. A one-row unit's value, clamped at u, exceeds
+    k only when k < u (k is a multiple of the clamp or more, so that term is mostly zero); the
+    normal total's excess is `normal_excess`, written out."""
+    weight = v.weight()
     if weight <= 0:
         return 0.0
-    mean = _moment(mids, mass, u, 1)
-    sd = math.sqrt(max(_moment(mids, mass, u, 2) - mean * mean, 0.0))
+    mean = v.moment(u, 1)
+    sd = math.sqrt(max(v.moment(u, 2) - mean * mean, 0.0))
     out = 0.0
-    for n, count in zip(counts, units):
-        if count <= 0:
-            continue
+    for n, count, root in bins:
         if n <= 1:
-            excess = sum(m * max(min(x, u) - k, 0.0) for x, m in zip(mids, mass)) / weight
+            if k >= u:  # min(x, u) - k <= 0 for every value: each term is max(..., 0.0) = 0.0
+                excess = 0.0
+            else:
+                excess = sum(m * max(min(x, u) - k, 0.0) for x, m in zip(v.mids, v.mass)) / weight
         else:
-            excess = normal_excess(n * mean, math.sqrt(n) * sd, k)
+            total, spread = n * mean, root * sd
+            if spread <= 0:
+                excess = max(total - k, 0.0)
+            else:
+                d = (total - k) / spread
+                excess = (total - k) * 0.5 * math.erfc(-d / _ROOT_2) + spread * math.exp(-d * d / 2) / _ROOT_2PI
         out += count * excess
     return out
 
 
 def normal_excess(mean: float, sd: float, k: float) -> float:
-    """E[max(T - k, 0)] for T normal with this mean and standard deviation."""
+    """E[max(T - k, 0)] for T normal with this mean and standard deviation (`_clipped` writes it
+    out: the same arithmetic)."""
     if sd <= 0:
         return max(mean - k, 0.0)
     d = (mean - k) / sd
-    return (mean - k) * 0.5 * math.erfc(-d / math.sqrt(2)) + sd * math.exp(-d * d / 2) / math.sqrt(2 * math.pi)
-
-
-@functools.lru_cache(maxsize=4096)
-def _moment(mids: tuple[float, ...], mass: tuple[float, ...], clamp: float, k: int) -> float:
-    total = sum(mass)
-    return sum(m * min(v, clamp) ** k for v, m in zip(mids, mass)) / total if total > 0 else 0.0
+    return (mean - k) * 0.5 * math.erfc(-d / _ROOT_2) + sd * math.exp(-d * d / 2) / _ROOT_2PI
 
 
 @dataclass(frozen=True)

@@ -46,11 +46,25 @@ def chosen_per_query(session: Session, plan: Plan, cal: Calibration, options: Qu
         return False  # the query states its own limits (BigQuery's clause): they are kept as written
     if any(p.kind != "laplace" for p in cal.cost.parts):
         return False
-    if auto_bounds.counts_units(plan, s.mechanism):
-        return cal.groups_per_unit < (plan.literal_domain_size() or cal.groups_per_unit + 1)
-    if not auto_bounds.eligible(plan, s.mechanism):
-        return False
-    return auto_bounds.ceiling(plan) > 1 or bool(auto_bounds.columns(plan))
+    mechanism = s.mechanism
+    units, domain, eligible = session._plans.derived(
+        plan, f"choosable {mechanism}", lambda: _choosable(plan, mechanism)
+    )
+    if units:
+        return cal.groups_per_unit < (domain or cal.groups_per_unit + 1)
+    return eligible
+
+
+def _choosable(plan: Plan, mechanism: str) -> tuple[bool, int | None, bool]:
+    """What of the choice's conditions reads the plan alone (kept with it: a plan is frozen):
+    whether it counts units per group, its declared domain's size, whether it is eligible with
+    something to choose."""
+    if auto_bounds.counts_units(plan, mechanism):
+        return True, plan.literal_domain_size(), False
+    eligible = auto_bounds.eligible(plan, mechanism) and (
+        auto_bounds.ceiling(plan) > 1 or bool(auto_bounds.columns(plan))
+    )
+    return False, None, eligible
 
 
 def targeted(

@@ -66,12 +66,14 @@ _decisions: OrderedDict[tuple, Route | None] = OrderedDict()
 _key_sql: dict[tuple, dict[str, int]] = {}
 
 
-def candidates(session, tree: exp.Expression) -> list[store.Stored]:
-    """Published, current synopses over a table the query reads, that this analyst may read."""
+def candidates(session, tree: exp.Expression, kept: bool = False) -> list[store.Stored]:
+    """Published, current synopses over a table the query reads, that this analyst may read.
+    `kept`: the tree is a statement's the session keeps parsed (asked again at every execution
+    of its text), whose tables are walked once."""
     synopses = session.policy.synopses
     if not synopses or not isinstance(tree, exp.Select):
         return []
-    tables = {t.name.lower() for t in tree.find_all(exp.Table)}
+    tables = session._plans.derived(tree, "tables", lambda: _read_tables(tree)) if kept else _read_tables(tree)
     specs = [s for s in synopses.values() if {s.table, *s.joined} <= tables]
     if not specs:
         return []
@@ -84,9 +86,13 @@ def candidates(session, tree: exp.Expression) -> list[store.Stored]:
     return out
 
 
+def _read_tables(tree: exp.Expression) -> frozenset[str]:
+    return frozenset(t.name.lower() for t in tree.find_all(exp.Table))
+
+
 def answer(session, stmt, tree: exp.Expression) -> Answer | None:
     """The query's answer from a synopsis, or None: the per-query way."""
-    found = candidates(session, tree)
+    found = candidates(session, tree, kept=tree is stmt.tree)
     if not found:
         return None
     route = decide(session, stmt, tree, found)

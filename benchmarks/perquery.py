@@ -1,0 +1,160 @@
+"""CPU time of one `dpsql serve` process per statement, and where it goes (cProfile, every thread).
+
+    python -m benchmarks.perquery [--statements 2000] [--clients 1,8] [--profile FILE] [--top 40]
+                                  [--code DIR]
+
+Serves the sample hospital (a copy of its policy with a large budget, fresh ledger) in a child
+process, drives it with psycopg clients (`SET dpsql.cache = off`, `SET dpsql.reuse = off`: every
+execution planned from the plan cache, charged, run by the engine, noised and recorded), and
+reads the child's CPU time (user + system, /proc) over `--statements` executions of each query
+after a warm-up: the server's CPU per statement, whatever thread spent it (event loop, executor,
+ledger writer). With --profile, the child runs every thread under cProfile, timed by each
+thread's CPU clock (much slower; the split, not the totals, is what to read), and writes the
+merged statistics to FILE on exit, the top functions by cumulative and by own time printed.
+--code DIR serves dpsql from another checkout (a baseline's `git archive`), so that a
+before/after pair runs on one machine state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import os
+import pstats
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+# label: (query, share of --statements run: an auto-bounded SUM takes many times a COUNT's CPU)
+QUERIES = {
+    "grouped COUNT": ("SELECT sex, COUNT(*) FROM patients GROUP BY sex", 1.0),
+    "grouped SUM (auto bounds)": ("SELECT ward, SUM(cost) FROM visits GROUP BY ward", 0.1),
+}
+SETUP = ("SET dpsql.cache = off", "SET dpsql.reuse = off")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def drive(dsn: str, query: str, clients: int, statements: int) -> None:
+    """`statements` executions of `query`, spread over `clients` concurrent connections."""
+    import psycopg
+
+    share = [statements // clients + (i < statements % clients) for i in range(clients)]
+    ready = threading.Barrier(clients)
+
+    def worker(n: int) -> None:
+        with psycopg.connect(dsn, autocommit=True) as c:
+            for s in SETUP:
+                c.execute(s)
+            ready.wait()
+            for _ in range(n):
+                c.execute(query).fetchall()
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in share]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+@contextlib.contextmanager
+def child(policy: Path, ledger: Path, profile: Path | None, code: Path):
+    from benchmarks.serving import add_user, dsn_of, free_port, wait_until_up
+
+    add_user(policy, ledger, "alice")
+    port = free_port()
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(policy), str(ledger), str(port)]
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    proc = subprocess.Popen(cmd + ([str(profile)] if profile else []), cwd=code, env=env)
+    try:
+        dsn = dsn_of(port, "alice")
+        wait_until_up(dsn, 60)
+        yield dsn, proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(60)
+
+
+def serve_child(policy: str, ledger: str, port: int, profile: str | None) -> None:
+    """The server itself (in the child), every thread under cProfile when `profile` names a file."""
+    from dpsql.server.launch import ServeOptions, build_server
+    from dpsql.server.listener import run
+
+    options = ServeOptions(policy=policy, ledger=ledger, port=port)
+    if profile is None:
+        run(build_server(options))
+        return
+    profilers: list[cProfile.Profile] = []
+    lock = threading.Lock()
+
+    def per_thread(frame, event, arg):  # the first event of a new thread: its own profiler
+        sys.setprofile(None)
+        p = cProfile.Profile(time.thread_time)
+        with lock:
+            profilers.append(p)
+        p.enable()
+
+    main = cProfile.Profile(time.thread_time)
+    profilers.append(main)
+    threading.setprofile(per_thread)
+    main.enable()
+    try:  # built under the hook: the ledger's writer thread and the engine's watchdog are profiled too
+        run(build_server(options))
+    finally:
+        main.disable()
+        threading.setprofile(None)
+        with lock:
+            stats = pstats.Stats(profilers[0])
+            for p in profilers[1:]:
+                with contextlib.suppress(TypeError):  # a profiler that saw nothing
+                    stats.add(p)
+        stats.dump_stats(profile)
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        serve_child(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] if len(sys.argv) > 5 else None)
+        return
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--statements", type=int, default=2000)
+    ap.add_argument("--clients", default="1,8", help="comma-separated client counts")
+    ap.add_argument("--profile", type=Path, help="run the server under cProfile; merged statistics to this file")
+    ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--code", type=Path, default=Path(__file__).resolve().parent.parent, help="dpsql served from here")
+    ap.add_argument("--only", help="run only the query whose label starts with this")
+    args = ap.parse_args()
+    from benchmarks.serving import sample_policy
+
+    queries = {k: v for k, v in QUERIES.items() if args.only is None or k.startswith(args.only)}
+    with tempfile.TemporaryDirectory() as d:
+        policy = sample_policy(Path(d))
+        with child(policy, Path(d) / "ledger.sqlite", args.profile, args.code.resolve()) as (dsn, pid):
+            print(f"load average {os.getloadavg()[0]:.2f} at the start")
+            for label, (query, share) in queries.items():
+                n = max(8, round(args.statements * share))
+                drive(dsn, query, 8, max(8, n // 10))  # warm: weighted copies, plans, Describe
+                for clients in (int(c) for c in args.clients.split(",")):
+                    c0, w0 = cpu_seconds(pid), time.perf_counter()
+                    drive(dsn, query, clients, n)
+                    cpu, wall = cpu_seconds(pid) - c0, time.perf_counter() - w0
+                    print(
+                        f"{label}, {clients} client(s), {n} statements: server CPU {cpu / n * 1000:.3f} ms per "
+                        f"statement, {n / wall:.0f} statements/s (load {os.getloadavg()[0]:.2f})",
+                        flush=True,
+                    )
+    if args.profile:
+        stats = pstats.Stats(str(args.profile))
+        stats.sort_stats("cumulative").print_stats(args.top)
+        stats.sort_stats("tottime").print_stats(args.top)
+
+
+if __name__ == "__main__":
+    main()
