@@ -8,6 +8,7 @@ through arithmetic by the same interval rules that derive bounds.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +59,11 @@ class PostProcessor:
                 ":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
             )
             con.execute("SET enable_external_access = false")
+            # A noisy divisor can be 0 (a small group's noisy COUNT): NULL, as the rewrite's
+            # expressions that cannot fail give, not an error after the charge. DuckDB before 2.0
+            # has no such setting and gives NULL anyway.
+            with contextlib.suppress(duckdb.Error):
+                con.execute("SET error_on_division_by_zero = false")
             con.execute("SET lock_configuration = true")
             self._con = con
         return self._con
@@ -72,7 +78,7 @@ class PostProcessor:
             order = list(range(noisy.n_rows))
             types = [t for t, _ in picked]
         else:
-            rows, types, order = self._run_sql(post, cols, noisy.n_rows)
+            rows, types, order = self._run_sql(post, cols, noisy.n_rows, charged=True)
         ci = {}
         for item, name in zip(post.expressions, names):
             ci[name] = _intervals(item.this, order, noisy, by_name)
@@ -123,7 +129,7 @@ class PostProcessor:
         finally:
             con.execute(f"DROP TABLE IF EXISTS {table}")
 
-    def _run_sql(self, post: exp.Select, cols, n_rows: int):
+    def _run_sql(self, post: exp.Select, cols, n_rows: int, charged: bool = False):
         con = self._scratch()
         defs = ", ".join(f"{name} {t}" for name, t, _ in cols)
         con.execute(f"CREATE OR REPLACE TEMP TABLE noisy ({defs}{', ' if defs else ''}__row BIGINT)")
@@ -142,7 +148,14 @@ class PostProcessor:
             types = [str(d[1]) for d in cur.description][:-1]
         except duckdb.Error as e:
             # Only noisy, released values are in this database: its messages are safe to show.
-            raise OperationalError(f"post-processing of the noisy result failed: {e}", sqlstate="22000") from None
+            raise OperationalError(
+                f"post-processing of the noisy result failed: {e}",
+                sqlstate="22000",
+                hint="the query's cost stays charged: its noisy answer had been drawn; "
+                "make the outer expressions valid for any value (CAST to a wider type, NULLIF)"
+                if charged
+                else None,
+            ) from None
         order = [r[-1] for r in rows]
         return [tuple(r[:-1]) for r in rows], types, order
 

@@ -345,3 +345,36 @@ def test_a_forked_child_times_its_queries_with_a_watchdog_of_its_own():
     _, status = os.waitpid(pid, 0)
     dog.close()
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+# Strings a statement builds (sql/pgfunctions.py's MAX_STRING): no engine's memory limit stops
+# REPEAT or LPAD, so their length is capped before anything runs.
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT repeat('x', 2000000000)",
+        "SELECT lpad('a', 200001)",
+        "SELECT rpad('a', 100001, '-')",
+        "SELECT COUNT(*), repeat('*', 5000000) AS bar FROM people",
+        "SELECT format('%2000000s', 'a')",
+    ],
+)
+def test_a_literal_string_length_over_the_cap_is_refused_free(session, sql):
+    before = session.budget()["queries"]
+    with pytest.raises(dpsql.ProgrammingError) as info:
+        session.execute(sql)
+    assert info.value.sqlstate == "54000" and "the limit is 100,000" in str(info.value)
+    assert session.budget()["queries"] == before
+
+
+def test_a_computed_string_length_over_the_cap_is_null(session):
+    """A length from released values: NULL beyond the cap (it allocated 2 GB before), the
+    query's own value within it; charged once, as the query without the bar would be."""
+    result = session.execute(
+        "SELECT repeat('*', COUNT(*) * 0 + 2000000000) AS big, repeat('*', COUNT(*) * 0 + 3) AS bar, "
+        "lpad('a', CAST(COUNT(*) * 0 + 100000 AS INTEGER)) AS edge FROM people"
+    )
+    ((big, bar, edge),) = result.rows
+    assert big is None and bar == "***" and len(edge) == 100_000
+    assert session.budget()["queries"] == 1
+    assert session.execute("SELECT repeat('ab', 3) AS x").rows == [("ababab",)]

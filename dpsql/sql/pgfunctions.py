@@ -10,7 +10,14 @@ nodes every engine reads alike (EXTRACT, CAST, LPAD, CASE, ||, REPLACE).
 
 A format must be a literal: then what the query computes, and whether it is refused, depends on
 the text alone. A pattern dpsql does not write out is refused (free), never passed on to mean
-something else. Pure.
+something else.
+
+- REPEAT, LPAD and RPAD build a string of the length asked for, which no engine's memory limit
+  stops (DuckDB allocated 2 GB for one REPEAT under a 100 MB limit): PostgreSQL refuses one over
+  1 GB, dpsql over MAX_STRING characters. A literal length over it is refused (54000, before
+  anything runs or is charged); a computed one, which can only come from public columns or
+  released values (sql/allowlist.py keeps these functions off private columns), gives NULL
+  beyond it. Pure.
 """
 
 from __future__ import annotations
@@ -19,15 +26,20 @@ import re
 
 from sqlglot import exp
 
-from ..errors import invalid_parameter, unsupported
+from ..errors import ProgrammingError, invalid_parameter, unsupported
 from .build import dtype
+
+# The longest string REPEAT, LPAD or RPAD may build (characters).
+MAX_STRING = 100_000
 
 
 def postgres_meaning(tree: exp.Expression) -> exp.Expression:
-    """`tree` with FORMAT and TO_CHAR written out (a copy where it has any; `tree` itself else)."""
-    if not any(isinstance(n, exp.Format) or is_to_char(n) for n in tree.walk()):
+    """`tree` with FORMAT and TO_CHAR written out and string lengths capped (a copy where it has
+    any; `tree` itself else)."""
+    if not any(isinstance(n, (exp.Format, exp.Repeat, exp.Pad)) or is_to_char(n) for n in tree.walk()):
         return tree
-    return tree.transform(_visit, copy=True)
+    written = tree.transform(_visit, copy=True)
+    return written.transform(_capped, copy=False) if any(written.find_all(exp.Repeat, exp.Pad)) else written
 
 
 def _visit(node: exp.Expression) -> exp.Expression:
@@ -36,6 +48,34 @@ def _visit(node: exp.Expression) -> exp.Expression:
     if is_to_char(node):
         return to_char(node)
     return node
+
+
+def _capped(node: exp.Expression) -> exp.Expression:
+    key = "times" if isinstance(node, exp.Repeat) else "expression" if isinstance(node, exp.Pad) else None
+    length = node.args.get(key) if key else None
+    if length is None or length.meta.get("dpsql_capped"):
+        return node
+    if isinstance(length, exp.Literal) and not length.is_string:
+        if float(length.this) > MAX_STRING:
+            raise ProgrammingError(
+                f"{_name(node)} would build a string of {length.this} characters; the limit is "
+                f"{MAX_STRING:,}: nothing was run or charged",
+                sqlstate="54000",
+                hint="ask for a shorter string",
+            )
+        return node
+    capped = exp.Case(
+        ifs=[exp.If(this=exp.LTE(this=length.copy(), expression=exp.Literal.number(MAX_STRING)), true=length.copy())]
+    )
+    capped.meta["dpsql_capped"] = True
+    node.set(key, capped)
+    return node
+
+
+def _name(node: exp.Expression) -> str:
+    if isinstance(node, exp.Pad):
+        return "lpad" if node.args.get("is_left") else "rpad"
+    return "repeat"
 
 
 def is_to_char(node: exp.Expression) -> bool:
