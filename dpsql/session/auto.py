@@ -462,7 +462,8 @@ def released_profile(
     by_group = bool(groups)
     shares = list(auto_bounds.epsilons(epsilon, cols, top, by_group, new))
     spent = sum(shares, Fraction(0))
-    exact_hists = auto_bounds.histograms(profile_rows(session, plan, cols, top, by_group), cols, top, groups) if shares else []
+    rows = profile_rows(session, plan, cols, top, by_group) if shares else []
+    exact_hists = auto_bounds.histograms(rows, cols, top, groups)
     out = []
     for i, k, is_new in zip(auto_bounds.pieces(cols, top, by_group), kept, new):
         if is_new:
