@@ -318,6 +318,7 @@ def answer_auto(
     by_group = auto_bounds.profiled_groups(policy_plan, len(groups) if groups else 0)  # public
     # The profile's SQL is built (and kept) before the charge, so that a query it cannot be built
     # for is refused free; the data version is read before the profile's rows.
+    profile_sql(session, policy_plan, cols, top, bool(by_group))
     keys = piece_keys(session, policy_plan, cols, top, bool(by_group))
     kept = reusable(session, keys, len(auto_bounds.pieces(cols, top, bool(by_group))))  # charged before: free
     new = auto_bounds.fresh(kept, epsilon)  # released (again) by this query, the others reused
@@ -481,11 +482,17 @@ def profile_rows(
 ) -> list[tuple]:
     """The profile's exact rows; like a bounded result, kept per analyst and data version when
     the data alone determines them."""
-    sql, timeless = session._plans.derived(
+    rs = exact(session, *profile_sql(session, plan, cols, top, by_group))
+    return list(zip(*rs.columns)) if rs.row_count else []
+
+
+def profile_sql(
+    session: Session, plan: Plan, cols: tuple[auto_bounds.Column, ...], top: int, by_group: bool
+) -> tuple[str, bool]:
+    """The profile query's SQL and whether it is timeless, kept per policy plan."""
+    return session._plans.derived(
         plan, f"profile {by_group}", lambda: prepared_sql(session, auto_bounds.profile_query(plan, cols, top, by_group))
     )
-    rs = exact(session, sql, timeless)
-    return list(zip(*rs.columns)) if rs.row_count else []
 
 
 def prepared_sql(session: Session, tree: exp.Select) -> tuple[str, bool]:
