@@ -520,16 +520,6 @@ def assembled(released: Sequence[Piece], cols: Sequence[Column], top: int, by_gr
     return Profile(steps(top), out[0], tuple(out[1:]), groups)
 
 
-def noised(rows: Sequence[tuple], cols: Sequence[Column], top: int, epsilon: Fraction, groups: int = 0) -> Profile:
-    """A profile released afresh whole: each of its histograms noised at its share."""
-    exact = histograms(rows, cols, top, groups)
-    released = [
-        Piece(noisy(exact[i], e), float(e))
-        for i, e in zip(pieces(cols, top, bool(groups)), epsilons(epsilon, cols, top, bool(groups)))
-    ]
-    return assembled(released, cols, top, bool(groups))
-
-
 # The choice: a model of the error, minimised -----------------------------------------------
 def release_epsilon(epsilon: Fraction, correct: Sequence[Fraction] = ()) -> Fraction:
     """What the release gets of a query's epsilon: the rest after the profile and the
