@@ -25,10 +25,14 @@ def write_policy(directory: Path) -> Path:
     return path
 
 
-def cursor(directory: Path):
-    """A dpsql cursor on the sample as alice, the answer cache off so that every run draws fresh noise."""
+def cursor(directory: Path, cache: bool = False):
+    """A dpsql cursor on the sample as alice in `directory` (made if need be), by default with the
+    answer cache off so that every run draws fresh noise (and every auto-bounded query profiles
+    afresh)."""
+    directory.mkdir(parents=True, exist_ok=True)
     cur = dpsql.connect(write_policy(directory), user=USER, ledger=directory / "ledger.sqlite").cursor()
-    cur.execute("SET dpsql.cache = off")
+    if not cache:
+        cur.execute("SET dpsql.cache = off")
     return cur
 
 

@@ -3,7 +3,7 @@ sample policy's query_epsilon, median relative error per query against the exact
 raw data (so clipping to the policy's bounds and truncation to its contribution limits count as
 error), for dpsql and for SmartNoise SQL and Qrlew given the same bounds (issue 32, item 5).
 
-    python -m benchmarks.utility [--runs 15] [--no-peers] [--queries NAME ...] [--out benchmarks/RESULTS.md]
+    python -m benchmarks.utility [--runs 15] [--no-peers] [--cold] [--queries NAME ...] [--out benchmarks/RESULTS.md]
 
 A query's error is the median over its true groups and its runs of |answer - exact| / |exact|;
 a true group missing from an answer, or answered NULL, counts as 100 %; groups answered that
@@ -11,7 +11,12 @@ the truth does not have (declared keys that the WHERE excludes) are reported apa
 groups per answer. A system that refuses a query is 'refused', and counts as 100 % in the summary.
 
 dpsql runs as '(policy limits)'; when this build accepts SET dpsql.bounds (per-query automatic
-bounds), also as '(auto)', with SET dpsql.bounds = policy for the first. The peers get the
+bounds), also as '(auto)', with SET dpsql.bounds = policy for the first. '(auto)' runs as an
+analyst would: each run is a new session (its own ledger and engine) that answers the workload in
+order, so a query may reuse the histograms of the profiles that earlier queries of that run
+released (auto_bounds.fresh: combined with a new release, or reused free); every query is still
+charged at most the policy's query_epsilon. With --cold every answer is instead the first of its
+kind (dpsql.cache = off: each query profiles afresh, as the first query of a session would). The peers get the
 policy's bounds and keys: SmartNoise one limit of rows per patient for a whole query (the
 table's max_contributions, else its max_rows: 10 visits), Qrlew max_groups x max_rows rows
 in at most max_groups groups (as benchmarks/run.py configures it), both at the query delta of
@@ -169,6 +174,36 @@ def dpsql_variants(cur) -> dict[str, list[str]]:
     return {POLICY_LIMITS: ["SET dpsql.bounds = policy"], AUTO: ["SET dpsql.bounds = auto"]}
 
 
+def run_sessions(
+    directory: Path, settings: list[str], queries: list[Query], runs: int, exacts: dict, charged: set
+) -> dict[str, Cell]:
+    """Each query's Cell when every run is a new analyst's session (its own ledger, engine and
+    kept profiles, dpsql.cache on) answering the workload in order."""
+    answers: dict[str, list] = {q.name: [] for q in queries}
+    refused: dict[str, str] = {}
+    epsilon = float(sample.policy().privacy.query_epsilon)
+    for run in range(runs):
+        cur = sample.cursor(directory / f"run{run}", cache=True)
+        cur.execute(f"SET dpsql.epsilon = {epsilon!r}")
+        for statement in settings:
+            cur.execute(statement)
+        for q in queries:
+            if q.name in refused:
+                continue
+            try:
+                cur.execute(q.sql)
+            except dpsql.Error as e:
+                refused[q.name] = str(e).splitlines()[0]
+                continue
+            answers[q.name].append([list(r) for r in cur.fetchall()])
+            charged.add(cur.dp["cost"]["epsilon"])
+        cur.connection.close()
+    return {
+        q.name: Cell(refused=refused[q.name]) if q.name in refused else _cell(answers[q.name], exacts[q.name])
+        for q in queries
+    }
+
+
 def run_dpsql(cur, settings: list[str], query: Query, runs: int, exact: dict, charged: set) -> Cell:
     try:
         for statement in settings:
@@ -295,7 +330,9 @@ def run_peer(python: Path, system: str, p: Policy, con, queries: list[Query], ru
 
 
 # The run ------------------------------------------------------------------------------------------
-def measure(queries: list[Query], runs: int, python: Path | None) -> tuple[dict[str, dict[str, Cell]], dict]:
+def measure(
+    queries: list[Query], runs: int, python: Path | None, cold: bool = False
+) -> tuple[dict[str, dict[str, Cell]], dict]:
     """Cells by system and query, and what the report says about the run."""
     p = sample.policy()
     con = sample.truth_connection()
@@ -306,10 +343,16 @@ def measure(queries: list[Query], runs: int, python: Path | None) -> tuple[dict[
         cur = sample.cursor(Path(d))
         cur.execute(f"SET dpsql.epsilon = {float(p.privacy.query_epsilon)!r}")
         variants = dpsql_variants(cur)
+        cur.connection.close()
         for name, settings in variants.items():
             log(f"{name}: {len(queries)} queries x {runs} runs")
+            if name == AUTO and not cold:  # profiles kept within a session: the workload in order
+                results[name] = run_sessions(Path(d), settings, queries, runs, exacts, charged)
+                continue
+            cur = sample.cursor(Path(d) / name.split()[-1].strip("()"))
+            cur.execute(f"SET dpsql.epsilon = {float(p.privacy.query_epsilon)!r}")
             results[name] = {q.name: run_dpsql(cur, settings, q, runs, exacts[q.name], charged) for q in queries}
-        cur.connection.close()
+            cur.connection.close()
     for name, system in PEERS.items() if python else []:
         log(f"{name}: {len(queries)} queries x {runs} runs")
         results[name] = run_peer(python, system, p, con, queries, runs, exacts)
@@ -318,6 +361,7 @@ def measure(queries: list[Query], runs: int, python: Path | None) -> tuple[dict[
         "delta": float(p.privacy.default_query_delta),
         "charged": sorted(charged),
         "auto": AUTO in variants,
+        "cold": cold,
         "limits": limits(p),
         "truth_groups": {k: len(v) for k, v in exacts.items()},
     }
@@ -437,6 +481,17 @@ def details(results: dict[str, dict[str, Cell]], queries: list[Query], meta: dic
     return lines
 
 
+def _how(meta: dict) -> str:
+    """How the runs were made, in words for the report."""
+    if meta["cold"] or not meta["auto"]:
+        return "Cache off: every answer is the first of its kind (auto: each profiles afresh)."
+    return (
+        "`dpsql (policy limits)` with the cache off; `dpsql (auto)` as an analyst: each run a new "
+        "session answering the workload in order, so a query reuses the profile histograms earlier "
+        "queries of the run released (each query charged at most query_epsilon)."
+    )
+
+
 def report(
     results: dict, queries: list[Query], meta: dict, command: str, load: float, seconds: float, versions: dict
 ) -> str:
@@ -459,7 +514,7 @@ def report(
         "",
         f"Each query at the sample policy's query_epsilon = {meta['epsilon']:g} (dpsql charged "
         f"{', '.join(f'{c:g}' for c in meta['charged']) or '-'}; peers asked ε = {meta['epsilon']:g}, "
-        f"δ = {meta['delta']:g}), {meta['runs']} runs, cache off. Median relative error over the true "
+        f"δ = {meta['delta']:g}), {meta['runs']} runs. {_how(meta)} Median relative error over the true "
         "groups and the runs, against the same SQL on plain DuckDB over the raw data (clipping and "
         "truncation count as error); a missing or NULL group counts as 100 %. The policy's bounds and keys "
         f"for every system; per privacy unit, {meta['limits']}." + auto,
@@ -473,6 +528,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", type=int, default=15, help="runs per query and system")
     ap.add_argument("--no-peers", action="store_true", help="dpsql only (fast)")
     ap.add_argument("--queries", nargs="+", metavar="NAME", help="only these queries (by name)")
+    ap.add_argument(
+        "--cold",
+        action="store_true",
+        help="auto with the cache off: every query profiles afresh (the first of a session), not the workload in order",
+    )
     ap.add_argument("--out", type=Path, help=f"write or update the section '{SECTION[3:]}' of this Markdown file")
     ap.add_argument("--work", type=Path, default=HERE.parent / ".bench", help="where the peers' environment lives")
     args = ap.parse_args(argv)
@@ -482,7 +542,7 @@ def main(argv: list[str] | None = None) -> None:
     queries = [q for q in QUERIES if not args.queries or q.name in args.queries]
     load, started = os.getloadavg()[0], time.time()
     python = None if args.no_peers else peers_python(args.work / "peers-venv")
-    results, meta = measure(queries, args.runs, python)
+    results, meta = measure(queries, args.runs, python, args.cold)
     meta["runs"] = args.runs
     command = "python -m benchmarks.utility " + " ".join(argv if argv is not None else sys.argv[1:])
     text = report(

@@ -63,6 +63,10 @@ CORRECTED = ("count",)  # sums clip each unit's total (bounding.TotalCap), which
 # groups it keeps and those it cuts up to the domain's size, each with this share of epsilon.
 UNITS_SHARE = Fraction(1, 10)
 MASS = 1024  # what one unit adds to each profile histogram
+# A histogram kept from a profile released before (per analyst, data version, rows and histogram)
+# is released again and combined with it until its effective epsilon reaches ENOUGH times what it
+# would get in a fresh profile; then it is reused, free (`fresh`).
+ENOUGH = 2
 VALUE_BINS = 16  # octaves of a column's range: candidate clamps from range / 2^15 to the whole range
 ROW_STEPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 SUMMED = ("sum", "whole_sum", "avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp")
@@ -125,7 +129,9 @@ class Choice:
     bias: float = 0.0  # the part of `expected` the chosen limits cut (the rest: noise)
     by_aggregate: tuple[tuple[str, float, float], ...] = ()  # (aggregate, its bias, its noise) in the model
     scales: tuple[float, ...] = ()  # each aggregate's expected value in a group, in the model (its error's unit)
-    reused: bool = False  # chosen from a profile released (and charged) before: `epsilon` is then 0
+    # chosen from a profile with histograms released (and charged) before: `epsilon` is what this
+    # query spent on its own (0 when all were reused; auto_bounds.fresh)
+    reused: bool = False
 
     def absolute_bias(self, i: int) -> float:
         """What the chosen limits cut from the plan's i-th aggregate in a group, in the
@@ -163,8 +169,13 @@ def told(bounds: ChosenBounds) -> str:
         parts.append(f"at most {bounds.max_groups} group(s) per unit")
     if chosen is not None:
         parts += [f"{expr} clamped to [{lo:g}, {hi:g}]" for expr, (lo, hi) in chosen.clamps.items()]
-        if chosen.profile_reused:
+        if chosen.profile_reused and not chosen.profile_epsilon:
             parts.append("chosen from this query's profile released before (reused, free: nothing charged for it)")
+        elif chosen.profile_reused:
+            parts.append(
+                "chosen from a profile that combines this query's release with histograms of the same rows "
+                "released to you before (more precise, charged no more)"
+            )
         model = chosen.expected
         parts.append(
             f"the profile's model expects a relative error of about {model.bias:.1%} cut by these limits "
@@ -376,6 +387,18 @@ def profile_query(plan: Plan, cols: Sequence[Column], top: int, by_group: bool =
     return _with_quantile_values(plan, cols, with_filtered(plan, b.select([exp.Star()], b.subquery(union, "profile"))))
 
 
+def rows_query(plan: Plan) -> exp.Select:
+    """What names the rows a profile is of (`session/auto.piece_keys`): the profile's CTEs up to
+    `filtered` and its units, without the measures' columns (v{j}), so that queries over the same
+    FROM, JOIN, WHERE and group keys give the same text whatever they aggregate."""
+    query = with_filtered(plan, b.select([b.col("unit"), b.col("n")], b.table("prof_units")))
+    (cte,) = [t for t in query.args["with_"].expressions if t.alias == "filtered"]
+    for alias in list(cte.this.find_all(exp.Alias)):
+        if alias.alias.startswith("v") and alias.alias[1:].isdigit():
+            alias.pop()
+    return query
+
+
 def _with_quantile_values(plan: Plan, cols: Sequence[Column], query: exp.Select) -> exp.Select:
     """`query` whose `filtered` also gives, for each quantile's column, its value in a sum's fixed
     point as q{j}, beside the histogram's bin index v{j} (in the same select, so from the same row)."""
@@ -398,11 +421,50 @@ def _bin(value: exp.Expression, uppers: Sequence[int]) -> exp.Expression:
     return b.case(*ifs, default=b.node(len(uppers)))
 
 
-def epsilons(epsilon: Fraction, cols: Sequence[Column], top: int, by_group: bool = False) -> tuple[Fraction, ...]:
-    """The profile's share of `epsilon`, split equally over its histograms (the rows' only when
-    there is a total bound to choose; the groups' when `by_group`)."""
-    count = len(cols) + (1 if top > 1 else 0) + (1 if by_group else 0)
-    return tuple([epsilon * SHARE / count] * count)
+def pieces(cols: Sequence[Column], top: int, by_group: bool = False) -> tuple[int, ...]:
+    """The histograms a profile releases, by index (0 the row-count histogram, only when there is
+    a total bound to choose; 1 + i column i's; 1 + len(cols) the groups' masses when `by_group`)."""
+    return ((0,) if top > 1 else ()) + tuple(range(1, 1 + len(cols))) + ((1 + len(cols),) if by_group else ())
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One released histogram of a profile, kept per analyst (`session/auto.piece_keys`): its
+    noisy bins (in rows, MASS divided out) and its effective epsilon, sqrt(Σ ε_i²) over the
+    releases combined in it (the inverse-variance weighted mean of independent Laplace
+    histograms of one exact histogram has the variance of one at that epsilon)."""
+
+    bins: tuple[float, ...]
+    epsilon: float
+
+
+def combined(kept: Piece | None, bins: Sequence[float], e: float) -> Piece:
+    """A fresh release `bins` at epsilon `e` combined with the piece kept of the same histogram:
+    weights ε² (inverse variance); post-processing of the two releases."""
+    if kept is None or len(kept.bins) != len(bins):
+        return Piece(tuple(bins), e)
+    w, v = kept.epsilon**2, e * e
+    return Piece(tuple((w * a + v * x) / (w + v) for a, x in zip(kept.bins, bins)), math.sqrt(w + v))
+
+
+def fresh(kept: Sequence[Piece | None], epsilon: Fraction) -> tuple[bool, ...]:
+    """Which of a profile's histograms the query releases (again): those not kept, and those kept
+    at an effective epsilon below ENOUGH times the one each would get were all released, which
+    are then combined with the new release (`combined`); the others are reused, free. From what
+    this analyst was released before and the query's epsilon only: decided before the charge."""
+    alone = float(epsilon * SHARE) / max(len(kept), 1)
+    return tuple(k is None or k.epsilon < ENOUGH * alone * (1 - 1e-9) for k in kept)
+
+
+def epsilons(
+    epsilon: Fraction, cols: Sequence[Column], top: int, by_group: bool = False, new: Sequence[bool] | None = None
+) -> tuple[Fraction, ...]:
+    """The epsilon of each histogram the query releases (`new`: which of `pieces` it does; all by
+    default): the profile's share of `epsilon`, split equally over them. A histogram reused
+    (kept precise enough: `fresh`) leaves its part to the others."""
+    count = len(pieces(cols, top, by_group))
+    released = sum(new) if new is not None else count
+    return tuple([epsilon * SHARE / released] * released) if released else ()
 
 
 def laplace_part(e: Fraction) -> Part:
@@ -415,21 +477,19 @@ def parts(
     top: int,
     correct: Sequence[Fraction] = (),
     by_group: bool = False,
-    profiled: bool = True,
+    new: Sequence[bool] | None = None,
 ) -> tuple[Part, ...]:
-    """The profile's parts of the query's cost: one Laplace mechanism per histogram (none when
-    not `profiled`: a profile already released is reused, free), and the correction's two at
-    its shares `correct` (`corrected`) when there is one."""
+    """The profile's parts of the query's cost: one Laplace mechanism per histogram it releases
+    (`new`, as in `epsilons`; none when every one is reused), and the correction's two at its
+    shares `correct` (`corrected`) when there is one."""
     extra = tuple(epsilon * share for share in correct)
-    own = epsilons(epsilon, cols, top, by_group) if profiled else ()
-    return tuple(laplace_part(e) for e in own + extra)
+    return tuple(laplace_part(e) for e in epsilons(epsilon, cols, top, by_group, new) + extra)
 
 
-def noised(rows: Sequence[tuple], cols: Sequence[Column], top: int, epsilon: Fraction, groups: int = 0) -> Profile:
-    """The profile's exact rows (profile_query's result) with every bin noised, empty ones
-    included, so which bins hold data is not told by their presence. With `groups` (the size of
-    the released domain, public), the groups' masses are padded with empty ones to that many,
-    each noised, and kept in no order (a multiset of a noisy vector: post-processing)."""
+def histograms(rows: Sequence[tuple], cols: Sequence[Column], top: int, groups: int = 0) -> list[list[int]]:
+    """The profile's exact histograms from its rows (profile_query's result), by index as in
+    `pieces` (the row-count histogram always first). With `groups` (the size of the released
+    domain, public), the groups' masses sorted and padded with empty ones to that many."""
     sizes = [len(steps(top)) + 1] + [VALUE_BINS] * len(cols)
     exact = [[0] * n for n in sizes]
     present = []
@@ -440,19 +500,24 @@ def noised(rows: Sequence[tuple], cols: Sequence[Column], top: int, epsilon: Fra
             exact[int(kind)][int(bin_)] += int(mass)
     if groups:
         exact.append(sorted(present)[-groups:] + [0] * max(groups - len(present), 0))
-    eps = list(epsilons(epsilon, cols, top, bool(groups)))
-    noisy = []
-    for i, hist in enumerate(exact):
-        if i == 0 and top <= 1:
-            noisy.append(())  # not released: no total bound to choose (filled in below)
-            continue
-        e = eps.pop(0)
-        noisy.append(tuple(v / MASS for v in add_noise(hist, Noise("laplace", laplace_scale(MASS, e)))))
-    by_group = tuple(sorted(noisy.pop())) if groups else ()
+    return exact
+
+
+def noisy(hist: Sequence[int], e: Fraction) -> tuple[float, ...]:
+    """One histogram, every bin noised (empty ones included, so which bins hold data is not told
+    by their presence) for L1 sensitivity MASS at `e`, in rows."""
+    return tuple(v / MASS for v in add_noise(list(hist), Noise("laplace", laplace_scale(MASS, e))))
+
+
+def assembled(released: Sequence[Piece], cols: Sequence[Column], top: int, by_group: bool = False) -> Profile:
+    """The Profile of a query from its histograms (released now or before), in `pieces` order.
+    The groups' masses are kept in no order (a multiset of a noisy vector: post-processing)."""
+    out = [p.bins for p in released]
+    groups = tuple(sorted(out.pop())) if by_group else ()
     if top <= 1:  # one row a unit: the units are the released values' (or groups') total mass
-        released = noisy[1] if len(noisy) > 1 else by_group
-        noisy[0] = (max(sum(released), 0.0),) + (0.0,) * (len(steps(top)))
-    return Profile(steps(top), noisy[0], tuple(noisy[1:]), by_group)
+        own = out[0] if cols else groups
+        out.insert(0, (max(sum(own), 0.0),) + (0.0,) * len(steps(top)))
+    return Profile(steps(top), out[0], tuple(out[1:]), groups)
 
 
 # The choice: a model of the error, minimised -----------------------------------------------

@@ -96,6 +96,11 @@ class PlanCache:
     def put_profile(self, key: Hashable, profile: Any) -> None:
         self._put(self._profiles, key, profile)
 
+    def forget_profiles(self) -> None:
+        """Drop every kept profile (the audit's runs each start from none)."""
+        with self._lock:
+            self._profiles.clear()
+
     def _get(self, store: OrderedDict[Hashable, Any], key: Hashable) -> Any | None:
         """An entry of a store kept in order of use (the least recently used goes first)."""
         with self._lock:

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpsql.audit import markdown, run_audit
-from dpsql.audit.cases import HOSPITAL, Case
+from dpsql.audit import _Analyst, markdown, run_audit, write_dataset
+from dpsql.audit.cases import CASES, HOSPITAL, Case
 from dpsql.audit.stats import (
     audit,
     clopper_pearson_lower,
@@ -53,6 +53,23 @@ def test_quick_audit_does_not_flag_dpsql(made_dirs):
     # the audit sees the target at all: a Laplace COUNT at epsilon 1 gives a clearly positive bound
     count = next(r for r in results if r.case.name == "count")
     assert count.epsilon == 1 and count.bound.epsilon > 0.3, report
+
+
+@pytest.mark.parametrize("name, charged, own", [("auto_reuse", 2.9, 0.0), ("auto_reuse_combined", 2.0, 0.1)])
+def test_a_reuse_case_starts_each_run_afresh_and_charges_the_whole_run(tmp_path, name, charged, own):
+    """A case with queries `before` its own: each run starts from no kept profile and no cached
+    answer (so runs are independent draws), its query reuses the profile they released (free, or
+    combined with its own release), and the run's charge is every query's."""
+    case = next(c for c in CASES if c.name == name)
+    analyst = _Analyst(write_dataset(case.world, tmp_path, name, True), case.settings, case.publish, case.before)
+    try:
+        for _ in range(3):
+            result = analyst.run(case.sql)
+            limits = result.dp.bounds.limits
+            assert limits.profile_reused and limits.profile_epsilon == pytest.approx(own)
+            assert result.dp.cost.epsilon == pytest.approx(charged) and not result.dp.cached
+    finally:
+        analyst.close()
 
 
 def test_temporary_directory_is_removed_on_error(made_dirs):

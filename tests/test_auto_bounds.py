@@ -20,6 +20,7 @@ from dpsql.guarantee.bounding import TotalCap
 from dpsql.guarantee.calibration import calibrate
 from dpsql.prepare import plan_query
 from dpsql.session import Session
+from dpsql.session import auto as session_auto
 from dpsql.session.auto import correction_of, rows_of
 from dpsql.sql.classify import classify
 from dpsql.sql.options import QueryOptions
@@ -569,29 +570,95 @@ def test_a_target_the_cap_cannot_meet_is_refused_free(small_policy):
 
 
 def test_a_later_query_reuses_the_released_profile_and_is_charged_less(small_policy):
-    """A query whose profile (same analyst, data and profile query) was released before chooses
-    its limits from that profile: post-processing of a release already charged, so its charge
-    is its release's only, smaller by the profile's share, as the ledger records and EXPLAIN
-    (free) says beforehand. With dpsql.cache = off each run profiles (and pays) afresh."""
+    """A query whose profile's histograms (same analyst, data and rows) were released before
+    chooses its limits from them: a kept histogram less precise than ENOUGH fresh ones is
+    released again and combined with it (the charge is the query's epsilon, the profile more
+    precise), and once every one is precise enough the query is charged for its release only,
+    smaller by the profile's share, as the ledger records and EXPLAIN (free) says beforehand.
+    With dpsql.cache = off each run profiles (and pays) afresh."""
     with _answered(small_policy, TARGETED) as (conn, cur):
         assert cur.dp["bounds"]["profile_reused"] is False
         cur.execute("SET dpsql.cache = on")
-        cur.execute("SET dpsql.epsilon = 2")  # another answer (the cache is keyed by epsilon), the same profile
-        text, info = _explained(conn)
-        saved = 2 * auto_bounds.SHARE
-        assert info["auto_reused"] and info["cost"]["epsilon"] == float(2 - saved) and "reused free" in text
-        assert conn.session.budget()["epsilon"]["spent"] == 1  # EXPLAIN charged nothing
-        cur.execute(TARGETED)
+        spent, repeats = Fraction(1), 0
+        while True:  # the same query at epsilon 1 (another answer each time: ORDER BY changes the text)
+            text, info = _explained(conn)
+            if info["auto_reused"]:
+                break
+            assert info["auto_kept"] == (3, 3) and "combined with them" in text  # rows, amount, groups
+            repeats += 1
+            cur.execute(TARGETED + " ORDER BY kind" + " DESC" * (repeats % 2) + ", 2" * repeats)
+            bounds = cur.dp["bounds"]
+            assert bounds["profile_reused"] is True and bounds["profile_epsilon"] == float(auto_bounds.SHARE)
+            assert cur.dp["cost"]["epsilon"] == 1.0
+            assert "combines this query's release" in auto_bounds.told(cur.dp.bounds)
+            spent += 1
+            assert conn.session.budget()["epsilon"]["spent"] == spent
+        # Effective epsilon sqrt(k) times a fresh histogram's after k releases: ENOUGH² of them.
+        assert repeats + 1 == auto_bounds.ENOUGH**2
+        saved = auto_bounds.SHARE
+        assert info["cost"]["epsilon"] == float(1 - saved) and "reused free" in text
+        assert conn.session.budget()["epsilon"]["spent"] == spent  # EXPLAIN charged nothing
+        cur.execute(TARGETED + " ORDER BY 1")
         bounds = cur.dp["bounds"]
         assert bounds["profile_reused"] is True and bounds["profile_epsilon"] == 0
         assert "reused, free" in auto_bounds.told(cur.dp.bounds)
-        assert cur.dp["cost"]["epsilon"] == float(2 - saved)
-        assert conn.session.budget()["epsilon"]["spent"] == 1 + 2 - saved
+        assert cur.dp["cost"]["epsilon"] == float(1 - saved)
+        assert conn.session.budget()["epsilon"]["spent"] == spent + 1 - saved
         last = conn.session.ledger.history("alice")[-1]
-        assert last["cost"].epsilon == 2 - saved and len(last["cost"].parts) == 2  # the release's two measures
+        assert last["cost"].epsilon == 1 - saved and len(last["cost"].parts) == 2  # the release's two measures
         assert last["released"]["bounds"]["profile_reused"] is True
         cur.execute("SET dpsql.cache = off")
         cur.execute("SET dpsql.epsilon = 3")
         cur.execute(TARGETED)
         assert cur.dp["bounds"]["profile_reused"] is False and cur.dp["cost"]["epsilon"] == 3.0
-        assert conn.session.budget()["epsilon"]["spent"] == 1 + 2 - saved + 3
+        assert conn.session.budget()["epsilon"]["spent"] == spent + 1 - saved + 3
+
+
+def test_a_profile_is_reused_per_histogram_over_the_same_rows_only(small_policy):
+    """Histograms are kept per rows (FROM, JOIN, WHERE, group keys) and what they count: another
+    aggregate of the same column over the same rows finds them all; another WHERE or other
+    group keys find none (a profile of other rows is not one of these)."""
+    conn = dpsql.connect(small_policy, user="alice")
+    try:
+        cur = conn.cursor()
+        cur.execute("SET dpsql.epsilon = 1")
+        cur.execute("SELECT kind, SUM(amount) FROM events GROUP BY kind")
+        assert cur.dp["bounds"]["profile_reused"] is False
+        sql = "SELECT kind, AVG(amount) FROM events GROUP BY kind"
+        assert _explained(conn, sql)[1]["auto_kept"] == (3, 3)
+        filtered = "SELECT kind, AVG(amount) FROM events WHERE amount > 0 GROUP BY kind"
+        assert _explained(conn, filtered)[1]["auto_kept"] == (0, 3)
+        assert _explained(conn, "SELECT AVG(amount) FROM events")[1]["auto_kept"][0] == 0  # no keys: other rows
+        session = conn.session
+        plan = _plan(session, sql)
+        cols, top = auto_bounds.columns(plan), auto_bounds.ceiling(plan)
+        keys = session_auto.piece_keys(session, plan, cols, top, True)
+        other = _plan(session, filtered)
+        assert not set(keys) & set(session_auto.piece_keys(session, other, auto_bounds.columns(other), top, True))
+        cur.execute(sql)
+        assert cur.dp["bounds"]["profile_reused"] is True and cur.dp["cost"]["epsilon"] == 1.0
+        kept = [session._plans.profile(k) for k in keys]
+        # Each of the three was released at SHARE / 3 twice: combined at sqrt(2) times that.
+        assert all(math.isclose(k.epsilon, math.sqrt(2) * float(auto_bounds.SHARE) / 3) for k in kept)
+    finally:
+        conn.close()
+
+
+def test_a_kept_histogram_is_combined_by_inverse_variance_and_its_epsilon_grows():
+    """Two releases of one histogram at epsilons e1, e2 combine with weights e1², e2² (the
+    inverse of Laplace's variance) into one at sqrt(e1² + e2²); a histogram is released again
+    while its kept epsilon is below ENOUGH times a fresh one's, and the new ones share the
+    profile's epsilon."""
+    a = auto_bounds.combined(None, (1.0, 3.0), 0.1)
+    assert a == auto_bounds.Piece((1.0, 3.0), 0.1)
+    b = auto_bounds.combined(a, (4.0, 0.0), 0.2)
+    assert math.isclose(b.epsilon, math.sqrt(0.05))
+    assert all(math.isclose(x, y) for x, y in zip(b.bins, ((0.01 + 0.16) / 0.05, 0.03 / 0.05)))
+    alone = float(auto_bounds.SHARE) / 2
+    enough = auto_bounds.Piece((0.0,), auto_bounds.ENOUGH * alone)
+    short = auto_bounds.Piece((0.0,), auto_bounds.ENOUGH * alone * 0.99)
+    assert auto_bounds.fresh([None, enough], Fraction(1)) == (True, False)
+    assert auto_bounds.fresh([short, enough], Fraction(1)) == (True, False)
+    assert auto_bounds.fresh([enough, enough], Fraction(1)) == (False, False)
+    assert auto_bounds.epsilons(Fraction(1), (), 4, True, (True, False)) == (auto_bounds.SHARE,)
+    assert auto_bounds.epsilons(Fraction(1), (), 4, True, (False, False)) == ()

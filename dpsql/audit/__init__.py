@@ -110,10 +110,13 @@ class _Analyst:
     refused (only delta can run out), it continues on a fresh ledger: the attacker's budget is
     not what is audited, the mechanism is."""
 
-    def __init__(self, policy_path: Path, settings: Mapping[str, str], publish: str | None = None):
+    def __init__(
+        self, policy_path: Path, settings: Mapping[str, str], publish: str | None = None, before: tuple[str, ...] = ()
+    ):
         self.publish = publish
+        self.before = before
         self.policy: Policy = load_policy(policy_path)
-        self.settings = {"dpsql.cache": "off", **settings}
+        self.settings = {"dpsql.cache": "on" if before else "off", **settings}
         self.engine = open_engine(self.policy)
         self.ledgers = 0
         try:
@@ -139,15 +142,37 @@ class _Analyst:
             p.unlink(missing_ok=True)
 
     def run(self, sql: str) -> Result:
+        if self.before:
+            return self._run_after(sql)
         try:
             result = self._run(sql)
         except BudgetExceeded:
-            self._drop_ledger()
-            self.ledgers += 1
-            self.session = self._open()
+            self._fresh_ledger()
             result = self._run(sql)
         if result.dp is None or result.dp.cached:
             raise RuntimeError(f"{sql!r} was not a fresh DP release; the audit needs independent runs")
+        return result
+
+    def _fresh_ledger(self) -> None:
+        self._drop_ledger()
+        self.ledgers += 1
+        self.session = self._open()
+
+    def _run_after(self, sql: str) -> Result:
+        """`before`, then `sql`, from a new ledger (no cached answers) and no kept profiles, so
+        that each run stands alone; the result's charge is every query's in the run."""
+        self._fresh_ledger()
+        self.session._plans.forget_profiles()
+        spent = Amount(0.0, 0.0)
+        for statement in (*self.before, sql):
+            result = self.session.execute(statement)
+            if result.dp is not None:
+                if result.dp.cached:
+                    raise RuntimeError(f"{statement!r} was not a fresh DP release; the audit needs independent runs")
+                spent = Amount(spent.epsilon + result.dp.cost.epsilon, spent.delta + result.dp.cost.delta)
+        if result.dp is None:
+            raise RuntimeError(f"{sql!r} was not a DP release")
+        result.dp = replace(result.dp, cost=spent)
         return result
 
     def _run(self, sql: str) -> Result:
@@ -174,10 +199,13 @@ def run_case(
 ) -> CaseResult:
     """Run `case` `runs` times on each neighbour (alternating) and bound its epsilon."""
     start = time.perf_counter()
-    d = _Analyst(write_dataset(case.world, directory, f"{case.name}-d", True), case.settings, case.publish)
+    d = _Analyst(write_dataset(case.world, directory, f"{case.name}-d", True), case.settings, case.publish, case.before)
     try:
         d_prime = _Analyst(
-            write_dataset(case.world, directory, f"{case.name}-d-prime", False), case.settings, case.publish
+            write_dataset(case.world, directory, f"{case.name}-d-prime", False),
+            case.settings,
+            case.publish,
+            case.before,
         )
         try:
             values: tuple[list[float], list[float]] = ([], [])

@@ -54,6 +54,10 @@ class Case:
     runs: int = 5000
     quick_runs: int | None = None
     publish: str | None = None  # a synopsis published (and charged) before every run; `sql` is answered from it
+    # statements run before `sql` in each run, from a session with no kept profiles and no cached
+    # answers (dpsql.cache on): `sql` may reuse the profile their queries released; the run's
+    # charge is every query's in it
+    before: tuple[str, ...] = ()
 
 
 # Observations: a released result -> one ordered number. A missing value (NULL, a group not
@@ -329,6 +333,29 @@ CASES: tuple[Case, ...] = (
         "SELECT kind, COUNT(*) FROM visits WHERE kind <> 'c' GROUP BY kind",
         group("a"),
         AUTO,
+    ),
+    # A profile released before is reused (session/auto.piece_keys): the first query (an AVG at
+    # epsilon 2) releases the rows' and the amounts' histograms, which the target moves; the SUM
+    # at epsilon 1 then reuses both free (kept at twice its own share: auto_bounds.fresh) and is
+    # charged its release only, 0.9. Its answer depends on D through the first query's profile:
+    # the run's charge (2 + 0.9) covers both; what the SUM's answer spends is 0.2 + 0.9.
+    Case(
+        "auto_reuse",
+        SKEWED,
+        "SELECT SUM(amount) FROM visits",
+        scalar,
+        AUTO,
+        before=("SET dpsql.epsilon = 2", "SELECT AVG(amount) FROM visits", "SET dpsql.epsilon = 1"),
+    ),
+    # The same at one epsilon: the SUM releases both histograms again and combines them with the
+    # AVG's (auto_bounds.combined); charged 1 + 1.
+    Case(
+        "auto_reuse_combined",
+        SKEWED,
+        "SELECT SUM(amount) FROM visits",
+        scalar,
+        AUTO,
+        before=("SELECT AVG(amount) FROM visits",),
     ),
     # People per group under auto: the policy's limits, corrected for the groups max_groups cuts
     # (the target is in all three kinds, two allowed).

@@ -93,9 +93,7 @@ def targeted(
     groups = 1 if size is None else size
     released = None
     if not auto_bounds.counts_units(plan, s.mechanism):
-        top, cols = auto_bounds.ceiling(plan), auto_bounds.columns(plan)
-        key = profile_key(session, plan, cols, top, bool(auto_bounds.profiled_groups(plan, size or 0)))
-        released = None if key is None else session._plans.profile(key)
+        released = kept_profile(session, plan, size)
     if released is None:
         share = 1 - auto_bounds.release_epsilon(Fraction(1), auto_bounds.corrected(plan, groups))
         if auto_bounds.counts_units(plan, s.mechanism):
@@ -184,6 +182,7 @@ def explained(
             "auto_release": 1.0,
             "auto_expected": None,
             "auto_reused": False,
+            "auto_kept": (0, 0),
             "auto_cost": None,
         }
     fix = auto_bounds.correction_share(
@@ -192,15 +191,19 @@ def explained(
     units = auto_bounds.counts_units(plan, session.settings.mechanism)
     profile = Fraction(0) if units else auto_bounds.SHARE
     top, cols = auto_bounds.ceiling(plan), auto_bounds.columns(plan)
-    key = None if units else profile_key(session, plan, cols, top, bool(auto_bounds.profiled_groups(plan, size or 0)))
-    reused = reusable(session, key) is not None
+    by_group = bool(auto_bounds.profiled_groups(plan, size or 0))
+    count = len(auto_bounds.pieces(cols, top, by_group))
+    kept = [] if units else reusable(session, piece_keys(session, plan, cols, top, by_group), count)
+    new = auto_bounds.fresh(kept, cal.cost.epsilon)
+    reused = bool(kept) and not any(new)  # every histogram reused: the profile's share is not charged
     return {
         "auto_bounds": float(profile) or None,
         "auto_correction": float(fix) or None,
         "auto_release": float(1 / (1 - profile - fix)),
         "auto_expected": expected(session, plan, cal.cost.epsilon, size, options, tree) if profile else None,
         "auto_reused": reused,
-        "auto_cost": auto_cost(session, plan, cal.cost.epsilon, options, 1 if size is None else size, False)[0]
+        "auto_kept": (sum(k is not None for k in kept), len(kept)),
+        "auto_cost": auto_cost(session, plan, cal.cost.epsilon, options, 1 if size is None else size, new)[0]
         if reused
         else None,
     }
@@ -221,8 +224,7 @@ def expected(
     when there is none yet (the bias of chosen limits is unknown until a profile is released)."""
     top, cols = auto_bounds.ceiling(plan), auto_bounds.columns(plan)
     groups = 1 if size is None else size
-    key = profile_key(session, plan, cols, top, bool(auto_bounds.profiled_groups(plan, size or 0)))
-    released = None if key is None else session._plans.profile(key)
+    released = kept_profile(session, plan, size)
     if released is None:
         return None
     correct = auto_bounds.corrected(plan, groups)
@@ -243,11 +245,17 @@ def expected(
 
 
 def auto_cost(
-    session: Session, plan: Plan, epsilon: Fraction, options: QueryOptions, groups: int, profiled: bool
+    session: Session,
+    plan: Plan,
+    epsilon: Fraction,
+    options: QueryOptions,
+    groups: int,
+    new: tuple[bool, ...] | None = None,
 ) -> tuple[Cost, Calibration]:
-    """What a query whose limits are chosen is charged at `epsilon` (its profile's parts unless
-    it reuses one, its correction's, its release's), and the release's calibration at the
-    policy's limits (the chosen ones cost the same)."""
+    """What a query whose limits are chosen is charged at `epsilon` (its profile's histograms it
+    releases, `new` as in auto_bounds.epsilons: all by default; its correction's; its
+    release's), and the release's calibration at the policy's limits (the chosen ones cost the
+    same)."""
     s = session.settings
     top, cols = auto_bounds.ceiling(plan), auto_bounds.columns(plan)
     correct = auto_bounds.corrected(plan, groups)
@@ -255,27 +263,50 @@ def auto_cost(
     weights = measure_weights(plan, options.weights)
     at_rest = calibrate(plan, rest, Fraction(0), s.mechanism, plan.literal_domain_size(), weights)
     by_group = bool(auto_bounds.profiled_groups(plan, groups if groups > 1 else 0))
-    own = auto_bounds.parts(epsilon, cols, top, correct, by_group, profiled=profiled)
+    own = auto_bounds.parts(epsilon, cols, top, correct, by_group, new)
     return Cost.of(own + at_rest.cost.parts), at_rest
 
 
-def reusable(session: Session, key: tuple | None) -> auto_bounds.Profile | None:
-    """The profile released before under `key` (`profile_key`: this analyst, data version and
-    profile query), which a query then reuses instead of releasing its own: its limits are
-    chosen by post-processing a release already charged, so the query is charged for its
-    release (and correction) only. Not with dpsql.cache = off, where each run stands alone."""
-    return session._plans.profile(key) if key is not None and session.settings.cache else None
+def reusable(session: Session, keys: tuple | None, count: int) -> list[auto_bounds.Piece | None]:
+    """The `count` histograms of the query's profile released before to this analyst
+    (`piece_keys`), None for each not kept; all None with dpsql.cache = off, where each run
+    stands alone, or when the profile reads the clock (`keys` None)."""
+    if keys is None or not session.settings.cache:
+        return [None] * count
+    return [session._plans.profile(k) for k in keys]
 
 
-def profile_key(
+def kept_profile(session: Session, plan: Plan, size: int | None) -> auto_bounds.Profile | None:
+    """The query's profile from histograms released before to this analyst on this data version,
+    when every one of them is kept (for EXPLAIN and dpsql.target_error: free), else None."""
+    top, cols = auto_bounds.ceiling(plan), auto_bounds.columns(plan)
+    by_group = bool(auto_bounds.profiled_groups(plan, size or 0))
+    keys = piece_keys(session, plan, cols, top, by_group)
+    kept = [] if keys is None else [session._plans.profile(k) for k in keys]
+    if keys is None or any(k is None for k in kept):
+        return None
+    return auto_bounds.assembled(kept, cols, top, by_group)
+
+
+def piece_keys(
     session: Session, plan: Plan, cols: tuple[auto_bounds.Column, ...], top: int, by_group: bool
 ) -> tuple | None:
-    """Where a noisy profile is kept for EXPLAIN: per analyst, data version and profile query;
-    None when the profile depends on more than the data (a clock)."""
-    sql, timeless = session._plans.derived(
-        plan, f"profile {by_group}", lambda: prepared_sql(session, auto_bounds.profile_query(plan, cols, top, by_group))
+    """Where each histogram of the query's profile (`auto_bounds.pieces`) is kept: per analyst,
+    data version, the rows it is of (the profile's CTEs up to `filtered`, without the measures'
+    columns: the same FROM, JOIN, WHERE and group keys) and what it counts (the row-count
+    histogram at the policy's bound; a column's clamped values over its bins' range; the groups'
+    masses). Another query over the same rows that needs one of them (another aggregate of the
+    column, another measure) finds it; a query over other rows (another WHERE) does not.
+    None when the rows depend on more than the data (a clock)."""
+    rows, timeless = session._plans.derived(
+        plan, "profile rows", lambda: prepared_sql(session, auto_bounds.rows_query(plan))
     )
-    return (session.user.name, session.engine.data_version(), sql) if timeless else None
+    if not timeless:
+        return None
+    who = (session.user.name, session.engine.data_version(), rows)
+    what = {0: ("rows", top), 1 + len(cols): ("groups",)}
+    what.update({1 + i: ("values", c.expr, c.lower, c.upper) for i, c in enumerate(cols)})
+    return tuple(who + what[i] for i in auto_bounds.pieces(cols, top, by_group))
 
 
 def answer_auto(
@@ -301,22 +332,19 @@ def answer_auto(
     by_group = auto_bounds.profiled_groups(policy_plan, len(groups) if groups else 0)  # public
     # The profile's SQL is built (and kept) before the charge, so that a query it cannot be built
     # for is refused free; the data version is read before the profile's rows.
-    key = profile_key(session, policy_plan, cols, top, bool(by_group))
-    kept = reusable(session, key)  # released (and charged) before: the choice from it is free
-    cost, at_rest = auto_cost(session, policy_plan, epsilon, options, len(groups) if groups else 1, kept is None)
+    profile_sql(session, policy_plan, cols, top, bool(by_group))
+    keys = piece_keys(session, policy_plan, cols, top, bool(by_group))
+    kept = reusable(session, keys, len(auto_bounds.pieces(cols, top, bool(by_group))))  # charged before: free
+    new = auto_bounds.fresh(kept, epsilon)  # released (again) by this query, the others reused
+    cost, at_rest = auto_cost(session, policy_plan, epsilon, options, len(groups) if groups else 1, new)
     pending = charging(session, cost, stmt.sql, json.dumps(noise_detail(policy_plan, at_rest), default=str))
     charge = pending.admitted()
     with charged_work(
         session, pending, charge, "the query's cost stays charged: its limits were being chosen from the data"
     ):
-        profile = kept or auto_bounds.noised(
-            profile_rows(session, policy_plan, cols, top, bool(by_group)), cols, top, epsilon, by_group
-        )
-        if key is not None and kept is None:
-            session._plans.put_profile(key, profile)
+        profile, spent = released_profile(session, policy_plan, cols, top, epsilon, by_group, keys, kept, new)
         choice = auto_choice.choose(policy_plan, profile, cols, top, epsilon, len(groups) if groups else 1, correct)
-        if kept is not None:
-            choice = replace(choice, epsilon=Fraction(0), reused=True)
+        choice = replace(choice, epsilon=spent, reused=any(k is not None for k in kept))
         plan, cal, bounded = session._plans.derived(
             policy_plan,
             f"chosen {choice.options(QueryOptions())} {rest}",
@@ -431,16 +459,54 @@ def chosen(
     return plan, cal, built(session, plan, None, copies=False)
 
 
+def released_profile(
+    session: Session,
+    plan: Plan,
+    cols: tuple[auto_bounds.Column, ...],
+    top: int,
+    epsilon: Fraction,
+    groups: int,
+    keys: tuple | None,
+    kept: list[auto_bounds.Piece | None],
+    new: tuple[bool, ...],
+) -> tuple[auto_bounds.Profile, Fraction]:
+    """The query's profile, once charged: the histograms it releases (`new`) noised from the
+    profile query's exact rows (kept per analyst and data version like a bounded result; the
+    noise drawn afresh) and combined with those kept, the others as kept; each kept again.
+    Returns the profile and the epsilon its new histograms spent."""
+    by_group = bool(groups)
+    shares = list(auto_bounds.epsilons(epsilon, cols, top, by_group, new))
+    spent = sum(shares, Fraction(0))
+    rows = profile_rows(session, plan, cols, top, by_group) if shares else []
+    exact_hists = auto_bounds.histograms(rows, cols, top, groups)
+    out = []
+    for i, k, is_new in zip(auto_bounds.pieces(cols, top, by_group), kept, new):
+        if is_new:
+            e = shares.pop(0)
+            k = auto_bounds.combined(k, auto_bounds.noisy(exact_hists[i], e), float(e))
+        out.append(k)
+    if keys is not None:
+        for key, piece in zip(keys, out):
+            session._plans.put_profile(key, piece)
+    return auto_bounds.assembled(out, cols, top, by_group), spent
+
+
 def profile_rows(
     session: Session, plan: Plan, cols: tuple[auto_bounds.Column, ...], top: int, by_group: bool
 ) -> list[tuple]:
     """The profile's exact rows; like a bounded result, kept per analyst and data version when
-    the data alone determines them (the noise is drawn afresh each time)."""
-    sql, timeless = session._plans.derived(
+    the data alone determines them."""
+    rs = exact(session, *profile_sql(session, plan, cols, top, by_group))
+    return list(zip(*rs.columns)) if rs.row_count else []
+
+
+def profile_sql(
+    session: Session, plan: Plan, cols: tuple[auto_bounds.Column, ...], top: int, by_group: bool
+) -> tuple[str, bool]:
+    """The profile query's SQL and whether it is timeless, kept per policy plan."""
+    return session._plans.derived(
         plan, f"profile {by_group}", lambda: prepared_sql(session, auto_bounds.profile_query(plan, cols, top, by_group))
     )
-    rs = exact(session, sql, timeless)
-    return list(zip(*rs.columns)) if rs.row_count else []
 
 
 def prepared_sql(session: Session, tree: exp.Select) -> tuple[str, bool]:

@@ -155,6 +155,13 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
                 "profiles its rows, then a total bound on a unit's rows and clamps of summed values are chosen within "
                 "the policy's limits above; the noise below is at the policy's limits (the chosen ones are shown "
                 "with the answer); SET dpsql.bounds = policy to keep them"
+                + (
+                    f"; {info['auto_kept'][0]} of the profile's {info['auto_kept'][1]} histograms were released to "
+                    "this analyst before (same rows): those precise enough are reused free and the others released "
+                    "again and combined with them (the same charge, a more precise profile)"
+                    if info.get("auto_kept", (0, 0))[0]
+                    else ""
+                )
             ]
             if info.get("auto_bounds") and not info.get("auto_reused")
             else [
