@@ -445,12 +445,13 @@ class DuckDBEngine(Engine):
         self._scratch.close()
 
 
-def default_memory_limit() -> str:
-    """The engine's memory limit when the policy sets none: a MEMORY_SHARE of the machine's
-    memory (or of the cgroup's limit, in a container), at least MEMORY_FLOOR but at most half."""
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    with contextlib.suppress(OSError, ValueError):
-        total = min(total, int(Path("/sys/fs/cgroup/memory.max").read_text().strip()))  # "max": none
+def default_memory_limit(total: int | None = None) -> str:
+    """The engine's memory limit when the policy sets none: a MEMORY_SHARE of `total` bytes (the
+    machine's memory, or its cgroup's limit in a container), at least MEMORY_FLOOR but at most half."""
+    if total is None:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        with contextlib.suppress(OSError, ValueError):  # no cgroup v2, or "max": no limit
+            total = min(total, int(Path("/sys/fs/cgroup/memory.max").read_text().strip()))
     return f"{max(total // MEMORY_SHARE, min(MEMORY_FLOOR, total // 2)) >> 20}MiB"
 
 
@@ -540,24 +541,6 @@ def run_statements(
         f"CREATE OR REPLACE TABLE {copy} AS {appends[0]}",
         *[f"INSERT INTO {copy} {a}" for a in appends[1:]],
         f"DROP TABLE {_units_table(name)}",
-    ]
-
-
-def copy_statements(
-    name: str,
-    table: str,
-    unit: str,
-    limit: int,
-    bits: int,
-    sums: Mapping[str, str],
-    per_unit: Mapping[str, str],
-    parts: Sequence[int] = (1, 1, 1),
-) -> list[str]:
-    """The statements that build weighted copy `name` of `table` in the scratch database
-    (DuckDBEngine.weighted_copy), its runs in `parts` parts: units_statement, then run_statements."""
-    return [
-        units_statement(name, table, unit, per_unit),
-        *run_statements(name, table, unit, limit, bits, sums, per_unit, parts),
     ]
 
 
