@@ -178,7 +178,7 @@ def test_huge_run_writes_its_own_section_and_a_full_run_keeps_it(tmp_path):
     text = out.read_text()
     assert text.startswith("# Benchmarks\n\n## Latency\n\nkept\n")
     mine = text[text.index(SECTION) :]
-    assert "20,000 rows" in mine and "weighted-copy build" in mine
+    assert "20,000 rows" in mine and "weighted-copy build" in mine and "its CPU time" in mine
     for label in ("COUNT(*) GROUP BY grp", "SUM(value) GROUP BY grp", "AVG(value) GROUP BY grp"):
         row = next(line for line in mine.splitlines() if line.startswith(f"| {label} |"))
         plain, dp, ratio = (cell.strip() for cell in row.strip("|").split("|")[1:])

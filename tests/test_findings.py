@@ -295,9 +295,17 @@ def test_spills_stay_in_the_private_scratch_directory(small_policy, private_tmp,
 
 
 def test_the_engine_caps_its_memory_unless_told_otherwise(small_policy, private_tmp):
-    """DuckDB's default (80 % of RAM) let it cache every block it read: 2.6 GB at 50M rows."""
+    """DuckDB's default (80 % of RAM) let it cache every block it read: 2.6 GB at 50M rows. dpsql's
+    is a sixteenth of the machine's memory, at least 1 GB (half the memory below 2 GB)."""
+    from dpsql.engines.duckdb import _bytes, default_memory_limit
+
+    assert default_memory_limit(23 << 30) == f"{(23 << 30) // 16 >> 20}MiB" == "1472MiB"
+    assert default_memory_limit(4 << 30) == default_memory_limit(16 << 30) == "1024MiB"
+    assert default_memory_limit(1 << 30) == "512MiB"
     conn = dpsql.connect(small_policy, user="alice")
-    assert conn._session.engine._con.execute("SELECT current_setting('memory_limit')").fetchone()[0] == "953.6 MiB"
+    shown = conn._session.engine._con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    assert 0 <= _bytes(default_memory_limit()) - _bytes(shown) < 2**30 // 10  # DuckDB shows "1.4 GiB" for 1506MiB
+    assert conn._session.engine._memory_bytes == _bytes(shown)
     conn.close()
     _engine_setting(small_policy, 'memory_limit = "2GB"')
     conn = dpsql.connect(small_policy, user="alice")

@@ -253,14 +253,18 @@ def _copy_arguments(sessions) -> list[tuple]:
 
 
 def _render_copies(sessions) -> dict[str, str]:
-    from dpsql.engines.duckdb import copy_statements
+    from dpsql.engines.duckdb import run_statements, units_statement
     from dpsql.engines.pg_weights import build_sql
     from dpsql.engines.spark import copy_sql
 
     out: dict[str, list[str]] = {"duckdb": [], "postgres": [], "spark": []}
     for table, unit, limit, bits, sums, per_unit in _copy_arguments(sessions):
         head = f"# {table}, unit {unit}, limit {limit}, {bits} bits\n"
-        statements = copy_statements(f"__dpsql_w_{table}_{limit}", table, unit, limit, bits, sums, per_unit)
+        name = f"__dpsql_w_{table}_{limit}"
+        statements = [
+            units_statement(name, table, unit, per_unit),
+            *run_statements(name, table, unit, limit, bits, sums, per_unit),
+        ]
         out["duckdb"].append(head + "".join(f"{s};\n" for s in statements))
         out["postgres"].append(f"{head}{build_sql('dpsql_scratch.copy', 'public', table, unit, limit, bits)};\n")
         out["spark"].append(f"{head}{copy_sql(table, unit, limit, bits)};\n")

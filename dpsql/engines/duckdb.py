@@ -10,10 +10,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
+import math
+import os
+import re
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Sequence
 
 import duckdb
 import sqlglot
@@ -46,9 +49,16 @@ from .watchdog import Watchdog
 
 # DuckDB's own default is 80 % of the machine's memory, which it then fills with cached blocks
 # (a weighted copy's build over 50M rows peaked at 2.6 GB). Joins, aggregations and sorts past the
-# limit spill to the engine's private scratch directory, so it caps memory rather than queries:
-# at 1 GB the 50M-row build took as long. Raise it with [engine] memory_limit.
-DEFAULT_MEMORY_LIMIT = "1GB"
+# limit spill to the engine's private scratch directory, so it caps memory rather than queries.
+# dpsql's default is a sixteenth of the machine's memory (or of its cgroup's limit), at least 1 GB
+# (half the memory on a machine of less than 2 GB); [engine] memory_limit sets it.
+MEMORY_SHARE = 16
+MEMORY_FLOOR = 1 << 30
+# A weighted copy joins each row to its unit's count: the join's hash table costs about this many
+# bytes a unit, plus 16 for each per-unit aggregate (HUGEINT); it may take half the memory limit,
+# and a run with more units is built in parts by a hash of the unit (each part one scan of the
+# source), because a join past the limit spills every row it probes (2x slower at 100M rows).
+UNIT_BYTES = 64
 REUSED_RESULTS = 64  # bounded queries' exact results kept per data version (for every analyst together)
 REUSED_CELLS = 200_000  # and at most this many values in all (about 10 MB); a larger result is recomputed
 PREPARED_PER_CURSOR = 128  # query texts remembered per worker thread's cursor (prepared from the second run)
@@ -90,7 +100,7 @@ class DuckDBEngine(Engine):
         }
         if policy.engine.threads:
             config["threads"] = policy.engine.threads
-        config["memory_limit"] = policy.engine.memory_limit or DEFAULT_MEMORY_LIMIT
+        config["memory_limit"] = policy.engine.memory_limit or default_memory_limit()
         # A result without ORDER BY comes in whatever order the engine's threads produce it, as
         # in PostgreSQL: DuckDB otherwise keeps the source's order in every parallel operator,
         # which cost a weighted copy's build (three large appends) about a third of its time
@@ -120,6 +130,7 @@ class DuckDBEngine(Engine):
                 hint="check the [engine] database and the tables' source files",
             ) from None
         check_against_schema(policy, self._schema)
+        self._memory_bytes = _bytes(self._con.execute("SELECT current_setting('memory_limit')").fetchone()[0])
         self._lock_down()
         self._local = threading.local()
         self._running: dict[int, duckdb.DuckDBPyConnection] = {}
@@ -363,9 +374,12 @@ class DuckDBEngine(Engine):
                     hint="the engine's message is withheld; check the engine's memory_limit",
                 )
 
-                def build() -> None:  # reads the source four times: kept only at one data version
+                def build() -> None:  # reads the source several times: kept only at one data version
                     with self._tracked(failure) as cur:  # a CancelRequest interrupts the build too
-                        for statement in copy_statements(name, table, unit, limit, bits, sums, per_unit):
+                        cur.execute(units_statement(name, table, unit, per_unit))
+                        cur.execute(run_sizes_sql(name, limit))
+                        parts = [copy_parts(k, self._memory_bytes, len(per_unit)) for k in cur.fetchone()]
+                        for statement in run_statements(name, table, unit, limit, bits, sums, per_unit, parts):
                             cur.execute(statement)
                         summed = ["__dpsql_w", *sums]
                         cur.execute(
@@ -431,38 +445,102 @@ class DuckDBEngine(Engine):
         self._scratch.close()
 
 
-def copy_statements(
-    name: str, table: str, unit: str, limit: int, bits: int, sums: Mapping[str, str], per_unit: Mapping[str, str]
-) -> list[str]:
-    """The statements that build weighted copy `name` of `table` in the scratch database
-    (DuckDBEngine.weighted_copy): its units' rows (and `per_unit` aggregates) in a table of
-    their own, then guarantee/bounding.py's weighted rows with the columns `sums` appended, in three
-    appends instead of a sort (which held the whole table in memory): units of one row, then
-    those within the limit, then the others, so a split's tail (__dpsql_n > limit) skips the
-    row groups before it. `sums` and `per_unit` are DuckDB SQL (the session's)."""
+def default_memory_limit(total: int | None = None) -> str:
+    """The engine's memory limit when the policy sets none: a MEMORY_SHARE of `total` bytes (the
+    machine's memory, or its cgroup's limit in a container), at least MEMORY_FLOOR but at most half."""
+    if total is None:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        with contextlib.suppress(OSError, ValueError):  # no cgroup v2, or "max": no limit
+            total = min(total, int(Path("/sys/fs/cgroup/memory.max").read_text().strip()))
+    return f"{max(total // MEMORY_SHARE, min(MEMORY_FLOOR, total // 2)) >> 20}MiB"
+
+
+_UNITS = {"": 1, "bytes": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_UNITS.update({"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40})
+
+
+def _bytes(setting: str) -> int:
+    """DuckDB's memory_limit as it shows it ('953.6 MiB') in bytes."""
+    number, unit = re.fullmatch(r"\s*([\d.]+)\s*([A-Za-z]*)\s*", setting).groups()
+    return int(float(number) * _UNITS[unit.lower()])
+
+
+def copy_parts(units: int, memory_bytes: int, aggregates: int) -> int:
+    """Into how many parts (by a hash of the unit) a run of a weighted copy's build with `units`
+    units is split, so that each part's join keeps its hash table within half the memory limit."""
+    per_part = max(1, memory_bytes // 2 // (UNIT_BYTES + 16 * aggregates))
+    return max(1, math.ceil(units / per_part))
+
+
+def _runs(limit: int) -> list[exp.Expression]:
+    """A weighted copy's three runs by the unit's rows (u.__dpsql_n): one row, within the limit,
+    beyond it."""
+    n = b.col(UNIT_ROWS, "u")
+    return [
+        exp.EQ(this=n.copy(), expression=b.node(1)),
+        b.conjunction([exp.GT(this=n.copy(), expression=b.node(1)), exp.LTE(this=n.copy(), expression=b.node(limit))]),
+        exp.GT(this=n.copy(), expression=b.node(limit)),
+    ]
+
+
+def _units_table(name: str) -> str:
+    return f"scratch.main.{quote(name + '_units')}"
+
+
+def units_statement(name: str, table: str, unit: str, per_unit: Mapping[str, str]) -> str:
+    """The statement that stores weighted copy `name`'s units: each unit's rows in `table` and
+    its `per_unit` aggregates (DuckDB SQL), one hash aggregation."""
     source = exp.Table(this=exp.to_identifier(table, quoted=True), db=exp.to_identifier("main"))
-    units = f"scratch.main.{quote(name + '_units')}"
     aggregates = [exp.alias_(sqlglot.parse_one(e, dialect=DUCKDB), c, quoted=True) for c, e in per_unit.items()]
+    return f"CREATE OR REPLACE TABLE {_units_table(name)} AS {unit_rows(source, unit, aggregates).sql(dialect=DUCKDB)}"
+
+
+def run_sizes_sql(name: str, limit: int) -> str:
+    """The units in each of the copy's three runs (_runs), from its units table."""
+    counts = [f"COUNT(*) FILTER (WHERE {r.sql(dialect=DUCKDB)})" for r in _runs(limit)]
+    return f"SELECT {', '.join(counts)} FROM {_units_table(name)} AS u"
+
+
+def run_statements(
+    name: str,
+    table: str,
+    unit: str,
+    limit: int,
+    bits: int,
+    sums: Mapping[str, str],
+    per_unit: Mapping[str, str],
+    parts: Sequence[int] = (1, 1, 1),
+) -> list[str]:
+    """The statements that store weighted copy `name` from its units table (units_statement):
+    guarantee/bounding.py's weighted rows with the columns `sums` appended, in three runs
+    appended in turn instead of a sort (which held the whole table in memory): units of one
+    row, then those within the limit, then the others, so a split's tail (__dpsql_n > limit)
+    skips the row groups before it. Run i is appended in parts[i] parts, each the units (and
+    rows) whose unit hashes to it, so each join's hash table fits in memory (copy_parts).
+    `sums` and `per_unit` are DuckDB SQL (the session's)."""
+    source = exp.Table(this=exp.to_identifier(table, quoted=True), db=exp.to_identifier("main"))
     extra = [exp.alias_(sqlglot.parse_one(e, dialect=DUCKDB), c, quoted=True) for c, e in sums.items()]
     star = exp.Star(except_=[b.quoted(c) for c in per_unit] or None)  # the aggregates, kept in the weighted sums only
-    n = b.col(UNIT_ROWS, "u")
+    units = b.qualified(_units_table(name), "u")
 
     def rows(where: exp.Expression) -> str:
-        weighted = weighted_rows(source, b.qualified(units, "u"), unit, limit, bits, list(per_unit), where)
+        weighted = weighted_rows(source, units, unit, limit, bits, list(per_unit), where)
         return b.select([star.copy(), *[e.copy() for e in extra]], b.subquery(weighted, "weighted")).sql(dialect=DUCKDB)
 
-    single = exp.EQ(this=n.copy(), expression=b.node(1))
-    within = b.conjunction(
-        [exp.GT(this=n.copy(), expression=b.node(1)), exp.LTE(this=n.copy(), expression=b.node(limit))]
-    )
-    beyond = exp.GT(this=n.copy(), expression=b.node(limit))
+    def part(where: exp.Expression, count: int, i: int) -> exp.Expression:
+        if count == 1:
+            return where
+        # the units' side splits the join's hash table; the rows' side spares the others' probes
+        hashed = [b.binary(exp.Mod, b.anonymous("hash", b.quoted(unit, side)), count) for side in ("u", "t")]
+        hashed = [exp.EQ(this=h, expression=b.node(i)) for h in hashed]
+        return b.conjunction([where, *hashed])
+
     copy = f"scratch.main.{quote(name)}"
+    appends = [rows(part(where, count, i)) for where, count in zip(_runs(limit), parts) for i in range(count)]
     return [
-        f"CREATE OR REPLACE TABLE {units} AS {unit_rows(source, unit, aggregates).sql(dialect=DUCKDB)}",
-        f"CREATE OR REPLACE TABLE {copy} AS {rows(single)}",
-        f"INSERT INTO {copy} {rows(within)}",
-        f"INSERT INTO {copy} {rows(beyond)}",
-        f"DROP TABLE {units}",
+        f"CREATE OR REPLACE TABLE {copy} AS {appends[0]}",
+        *[f"INSERT INTO {copy} {a}" for a in appends[1:]],
+        f"DROP TABLE {_units_table(name)}",
     ]
 
 
