@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
-from typing import Callable, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 import numpy
 import opendp.prelude as dp
@@ -37,7 +37,7 @@ _DRAWERS = ThreadPoolExecutor(max_workers=_CORES, thread_name_prefix="dpsql-nois
 # scale seen before, small requests are served from a pool of iid draws made POOL_BATCH at a
 # time: consuming an iid sequence in order is still iid, and the draws are still OpenDP's.
 POOL_BATCH = 64
-_POOLS: OrderedDict[tuple[object, ...], list] = OrderedDict()
+_POOLS: OrderedDict[tuple[object, ...], list[Any]] = OrderedDict()
 _SEEN: OrderedDict[tuple[object, ...], None] = OrderedDict()
 _POOL_LOCK = threading.Lock()
 _POOLS_KEPT = 256

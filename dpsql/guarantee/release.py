@@ -97,4 +97,4 @@ def release(
         values.append(v)
         intervals.append(ci)
         types.append(family(est).result_type)
-    return NoisyTable(key_cols, list(rs.types[:n_keys]), values, intervals, types)
+    return NoisyTable([list(c) for c in key_cols], list(rs.types[:n_keys]), values, intervals, types)
