@@ -338,3 +338,22 @@ def test_the_console_is_served_beside_the_workers(small_policy, tmp_path, scratc
     finally:
         out = s.stop()
     assert f"privacy console: {base}/" in out
+
+
+def test_each_workers_duckdb_threads_share_the_cores_unless_the_policy_says(small_policy):
+    from dpsql.config import load_policy
+    from dpsql.engines.duckdb import DuckDBEngine
+    from dpsql.server.launch import shared_cores
+
+    pol = load_policy(small_policy)
+    assert pol.engine.threads is None
+    assert shared_cores(pol, 1, 8) is pol  # one process: DuckDB's own default, a thread per core
+    assert shared_cores(pol, 2, 8).engine.threads == 4
+    assert shared_cores(pol, 4, 2).engine.threads == 1  # at least one each
+    engine = DuckDBEngine(shared_cores(pol, 2, 2))
+    try:
+        assert engine.execute("SELECT current_setting('threads')").columns == [[1]]
+    finally:
+        engine.close()
+    explicit = shared_cores(pol, 2, 8)
+    assert shared_cores(explicit, 3, 8) is explicit  # [engine] threads is kept as written
