@@ -144,8 +144,8 @@ _ROOT_2PI = math.sqrt(2 * math.pi)
 
 def _clipped(bins: tuple[tuple[float, float, float], ...], v: _Values, u: float, k: float) -> float:
     """`_Rows.clipped` over its bins that hold units. A one-row unit's value, clamped at u, exceeds
-    k only when k < u (k is a multiple of the clamp or more, so that term is mostly zero); the
-    normal total's excess is `normal_excess`, written out."""
+    k only when k < u (k is a multiple of the clamp or more, so that term is mostly zero); a unit
+    of more rows cuts `normal_excess` of its normal total."""
     weight = v.weight()
     if weight <= 0:
         return 0.0
@@ -159,19 +159,13 @@ def _clipped(bins: tuple[tuple[float, float, float], ...], v: _Values, u: float,
             else:
                 excess = sum(m * max(min(x, u) - k, 0.0) for x, m in zip(v.mids, v.mass)) / weight
         else:
-            total, spread = n * mean, root * sd
-            if spread <= 0:
-                excess = max(total - k, 0.0)
-            else:
-                d = (total - k) / spread
-                excess = (total - k) * 0.5 * math.erfc(-d / _ROOT_2) + spread * math.exp(-d * d / 2) / _ROOT_2PI
+            excess = normal_excess(n * mean, root * sd, k)
         out += count * excess
     return out
 
 
 def normal_excess(mean: float, sd: float, k: float) -> float:
-    """E[max(T - k, 0)] for T normal with this mean and standard deviation (`_clipped` writes it
-    out: the same arithmetic)."""
+    """E[max(T - k, 0)] for T normal with this mean and standard deviation."""
     if sd <= 0:
         return max(mean - k, 0.0)
     d = (mean - k) / sd
