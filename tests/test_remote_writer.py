@@ -246,3 +246,22 @@ def test_a_writer_that_stops_says_so_and_its_workers_charge_nothing(tmp_path):
         with pytest.raises(OperationalError, match="ledger writer"):
             worker.charge("alice", BUDGET, Cost.pure(Fraction(1, 4)), "q", {})
         assert worker.history("alice") == []
+
+
+def test_a_worker_handed_to_a_stopped_writer_sees_its_end_closed(tmp_path):
+    """A worker that starts after the writer stopped is not left waiting, and the supervisor
+    that hands it over does not fail: its socket is closed, so its charges fail at once."""
+    with _one_worker(tmp_path) as (service, worker):
+
+        def broken(*args, **kwargs):
+            raise RuntimeError("injected")
+
+        service._selector.select = broken
+        first, _ = socket.socketpair()
+        service.serve(first)
+        service._thread.join(10)
+        assert not service.running()
+        late, peer = socket.socketpair()
+        service.serve(late)  # the wake-up socket is closed: no BrokenPipeError reaches the caller
+        peer.settimeout(5)
+        assert peer.recv(1) == b""

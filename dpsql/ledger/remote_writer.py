@@ -188,7 +188,10 @@ class WriterService:
         """Take one worker's jobs from now on, until the worker closes its end."""
         with self._lock:
             self._added.append(sock)
-        self._wake_w.send(b"x")
+        try:
+            self._wake_w.send(b"x")
+        except OSError:  # the writer has stopped: the worker sees its end closed, and charges nothing
+            sock.close()
 
     def close(self) -> None:
         """Stop after the batch under way (the workers have stopped: nothing more comes)."""
