@@ -60,6 +60,7 @@ from .shared import (
     write_keeping,
 )
 from .timing import interleaved_ms, median_ms
+from .utility import HELDOUT_SECTION
 from .utility import SECTION as UTILITY_SECTION
 from .workload import QUERIES, SCALE, THROUGHPUT
 
@@ -68,7 +69,8 @@ ROOT = HERE.parent
 EPSILON, DELTA = 1.0, 1e-6  # charged per query in the latency and accuracy runs
 BUDGET = (1.0, 1e-6)  # the analyst's budget in the budget figure
 BUDGET_QUERY_EPSILON, BUDGET_QUERY_DELTA = 0.01, 1e-8
-KEPT_SECTIONS = (UTILITY_SECTION, ONE_MACHINE_SECTION, KEYS_SECTION)  # written by other benchmarks, or by --huge alone
+# written by other benchmarks, or by --huge alone
+KEPT_SECTIONS = (UTILITY_SECTION, HELDOUT_SECTION, ONE_MACHINE_SECTION, KEYS_SECTION)
 HUGE = 100_000_000
 
 

@@ -662,3 +662,18 @@ def test_a_kept_histogram_is_combined_by_inverse_variance_and_its_epsilon_grows(
     assert auto_bounds.fresh([enough, enough], Fraction(1)) == (False, False)
     assert auto_bounds.epsilons(Fraction(1), (), 4, True, (True, False)) == (auto_bounds.SHARE,)
     assert auto_bounds.epsilons(Fraction(1), (), 4, True, (False, False)) == ()
+
+
+def test_a_quantile_under_a_small_total_bound_keeps_every_units_rows(session):
+    """A quantile's histogram under a total bound C weighs each of a unit's n > C rows C / n in
+    fixed point: floored to whole rows, a unit whose rows fall in several bins added nothing
+    (under C = 1 a scalar MEDIAN read only units with all rows in one bin, and answered near
+    the clamp's top). Each unit with rows adds about one in all, and the query has one row."""
+    plan = _plan(session, "SELECT MEDIAN(amount) FROM events", QueryOptions(max_contributions=1))
+    rs = session.bounded_result(plan)
+    assert rs.row_count == 1
+    (row,) = zip(*rs.columns)
+    m = plan.measures[0]
+    units = session.engine.execute("SELECT COUNT(DISTINCT pid) FROM events WHERE amount IS NOT NULL").columns[0][0]
+    total = sum(int(x or 0) for x in row[1:]) * m.unit_scale
+    assert units - m.bins * m.unit_scale <= total <= units

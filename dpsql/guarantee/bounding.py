@@ -309,7 +309,9 @@ class WeightedCopy:
         return self.bound.l2_squared(m, domain_size)
 
     def stages(self, measures: Sequence[Measure], keys: list[str], domain_size: int | None) -> list[Stage]:
-        aggs = [b.named(b.node(0), "units")]  # unit counts serve partition selection only, excluded here
+        # unit counts serve partition selection only, excluded here; without keys an aggregate, so
+        # that a plan of histograms alone (whose bins are other stages) still has one row
+        aggs = [b.named(b.node(0) if keys else b.mul(b.count(), 0), "units")]
         for j, m in enumerate(measures):
             total = m.weighted(j, j in self.values)
             if total is not None:

@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from ..config import Policy
 from ..errors import ProgrammingError, forbidden, invalid_parameter, unsupported
-from ..guarantee.bounding import choose
+from ..guarantee.bounding import TotalCap, choose
 from ..guarantee.families import FAMILIES, QUANTILE_BINS, SPREAD_FUNCTIONS, Operand, family  # noqa: F401 (QUANTILE_BINS: re-exported)
 from ..guarantee.measures import COUNT_BITS, Measure, Sum
 from ..guarantee.plan import Estimate, GroupKey, Plan, literal_domain_size_of
@@ -48,6 +48,8 @@ from .scope import (
     column_bounds,
     output_name,
 )
+
+CELLED = ("quantile", "min", "max")  # families over a histogram of many cells per group
 
 
 def analyze(
@@ -135,6 +137,11 @@ class _Analysis:
         # share scaled under a total bound is floored to whole rows (exact unless a unit exceeds
         # its limit, and then at most one row short per group).
         self.count_bits = COUNT_BITS if bounding.scale_groups else 0
+        # A quantile's histogram has many cells per group: floored to whole rows, a unit over its
+        # total bound with rows in several bins would add nothing to any (under C = 1, a median read
+        # only the units whose rows all fell in one bin, the clamp's last bin most), so its shares
+        # are fixed point under a total bound.
+        self.cell_bits = COUNT_BITS if isinstance(bounding, TotalCap) else self.count_bits
         rates = {s.sample for s in self.rel.sources if s.sample is not None}
         if len(rates) > 1:
             raise unsupported("several TABLESAMPLE rates in one query", hint="sample one private table")
@@ -379,7 +386,8 @@ class _Analysis:
     ) -> int:
         """An estimate of the family `func`, over the measures the family asks for."""
         fam = FAMILIES[func]
-        roles = fam.measures(Operand(value, lower, upper, self.count_bits, self.sample_rate is not None, categories))
+        bits = self.cell_bits if func in CELLED else self.count_bits
+        roles = fam.measures(Operand(value, lower, upper, bits, self.sample_rate is not None, categories))
         est = Estimate(
             func,
             text,
