@@ -309,13 +309,15 @@ class WeightedCopy:
         return self.bound.l2_squared(m, domain_size)
 
     def stages(self, measures: Sequence[Measure], keys: list[str], domain_size: int | None) -> list[Stage]:
-        # unit counts serve partition selection only, excluded here; without keys an aggregate, so
-        # that a plan of histograms alone (whose bins are other stages) still has one row
-        aggs = [b.named(b.node(0) if keys else b.mul(b.count(), 0), "units")]
+        aggs = []
         for j, m in enumerate(measures):
             total = m.weighted(j, j in self.values)
             if total is not None:
                 aggs.append(b.named(total, f"m{j}"))
+        # unit counts serve partition selection only, excluded here; without keys or another
+        # aggregate (a plan of histograms alone, whose bins are other stages) an aggregate, so
+        # that the stage has one row and not one per row
+        aggs.insert(0, b.named(b.node(0) if keys or aggs else b.mul(b.count(), 0), "units"))
         return [("per_group", b.select([b.col(k) for k in keys] + aggs, b.table("filtered"), group=list(keys)))]
 
     def histogram_stages(self, j: int, m: Histogram, keys: list[str], domain_size: int | None) -> list[Stage]:
