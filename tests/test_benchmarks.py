@@ -204,3 +204,29 @@ def test_keys_benchmark_writes_its_section(tmp_path, monkeypatch):
     released = int(row.strip("|").split("|")[-1].strip().replace(",", ""))
     assert released == 10  # 300 people per key: every key clears the threshold
     assert keys.SECTION in KEPT_SECTIONS
+
+
+def test_the_heldout_workload_is_its_own_and_writes_its_own_section(tmp_path):
+    """`--workload heldout` runs the second workload (no query of the first, by name or SQL; at
+    least 20) into its own section, beside the first workload's."""
+    from benchmarks.utility import HELDOUT, HELDOUT_SECTION, QUERIES, SECTION
+
+    assert len(HELDOUT) >= 20 and len({q.name for q in HELDOUT}) == len(HELDOUT)
+    assert not {q.name for q in HELDOUT} & {q.name for q in QUERIES}
+    assert not {q.sql for q in HELDOUT} & {q.sql for q in QUERIES}
+    out = tmp_path / "RESULTS.md"
+    out.write_text(f"# Benchmarks\n\n{SECTION}\n\nkept\n")
+    names = ["cost_median_by_smoker", "older_smokers"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.utility", "--workload", "heldout", "--runs", "1", "--no-peers"]
+        + ["--queries", *names, "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = out.read_text()
+    assert text.startswith(f"# Benchmarks\n\n{SECTION}\n\nkept\n") and text.count(HELDOUT_SECTION) == 1
+    section = text[text.index(HELDOUT_SECTION) :]
+    assert all(f"| {name} |" in section for name in names)
