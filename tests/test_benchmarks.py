@@ -75,6 +75,14 @@ def test_new_query_benchmark_runs_every_shape(tmp_path, shapes):
     assert "worst python per new text" in proc.stdout and "worst python per new text" in out.read_text()
 
 
+def _utility(*args: str) -> None:
+    """Run `python -m benchmarks.utility` with these arguments; it must succeed."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.utility", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
 def test_utility_benchmark_scores_every_query(tmp_path):
     """A few queries, 2 runs, dpsql only: one row per query with a finite, non-negative error, the
     summary rows, the spurious groups of a filtered month query, and the section written into an
@@ -84,25 +92,7 @@ def test_utility_benchmark_scores_every_query(tmp_path):
     out = tmp_path / "RESULTS.md"
     out.write_text("# Benchmarks\n\n## Latency\n\nkept\n")
     names = ["visits_by_ward", "cost_by_month_2024", "income_avg_by_region"]
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.utility",
-            "--runs",
-            "2",
-            "--no-peers",
-            "--queries",
-            *names,
-            "--out",
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    _utility("--runs", "2", "--no-peers", "--queries", *names, "--out", str(out))
     text = out.read_text()
     assert text.startswith("# Benchmarks\n\n## Latency\n\nkept\n") and text.count(SECTION) == 1
     table = text[text.index("| query | dpsql (policy limits) |") :].split("\n\n")[0].splitlines()
@@ -217,15 +207,7 @@ def test_the_heldout_workload_is_its_own_and_writes_its_own_section(tmp_path):
     out = tmp_path / "RESULTS.md"
     out.write_text(f"# Benchmarks\n\n{SECTION}\n\nkept\n")
     names = ["cost_median_by_smoker", "older_smokers"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.utility", "--workload", "heldout", "--runs", "1", "--no-peers"]
-        + ["--queries", *names, "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    _utility("--workload", "heldout", "--runs", "1", "--no-peers", "--queries", *names, "--out", str(out))
     text = out.read_text()
     assert text.startswith(f"# Benchmarks\n\n{SECTION}\n\nkept\n") and text.count(HELDOUT_SECTION) == 1
     section = text[text.index(HELDOUT_SECTION) :]
