@@ -297,7 +297,8 @@ class Budgets(Store):
         else:
             cur = self._exec(
                 con,
-                "INSERT INTO charges (user_name, segment, at, sql, cost, detail) VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+                "INSERT INTO charges (user_name, segment, at, sql, cost, detail) "
+                "VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
                 record,
             )
             charge_id = cur.fetchone()[0]

@@ -2,11 +2,11 @@
 into one transaction, so one fsync covers the batch instead of one per write.
 
 Each piece of work runs under its own savepoint (a batch of one: its transaction), so a
-refused charge (a filter that halts) rolls back only itself. A submitter gets its result only after the batch's COMMIT has
-returned: a charge is durable before its answer can leave, exactly as with a transaction of
-its own, and if the COMMIT fails every piece of the batch fails with it (nothing charged,
-nothing released). Work for a batch is applied in arrival order, so running totals are the
-same as if each had its own transaction in that order.
+refused charge (a filter that halts) rolls back only itself. A submitter gets its result only
+after the batch's COMMIT has returned: a charge is durable before its answer can leave,
+exactly as with a transaction of its own, and if the COMMIT fails every piece of the batch
+fails with it (nothing charged, nothing released). Work for a batch is applied in arrival
+order, so running totals are the same as if each had its own transaction in that order.
 
 A submitter may go on working while its job's batch commits (`start`): `Pending.ran` returns
 once the job's work has run in the open transaction (a charge admitted or refused), and
@@ -170,7 +170,8 @@ def commit_batch(
     ran: Callable[[], object] | None = None,
 ) -> None:
     """Apply `batch` in one transaction, each job under its own savepoint (a job alone: under
-    the transaction itself, which its failure rolls back), and commit it; every job is told (events, `failed`, `tell`) before this returns. The writer thread's work, and a
+    the transaction itself, which its failure rolls back), and commit it; every job is told
+    (events, `failed`, `tell`) before this returns. The writer thread's work, and a
     supervisor's, which commits its workers' jobs on the thread that reads them (`ran()`: once
     every job has run, just before the COMMIT)."""
     users = {u for job in batch for u in job.users}

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from ..errors import OperationalError
+from .current import Current
 from .integrity import (
     SCHEMA_VERSION,
     Identity,
@@ -17,7 +18,6 @@ from .integrity import (
     tag,
     write_identity,
 )
-from .current import Current
 from .store import Store
 
 _SCHEMA = [

@@ -29,8 +29,8 @@ from .. import owner_only
 from ..errors import OperationalError
 from .audit_log import AuditLog
 from .budgets import Budgets
-from .current import Current
 from .cache import AnswerCache
+from .current import Current
 from .integrity import identity_file, write_identity
 from .logins import Logins
 from .schema import LedgerError, Schema, _date
