@@ -148,7 +148,7 @@ class Ledger(Schema, Writes, Budgets, AuditLog, AnswerCache, Logins, Verificatio
                     con.execute("ROLLBACK")
                 raise
 
-    def _current(self, con) -> Current:
+    def _current(self, con) -> Current | None:
         """`PRAGMA data_version` changes for a connection whenever another connection (of this
         process or any other) has committed to the ledger, never for its own commits: while it
         stands still, what this connection wrote last is what the ledger holds."""
