@@ -114,3 +114,42 @@ def test_an_edit_by_another_connection_is_not_overwritten(tmp_path):
     with pytest.raises(BudgetExceeded):  # 3/10 spent as the ledger now says, not 1/10 as remembered
         ledger.charge("alice", THREE, TENTH, "SELECT 2", {})
     ledger.close()
+
+
+def test_a_commit_that_fails_charges_nothing_and_is_forgotten(tmp_path, monkeypatch):
+    """A charge admitted in its transaction whose COMMIT then fails (a full disk) is not durable:
+    `durable()` raises (so no answer leaves), nothing stays charged, and the writer forgets what
+    it wrote in that transaction: the next charge gets the next id and the chain verifies."""
+    path = tmp_path / "ledger.sqlite"
+    ledger = Ledger(path)
+    ledger.group_commit()
+    ledger.charge("alice", THREE, TENTH, "SELECT 1", {})
+    failing = {"armed": False}
+    real_con = Ledger._con
+
+    class Connection:
+        def __init__(self, con):
+            self._con = con
+
+        def execute(self, sql, *args):
+            if sql == "COMMIT" and failing["armed"]:
+                failing["armed"] = False
+                raise sqlite3.OperationalError("database or disk is full")
+            return self._con.execute(sql, *args)
+
+        def __getattr__(self, name):
+            return getattr(self._con, name)
+
+    monkeypatch.setattr(Ledger, "_con", lambda self: Connection(real_con(self)))
+    failing["armed"] = True
+    pending = ledger.charging("alice", THREE, TENTH, "SELECT 2", {})
+    assert pending.admitted().id == 2  # admitted in the open transaction...
+    with pytest.raises(OperationalError, match="could not record the charge"):
+        pending.durable()  # ...but never durable: nothing may leave
+    ledger.charge("alice", THREE, TENTH, "SELECT 3", {})
+    ledger.charge("alice", THREE, TENTH, "SELECT 4", {})
+    with pytest.raises(BudgetExceeded):
+        ledger.charge("alice", THREE, TENTH, "SELECT 5", {})
+    assert [(h["id"], h["sql"]) for h in ledger.history("alice")] == [(1, "SELECT 1"), (2, "SELECT 3"), (3, "SELECT 4")]
+    assert ledger.verify() == []
+    ledger.close()
