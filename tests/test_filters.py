@@ -239,3 +239,21 @@ def test_plus_keeps_every_key_and_exact_sums():
     assert set(totals.sums) == set(f.usage(cost))
     assert totals.epsilon == Fraction(7, 10) and totals.get("rho") == 7 * Fraction(1, 200)
     assert totals.delta == 0 and totals.get("non_gaussian") == 0 and totals.queries == 7
+
+
+def test_a_budgets_constants_are_computed_once(monkeypatch):
+    """`remaining` asks `admits` some fifty times per answer: the zcdp filter's ρ_g (a bisection)
+    is computed once per budget, not per question; and a huge budget's `remaining` needs no
+    e^ε of the probe (which overflowed 60-digit arithmetic) when the filter does not read it."""
+    import dpsql.accounting.filters as filters
+
+    calls = []
+    real = filters.rho_from_epsilon
+    monkeypatch.setattr(filters, "rho_from_epsilon", lambda e, d: calls.append(e) or real(e, d))
+    f = make_filter("zcdp", Fraction(7, 3), Fraction(1, 10**6), reserve=Fraction(1, 10**7))
+    totals = Totals().plus(f.usage(Cost.pure(Fraction(1, 10))))
+    for _ in range(3):
+        left = f.remaining(totals)
+    assert len(calls) == 1 and 0 < left["epsilon"] < Fraction(7, 3)
+    huge = make_filter("zcdp", Fraction(10**12), Fraction(1, 10**6), reserve=Fraction(1, 10**7))
+    assert huge.remaining(Totals())["epsilon"] > 10**6
