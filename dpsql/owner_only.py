@@ -51,8 +51,13 @@ def open_file(path: Path, flags: int = os.O_RDWR) -> int:
 
 def touch(path: Path) -> None:
     """Create an empty 0600 file at `path` unless one exists: a SQLite database opened there then
-    keeps this mode, and gives it to its -wal, -shm and -journal."""
-    os.close(open_file(path, os.O_RDONLY))
+    keeps this mode, and gives it to its -wal, -shm and -journal. An existing file is not even
+    opened: closing any descriptor of a file drops every POSIX lock this process holds on it, and
+    a SQLite connection of this process relies on its locks on the database (without them,
+    another process closing the ledger takes itself for the last, and removes the -shm under
+    this one)."""
+    with contextlib.suppress(FileExistsError):
+        os.close(create(path, os.O_RDONLY))
 
 
 def copy(source: Path, target: Path) -> None:

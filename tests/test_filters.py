@@ -197,3 +197,63 @@ def test_gdp_filter_answers_laplace_and_refuses_partition_selection_with_the_rea
     assert "Gaussian DP (gdp) filter" in str(e.value) and "declare the group keys" in e.value.hint
     assert conn.session.budget() == before
     conn.close()
+
+
+MIXED_COSTS = [
+    Cost.pure(Fraction(1, 10)),
+    Cost.of([Part("gaussian", Fraction(3, 10), Fraction(1, 10**8), rho=Fraction(1, 50))]),
+    Cost.of([Part("laplace", Fraction(1, 20)), Part("selection", Fraction(1, 20), Fraction(1, 10**9))]),
+    Cost.of([Part("approx", Fraction(1, 5), Fraction(1, 10**8))]),
+]
+
+
+@pytest.mark.parametrize("kind", ["basic", "advanced", "whitehouse", "zcdp", "rdp", "gdp"])
+def test_admits_cost_from_the_totals_a_filter_reads_agrees_with_every_total(kind):
+    """`admits_cost` adds up only the filter's `reads`: it must decide exactly as the whole usage
+    does, at every point of a budget's life (up to and past its end), for every kind of part; and
+    `usage` keeps every total the ledger stores."""
+    from dpsql.accounting.filters import USAGE_KEYS
+
+    f = make_filter(kind, Fraction(2), Fraction(1, 10**5), reserve=Fraction(0 if kind == "basic" else 1, 10**6))
+    decisions = set()
+    for cost in MIXED_COSTS:
+        assert set(f.usage(cost)) == set(USAGE_KEYS)
+        totals = Totals()
+        for _ in range(60):
+            expected = f.admits(totals.plus(f.usage(cost)))
+            assert f.admits_cost(totals, cost) == expected
+            decisions.add(expected)
+            for probe in (Fraction(1, 1000), Fraction(1, 3), Fraction(3, 2)):
+                assert f.admits_cost(totals, Cost.pure(probe)) == f.admits(totals.plus(f.usage(Cost.pure(probe))))
+            totals = totals.plus(f.usage(cost))
+    assert decisions == {True, False}  # both sides of the boundary were checked
+
+
+def test_plus_keeps_every_key_and_exact_sums():
+    """A zero increment leaves a total as it was (and creates it at zero), as adding it did."""
+    f = make_filter("zcdp", Fraction(1), Fraction(1, 10**6), reserve=Fraction(1, 10**7))
+    cost = Cost.pure(Fraction(1, 10))
+    totals = Totals()
+    for _ in range(7):
+        totals = totals.plus(f.usage(cost))
+    assert set(totals.sums) == set(f.usage(cost))
+    assert totals.epsilon == Fraction(7, 10) and totals.get("rho") == 7 * Fraction(1, 200)
+    assert totals.delta == 0 and totals.get("non_gaussian") == 0 and totals.queries == 7
+
+
+def test_a_budgets_constants_are_computed_once(monkeypatch):
+    """`remaining` asks `admits` some fifty times per answer: the zcdp filter's ρ_g (a bisection)
+    is computed once per budget, not per question; and a huge budget's `remaining` needs no
+    e^ε of the probe (which overflowed 60-digit arithmetic) when the filter does not read it."""
+    import dpsql.accounting.filters as filters
+
+    calls = []
+    real = filters.rho_from_epsilon
+    monkeypatch.setattr(filters, "rho_from_epsilon", lambda e, d: calls.append(e) or real(e, d))
+    f = make_filter("zcdp", Fraction(7, 3), Fraction(1, 10**6), reserve=Fraction(1, 10**7))
+    totals = Totals().plus(f.usage(Cost.pure(Fraction(1, 10))))
+    for _ in range(3):
+        left = f.remaining(totals)
+    assert len(calls) == 1 and 0 < left["epsilon"] < Fraction(7, 3)
+    huge = make_filter("zcdp", Fraction(10**12), Fraction(1, 10**6), reserve=Fraction(1, 10**7))
+    assert huge.remaining(Totals())["epsilon"] > 10**6

@@ -48,7 +48,11 @@ def _writer(log, fail_commit=False, durability=None):
         log.append(("BEGIN", tuple(users)))
         if durability is not None:
             durability.append(durable)
-        yield _Connection(log)
+        try:
+            yield _Connection(log)
+        except BaseException:
+            log.append("ROLLBACK")
+            raise
         if fail_commit:
             raise OSError("disk full")
         log.append("COMMIT")
@@ -56,18 +60,50 @@ def _writer(log, fail_commit=False, durability=None):
     return GroupCommit(begin, "*global*", lambda: log.append("closed"))
 
 
+def _halting(name):
+    def work(con):
+        con.execute(f"INSERT {name}")
+        raise ValueError("halt")
+
+    return work
+
+
 def test_a_refused_job_rolls_back_alone_and_locks_are_ordered():
     log = []
     writer = _writer(log)
     assert writer.submit(["bob", "*global*", "alice"], lambda con: con.execute("INSERT a") or 1) == 1
-    with pytest.raises(ValueError) as err:
-        writer.submit(["carol"], lambda con: (con.execute("INSERT b"), (_ for _ in ()).throw(ValueError("halt"))))
+    with pytest.raises(ValueError) as err:  # a job alone in its batch: its transaction rolls back
+        writer.submit(["carol"], _halting("b"))
     # an unexpected error crosses threads with the writer's side of its traceback as a note
     assert any("in the ledger's writer thread" in n for n in err.value.__notes__)
+    # jobs queued while the writer is busy share a batch: a failing one is undone by its savepoint
+    busy, go = threading.Event(), threading.Event()
+    blocker = writer.start([], lambda con: (busy.set(), go.wait()))
+    busy.wait()
+    ok, failing, after = (
+        writer.start(["dave"], lambda con: con.execute("INSERT c") or 3),
+        writer.start(["erin"], _halting("d")),
+        writer.start(["dave"], lambda con: con.execute("INSERT e") or 5),
+    )
+    go.set()
+    blocker.committed()
+    assert ok.committed() == 3 and after.committed() == 5
+    with pytest.raises(ValueError):
+        failing.committed()
     writer.close()
     assert log[0] == ("BEGIN", ("*global*", "alice", "bob"))  # the global budget first, then sorted
-    assert "ROLLBACK TO SAVEPOINT dpsql_job" in log and log[-1] == "closed"
-    assert log.count("COMMIT") == 2
+    alone = log.index(("BEGIN", ("carol",)))
+    assert log[alone : alone + 3] == [("BEGIN", ("carol",)), "INSERT b", "ROLLBACK"]  # no savepoint needed
+    shared = log.index(("BEGIN", ("dave", "erin")))
+    assert log[shared:] == [
+        ("BEGIN", ("dave", "erin")),
+        *("SAVEPOINT dpsql_job", "INSERT c", "RELEASE SAVEPOINT dpsql_job"),
+        *("SAVEPOINT dpsql_job", "INSERT d", "ROLLBACK TO SAVEPOINT dpsql_job", "RELEASE SAVEPOINT dpsql_job"),
+        *("SAVEPOINT dpsql_job", "INSERT e", "RELEASE SAVEPOINT dpsql_job"),
+        "COMMIT",
+        "closed",
+    ]
+    assert log.count("COMMIT") == 3
 
 
 def test_a_batch_that_does_not_commit_fails_every_job():

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, localcontext
 from fractions import Fraction
 from functools import lru_cache
-from typing import Mapping, Sequence
+from typing import Callable, ClassVar, Mapping, Sequence
 
 from .cost import Cost, Part, show
 from .zcdp import rho_from_epsilon
@@ -117,46 +117,61 @@ class Totals:
     def plus(self, increments: Mapping[str, Fraction]) -> "Totals":
         sums = dict(self.sums)
         for k, v in increments.items():
-            sums[k] = sums.get(k, ZERO) + v
+            if v:
+                sums[k] = sums.get(k, ZERO) + v
+            elif k not in sums:
+                sums[k] = ZERO
         return Totals(sums, self.queries + 1)
+
+
+def _rho(p: Part) -> Fraction:
+    return p.rho if p.rho is not None else p.epsilon * p.epsilon / 2
+
+
+def _mu_sq(p: Part, order: Fraction | None) -> Fraction:
+    if p.kind == "gaussian":
+        return 2 * _rho(p)
+    if p.delta == 0:  # a pure ε-DP part is μ(ε)-GDP
+        return gdp_mu(p.epsilon) ** 2
+    return ZERO  # (ε, δ) with δ > 0 has no GDP guarantee: counted in non_gaussian
+
+
+def _rdp(p: Part, order: Fraction | None) -> Fraction:
+    if order is None:
+        return ZERO
+    if p.kind == "gaussian":
+        return order * _rho(p)
+    if p.kind == "laplace":
+        return laplace_rdp(p.epsilon, order)
+    return min(p.epsilon, order * _rho(p))
+
+
+# What one part of a release adds to each running total (given the filter's RDP order).
+_INCREMENTS: dict[str, Callable[[Part, Fraction | None], Fraction]] = {
+    "epsilon": lambda p, order: p.epsilon,
+    "delta": lambda p, order: p.delta,
+    "eps_sq": lambda p, order: p.epsilon * p.epsilon,
+    "eps_expm1": lambda p, order: expm1_term(p.epsilon) if p.epsilon else ZERO,
+    "rho": lambda p, order: _rho(p),
+    "approx_delta": lambda p, order: ZERO if p.kind == "gaussian" else p.delta,
+    "mu_sq": _mu_sq,
+    # the key's name predates pure parts: a part with a δ of its own, not Gaussian
+    "non_gaussian": lambda p, order: ZERO if p.kind == "gaussian" or p.delta == 0 else Fraction(1),
+    "rdp": _rdp,
+}
+USAGE_KEYS = tuple(_INCREMENTS)
 
 
 def usage(cost: Cost, rdp_order: Fraction | None = None) -> dict[str, Fraction]:
     """What one release adds to every running total (a dashboard's queries cost the same every
     time: computed once per cost, in exact arithmetic either way)."""
-    return dict(_usage(cost, rdp_order))
+    return dict(_usage(cost, rdp_order, USAGE_KEYS))
 
 
 @lru_cache(maxsize=1024)
-def _usage(cost: Cost, rdp_order: Fraction | None) -> tuple[tuple[str, Fraction], ...]:
-    inc: dict[str, Fraction] = {
-        k: ZERO
-        for k in ("epsilon", "delta", "eps_sq", "eps_expm1", "rho", "approx_delta", "mu_sq", "non_gaussian", "rdp")
-    }
-    for p in cost.parts:
-        inc["epsilon"] += p.epsilon
-        inc["delta"] += p.delta
-        inc["eps_sq"] += p.epsilon * p.epsilon
-        if p.epsilon:
-            inc["eps_expm1"] += expm1_term(p.epsilon)
-        rho = p.rho if p.rho is not None else p.epsilon * p.epsilon / 2
-        inc["rho"] += rho
-        if p.kind == "gaussian":
-            inc["mu_sq"] += 2 * rho
-        else:
-            inc["approx_delta"] += p.delta
-            if p.delta == 0:  # a pure ε-DP part is μ(ε)-GDP
-                inc["mu_sq"] += gdp_mu(p.epsilon) ** 2
-            else:  # (ε, δ) with δ > 0 has no GDP guarantee (the key's name predates pure parts)
-                inc["non_gaussian"] += 1
-        if rdp_order is not None:
-            if p.kind == "gaussian":
-                inc["rdp"] += rdp_order * rho
-            elif p.kind == "laplace":
-                inc["rdp"] += laplace_rdp(p.epsilon, rdp_order)
-            else:
-                inc["rdp"] += min(p.epsilon, rdp_order * rho)
-    return tuple(inc.items())
+def _usage(cost: Cost, rdp_order: Fraction | None, keys: tuple[str, ...]) -> tuple[tuple[str, Fraction], ...]:
+    """`usage` of the running totals `keys` only (a filter's `reads`)."""
+    return tuple((k, sum((_INCREMENTS[k](p, rdp_order) for p in cost.parts), ZERO)) for k in keys)
 
 
 @dataclass(frozen=True)
@@ -167,6 +182,9 @@ class Filter:
     delta: Fraction
     reserve: Fraction = ZERO
     name = "filter"
+    # The running totals `admits` reads (no other): `admits_cost`, which `remaining` asks some
+    # fifty times per answer, adds up only these.
+    reads: ClassVar[tuple[str, ...]] = USAGE_KEYS
 
     rdp_order: Fraction | None = None
 
@@ -177,7 +195,8 @@ class Filter:
         return usage(cost, self.rdp_order)
 
     def admits_cost(self, totals: Totals, cost: Cost) -> bool:
-        return self.admits(totals.plus(self.usage(cost)))
+        """`admits(totals.plus(usage(cost)))`, from the totals this filter reads alone."""
+        return self.admits(totals.plus(dict(_usage(cost, self.rdp_order, self.reads))))
 
     def delta_left(self, totals: Totals) -> Fraction:
         return max(ZERO, self.reserve - totals.get("approx_delta"))
@@ -211,6 +230,7 @@ class BasicFilter(Filter):
     """Basic composition: HALT if Σε_i > ε_g or Σδ_i > δ_g."""
 
     name = "basic"
+    reads = ("epsilon", "delta")
 
     def admits(self, totals: Totals) -> bool:
         return totals.epsilon <= self.epsilon and totals.delta <= self.delta
@@ -235,6 +255,7 @@ class AdvancedFilter(Filter):
     HALT if Σδ_i > δ_g/2 or K > ε_g. Valid for δ_g in (0, 1/e)."""
 
     name = "advanced"
+    reads = ("delta", "eps_sq", "eps_expm1")
 
     def __post_init__(self) -> None:
         if not 0 < self.delta < Fraction(1, 3):
@@ -243,10 +264,9 @@ class AdvancedFilter(Filter):
     def statistic(self, totals: Totals) -> Decimal:
         with localcontext() as ctx:
             ctx.prec = 60
-            eg, dg = _dec(self.epsilon), _dec(self.delta)
-            h = eg * eg / (Decimal("28.04") * (1 / dg).ln())
+            h, log_2_dg = _advanced_constants(self.epsilon, self.delta)
             s2 = _dec(totals.get("eps_sq"))
-            root = ((s2 + h) * (2 + (s2 / h + 1).ln()) * (2 / dg).ln()).sqrt()
+            root = ((s2 + h) * (2 + (s2 / h + 1).ln()) * log_2_dg).sqrt()
             return _dec(totals.get("eps_expm1")) + root
 
     def admits(self, totals: Totals) -> bool:
@@ -268,6 +288,7 @@ class WhitehouseFilter(Filter):
     releases' own δ); HALT if sqrt(2 ln(1/δ') Σε_i²) + Σε_i²/2 > ε_g or Σδ_i > δ''."""
 
     name = "whitehouse"
+    reads = ("delta", "eps_sq")
 
     def __post_init__(self) -> None:
         if not 0 <= self.reserve < self.delta:
@@ -277,8 +298,7 @@ class WhitehouseFilter(Filter):
         with localcontext() as ctx:
             ctx.prec = 60
             s2 = _dec(totals.get("eps_sq"))
-            d1 = _dec(self.delta - self.reserve)
-            return (2 * (1 / d1).ln() * s2).sqrt() + s2 / 2
+            return (2 * _log_inverse(self.delta - self.reserve) * s2).sqrt() + s2 / 2
 
     def admits(self, totals: Totals) -> bool:
         return totals.delta <= self.reserve and self.statistic(totals) <= _dec(self.epsilon)
@@ -293,6 +313,7 @@ class ZcdpFilter(Filter):
     at most ε_g; parts with a δ of their own (partition selection) spend the reserve."""
 
     name = "zcdp"
+    reads = ("rho", "approx_delta")
 
     def __post_init__(self) -> None:
         if not 0 <= self.reserve < self.delta:
@@ -300,7 +321,7 @@ class ZcdpFilter(Filter):
 
     @property
     def rho(self) -> Fraction:
-        return Fraction(rho_from_epsilon(float(self.epsilon), float(self.delta - self.reserve)))
+        return _zcdp_rho(self.epsilon, self.delta - self.reserve)
 
     def admits(self, totals: Totals) -> bool:
         return totals.get("rho") <= self.rho and totals.get("approx_delta") <= self.reserve
@@ -315,6 +336,7 @@ class RdpFilter(Filter):
     Σ ε_α(i) > ε_g - ln(1/(δ_g - reserve))/(α - 1)."""
 
     name = "rdp"
+    reads = ("rdp", "approx_delta")
 
     def __post_init__(self) -> None:
         if self.rdp_order is None or self.rdp_order <= 1:
@@ -330,8 +352,7 @@ class RdpFilter(Filter):
 
     @property
     def bound(self) -> Fraction:
-        d = float(self.delta - self.reserve)
-        return Fraction(float(self.epsilon) - math.log(1 / d) / (float(self.order) - 1))
+        return _rdp_bound(self.epsilon, self.delta - self.reserve, self.order)
 
     def admits(self, totals: Totals) -> bool:
         return totals.get("rdp") <= self.bound and totals.get("approx_delta") <= self.reserve
@@ -357,28 +378,71 @@ class GdpFilter(Filter):
     batches) have no GDP guarantee and are refused."""
 
     name = "gdp"
+    reads = ("non_gaussian", "mu_sq")
 
     @property
     def mu(self) -> float:
-        lo, hi = 0.0, 1.0
-        while _gdp_delta(float(self.epsilon), hi) <= float(self.delta):
-            hi *= 2
-        for _ in range(100):
-            mid = (lo + hi) / 2
-            if _gdp_delta(float(self.epsilon), mid) <= float(self.delta):
-                lo = mid
-            else:
-                hi = mid
-        return lo
+        return _gdp_mu_bound(self.epsilon, self.delta)
 
     def admits(self, totals: Totals) -> bool:
-        return totals.get("non_gaussian") == 0 and totals.get("mu_sq") <= Fraction(self.mu) ** 2
+        return totals.get("non_gaussian") == 0 and totals.get("mu_sq") <= _square(self.mu)
 
     def spent_text(self, totals: Totals) -> str:
         return (
             f"spent mu^2={float(totals.get('mu_sq')):.6g} of {self.mu**2:.6g} (Gaussian and pure epsilon-DP "
             "releases; none with delta > 0)"
         )
+
+
+# A filter's constants, computed once per budget: every admission (some fifty per answer, in
+# `remaining`) asks for them.
+
+
+@lru_cache(maxsize=256)
+def _advanced_constants(epsilon: Fraction, delta: Fraction) -> tuple[Decimal, Decimal]:
+    """H = ε_g² / (28.04 ln(1/δ_g)) and ln(2/δ_g), with 60 digits."""
+    with localcontext() as ctx:
+        ctx.prec = 60
+        eg, dg = _dec(epsilon), _dec(delta)
+        return eg * eg / (Decimal("28.04") * (1 / dg).ln()), (2 / dg).ln()
+
+
+@lru_cache(maxsize=256)
+def _log_inverse(delta: Fraction) -> Decimal:
+    """ln(1/δ), with 60 digits."""
+    with localcontext() as ctx:
+        ctx.prec = 60
+        return (1 / _dec(delta)).ln()
+
+
+@lru_cache(maxsize=256)
+def _zcdp_rho(epsilon: Fraction, delta: Fraction) -> Fraction:
+    return Fraction(rho_from_epsilon(float(epsilon), float(delta)))
+
+
+@lru_cache(maxsize=256)
+def _rdp_bound(epsilon: Fraction, delta: Fraction, order: Fraction) -> Fraction:
+    return Fraction(float(epsilon) - math.log(1 / float(delta)) / (float(order) - 1))
+
+
+@lru_cache(maxsize=256)
+def _gdp_mu_bound(epsilon: Fraction, delta: Fraction) -> float:
+    """The largest μ with δ(ε_g; μ) <= δ_g (bisection on floats)."""
+    lo, hi = 0.0, 1.0
+    while _gdp_delta(float(epsilon), hi) <= float(delta):
+        hi *= 2
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if _gdp_delta(float(epsilon), mid) <= float(delta):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@lru_cache(maxsize=256)
+def _square(x: float) -> Fraction:
+    return Fraction(x) ** 2
 
 
 _KINDS = {

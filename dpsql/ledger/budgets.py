@@ -15,6 +15,7 @@ from ..accounting.cost import Cost, fraction_text, parse_fraction
 from ..accounting.filters import Filter, Totals, make_filter
 from ..config import BudgetPolicy
 from ..errors import BudgetExceeded, OperationalError
+from .current import Current
 from .group_commit import Pending
 from .integrity import charge_record, grant_record
 from .jobs import GLOBAL, ChargeJob
@@ -249,38 +250,89 @@ class Budgets(Store):
         payers = [(user, job.budget)] + [(u, b) for u, b in job.others if u != user]
         checks = payers + ([(GLOBAL, job.global_budget)] if job.global_budget is not None else [])
         now = self.now(con)  # inside the transaction: every proxy sees one window
+        current = self._current(con)  # what this writer wrote last, if nobody else has written since
         results = []
         for who, b in checks:
-            segment, f, refreshes = self._segment(con, who, b, now)
+            segment, f, refreshes = self._segment_now(con, current, who, b, now)
             filters = [(segment, f, refreshes)]
             life = lifetime_filter(b)
             if life is not None:
                 filters.append((LIFETIME, life, None))
             for seg, flt, refresh in filters:
-                totals = self._totals(con, who, seg)
+                totals = self._totals_now(con, current, who, seg)
                 after = totals.plus(flt.usage(cost))
                 if not flt.admits(after):
                     raise refusal(who, user, flt, totals, cost, refresh, lifetime=seg == LIFETIME)
                 results.append((who, seg, flt, after))
         at, cost_text = time.time(), cost.to_json()
         receipts: dict[str, int] = {}
-        for who, _ in payers:
-            segment = next(seg for w, seg, _, _ in results if w == who)
+        try:
+            for who, _ in payers:
+                segment = next(seg for w, seg, _, _ in results if w == who)
+                record = (who, segment, at, job.sql, cost_text, job.detail)
+                receipts.setdefault(who, self._insert_charge(con, current, record))
+            for who, segment, _, after in results:
+                self._put_totals(con, who, segment, after)
+                if current is not None:
+                    current.put_totals((who, segment), after)
+        except BaseException:  # rolled back (to this job's savepoint): so is what the cache was told
+            self._forget()
+            raise
+        return Charge(receipts[user], results[0][3], results[0][2], cost)
+
+    def _insert_charge(self, con, current: Current | None, record: tuple[str, int, float, str, str, str]) -> int:
+        """A charge record with its chained tag; its id. When this writer wrote the last charge
+        and nobody has written since, the id AUTOINCREMENT would give is the next one, and the
+        record is written with its tag at once; otherwise the id is the database's, tagged after."""
+        who, segment, at, sql, cost_text, detail = record
+        if current is not None and current.last_id is not None:
+            charge_id = current.last_id + 1
+            chain = self._append(con, who, "charge", charge_record(charge_id, *record), current)
+            self._exec(
+                con,
+                "INSERT INTO charges (id, user_name, segment, at, sql, cost, detail, chain) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (charge_id, *record, chain),
+            )
+        else:
             cur = self._exec(
                 con,
                 "INSERT INTO charges (user_name, segment, at, sql, cost, detail) "
                 "VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
-                (who, segment, at, job.sql, cost_text, job.detail),
+                record,
             )
             charge_id = cur.fetchone()[0]
-            chain = self._append(
-                con, who, "charge", charge_record(charge_id, who, segment, at, job.sql, cost_text, job.detail)
-            )
+            chain = self._append(con, who, "charge", charge_record(charge_id, *record), current)
             self._exec(con, "UPDATE charges SET chain = ? WHERE id = ?", (chain, charge_id))
-            receipts.setdefault(who, charge_id)
-        for who, segment, _, after in results:
-            self._put_totals(con, who, segment, after)
-        return Charge(receipts[user], results[0][3], results[0][2], cost)
+        if current is not None:
+            current.last_id = charge_id
+        return charge_id
+
+    def _segment_now(
+        self, con, current: Current | None, who: str, budget: BudgetPolicy, now: float
+    ) -> tuple[int, Filter, float | None]:
+        """`_segment`, from what this writer read last when nobody has written since (a grant
+        is a write) and the window is the same."""
+        if current is None:
+            return self._segment(con, who, budget, now)
+        window = window_of(budget, now)
+        start = window[1] if window else None
+        hit = current.segments.get(who)
+        if hit is not None and hit[1] == start and (hit[0] is budget or hit[0] == budget):
+            segment, f = hit[2], hit[3]
+        else:
+            segment, f, _ = self._segment(con, who, budget, now)
+            current.put_segment(who, (budget, start, segment, f))
+        return segment, f, window[2] if window else None
+
+    def _totals_now(self, con, current: Current | None, who: str, segment: int) -> Totals:
+        """`_totals`, as this writer wrote them last when nobody has written since."""
+        hit = current.totals.get((who, segment)) if current is not None else None
+        if hit is None:
+            hit = self._totals(con, who, segment)
+            if current is not None:
+                current.put_totals((who, segment), hit)
+        return hit
 
     def grant(
         self,
@@ -315,3 +367,4 @@ class Budgets(Store):
                     "INSERT INTO events (at, kind, user_name, address, detail) VALUES (?, ?, ?, ?, ?)",
                     (at, event[0], user, event[1], event[2]),
                 )
+            self._forget()  # a head and a grant written around this connection's cache

@@ -1,12 +1,12 @@
 """Group commit: one writer thread per ledger turns many analysts' charges and release records
 into one transaction, so one fsync covers the batch instead of one per write.
 
-Each piece of work runs under its own savepoint, so a refused charge (a filter that halts)
-rolls back only itself. A submitter gets its result only after the batch's COMMIT has
-returned: a charge is durable before its answer can leave, exactly as with a transaction of
-its own, and if the COMMIT fails every piece of the batch fails with it (nothing charged,
-nothing released). Work for a batch is applied in arrival order, so running totals are the
-same as if each had its own transaction in that order.
+Each piece of work runs under its own savepoint (a batch of one: its transaction), so a
+refused charge (a filter that halts) rolls back only itself. A submitter gets its result only
+after the batch's COMMIT has returned: a charge is durable before its answer can leave,
+exactly as with a transaction of its own, and if the COMMIT fails every piece of the batch
+fails with it (nothing charged, nothing released). Work for a batch is applied in arrival
+order, so running totals are the same as if each had its own transaction in that order.
 
 A submitter may go on working while its job's batch commits (`start`): `Pending.ran` returns
 once the job's work has run in the open transaction (a charge admitted or refused), and
@@ -159,32 +159,44 @@ class GroupCommit:
         commit_batch(self._begin, self._first, batch)
 
 
+class _Undone(Exception):
+    """A batch of one whose job failed (its error kept on the job): its transaction rolls back."""
+
+
 def commit_batch(
     begin: Callable[[list[str], bool], ContextManager[Any]],
     first: str,
     batch: list[_Job],
     ran: Callable[[], object] | None = None,
 ) -> None:
-    """Apply `batch` in one transaction, each job under its own savepoint, and commit it; every
-    job is told (events, `failed`, `tell`) before this returns. The writer thread's work, and a
+    """Apply `batch` in one transaction, each job under its own savepoint (a job alone: under
+    the transaction itself, which its failure rolls back), and commit it; every job is told
+    (events, `failed`, `tell`) before this returns. The writer thread's work, and a
     supervisor's, which commits its workers' jobs on the thread that reads them (`ran()`: once
     every job has run, just before the COMMIT)."""
     users = {u for job in batch for u in job.users}
     locks = ([first] if first in users else []) + sorted(users - {first})
+    alone = len(batch) == 1  # its transaction is its savepoint: a failure rolls all of it back
     try:
         with begin(locks, any(job.durable for job in batch)) as con:
             for job in batch:
-                con.execute("SAVEPOINT dpsql_job")
+                if not alone:
+                    con.execute("SAVEPOINT dpsql_job")
                 try:
                     job.result = job.work(con)
                 except BaseException as e:  # this job's refusal or failure: undo it alone
-                    con.execute("ROLLBACK TO SAVEPOINT dpsql_job")
                     job.error, job.result = _detached(e), None
+                    if alone:
+                        raise _Undone() from None
+                    con.execute("ROLLBACK TO SAVEPOINT dpsql_job")
                     _tell_failed(job)
-                con.execute("RELEASE SAVEPOINT dpsql_job")
+                if not alone:
+                    con.execute("RELEASE SAVEPOINT dpsql_job")
                 _ran(job)
             if ran is not None:
                 ran()
+    except _Undone:  # a batch of one whose job failed: rolled back, and told its own error
+        _tell_failed(batch[0])
     except BaseException as e:  # the batch did not commit: none of it is durable
         failure = _detached(e)
         for job in batch:

@@ -123,6 +123,14 @@ class PostgresLedger(Ledger):
                 con.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(u),))
             yield con
 
+    def _current(self, con) -> None:
+        """Other proxies write this ledger at any time, and PostgreSQL has no cheap way to tell:
+        every charge reads what it needs."""
+        return None
+
+    def _forget(self) -> None:
+        """Nothing is kept (`_current`)."""
+
     def _write_one(self, sql: str, params: tuple = (), *, durable: bool = True) -> Any:
         if durable:
             return self._exec(self._con(), sql, params)

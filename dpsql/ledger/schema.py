@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from ..errors import OperationalError
+from .current import Current
 from .integrity import (
     SCHEMA_VERSION,
     Identity,
@@ -179,12 +180,20 @@ class Schema(Store):
             (user, kind, count, last, head_tag(key, user, kind, count, last)),
         )
 
-    def _append(self, con, user: str, kind: str, record: list[Any]) -> str:
-        """The new record's chained tag, with the analyst's head moved on."""
-        row = self._exec(con, "SELECT count, last FROM heads WHERE user_name = ? AND kind = ?", (user, kind)).fetchone()
-        count, last = (row[0], row[1]) if row else (0, "")
+    def _append(self, con, user: str, kind: str, record: list[Any], current: Current | None = None) -> str:
+        """The new record's chained tag, with the analyst's head moved on (read from `current`,
+        what this writer wrote last, when nobody has written since)."""
+        head = current.heads.get((user, kind)) if current is not None else None
+        if head is None:
+            row = self._exec(
+                con, "SELECT count, last FROM heads WHERE user_name = ? AND kind = ?", (user, kind)
+            ).fetchone()
+            head = (row[0], row[1]) if row else (0, "")
+        count, last = head
         t = tag(self.identity.key, last, record)
         self._put_head(con, user, kind, count + 1, t, self.identity.key)
+        if current is not None:
+            current.put_head((user, kind), (count + 1, t))
         return t
 
 

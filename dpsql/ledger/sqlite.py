@@ -30,6 +30,7 @@ from ..errors import OperationalError
 from .audit_log import AuditLog
 from .budgets import Budgets
 from .cache import AnswerCache
+from .current import Current
 from .integrity import identity_file, write_identity
 from .logins import Logins
 from .schema import LedgerError, Schema, _date
@@ -127,6 +128,7 @@ class Ledger(Schema, Writes, Budgets, AuditLog, AnswerCache, Logins, Verificatio
                 con.execute("PRAGMA journal_mode=WAL")
                 con.execute("PRAGMA synchronous=FULL")
             self._local.con, self._local.durable, self._local.pid = con, True, os.getpid()
+            self._local.current = None
         return con
 
     @contextlib.contextmanager
@@ -139,12 +141,27 @@ class Ledger(Schema, Writes, Budgets, AuditLog, AnswerCache, Logins, Verificatio
             con.execute("BEGIN IMMEDIATE")
             try:
                 yield con
-            except BaseException:
+                con.execute("COMMIT")
+            except BaseException:  # the work, or the COMMIT itself, failed: none of it was written
+                self._forget()
                 if con.in_transaction:
                     con.execute("ROLLBACK")
                 raise
-            else:
-                con.execute("COMMIT")
+
+    def _current(self, con) -> Current | None:
+        """`PRAGMA data_version` changes for a connection whenever another connection (of this
+        process or any other) has committed to the ledger, never for its own commits: while it
+        stands still, what this connection wrote last is what the ledger holds."""
+        current = getattr(self._local, "current", None)
+        if current is None:
+            current = self._local.current = Current()
+        current.seen(con.execute("PRAGMA data_version").fetchone()[0])
+        return current
+
+    def _forget(self) -> None:
+        current = getattr(self._local, "current", None)
+        if current is not None:
+            current.clear()
 
     @contextlib.contextmanager
     def _turn(self) -> Iterator[None]:

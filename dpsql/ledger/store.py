@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 from typing import Any, ContextManager
 
+from .current import Current
 from .group_commit import Pending
 from .integrity import Identity
 from .jobs import ChargeJob, StatementJob
@@ -39,6 +40,16 @@ class Store:
     def _write(self, users: list[str], durable: bool = True) -> ContextManager[Any]:
         raise NotImplementedError
 
+    def _current(self, con: Any) -> Current | None:
+        """Inside a write transaction of `con`: what this connection last read and wrote of the
+        budgets, if the backend can tell that no other connection has committed since (else
+        None: read everything)."""
+        return None
+
+    def _forget(self) -> None:
+        """This thread's connection forgets what `_current` kept (its writes rolled back, or
+        written around the cache)."""
+
     def _write_one(self, sql: str, params: tuple = (), *, durable: bool = True) -> Any:
         raise NotImplementedError
 
@@ -54,7 +65,7 @@ class Store:
     def _charge_in(self, con: Any, job: ChargeJob) -> Any:
         raise NotImplementedError
 
-    def _append(self, con: Any, user: str, kind: str, record: list[Any]) -> str:
+    def _append(self, con: Any, user: str, kind: str, record: list[Any], current: Current | None = None) -> str:
         raise NotImplementedError
 
     def _tables(self, con: Any) -> set[str]:
