@@ -70,6 +70,9 @@ def test_shutdown_cancels_waiting_jobs_and_ends_the_threads(pool_of):
     pool = pool_of(1)
     release = threading.Event()
     running = pool.submit(release.wait, 10)
+    deadline = time.monotonic() + 10
+    while not running.running() and time.monotonic() < deadline:
+        time.sleep(0.01)
     waiting = pool.submit(lambda: "never")
     pool.shutdown(wait=False, cancel_futures=True)
     assert waiting.cancelled()
@@ -86,7 +89,7 @@ def test_a_cancelled_job_does_not_run(pool_of):
     release = threading.Event()
     ran: list[int] = []
     first = pool.submit(release.wait, 10)
-    second = pool.submit(ran.append, 1)
+    second = pool.submit(ran.append, 1)  # waits: the one thread is busy
     assert second.cancel()
     release.set()
     first.result(10)

@@ -4,7 +4,7 @@ idle first.
 concurrent.futures.ThreadPoolExecutor hands each job to whichever idle thread its queue wakes,
 so a few clients' statements rotate over every thread the pool ever started (sixteen), each
 with its own DuckDB cursor, prepared statements and Python thread state, all cold by the time
-their turn comes again. Here an idle thread waits on a condition of its own, and a job goes to
+their turn comes again. Here an idle thread waits on a queue of its own, and a job goes to
 the thread that became idle last: one client's statements stay on one warm thread, eight
 clients' on about eight. Measured against ThreadPoolExecutor on the sample's grouped COUNT
 (benchmarks.perquery's query, paired runs): the served process's CPU per statement 17-19 %
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import queue
 import threading
 import weakref
 from typing import Any, Callable
@@ -47,35 +48,36 @@ class StackPool(concurrent.futures.Executor):
             raise ValueError("max_workers must be at least 1")
         self._max, self._prefix = max_workers, thread_name_prefix
         self._lock = threading.Lock()
+        self._jobs: collections.deque[Job] = collections.deque()  # waiting, oldest first
         self._idle: list[_Worker] = []  # the most recently idle last
-        self._backlog: collections.deque[Job] = collections.deque()
         self._threads: list[threading.Thread] = []
         self._shutdown = False
         _pools.add(self)
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
+        """Queue the job and wake the most recently idle thread (or start one): a thread that
+        ends its job meanwhile may take it first, as in ThreadPoolExecutor, and the woken one
+        goes back to the stack."""
         future: concurrent.futures.Future = concurrent.futures.Future()
-        job = (future, fn, args, kwargs)
         with self._lock:
             if self._shutdown or _exiting:
                 raise RuntimeError("cannot schedule new futures after shutdown")
+            self._jobs.append((future, fn, args, kwargs))
             if self._idle:
-                self._idle.pop().give(job)
+                self._idle.pop().wake()
             elif len(self._threads) < self._max:
                 worker = _Worker(self)
-                thread = threading.Thread(target=worker.run, args=(job,), name=f"{self._prefix}_{len(self._threads)}")
+                thread = threading.Thread(target=worker.run, name=f"{self._prefix}_{len(self._threads)}")
                 self._threads.append(thread)
                 thread.start()
-            else:
-                self._backlog.append(job)
         return future
 
-    def _after(self, worker: _Worker) -> Job | None | bool:
-        """What a thread done with its job does next: the oldest waiting job, None (the pool is
-        shut down: end), or True (it is on the idle stack: wait for a job)."""
+    def _next(self, worker: _Worker) -> Job | None | bool:
+        """What a thread does next: the oldest waiting job, None (the pool is shut down: end),
+        or True (it is on the idle stack: wait to be woken)."""
         with self._lock:
-            if self._backlog:
-                return self._backlog.popleft()
+            if self._jobs:
+                return self._jobs.popleft()
             if self._shutdown:
                 return None
             self._idle.append(worker)
@@ -85,12 +87,12 @@ class StackPool(concurrent.futures.Executor):
         with self._lock:
             self._shutdown = True
             if cancel_futures:
-                while self._backlog:
-                    self._backlog.popleft()[0].cancel()
+                while self._jobs:
+                    self._jobs.popleft()[0].cancel()
             idle, self._idle = self._idle, []
             threads = list(self._threads)
         for worker in idle:
-            worker.give(None)
+            worker.wake()
         if wait:
             for thread in threads:
                 if thread is not threading.current_thread():
@@ -98,30 +100,25 @@ class StackPool(concurrent.futures.Executor):
 
 
 class _Worker:
-    """One thread of a StackPool, handed each job through its own condition."""
+    """One thread of a StackPool, woken through a queue of its own (at most one wake-up in it:
+    a thread is woken only when taken off the idle stack)."""
 
     def __init__(self, pool: StackPool):
         self._pool = pool
-        self._cond = threading.Condition(threading.Lock())
-        self._job: Job | None = None
-        self._given = False
+        self._wakes: queue.SimpleQueue[None] = queue.SimpleQueue()
 
-    def give(self, job: Job | None) -> None:
-        with self._cond:
-            self._job, self._given = job, True
-            self._cond.notify()
+    def wake(self) -> None:
+        self._wakes.put(None)
 
-    def _take(self) -> Job | None:
-        with self._cond:
-            while not self._given:
-                self._cond.wait()
-            job, self._job, self._given = self._job, None, False
-            return job
-
-    def run(self, job: Job | None) -> None:
-        while job is not None:
-            future, fn, args, kwargs = job
-            del job
+    def run(self) -> None:
+        following = self._pool._next(self)
+        while following is not None:
+            if following is True:
+                self._wakes.get()
+                following = self._pool._next(self)
+                continue
+            future, fn, args, kwargs = following
+            del following
             if not future.set_running_or_notify_cancel():
                 result, error = None, None
             else:
@@ -129,11 +126,10 @@ class _Worker:
                     result, error = fn(*args, **kwargs), None
                 except BaseException as e:  # noqa: BLE001 - handed to the future, as ThreadPoolExecutor does
                     result, error = None, e
-            following = self._pool._after(self)  # idle (or given the next job) before the result is told
+            following = self._pool._next(self)  # on the stack (or given the next job) before the result is told
             if future.running():
                 if error is None:
                     future.set_result(result)
                 else:
                     future.set_exception(error)
             del future, fn, args, kwargs, result, error
-            job = self._take() if following is True else following
