@@ -1,16 +1,17 @@
 """The server's threads for blocking work (statements, the console's calls), the most recently
 idle first.
 
-concurrent.futures.ThreadPoolExecutor hands each job to whichever idle thread its queue wakes,
-so a few clients' statements rotate over every thread the pool ever started (sixteen), each
-with its own DuckDB cursor, prepared statements and Python thread state, all cold by the time
-their turn comes again. Here an idle thread waits on a queue of its own, and a job goes to
-the thread that became idle last: one client's statements stay on one warm thread, eight
-clients' on about eight. Measured against ThreadPoolExecutor on the sample's grouped COUNT
-(benchmarks.perquery's query, paired runs): the served process's CPU per statement 17-19 %
-lower at 1 and 8 clients, throughput 20-27 % higher.
+concurrent.futures.ThreadPoolExecutor wakes whichever idle thread its queue wakes, so a few
+clients' statements rotate over every thread the pool ever started (sixteen), each with its own
+DuckDB cursor, prepared statements and Python thread state, all cold by the time their turn
+comes again (one client's 2000 statements ran on eleven threads). Here jobs wait in one queue,
+as there, and a thread that ends its job takes the oldest; but an idle thread waits on a queue
+of its own, and a new job wakes the thread that became idle last: one client's statements stay
+on one warm thread, eight clients' on about eight. Paired runs of benchmarks.perquery's grouped
+COUNT against ThreadPoolExecutor: the served process's CPU per statement 7-19 % lower at 1 and
+8 clients (median of rounds; more under a loaded host).
 
-A thread returns to the stack before its job's result is set, so that the event loop's next
+A thread goes back on the stack before its job's result is set, so that the event loop's next
 job finds it idle instead of starting another. Threads are not daemons: as with
 ThreadPoolExecutor, the interpreter's exit wakes the idle ones and waits for those still
 running a job (one inside DuckDB when the interpreter tears down would abort the process).
