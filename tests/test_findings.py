@@ -523,12 +523,13 @@ def test_a_weighted_copy_is_built_again_when_its_files_change_meanwhile(tmp_path
     s = Session(load_policy(write_policy(tmp_path)), "alice")
     try:
         engine = s.engine
-        seen = iter(["v1", "v2", "v2"])  # before, after the first build, after the second
-        engine.data_version = lambda: next(seen)
+        # the statement's version, then afresh: before the build, after it, after the second
+        seen = iter(["v0", "v1", "v2", "v2"])
+        engine.read_data_version = lambda: next(seen)
         table = engine.weighted_copy("events", "pid", 6, 10)
         assert engine._copies[table.split(".")[-1].strip('"')] == "v2"
         count = itertools.count()
-        engine.data_version = lambda: f"v{next(count)}"  # a file written during every build
+        engine.read_data_version = lambda: f"v{next(count)}"  # a file written during every build
         s.execute("SET dpsql.bounds = policy")  # the policy's limits read the weighted copy
         with pytest.raises(OperationalError) as err:
             s.execute("SELECT kind, COUNT(*) FROM events GROUP BY kind")

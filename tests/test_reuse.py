@@ -235,3 +235,45 @@ def test_a_change_of_the_data_is_seen_by_a_text_of_a_shape_with_a_template(tmp_p
     finally:
         fresh.close()
         s.close()
+
+
+def test_a_statement_reads_the_data_version_once_and_the_next_sees_a_change(tmp_path):
+    """Engine.one_version: every step of a statement that asks (plan key, reuse, the engine's
+    prepared statements, the weighted copy) gets the version read once, at its first asking;
+    the next statement reads it again, so a change of the files between two statements is
+    seen by the second, with reuse on or off."""
+    s = _session(tmp_path)
+    s.execute("SET dpsql.cache = off")
+    reads = []
+    real = s.engine.read_data_version
+
+    def counted() -> str:
+        reads.append(real())
+        return reads[-1]
+
+    s.engine.read_data_version = counted
+    for reuse in ("on", "off"):
+        s.execute(f"SET dpsql.reuse = {reuse}")
+        s.execute(QUERY)  # planned (and the weighted copy built) at this version
+        reads.clear()
+        s.execute(QUERY)
+        assert len(reads) == 1
+        stat = os.stat(tmp_path / "t.parquet")
+        rows = 500 if reuse == "on" else 700
+        _write(tmp_path / "t.parquet", rows)
+        os.utime(tmp_path / "t.parquet", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+        reads.clear()
+        s.execute(QUERY)  # the change is seen: weighted copy rebuilt, plan and results anew
+        assert reads[0] == real() and len(set(reads)) == 1  # the build's own reads agree with it
+        exact = s.bounded_result(s._prepare(classify(QUERY).tree)[0])
+        assert sorted(exact.columns[-1]) == [rows // 2 << 10, rows // 2 << 10]  # fixed-point counts of the new rows
+    reads.clear()
+    with s.engine.one_version():
+        assert reads == []  # read when first asked, not before
+        first = s.engine.data_version()
+        with s.engine.one_version():  # nested: the outer block's version
+            assert s.engine.data_version() == first
+    assert reads == [first]
+    s.engine.data_version()
+    assert len(reads) == 2  # outside a block: read every time
+    s.close()

@@ -3,13 +3,14 @@ optional parts it declares in its Capabilities."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import sqlglot
 from sqlglot import exp
@@ -17,6 +18,7 @@ from sqlglot import exp
 from ..errors import OperationalError
 from ..sql.build import dtype
 
+_PINS = threading.local()  # per thread: id(engine) -> [its version in the statement under way, or None]
 BUILD_ATTEMPTS = 3  # weighted-copy builds while the source files keep changing, before giving up
 T = TypeVar("T")
 
@@ -117,7 +119,37 @@ class Engine:
         raise NotImplementedError
 
     def data_version(self) -> str:
-        """Changes whenever the underlying data may have changed (keys the answer cache)."""
+        """Changes whenever the underlying data may have changed (keys the answer cache, the
+        plan cache, weighted copies and reused results). Within `one_version()`, the version
+        first read in it on this thread: a statement reads it once (a DuckDB file source costs
+        a stat() a file, PostgreSQL a query), however many of its steps ask."""
+        pins = getattr(_PINS, "engines", None)
+        pin = pins.get(id(self)) if pins else None
+        if pin is None:
+            return self.read_data_version()
+        if pin[0] is None:
+            pin[0] = self.read_data_version()
+        return pin[0]
+
+    @contextlib.contextmanager
+    def one_version(self) -> Iterator[None]:
+        """One statement (on this thread): data_version() is read once, when first asked, and
+        answers that version until the block ends; a change of the data is seen by the next
+        block. Nested blocks share the outermost's version. A weighted copy's build still
+        compares versions read afresh (read_data_version) before and after it."""
+        pins = _PINS.__dict__.setdefault("engines", {})
+        key = id(self)
+        if key in pins:
+            yield
+            return
+        pins[key] = [None]
+        try:
+            yield
+        finally:
+            del pins[key]
+
+    def read_data_version(self) -> str:
+        """The data version, read now (the engine's own: files' sizes and times, table statistics)."""
         raise NotImplementedError
 
     def close(self) -> None:

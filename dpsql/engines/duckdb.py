@@ -396,7 +396,8 @@ class DuckDBEngine(Engine):
                     self._scratch.protect()
 
                 self._copies.pop(name, None)  # the table is replaced from here on: current again once built
-                _, version = built_at_one_version(build, self.data_version, version)
+                # versions read afresh around the build: the statement's (one_version) may be behind the files
+                _, version = built_at_one_version(build, self.read_data_version, self.read_data_version())
                 self._copies[name] = version
                 self._totals[f"scratch.main.{quote(name)}"] = f"scratch.main.{quote(name + '_totals')}"
         return f"scratch.main.{quote(name)}"
@@ -432,7 +433,7 @@ class DuckDBEngine(Engine):
         if cur is not None:
             cur.interrupt()
 
-    def data_version(self) -> str:
+    def read_data_version(self) -> str:
         return files_version(self._files)
 
     def close(self) -> None:

@@ -260,7 +260,7 @@ class PostgresEngine(Engine):
             except Exception as e:  # the query ends anyway; a failed cancel must not crash the server
                 print(f"dpsql: cancel failed: {type(e).__name__}", file=sys.stderr)
 
-    def data_version(self) -> str:
+    def read_data_version(self) -> str:
         """Changes when rows of a policy table are written (PostgreSQL's cumulative statistics,
         which it updates within about a second of a commit)."""
         con = self._connection()

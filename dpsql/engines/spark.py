@@ -304,8 +304,11 @@ class SparkEngine(Engine):
                     self._scratch.protect()
                     return files
 
-                files, version = built_at_one_version(
-                    build, self.data_version, version, lambda stale: shutil.rmtree(stale, ignore_errors=True)
+                files, version = built_at_one_version(  # versions read afresh, as DuckDB's build does
+                    build,
+                    self.read_data_version,
+                    self.read_data_version(),
+                    lambda stale: shutil.rmtree(stale, ignore_errors=True),
                 )
                 from pyspark import StorageLevel
 
@@ -330,7 +333,7 @@ class SparkEngine(Engine):
         if tag is not None:
             self._cancel(tag)
 
-    def data_version(self) -> str:
+    def read_data_version(self) -> str:
         """The source files' sizes and times (a metastore table's changes are not seen)."""
         return files_version(self._files)
 

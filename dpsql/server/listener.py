@@ -5,7 +5,6 @@ connections, the caps on pending and ungreeted ones, cancel requests, services b
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import gc
 import os
 import secrets
@@ -20,6 +19,7 @@ from ..config import Policy
 from ..engines import open_engine
 from .app import Connection
 from .catalog import Catalog
+from .pool import StackPool
 from .throttle import LoginThrottle
 from .worker_link import WorkerLink, new_pid
 
@@ -70,7 +70,7 @@ class Server:
         self.limits = limits or Limits()
         self.engine = open_engine(policy)
         self.catalog = Catalog(policy, self.engine.schema())
-        self.executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dpsql")
+        self.executor = StackPool(max_workers=workers, thread_name_prefix="dpsql")  # the warmest idle thread first
         self.connections: dict[int, "Connection"] = {}  # authenticated
         self.pending: dict[int, "Connection"] = {}  # not yet authenticated: a cap of their own
         self.ungreeted: dict[int, "Connection"] = {}  # connected, first message not yet whole

@@ -72,14 +72,14 @@ class Session:
     # Entry points --------------------------------------------------------------------------
     def execute(self, sql: str | Routed, params: Params = None) -> Result:
         """Run one statement (its text, or its route from `route`). Raises dpsql.errors.Error
-        subclasses only."""
-        with self._lock, no_internals("the query"):
+        subclasses only. The data version is read once for it (Engine.one_version)."""
+        with self._lock, no_internals("the query"), self.engine.one_version():
             return self._execute(sql, params)
 
     def describe(self, sql: str | Routed, params: Params = None) -> tuple[list[str], list[str]] | None:
         """Names and types of what `sql` would return (None: no rows), without running it or
         charging anything: the wire protocol's Describe."""
-        with self._lock:
+        with self._lock, self.engine.one_version():
             try:
                 routed = sql if isinstance(sql, Routed) else self.route(sql)
                 if routed.statement is None and routed.error is None:  # empty, or a front end's own route
@@ -338,7 +338,7 @@ class Session:
     ) -> list[Result]:
         """Answer several DP queries calibrated jointly by PLD planning, charged once as one
         (ε, δ) release. `weights` (one per query) give a query less noise relative to the others."""
-        with self._lock, no_internals("the batch"):
+        with self._lock, no_internals("the batch"), self.engine.one_version():
             return batch.answer_batch(self, sqls, epsilon, delta, weights)
 
     def close(self) -> None:
