@@ -142,3 +142,30 @@ def test_spark_scratch_dir_is_a_path_with_a_master(tmp_path):
         '[engine]\nkind = "spark"\nmaster = "spark://h:7077"\nscratch_dir = "shared"\n[tables.wards]\npublic = true\n'
     )
     assert load_policy(p).engine.scratch_dir == tmp_path.resolve() / "shared"
+
+
+@pytest.mark.parametrize(
+    "privacy,fragment",
+    [
+        ('filter = "gdp"\nepsilon = 800\ndelta = 1e-6', "gdp filter cannot account for epsilon = 800"),
+        ('filter = "rdp"\nepsilon = 3e6\ndelta = 1e-6', "rdp filter cannot account for epsilon"),
+        ('filter = "advanced"\nepsilon = 3e6\ndelta = 1e-6', "advanced filter cannot account for epsilon"),
+        (
+            'filter = "gdp"\nepsilon = 10\ndelta = 1e-6\nwindow = "30d"\nlifetime_epsilon = 1000',
+            "cannot account for lifetime_epsilon = 1000",
+        ),
+    ],
+)
+def test_a_budget_past_what_its_filter_can_compute_is_refused(tmp_path, privacy, fragment):
+    """Such a budget used to load and then fail every answer with an internal error."""
+    p = _policy(tmp_path, extra="[privacy]\n" + privacy + "\n")
+    with pytest.raises(PolicyError, match=fragment) as info:
+        load_policy(p)
+    assert "zcdp" in str(info.value)
+
+
+@pytest.mark.parametrize("kind", ["gdp", "rdp", "advanced", "zcdp", "basic"])
+def test_a_budget_within_its_filter_loads(tmp_path, kind):
+    p = _policy(tmp_path, extra=f'[privacy]\nfilter = "{kind}"\nepsilon = 700\ndelta = 1e-6\n')
+    privacy = load_policy(p).privacy
+    assert (privacy.filter, privacy.epsilon) == (kind, 700)

@@ -15,6 +15,7 @@ from ..synopses.spec import parse_synopses
 from .model import (
     ENGINES,
     FILTERS,
+    LARGEST_EPSILON,
     MECHANISMS,
     BudgetPolicy,
     EngineConfig,
@@ -293,6 +294,16 @@ def default_reserve(kind: str, delta: Fraction) -> Fraction:
     return delta * RESERVE_SHARE if kind in ("zcdp", "rdp", "whitehouse") and delta > 0 else Fraction(0)
 
 
+def _accountable(r: _Reader, kind: str, name: str, epsilon: Fraction | None) -> None:
+    """Refuse a budget's ε past what its filter's accounting can compute with."""
+    largest = LARGEST_EPSILON.get(kind)
+    if largest is not None and epsilon is not None and epsilon > largest:
+        raise r.fail(
+            f"the {kind} filter cannot account for {name} = {float(epsilon):g} (at most {largest})",
+            'use a smaller epsilon, or filter = "zcdp" or "basic", which take any epsilon',
+        )
+
+
 def _parse_budget(r: _Reader, default: BudgetPolicy) -> BudgetPolicy:
     """filter/epsilon/delta/delta_reserve/rdp_order of one budget, checked for its filter."""
     kind = r.choice("filter", default.filter, FILTERS)
@@ -313,10 +324,12 @@ def _parse_budget(r: _Reader, default: BudgetPolicy) -> BudgetPolicy:
         raise r.fail(f"the {kind} filter needs delta > 0", 'set delta, e.g. delta = 1e-6, or use filter = "basic"')
     if kind == "advanced" and delta >= Fraction(1, 3):
         raise r.fail("the advanced filter needs delta below 1/e", "use a small delta such as 1e-6")
+    _accountable(r, kind, "epsilon", epsilon)
     if kind == "rdp" and order is not None and order <= 1:
         raise r.fail("rdp_order must be above 1", "for example rdp_order = 8")
     window = _window(r, default.window)
     lifetime_epsilon = r.number("lifetime_epsilon", default.lifetime_epsilon, positive=True)
+    _accountable(r, kind, "lifetime_epsilon", lifetime_epsilon)
     lifetime_delta = r.number("lifetime_delta", default.lifetime_delta, minimum=0, maximum=1)
     if lifetime_epsilon is not None and window is None:
         raise r.fail(

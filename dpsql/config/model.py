@@ -16,6 +16,12 @@ from ..sql.limits import QueryLimits
 ROW_UNIT = "row"
 MECHANISMS = ("laplace", "gaussian")
 FILTERS = ("basic", "advanced", "whitehouse", "zcdp", "rdp", "gdp")
+# The largest budget ε a filter's accounting can compute with (`accounting/filters.py`): gdp's
+# μ_g takes e^ε in floats (overflow from 710), advanced's and rdp's admissions take e^ε of costs
+# up to ε_g with 60 digits (overflow from about 2·10⁶). A policy asking for more is refused.
+LARGEST_EPSILON: Mapping[str, Fraction] = MappingProxyType(
+    {"gdp": Fraction(700), "advanced": Fraction(10**6), "rdp": Fraction(10**6)}
+)
 SOURCE_FORMATS = {".parquet": "parquet", ".csv": "csv", ".tsv": "csv"}
 
 
