@@ -289,3 +289,14 @@ def test_max_query_epsilon_refuses_a_larger_release_free(small_policy, how):
 def test_max_query_epsilon_below_the_default_query_epsilon_is_a_policy_error(small_policy):
     with pytest.raises(PolicyError, match="max_query_epsilon = 0.5 is below query_epsilon = 1"):
         _capped(small_policy, "0.5")
+
+
+def test_a_grant_past_what_the_filter_can_compute_is_refused_and_not_recorded(any_ledger):
+    """A gdp budget past ε 700 would fail every later answer with an internal error."""
+    budget = BudgetPolicy("gdp", Fraction(600), Fraction(1, 10**6))
+    any_ledger.grant("carol", Fraction(90), Fraction(0), budget)
+    with pytest.raises(dpsql.OperationalError, match="past the gdp filter's 700") as info:
+        any_ledger.grant("carol", Fraction(20), Fraction(0), budget)
+    assert info.value.sqlstate == "22023" and "zcdp" in info.value.hint
+    assert [g["epsilon"] for g in any_ledger.grants("carol")] == [90]
+    any_ledger.charge("carol", budget, Cost.pure(Fraction(1)), "q", {})

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..accounting.cost import Cost, fraction_text, parse_fraction
 from ..accounting.filters import Filter, Totals, make_filter
-from ..config import BudgetPolicy
+from ..config import LARGEST_EPSILON, BudgetPolicy
 from ..errors import BudgetExceeded, OperationalError
 from .current import Current
 from .group_commit import Pending
@@ -353,6 +353,10 @@ class Budgets(Store):
                     sqlstate="54000",
                     hint="grant a larger amount at once",
                 )
+            if budget is not None:
+                since = window[1] if window else None
+                granted = sum((e for e, _ in self._grants(con, user, since)), Fraction(0))
+                _accountable(budget, budget.epsilon + granted + epsilon)
             seq = len(self._grants(con, user)) + 1
             eps, dlt, at = fraction_text(epsilon), fraction_text(delta), time.time()
             chain = self._append(con, user, "grant", grant_record(user, seq, eps, dlt, at))
@@ -368,3 +372,15 @@ class Budgets(Store):
                     (at, event[0], user, event[1], event[2]),
                 )
             self._forget()  # a head and a grant written around this connection's cache
+
+
+def _accountable(budget: BudgetPolicy, epsilon: Fraction) -> None:
+    """Refuse a grant that takes a budget past what its filter's accounting can compute with
+    (`config.LARGEST_EPSILON`): it would fail every later answer with an internal error."""
+    largest = LARGEST_EPSILON.get(budget.filter)
+    if largest is not None and epsilon > largest:
+        raise OperationalError(
+            f"this grant would make the budget epsilon {float(epsilon):g}, past the {budget.filter} filter's {largest}",
+            sqlstate="22023",
+            hint="grant less, or move the analyst to the zcdp or basic filter, which take any epsilon",
+        )
