@@ -179,16 +179,15 @@ def test_a_count_that_truncation_barely_cuts_gives_the_release_the_rest(session)
 
 
 def test_a_count_that_truncation_cuts_keeps_its_correction(session):
-    """Units far beyond every bound the noise allows (a third of the rows in units at the policy's
-    bound and past it, at a small epsilon): the model keeps a correction, at shares chosen for
-    the chosen bound (`adapted`), the release at least its prior share."""
+    """Many units past the policy's bound (without a correction their rows beyond it stay cut):
+    the model keeps a correction, at the shares `adapted` gives for the chosen bound and reach."""
     plan = _plan(session, "SELECT COUNT(*) FROM events")
     top = auto_bounds.ceiling(plan)
     prior = auto_bounds.corrected(plan, 1)
     last = len(auto_bounds.steps(top))
     p = auto_bounds.Profile(auto_bounds.steps(top), _units(top, {0: 200.0, last - 1: 300.0, last: 300.0}), ())
     choice = auto_choice.choose(plan, p, (), top, Fraction(1), 1, prior)
-    assert choice.max_contributions < top and choice.reach is not None
+    assert choice.reach is not None  # the units beyond the policy's bound: a third of the rows
     assert choice.shares == auto_bounds.adapted(
         prior, choice.max_contributions, choice.reach, 1, float(auto_bounds.KEPT_WEIGHT)
     )
