@@ -15,9 +15,12 @@ from hypothesis import strategies as st
 
 import dpsql
 from dpsql import auto_bounds, auto_choice, auto_correction
+from dpsql.accounting.cost import Cost
+from dpsql.accounting.filters import usage
 from dpsql.config import load_policy
 from dpsql.guarantee.bounding import TotalCap
 from dpsql.guarantee.calibration import calibrate
+from dpsql.guarantee.guard import check_split
 from dpsql.prepare import plan_query
 from dpsql.session import Session
 from dpsql.session import auto as session_auto
@@ -148,6 +151,10 @@ def test_a_chosen_reach_is_above_the_bound_and_never_above_the_widest(session, r
     p = auto_bounds.Profile(auto_bounds.steps(top), tuple(rows[: len(auto_bounds.steps(top)) + 1]), ())
     prior = auto_bounds.corrected(plan, groups)
     choice = auto_choice.choose(plan, p, (), top, epsilon, groups, prior)
+    # What the query is charged (fixed before the profile) covers whatever was chosen from it.
+    cost = Cost.of(auto_bounds.parts(epsilon, (), top, prior))
+    release = calibrate(plan, auto_bounds.release_epsilon(epsilon, choice.shares), Fraction(0), "laplace")
+    check_split(cost, auto_bounds.rest_part(epsilon), [epsilon * x for x in choice.shares], release.cost)
     if choice.reach is None:
         assert choice.shares == ()
         return
@@ -204,9 +211,6 @@ def test_parts_split_after_the_charge_cost_at_most_the_part_charged(parts, total
     (auto_bounds.rest_part) add at most its increment to every running total a filter reads
     (filters.usage: ε, ε², ε (e^ε - 1) / 2, ρ, μ², Rényi at an order): a split chosen after the
     charge never costs more than the charge, in any family the ledger supports."""
-    from dpsql.accounting.cost import Cost
-    from dpsql.accounting.filters import usage
-
     charged = auto_bounds.rest_part(total / (1 - auto_bounds.SHARE))
     assert charged.epsilon == total
     eps = [total * x / sum(parts) for x in parts]
