@@ -54,7 +54,7 @@ SHARE = Fraction(1, 10)  # of the query's epsilon spent on the profile
 # Counts: the truncation a total bound C makes is corrected with the rows it cut, released as two
 # numbers over the profile's units (`auto_correction.Correction`), the kept rows Σ min(n, C) and the excess
 # Σ min(n, reach) - min(n, C); their shares of epsilon and the release's are chosen per query by
-# `split`, from the policy and the query only.
+# `adapted` after the profile (at most `split`'s, from the policy and the query only), or none.
 KEPT_WEIGHT = Fraction(1, 2)  # the model's excess / kept, by which the kept rows' noise moves the factor
 REACH = 4  # the correction sees a unit's rows up to REACH times the policy's total bound
 RESIDUAL = Fraction(1, 10)  # of what truncation cuts, the model's bias left after the correction
@@ -132,6 +132,9 @@ class Choice:
     # chosen from a profile with histograms released (and charged) before: `epsilon` is what this
     # query spent on its own (0 when all were reused; auto_bounds.fresh)
     reused: bool = False
+    # a corrected count's (kept, excess) shares of the query's epsilon, chosen with the limits
+    # (`adapted`); () when the count is not corrected (the release gets the whole rest)
+    shares: tuple[Fraction, ...] = ()
 
     def absolute_bias(self, i: int) -> float:
         """What the chosen limits cut from the plan's i-th aggregate in a group, in the
@@ -205,18 +208,21 @@ def chose(target: TargetChoice) -> str:
 
 
 def corrected(plan: Plan, groups: int = 1) -> tuple[Fraction, ...]:
-    """The correction's (kept, excess) shares of the query's epsilon (`split`) for plans whose
-    truncation is corrected (`auto_correction.Correction`), () for the others: counts of rows only, over units
+    """The prior (kept, excess) shares of the query's epsilon (`split`) for plans whose
+    truncation may be corrected (`auto_correction.Correction`), () for the others: counts of rows only, over units
     that may have more rows than one. A total bound cuts a heavy unit's rows to C; a sum clips
     its total to C times the clamp, which keeps far more; a mean, a spread or a quantile is a
-    ratio, which the cut barely moves. `groups`: the size of the released domain (public)."""
+    ratio, which the cut barely moves. `groups`: the size of the released domain (public).
+    The shares spent are chosen after the profile (`adapted`, in auto_choice.choose): at most
+    these in all (the release gets at least the rest), or none. What is charged for the
+    correction and the release together is one part, `rest_part`."""
     if ceiling(plan) > 1 and all(e.func in CORRECTED for e in plan.estimates):
         return split(ceiling(plan), reach(plan), groups)
     return ()
 
 
 def split(top: int, far: int, groups: int) -> tuple[Fraction, Fraction]:
-    """The (kept, excess) shares of a corrected count's epsilon, the release getting the rest
+    """The prior (kept, excess) shares of a corrected count's epsilon, the release getting the rest
     after the profile's SHARE: those that minimise the model's standard deviation of a group's
     relative error, Σ_i (a_i / ε_i)² under Σ_i ε_i fixed, whose minimum is at ε_i ∝ a_i^(2/3).
     All three noises are over the same rows (N, the query's kept rows), so N cancels and the
@@ -224,13 +230,43 @@ def split(top: int, far: int, groups: int) -> tuple[Fraction, Fraction]:
     has scale C / ε_release, so a_release = C * groups; the factor (kept + excess) / kept moves
     by the excess's noise over N, a_excess = reach - C, and by the kept rows' times excess /
     kept, a_kept = C * KEPT_WEIGHT. C is not known before the profile: the model takes the
-    candidates' middle on a log scale, sqrt(top)."""
-    c = math.sqrt(top)
-    weights = [(c * max(groups, 1)) ** (2 / 3), (c * float(KEPT_WEIGHT)) ** (2 / 3), max(far - c, 1.0) ** (2 / 3)]
+    candidates' middle on a log scale, sqrt(top). The release's share here is the floor of the
+    share chosen after the profile (`adapted`): what EXPLAIN's bound on the noise assumes."""
+    return _shares(math.sqrt(top), far, groups, float(KEPT_WEIGHT))
+
+
+def _shares(c: float, far: float, groups: float, weight: float) -> tuple[Fraction, Fraction]:
+    """(kept, excess) shares of the query's epsilon at ε_i ∝ a_i^(2/3) over the rest after the
+    profile (`split`'s model at a total bound c, a reach far, `groups` groups (times the
+    release's measures) and the kept rows' weight excess / kept)."""
+    weights = [(c * max(groups, 1)) ** (2 / 3), (c * weight) ** (2 / 3), max(far - c, 1.0) ** (2 / 3)]
     rest = 1 - SHARE
     kept = rest * Fraction(weights[1] / sum(weights)).limit_denominator(1000)
     excess = rest * Fraction(weights[2] / sum(weights)).limit_denominator(1000)
     return kept, excess
+
+
+def adapted(prior: Sequence[Fraction], c: int, far: int, groups: float, weight: float) -> tuple[Fraction, Fraction]:
+    """The (kept, excess) shares of a corrected count's epsilon once the profile has chosen the
+    total bound c and the reach far: `split`'s minimum at these (post-processing of the
+    profile; `groups` the effective groups times the release's measures, `weight` the model's
+    excess / kept rows), the kept rows' share never below the prior split's `prior` (the factor
+    divides by them) and the release's never below its share under it (the excess's share is cut
+    first): at most the prior's in all, so the rest after the profile, charged as one part
+    (`rest_part`), covers them and the release."""
+    kept, excess = _shares(float(c), float(far), groups, weight)
+    kept = max(kept, prior[0])  # the factor divides by the kept rows: their noise no larger than the prior's
+    return kept, min(excess, sum(prior, Fraction(0)) - kept)
+
+
+def rest_part(epsilon: Fraction) -> Part:
+    """What a corrected count is charged for its correction and its release together, fixed
+    before the data is read: one Laplace part of the rest after the profile, ε (1 - SHARE). The
+    shares chosen after the profile (`adapted`, or none) sum to at most it, so under every
+    filter's statistic (Σ ε, Σ ε², Σ ε (e^ε - 1) / 2, Σ ε² / 2, a Rényi divergence, μ(ε)²:
+    each f with f(a) + f(b) <= f(a + b)) they cost at most this part (tests/test_auto_bounds.py
+    checks each), and the filters hold under adaptively chosen parts (DESIGN §4)."""
+    return laplace_part(epsilon * (1 - SHARE))
 
 
 def reach(plan: Plan) -> int:
@@ -480,10 +516,11 @@ def parts(
     new: Sequence[bool] | None = None,
 ) -> tuple[Part, ...]:
     """The profile's parts of the query's cost: one Laplace mechanism per histogram it releases
-    (`new`, as in `epsilons`; none when every one is reused), and the correction's two at its
-    shares `correct` (`corrected`) when there is one."""
-    extra = tuple(epsilon * share for share in correct)
-    return tuple(laplace_part(e) for e in epsilons(epsilon, cols, top, by_group, new) + extra)
+    (`new`, as in `epsilons`; none when every one is reused), and, when the count may be
+    corrected (`correct`: `corrected`'s prior split), the one part of its correction and release
+    together (`rest_part`), whose split is chosen after the profile."""
+    extra = (rest_part(epsilon),) if correct else ()
+    return tuple(laplace_part(e) for e in epsilons(epsilon, cols, top, by_group, new)) + extra
 
 
 def histograms(rows: Sequence[tuple], cols: Sequence[Column], top: int, groups: int = 0) -> list[list[int]]:

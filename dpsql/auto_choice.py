@@ -12,6 +12,7 @@ from typing import Sequence
 
 from .auto_bounds import (
     CORRECTED,
+    KEPT_WEIGHT,
     QUANTILES,
     RESIDUAL,
     SHARE,
@@ -20,6 +21,7 @@ from .auto_bounds import (
     Choice,
     Column,
     Profile,
+    adapted,
     reach_of,
     release_epsilon,
     steps,
@@ -214,41 +216,56 @@ def choose(
     correct: Sequence[Fraction] = (),
 ) -> Choice:
     """The total bound and clamps that minimise the model's error at the release's epsilon
-    (`epsilon` minus the profile's share, and the correction's shares `correct`), over every
-    candidate (the policy's own among them). `groups`: the groups the query releases (its
-    declared domain's size; public), of which the profile's group masses give the effective
-    number (`effective_groups`). Under a correction, what truncation cuts counts for
-    RESIDUAL of itself, and the correction's own noise (its excess's scale over the rows) is
-    added to each count."""
-    release = float(release_epsilon(epsilon, correct))
-    per_measure = release / max(len(plan.measures), 1)
+    (`epsilon` minus the profile's share, and the correction's shares), over every candidate
+    (the policy's own among them). `groups`: the groups the query releases (its declared
+    domain's size; public), of which the profile's group masses give the effective number
+    (`effective_groups`). `correct`: a count that may be corrected for truncation
+    (`auto_bounds.corrected`'s prior split; () for the others). Such a count chooses with its
+    total bound C whether to correct at all and, if so, the reach R and the shares of epsilon
+    of the correction's kept rows and excess (`auto_bounds.adapted`, at this C and R), the
+    release getting the rest: under a correction, what truncation cuts counts for RESIDUAL of
+    itself and the correction's noise (the excess's scale over the rows) is added to each
+    count; without one, the release gets the whole rest after the profile and truncation's cut
+    counts whole."""
+    rest = float(epsilon * (1 - SHARE))
+    measures = max(len(plan.measures), 1)
     groups = effective_groups(profile.groups, groups)
     rows = _rows(profile)
     terms = _terms(plan)
     values = {c.expr: _values(c, m) for c, m in zip(cols, profile.values)}
     by_expr = {c.expr: c for c in cols}
     candidates = steps(top) if top > 1 else (top,)
+    full = max(rows.kept(top), 1.0)
 
-    def fix(c: float, far: int) -> _Fix:
-        if not correct:
-            return _Fix()
+    def option(c: int, far: int | None) -> tuple[tuple[Fraction, ...], float, _Fix] | None:
+        """The correction's shares, the release's epsilon per measure and the model's fix at a
+        total bound c and a reach far (None: no correction); None when a share would be 0."""
+        if far is None:  # uncorrected, a count also loses the rows of units beyond the policy's bound
+            return (), rest / measures, _Fix(beyond=rows.units[-1] * top if correct else 0.0)
+        shares = adapted(correct, c, far, groups * measures, float(KEPT_WEIGHT))
+        if not all(shares):
+            return None
         # Rows beyond the reach stay cut: those between it and the policy's bound (from the
         # profile), and, below the bound, those of units beyond it (the model: as many again).
         beyond = (rows.kept(top) - rows.kept(far) + rows.units[-1] * top) if far < reach_of(top) else 0.0
-        return _Fix(float(RESIDUAL), (far - c) / float(epsilon * correct[1]) / max(rows.kept(top), 1.0), beyond)
+        noise = (far - c) / float(epsilon * shares[1]) / full
+        return shares, float(release_epsilon(epsilon, shares)) / measures, _Fix(float(RESIDUAL), noise, beyond)
 
-    best: tuple[float, int, int, dict[str, float]] | None = None
+    best: tuple[float, int, int | None, dict[str, float], tuple] | None = None
     for c in candidates:
-        for far in reaches(top, c) if correct else (reach_of(top),):
+        for far in (None,) + reaches(top, c) if correct else (None,):
+            opt = option(c, far)
+            if opt is None:
+                continue
+            _, per_measure, fix = opt
             clamps = {
-                e: _best_clamp(terms, by_expr[e], values[e], rows, c, top, groups, per_measure, fix(c, far))
-                for e in by_expr
+                e: _best_clamp(terms, by_expr[e], values[e], rows, c, top, groups, per_measure, fix) for e in by_expr
             }
-            err = _error(terms, by_expr, values, rows, c, top, clamps, groups, per_measure, fix(c, far))
+            err = _error(terms, by_expr, values, rows, c, top, clamps, groups, per_measure, fix)
             if best is None or err < best[0]:
-                best = (err, c, far, clamps)
+                best = (err, c, far, clamps, opt)
     assert best is not None
-    err, c, far, clamps = best
+    err, c, far, clamps, (shares, per_measure, chosen_fix) = best
     policy = _error(
         terms,
         by_expr,
@@ -258,11 +275,10 @@ def choose(
         top,
         {e: by_expr[e].upper for e in by_expr},
         groups,
-        per_measure,
-        fix(top, reach_of(top)),
+        rest / measures,
     )
     # The same model without noise: what the chosen limits cut (a correction's residual included).
-    bias = _error(terms, by_expr, values, rows, c, top, clamps, groups, math.inf, replace(fix(c, far), noise=0.0))
+    bias = _error(terms, by_expr, values, rows, c, top, clamps, groups, math.inf, replace(chosen_fix, noise=0.0))
     clips = tuple(
         (e, by_expr[e].lower, u)
         for e, u in sorted(clamps.items())
@@ -272,8 +288,8 @@ def choose(
     by_aggregate, scales = [], []
     for est, t in zip(plan.estimates, terms):
         scales.append(_scale(t, by_expr, values, rows, top, groups))
-        whole = _error((t,), by_expr, values, rows, c, top, clamps, groups, per_measure, fix(c, far))
-        cut = _error((t,), by_expr, values, rows, c, top, clamps, groups, math.inf, replace(fix(c, far), noise=0.0))
+        whole = _error((t,), by_expr, values, rows, c, top, clamps, groups, per_measure, chosen_fix)
+        cut = _error((t,), by_expr, values, rows, c, top, clamps, groups, math.inf, replace(chosen_fix, noise=0.0))
         by_aggregate.append((est.text, min(cut, whole), max(whole - cut, 0.0)))
     return Choice(
         c if top > 1 else None,
@@ -281,10 +297,11 @@ def choose(
         err,
         policy,
         epsilon * SHARE,
-        far if correct else None,
+        far,
         min(bias, err),
         tuple(by_aggregate),
         tuple(scales),
+        shares=shares,
     )
 
 

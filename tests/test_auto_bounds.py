@@ -15,9 +15,12 @@ from hypothesis import strategies as st
 
 import dpsql
 from dpsql import auto_bounds, auto_choice, auto_correction
+from dpsql.accounting.cost import Cost
+from dpsql.accounting.filters import usage
 from dpsql.config import load_policy
 from dpsql.guarantee.bounding import TotalCap
 from dpsql.guarantee.calibration import calibrate
+from dpsql.guarantee.guard import check_split
 from dpsql.prepare import plan_query
 from dpsql.session import Session
 from dpsql.session import auto as session_auto
@@ -138,15 +141,85 @@ def test_the_choice_never_exceeds_the_policy(session, profile, epsilon, groups):
     groups=st.integers(1, 50),
 )
 def test_a_chosen_reach_is_above_the_bound_and_never_above_the_widest(session, rows, epsilon, groups):
-    """Whatever the noisy profile says, a corrected count's reach is one of its candidates: above
-    the chosen total bound (so the excess's sensitivity reach - c is positive) and at most REACH
-    times the policy's bound."""
+    """Whatever the noisy profile says, a count that may be corrected is either not corrected (no
+    reach, no shares: the release gets the whole rest) or corrected at one of its candidate
+    reaches: above the chosen total bound (so the excess's sensitivity reach - c is positive) and
+    at most REACH times the policy's bound, with positive shares that leave the release at least
+    its share under the prior split (so the part charged for both covers them)."""
     plan = _plan(session, "SELECT kind, COUNT(*) FROM events GROUP BY kind")
     top = auto_bounds.ceiling(plan)
     p = auto_bounds.Profile(auto_bounds.steps(top), tuple(rows[: len(auto_bounds.steps(top)) + 1]), ())
-    choice = auto_choice.choose(plan, p, (), top, epsilon, groups, auto_bounds.corrected(plan, groups))
+    prior = auto_bounds.corrected(plan, groups)
+    choice = auto_choice.choose(plan, p, (), top, epsilon, groups, prior)
+    # What the query is charged (fixed before the profile) covers whatever was chosen from it.
+    cost = Cost.of(auto_bounds.parts(epsilon, (), top, prior))
+    release = calibrate(plan, auto_bounds.release_epsilon(epsilon, choice.shares), Fraction(0), "laplace")
+    check_split(cost, auto_bounds.rest_part(epsilon), [epsilon * x for x in choice.shares], release.cost)
+    if choice.reach is None:
+        assert choice.shares == ()
+        return
     assert choice.reach in auto_choice.reaches(top, choice.max_contributions)
     assert choice.max_contributions < choice.reach <= auto_bounds.reach(plan)
+    assert len(choice.shares) == 2 and all(x > 0 for x in choice.shares)
+    assert sum(choice.shares) <= sum(prior)
+    assert auto_bounds.release_epsilon(epsilon, choice.shares) >= auto_bounds.release_epsilon(epsilon, prior)
+
+
+def _units(top: int, at: dict[int, float]) -> tuple[float, ...]:
+    """A row-count histogram (`auto_bounds.steps(top)` bins, then one for more) with `at`'s units."""
+    edges = auto_bounds.steps(top)
+    return tuple(at.get(i, 0.0) for i in range(len(edges) + 1))
+
+
+def test_a_count_that_truncation_barely_cuts_gives_the_release_the_rest(session):
+    """A scalar count whose units have a row or two each (the model sees nothing for a
+    correction to undo at a bound of 2): no correction, and the release gets all of epsilon
+    after the profile, not its prior share (about a tenth)."""
+    plan = _plan(session, "SELECT COUNT(*) FROM events")
+    top = auto_bounds.ceiling(plan)
+    prior = auto_bounds.corrected(plan, 1)
+    assert auto_bounds.release_epsilon(Fraction(1), prior) < Fraction(1, 2)
+    p = auto_bounds.Profile(auto_bounds.steps(top), _units(top, {0: 5000.0, 1: 1500.0}), ())
+    choice = auto_choice.choose(plan, p, (), top, Fraction(1, 10), 1, prior)
+    assert choice.reach is None and choice.shares == ()
+    assert auto_bounds.release_epsilon(Fraction(1, 10), choice.shares) == Fraction(9, 100)
+
+
+def test_a_count_that_truncation_cuts_keeps_its_correction(session):
+    """Many units past the policy's bound (without a correction their rows beyond it stay cut):
+    the model keeps a correction, at the shares `adapted` gives for the chosen bound and reach."""
+    plan = _plan(session, "SELECT COUNT(*) FROM events")
+    top = auto_bounds.ceiling(plan)
+    prior = auto_bounds.corrected(plan, 1)
+    last = len(auto_bounds.steps(top))
+    p = auto_bounds.Profile(auto_bounds.steps(top), _units(top, {0: 200.0, last - 1: 300.0, last: 300.0}), ())
+    choice = auto_choice.choose(plan, p, (), top, Fraction(1), 1, prior)
+    assert choice.reach is not None  # the units beyond the policy's bound: a third of the rows
+    assert choice.shares == auto_bounds.adapted(
+        prior, choice.max_contributions, choice.reach, 1, float(auto_bounds.KEPT_WEIGHT)
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    parts=st.lists(st.integers(1, 1000), min_size=1, max_size=4),
+    total=st.sampled_from([Fraction(1, 100), Fraction(1, 10), Fraction(9, 10), Fraction(3), Fraction(9)]),
+    order=st.sampled_from([Fraction(3, 2), Fraction(2), Fraction(8), Fraction(64)]),
+)
+def test_parts_split_after_the_charge_cost_at_most_the_part_charged(parts, total, order):
+    """Laplace parts whose epsilons sum to at most the one part charged for them
+    (auto_bounds.rest_part) add at most its increment to every running total a filter reads
+    (filters.usage: ε, ε², ε (e^ε - 1) / 2, ρ, μ², Rényi at an order): a split chosen after the
+    charge never costs more than the charge, in any family the ledger supports."""
+    charged = auto_bounds.rest_part(total / (1 - auto_bounds.SHARE))
+    assert charged.epsilon == total
+    eps = [total * x / sum(parts) for x in parts]
+    spent = usage(Cost.of([auto_bounds.laplace_part(e) for e in eps]), order)
+    whole = usage(Cost.of([charged]), order)
+    for key, value in spent.items():
+        if key != "non_gaussian":
+            assert value <= whole[key], key
+    assert spent["non_gaussian"] == whole["non_gaussian"] == 0
 
 
 @pytest.mark.parametrize(
@@ -286,9 +359,10 @@ def test_a_corrected_count_is_one_exact_charge(small_policy):
     with _answered(small_policy, "SELECT kind, COUNT(*) FROM events GROUP BY kind") as (_, cur):
         bounds = cur.dp["bounds"]
         assert 1 <= bounds["max_contributions"] <= 6
-        fix = bounds["correction"]
-        assert fix["reach"] in auto_choice.reaches(6, bounds["max_contributions"])
-        assert 1 <= fix["factor"] <= fix["reach"] / bounds["max_contributions"]
+        fix = bounds.get("correction")
+        if fix is not None:  # the choice may leave the count uncorrected (auto_choice.choose)
+            assert fix["reach"] in auto_choice.reaches(6, bounds["max_contributions"])
+            assert 1 <= fix["factor"] <= fix["reach"] / bounds["max_contributions"]
         cur.execute("EXPLAIN SELECT kind, COUNT(*) FROM events GROUP BY kind")
         text = "\n".join(r[0] for r in cur.fetchall())
         release = 1 / float(auto_bounds.release_epsilon(Fraction(1), auto_bounds.split(6, 24, 3)))

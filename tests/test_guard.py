@@ -191,3 +191,33 @@ def test_partition_selection_laxer_than_its_share_is_refused(session):
         check(plan, laplace(scale / 2, tau), rs, charge, session.policy)
     with pytest.raises(ReleaseRefused, match="threshold"):
         check(plan, laplace(scale, tau - 1), rs, charge, session.policy)
+
+
+def test_a_split_chosen_after_the_charge_is_refused_beyond_its_part():
+    """A corrected count's correction and release, split after its profile, pass only within the
+    one part charged for them (guard.check_split): a tampered split that spends more, a share of
+    zero or below, a part the charge does not hold, or a release with other than Laplace parts
+    is refused."""
+    from dpsql import auto_bounds
+    from dpsql.accounting.cost import Part
+    from dpsql.guarantee.guard import check_split
+
+    epsilon = Fraction(1)
+    part = auto_bounds.rest_part(epsilon)
+    profile = auto_bounds.laplace_part(epsilon * auto_bounds.SHARE)
+    cost = Cost.of([profile, part])
+    release = Cost.of([auto_bounds.laplace_part(Fraction(1, 2))])
+    check_split(cost, part, [Fraction(1, 5), Fraction(1, 5)], release)  # 0.2 + 0.2 + 0.5 = 0.9: passes
+    check_split(cost, part, [], Cost.of([auto_bounds.laplace_part(Fraction(9, 10))]))  # no correction
+    tampered = [
+        (cost, part, [Fraction(1, 5), Fraction(1, 5) + Fraction(1, 1000)], release),  # 0.901 > 0.9
+        (cost, part, [Fraction(0), Fraction(2, 5)], release),
+        (cost, part, [Fraction(-1, 10), Fraction(1, 2)], release),
+        (cost, part, [], Cost.of([auto_bounds.laplace_part(Fraction(91, 100))])),
+        (Cost.of([profile]), part, [Fraction(1, 5), Fraction(1, 5)], release),  # the part not charged
+        (cost, dataclasses.replace(part, epsilon=Fraction(2)), [Fraction(1, 2), Fraction(1, 2)], release),
+        (cost, part, [Fraction(1, 5), Fraction(1, 5)], Cost.of([Part("gaussian", Fraction(1, 2), rho=Fraction(1))])),
+    ]
+    for args in tampered:
+        with pytest.raises(ReleaseRefused):
+            check_split(*args)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable, Sequence
 
-from ..accounting.cost import Cost
+from ..accounting.cost import Cost, Part
 from ..accounting.filters import amplified_epsilon
 from ..accounting.gaussian_curve import discrete_gaussian_delta
 from ..config import Policy
@@ -129,6 +129,20 @@ def check_cached(cached: dict[str, Any], recorded: Callable[[int], bool]) -> Non
     receipt = (cached.get("dp") or {}).get("receipt")
     if not isinstance(receipt, int) or isinstance(receipt, bool) or not recorded(receipt):
         raise ReleaseRefused("a cached answer without the receipt of its charge")
+
+
+def check_split(cost: Cost, part: Part, spent: Sequence[Fraction], release: Cost) -> None:
+    """Parts chosen after the charge, from released values (a corrected count's correction and
+    release, split after its profile: auto_bounds.adapted), are what one charged part paid for:
+    `cost` holds `part` (a Laplace part without δ), and the chosen parts' epsilons `spent` (each
+    positive) and the release's Laplace parts together sum to at most its epsilon. Every filter's
+    statistic is superadditive in ε, so parts summing to at most a part's ε cost at most it."""
+    if part.kind != "laplace" or part.delta or part not in cost.parts:
+        raise ReleaseRefused("no charged Laplace part for the parts chosen after the charge")
+    if any(p.kind != "laplace" or p.delta for p in release.parts):
+        raise ReleaseRefused("a release split after the charge with other than Laplace parts")
+    if any(e <= 0 for e in spent) or sum(spent, Fraction(0)) + release.epsilon > part.epsilon:
+        raise ReleaseRefused("the parts chosen after the charge exceed the part charged for them")
 
 
 def _receipt(charge: Charge, cal: Calibration) -> None:

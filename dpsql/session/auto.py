@@ -18,6 +18,7 @@ from ..answer_record import AnswerRecord, ChosenBounds, TargetChoice
 from ..errors import OperationalError, invalid_parameter
 from ..guarantee.calibration import Calibration, calibrate, measure_weights, measures_of
 from ..guarantee.families import family
+from ..guarantee.guard import check_split
 from ..guarantee.plan import Plan
 from ..guarantee.release import NoisyTable
 from ..ledger import Charge
@@ -155,7 +156,7 @@ def target_error_at(
     )
     cal = calibrate(
         at,
-        auto_bounds.release_epsilon(epsilon, correct),
+        auto_bounds.release_epsilon(epsilon, choice.shares),
         Fraction(0),
         s.mechanism,
         at.literal_domain_size(),
@@ -231,7 +232,7 @@ def expected(
     choice = auto_choice.choose(plan, released, cols, top, epsilon, groups, correct)
     out = choice.describe().as_dict()  # the JSON form: EXPLAIN shows it, the console too
     if tree is not None:
-        rest = auto_bounds.release_epsilon(epsilon, correct)
+        rest = auto_bounds.release_epsilon(epsilon, choice.shares)
         at, cal, _ = session._plans.derived(
             plan,
             f"chosen {choice.options(QueryOptions())} {rest}",
@@ -253,18 +254,20 @@ def auto_cost(
     new: tuple[bool, ...] | None = None,
 ) -> tuple[Cost, Calibration]:
     """What a query whose limits are chosen is charged at `epsilon` (its profile's histograms it
-    releases, `new` as in auto_bounds.epsilons: all by default; its correction's; its
-    release's), and the release's calibration at the policy's limits (the chosen ones cost the
-    same)."""
+    releases, `new` as in auto_bounds.epsilons: all by default; its release's, or for a count
+    that may be corrected one part for its correction and release together, split after the
+    profile: auto_bounds.rest_part), and the release's calibration at the policy's limits at
+    the rest after the profile (the chosen limits cost the same; a corrected count's release
+    gets part of it)."""
     s = session.settings
     top, cols = auto_bounds.ceiling(plan), auto_bounds.columns(plan)
     correct = auto_bounds.corrected(plan, groups)
-    rest = auto_bounds.release_epsilon(epsilon, correct)
+    rest = auto_bounds.release_epsilon(epsilon)
     weights = measure_weights(plan, options.weights)
     at_rest = calibrate(plan, rest, Fraction(0), s.mechanism, plan.literal_domain_size(), weights)
     by_group = bool(auto_bounds.profiled_groups(plan, groups if groups > 1 else 0))
     own = auto_bounds.parts(epsilon, cols, top, correct, by_group, new)
-    return Cost.of(own + at_rest.cost.parts), at_rest
+    return Cost.of(own + (() if correct else at_rest.cost.parts)), at_rest
 
 
 def reusable(session: Session, keys: tuple | None, count: int) -> list[auto_bounds.Piece | None]:
@@ -328,7 +331,6 @@ def answer_auto(
     top, cols = auto_bounds.ceiling(policy_plan), auto_bounds.columns(policy_plan)
     correct = auto_bounds.corrected(policy_plan, len(groups) if groups else 1)
     epsilon = policy_cal.cost.epsilon
-    rest = auto_bounds.release_epsilon(epsilon, correct)
     by_group = auto_bounds.profiled_groups(policy_plan, len(groups) if groups else 0)  # public
     # The profile's SQL is built (and kept) before the charge, so that a query it cannot be built
     # for is refused free; the data version is read before the profile's rows.
@@ -345,18 +347,21 @@ def answer_auto(
         profile, spent = released_profile(session, policy_plan, cols, top, epsilon, by_group, keys, kept, new)
         choice = auto_choice.choose(policy_plan, profile, cols, top, epsilon, len(groups) if groups else 1, correct)
         choice = replace(choice, epsilon=spent, reused=any(k is not None for k in kept))
+        rest = auto_bounds.release_epsilon(epsilon, choice.shares)
         plan, cal, bounded = session._plans.derived(
             policy_plan,
             f"chosen {choice.options(QueryOptions())} {rest}",
             lambda: chosen(session, tree, options, choice, rest),
         )
-        if _shares(cal.cost) != _shares(at_rest.cost):
+        if _shares(cal.cost) != _shares(at_policy(session, policy_plan, at_rest, rest, options)):
             raise OperationalError(
                 "the chosen limits changed the release's cost",
                 sqlstate="XX000",
                 hint="this is a bug in dpsql, please report it",
             )
-        correction = correction_of(session, policy_plan, choice, epsilon, correct) if correct else None
+        if correct:  # the split chosen from the profile within the part charged for it
+            check_split(charge.cost, auto_bounds.rest_part(epsilon), [epsilon * x for x in choice.shares], cal.cost)
+        correction = correction_of(session, policy_plan, choice, epsilon, choice.shares) if choice.shares else None
     result = answer(
         session,
         plan,
@@ -427,6 +432,17 @@ def units_answer(
     )
     result.dp = replace(result.dp or AnswerRecord(), bounds=bounds)
     return result, charge
+
+
+def at_policy(session: Session, plan: Plan, at_rest: Calibration, rest: Fraction, options: QueryOptions) -> Cost:
+    """The cost of the policy plan's release at `rest`: `at_rest`'s when it is its epsilon, else
+    calibrated again (a corrected count's release gets the share chosen after the profile)."""
+    if at_rest.cost.epsilon == rest:
+        return at_rest.cost
+    s = session.settings
+    return calibrate(
+        plan, rest, Fraction(0), s.mechanism, plan.literal_domain_size(), measure_weights(plan, options.weights)
+    ).cost
 
 
 def correction_row(session: Session, plan: Plan, name: str, query) -> tuple:

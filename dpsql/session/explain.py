@@ -176,9 +176,10 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
         ),
         *(
             [
-                f"counts corrected for truncation (dpsql.bounds = auto): {info['auto_correction']:.0%} of its epsilon "
-                "counts the rows (or groups) a unit's limits keep and those they cut, and the counts are scaled by "
-                "(kept + cut) / kept; the release gets the rest"
+                f"counts corrected for truncation (dpsql.bounds = auto): up to {info['auto_correction']:.0%} of its "
+                "epsilon counts the rows (or groups) a unit's limits keep and those they cut, and the counts are "
+                "scaled by (kept + cut) / kept; the release gets the rest (for counts of rows the split, or no "
+                "correction at all, is chosen with the limits from the profile; the charge is the same)"
             ]
             if info.get("auto_correction")
             else []
