@@ -514,11 +514,18 @@ def parts(
     correct: Sequence[Fraction] = (),
     by_group: bool = False,
     new: Sequence[bool] | None = None,
+    adaptive: bool = True,
 ) -> tuple[Part, ...]:
     """The profile's parts of the query's cost: one Laplace mechanism per histogram it releases
     (`new`, as in `epsilons`; none when every one is reused), and, when the count may be
     corrected (`correct`: `corrected`'s prior split), the one part of its correction and release
-    together (`rest_part`), whose split is chosen after the profile."""
+    together (`rest_part`), whose split is chosen after the profile; not `adaptive` (a filter
+    that does not add up ε, where splitting a part after the data costs more than parts fixed
+    before it), the correction's two parts at the prior split, the release's charged apart."""
+    if correct and not adaptive:
+        return tuple(laplace_part(e) for e in epsilons(epsilon, cols, top, by_group, new)) + tuple(
+            laplace_part(epsilon * share) for share in correct
+        )
     extra = (rest_part(epsilon),) if correct else ()
     return tuple(laplace_part(e) for e in epsilons(epsilon, cols, top, by_group, new)) + extra
 

@@ -214,6 +214,7 @@ def choose(
     epsilon: Fraction,
     groups: int,
     correct: Sequence[Fraction] = (),
+    adaptive: bool = True,
 ) -> Choice:
     """The total bound and clamps that minimise the model's error at the release's epsilon
     (`epsilon` minus the profile's share, and the correction's shares), over every candidate
@@ -226,7 +227,8 @@ def choose(
     release getting the rest: under a correction, what truncation cuts counts for RESIDUAL of
     itself and the correction's noise (the excess's scale over the rows) is added to each
     count; without one, the release gets the whole rest after the profile and truncation's cut
-    counts whole."""
+    counts whole. Not `adaptive` (the charge's parts were fixed before the profile: a filter that
+    does not add up ε), a count that may be corrected is, at the prior shares `correct`."""
     rest = float(epsilon * (1 - SHARE))
     measures = max(len(plan.measures), 1)
     groups = effective_groups(profile.groups, groups)
@@ -242,7 +244,7 @@ def choose(
         total bound c and a reach far (None: no correction); None when a share would be 0."""
         if far is None:  # uncorrected, a count also loses the rows of units beyond the policy's bound
             return (), rest / measures, _Fix(beyond=rows.units[-1] * top if correct else 0.0)
-        shares = adapted(correct, c, far, groups * measures, float(KEPT_WEIGHT))
+        shares = adapted(correct, c, far, groups * measures, float(KEPT_WEIGHT)) if adaptive else tuple(correct)
         if not all(shares):
             return None
         # Rows beyond the reach stay cut: those between it and the policy's bound (from the
@@ -253,7 +255,7 @@ def choose(
 
     best: tuple[float, int, int | None, dict[str, float], tuple] | None = None
     for c in candidates:
-        for far in (None,) + reaches(top, c) if correct else (None,):
+        for far in ((None,) if adaptive else ()) + reaches(top, c) if correct else (None,):
             opt = option(c, far)
             if opt is None:
                 continue

@@ -43,6 +43,9 @@ class Settings:
     planner: str = "filter"
     target_error: float | None = None  # pick the smallest epsilon meeting this 95% error on COUNT/SUM
     exact_curve: bool = False  # every filter charged composes (ε, δ) pairs: Gaussian σ by its exact curve
+    # Every filter charged adds up ε (basic): a part split after the data is read costs no more than
+    # the whole charged before it, under the others a split costs less when fixed before (auto_bounds.rest_part).
+    additive: bool = False
     bounds: str = "policy"  # "auto": limits chosen per query from part of its epsilon (auto_bounds.py)
     # PostgreSQL client settings, accepted and echoed only (session/setting_table.py has their defaults)
     client: dict[str, str] = field(default_factory=dict)

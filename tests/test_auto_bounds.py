@@ -751,3 +751,36 @@ def test_a_quantile_under_a_small_total_bound_keeps_every_units_rows(session):
     units = session.engine.execute("SELECT COUNT(DISTINCT pid) FROM events WHERE amount IS NOT NULL").columns[0][0]
     total = sum(int(x or 0) for x in row[1:]) * m.unit_scale
     assert units - m.bins * m.unit_scale <= total <= units
+
+
+@pytest.mark.parametrize("kind", ["basic", "zcdp", "rdp"])
+def test_a_corrected_count_is_split_after_the_profile_only_where_that_costs_nothing(small_policy, kind):
+    """A part split after the data costs what the whole did only under a filter that adds up ε
+    (basic). Under zCDP (ρ = ε²/2) one part of ε_rest costs more than the three parts of the prior
+    split, so there the correction's and the release's parts stay fixed before the profile, and
+    the count is charged (in ρ) exactly the sum of its fixed parts."""
+    text = small_policy.read_text().replace('filter = "basic"', f'filter = "{kind}"')
+    small_policy.write_text(text)
+    conn = dpsql.connect(small_policy, user="alice")
+    try:
+        cur = conn.cursor()
+        cur.execute("SET dpsql.cache = off")
+        cur.execute("SELECT kind, COUNT(*) FROM events GROUP BY kind")
+        assert len(cur.fetchall()) == 3
+        cost = conn.session.ledger.history("alice")[0]["cost"]
+        parts = cost.parts
+        assert sum((p.epsilon for p in parts), Fraction(0)) == 1
+        prior = auto_bounds.split(6, 24, 3)
+        rest = auto_bounds.release_epsilon(Fraction(1))
+        if kind == "basic":
+            assert any(p.epsilon == rest for p in parts)  # the one part of correction and release
+        else:
+            assert not any(p.epsilon == rest for p in parts)
+            for share in prior:
+                assert any(p.epsilon == share for p in parts)
+            fixed = [p for p in parts if p.epsilon in (*prior, rest - sum(prior, Fraction(0)))]
+            assert len(fixed) == 3 and sum((p.rho for p in fixed), Fraction(0)) < rest * rest / 2
+            fix = cur.dp["bounds"].get("correction")
+            assert fix is not None  # fixed parts are spent: the count is corrected
+    finally:
+        conn.close()

@@ -148,7 +148,7 @@ def target_error_at(
     s = session.settings
     top, cols = auto_bounds.ceiling(plan), auto_bounds.columns(plan)
     correct = auto_bounds.corrected(plan, groups)
-    choice = auto_choice.choose(plan, profile, cols, top, epsilon, groups, correct)
+    choice = auto_choice.choose(plan, profile, cols, top, epsilon, groups, correct, s.additive)
     at = session._plans.derived(
         plan,
         f"chosen plan {choice.options(QueryOptions())}",
@@ -229,7 +229,7 @@ def expected(
     if released is None:
         return None
     correct = auto_bounds.corrected(plan, groups)
-    choice = auto_choice.choose(plan, released, cols, top, epsilon, groups, correct)
+    choice = auto_choice.choose(plan, released, cols, top, epsilon, groups, correct, session.settings.additive)
     out = choice.describe().as_dict()  # the JSON form: EXPLAIN shows it, the console too
     if tree is not None:
         rest = auto_bounds.release_epsilon(epsilon, choice.shares)
@@ -262,12 +262,13 @@ def auto_cost(
     s = session.settings
     top, cols = auto_bounds.ceiling(plan), auto_bounds.columns(plan)
     correct = auto_bounds.corrected(plan, groups)
-    rest = auto_bounds.release_epsilon(epsilon)
+    lump = bool(correct) and s.additive  # the correction's and the release's one part, split after the profile
+    rest = auto_bounds.release_epsilon(epsilon, () if s.additive else correct)
     weights = measure_weights(plan, options.weights)
     at_rest = calibrate(plan, rest, Fraction(0), s.mechanism, plan.literal_domain_size(), weights)
     by_group = bool(auto_bounds.profiled_groups(plan, groups if groups > 1 else 0))
-    own = auto_bounds.parts(epsilon, cols, top, correct, by_group, new)
-    return Cost.of(own + (() if correct else at_rest.cost.parts)), at_rest
+    own = auto_bounds.parts(epsilon, cols, top, correct, by_group, new, s.additive)
+    return Cost.of(own + (() if lump else at_rest.cost.parts)), at_rest
 
 
 def reusable(session: Session, keys: tuple | None, count: int) -> list[auto_bounds.Piece | None]:
@@ -345,7 +346,9 @@ def answer_auto(
         session, pending, charge, "the query's cost stays charged: its limits were being chosen from the data"
     ):
         profile, spent = released_profile(session, policy_plan, cols, top, epsilon, by_group, keys, kept, new)
-        choice = auto_choice.choose(policy_plan, profile, cols, top, epsilon, len(groups) if groups else 1, correct)
+        choice = auto_choice.choose(
+            policy_plan, profile, cols, top, epsilon, len(groups) if groups else 1, correct, s.additive
+        )
         choice = replace(choice, epsilon=spent, reused=any(k is not None for k in kept))
         rest = auto_bounds.release_epsilon(epsilon, choice.shares)
         plan, cal, bounded = session._plans.derived(
@@ -359,7 +362,7 @@ def answer_auto(
                 sqlstate="XX000",
                 hint="this is a bug in dpsql, please report it",
             )
-        if correct:  # the split chosen from the profile within the part charged for it
+        if correct and s.additive:  # the split chosen from the profile within the part charged for it
             check_split(charge.cost, auto_bounds.rest_part(epsilon), [epsilon * x for x in choice.shares], cal.cost)
         correction = correction_of(session, policy_plan, choice, epsilon, choice.shares) if choice.shares else None
     result = answer(

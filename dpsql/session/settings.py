@@ -17,12 +17,14 @@ def default_settings(policy: Policy, user: UserPolicy) -> Settings:
     """A new session's settings for `user`: the policy's defaults (what SET ... TO DEFAULT restores)."""
     p = policy.privacy
     pairs = user.budget.filter in PAIR_FILTERS and (p.global_budget is None or p.global_budget.filter in PAIR_FILTERS)
+    basic = user.budget.filter == "basic" and (p.global_budget is None or p.global_budget.filter == "basic")
     return Settings(
         epsilon=p.query_epsilon,
         delta=p.default_query_delta,
         mechanism=p.mechanism,
         confidence=p.confidence,
         exact_curve=pairs,
+        additive=basic,
         bounds=p.bounds,
         client=dict(CLIENT_DEFAULTS),
     )
