@@ -178,3 +178,10 @@ def hospital(tmp_path):
     cur.execute("SET dpsql.epsilon = 1")
     yield cur
     conn.close()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests on PostgreSQL or Spark (marked `backends`) first, in their files' order: xdist hands
+    out tests in this order, and these are the longest (a Spark property test runs for minutes), so
+    they start while the other worker has plenty left to do, never as one worker's tail at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("backends") is None)
