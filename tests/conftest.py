@@ -10,6 +10,7 @@ import pytest
 
 import dpsql
 from dpsql.config import load_policy
+from dpsql.duck_rows import insert_rows
 from dpsql.session import Session
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,13 +63,12 @@ def make_db(path: Path, people, events, places=("north", "south", "east"), rows=
     con.execute("CREATE TABLE events (pid INTEGER, kind VARCHAR, amount DOUBLE, place VARCHAR)")
     con.execute("CREATE TABLE places (name VARCHAR, region VARCHAR)")
     con.execute("CREATE TABLE rows (v DOUBLE, g INTEGER)")
-    if people:
-        con.executemany("INSERT INTO people VALUES (?, ?, ?, ?)", [list(p) for p in people])
-    if events:
-        con.executemany("INSERT INTO events VALUES (?, ?, ?, ?)", [list(e) for e in events])
-    con.executemany("INSERT INTO places VALUES (?, ?)", [[p, "r" + str(i % 2)] for i, p in enumerate(places)])
-    if rows:
-        con.executemany("INSERT INTO rows VALUES (?, ?)", [list(r) for r in rows])
+    # insert_rows, not executemany: one INSERT per row took over a second for these 400 rows,
+    # and hundreds of tests build this database.
+    insert_rows(con, "people", list(people), 4)
+    insert_rows(con, "events", list(events), 4)
+    insert_rows(con, "places", [(p, "r" + str(i % 2)) for i, p in enumerate(places)], 2)
+    insert_rows(con, "rows", list(rows), 2)
     con.close()
 
 
@@ -178,3 +178,10 @@ def hospital(tmp_path):
     cur.execute("SET dpsql.epsilon = 1")
     yield cur
     conn.close()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests on PostgreSQL or Spark (marked `backends`) first, in their files' order: xdist hands
+    out tests in this order, and these are the longest (a Spark property test runs for minutes), so
+    they start while the other worker has plenty left to do, never as one worker's tail at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("backends") is None)

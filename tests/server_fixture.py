@@ -11,6 +11,10 @@ import threading
 import time
 from pathlib import Path
 
+from dpsql.config import load_policy
+from dpsql.ledger import open_ledger
+from dpsql.server.wire.scram import make_verifier
+
 from .conftest import ROOT
 
 PASSWORD = "s3cret-Pass"
@@ -37,31 +41,25 @@ def wait_listening(port: int, alive, seconds: float = 30) -> bool:
     return False
 
 
+def add_logins(policy: Path, ledger: Path, *users: str) -> None:
+    """What `dpsql users add --password-stdin` does for each of `users` (password PASSWORD), in
+    this process: a CLI subprocess per login cost a Python start-up each, twice for every server
+    the tests start. test_console's live server still adds its login through the CLI."""
+    pol = load_policy(policy, ledger_path=ledger)
+    book = open_ledger(pol.ledger_path, pol.ledger_url, identity=pol.ledger_identity)
+    try:
+        for user in users:
+            pol.user(user)
+            book.set_user(user, make_verifier(PASSWORD), "analyst")
+    finally:
+        book.close()
+
+
 class Serve:
     def __init__(self, policy: Path, ledger: Path, *extra: str):
         self.policy, self.ledger = policy, ledger
         self.port = free_port()
-        for user in ("alice", "bob"):
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "dpsql.cli",
-                    "users",
-                    "add",
-                    "--policy",
-                    str(policy),
-                    "--ledger",
-                    str(ledger),
-                    user,
-                    "--password-stdin",
-                ],
-                input=PASSWORD + "\n",
-                text=True,
-                check=True,
-                capture_output=True,
-                cwd=ROOT,
-            )
+        add_logins(policy, ledger, "alice", "bob")
         self.proc = subprocess.Popen(
             [
                 sys.executable,

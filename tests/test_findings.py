@@ -22,6 +22,7 @@ from sqlglot import exp
 
 import dpsql
 from dpsql.config import load_policy
+from dpsql.duck_rows import insert_rows
 from dpsql.errors import PolicyError
 from dpsql.guarantee.plan import GroupKey
 from dpsql.session import Session
@@ -34,7 +35,7 @@ def _table_policy(directory: Path, column_sql: str, columns: str, extra: str = "
     """A one-table database t(pid, x) with x of type `column_sql`, and its policy."""
     con = duckdb.connect(str(directory / "db.duckdb"))
     con.execute(f"CREATE TABLE t (pid INTEGER, x {column_sql})")
-    con.executemany("INSERT INTO t VALUES (?, ?)", [[i, 1 + i % 2] for i in range(40)])
+    insert_rows(con, "t", [(i, 1 + i % 2) for i in range(40)], 2)
     con.close()
     path = directory / "policy.toml"
     path.write_text(f"""
