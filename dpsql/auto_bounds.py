@@ -42,6 +42,7 @@ from .accounting.cost import Part
 from .answer_record import ChosenBounds, ChosenLimits, ExpectedError, TargetChoice
 from .auto_correction import with_filtered
 from .guarantee.bounding import PerGroupCap, TotalCap
+from .guarantee.families import QUANTILES
 from .guarantee.measures import Histogram, Sum, sum_measure
 from .guarantee.mechanisms import Noise, add_noise, laplace_scale
 from .guarantee.plan import Plan
@@ -71,7 +72,6 @@ VALUE_BINS = 16  # octaves of a column's range: candidate clamps from range / 2^
 ROW_STEPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 SUMMED = ("sum", "whole_sum", "avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp")
 SPREADS = ("var_pop", "var_samp", "stddev_pop", "stddev_samp")
-QUANTILES = ("quantile", "min", "max")
 
 
 @dataclass(frozen=True)

@@ -404,7 +404,7 @@ def _advanced_constants(epsilon: Fraction, delta: Fraction) -> tuple[Decimal, De
     with localcontext() as ctx:
         ctx.prec = 60
         eg, dg = _dec(epsilon), _dec(delta)
-        return eg * eg / (Decimal("28.04") * (1 / dg).ln()), (2 / dg).ln()
+        return eg * eg / (Decimal("28.04") * _log_inverse(delta)), (2 / dg).ln()
 
 
 @lru_cache(maxsize=256)

@@ -310,7 +310,7 @@ CASES: tuple[Case, ...] = (
     # the target's large values move the clamp, and so the range the median's bins cover.
     Case("auto_median", SKEWED, "SELECT kind, MEDIAN(amount) FROM visits GROUP BY kind", group("a"), AUTO),
     # Without keys a unit's shares are not scaled over groups: under the total bound the choice
-    # makes (C = 1 for a quantile), the histogram's cells are fixed point (sql/analyze.CELLED).
+    # makes (C = 1 for a quantile), the histogram's cells are fixed point (sql/analyze.py, cell_bits).
     Case("auto_median_scalar", SKEWED, "SELECT MEDIAN(amount) FROM visits", scalar, AUTO),
     # A WHERE on the summed column narrows its range before the choice (sql/ranges.py), to
     # [0.5, 50] here; the target (twenty rows at twenty times the bound) moves the profile, and so

@@ -27,6 +27,7 @@ from .model import (
     PrivacyPolicy,
     TablePolicy,
     UserPolicy,
+    past_ceiling,
 )
 from .reader import exact
 from .schema_check import (
@@ -66,5 +67,6 @@ __all__ = [
     "is_numeric_type",
     "load_policy",
     "parse_policy",
+    "past_ceiling",
     "schema_problems",
 ]

@@ -15,7 +15,6 @@ from ..synopses.spec import parse_synopses
 from .model import (
     ENGINES,
     FILTERS,
-    LARGEST_EPSILON,
     MECHANISMS,
     BudgetPolicy,
     EngineConfig,
@@ -23,6 +22,7 @@ from .model import (
     PrivacyPolicy,
     TablePolicy,
     UserPolicy,
+    past_ceiling,
 )
 from .reader import _Reader
 from .tables import _check_key_references, _parse_table
@@ -296,8 +296,8 @@ def default_reserve(kind: str, delta: Fraction) -> Fraction:
 
 def _accountable(r: _Reader, kind: str, name: str, epsilon: Fraction | None) -> None:
     """Refuse a budget's ε past what its filter's accounting can compute with."""
-    largest = LARGEST_EPSILON.get(kind)
-    if largest is not None and epsilon is not None and epsilon > largest:
+    largest = past_ceiling(kind, epsilon) if epsilon is not None else None
+    if largest is not None:
         raise r.fail(
             f"the {kind} filter cannot account for {name} = {float(epsilon):g} (at most {largest})",
             'use a smaller epsilon, or filter = "zcdp" or "basic", which take any epsilon',

@@ -22,6 +22,15 @@ FILTERS = ("basic", "advanced", "whitehouse", "zcdp", "rdp", "gdp")
 LARGEST_EPSILON: Mapping[str, Fraction] = MappingProxyType(
     {"gdp": Fraction(700), "advanced": Fraction(10**6), "rdp": Fraction(10**6)}
 )
+
+
+def past_ceiling(kind: str, epsilon: Fraction) -> Fraction | None:
+    """The `kind` filter's LARGEST_EPSILON when `epsilon` is past it (a budget it cannot
+    account for), else None."""
+    largest = LARGEST_EPSILON.get(kind)
+    return largest if largest is not None and epsilon > largest else None
+
+
 SOURCE_FORMATS = {".parquet": "parquet", ".csv": "csv", ".tsv": "csv"}
 
 

@@ -35,6 +35,7 @@ Values = tuple[Sequence[float | None], Sequence[Interval | None]]  # an estimate
 Noisy = Sequence[Sequence[Any]]
 Roles = dict[str, Measure]  # the measures an estimate reads: count, total, squares
 QUANTILE_BINS = 64  # equal-width bins of a quantile's histogram over the column's bounds
+QUANTILES = ("quantile", "min", "max")  # the families read from a histogram of many cells per group
 
 
 def _z(alpha: float) -> float:

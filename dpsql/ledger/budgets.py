@@ -13,9 +13,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..accounting.cost import Cost, fraction_text, parse_fraction
 from ..accounting.filters import Filter, Totals, make_filter
-from ..config import LARGEST_EPSILON, BudgetPolicy
+from ..config import BudgetPolicy, past_ceiling
 from ..errors import BudgetExceeded, OperationalError
-from .current import Current
+from .current import Current, keep
 from .group_commit import Pending
 from .integrity import charge_record, grant_record
 from .jobs import GLOBAL, ChargeJob
@@ -274,7 +274,7 @@ class Budgets(Store):
             for who, segment, _, after in results:
                 self._put_totals(con, who, segment, after)
                 if current is not None:
-                    current.put_totals((who, segment), after)
+                    keep(current.totals, (who, segment), after)
         except BaseException:  # rolled back (to this job's savepoint): so is what the cache was told
             self._forget()
             raise
@@ -322,7 +322,7 @@ class Budgets(Store):
             segment, f = hit[2], hit[3]
         else:
             segment, f, _ = self._segment(con, who, budget, now)
-            current.put_segment(who, (budget, start, segment, f))
+            keep(current.segments, who, (budget, start, segment, f))
         return segment, f, window[2] if window else None
 
     def _totals_now(self, con, current: Current | None, who: str, segment: int) -> Totals:
@@ -331,7 +331,7 @@ class Budgets(Store):
         if hit is None:
             hit = self._totals(con, who, segment)
             if current is not None:
-                current.put_totals((who, segment), hit)
+                keep(current.totals, (who, segment), hit)
         return hit
 
     def grant(
@@ -377,8 +377,8 @@ class Budgets(Store):
 def _accountable(budget: BudgetPolicy, epsilon: Fraction) -> None:
     """Refuse a grant that takes a budget past what its filter's accounting can compute with
     (`config.LARGEST_EPSILON`): it would fail every later answer with an internal error."""
-    largest = LARGEST_EPSILON.get(budget.filter)
-    if largest is not None and epsilon > largest:
+    largest = past_ceiling(budget.filter, epsilon)
+    if largest is not None:
         raise OperationalError(
             f"this grant would make the budget epsilon {float(epsilon):g}, past the {budget.filter} filter's {largest}",
             sqlstate="22023",

@@ -7,10 +7,12 @@ that rolls back forgets everything (`clear`), since the database forgets those w
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from ..accounting.filters import Filter, Totals
 
+K = TypeVar("K")
+V = TypeVar("V")
 LIMIT = 4096  # entries of each kind; emptied when full (analysts x segments)
 
 
@@ -34,17 +36,9 @@ class Current:
     def clear(self) -> None:
         self.segments, self.totals, self.heads, self.last_id = {}, {}, {}, None
 
-    def put_totals(self, key: tuple[str, int], totals: Totals) -> None:
-        if len(self.totals) >= LIMIT:
-            self.totals = {}
-        self.totals[key] = totals
 
-    def put_head(self, key: tuple[str, str], head: tuple[int, str]) -> None:
-        if len(self.heads) >= LIMIT:
-            self.heads = {}
-        self.heads[key] = head
-
-    def put_segment(self, who: str, entry: tuple[Any, Any, int, Filter]) -> None:
-        if len(self.segments) >= LIMIT:
-            self.segments = {}
-        self.segments[who] = entry
+def keep(table: dict[K, V], key: K, value: V) -> None:
+    """`table[key] = value` in one of a Current's tables, emptied first when full."""
+    if len(table) >= LIMIT:
+        table.clear()
+    table[key] = value

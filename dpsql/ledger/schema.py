@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from ..errors import OperationalError
-from .current import Current
+from .current import Current, keep
 from .integrity import (
     SCHEMA_VERSION,
     Identity,
@@ -193,7 +193,7 @@ class Schema(Store):
         t = tag(self.identity.key, last, record)
         self._put_head(con, user, kind, count + 1, t, self.identity.key)
         if current is not None:
-            current.put_head((user, kind), (count + 1, t))
+            keep(current.heads, (user, kind), (count + 1, t))
         return t
 
 

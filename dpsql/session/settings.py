@@ -16,15 +16,14 @@ from .setting_table import BY_NAME, CLIENT_DEFAULTS, DP_SETTINGS, TYPES
 def default_settings(policy: Policy, user: UserPolicy) -> Settings:
     """A new session's settings for `user`: the policy's defaults (what SET ... TO DEFAULT restores)."""
     p = policy.privacy
-    pairs = user.budget.filter in PAIR_FILTERS and (p.global_budget is None or p.global_budget.filter in PAIR_FILTERS)
-    basic = user.budget.filter == "basic" and (p.global_budget is None or p.global_budget.filter == "basic")
+    charged = {user.budget.filter} | ({p.global_budget.filter} if p.global_budget is not None else set())
     return Settings(
         epsilon=p.query_epsilon,
         delta=p.default_query_delta,
         mechanism=p.mechanism,
         confidence=p.confidence,
-        exact_curve=pairs,
-        additive=basic,
+        exact_curve=charged <= PAIR_FILTERS,
+        additive=charged == {"basic"},
         bounds=p.bounds,
         client=dict(CLIENT_DEFAULTS),
     )

@@ -18,7 +18,7 @@ from sqlglot import exp
 from ..config import Policy
 from ..errors import ProgrammingError, forbidden, invalid_parameter, unsupported
 from ..guarantee.bounding import TotalCap, choose
-from ..guarantee.families import FAMILIES, QUANTILE_BINS, SPREAD_FUNCTIONS, Operand, family  # noqa: F401 (QUANTILE_BINS: re-exported)
+from ..guarantee.families import FAMILIES, QUANTILE_BINS, QUANTILES, SPREAD_FUNCTIONS, Operand, family  # noqa: F401 (QUANTILE_BINS: re-exported)
 from ..guarantee.measures import COUNT_BITS, Measure, Sum
 from ..guarantee.plan import Estimate, GroupKey, Plan, literal_domain_size_of
 from . import build as b
@@ -48,8 +48,6 @@ from .scope import (
     column_bounds,
     output_name,
 )
-
-CELLED = ("quantile", "min", "max")  # families over a histogram of many cells per group
 
 
 def analyze(
@@ -386,7 +384,7 @@ class _Analysis:
     ) -> int:
         """An estimate of the family `func`, over the measures the family asks for."""
         fam = FAMILIES[func]
-        bits = self.cell_bits if func in CELLED else self.count_bits
+        bits = self.cell_bits if func in QUANTILES else self.count_bits
         roles = fam.measures(Operand(value, lower, upper, bits, self.sample_rate is not None, categories))
         est = Estimate(
             func,
