@@ -265,7 +265,9 @@ def rest_part(epsilon: Fraction) -> Part:
     shares chosen after the profile (`adapted`, or none) sum to at most it, so under every
     filter's statistic (Σ ε, Σ ε², Σ ε (e^ε - 1) / 2, Σ ε² / 2, a Rényi divergence, μ(ε)²:
     each f with f(a) + f(b) <= f(a + b)) they cost at most this part (tests/test_auto_bounds.py
-    checks each), and the filters hold under adaptively chosen parts (DESIGN §4)."""
+    checks each), and the filters hold under adaptively chosen parts (DESIGN §4). Only where
+    every filter charged adds up ε (`Settings.additive`): elsewhere the prior split's parts,
+    fixed before, cost less than this one part."""
     return laplace_part(epsilon * (1 - SHARE))
 
 
@@ -522,12 +524,12 @@ def parts(
     together (`rest_part`), whose split is chosen after the profile; not `adaptive` (a filter
     that does not add up ε, where splitting a part after the data costs more than parts fixed
     before it), the correction's two parts at the prior split, the release's charged apart."""
-    if correct and not adaptive:
-        return tuple(laplace_part(e) for e in epsilons(epsilon, cols, top, by_group, new)) + tuple(
-            laplace_part(epsilon * share) for share in correct
-        )
-    extra = (rest_part(epsilon),) if correct else ()
-    return tuple(laplace_part(e) for e in epsilons(epsilon, cols, top, by_group, new)) + extra
+    profile = tuple(laplace_part(e) for e in epsilons(epsilon, cols, top, by_group, new))
+    if not correct:
+        return profile
+    if adaptive:
+        return profile + (rest_part(epsilon),)
+    return profile + tuple(laplace_part(epsilon * share) for share in correct)
 
 
 def histograms(rows: Sequence[tuple], cols: Sequence[Column], top: int, groups: int = 0) -> list[list[int]]:

@@ -122,9 +122,7 @@ def targeted(
     at = session._plans.derived(
         cal,
         f"target {epsilon}",
-        lambda: calibrate(
-            plan, epsilon, Fraction(0), s.mechanism, plan.literal_domain_size(), measure_weights(plan, options.weights)
-        ),
+        lambda: calibrated_at(session, plan, epsilon, options),
     )
     return at, info
 
@@ -154,14 +152,7 @@ def target_error_at(
         f"chosen plan {choice.options(QueryOptions())}",
         lambda: plan_query(tree, session.policy, session.engine.schema(), s.mechanism, choice.options(options)),
     )
-    cal = calibrate(
-        at,
-        auto_bounds.release_epsilon(epsilon, choice.shares),
-        Fraction(0),
-        s.mechanism,
-        at.literal_domain_size(),
-        measure_weights(at, options.weights),
-    )
+    cal = calibrated_at(session, at, auto_bounds.release_epsilon(epsilon, choice.shares), options)
     worst = 0.0
     for i, est in enumerate(at.estimates):
         if not family(est).targetable:
@@ -264,8 +255,7 @@ def auto_cost(
     correct = auto_bounds.corrected(plan, groups)
     lump = bool(correct) and s.additive  # the correction's and the release's one part, split after the profile
     rest = auto_bounds.release_epsilon(epsilon, () if s.additive else correct)
-    weights = measure_weights(plan, options.weights)
-    at_rest = calibrate(plan, rest, Fraction(0), s.mechanism, plan.literal_domain_size(), weights)
+    at_rest = calibrated_at(session, plan, rest, options)
     by_group = bool(auto_bounds.profiled_groups(plan, groups if groups > 1 else 0))
     own = auto_bounds.parts(epsilon, cols, top, correct, by_group, new, s.additive)
     return Cost.of(own + (() if lump else at_rest.cost.parts)), at_rest
@@ -399,14 +389,7 @@ def units_answer(
     epsilon = policy_cal.cost.epsilon
     g, far = policy_cal.groups_per_unit, max(len(groups or ()), policy_cal.groups_per_unit)
     share = auto_bounds.correction_share(plan, s.mechanism)
-    at_rest = calibrate(
-        plan,
-        epsilon * (1 - share),
-        Fraction(0),
-        s.mechanism,
-        plan.literal_domain_size(),
-        measure_weights(plan, options.weights),
-    )
+    at_rest = calibrated_at(session, plan, epsilon * (1 - share), options)
     parts = tuple(auto_bounds.laplace_part(epsilon * auto_bounds.UNITS_SHARE) for _ in range(2))
     pending = charging(
         session, Cost.of(parts + at_rest.cost.parts), stmt.sql, json.dumps(noise_detail(plan, at_rest), default=str)
@@ -440,12 +423,20 @@ def units_answer(
 def at_policy(session: Session, plan: Plan, at_rest: Calibration, rest: Fraction, options: QueryOptions) -> Cost:
     """The cost of the policy plan's release at `rest`: `at_rest`'s when it is its epsilon, else
     calibrated again (a corrected count's release gets the share chosen after the profile)."""
-    if at_rest.cost.epsilon == rest:
-        return at_rest.cost
-    s = session.settings
+    return at_rest.cost if at_rest.cost.epsilon == rest else calibrated_at(session, plan, rest, options).cost
+
+
+def calibrated_at(session: Session, plan: Plan, epsilon: Fraction, options: QueryOptions) -> Calibration:
+    """The plan's release calibrated at `epsilon` (no δ) under the session's mechanism, with the
+    query's measure weights: every part of an auto-bounded query is calibrated this way."""
     return calibrate(
-        plan, rest, Fraction(0), s.mechanism, plan.literal_domain_size(), measure_weights(plan, options.weights)
-    ).cost
+        plan,
+        epsilon,
+        Fraction(0),
+        session.settings.mechanism,
+        plan.literal_domain_size(),
+        measure_weights(plan, options.weights),
+    )
 
 
 def correction_row(session: Session, plan: Plan, name: str, query) -> tuple:
@@ -472,9 +463,7 @@ def chosen(
     (kept per policy plan and choice: a repeated query's choices repeat)."""
     s = session.settings
     plan = plan_query(tree, session.policy, session.engine.schema(), s.mechanism, choice.options(options))
-    cal = calibrate(
-        plan, rest, Fraction(0), s.mechanism, plan.literal_domain_size(), measure_weights(plan, options.weights)
-    )
+    cal = calibrated_at(session, plan, rest, options)
     return plan, cal, built(session, plan, None, copies=False)
 
 
