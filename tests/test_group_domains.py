@@ -8,8 +8,11 @@ import duckdb
 import pytest
 
 import dpsql
+from dpsql.sql import build as b
+from dpsql.sql import rewrite
+from dpsql.sql.domains import Span
 
-from .conftest import SAMPLE
+from .conftest import SAMPLE, hospital_policy
 
 VISITS, PATIENTS = SAMPLE / "visits.parquet", SAMPLE / "patients.parquet"
 
@@ -78,3 +81,47 @@ def test_undeclared_expression_needs_delta(hospital):
     hospital.execute("SET dpsql.delta = 0")
     with pytest.raises(dpsql.ProgrammingError, match="needs delta > 0"):
         hospital.execute("SELECT LOWER(insurance) AS i, COUNT(*) FROM patients GROUP BY i")
+
+
+def test_a_span_is_its_values_without_listing_them():
+    days = Span(datetime.date(2024, 2, 27), 4)
+    assert list(days) == [datetime.date(2024, 2, d) for d in (27, 28, 29)] + [datetime.date(2024, 3, 1)]
+    assert days[-1] == datetime.date(2024, 3, 1) and days[1:3] == (
+        datetime.date(2024, 2, 28),
+        datetime.date(2024, 2, 29),
+    )
+    assert len(Span(-5, 11)) == 11 and list(Span(-5, 11)) == list(range(-5, 6))
+    with pytest.raises(IndexError):
+        Span(0, 3)[3]
+
+
+@pytest.mark.parametrize("size", [1, 9, 10, 11, 65, 100, 1000, 1001, 73_049])
+def test_a_long_span_is_generated_by_the_engine_with_every_value_once(size):
+    for first in (-7, datetime.date(1900, 1, 1)):
+        span = Span(first, size)
+        sql = rewrite._values(span, None)
+        relation = b.select([b.col("c", "d")], b.subquery(sql.copy(), "d", ["c"]))
+        got = [r[0] for r in duckdb.connect().execute(relation.sql(dialect="duckdb") + " ORDER BY 1").fetchall()]
+        assert got == list(span), (first, size)
+        if size > rewrite.SPAN_LITERALS:
+            assert len(sql.sql()) < 2000  # a few nodes, not a literal per value
+
+
+def test_a_century_of_days_plans_at_once(tmp_path):
+    # Two centuries of declared days: the keys of date_trunc('month', d) are computed by the
+    # engine from a generated series, so planning takes no longer than over two years.
+    text = hospital_policy(tmp_path).read_text()
+    wide = text.replace("lower = 2023-01-01, upper = 2024-12-31", "lower = 1900-01-01, upper = 2099-12-31")
+    assert wide != text
+    (tmp_path / "wide.toml").write_text(wide)
+    conn = dpsql.connect(tmp_path / "wide.toml", user="alice", ledger=tmp_path / "wide.sqlite")
+    cur = conn.cursor()
+    cur.execute("SET dpsql.delta = 0")
+    cur.execute(
+        "SELECT date_trunc('month', visit_date) AS m, COUNT(*) FROM visits WHERE visit_date >= '2099-01-01' "
+        "GROUP BY 1 ORDER BY 1"
+    )
+    assert [r[0] for r in cur.fetchall()] == [datetime.datetime(2099, m, 1) for m in range(1, 13)]
+    cur.execute("SELECT EXTRACT(year FROM visit_date) AS y, COUNT(*) FROM visits GROUP BY y ORDER BY y")
+    assert [r[0] for r in cur.fetchall()] == list(range(1900, 2100))
+    conn.close()

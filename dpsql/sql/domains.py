@@ -5,6 +5,7 @@ selection is needed and the query needs no delta. Besides a column's declared ke
 
 - a bounded integer column: every integer between its bounds (`GROUP BY age`);
 - a DATE column with date bounds: every day between them;
+  (both a `Span`: a range the engine enumerates, so a century of days is a few SQL nodes);
 - CASE ... THEN 'a' ... ELSE 'b' END with literal results: those literals;
 - width_bucket(x, lo, hi, n) with literal arguments: 0 .. n + 1;
 - EXTRACT(MONTH | DOW | QUARTER | ... FROM d): the field's fixed range;
@@ -20,7 +21,7 @@ from __future__ import annotations
 import datetime
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Sequence, overload
 
 from sqlglot import exp
 
@@ -32,6 +33,40 @@ from .scope import Source
 
 MAX_DERIVED_KEYS = 100_000
 COLUMN = exp.column("c", table="d")  # the placeholder an image domain's expression is written over
+
+
+@dataclass(frozen=True)
+class Span(Sequence[Any]):
+    """Every integer, or every day, from `first` on, `size` of them: a declared range kept as its
+    ends, not its values (rendered as a series the engine generates, sql/rewrite.py)."""
+
+    first: Any  # int or datetime.date
+    size: int
+
+    def __len__(self) -> int:
+        return self.size
+
+    @overload
+    def __getitem__(self, i: int) -> Any: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> tuple[Any, ...]: ...
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return tuple(self[j] for j in range(*i.indices(self.size)))
+        if i < 0:
+            i += self.size
+        if not 0 <= i < self.size:
+            raise IndexError(i)
+        return self.first + (datetime.timedelta(days=i) if self.dates else i)
+
+    def __iter__(self) -> Iterator[Any]:
+        return (self[i] for i in range(self.size))
+
+    @property
+    def dates(self) -> bool:
+        return isinstance(self.first, datetime.date)
 
 
 @dataclass(frozen=True)
@@ -52,12 +87,12 @@ def column_values(source: Source, name: str) -> tuple[Any, ...] | None:
     if policy.bounded and type_name in INTEGER_TYPES:
         lo, hi = math.ceil(policy.lower), math.floor(policy.upper)
         if 0 <= hi - lo < MAX_DERIVED_KEYS:
-            return tuple(range(lo, hi + 1))
+            return Span(lo, hi - lo + 1)
     if policy.dates is not None:
         first, last = policy.dates
         days = (last - first).days
-        if days < MAX_DERIVED_KEYS:
-            return tuple(first + datetime.timedelta(days=i) for i in range(days + 1))
+        if 0 <= days < MAX_DERIVED_KEYS:
+            return Span(first, days + 1)
     return None
 
 
