@@ -38,9 +38,9 @@ from ..accounting.gaussian_curve import discrete_gaussian_delta
 from ..config import Policy
 from ..engines.base import ResultSet
 from ..errors import InternalError
+from ..ledger import Charge
 from ..sql.bounds import interval
 from ..sql.scope import column_bounds
-from ..ledger import Charge
 from .calibration import Calibration, one_coordinate
 from .measures import Histogram, Sum
 from .mechanisms import Noise, rho_for, selection_threshold
