@@ -332,7 +332,6 @@ def eligible(plan: Plan, mechanism: str, sampled: bool = False) -> bool:
         and plan.sample_rate is None
         and type(plan.bounding) in (PerGroupCap, TotalCap)
         and plan.unit is not None
-        and all(s.derived is None for s in plan.relation.private_sources)
         and (not plan.keys or plan.declared)
         and all(e.func in SUMMED + QUANTILES + ("count",) for e in plan.estimates)
     )

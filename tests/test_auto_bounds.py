@@ -29,7 +29,7 @@ from dpsql.sql.classify import classify
 from dpsql.sql.options import QueryOptions
 from dpsql.targets import epsilon_for_target, round_up
 
-from .test_sensitivity import QUERIES, _build, _by_group, _neighbours
+from .test_sensitivity import QUERIES, _build, _neighbours, release_moves_within_l1
 
 
 def _plan(session: Session, sql: str, options: QueryOptions | None = None):
@@ -88,20 +88,7 @@ def test_one_unit_moves_a_release_with_chosen_limits_by_at_most_its_sensitivity(
                 plan = _plan(a, q, QueryOptions(max_contributions=total, clips=clips))
                 assert isinstance(plan.bounding, TotalCap)
                 assert plan.total_rows <= auto_bounds.ceiling(base)  # never above the policy's
-                cal = calibrate(plan, Fraction(1), Fraction(0), "laplace", plan.literal_domain_size())
-                n = len(plan.keys)
-                ra, rb = _by_group(a.bounded_result(plan), n), _by_group(b.bounded_result(plan), n)
-                zero = (0,) * (1 + sum(m.width for m in plan.measures))
-                at = 1
-                for j, mn in enumerate(cal.measures):
-                    width = plan.measures[j].width
-                    diff = sum(
-                        abs(int(ra.get(g, zero)[c] or 0) - int(rb.get(g, zero)[c] or 0))
-                        for g in set(ra) | set(rb)
-                        for c in range(at, at + width)
-                    )
-                    at += width
-                    assert diff <= mn.l1, (q, plan.measures[j].describe(), diff, mn.l1)
+                release_moves_within_l1(a, b, plan, q)
         finally:
             a.close()
             b.close()

@@ -12,6 +12,7 @@ import dataclasses
 import itertools
 import math
 import tempfile
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 
 from dpsql.config import load_policy
 from dpsql.guarantee.bounding import L2Clip, SplitCopy, TotalCap, WeightedCopy
+from dpsql.guarantee.calibration import calibrate
 from dpsql.guarantee.empty_groups import with_empty_groups
 from dpsql.session import Session
 from dpsql.session.bounded import key_domain
@@ -115,6 +117,25 @@ def _by_group(rs, n_keys: int) -> dict[tuple, tuple]:
 def _shape(weighting):
     """A weighting without its table's name (PostgreSQL's names carry the engine's id)."""
     return None if weighting is None else dataclasses.replace(weighting, table="")
+
+
+def release_moves_within_l1(a: Session, b: Session, plan, label: str) -> None:
+    """The plan's pre-noise values on two neighbouring databases differ, per measure and over all
+    groups, by at most the L1 its calibration (Laplace, epsilon 1) charges for."""
+    cal = calibrate(plan, Fraction(1), Fraction(0), "laplace", plan.literal_domain_size())
+    n = len(plan.keys)
+    ra, rb = _by_group(a.bounded_result(plan), n), _by_group(b.bounded_result(plan), n)
+    zero = (0,) * (1 + sum(m.width for m in plan.measures))
+    at = 1
+    for j, mn in enumerate(cal.measures):
+        width = plan.measures[j].width
+        diff = sum(
+            abs(int(ra.get(g, zero)[c] or 0) - int(rb.get(g, zero)[c] or 0))
+            for g in set(ra) | set(rb)
+            for c in range(at, at + width)
+        )
+        at += width
+        assert diff <= mn.l1, (label, plan.measures[j].describe(), diff, mn.l1)
 
 
 def _check_neighbours(with_target: Session, without: Session, mechanism: str) -> int:

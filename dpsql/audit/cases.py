@@ -322,6 +322,26 @@ CASES: tuple[Case, ...] = (
         group("a"),
         AUTO,
     ),
+    # A per-unit subquery under chosen limits (auto_bounds.eligible): the derived table has one row
+    # per person, its total clamped to R = 6 rows' worth, [0, 300]; the background's totals are 1,
+    # the target's 20 x 1000 clamped to 300, alone in the profile's top octave, so it moves the
+    # clamp of the totals chosen from the profile and the outer SUM's sensitivity with it.
+    Case(
+        "auto_per_unit_sum",
+        SKEWED,
+        "SELECT SUM(t) FROM (SELECT pid, SUM(amount) AS t FROM visits GROUP BY pid) s",
+        scalar,
+        AUTO,
+        runs=2000,
+    ),
+    Case(
+        "auto_per_unit_avg",
+        SKEWED,
+        "SELECT AVG(t) FROM (SELECT pid, SUM(amount) AS t FROM visits GROUP BY pid) s",
+        scalar,
+        AUTO,
+        runs=2000,
+    ),
     # A count under chosen limits is corrected for truncation: the target (twenty rows) moves the
     # chosen total bound, the rows it keeps and those it cuts, and so the factor every group is
     # scaled by; all three are in the charge.

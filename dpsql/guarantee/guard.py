@@ -9,7 +9,9 @@ released. It checks that
   committed) and that it covers the calibration's cost;
 - released key tuples are unique, and a declared domain yields at most its own size of groups;
 - the result has exactly the cells the calibration noises (one noise per measure column);
-- the plan's contribution limits are within the policy's for its tables;
+- the plan's contribution limits are within the policy's for its tables; over a per-unit
+  subquery, each summed value's clamp within the bounds its derived table states (a clamp
+  chosen per query, `dpsql.bounds = auto`, only narrows them);
 - every noise scale is finite, and at least sensitivity/epsilon (Laplace) or has
   sensitivity^2 / (2 sigma^2) <= rho (Gaussian) for its share, the shares summing to at most
   the charged cost; a PLD-planned measure's scale is at least the charged multiplier times its
@@ -28,6 +30,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable, Sequence
 
+from sqlglot import exp
+
 from ..accounting.cost import Cost, Part
 from ..accounting.filters import amplified_epsilon
 from ..accounting.gaussian_curve import discrete_gaussian_delta
@@ -35,7 +39,10 @@ from ..config import Policy
 from ..engines.base import ResultSet
 from ..errors import InternalError
 from ..ledger import Charge
+from ..sql.bounds import interval
+from ..sql.scope import column_bounds
 from .calibration import Calibration, one_coordinate
+from .measures import Histogram, Sum
 from .mechanisms import Noise, rho_for, selection_threshold
 from .plan import Plan
 from .selection import odds_private
@@ -179,6 +186,7 @@ def _unique_keys(plan: Plan, rs: ResultSet) -> None:
 def _limits(plan: Plan, policy: Policy) -> None:
     found = [policy.table(s.table.name) for s in plan.relation.private_sources if s.derived is None]
     private = [t for t in found if t is not None]
+    _derived_clamps(plan)
     if not private:
         return  # a per-unit subquery's derived table: its limits are the base tables' (sql/derived.py)
     if plan.max_groups > max(t.max_groups for t in private) or plan.max_rows > max(t.max_rows for t in private):
@@ -187,6 +195,25 @@ def _limits(plan: Plan, policy: Policy) -> None:
         allowed = max((t.max_contributions or t.max_groups * t.max_rows) for t in private)
         if plan.total_rows > allowed:
             raise ReleaseRefused("a total contribution bound above the policy's")
+
+
+def _derived_clamps(plan: Plan) -> None:
+    """Over a per-unit subquery (one row per unit, its columns bounded by sql/derived.py from the
+    policy), every summed or binned value is clamped within the bounds the derived table states
+    for what it reads: a clamp chosen per query may narrow them, never widen them."""
+    sources = plan.relation.sources
+    derived = {s.alias for s in sources if s.derived is not None}
+    if not derived:
+        return
+    bounds = column_bounds(sources)
+    for m in plan.measures:
+        if not isinstance(m, (Sum, Histogram)) or m.value is None or getattr(m, "categories", None) is not None:
+            continue
+        if not any(c.table in derived for c in m.value.find_all(exp.Column)):
+            continue
+        allowed = interval(m.value, bounds)
+        if not (allowed.lo <= m.lower and m.upper <= allowed.hi):
+            raise ReleaseRefused(f"{m.describe()} clamped beyond its per-unit subquery's bounds")
 
 
 def _scales(plan: Plan, cal: Calibration, cost: Cost) -> None:

@@ -4,11 +4,21 @@
 
 The subquery has one row per unit, so removing a unit removes exactly one of its rows: to the
 outer query it is a private table with max_groups = max_rows = 1 whose columns have bounds
-derived here from the policy (never from data). Each unit's aggregates see at most
-R = max_rows * max_groups of its rows, as the unit's whole contribution to any one query:
-counts are capped at R and a sum over n > R rows is scaled by R / n, so SUM(cost) lies in
-[R * min(lower, 0), R * max(upper, 0)] and AVG, MIN and MAX in [lower, upper]. A count's
-domain 0..R is declared too, so the outer query can group by it without partition selection.
+derived here from the policy (never from data). The policy's R = max_rows * max_groups bounds a
+unit's whole contribution to any one query: R rows, each value within the column's bounds. Each
+per-unit aggregate is held to what R such rows could give: a count is capped at R (a count's
+own bound is its rows), SUM(cost) over all the unit's rows is clamped to
+[R * min(lower, 0), R * max(upper, 0)], and AVG, MIN and MAX lie in [lower, upper].
+
+Only that bound on the unit's one derived row matters for privacy: adding or removing a unit adds
+or removes one row whose values lie within it, whatever rows it was computed from. A sum is
+clamped rather than scaled by R / n over n > R rows (as before): the same bound, the same
+sensitivity, but a unit with many rows of small values keeps its whole total instead of R / n of
+it (on the sample, 349 patients with 82 visits on average: the mean per-patient cost went from
+7,524 to 6,574 under the scaling, 12.6 % cut before any noise; the clamp at 40 x 50,000 cuts
+nothing). This is how TotalCap treats a SUM's own total (DESIGN §4): the policy bounds a unit's
+contribution in value, not which rows make it up. A count stays capped at R. A count's domain
+0..R is declared too, so the outer query can group by it without partition selection.
 """
 
 from __future__ import annotations
@@ -225,18 +235,9 @@ class _Builder:
         )
         clamped = clamp(as_double, b.lo, b.hi)
         if isinstance(node, exp.Sum):
-            # A unit with n > R rows adds its sum scaled by R / n: at most R rows' worth.
-            share = exp.func(
-                "LEAST",
-                exp.Literal.number(1.0),
-                exp.Div(
-                    this=exp.Literal.number(float(r)),
-                    expression=exp.func("GREATEST", exp.Count(this=clamped.copy()), exp.Literal.number(1)),
-                ),
-            )
-            return self._add(
-                exp.Mul(this=exp.Sum(this=clamped), expression=share), Interval(r * min(b.lo, 0.0), r * max(b.hi, 0.0))
-            )
+            # The unit's whole total, clamped to what R rows could add: the bound on its one row here.
+            bounds = Interval(r * min(b.lo, 0.0), r * max(b.hi, 0.0))
+            return self._add(clamp(exp.Sum(this=clamped), bounds.lo, bounds.hi), bounds)
         func = {exp.Avg: exp.Avg, exp.Min: exp.Min, exp.Max: exp.Max}[type(node)]
         return self._add(func(this=clamped), Interval(b.lo, b.hi))
 
