@@ -169,14 +169,18 @@ def test_one_unit_moves_a_per_unit_release_at_a_chosen_clamp_by_at_most_its_sens
 
 @pytest.mark.backends
 @pytest.mark.slow
-def test_a_per_unit_subquery_chooses_its_clamp_on_postgres(pg_server, tmp_path):
-    """The profile over the derived table and the chosen plan run on PostgreSQL too, and the chosen
-    plan's pre-noise values there are DuckDB's."""
-    from .backends import READER, load_into_postgres, postgres_policy
+@pytest.mark.parametrize("backend", ["postgres", "spark"])
+def test_a_per_unit_subquery_chooses_its_clamp_on_other_engines(backend, request, tmp_path):
+    """The profile over the derived table and the chosen plan run on PostgreSQL and Spark too, and
+    the chosen plan's pre-noise values there are DuckDB's."""
+    from .backends import READER, load_into_postgres, postgres_policy, spark_policy
 
-    admin = pg_server.create_database("per_unit_auto")
-    load_into_postgres(admin)
-    policy = postgres_policy(tmp_path, admin.replace("postgres@", f"{READER}@"))
+    if backend == "postgres":
+        admin = request.getfixturevalue("pg_server").create_database("per_unit_auto")
+        load_into_postgres(admin)
+        policy = postgres_policy(tmp_path, admin.replace("postgres@", f"{READER}@"))
+    else:
+        policy = spark_policy(tmp_path)
     sql = f"SELECT AVG(total) FROM {TOTALS}"
     conn = dpsql.connect(policy, user="alice", ledger=tmp_path / "ledger.sqlite")
     duck = Session(load_policy(SAMPLE / "dpsql.toml", ledger_path=tmp_path / "duck.sqlite"), "alice")
@@ -188,9 +192,9 @@ def test_a_per_unit_subquery_chooses_its_clamp_on_postgres(pg_server, tmp_path):
         bounds = cur.dp["bounds"]
         assert bounds["max_contributions"] is None and bounds["profile_epsilon"] == pytest.approx(0.1)
         clips = tuple((expr, lo, hi) for expr, (lo, hi) in bounds["clamps"].items())
-        on_pg = _plan(conn.session, sql, QueryOptions(clips=clips))
+        on_other = _plan(conn.session, sql, QueryOptions(clips=clips))
         on_duck = _plan(duck, sql, QueryOptions(clips=clips))
-        assert conn.session.bounded_result(on_pg).columns == duck.bounded_result(on_duck).columns
+        assert conn.session.bounded_result(on_other).columns == duck.bounded_result(on_duck).columns
     finally:
         conn.close()
         duck.close()
