@@ -251,6 +251,9 @@ def test_refusals_shown_as_the_wire_shows_them_and_internal_errors_hidden(client
     r = _post(client, "/explain", {"sql": "SELECT * FROM people"})
     assert "selecting rows of a private table is not allowed" in r.text and "SQLSTATE 42501" in r.text
     assert "epsilon must be a positive number" in _post(client, "/explain", {"sql": QUERY, "epsilon": "-1"}).text
+    for path in ("/run", "/run/confirm"):  # the EXPLAIN page again, the SQL as typed
+        r = _post(client, path, {"sql": "SELECT * FROM people", "cost": "{}"})
+        assert r.status_code == 200 and "SQLSTATE 42501" in r.text and "SELECT * FROM people" in r.text
     login = next(iter(client.app.state.console.logins._logins.values()))
     monkeypatch.setattr(login.session, "explain_plan", lambda *a: 1 / 0)
     r = _post(client, "/explain", {"sql": QUERY})
