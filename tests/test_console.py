@@ -31,7 +31,7 @@ from dpsql.server.wire.scram import Verifier, make_verifier, password_matches
 
 from .browser import launch
 from .conftest import ROOT, default_events, default_people, make_db, write_policy
-from .server_fixture import PASSWORD, Serve, free_port
+from .server_fixture import PASSWORD, Serve, free_port, wait_listening
 
 OFFICER = "\n[users.carol]\nofficer = true\n"
 SYNOPSIS = """
@@ -503,15 +503,8 @@ def live(tmp_path_factory):
     )
     port = free_port()
     serve = Serve(policy, ledger, "--http", f"127.0.0.1:{port}")
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise RuntimeError(serve.stop())
-            time.sleep(0.05)
+    if not wait_listening(port, lambda: serve.proc.poll() is None):  # the console's port
+        raise RuntimeError(serve.stop())
     serve.base = f"http://127.0.0.1:{port}"
     yield serve
     serve.stop()
