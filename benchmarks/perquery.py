@@ -67,9 +67,9 @@ def drive(dsn: str, query: str, clients: int, statements: int) -> None:
 
 @contextlib.contextmanager
 def child(policy: Path, ledger: Path, profile: Path | None, code: Path):
-    from benchmarks.serving import add_user, dsn_of, free_port, wait_until_up
+    from benchmarks.serving import add_logins, dsn_of, free_port, wait_until_up
 
-    add_user(policy, ledger, "alice")
+    add_logins(policy, ledger, "alice")
     port = free_port()
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(policy), str(ledger), str(port)]
     env = {**os.environ, "PYTHONPATH": str(code)}

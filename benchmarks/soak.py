@@ -32,7 +32,7 @@ from pathlib import Path
 
 import psycopg
 
-from .serving import add_user, dsn_of, free_port, launch, sample_policy, wait_until_up
+from .serving import add_logins, dsn_of, free_port, launch, sample_policy, wait_until_up
 
 QUERIES = [
     "SELECT sex, COUNT(*), AVG(age) FROM patients GROUP BY sex",
@@ -153,7 +153,7 @@ def main() -> None:
         policy = sample_policy(Path(d))
         ledger = Path(d) / "ledger.sqlite"
         for user in ("alice", "bob"):
-            add_user(policy, ledger, user)
+            add_logins(policy, ledger, user)
         servers = [Server(policy, ledger, args.workers) for _ in range(args.servers)]
         for s in servers:
             s.start()

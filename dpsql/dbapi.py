@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from .answer_record import AnswerRecord
-from .config import Policy, load_policy
+from .config import NUMERIC_TYPES, Policy, load_policy
 from .errors import InterfaceError, NotSupportedError
 from .session import Result, Session
 
@@ -35,25 +35,7 @@ class _TypeSet(frozenset):
 
 STRING = _TypeSet({"VARCHAR", "TEXT", "CHAR", "BPCHAR", "STRING", "UUID", "ENUM"})
 BINARY = _TypeSet({"BLOB", "BYTEA", "BINARY", "VARBINARY"})
-NUMBER = _TypeSet(
-    {
-        "TINYINT",
-        "SMALLINT",
-        "INTEGER",
-        "BIGINT",
-        "HUGEINT",
-        "UTINYINT",
-        "USMALLINT",
-        "UINTEGER",
-        "UBIGINT",
-        "FLOAT",
-        "DOUBLE",
-        "REAL",
-        "DECIMAL",
-        "NUMERIC",
-        "BOOLEAN",
-    }
-)
+NUMBER = _TypeSet({*NUMERIC_TYPES, "BOOLEAN"})
 DATETIME = _TypeSet({"DATE", "TIME", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "INTERVAL", "TIMESTAMPTZ"})
 ROWID = _TypeSet({"ROWID"})
 

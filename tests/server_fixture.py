@@ -1,132 +1,14 @@
-"""Start a real `dpsql serve` for end-to-end tests (a subprocess on a free loopback port)."""
+"""Start a real `dpsql serve` for end-to-end tests (benchmarks/serving.py's Serve: a subprocess on a
+free loopback port), and raw wire messages."""
 
 from __future__ import annotations
 
-import os
 import socket
 import struct
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
-from dpsql.config import load_policy
-from dpsql.ledger import open_ledger
-from dpsql.server.wire.scram import make_verifier
-
-from .conftest import ROOT
-
-PASSWORD = "s3cret-Pass"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_listening(port: int, alive, seconds: float = 30) -> bool:
-    """Until something accepts connections on the loopback port: True, or False once `alive()`
-    says the process meant to listen there has exited, or the time is up."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return True
-        except OSError:
-            if not alive():
-                return False
-            time.sleep(0.05)
-    return False
-
-
-def add_logins(policy: Path, ledger: Path, *users: str) -> None:
-    """What `dpsql users add --password-stdin` does for each of `users` (password PASSWORD), in
-    this process: a CLI subprocess per login cost a Python start-up each, twice for every server
-    the tests start. test_console's live server still adds its login through the CLI."""
-    pol = load_policy(policy, ledger_path=ledger)
-    book = open_ledger(pol.ledger_path, pol.ledger_url, identity=pol.ledger_identity)
-    try:
-        for user in users:
-            pol.user(user)
-            book.set_user(user, make_verifier(PASSWORD), "analyst")
-    finally:
-        book.close()
-
-
-class Serve:
-    def __init__(self, policy: Path, ledger: Path, *extra: str):
-        self.policy, self.ledger = policy, ledger
-        self.port = free_port()
-        add_logins(policy, ledger, "alice", "bob")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "dpsql.cli",
-                "serve",
-                "--policy",
-                str(policy),
-                "--ledger",
-                str(ledger),
-                "--port",
-                str(self.port),
-                *extra,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            cwd=ROOT,
-        )
-        self._lines: list[str] = []
-        self._reader = threading.Thread(target=self._drain, daemon=True)
-        self._reader.start()
-        if not wait_listening(self.port, lambda: self.proc.poll() is None):
-            raise RuntimeError(self.output(wait=True) if self.proc.poll() is not None else "dpsql serve did not start")
-
-    def _drain(self) -> None:
-        """Read the server's output as it comes: a pipe nobody reads would block the server once full,
-        and tests wait for lines such as the announcement."""
-        for line in self.proc.stdout:
-            self._lines.append(line)
-
-    def output(self, wait: bool = False) -> str:
-        """What the server has printed so far (`wait`: all of it, once it has exited)."""
-        if wait:
-            self.proc.wait()
-            self._reader.join(30)
-        return "".join(self._lines)
-
-    def wait_for(self, text: str, seconds: float = 60) -> None:
-        """Until the server has printed `text` (for a supervisor: "serving", once every worker is ready)."""
-        deadline = time.monotonic() + seconds
-        while text not in self.output():
-            assert time.monotonic() < deadline and self.proc.poll() is None, self.output()
-            time.sleep(0.05)
-
-    def dsn(self, user: str = "alice", **extra: str) -> str:
-        params = {
-            "host": "127.0.0.1",
-            "port": str(self.port),
-            "dbname": "dpsql",
-            "user": user,
-            "password": PASSWORD,
-            "sslmode": "disable",
-            **extra,
-        }
-        return " ".join(f"{k}={v}" for k, v in params.items())
-
-    def stop(self) -> str:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        return self.output(wait=True)
-
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "PGPASSWORD": PASSWORD}
+from benchmarks.serving import PASSWORD, Serve, free_port, wait_listening  # noqa: F401 (the tests import them here)
 
 
 def frame(kind: bytes, payload: bytes) -> bytes:

@@ -550,6 +550,18 @@ def _explained(conn, sql: str = TARGETED) -> tuple[str, dict]:
     return "\n".join(r[0] for r in cur.fetchall()), conn.session.explain_plan(classify(sql).tree)
 
 
+def _lookups(conn, sql: str = TARGETED) -> int:
+    """How many kept histograms one EXPLAIN of `sql` looks up in the plan cache."""
+    plans, keys = conn.session._plans, []
+    real = plans.profile
+    plans.profile = lambda key: keys.append(key) or real(key)
+    try:
+        conn.session.explain_plan(classify(sql).tree)
+    finally:
+        del plans.profile
+    return len(keys)
+
+
 def test_a_target_without_a_profile_is_met_at_the_policys_limits_and_says_so(small_policy):
     """Before any profile of the query is released, dpsql.target_error's epsilon is the one
     meeting it at the policy's limits (public) divided by the release's share, and EXPLAIN,
@@ -592,6 +604,7 @@ def test_a_target_is_met_by_the_models_own_prediction(small_policy):
         assert target["from"] == "profile" and info["cost"]["epsilon"] == target["epsilon"]
         assert "by the model of this query's profile already released" in text
         model = info["auto_expected"]
+        assert _lookups(conn) == 3  # rows, amount, groups: each once, for the target and the choice shown
         parts = model["expected"]["by_aggregate"]
         widths = list(model["half_widths"].values())  # SUM's measure, then COUNT's
         errors = [hw + parts[a]["bias"] * parts[a]["value"] for hw, a in zip(widths, ("SUM(amount)", "COUNT(*)"))]

@@ -31,7 +31,7 @@ from dpsql.server.wire.scram import Verifier, make_verifier, password_matches
 
 from .browser import launch
 from .conftest import ROOT, default_events, default_people, make_db, write_policy
-from .server_fixture import PASSWORD, Serve, free_port
+from .server_fixture import PASSWORD, Serve, free_port, wait_listening
 
 OFFICER = "\n[users.carol]\nofficer = true\n"
 SYNOPSIS = """
@@ -251,6 +251,9 @@ def test_refusals_shown_as_the_wire_shows_them_and_internal_errors_hidden(client
     r = _post(client, "/explain", {"sql": "SELECT * FROM people"})
     assert "selecting rows of a private table is not allowed" in r.text and "SQLSTATE 42501" in r.text
     assert "epsilon must be a positive number" in _post(client, "/explain", {"sql": QUERY, "epsilon": "-1"}).text
+    for path in ("/run", "/run/confirm"):  # the EXPLAIN page again, the SQL as typed
+        r = _post(client, path, {"sql": "SELECT * FROM people", "cost": "{}"})
+        assert r.status_code == 200 and "SQLSTATE 42501" in r.text and "SELECT * FROM people" in r.text
     login = next(iter(client.app.state.console.logins._logins.values()))
     monkeypatch.setattr(login.session, "explain_plan", lambda *a: 1 / 0)
     r = _post(client, "/explain", {"sql": QUERY})
@@ -500,15 +503,8 @@ def live(tmp_path_factory):
     )
     port = free_port()
     serve = Serve(policy, ledger, "--http", f"127.0.0.1:{port}")
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise RuntimeError(serve.stop())
-            time.sleep(0.05)
+    if not wait_listening(port, lambda: serve.proc.poll() is None):  # the console's port
+        raise RuntimeError(serve.stop())
     serve.base = f"http://127.0.0.1:{port}"
     yield serve
     serve.stop()

@@ -29,6 +29,9 @@ def test_module_globals():
     assert issubclass(dpsql.ProgrammingError, dpsql.DatabaseError)
     assert issubclass(dpsql.DatabaseError, dpsql.Error)
     assert dpsql.Date(2024, 1, 2) == datetime.date(2024, 1, 2)
+    # NUMBER is the policy's numeric types (config.NUMERIC_TYPES), every integer width included
+    assert all(dpsql.NUMBER == t for t in ("UHUGEINT", "DECIMAL(18,3)", "double", "BOOLEAN"))
+    assert dpsql.NUMBER != "VARCHAR"
 
 
 def test_cursor_fetching_and_description(conn):

@@ -77,6 +77,12 @@ HOSTILE = [
     ("SELECT COUNT(*) FROM people TABLESAMPLE BERNOULLI (10) REPEATABLE (3)", "42501", "REPEATABLE"),
     ("SELECT COUNT(*) FROM rows TABLESAMPLE BERNOULLI (10)", "0A000", "privacy unit column"),
     ("SELECT sex, age, COUNT(*) FROM people GROUP BY sex", "42803", "must appear in the GROUP BY"),
+    ("SELECT COUNT(*) FROM people WHERE COUNT(*) > 1", "42803", "not allowed in WHERE"),
+    (  # the same refusal in a per-unit subquery (scope.filtered)
+        "SELECT AVG(n) FROM (SELECT pid, COUNT(*) AS n FROM events WHERE SUM(amount) > 1 GROUP BY pid) s",
+        "42803",
+        "not allowed in WHERE",
+    ),
     ("DELETE FROM people", "42501", "DELETE statements are not allowed"),
     ("CREATE TABLE x AS SELECT * FROM people", "42501", "CREATE statements are not allowed"),
     ("EXPLAIN ANALYZE SELECT COUNT(*) FROM people", "0A000", "EXPLAIN ANALYZE"),

@@ -145,6 +145,50 @@ def test_set_local_and_a_rolled_back_set_end_with_their_transaction(serve):
         assert show() == "0.3"
 
 
+def test_a_clients_transaction_status_follows_its_blocks(serve):
+    """psycopg's view of the transaction status (ReadyForQuery's, server/wire/sequence.py) through
+    its own blocks (BEGIN on the first statement), an error in one (refusing the rest until
+    ROLLBACK), savepoints, several statements in one simple query, and the extended protocol
+    (parameters) whose error skips to Sync."""
+    status = psycopg.pq.TransactionStatus
+    with psycopg.connect(serve.dsn()) as conn:  # not autocommit: psycopg sends BEGIN itself
+        state = lambda: conn.info.transaction_status  # noqa: E731
+        assert state() == status.IDLE
+        conn.execute("SELECT COUNT(*) FROM people WHERE age > %s", (30,)).fetchone()  # extended
+        assert state() == status.INTRANS
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            conn.execute("SELECT COUNT(*) FROM nope WHERE age > %s", (30,))
+        assert state() == status.INERROR
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction) as refused:
+            conn.execute("SHOW dpsql.epsilon")
+        assert "ROLLBACK" in refused.value.diag.message_hint and state() == status.INERROR
+        conn.rollback()
+        assert state() == status.IDLE
+        conn.execute("SET dpsql.epsilon = 0.3")
+        conn.commit()
+        assert state() == status.IDLE and conn.execute("SHOW dpsql.epsilon").fetchone() == ("0.3",)
+        conn.rollback()
+    with psycopg.connect(serve.dsn(), autocommit=True) as conn:
+        state = lambda: conn.info.transaction_status  # noqa: E731
+        conn.execute("BEGIN")
+        conn.execute("SAVEPOINT a")
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            conn.execute("SELECT COUNT(*) FROM nope")  # simple protocol
+        assert state() == status.INERROR
+        conn.execute("ROLLBACK TO SAVEPOINT a")
+        assert state() == status.INTRANS
+        assert conn.execute("COMMIT").statusmessage == "COMMIT" and state() == status.IDLE
+        with pytest.raises(psycopg.errors.NoActiveSqlTransaction):
+            conn.execute("ROLLBACK TO SAVEPOINT a")  # was answered, and reported a block, before
+        assert state() == status.IDLE
+        conn.execute("BEGIN; SELECT COUNT(*) FROM people")
+        assert state() == status.INTRANS
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            conn.execute("SELECT 1; SELECT COUNT(*) FROM nope")
+        assert state() == status.INERROR
+        assert conn.execute("COMMIT").statusmessage == "ROLLBACK" and state() == status.IDLE
+
+
 def test_wire_budget_equals_dbapi_budget(serve, small_policy, tmp_path):
     queries = [
         "SELECT COUNT(*) FROM people",

@@ -139,23 +139,7 @@ INTEGER_TYPES = (
 )
 
 
-NUMERIC_TYPES = (
-    "TINYINT",
-    "SMALLINT",
-    "INTEGER",
-    "BIGINT",
-    "HUGEINT",
-    "UTINYINT",
-    "USMALLINT",
-    "UINTEGER",
-    "UBIGINT",
-    "UHUGEINT",
-    "FLOAT",
-    "DOUBLE",
-    "REAL",
-    "DECIMAL",
-    "NUMERIC",
-)
+NUMERIC_TYPES = (*INTEGER_TYPES, "FLOAT", "DOUBLE", "REAL", "DECIMAL", "NUMERIC")
 
 
 def is_numeric_type(type_name: str) -> bool:

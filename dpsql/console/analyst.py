@@ -110,20 +110,19 @@ async def explain_page(request: Request, login: Login) -> Response:
     )
 
 
+def _refused(request: Request, login: Login, form: FormData, e: BaseException, status: int = 200) -> Response:
+    """The EXPLAIN page again, with the form's SQL as typed and why it was refused (refusal()
+    hides internal errors)."""
+    q = queries.QueryForm(str(form.get("sql", "")))
+    return render(request, "explain.html", status, login=login, title="EXPLAIN", q=q, error=refusal(e))
+
+
 @page(post=True)
 async def explain_submit(request: Request, login: Login, form: FormData) -> Response:
     try:
         q = queries.QueryForm.read(form)
     except Error as e:
-        return render(
-            request,
-            "explain.html",
-            400,
-            login=login,
-            title="EXPLAIN",
-            q=queries.QueryForm(str(form.get("sql", ""))),
-            error=refusal(e),
-        )
+        return _refused(request, login, form, e, 400)
     try:
         info = await blocking(request, queries.explain, login, q)
     except Exception as e:  # noqa: BLE001 - shown as the wire shows it (refusal() hides internal errors)
@@ -138,14 +137,7 @@ async def run_submit(request: Request, login: Login, form: FormData) -> Response
         q = queries.QueryForm.read(form)
         info = await blocking(request, queries.explain, login, q)
     except Exception as e:  # noqa: BLE001
-        return render(
-            request,
-            "explain.html",
-            login=login,
-            title="EXPLAIN",
-            q=queries.QueryForm(str(form.get("sql", ""))),
-            error=refusal(e),
-        )
+        return _refused(request, login, form, e)
     return render(
         request,
         "confirm.html",
@@ -164,14 +156,7 @@ async def run_confirm(request: Request, login: Login, form: FormData) -> Respons
         q = queries.QueryForm.read(form)
         ran = await blocking(request, queries.run, login, q, queries.confirmed_cost(form))
     except Exception as e:  # noqa: BLE001
-        return render(
-            request,
-            "explain.html",
-            login=login,
-            title="EXPLAIN",
-            q=queries.QueryForm(str(form.get("sql", ""))),
-            error=refusal(e),
-        )
+        return _refused(request, login, form, e)
     if ran.changed is not None:
         return render(
             request,

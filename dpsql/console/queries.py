@@ -83,7 +83,7 @@ class Ran:
 
 def run(login: Login, q: QueryForm, confirmed: dict[str, float]) -> Ran:
     """Answer the query, charged, if it still costs no more than the analyst confirmed (it may
-    cost less: a profile of it released since is reused, `session/auto.reusable`)."""
+    cost less: a profile of it released since is reused, `session/auto.Kept.reusable`)."""
     with login.lock:
         for statement in q.settings():
             login.session.execute(statement)

@@ -121,10 +121,17 @@ def sample(noise: Noise, n: int) -> list[int]:
     return pooled((noise.kind, noise.scale), n, lambda k: _draw(noise, k))
 
 
+def drawn_whole(n: int) -> bool:
+    """Whether a request for n values is drawn in one call rather than served from a pool: from
+    POOL_BATCH values on, a call's fixed cost is small beside its draws. Every pooled draw
+    (pooled, and selection's bits, which keep a large request as one array) asks here."""
+    return n >= POOL_BATCH
+
+
 def pooled(key: tuple[object, ...], n: int, draw: Callable[[int], list[T]]) -> list[T]:
     """n of `draw`'s iid values: fresh for a large request or a key used once, else from the
     key's pool (refilled with POOL_BATCH more than a request needs), each value used once."""
-    if n >= POOL_BATCH:
+    if drawn_whole(n):
         return draw(n)
     with _POOL_LOCK:
         pool = _POOLS.get(key)

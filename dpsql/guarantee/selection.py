@@ -32,7 +32,7 @@ from typing import Sequence
 import numpy
 import opendp.prelude as dp
 
-from .mechanisms import POOL_BATCH, in_parts, pooled
+from .mechanisms import drawn_whole, in_parts, pooled
 
 dp.enable_features("contrib")
 
@@ -195,7 +195,7 @@ def _bits(p: float, one: bool, n: int) -> numpy.ndarray:
     def fresh(k: int) -> numpy.ndarray:
         return numpy.concatenate(in_parts(draw, k)).astype(bool)
 
-    if n >= POOL_BATCH:
+    if drawn_whole(n):
         return fresh(n)
     return numpy.array(pooled(("bits", p, one), n, lambda k: fresh(k).tolist()), dtype=bool)
 

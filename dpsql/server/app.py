@@ -75,7 +75,7 @@ class Connection(Transport, Login, Messages):
         self.key = secrets.randbelow(2**31 - 1)
         self.session: Session | None = None
         self.user = ""
-        self.sequence = Sequence()  # the transaction status (self.status) and skipping to Sync
+        self.sequence = Sequence()  # the transaction status (self.status) and its moves, skipping to Sync
         # Settings as PostgreSQL scopes them: a transaction's SETs are undone by its rollback, and
         # SET LOCAL ends with the transaction (the settings before BEGIN, before the first SET LOCAL).
         self._before_transaction: Any = None
@@ -186,7 +186,6 @@ class Connection(Transport, Login, Messages):
         if restore is not None and self.session is not None:
             self.session.settings = restore
         self._before_transaction = self._before_local = None
-        self.status = "I"
 
     def _run_statement(self, sql: str, params: list[Any] | None = None, routed: Routed | None = None) -> Answer:
         """One statement, on a worker thread, answered as its route says (sql/route.py): what the
@@ -194,30 +193,28 @@ class Connection(Transport, Login, Messages):
         routed = routed or self.session.route(sql, WIRE_ROUTES)
         if routed.kind == Kind.EMPTY:
             return Answer(None, [], "", empty=True)
-        if self.status == "E" and routed.kind not in (Kind.ROLLBACK, Kind.COMMIT):
-            raise Error(
-                "current transaction is aborted, commands ignored until end of transaction block", sqlstate="25P02"
-            )
+        if self.sequence.status == "E":  # a failed block: the sequencing admits what ends it only
+            self.sequence.admit(routed.kind in (Kind.ROLLBACK, Kind.COMMIT))
         answer = _WIRE_ANSWERS.get(routed.kind)
         if answer is not None:
             return answer(self, routed, params)
         return self._answer_session(self.session.execute(routed, params or None))
 
     def _begin(self, routed: Routed, params: list[Any] | None) -> Answer:
-        if self.status == "I":
+        if self.sequence.begin():
             self._before_transaction, self._before_local = deepcopy(self.session.settings), None
-        self.status = "T"
         return Answer(None, [], "BEGIN")
 
     def _commit(self, routed: Routed, params: list[Any] | None) -> Answer:
-        tag = "ROLLBACK" if self.status == "E" else "COMMIT"
-        self._end_transaction(committed=tag == "COMMIT")
-        return Answer(None, [], tag)
+        committed = self.sequence.commit()
+        self._end_transaction(committed)
+        return Answer(None, [], "COMMIT" if committed else "ROLLBACK")
 
     def _rollback(self, routed: Routed, params: list[Any] | None) -> Answer:
         if "TO" in routed.text.upper().split():
-            self.status = "T"
+            self.sequence.rollback_to()
             return Answer(None, [], "ROLLBACK")
+        self.sequence.rollback()
         self._end_transaction(committed=False)
         return Answer(None, [], "ROLLBACK")
 
@@ -229,7 +226,9 @@ class Connection(Transport, Login, Messages):
         return self._answer_session(self.session.execute(routed, params or None))
 
     def _savepoint(self, routed: Routed, params: list[Any] | None) -> Answer:
-        return Answer(None, [], first_word(routed.text))
+        tag = first_word(routed.text)
+        self.sequence.savepoint(f"{tag} SAVEPOINT" if tag == "RELEASE" else tag)
+        return Answer(None, [], tag)
 
     def _deallocate(self, routed: Routed, params: list[Any] | None) -> Answer:
         name = resets.deallocated(routed.text)

@@ -35,12 +35,8 @@ class Messages:
 
     @property
     def status(self) -> Status:
-        """The transaction status ReadyForQuery reports, kept by the sequencing."""
+        """The transaction status ReadyForQuery reports, kept and moved by the sequencing."""
         return self.sequence.status
-
-    @status.setter
-    def status(self, value: Status) -> None:
-        self.sequence.status = value
 
     async def loop(self) -> None:
         sequence = self.sequence

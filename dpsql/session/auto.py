@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from fractions import Fraction
-from functools import partial
+from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
@@ -69,7 +69,12 @@ def _choosable(plan: Plan, mechanism: str) -> tuple[bool, int | None, bool]:
 
 
 def targeted(
-    session: Session, plan: Plan, cal: Calibration, options: QueryOptions, tree: exp.Query
+    session: Session,
+    plan: Plan,
+    cal: Calibration,
+    options: QueryOptions,
+    tree: exp.Query,
+    kept: Kept | None = None,
 ) -> tuple[Calibration, dict[str, Any] | None]:
     """The calibration a query runs at under dpsql.target_error, and what chose its epsilon.
 
@@ -80,7 +85,8 @@ def targeted(
     the limits the model chooses, plus the bias those limits cut, is within the target; without
     such a profile, the smallest at which the release's share of epsilon meets the target at the
     policy's limits (the chosen ones are no looser; what they cut is not known yet). Refused
-    (free: before any charge) when the policy's max_query_epsilon cannot meet it."""
+    (free: before any charge) when the policy's max_query_epsilon cannot meet it. `kept`: the
+    statement's look-up of that profile, when it has one (EXPLAIN's)."""
     s = session.settings
     if s.target_error is None or options.epsilon is not None:
         return cal, None
@@ -94,7 +100,7 @@ def targeted(
     groups = 1 if size is None else size
     released = None
     if not auto_bounds.counts_units(plan, s.mechanism):
-        released = kept_profile(session, plan, size)
+        released = (kept or Kept(session, plan, size)).profile
     if released is None:
         share = 1 - auto_bounds.release_epsilon(Fraction(1), auto_bounds.corrected(plan, groups))
         if auto_bounds.counts_units(plan, s.mechanism):
@@ -163,10 +169,16 @@ def target_error_at(
 
 
 def explained(
-    session: Session, plan: Plan, cal: Calibration, options: QueryOptions, tree: exp.Query | None = None
+    session: Session,
+    plan: Plan,
+    cal: Calibration,
+    options: QueryOptions,
+    tree: exp.Query | None = None,
+    kept: Kept | None = None,
 ) -> dict[str, Any]:
     """What EXPLAIN says of limits chosen per query: the profile's and the correction's shares
-    of epsilon, and by how much the release's smaller share scales the noise up."""
+    of epsilon, and by how much the release's smaller share scales the noise up. `kept`: the
+    statement's look-up of the query's kept profile (shared with `targeted`), else its own."""
     if not chosen_per_query(session, plan, cal, options):
         return {
             "auto_bounds": None,
@@ -182,19 +194,19 @@ def explained(
     )
     units = auto_bounds.counts_units(plan, session.settings.mechanism)
     profile = Fraction(0) if units else auto_bounds.SHARE
-    top, cols = auto_bounds.ceiling(plan), auto_bounds.columns(plan)
-    by_group = bool(auto_bounds.profiled_groups(plan, size or 0))
-    count = len(auto_bounds.pieces(cols, top, by_group))
-    kept = [] if units else reusable(session, piece_keys(session, plan, cols, top, by_group), count)
-    new = auto_bounds.fresh(kept, cal.cost.epsilon)
-    reused = bool(kept) and not any(new)  # every histogram reused: the profile's share is not charged
+    stored = kept or Kept(session, plan, size)
+    reusing = [] if units else stored.reusable
+    new = auto_bounds.fresh(reusing, cal.cost.epsilon)
+    reused = bool(reusing) and not any(new)  # every histogram reused: the profile's share is not charged
     return {
         "auto_bounds": float(profile) or None,
         "auto_correction": float(fix) or None,
         "auto_release": float(1 / (1 - profile - fix)),
-        "auto_expected": expected(session, plan, cal.cost.epsilon, size, options, tree) if profile else None,
+        "auto_expected": expected(session, plan, stored.profile, cal.cost.epsilon, size, options, tree)
+        if profile
+        else None,
         "auto_reused": reused,
-        "auto_kept": (sum(k is not None for k in kept), len(kept)),
+        "auto_kept": (sum(k is not None for k in reusing), len(reusing)),
         "auto_cost": auto_cost(session, plan, cal.cost.epsilon, options, 1 if size is None else size, new)[0]
         if reused
         else None,
@@ -204,19 +216,20 @@ def explained(
 def expected(
     session: Session,
     plan: Plan,
+    released: auto_bounds.Profile | None,
     epsilon: Fraction,
     size: int | None,
     options: QueryOptions | None = None,
     tree: exp.Query | None = None,
 ) -> dict[str, Any] | None:
     """The limits and the model's error (`auto_bounds.Choice.describe`) that the profile last
-    released to this analyst for this query, on the current data version, gives at `epsilon`,
+    released to this analyst for this query, on the current data version (`released`:
+    `Kept.profile`), gives at `epsilon`,
     and (with the query's `tree`) each measure's noise half-width at those limits and the
     release's share of epsilon: post-processing of a release already charged, so free; None
     when there is none yet (the bias of chosen limits is unknown until a profile is released)."""
     top, cols = auto_bounds.ceiling(plan), auto_bounds.columns(plan)
     groups = 1 if size is None else size
-    released = kept_profile(session, plan, size)
     if released is None:
         return None
     correct = auto_bounds.corrected(plan, groups)
@@ -261,25 +274,47 @@ def auto_cost(
     return Cost.of(own + (() if lump else at_rest.cost.parts)), at_rest
 
 
-def reusable(session: Session, keys: tuple | None, count: int) -> list[auto_bounds.Piece | None]:
-    """The `count` histograms of the query's profile released before to this analyst
-    (`piece_keys`), None for each not kept; all None with dpsql.cache = off, where each run
-    stands alone, or when the profile reads the clock (`keys` None)."""
-    if keys is None or not session.settings.cache:
-        return [None] * count
-    return [session._plans.profile(k) for k in keys]
+class Kept:
+    """The histograms of a query's profile released before to this analyst on this data version
+    (`size`: its released domain's), looked up once, when first asked for: EXPLAIN asks twice
+    (dpsql.target_error's epsilon, then what it shows of the choice), from one Kept."""
 
+    def __init__(self, session: Session, plan: Plan, size: int | None):
+        self._session, self._plan, self._size = session, plan, size
 
-def kept_profile(session: Session, plan: Plan, size: int | None) -> auto_bounds.Profile | None:
-    """The query's profile from histograms released before to this analyst on this data version,
-    when every one of them is kept (for EXPLAIN and dpsql.target_error: free), else None."""
-    top, cols = auto_bounds.ceiling(plan), auto_bounds.columns(plan)
-    by_group = bool(auto_bounds.profiled_groups(plan, size or 0))
-    keys = piece_keys(session, plan, cols, top, by_group)
-    kept = [] if keys is None else [session._plans.profile(k) for k in keys]
-    if keys is None or any(k is None for k in kept):
-        return None
-    return auto_bounds.assembled(kept, cols, top, by_group)
+    @cached_property
+    def _profile(self) -> tuple[tuple[auto_bounds.Column, ...], int, bool]:  # what it is of, as piece_keys takes
+        plan = self._plan
+        return (
+            auto_bounds.columns(plan),
+            auto_bounds.ceiling(plan),
+            bool(auto_bounds.profiled_groups(plan, self._size or 0)),
+        )
+
+    @cached_property
+    def keys(self) -> tuple | None:
+        """Where each histogram is kept (`piece_keys`); None when the profile reads the clock."""
+        return piece_keys(self._session, self._plan, *self._profile)
+
+    @cached_property
+    def _pieces(self) -> list[auto_bounds.Piece | None] | None:
+        return None if self.keys is None else [self._session._plans.profile(k) for k in self.keys]
+
+    @property
+    def reusable(self) -> list[auto_bounds.Piece | None]:
+        """Each histogram of the profile, None for each not kept; all None with dpsql.cache =
+        off, where each run stands alone, or when the profile reads the clock."""
+        if self._pieces is None or not self._session.settings.cache:
+            return [None] * len(auto_bounds.pieces(*self._profile))
+        return self._pieces
+
+    @cached_property
+    def profile(self) -> auto_bounds.Profile | None:
+        """The query's profile when every one of its histograms is kept (for EXPLAIN and
+        dpsql.target_error: free), whatever dpsql.cache says, else None."""
+        if self._pieces is None or any(p is None for p in self._pieces):
+            return None
+        return auto_bounds.assembled(self._pieces, *self._profile)
 
 
 def piece_keys(
@@ -326,8 +361,8 @@ def answer_auto(
     # The profile's SQL is built (and kept) before the charge, so that a query it cannot be built
     # for is refused free; the data version is read before the profile's rows.
     profile_sql(session, policy_plan, cols, top, bool(by_group))
-    keys = piece_keys(session, policy_plan, cols, top, bool(by_group))
-    kept = reusable(session, keys, len(auto_bounds.pieces(cols, top, bool(by_group))))  # charged before: free
+    stored = Kept(session, policy_plan, len(groups) if groups else 0)
+    keys, kept = stored.keys, stored.reusable  # charged before: free
     new = auto_bounds.fresh(kept, epsilon)  # released (again) by this query, the others reused
     cost, at_rest = auto_cost(session, policy_plan, epsilon, options, len(groups) if groups else 1, new)
     pending = charging(session, cost, stmt.sql, json.dumps(noise_detail(policy_plan, at_rest), default=str))

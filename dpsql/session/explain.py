@@ -31,9 +31,10 @@ def explain_plan(session: Session, tree: exp.Query, options: QueryOptions | None
     plan, cal = session._prepare(pinned(tree, clock_now()), options)
     if isinstance(plan, PublicQuery):
         return {"public": True, "sql": session.engine.sql_of(plan.tree)}
-    cal, target = auto.targeted(session, plan, cal, options or QueryOptions(), tree)
+    kept = auto.Kept(session, plan, domain_size(session, plan))  # looked up once, if at all
+    cal, target = auto.targeted(session, plan, cal, options or QueryOptions(), tree, kept)
     s = session.settings
-    auto_info = auto.explained(session, plan, cal, options or QueryOptions(), tree)
+    auto_info = auto.explained(session, plan, cal, options or QueryOptions(), tree, kept)
     cost = auto_info.pop("auto_cost") or cal.cost  # less a profile's share when one released before is reused
     f, totals = session.ledger.state(session.user.name, session.budget_policy)
     after = totals.plus(f.usage(cost))

@@ -46,6 +46,7 @@ from .scope import (
     bound_unit_joins,
     check_unit_joins,
     column_bounds,
+    filtered,
     output_name,
 )
 
@@ -103,15 +104,7 @@ class _Analysis:
                 check_node(window)  # refused with its own reason, before any column complaint
         rel, scope = self.resolver.from_clause(tree, {})
         self.rel, self.scope = rel, scope
-        where = tree.args.get("where")
-        if where is not None:
-            if contains_aggregate(where.this):
-                raise ProgrammingError(
-                    "aggregate functions are not allowed in WHERE",
-                    sqlstate="42803",
-                    hint="use HAVING to filter on aggregates",
-                )
-            self.rel = rel.with_where(scope.resolve(where.this, self.resolver))
+        self.rel = filtered(rel, tree, scope, self.resolver)
         unit, unit_in_hash, row_id_source, max_groups, max_rows = self._unit()
         max_groups, max_rows = self._tightened(unit if row_id_source is None else None, max_groups, max_rows)
         self.unit = unit if row_id_source is None else None

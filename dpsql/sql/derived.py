@@ -43,6 +43,7 @@ from .scope import (
     bound_unit_joins,
     check_unit_joins,
     column_bounds,
+    filtered,
     grouped_item,
     output_name,
 )
@@ -92,15 +93,7 @@ def per_unit_relation(resolver: Resolver, query: exp.Select, ctes: Mapping[str, 
     check_unit_joins(rel)
     rel = bound_unit_joins(rel, resolver.policy.limits)
     unit = _group_unit(query, group, scope, resolver, rel, unit_name)
-    where = query.args.get("where")
-    if where is not None:
-        if contains_aggregate(where.this):
-            raise ProgrammingError(
-                "aggregate functions are not allowed in WHERE",
-                sqlstate="42803",
-                hint="use HAVING to filter on aggregates",
-            )
-        rel = rel.with_where(scope.resolve(where.this, resolver))
+    rel = filtered(rel, query, scope, resolver)
     rows = max(s.table.max_rows * s.table.max_groups for s in private)
     builder = _Builder(scope, resolver, rel, unit, rows)
     items: list[tuple[str, exp.Expression]] = []

@@ -82,6 +82,18 @@ class Relation:
         return replace(self, where=self.where + conditions)
 
 
+def filtered(rel: Relation, query: exp.Select, scope: Scope, resolver: Resolver) -> Relation:
+    """`rel` narrowed by the query's WHERE, resolved in its scope; an aggregate there is refused."""
+    where = query.args.get("where")
+    if where is None:
+        return rel
+    if contains_aggregate(where.this):
+        raise ProgrammingError(
+            "aggregate functions are not allowed in WHERE", sqlstate="42803", hint="use HAVING to filter on aggregates"
+        )
+    return rel.with_where(scope.resolve(where.this, resolver))
+
+
 class Scope:
     """What names mean inside one SELECT: user alias -> column -> resolved expression."""
 
