@@ -88,10 +88,17 @@ def test_the_chosen_clamp_is_shown_and_bounds_the_release(sample):
     EXPLAIN (read from the profile released, free), and the release's noise is at that clamp."""
     sql = f"SELECT AVG(total) FROM {TOTALS}"
     cur = sample.cursor()
-    cur.execute("SET dpsql.epsilon = 1")  # a profile precise enough that the clamp is always chosen
-    cur.execute(sql)
-    cur.fetchall()
-    clamps = cur.dp["bounds"]["clamps"]
+    cur.execute("SET dpsql.epsilon = 1")
+    cur.execute("SET dpsql.cache = off")
+    # The model's choice between a clamp near 250,000 and none (the derived bound, 2,000,000) is
+    # close, so the profile's noise leaves the bound about once in four runs (measured: 17 of 60
+    # at epsilon 1, 16 of 60 at 10): at most 20 runs until a clamp is chosen, P(none) < 1e-11.
+    for _ in range(20):
+        cur.execute(sql)
+        cur.fetchall()
+        clamps = cur.dp["bounds"]["clamps"]
+        if clamps:
+            break
     ((expr, (lo, hi)),) = clamps.items()
     assert expr.endswith(".total") and lo == 0 and hi < R * 50_000
     assert f"{expr} clamped to [{lo:g}, {hi:g}]" in auto_bounds.told(cur.dp.bounds)
