@@ -1,7 +1,7 @@
 """CPU time of one `dpsql serve` process per statement, and where it goes (cProfile, every thread).
 
     python -m benchmarks.perquery [--statements 2000] [--clients 1,8] [--profile FILE] [--top 40]
-                                  [--code DIR]
+                                  [--code DIR] [--filter KIND]
 
 Serves the sample hospital (a copy of its policy with a large budget, fresh ledger) in a child
 process, drives it with psycopg clients (`SET dpsql.cache = off`, `SET dpsql.reuse = off`: every
@@ -12,7 +12,9 @@ ledger writer). With --profile, the child runs every thread under cProfile, time
 thread's CPU clock (much slower; the split, not the totals, is what to read), and writes the
 merged statistics to FILE on exit, the top functions by cumulative and by own time printed.
 --code DIR serves dpsql from another checkout (a baseline's `git archive`), so that a
-before/after pair runs on one machine state.
+before/after pair runs on one machine state. --filter KIND composes the analysts' queries with
+another filter than the sample's basic one, over a budget of epsilon 1e5 (each answer tells
+the budget left, which every other filter finds by search).
 """
 
 from __future__ import annotations
@@ -130,12 +132,18 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--code", type=Path, default=Path(__file__).resolve().parent.parent, help="dpsql served from here")
     ap.add_argument("--only", help="run only the query whose label starts with this")
+    ap.add_argument("--filter", help="the analysts' filter (the sample's is basic)")
     args = ap.parse_args()
     from benchmarks.serving import sample_policy
 
     queries = {k: v for k, v in QUERIES.items() if args.only is None or k.startswith(args.only)}
     with tempfile.TemporaryDirectory() as d:
         policy = sample_policy(Path(d))
+        if args.filter:
+            text = policy.read_text()
+            assert 'filter = "basic"' in text
+            text = text.replace('filter = "basic"', f'filter = "{args.filter}"')
+            policy.write_text(text.replace("epsilon = 1e12", "epsilon = 1e5"))  # within every filter's reach
         with child(policy, Path(d) / "ledger.sqlite", args.profile, args.code.resolve()) as (dsn, pid):
             print(f"load average {os.getloadavg()[0]:.2f} at the start")
             for label, (query, share) in queries.items():
