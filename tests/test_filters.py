@@ -297,7 +297,8 @@ def test_remaining_on_floats_is_admitted_and_as_tight_as_the_exact_bisection(kin
 
 def test_remaining_checks_the_float_search_exactly(monkeypatch):
     """A float form that admits everything (a wrong one) must not make `remaining` tell more
-    than the filter admits: its answer is checked exactly, and bisected exactly when refused."""
+    than the filter admits: its answer is checked exactly, and bisected exactly when refused;
+    one that raises (out of its domain) must not fail the answer."""
     from dpsql.accounting.filters import AdvancedFilter
 
     f = make_filter("advanced", Fraction(10), Fraction(1, 10**6))
@@ -307,3 +308,5 @@ def test_remaining_checks_the_float_search_exactly(monkeypatch):
     monkeypatch.setattr(AdvancedFilter, "_probe", lambda self, totals: lambda x: True)
     told = f.remaining(totals)["epsilon"]
     assert told == honest and f.admits_cost(totals, Cost.pure(told))
+    monkeypatch.setattr(AdvancedFilter, "_probe", lambda self, totals: lambda x: math.sqrt(-x) < 1)
+    assert f.remaining(totals)["epsilon"] == honest  # a float form that fails: the exact search

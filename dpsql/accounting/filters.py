@@ -242,7 +242,10 @@ class Filter:
             return {"epsilon": ZERO, "delta": self.delta_left(totals)}
         probe = self._probe(totals)
         if probe is not None:
-            found = _bisect(probe, float(self.epsilon))
+            try:
+                found = _bisect(probe, float(self.epsilon))
+            except (ArithmeticError, ValueError):  # a float form out of its domain: the exact search
+                found = 0.0
             for lo in (found * (1 - margin) for margin in (0.0, 1e-12, 1e-9)):
                 if lo > 0 and self.admits_cost(totals, Cost.pure(Fraction(lo))):
                     return {"epsilon": Fraction(lo), "delta": self.delta_left(totals)}
