@@ -1,18 +1,21 @@
 """CPU time of one `dpsql serve` process per statement, and where it goes (cProfile, every thread).
 
     python -m benchmarks.perquery [--statements 2000] [--clients 1,8] [--profile FILE] [--top 40]
-                                  [--code DIR]
+                                  [--code DIR] [--filter KIND]
 
 Serves the sample hospital (a copy of its policy with a large budget, fresh ledger) in a child
 process, drives it with psycopg clients (`SET dpsql.cache = off`, `SET dpsql.reuse = off`: every
 execution planned from the plan cache, charged, run by the engine, noised and recorded), and
 reads the child's CPU time (user + system, /proc) over `--statements` executions of each query
-after a warm-up: the server's CPU per statement, whatever thread spent it (event loop, executor,
-ledger writer). With --profile, the child runs every thread under cProfile, timed by each
+after a warm-up: the server's CPU per statement, whatever thread spent it, and that split by
+thread (/proc's per-thread times, named by the child: the event loop, the statement threads,
+the ledger writer, DuckDB's own threads). With --profile, the child runs every thread under cProfile, timed by each
 thread's CPU clock (much slower; the split, not the totals, is what to read), and writes the
 merged statistics to FILE on exit, the top functions by cumulative and by own time printed.
 --code DIR serves dpsql from another checkout (a baseline's `git archive`), so that a
-before/after pair runs on one machine state.
+before/after pair runs on one machine state. --filter KIND composes the analysts' queries with
+another filter than the sample's basic one, over a budget of epsilon 1e5 (each answer tells
+the budget left, which every other filter finds by search).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import json
 import os
 import pstats
 import subprocess
@@ -39,8 +43,45 @@ SETUP = ("SET dpsql.cache = off", "SET dpsql.reuse = off")
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU of a process so far (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return _cpu_of(Path(f"/proc/{pid}/stat"))
+
+
+def _cpu_of(stat: Path) -> float:
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_seconds(pid: int) -> dict[int, float]:
+    """User + system CPU so far of each thread of a process, by its native id."""
+    found = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            found[int(task.name)] = _cpu_of(task / "stat")
+    return found
+
+
+# Whose CPU a served statement spends, by Python thread name (dpsql's own threads); a thread
+# Python does not know is one of DuckDB's.
+ROLES = (("MainThread", "event loop"), ("dpsql_", "statement threads"), ("dpsql-ledger-writer", "ledger writer"))
+
+
+def by_role(before: dict[int, float], after: dict[int, float], names: dict[int, str]) -> dict[str, float]:
+    """CPU spent between two `thread_seconds` readings, by the role of each thread."""
+    spent: dict[str, float] = {}
+    for tid, cpu in after.items():
+        name = names.get(tid)
+        role = "DuckDB's own" if name is None else next((r for p, r in ROLES if name.startswith(p)), "other")
+        spent[role] = spent.get(role, 0.0) + cpu - before.get(tid, 0.0)
+    return spent
+
+
+def _tell_names(path: Path) -> None:
+    """In the child: its Python threads' native ids and names, rewritten every 0.2 s."""
+    while True:
+        text = json.dumps({t.native_id: t.name for t in threading.enumerate()})
+        path.with_suffix(".tmp").write_text(text)
+        path.with_suffix(".tmp").replace(path)
+        time.sleep(0.2)
 
 
 def drive(dsn: str, query: str, clients: int, statements: int) -> None:
@@ -89,6 +130,8 @@ def serve_child(policy: str, ledger: str, port: int, profile: str | None) -> Non
     from dpsql.server.listener import run
 
     options = ServeOptions(policy=policy, ledger=ledger, port=port)
+    names = Path(ledger).with_name("threads.json")
+    threading.Thread(target=_tell_names, args=(names,), name="perquery-names", daemon=True).start()
     if profile is None:
         run(build_server(options))
         return
@@ -130,24 +173,35 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--code", type=Path, default=Path(__file__).resolve().parent.parent, help="dpsql served from here")
     ap.add_argument("--only", help="run only the query whose label starts with this")
+    ap.add_argument("--filter", help="the analysts' filter (the sample's is basic)")
     args = ap.parse_args()
     from benchmarks.serving import sample_policy
 
     queries = {k: v for k, v in QUERIES.items() if args.only is None or k.startswith(args.only)}
     with tempfile.TemporaryDirectory() as d:
         policy = sample_policy(Path(d))
+        if args.filter:
+            text = policy.read_text()
+            assert 'filter = "basic"' in text
+            text = text.replace('filter = "basic"', f'filter = "{args.filter}"')
+            policy.write_text(text.replace("epsilon = 1e12", "epsilon = 1e5"))  # within every filter's reach
         with child(policy, Path(d) / "ledger.sqlite", args.profile, args.code.resolve()) as (dsn, pid):
             print(f"load average {os.getloadavg()[0]:.2f} at the start")
             for label, (query, share) in queries.items():
                 n = max(8, round(args.statements * share))
                 drive(dsn, query, 8, max(8, n // 10))  # warm: weighted copies, plans, Describe
                 for clients in (int(c) for c in args.clients.split(",")):
-                    c0, w0 = cpu_seconds(pid), time.perf_counter()
+                    t0, c0, w0 = thread_seconds(pid), cpu_seconds(pid), time.perf_counter()
                     drive(dsn, query, clients, n)
-                    cpu, wall = cpu_seconds(pid) - c0, time.perf_counter() - w0
+                    cpu, wall, t1 = cpu_seconds(pid) - c0, time.perf_counter() - w0, thread_seconds(pid)
+                    time.sleep(0.3)  # the child's names, written after every thread started
+                    names = {int(k): v for k, v in json.loads((Path(d) / "threads.json").read_text()).items()}
+                    split = sorted(by_role(t0, t1, names).items(), key=lambda kv: -kv[1])
                     print(
                         f"{label}, {clients} client(s), {n} statements: server CPU {cpu / n * 1000:.3f} ms per "
-                        f"statement, {n / wall:.0f} statements/s (load {os.getloadavg()[0]:.2f})",
+                        f"statement, {n / wall:.0f} statements/s (load {os.getloadavg()[0]:.2f})\n    by thread: "
+                        + ", ".join(f"{role} {c / n * 1000:.3f}" for role, c in split if c > 0)
+                        + " ms",
                         flush=True,
                     )
     if args.profile:

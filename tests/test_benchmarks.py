@@ -212,3 +212,21 @@ def test_the_heldout_workload_is_its_own_and_writes_its_own_section(tmp_path):
     assert text.startswith(f"# Benchmarks\n\n{SECTION}\n\nkept\n") and text.count(HELDOUT_SECTION) == 1
     section = text[text.index(HELDOUT_SECTION) :]
     assert all(f"| {name} |" in section for name in names)
+
+
+def test_perquery_splits_the_servers_cpu_by_thread_under_another_filter():
+    """`benchmarks.perquery` serves the sample under the filter asked for and tells the server's
+    CPU per statement and its split by thread, the statement threads and the ledger writer named."""
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.perquery", "--statements", "400", "--clients", "2"]
+        + ["--only", "grouped COUNT", "--filter", "zcdp"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
+    line, split = out.splitlines()[-2:]
+    assert "grouped COUNT, 2 client(s), 400 statements: server CPU" in line  # a writer's 0.1 s at least
+    roles = dict(part.rsplit(" ", 1) for part in split.split("by thread: ")[1].removesuffix(" ms").split(", "))
+    assert {"statement threads", "ledger writer"} <= set(roles) and all(float(v) > 0 for v in roles.values())

@@ -257,3 +257,56 @@ def test_a_budgets_constants_are_computed_once(monkeypatch):
     assert len(calls) == 1 and 0 < left["epsilon"] < Fraction(7, 3)
     huge = make_filter("zcdp", Fraction(10**12), Fraction(1, 10**6), reserve=Fraction(1, 10**7))
     assert huge.remaining(Totals())["epsilon"] > 10**6
+
+
+REMAINING_FILTERS = [
+    ("advanced", {}),
+    ("whitehouse", {"reserve": Fraction(1, 10**7)}),
+    ("zcdp", {"reserve": Fraction(1, 10**7)}),
+    ("rdp", {"reserve": Fraction(1, 10**7), "rdp_order": Fraction(8)}),
+    ("rdp", {"reserve": Fraction(1, 10**7), "rdp_order": Fraction(2000)}),
+    ("gdp", {}),
+]
+
+
+@pytest.mark.parametrize("kind,extra", REMAINING_FILTERS)
+@pytest.mark.parametrize("budget", [Fraction(1, 3), Fraction(10), Fraction(600)])
+def test_remaining_on_floats_is_admitted_and_as_tight_as_the_exact_bisection(kind, extra, budget):
+    """`remaining` bisects a float form of the filter's admission, then checks it exactly: at
+    every point of a budget's life it is admitted in exact arithmetic, within 1e-9 of what the
+    exact bisection finds, and 1e-9 of it and 2^-40 of the budget more is refused."""
+    from dpsql.accounting.filters import _bisect
+
+    f = make_filter(kind, budget, Fraction(1, 10**6), **extra)
+    assert f._probe(Totals()) is not None  # the float form is what is tested here
+    totals, seen = Totals(), 0
+    for _ in range(40):
+        left = f.remaining(totals)["epsilon"]
+        exact = Fraction(_bisect(lambda x: f.admits_cost(totals, Cost.pure(Fraction(x))), float(budget)))
+        assert abs(left - exact) <= exact * Fraction(1, 10**9)
+        if left:
+            seen += 1
+            assert f.admits_cost(totals, Cost.pure(left))
+            more = left * (1 + Fraction(1, 10**9)) + budget / 2**40
+            if more < budget:
+                assert not f.admits_cost(totals, Cost.pure(more))
+        totals = totals.plus(f.usage(Cost.pure(budget / 12)))
+    assert f.remaining(totals)["epsilon"] == 0  # the budget's end was checked, and its start:
+    assert seen or budget < 1  # (a third of an epsilon is all spent on rdp's and gdp's delta)
+
+
+def test_remaining_checks_the_float_search_exactly(monkeypatch):
+    """A float form that admits everything (a wrong one) must not make `remaining` tell more
+    than the filter admits: its answer is checked exactly, and bisected exactly when refused;
+    one that raises (out of its domain) must not fail the answer."""
+    from dpsql.accounting.filters import AdvancedFilter
+
+    f = make_filter("advanced", Fraction(10), Fraction(1, 10**6))
+    totals = Totals().plus(f.usage(Cost.pure(Fraction(1, 2))))
+    honest = f.remaining(totals)["epsilon"]
+    assert 0 < honest < 10
+    monkeypatch.setattr(AdvancedFilter, "_probe", lambda self, totals: lambda x: True)
+    told = f.remaining(totals)["epsilon"]
+    assert told == honest and f.admits_cost(totals, Cost.pure(told))
+    monkeypatch.setattr(AdvancedFilter, "_probe", lambda self, totals: lambda x: math.sqrt(-x) < 1)
+    assert f.remaining(totals)["epsilon"] == honest  # a float form that fails: the exact search

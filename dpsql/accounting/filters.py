@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, localcontext
 from fractions import Fraction
 from functools import lru_cache
+from statistics import NormalDist
 from typing import Callable, ClassVar, Mapping, Sequence
 
 from .cost import Cost, Part, show
@@ -94,6 +95,35 @@ def laplace_rdp(eps: Fraction, order: Fraction) -> Fraction:
         e, a = _dec(eps), _dec(order)
         inner = ((a * e).exp() + ((1 - a) * e).exp()) / (1 + e.exp())
         return min(eps, _upper(inner.ln() / (a - 1)))
+
+
+def laplace_rdp_float(eps: float, order: float) -> float:
+    """`laplace_rdp` in floating point (an approximation, for searching: never charged), its
+    exponentials added as logarithms so that no α ε overflows."""
+    return min(eps, (_log_add(order * eps, (1 - order) * eps) - _log_add(0.0, eps)) / (order - 1))
+
+
+def _log_add(a: float, b: float) -> float:
+    """ln(e^a + e^b)."""
+    hi, lo = max(a, b), min(a, b)
+    return hi + math.log1p(math.exp(lo - hi))
+
+
+def _bisect(admits: Callable[[float], bool], hi: float, steps: int = 48) -> float:
+    """The largest x in [0, hi] that `admits` (monotone: admitted below some point), to within
+    hi / 2^steps, from below; an x whose arithmetic overflows is not admitted."""
+    lo = 0.0
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        try:
+            ok = admits(mid)
+        except OverflowError:
+            ok = False
+        if ok:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 @dataclass(frozen=True)
@@ -202,17 +232,30 @@ class Filter:
         return max(ZERO, self.reserve - totals.get("approx_delta"))
 
     def remaining(self, totals: Totals) -> dict[str, Fraction]:
-        """What is left: epsilon = the largest ε of one more Laplace release the filter admits."""
-        lo, hi = 0.0, float(self.epsilon)
+        """What is left: epsilon = the largest ε of one more Laplace release the filter admits
+        (to 2^-48 of the budget's ε, by bisection). Bisected on floats where the filter has a
+        float form of its admission (`_probe`: the exact one costs 20-70 µs, 49 of them 1-3.5 ms
+        an answer), then checked exactly, a hair lower (1e-12, 1e-9) where floats' rounding or
+        the exact form's upward margins put it past the boundary: what is told is always
+        admitted; should all three fail, bisected exactly as before."""
         if not self.admits_cost(totals, Cost.pure(Fraction(1, 10**12))):
             return {"epsilon": ZERO, "delta": self.delta_left(totals)}
-        for _ in range(48):
-            mid = (lo + hi) / 2
-            if self.admits_cost(totals, Cost.pure(Fraction(mid))):
-                lo = mid
-            else:
-                hi = mid
+        probe = self._probe(totals)
+        if probe is not None:
+            try:
+                found = _bisect(probe, float(self.epsilon))
+            except (ArithmeticError, ValueError):  # a float form out of its domain: the exact search
+                found = 0.0
+            for lo in (found * (1 - margin) for margin in (0.0, 1e-12, 1e-9)):
+                if lo > 0 and self.admits_cost(totals, Cost.pure(Fraction(lo))):
+                    return {"epsilon": Fraction(lo), "delta": self.delta_left(totals)}
+        lo = _bisect(lambda x: self.admits_cost(totals, Cost.pure(Fraction(x))), float(self.epsilon))
         return {"epsilon": Fraction(lo), "delta": self.delta_left(totals)}
+
+    def _probe(self, totals: Totals) -> Callable[[float], bool] | None:
+        """`admits_cost(totals, Cost.pure(x))` in floating point, approximately (None: no such
+        form); `remaining` checks its answer exactly."""
+        return None
 
     def spent_text(self, totals: Totals) -> str:
         raise NotImplementedError
@@ -275,6 +318,16 @@ class AdvancedFilter(Filter):
     def delta_left(self, totals: Totals) -> Fraction:
         return max(ZERO, self.delta / 2 - totals.delta)
 
+    def _probe(self, totals: Totals) -> Callable[[float], bool]:
+        h, log_2_dg = (float(c) for c in _advanced_constants(self.epsilon, self.delta))
+        s2, e1, eg = float(totals.get("eps_sq")), float(totals.get("eps_expm1")), float(self.epsilon)
+
+        def admits(x: float) -> bool:
+            s = s2 + x * x
+            return e1 + x * math.expm1(x) / 2 + math.sqrt((s + h) * (2 + math.log1p(s / h)) * log_2_dg) <= eg
+
+        return admits
+
     def spent_text(self, totals: Totals) -> str:
         return (
             f"K={float(self.statistic(totals)):.6g} of {show(self.epsilon)}, "
@@ -303,6 +356,11 @@ class WhitehouseFilter(Filter):
     def admits(self, totals: Totals) -> bool:
         return totals.delta <= self.reserve and self.statistic(totals) <= _dec(self.epsilon)
 
+    def _probe(self, totals: Totals) -> Callable[[float], bool]:
+        log_inv = float(_log_inverse(self.delta - self.reserve))
+        s2, eg = float(totals.get("eps_sq")), float(self.epsilon)
+        return lambda x: math.sqrt(2 * log_inv * (s2 + x * x)) + (s2 + x * x) / 2 <= eg
+
     def spent_text(self, totals: Totals) -> str:
         return f"bound={float(self.statistic(totals)):.6g} of {show(self.epsilon)}"
 
@@ -325,6 +383,10 @@ class ZcdpFilter(Filter):
 
     def admits(self, totals: Totals) -> bool:
         return totals.get("rho") <= self.rho and totals.get("approx_delta") <= self.reserve
+
+    def _probe(self, totals: Totals) -> Callable[[float], bool]:
+        spent, rho = float(totals.get("rho")), float(self.rho)
+        return lambda x: spent + x * x / 2 <= rho
 
     def spent_text(self, totals: Totals) -> str:
         return f"spent rho={float(totals.get('rho')):.6g} of {float(self.rho):.6g}"
@@ -357,6 +419,10 @@ class RdpFilter(Filter):
     def admits(self, totals: Totals) -> bool:
         return totals.get("rdp") <= self.bound and totals.get("approx_delta") <= self.reserve
 
+    def _probe(self, totals: Totals) -> Callable[[float], bool]:
+        spent, bound, a = float(totals.get("rdp")), float(self.bound), float(self.order)
+        return lambda x: spent + laplace_rdp_float(x, a) <= bound
+
     def spent_text(self, totals: Totals) -> str:
         return (
             f"spent RDP epsilon at order {show(self.order)}={float(totals.get('rdp')):.6g} of {float(self.bound):.6g}"
@@ -386,6 +452,12 @@ class GdpFilter(Filter):
 
     def admits(self, totals: Totals) -> bool:
         return totals.get("non_gaussian") == 0 and totals.get("mu_sq") <= _square(self.mu)
+
+    def _probe(self, totals: Totals) -> Callable[[float], bool] | None:
+        if self.epsilon > 700:  # 1 / (1 + e^x) of a larger x underflows
+            return None
+        spent, cap, normal = float(totals.get("mu_sq")), self.mu**2, NormalDist()
+        return lambda x: spent + (2 * normal.inv_cdf(1 / (1 + math.exp(x)))) ** 2 <= cap
 
     def spent_text(self, totals: Totals) -> str:
         return (
