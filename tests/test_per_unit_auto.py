@@ -108,6 +108,7 @@ def test_the_chosen_clamp_is_shown_and_bounds_the_release(sample):
     cur.execute(f"EXPLAIN {sql}")
     text = "\n".join(r[0] for r in cur.fetchall())
     assert f"{expr} clamped to [{lo:g}, {hi:g}]" in text
+    assert "clamps of summed values (a unit has one row here)" in text and "total bound" not in text
     assert sample.session.budget()["epsilon"]["spent"] == spent  # EXPLAIN is free
 
 

@@ -188,6 +188,7 @@ def explained(
             "auto_reused": False,
             "auto_kept": (0, 0),
             "auto_cost": None,
+            "auto_rows": False,
         }
     fix = auto_bounds.correction_share(
         plan, session.settings.mechanism, 1 if (size := domain_size(session, plan)) is None else size
@@ -210,6 +211,7 @@ def explained(
         "auto_cost": auto_cost(session, plan, cal.cost.epsilon, options, 1 if size is None else size, new)[0]
         if reused
         else None,
+        "auto_rows": auto_bounds.ceiling(plan) > 1,  # one row per unit (a per-unit subquery): clamps only
     }
 
 

@@ -105,6 +105,13 @@ def explain_result(session: Session, tree: exp.Query, options: QueryOptions | No
     return Result(["QUERY PLAN"], ["VARCHAR"], [(line,) for line in lines], "EXPLAIN", dp)
 
 
+def _chosen(info: dict[str, Any]) -> str:
+    """What auto bounds choose: clamps only where a unit has one row (a per-unit subquery)."""
+    if info.get("auto_rows", True):
+        return "a total bound on a unit's rows and clamps of summed values"
+    return "clamps of summed values (a unit has one row here)"
+
+
 def explain_lines(info: dict[str, Any]) -> list[str]:
     if info["public"]:
         return ["public query (no private tables): runs as written, free", info["sql"]]
@@ -153,9 +160,9 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
         *(
             [
                 f"limits chosen when the query runs (dpsql.bounds = auto): {info['auto_bounds']:.0%} of its epsilon "
-                "profiles its rows, then a total bound on a unit's rows and clamps of summed values are chosen within "
-                "the policy's limits above; the noise below is at the policy's limits (the chosen ones are shown "
-                "with the answer); SET dpsql.bounds = policy to keep them"
+                f"profiles its rows, then {_chosen(info)} are chosen within the policy's limits above; the noise "
+                "below is at the policy's limits (the chosen ones are shown with the answer); SET dpsql.bounds = "
+                "policy to keep them"
                 + (
                     f"; {info['auto_kept'][0]} of the profile's {info['auto_kept'][1]} histograms were released to "
                     "this analyst before (same rows): those precise enough are reused free and the others released "
@@ -168,8 +175,8 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
             else [
                 "limits chosen when the query runs (dpsql.bounds = auto) from this query's profile released before "
                 f"(this analyst, this data; reused free): the {info['auto_bounds']:.0%} of epsilon a profile would "
-                "spend is not charged, the cost above is the release's (and any correction's) only; a total bound "
-                "on a unit's rows and clamps of summed values are chosen within the policy's limits above; "
+                "spend is not charged, the cost above is the release's (and any correction's) only; "
+                f"{_chosen(info)} are chosen within the policy's limits above; "
                 "SET dpsql.cache = off to profile afresh"
             ]
             if info.get("auto_bounds")
