@@ -7,6 +7,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 
 import psycopg
 import pytest
@@ -382,3 +383,35 @@ def test_log_statements_shows_each_statement_and_its_outcome_never_values(small_
     assert "statement alice" in out and "SELECT 1: SELECT COUNT(*) AS n FROM people" in out
     assert "42501: SELECT * FROM people" in out
     assert str(value) not in out.split("SELECT COUNT(*) AS n FROM people")[1].split("\n")[0]
+
+
+def _serve_command(policy, ledger, port: int) -> list[str]:
+    return [sys.executable, "-m", "dpsql.cli", "serve", "--policy", str(policy), "--ledger", str(ledger), "--port", str(port)]
+
+
+def test_a_port_in_use_is_an_error_with_a_hint_not_a_traceback_after_a_greeting(small_policy, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            _serve_command(small_policy, tmp_path / "l.sqlite", port), capture_output=True, text=True, timeout=120
+        )
+    assert done.returncode == 1
+    assert f"ERROR [58000]: cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert f"HINT: choose another --port (e.g. --port {port + 1})" in done.stderr
+    assert "Traceback" not in done.stderr and "serving" not in done.stdout
+
+
+def test_port_0_announces_the_port_bound(small_policy, tmp_path):
+    proc = subprocess.Popen(
+        _serve_command(small_policy, tmp_path / "l.sqlite", 0), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        line = next(line for line in proc.stdout if "serving" in line)
+        port = int(line.split(" on 127.0.0.1:")[1].split()[0])
+        assert port > 0
+        socket.create_connection(("127.0.0.1", port), timeout=10).close()
+    finally:
+        proc.terminate()
+        proc.wait(30)

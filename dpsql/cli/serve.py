@@ -150,9 +150,12 @@ def serve(
         if console is not None:
             click.echo(f"privacy console: {console} (the same logins)")
 
-    if workers == 1:
-        announce(port, server.console_url())
-        run(server)
+    if workers == 1:  # announced once the port is bound: a port in use is an error, not a greeting
+        try:
+            run(server, ready=lambda: announce(server.port, server.console_url()))
+        except Error as e:
+            server.close()
+            _fail(e)
         return
     from ..server.supervisor import Supervisor
 

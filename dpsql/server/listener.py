@@ -13,10 +13,11 @@ import socket
 import ssl
 import struct
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol
 
 from ..config import Policy
 from ..engines import open_engine
+from ..errors import OperationalError
 from .app import Connection
 from .catalog import Catalog
 from .pool import StackPool
@@ -98,7 +99,10 @@ class Server:
 
     async def start(self) -> None:
         if self.link is None:
-            self._server = await asyncio.start_server(self._accept, self.host, self.port, limit=2**16)
+            try:
+                self._server = await asyncio.start_server(self._accept, self.host, self.port, limit=2**16)
+            except OSError as e:
+                raise cannot_listen(self.host, self.port, e) from None
         else:  # the supervisor's listening sockets, on which every worker accepts
             socks = [socket.socket(fileno=fd) for fd in self.link.listen_fds]
             self._server = await asyncio.start_server(self._accept, sock=socks[0], limit=2**16)
@@ -110,10 +114,14 @@ class Server:
         conn = Connection(self, reader, writer)
         await conn.run()
 
-    async def serve_forever(self) -> None:
+    async def serve_forever(self, ready: Callable[[], None] | None = None) -> None:
+        """Listen, start the services, call `ready` (the port is bound: `self.port` is the real one),
+        then serve until SIGTERM or SIGINT."""
         await self.start()
         for service in self.services:
             await service.start()
+        if ready is not None:
+            ready()
         settle_heap()
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
@@ -228,8 +236,17 @@ def tls_context(cert: str, key: str) -> ssl.SSLContext:
     return ctx
 
 
-def run(server: Server) -> None:
-    asyncio.run(server.serve_forever())
+def cannot_listen(host: str, port: int, e: OSError) -> OperationalError:
+    """The wire's port cannot be bound (in use, a privileged port, an address not on this host)."""
+    return OperationalError(
+        f"cannot listen on {host}:{port}: {e.strerror}",
+        hint=f"choose another --port (e.g. --port {port + 1 if 0 < port < 65535 else 5434}) or --host, "
+        "or stop what is using it; clients then connect to that port",
+    )
 
 
-__all__ = ["Server", "Service", "Limits", "run", "tls_context"]
+def run(server: Server, ready: Callable[[], None] | None = None) -> None:
+    asyncio.run(server.serve_forever(ready))
+
+
+__all__ = ["Server", "Service", "Limits", "cannot_listen", "run", "tls_context"]

@@ -20,11 +20,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..errors import OperationalError
 from ..ledger import Ledger
 from ..ledger.remote_writer import WriterService
 from .launch import ServeOptions
-from .listener import Limits
+from .listener import Limits, cannot_listen
 from .worker_link import WorkerLink
 
 READY_SECONDS = 120.0  # a worker opens its engine (no weighted copy yet) well within this
@@ -60,10 +59,7 @@ def listen(host: str, port: int, count: int) -> list[list[socket.socket]]:
     except OSError as e:
         for s in (s for group in groups for s in group):
             s.close()
-        raise OperationalError(
-            f"cannot listen on {host}:{port}: {e.strerror}",
-            hint="choose another --host or --port, or stop what is using it",
-        ) from None
+        raise cannot_listen(host, port, e) from None
     return groups
 
 
