@@ -386,7 +386,18 @@ def test_log_statements_shows_each_statement_and_its_outcome_never_values(small_
 
 
 def _serve_command(policy, ledger, port: int) -> list[str]:
-    return [sys.executable, "-m", "dpsql.cli", "serve", "--policy", str(policy), "--ledger", str(ledger), "--port", str(port)]
+    return [
+        sys.executable,
+        "-m",
+        "dpsql.cli",
+        "serve",
+        "--policy",
+        str(policy),
+        "--ledger",
+        str(ledger),
+        "--port",
+        str(port),
+    ]
 
 
 def test_a_port_in_use_is_an_error_with_a_hint_not_a_traceback_after_a_greeting(small_policy, tmp_path):
@@ -405,7 +416,10 @@ def test_a_port_in_use_is_an_error_with_a_hint_not_a_traceback_after_a_greeting(
 
 def test_port_0_announces_the_port_bound(small_policy, tmp_path):
     proc = subprocess.Popen(
-        _serve_command(small_policy, tmp_path / "l.sqlite", 0), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        _serve_command(small_policy, tmp_path / "l.sqlite", 0),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         line = next(line for line in proc.stdout if "serving" in line)
