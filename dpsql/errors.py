@@ -7,6 +7,9 @@ analyst: they say what to do next, and never contain values read from private ro
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class Warning(Exception):  # noqa: A001 - PEP 249 requires this name
     """PEP 249 warning."""
@@ -97,23 +100,39 @@ def unsupported(message: str, hint: str | None = None) -> UnsupportedQuery:
 BUDGET_RELATION = "dpsql_budget"  # SELECT ... FROM dpsql_budget: SHOW dpsql.budget as a relation, free
 
 
-def undefined_table(name: str) -> ProgrammingError:
+def undefined_table(name: str, tables: Iterable[str] = ()) -> ProgrammingError:
+    """`tables`: the tables a query may name (the policy's, so public), for a hint."""
     if name.lower() == BUDGET_RELATION:  # the session answers it read on its own, never inside another query
         return unsupported(
             f"{BUDGET_RELATION} can only be read on its own, not joined, nested or in a WITH clause",
             hint=f"SELECT * FROM {BUDGET_RELATION} (filtering and ordering it is fine), then use its "
             "values in your next query",
         )
+    declared = sorted(set(tables))
+    listed = f": {_listing(declared)}" if declared else ""
     return ProgrammingError(
         f'relation "{name}" does not exist',
         sqlstate="42P01",
-        hint="Only tables declared in the policy file can be queried.",
+        hint=f"{_nearest(name, declared)}only tables declared in the policy file can be queried{listed}",
     )
 
 
-def undefined_column(name: str, where: str | None = None) -> ProgrammingError:
+def undefined_column(name: str, where: str | None = None, columns: Iterable[str] = ()) -> ProgrammingError:
+    """`columns`: the names the query could have meant (schema, so public), for a hint."""
     suffix = f" in {where}" if where else ""
-    return ProgrammingError(f'column "{name}" does not exist{suffix}', sqlstate="42703")
+    names = sorted({c for c in columns if not c.startswith("__dpsql")})
+    hint = f"{_nearest(name.rsplit('.', 1)[-1], names)}the columns here: {_listing(names)}" if names else None
+    return ProgrammingError(f'column "{name}" does not exist{suffix}', sqlstate="42703", hint=hint)
+
+
+def _nearest(name: str, names: list[str]) -> str:
+    """'perhaps you meant "x"; ' for the closest of `names` to a misspelt `name`, else ''."""
+    close = difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.6)
+    return f'perhaps you meant "{close[0]}"; ' if close else ""
+
+
+def _listing(names: list[str], most: int = 20) -> str:
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def invalid_parameter(message: str, hint: str | None = None) -> ProgrammingError:

@@ -257,3 +257,9 @@ def test_functions_have_no_source(catalog):
     with pytest.raises(Error, match='function "nosuch" does not exist') as info:
         catalog.answer("SELECT 'nosuch'::pg_catalog.regproc::pg_catalog.oid", [], None, "dp")
     assert info.value.sqlstate == "42883"
+
+
+def test_a_window_function_in_a_catalog_query_is_named_after_its_function(catalog):
+    sql = "SELECT nspname, ROW_NUMBER() OVER (ORDER BY nspname) FROM pg_namespace"
+    names, _, _ = catalog.answer(sql, [], None, "dp")
+    assert names == ["nspname", "row_number"]

@@ -386,18 +386,8 @@ def test_log_statements_shows_each_statement_and_its_outcome_never_values(small_
 
 
 def _serve_command(policy, ledger, port: int) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "dpsql.cli",
-        "serve",
-        "--policy",
-        str(policy),
-        "--ledger",
-        str(ledger),
-        "--port",
-        str(port),
-    ]
+    """`dpsql serve` on `port`, run here without the fixture (which waits for it to listen)."""
+    return [sys.executable, "-m", "dpsql.cli", "serve", "-p", str(policy), f"--ledger={ledger}", f"--port={port}"]
 
 
 def test_a_port_in_use_is_an_error_with_a_hint_not_a_traceback_after_a_greeting(small_policy, tmp_path):

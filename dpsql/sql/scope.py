@@ -124,14 +124,14 @@ class Scope:
             for alias, cols in self.items:
                 if alias == qualifier:
                     if name not in cols:
-                        raise undefined_column(f"{qualifier}.{name}")
+                        raise undefined_column(f"{qualifier}.{name}", columns=cols)
                     return cols[name]
             raise ProgrammingError(f'missing FROM-clause entry for table "{qualifier}"', sqlstate="42P01")
         if name in self.merged:
             return self.merged[name]
         found = [cols[name] for _, cols in self.items if name in cols]
         if not found:
-            raise undefined_column(name)
+            raise undefined_column(name, columns=[*self.merged, *(c for _, cols in self.items for c in cols)])
         if len(found) > 1:
             raise ProgrammingError(
                 f'column reference "{name}" is ambiguous',
@@ -179,7 +179,7 @@ class Resolver:
             raise undefined_table(node.sql(dialect="postgres"))
         table = self.policy.table(node.name)
         if table is None or table.name not in self.schema:
-            raise undefined_table(node.name)
+            raise undefined_table(node.name, [t for t in self.policy.tables if t in self.schema])
         return self.typed(Source(self.new_alias(), table, self.schema[table.name], _sample_rate(node, table)))
 
     def new_alias(self) -> str:
@@ -492,7 +492,7 @@ def output_name(item: exp.Expression) -> str:
         return item.alias.lower() if not item.args["alias"].quoted else item.alias
     if isinstance(item, exp.Column):
         return item.name.lower()
-    if isinstance(item, (exp.Filter, exp.WithinGroup)):
+    if isinstance(item, (exp.Filter, exp.WithinGroup, exp.Window)):
         return output_name(item.this)
     if isinstance(item, exp.Count):
         return "count"

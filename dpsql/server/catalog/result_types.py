@@ -76,7 +76,7 @@ def _pg_name(node: exp.Expression) -> str:
         default = node.args.get("default")
         name = _pg_name(default) if default is not None else "?column?"
         return name if name != "?column?" else "case"
-    if isinstance(node, exp.Paren):
+    if isinstance(node, (exp.Paren, exp.Window)):
         return _pg_name(node.this)
     if isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select) and node.this.expressions:
         return _pg_name(node.this.expressions[0])
