@@ -134,8 +134,10 @@ def test_grant_and_history(small_policy, tmp_path):
     s = subprocess.run(base + ["budget", "show", *common, "bob", "--json"], capture_output=True, text=True)
     b = json.loads(s.stdout)[0]
     assert b["epsilon"]["total"] == 2.5 and b["epsilon"]["spent"] == 1.0
+    s = subprocess.run(base + ["budget", "show", *common, "bob"], capture_output=True, text=True)
+    assert s.stdout.rstrip().endswith(", 1 query"), s.stdout
     h = subprocess.run(base + ["budget", "history", *common, "bob"], capture_output=True, text=True)
-    assert "SELECT COUNT(*) FROM people" in h.stdout and "[released]" in h.stdout and "(1 releases)" in h.stdout
+    assert "SELECT COUNT(*) FROM people" in h.stdout and "[released]" in h.stdout and "(1 release)" in h.stdout
 
 
 def test_global_filter_bounds_all_analysts_together(small_policy, tmp_path):

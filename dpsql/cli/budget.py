@@ -52,7 +52,8 @@ def budget_show(policy: str, ledger: str | None, user: str | None, as_json: bool
         click.echo(
             f"{b['user']}: {b['filter']} filter, epsilon {float(b['epsilon']['spent']):g} of "
             f"{float(b['epsilon']['total']):g} spent{window} ({float(b['epsilon']['remaining']):g} left), delta "
-            f"{float(b['delta']['spent']):g} of {float(b['delta']['total']):g}, {b['queries']} queries"
+            f"{float(b['delta']['spent']):g} of {float(b['delta']['total']):g}, "
+            f"{_count(b['queries'], 'query', 'queries')}"
         )
         if b.get("lifetime"):
             life = b["lifetime"]
@@ -118,7 +119,7 @@ def budget_history(policy: str, ledger: str | None, user: str, as_json: bool) ->
             f"#{r['id']} {when} epsilon={show(r['cost'].epsilon)} delta={show(r['cost'].delta)} "
             f"[{status}] {' '.join(r['sql'].split())}"
         )
-    click.echo(f"({len(rows)} releases)")
+    click.echo(f"({_count(len(rows), 'release', 'releases')})")
 
 
 @budget.command("simulate")
@@ -201,3 +202,7 @@ def budget_simulate(
     click.echo(f"{what} of epsilon={query_epsilon:g} that fit in ({epsilon:g}, {delta:g}):")
     for k, n in counts.items():
         click.echo(f"  {k:<11} {n}")
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
