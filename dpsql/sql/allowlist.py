@@ -369,11 +369,7 @@ def check_node(node: exp.Expression, *, public: bool = False) -> None:
             f"one of: {', '.join(ALLOWED_FUNCTION_NAMES)}",
         )
     if isinstance(node, exp.Window):
-        raise forbidden(
-            "window functions over private rows are not allowed",
-            hint="aggregate with GROUP BY first, then apply the window function in an outer query over "
-            "that result: SELECT k, n, SUM(n) OVER () FROM (SELECT k, COUNT(*) AS n FROM t GROUP BY k) r",
-        )
+        raise _window(node)
     if isinstance(node, exp.Exists):
         raise unsupported(
             "EXISTS (subquery) is not supported in a query over private rows",
@@ -400,6 +396,24 @@ def check_node(node: exp.Expression, *, public: bool = False) -> None:
     raise unsupported(
         f"{construct(node)} is not supported here: {node.sql(dialect='postgres')[:60]}",
         hint='rewrite the query without it; the README\'s "What SQL is answered" lists what is',
+    )
+
+
+def _window(node: exp.Window) -> Exception:
+    """A window function in a query over private rows: over its rows, or over its aggregates
+    (RANK() OVER (ORDER BY COUNT(*))), which an outer query over the released answer computes."""
+    written = node.sql(dialect="postgres")
+    over_aggregates = any(a is not node.this for a in node.find_all(exp.AggFunc))
+    example = "SELECT k, n, RANK() OVER (ORDER BY n DESC) FROM (SELECT k, COUNT(*) AS n FROM t GROUP BY k) r"
+    if over_aggregates:
+        return forbidden(
+            f"window functions over this query's aggregates go in an outer query over its answer: {written[:80]}",
+            hint=f"name the aggregates in a subquery and apply the window function over it: {example}",
+        )
+    return forbidden(
+        f"window functions over private rows are not allowed: {written[:80]}",
+        hint=f"aggregate with GROUP BY first, then apply the window function in an outer query over that result: "
+        f"{example}",
     )
 
 
