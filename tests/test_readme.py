@@ -87,3 +87,25 @@ def test_the_workloads_table_is_what_the_filters_admit():
         )
         got = json.loads(out.stdout)["queries"]
         assert {f: stated[f][i] for f in stated} == got, (mechanism, eps)
+
+
+def test_the_first_psql_session_runs_on_the_sample_as_written(sample_conn):
+    """The statements of the README's psql session (Connecting), each as its comment says."""
+    conn = sample_conn
+    readme = (ROOT / "README.md").read_text()
+    block = readme[readme.index("dpsql=> SHOW dpsql.budget;") :].split("```")[0]
+    statements = [line.split("dpsql=> ")[1].split(";")[0] for line in block.splitlines() if "dpsql=> " in line]
+    assert len(statements) == 4
+    cur = conn.cursor()
+    cur.execute(statements[0])
+    names = [d[0] for d in cur.description]
+    budget = dict(zip(names, cur.fetchone()))
+    assert budget["epsilon_total"] == budget["epsilon_remaining"] == 10
+    cur.execute(statements[1])
+    assert cur.fetchall()[0][0].startswith("cost: epsilon=0.1 delta=0")
+    assert dict(zip(names, conn.cursor().execute("SHOW dpsql.budget").fetchone()))["epsilon_spent"] == 0
+    cur.execute(statements[2])
+    assert len(cur.fetchall()) == 3 and cur.dp.cost.epsilon == 0.1
+    cur.execute(statements[3])
+    assert [d[0] for d in cur.description] == ["sex", "n", "dp_interval_low", "dp_interval_high"]
+    assert all(low < n < high for _, n, low, high in cur.fetchall())
