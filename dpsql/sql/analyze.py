@@ -281,6 +281,8 @@ class _Analysis:
             values = column_values(source, inner.name)
             if values is not None:
                 return GroupKey(name, resolved, domain=values, type_name=type_name)
+            if not source.table.row_unit and inner.name == source.table.privacy_unit:
+                raise _grouped_by_unit(source.table.name, inner.name)
             return GroupKey(name, resolved)
         literal = literal_domain(inner)
         if literal is not None:
@@ -473,6 +475,18 @@ class _Analysis:
             return False
         source = self._source(inner.table)
         return source.private and not source.table.row_unit and inner.name == source.table.privacy_unit
+
+
+def _grouped_by_unit(table: str, unit: str) -> Exception:
+    """GROUP BY the privacy unit without a declared domain: every group holds one unit, so
+    partition selection would keep none; refused before any charge, with the per-unit subquery
+    that answers what such a query usually asks."""
+    return unsupported(
+        f"GROUP BY {unit}: {unit} is the privacy unit of {table}, so each group holds one person and "
+        "partition selection would drop (almost) every group",
+        hint=f"aggregate per {unit} in a subquery, then over those values: SELECT n, COUNT(*) FROM "
+        f"(SELECT {unit}, COUNT(*) AS n FROM {table} GROUP BY {unit}) t GROUP BY n, or AVG(n)",
+    )
 
 
 def _as_select(node: exp.Expr) -> exp.Select:
