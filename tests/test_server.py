@@ -399,7 +399,7 @@ def test_a_port_in_use_is_an_error_with_a_hint_not_a_traceback_after_a_greeting(
             _serve_command(small_policy, tmp_path / "l.sqlite", port), capture_output=True, text=True, timeout=120
         )
     assert done.returncode == 1
-    assert f"ERROR [58000]: cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert f"ERROR [58000]: cannot listen on 127.0.0.1:{port}: Address already in use\n" in done.stderr
     assert f"HINT: choose another --port (e.g. --port {port + 1})" in done.stderr
     assert "Traceback" not in done.stderr and "serving" not in done.stdout
 

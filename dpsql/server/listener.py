@@ -239,7 +239,7 @@ def tls_context(cert: str, key: str) -> ssl.SSLContext:
 def cannot_listen(host: str, port: int, e: OSError) -> OperationalError:
     """The wire's port cannot be bound (in use, a privileged port, an address not on this host)."""
     return OperationalError(
-        f"cannot listen on {host}:{port}: {e.strerror}",
+        f"cannot listen on {host}:{port}: {os.strerror(e.errno) if e.errno else e}",
         hint=f"choose another --port (e.g. --port {port + 1 if 0 < port < 65535 else 5434}) or --host, "
         "or stop what is using it; clients then connect to that port",
     )
