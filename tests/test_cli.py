@@ -87,3 +87,21 @@ def test_errors_are_one_line_and_no_traceback(tmp_path):
     out = dpsql("query", "--user", "alice", "SELECT * FROM patients", ledger=tmp_path / "l.sqlite")
     assert out.returncode == 1
     assert out.stderr.startswith("ERROR [42501]:") and "Traceback" not in out.stderr
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    """`dpsql COMMAND --help` is what a new user reads: no option is listed without a line."""
+    import click
+
+    from dpsql.cli import main
+
+    def bare(cmd: click.Command, path: str):
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                yield from bare(sub, f"{path} {name}")
+        else:
+            yield from (f"{path} {p.opts[0]}" for p in cmd.params if isinstance(p, click.Option) and not p.help)
+
+    commands = list(main.commands)
+    assert {"serve", "query", "explain", "budget", "users", "ledger", "policy"} <= set(commands)
+    assert list(bare(main, "dpsql")) == []

@@ -34,7 +34,7 @@ def budget() -> None:
 @_policy
 @_ledger
 @click.argument("user", required=False)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print each analyst's budget as JSON.")
 def budget_show(policy: str, ledger: str | None, user: str | None, as_json: bool) -> None:
     """Spent and remaining budget of USER (or of every analyst in the policy)."""
     try:
@@ -93,7 +93,7 @@ def budget_grant(policy: str, ledger: str | None, user: str, epsilon: float, del
 @_policy
 @_ledger
 @click.argument("user")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the releases as JSON.")
 def budget_history(policy: str, ledger: str | None, user: str, as_json: bool) -> None:
     """Every charged release of USER: time, SQL, cost, noise scales, whether an answer left."""
     try:
@@ -148,7 +148,7 @@ def budget_history(policy: str, ledger: str | None, user: str, as_json: bool) ->
     default=None,
     help="Order of the rdp filter (default: the best integer order for this budget).",
 )
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the admitted queries as JSON.")
 def budget_simulate(
     kind: str | None,
     epsilon: float,

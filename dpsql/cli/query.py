@@ -110,7 +110,7 @@ def explain(
 @click.option("--epsilon", type=float, required=True, help="The whole batch's epsilon.")
 @click.option("--delta", type=float, required=True, help="The whole batch's delta (at least 1e-12).")
 @click.option("--run", is_flag=True, help="Answer the batch now, charging (epsilon, delta) once.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.argument("file", type=click.File("r"))
 def plan(
     policy: str, user: str, ledger: str | None, epsilon: float, delta: float, run: bool, as_json: bool, file

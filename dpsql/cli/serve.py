@@ -21,10 +21,21 @@ from .group import main
 @main.command()
 @_policy
 @_ledger
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=5433, show_default=True, type=int)
-@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None)
-@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None)
+@click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on.")
+@click.option(
+    "--port",
+    default=5433,
+    show_default=True,
+    type=int,
+    help="The port to listen on (0: a free one); clients connect with port=... in their connection string.",
+)
+@click.option(
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="A PEM certificate (chain): clients may connect with TLS (sslmode=require); with --tls-key.",
+)
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="The certificate's key.")
 @click.option("--require-tls", is_flag=True, help="Refuse connections that do not use TLS.")
 @click.option("--max-connections", default=200, show_default=True, type=int, help="Authenticated sessions at once.")
 @click.option(

@@ -53,7 +53,7 @@ def synopsis_publish(policy: str, ledger: str | None, name: str) -> None:
 @synopsis.command("list")
 @_policy
 @_ledger
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the synopses as JSON.")
 def synopsis_list(policy: str, ledger: str | None, as_json: bool) -> None:
     """The declared synopses, and which are published for the data as it is now."""
     from ..synopses import store

@@ -30,7 +30,13 @@ def users() -> None:
 @_ledger
 @click.argument("name")
 @click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
-@click.option("--role", type=click.Choice(["analyst", "admin"]), default="analyst", show_default=True)
+@click.option(
+    "--role",
+    type=click.Choice(["analyst", "admin"]),
+    default="analyst",
+    show_default=True,
+    help="A label kept with the login (users list); what a login may see is the policy's (officer = true).",
+)
 def users_add(policy: str, ledger: str | None, name: str, password_stdin: bool, role: str) -> None:
     """Create or update NAME's login (a random password is printed unless --password-stdin)."""
     try:
