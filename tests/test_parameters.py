@@ -14,7 +14,7 @@ from sqlglot import exp
 
 import dpsql
 from dpsql.errors import ProgrammingError
-from dpsql.sql.parameters import bind, bind_parameters, null_parameters, to_literal
+from dpsql.sql.parameters import SHOWN_VALUE_CHARS, bind, bind_parameters, null_parameters, to_literal
 
 
 def _q(sql: str) -> exp.Expression:
@@ -123,3 +123,24 @@ def test_an_embedded_cursor_binds_nested_placeholders_in_order(conn):
     with pytest.raises(dpsql.Error) as info:
         cur.execute("SELECT COUNT(*) FROM places WHERE name = $2", ("north",))
     assert info.value.sqlstate == "08P01" and "parameter 2" in info.value.message
+
+
+def test_the_ledger_records_a_statement_with_its_parameters_values(conn):
+    """An officer reading the history sees what was asked: the text with $1 or %s alone does not
+    say it. Each value as a literal (quotes doubled), a long one cut short."""
+    cur = conn.cursor()
+    cur.execute("SELECT COUNT(*) FROM people WHERE age > %s AND city = %s", (30, "O'Hare"))
+    cur.fetchall()
+    cur.execute("SELECT COUNT(*) FROM people WHERE age > %(low)s", {"low": 40})
+    cur.fetchall()
+    cur.execute("SELECT COUNT(*) FROM people WHERE city = %s", ("x" * 500,))
+    cur.fetchall()
+    cur.execute("SELECT COUNT(*) FROM people WHERE age > 50")
+    cur.fetchall()
+    texts = [c["sql"] for c in conn.session.ledger.history("alice")]
+    assert (
+        texts[0] == "SELECT COUNT(*) FROM people WHERE age > %s AND city = %s\n-- parameters: $1 = 30, $2 = 'O''Hare'"
+    )
+    assert texts[1] == "SELECT COUNT(*) FROM people WHERE age > %(low)s\n-- parameters: low = 40"
+    assert texts[2].endswith("'" + "x" * (SHOWN_VALUE_CHARS - 4) + "...") and len(texts[2]) < 300
+    assert texts[3] == "SELECT COUNT(*) FROM people WHERE age > 50"  # no parameters: the text as written

@@ -33,7 +33,7 @@ from ..sql.classify import Query, Statement, split_statements
 from ..sql.clock import now as clock_now
 from ..sql.clock import pinned
 from ..sql.options import QueryOptions
-from ..sql.parameters import bind_parameters
+from ..sql.parameters import bind_parameters, recorded
 from ..sql.route import Entry, Kind, Routed, empty_refusal
 from ..sql.scope import as_written
 from ..synopses import publish as synopsis_publish
@@ -142,6 +142,8 @@ class Session:
         stmt = routed.checked()
         sql = routed.text
         tree = bind_parameters(stmt.tree, params) if params or stmt.placeholders else stmt.tree
+        if params:  # the ledger records the values with the text (`stmt.sql` is what a charge records)
+            stmt = replace(stmt, sql=recorded(stmt.sql, params))
         expanded = self._views.expand(tree)
         if stmt.clocked or expanded is not stmt.tree:
             expanded = pinned(expanded, clock_now())  # the clock read once, as literals (sql/clock.py)

@@ -81,6 +81,26 @@ def _value(params: Params, index: int, absent_as_null: bool) -> Any:
     return params[index]
 
 
+SHOWN_VALUE_CHARS = 200  # of one parameter's value in the ledger's record of a statement
+
+
+def recorded(sql: str, params: Params | None) -> str:
+    """A statement's text as the ledger records it: its parameters' values after it, so an officer
+    reading the history sees what was asked (the text alone shows $1 or %s)."""
+    if not params:
+        return sql
+    items = params.items() if isinstance(params, Mapping) else ((f"${i}", v) for i, v in enumerate(params, 1))
+    return f"{sql}\n-- parameters: " + ", ".join(f"{name} = {_shown(v)}" for name, v in items)
+
+
+def _shown(value: Any) -> str:
+    try:
+        text = to_literal(value).sql(dialect="postgres")
+    except ProgrammingError:
+        text = repr(value)
+    return text if len(text) <= SHOWN_VALUE_CHARS else text[: SHOWN_VALUE_CHARS - 3] + "..."
+
+
 def to_literal(value: Any) -> exp.Expression:
     """A Python value as a SQL literal of its type (22023 for a type a parameter cannot have)."""
     if value is None:
