@@ -20,12 +20,12 @@ from dpsql.session import Session
 from dpsql.session import bounded as bounded_module
 from dpsql.sql import rewrite as rewrite_module
 from dpsql.sql.classify import classify
-from dpsql.sql.narrow import NONE, narrowing
+from dpsql.sql.narrow import NONE, narrowing, unlisted
 from dpsql.sql.rewrite import declared_domain
 from sample_data.generate import DIAGNOSES, REGIONS
 from sample_data.generate import WARDS as SAMPLE_WARDS
 
-from .conftest import default_events, default_people, make_db, write_policy
+from .conftest import SAMPLE, default_events, default_people, make_db, write_policy
 from .test_golden import _pretty
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -408,3 +408,47 @@ def test_domain_queries_match_the_golden_fixture(session):
     if os.environ.get("DPSQL_UPDATE_GOLDEN"):
         path.write_text(got)
     assert got == path.read_text()
+
+
+def _unlisted(sql: str, ledger: Path) -> tuple[str, ...]:
+    session = Session(load_policy(SAMPLE / "dpsql.toml", ledger_path=ledger), "alice")
+    try:
+        return unlisted(session._prepare(classify(sql).tree)[0])
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize(
+    "where,told",
+    [
+        ("p.region = 'north'", ["'north' is not among region's declared keys", "did you mean 'North'?"]),
+        ("'North ' = p.region", ["'North ' is not among region's", "did you mean 'North'?"]),
+        ("v.diagnosis IN ('cardiac', 'Skin', 'gout')", ["'Skin', 'gout' is not among diagnosis's", "'skin'?"]),
+        ("p.region = 'North' AND v.diagnosis = 'cardiac'", []),  # listed: nothing to tell
+        ("p.region <> 'north'", []),  # only = and IN name values the rows must hold
+        ("v.ward = 'cardio'", []),  # keys from a public table: the table's rows, not the policy, list them
+        ("p.smoker = 'yes'", []),  # non-text keys: the engine's cast decides
+    ],
+)
+def test_a_value_none_of_a_columns_declared_keys_is_told(where, told, tmp_path):
+    """From the query and the policy only: a condition naming a value the column's listed keys do
+    not hold matches only rows with an unlisted value, most likely a misspelling."""
+    got = " | ".join(
+        _unlisted(
+            f"SELECT COUNT(*) FROM visits v JOIN patients p ON v.patient_id = p.patient_id WHERE {where}",
+            tmp_path / "ledger.sqlite",
+        )
+    )
+    assert all(t in got for t in told) and (got != "") == bool(told), got
+
+
+def test_the_answer_and_explain_tell_an_unlisted_value_before_and_after_the_charge(hospital):
+    sql = "SELECT AVG(income) FROM patients WHERE region = 'north'"
+    hospital.execute(f"EXPLAIN {sql}")
+    assert any(r[0].startswith("note: 'north' is not among region's") for r in hospital.fetchall())
+    hospital.execute(sql)
+    hospital.fetchall()
+    assert "did you mean 'North'?" in hospital.dp.notice
+    hospital.execute("SELECT AVG(income) FROM patients WHERE region = 'North'")
+    hospital.fetchall()
+    assert not (hospital.dp.notice or "").count("declared keys")

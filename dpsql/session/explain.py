@@ -15,7 +15,7 @@ from ..guarantee.families import family
 from ..sql.analyze import PublicQuery
 from ..sql.clock import now as clock_now
 from ..sql.clock import pinned
-from ..sql.narrow import narrowing
+from ..sql.narrow import narrowing, unlisted
 from ..sql.options import QueryOptions
 from ..synopses import route as synopsis_route
 from . import auto
@@ -64,6 +64,7 @@ def explain_plan(session: Session, tree: exp.Query, options: QueryOptions | None
         "max_rows_per_unit": plan.total_rows if plan.total_bound else None,
         "groups": domain_size(session, plan),
         "narrowed_by": list(narrowing(plan).used),
+        "unlisted": list(unlisted(plan)),
         **auto_info,
         "mechanisms": mechanisms,
         "selection": None
@@ -157,6 +158,7 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
             if info.get("groups") is not None
             else []
         ),
+        *[f"note: {u}" for u in info.get("unlisted", ())],
         *(
             [
                 f"limits chosen when the query runs (dpsql.bounds = auto): {info['auto_bounds']:.0%} of its epsilon "

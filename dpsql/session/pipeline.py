@@ -32,6 +32,7 @@ from ..sql.analyze import PublicQuery
 from ..sql.classify import Query, Statement, split_statements
 from ..sql.clock import now as clock_now
 from ..sql.clock import pinned
+from ..sql.narrow import unlisted
 from ..sql.options import QueryOptions
 from ..sql.parameters import bind_parameters, recorded
 from ..sql.route import Entry, Kind, Routed, empty_refusal
@@ -206,7 +207,7 @@ class Session:
         self._deadline.check()
         if chosen:
             result, charge = auto.answer_auto(self, stmt, tree, plan, cal, options, bound.domain, target)
-            return record(self, result, charge, key, bounds=True)
+            return record(self, self._told(plan, result), charge, key, bounds=True)
         stopper = Stopper(self.engine) if overlapping(self, cal.cost) else None
         detail_text = self._plans.derived(cal, "detail_text", lambda: json.dumps(detail, default=str))
         pending = charging(self, cal.cost, stmt.sql, detail_text, stopper)
@@ -214,18 +215,15 @@ class Session:
         charge = None if stopper is not None else pending.admitted()  # else admitted while the engine runs
         result = answer(self, plan, bound, cal, charge, detail, pending, stopper)
         charge = pending.admitted()
-        dropped = self._plans.derived(
-            plan,
-            "dropped",
-            lambda: [as_written(k.expr)[:80] for k in plan.keys if k.declared and null_by_construction(k.expr)],
-        )
-        if dropped:
-            result.dp = replace(
-                result.dp or AnswerRecord(),
-                notice=f"rows where {' or '.join(dropped)} is NULL are in no group: a declared domain "
-                "holds values, not NULL; to count them, give them a value, e.g. COALESCE(key, 'none')",
-            )
-        return record(self, result, charge, key)
+        return record(self, self._told(plan, result), charge, key)
+
+    def _told(self, plan: Plan, result: Result) -> Result:
+        """The answer with what its query's text and the policy alone tell of it (kept per plan)."""
+        told = self._plans.derived(plan, "told", lambda: _told_of(plan))
+        if told:
+            dp = result.dp or AnswerRecord()
+            result.dp = replace(dp, notice="; ".join(([dp.notice] if dp.notice else []) + list(told)))
+        return result
 
     # Planning seams (tests replace these on a session) --------------------------------------
     def _prepare(
@@ -365,3 +363,14 @@ _ANSWERS = {
     Kind.EXPLAIN: Session._explain,
     Kind.QUERY: Session._statement,
 }
+
+
+def _told_of(plan: Plan) -> tuple[str, ...]:
+    """Notices from the plan alone: keys NULL by construction, and values compared with a column's
+    declared keys that are none of them (sql/narrow.unlisted)."""
+    dropped = [as_written(k.expr)[:80] for k in plan.keys if k.declared and null_by_construction(k.expr)]
+    nulls = (
+        f"rows where {' or '.join(dropped)} is NULL are in no group: a declared domain holds values, not "
+        "NULL; to count them, give them a value, e.g. COALESCE(key, 'none')"
+    )
+    return ((nulls,) if dropped else ()) + unlisted(plan)

@@ -86,6 +86,43 @@ NONE = Narrowing(())
 _UNUSABLE = (exp.Subquery, exp.Select, exp.AggFunc, exp.Window, exp.Placeholder, exp.Parameter, *CLOCK_FUNCTIONS)
 
 
+def unlisted(plan: Plan) -> tuple[str, ...]:
+    """What the analyst is told of conditions comparing a private column whose keys the policy
+    lists (text keys) to a text value not among them, `region = 'north'` where the keys are
+    'North', ...: most likely a misspelling. Values are compared exactly, so such a condition
+    matches only rows holding a value the policy does not list. From the query and the policy
+    only; nothing here narrows a domain."""
+    sources = {s.alias: s for s in plan.relation.sources}
+    inner = [c for j in plan.relation.joins if j.kind == "inner" for c in conjuncts(j.on)]
+    out: list[str] = []
+    for cond in [c for w in plan.relation.where for c in conjuncts(w)] + inner:
+        if isinstance(cond, exp.EQ):
+            column, values = (cond.this, [cond.expression])
+            if not isinstance(column, exp.Column):
+                column, values = cond.expression, [cond.this]
+        elif isinstance(cond, exp.In) and not cond.args.get("query"):
+            column, values = cond.this, list(cond.expressions)
+        else:
+            continue
+        source = sources.get(column.table) if isinstance(column, exp.Column) else None
+        if source is None or not source.private or source.derived is not None:
+            continue
+        keys = source.table.column(column.name).keys
+        if not keys or not all(isinstance(k, str) for k in keys):
+            continue
+        missing = [v.this for v in values if isinstance(v, exp.Literal) and v.is_string and v.this not in keys]
+        if missing:
+            shown = ", ".join(repr(k) for k in keys[:6]) + (f", ... ({len(keys)} in all)" if len(keys) > 6 else "")
+            folded = {k.strip().casefold(): k for k in keys}
+            meant = [folded[m.strip().casefold()] for m in missing if m.strip().casefold() in folded]
+            out.append(
+                f"{', '.join(repr(m) for m in missing)} is not among {column.name}'s declared keys ({shown}); "
+                "values are compared exactly (case and spaces count)"
+                + (f": did you mean {', '.join(repr(k) for k in meant)}?" if meant else "")
+            )
+    return tuple(out)
+
+
 def narrowing(plan: Plan) -> Narrowing:
     """The conditions that narrow the plan's declared key domains (none where keys are not declared)."""
     if not plan.keys or not plan.declared:
