@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 import dpsql
+from dpsql.ledger import Ledger
 
 from .server_fixture import PASSWORD, Serve, assert_cancelled_midway
 
@@ -390,18 +391,30 @@ def _serve_command(policy, ledger, port: int) -> list[str]:
     return [sys.executable, "-m", "dpsql.cli", "serve", "-p", str(policy), f"--ledger={ledger}", f"--port={port}"]
 
 
-def test_a_port_in_use_is_an_error_with_a_hint_not_a_traceback_after_a_greeting(small_policy, tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_port_in_use_is_an_error_with_a_hint_not_a_traceback_after_a_greeting(small_policy, tmp_path, workers):
+    """Nothing is announced, and the logins this start created are taken back with their
+    passwords, never shown: the next start creates and shows them."""
+    ledger = tmp_path / "l.sqlite"
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         done = subprocess.run(
-            _serve_command(small_policy, tmp_path / "l.sqlite", port), capture_output=True, text=True, timeout=120
+            _serve_command(small_policy, ledger, port) + [f"--workers={workers}"],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     assert done.returncode == 1
     assert f"ERROR [58000]: cannot listen on 127.0.0.1:{port}: Address already in use\n" in done.stderr
     assert f"HINT: choose another --port (e.g. --port {port + 1})" in done.stderr
-    assert "Traceback" not in done.stderr and "serving" not in done.stdout
+    assert "Traceback" not in done.stderr and "serving" not in done.stdout and "password" not in done.stdout
+    store = Ledger(ledger)
+    try:
+        assert store.user_credentials("alice") is None
+    finally:
+        store.close()
 
 
 def test_port_0_announces_the_port_bound(small_policy, tmp_path):

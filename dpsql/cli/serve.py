@@ -133,15 +133,16 @@ def serve(
         http,
     )
     store = None
+    passwords: list[str] = []  # told once the port is bound
     try:
         if workers > 1:  # the supervisor keeps the ledger open: its writer writes every worker's charges
             pol = checked(options)
             store = open_ledger(pol.ledger_path, pol.ledger_url, identity=pol.ledger_identity)
-            ensure_logins(store, pol, click.echo)
+            created = ensure_logins(store, pol, passwords.append)
         else:
             server = build_server(options)
             pol = server.policy
-            ensure_logins(server.ledger, pol, click.echo)
+            created = ensure_logins(server.ledger, pol, passwords.append)
         _warn_loose(store if workers > 1 else server.ledger)
     except Error as e:
         if store is not None:
@@ -150,6 +151,9 @@ def serve(
         return
 
     def announce(bound: int, console: str | None) -> None:
+        for line in passwords:
+            click.echo(line)
+        passwords.clear()
         processes = f", {workers} workers" if workers > 1 else ""
         click.echo(
             f"dpsql {__version__} serving {pol.path} on {host}:{bound} "
@@ -161,10 +165,19 @@ def serve(
         if console is not None:
             click.echo(f"privacy console: {console} (the same logins)")
 
+    def take_back(ledger) -> None:
+        """Not announced (the port was not bound, or the workers did not start): the logins this
+        start created are removed, since their passwords were never shown; the next start
+        creates them again."""
+        if passwords:
+            for name in created:
+                ledger.remove_user(name)
+
     if workers == 1:  # announced once the port is bound: a port in use is an error, not a greeting
         try:
             run(server, ready=lambda: announce(server.port, server.console_url()))
         except Error as e:
+            take_back(server.ledger)
             server.close()
             _fail(e)
         return
@@ -176,5 +189,6 @@ def serve(
         _fail(e)
         return
     finally:
+        take_back(store)
         store.close()
     sys.exit(status)

@@ -73,16 +73,21 @@ def checked(options: ServeOptions) -> Policy:
     return pol
 
 
-def ensure_logins(ledger: Ledger, pol: Policy, say: Callable[[str], None]) -> None:
-    """A login with a random password for each analyst of the policy who has none yet."""
+def ensure_logins(ledger: Ledger, pol: Policy, say: Callable[[str], None]) -> list[str]:
+    """A login with a random password for each analyst of the policy who has none yet; `say`
+    tells each password. The analysts given one, so that a server that cannot start removes them
+    (their passwords would otherwise be lost, and the next start would create none)."""
+    created = []
     for name in sorted(pol.users):
         if ledger.user_credentials(name) is None:
             password = secrets.token_urlsafe(12)
             ledger.set_user(name, make_verifier(password), "analyst")
+            created.append(name)
             say(
                 f"created login for analyst {name}: password {password} "
                 f"(shown once; change it with: dpsql users add {name} --password-stdin)"
             )
+    return created
 
 
 def shared_cores(pol: Policy, workers: int, cores: int) -> Policy:
