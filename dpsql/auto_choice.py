@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from functools import partial
 from fractions import Fraction
+from functools import partial
 from typing import Sequence
 
 from .auto_bounds import (
