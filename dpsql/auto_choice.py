@@ -240,8 +240,10 @@ def choose(
     rest = float(epsilon * (1 - SHARE))
     measures = max(len(plan.measures), 1)
     scales = profile.noise or (0.0,) * (2 + len(cols))
-    groups = effective_groups(profile.groups, groups, scales[-1] if profile.groups else 0.0)
     units = population((profile.rows, *profile.values, profile.groups), scales)
+    # the groups' masses read with their noise only where the population is (trust below 1)
+    spread = scales[-1] if profile.groups and trust(units, scales[-1]) < 1 else 0.0
+    groups = effective_groups(profile.groups, groups, spread)
     rows = _rows(profile, units)
     terms = _terms(plan)
     values = {c.expr: _values(c, m, trust(units, b)) for c, m, b in zip(cols, profile.values, scales[1:])}

@@ -55,7 +55,7 @@ def _clamp(choice: auto_bounds.Choice, col: auto_bounds.Column) -> float:
 def test_empty_top_bins_that_are_noise_do_not_pick_the_far_clamp(seniors):
     """Over 200 seeded profiles of the seniors, each bin noised at the sample's scale: the clamp
     the choice makes is mostly near the seniors' costs (an exact profile picks 3,125): median
-    6,250, 25,000 or above in 18 % of the draws. Each bin clamped at 0 made the top octaves' noise
+    6,250, 25,000 or above in 20 % of the draws. Each bin clamped at 0 made the top octaves' noise
     a heavy tail: median 12,500, 25,000 or above in 45 %."""
     plan, cols, top = seniors
     (col,) = cols
@@ -73,16 +73,17 @@ def test_empty_top_bins_that_are_noise_do_not_pick_the_far_clamp(seniors):
 
 
 def test_a_large_population_reads_its_bins_as_released(seniors):
-    """At TRUST noise scales or more, knowing the noise changes nothing but the groups' spread:
-    the choice is the one of the bins clamped at 0, bit for bit."""
+    """At TRUST noise scales or more, knowing the noise changes nothing: the choice is the one of
+    the bins (and the groups' masses) clamped at 0, bit for bit."""
     plan, cols, top = seniors
     rng = random.Random(7)
     big = 30 * auto_denoise.TRUST
     for _ in range(20):
         rows = _noisy(rng, [x * big for x in ROWS], SCALE)
         cost = _noisy(rng, [x * big for x in COST], SCALE)
-        known = auto_bounds.Profile(auto_bounds.steps(top), rows, (cost,), (), (SCALE, SCALE))
-        unknown = auto_bounds.Profile(auto_bounds.steps(top), rows, (cost,))
+        groups = tuple(sorted(_noisy(rng, [272.0 * big] + [0.0] * 11, SCALE)))
+        known = auto_bounds.Profile(auto_bounds.steps(top), rows, (cost,), groups, (SCALE,) * 3)
+        unknown = auto_bounds.Profile(auto_bounds.steps(top), rows, (cost,), groups)
         assert repr(auto_choice.choose(plan, known, cols, top, Fraction(1, 10), 12)) == repr(
             auto_choice.choose(plan, unknown, cols, top, Fraction(1, 10), 12)
         )
