@@ -113,6 +113,7 @@ class Profile:
     rows: tuple[float, ...]
     values: tuple[tuple[float, ...], ...]
     groups: tuple[float, ...] = ()  # noisy weighted rows of each released group, in no order
+    noise: tuple[float, ...] = ()  # each histogram's Laplace scale in rows (rows, values..., groups)
 
 
 @dataclass(frozen=True)
@@ -558,11 +559,13 @@ def assembled(released: Sequence[Piece], cols: Sequence[Column], top: int, by_gr
     """The Profile of a query from its histograms (released now or before), in `pieces` order.
     The groups' masses are kept in no order (a multiset of a noisy vector: post-processing)."""
     out = [p.bins for p in released]
+    noise = [1 / p.epsilon if p.epsilon > 0 else 0.0 for p in released]
     groups = tuple(sorted(out.pop())) if by_group else ()
     if top <= 1:  # one row a unit: the units are the released values' (or groups') total mass
         own = out[0] if cols else groups
         out.insert(0, (max(sum(own), 0.0),) + (0.0,) * len(steps(top)))
-    return Profile(steps(top), out[0], tuple(out[1:]), groups)
+        noise.insert(0, 0.0)
+    return Profile(steps(top), out[0], tuple(out[1:]), groups, tuple(noise))
 
 
 # The choice: a model of the error, minimised -----------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from functools import partial
 from typing import Sequence
 
 from .auto_bounds import (
@@ -26,6 +27,7 @@ from .auto_bounds import (
     release_epsilon,
     steps,
 )
+from .auto_denoise import blended, geometric_fit, octave_fit, population, trust
 from .guarantee.measures import Histogram, Sum
 from .guarantee.plan import Plan
 
@@ -77,14 +79,18 @@ class _Rows:
         return self.memo[key]
 
 
-def _rows(profile: Profile) -> _Rows:
+def _rows(profile: Profile, units: float | None = None) -> _Rows:
+    """The row-count histogram as the model reads it: its bins blended with their geometric fit
+    by how many noise scales the population `units` is (`auto_denoise.trust`)."""
     edges = profile.steps
     reps = []
     for i, upper in enumerate(edges):
         lower = edges[i - 1] if i else 0
         reps.append((lower + 1 + upper) / 2)
     reps.append(edges[-1])  # beyond the policy's bound: the bound is all any choice keeps
-    return _Rows(tuple(reps), tuple(max(u, 0.0) for u in profile.rows))
+    scale = profile.noise[0] if profile.noise else 0.0
+    fit = partial(geometric_fit, uppers=edges)
+    return _Rows(tuple(reps), blended(profile.rows, trust(units, scale), fit))
 
 
 @dataclass(frozen=True)
@@ -200,10 +206,12 @@ def _terms(plan: Plan) -> tuple[_Term, ...]:
     return tuple(out)
 
 
-def _values(col: Column, mass: Sequence[float]) -> _Values:
+def _values(col: Column, mass: Sequence[float], weight: float = 1.0) -> _Values:
+    """A value histogram as the model reads it: its bins blended with their fit over the octaves
+    at `weight` (`auto_denoise.trust`)."""
     edges = (col.lower,) + col.edges
     mids = tuple((edges[i] + edges[i + 1]) / 2 for i in range(VALUE_BINS))
-    return _Values(mids, tuple(max(m, 0.0) for m in mass), edges)
+    return _Values(mids, blended(mass, weight, octave_fit), edges)
 
 
 def choose(
@@ -231,10 +239,14 @@ def choose(
     does not add up ε), a count that may be corrected is, at the prior shares `correct`."""
     rest = float(epsilon * (1 - SHARE))
     measures = max(len(plan.measures), 1)
-    groups = effective_groups(profile.groups, groups)
-    rows = _rows(profile)
+    scales = profile.noise or (0.0,) * (2 + len(cols))
+    units = population((profile.rows, *profile.values, profile.groups), scales)
+    # the groups' masses read with their noise only where the population is (trust below 1)
+    spread = scales[-1] if profile.groups and trust(units, scales[-1]) < 1 else 0.0
+    groups = effective_groups(profile.groups, groups, spread)
+    rows = _rows(profile, units)
     terms = _terms(plan)
-    values = {c.expr: _values(c, m) for c, m in zip(cols, profile.values)}
+    values = {c.expr: _values(c, m, trust(units, b)) for c, m, b in zip(cols, profile.values, scales[1:])}
     by_expr = {c.expr: c for c in cols}
     candidates = steps(top) if top > 1 else (top,)
     full = max(rows.kept(top), 1.0)
@@ -329,15 +341,22 @@ def reaches(top: int, c: int) -> tuple[int, ...]:
     return tuple(r for r in steps(top) if r > c) + (reach_of(top),)
 
 
-def effective_groups(masses: Sequence[float], groups: int) -> float:
-    """How many groups the rows are spread over, from the groups' noisy masses (those below 0 as
-    empty): (Σ m)² / Σ m², which is the number of groups when they are equal and 1 when one
-    holds all; `groups` (the domain's size) without masses. Never above `groups`, nor below 1."""
-    m = [max(x, 0.0) for x in masses]
-    squares = sum(x * x for x in m)
-    if not m or squares <= 0:
+def effective_groups(masses: Sequence[float], groups: int, scale: float = 0.0) -> float:
+    """How many groups the rows are spread over, from the groups' noisy masses: (Σ m)² / Σ m², which
+    is the number of groups when they are equal and 1 when one holds all; `groups` (the domain's
+    size) without masses. With the masses' Laplace scale b, of the signed masses, each square less
+    its noise's 2 b² (both sums then unbiased; clamping each mass at 0 instead adds to Σ m² about
+    b² for every empty group, and a population in one group reads as spread over several); without
+    it, those below 0 as empty. Never above `groups`, nor below 1."""
+    if scale > 0:
+        total = sum(masses)
+        squares = sum(x * x for x in masses) - len(masses) * 2 * scale * scale
+    else:
+        m = [max(x, 0.0) for x in masses]
+        total, squares = sum(m), sum(x * x for x in m)
+    if not masses or squares <= 0 or total <= 0:
         return float(max(groups, 1))
-    return min(max(sum(m) ** 2 / squares, 1.0), float(max(groups, 1)))
+    return min(max(total**2 / squares, 1.0), float(max(groups, 1)))
 
 
 @dataclass(frozen=True)
