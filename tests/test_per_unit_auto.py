@@ -101,13 +101,13 @@ def test_the_chosen_clamp_is_shown_and_bounds_the_release(sample):
             break
     ((expr, (lo, hi)),) = clamps.items()
     assert expr.endswith(".total") and lo == 0 and hi < R * 50_000
-    assert f"{expr} clamped to [{lo:g}, {hi:g}]" in auto_bounds.told(cur.dp.bounds)
+    assert f"total clamped to [{lo:g}, {hi:g}]" in auto_bounds.told(cur.dp.bounds)
     (noise,) = [n for n in cur.dp.noise if n.measure.startswith("SUM(")]
     assert f"{hi:g}" in noise.measure  # the release's sum is clamped where the choice said
     spent = sample.session.budget()["epsilon"]["spent"]
     cur.execute(f"EXPLAIN {sql}")
     text = "\n".join(r[0] for r in cur.fetchall())
-    assert f"{expr} clamped to [{lo:g}, {hi:g}]" in text
+    assert f"total clamped to [{lo:g}, {hi:g}]" in text
     assert "clamps of summed values (a unit has one row here)" in text and "total bound" not in text
     assert sample.session.budget()["epsilon"]["spent"] == spent  # EXPLAIN is free
 

@@ -253,7 +253,7 @@ def _expected_lines(model: dict[str, Any] | None, pct: str) -> list[str]:
             "released (run it once; EXPLAIN then reads that profile, free); the noise below is an upper bound"
         ]
     limits = [f"{model['max_contributions']} row(s) per unit"] if model.get("max_contributions") else []
-    limits += [f"{expr} clamped to [{lo:g}, {hi:g}]" for expr, (lo, hi) in model["clamps"].items()]
+    limits += [f"{auto_bounds.shown(expr)} clamped to [{lo:g}, {hi:g}]" for expr, (lo, hi) in model["clamps"].items()]
     e = model["expected"]
     lines = [
         f"expected error of the chosen limits (from the profile last released for this query, reused free): "
