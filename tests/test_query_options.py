@@ -84,7 +84,7 @@ def test_bigquery_clause_cannot_loosen_the_policy(hospital):
     assert any(
         line.startswith("contribution bounds: 40 row(s) per unit in all") for line in lines
     )  # 4 x 10, not 50 x 10
-    assert any("LEAST(GREATEST(t0.cost, -1000000000.0), 1000000000.0) END, 0, 50000)" in line for line in lines)
+    assert any("LEAST(GREATEST(cost, -1000000000.0), 1000000000.0) END, 0, 50000)" in line for line in lines)
 
 
 @pytest.mark.parametrize(

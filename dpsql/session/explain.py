@@ -4,6 +4,7 @@ charging anything."""
 from __future__ import annotations
 
 import math
+import re
 from typing import TYPE_CHECKING, Any
 
 import sqlglot
@@ -205,7 +206,7 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
             else "PLD-planned"
         )
         lines.append(
-            f"{m['measure']}: {share}, {m['noise']} noise, scale {m['scale']:.6g}, "
+            f"{_written(m['measure'])}: {share}, {m['noise']} noise, scale {m['scale']:.6g}, "
             f"L1 sensitivity {m['l1_sensitivity']:.6g}, {pct} error within ±{m['half_width']:.6g}"
         )
     if info.get("auto_bounds") or info.get("auto_correction"):
@@ -243,6 +244,15 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
     return lines
 
 
+_ALIAS = re.compile(r"\bt\d+\.")  # dpsql's own table aliases (t0, t1, ...), as the rewritten query names them
+
+
+def _written(measure: str) -> str:
+    """A measure as EXPLAIN shows it: its columns without dpsql's table aliases (t0.cost -> cost),
+    as the analyst wrote them; the rewritten query below keeps them."""
+    return _ALIAS.sub("", measure)
+
+
 def _expected_lines(model: dict[str, Any] | None, pct: str) -> list[str]:
     """What the profile last released for this query (to this analyst, on this data) expects of
     the limits it would choose, per aggregate, and each measure's noise at them; or that the
@@ -265,7 +275,7 @@ def _expected_lines(model: dict[str, Any] | None, pct: str) -> list[str]:
         for text, part in e.get("by_aggregate", {}).items()
     ]
     lines += [
-        f"  {measure} at the chosen limits: {pct} error within ±{hw:.6g}"
+        f"  {_written(measure)} at the chosen limits: {pct} error within ±{hw:.6g}"
         for measure, hw in model.get("half_widths", {}).items()
     ]
     return lines
