@@ -337,8 +337,9 @@ def ceiling(plan: Plan) -> int:
 
 def eligible(plan: Plan, mechanism: str, sampled: bool = False) -> bool:
     """Plans whose limits this module can choose: Laplace noise, one unit per person bounded per
-    query (per-group caps or a total bound; not partition selection, rows as units, L2 clipping or
-    a per-unit subquery), no sampling, only aggregates the error model knows."""
+    query (per-group caps or a total bound; not partition selection, rows as units or L2
+    clipping; a per-unit subquery qualifies, with one row per unit), no sampling, only aggregates
+    the error model knows."""
     return (
         mechanism == "laplace"
         and not sampled
