@@ -36,8 +36,6 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Sequence
 
-import sqlglot
-import sqlglot.errors
 from sqlglot import exp
 
 from .accounting.cost import Part
@@ -52,7 +50,7 @@ from .sql import build as b
 from .sql.bounds import Interval
 from .sql.options import QueryOptions
 from .sql.ranges import narrowed
-from .sql.scope import as_written
+from .sql.scope import text_as_written
 
 SHARE = Fraction(1, 10)  # of the query's epsilon spent on the profile
 # Counts: the truncation a total bound C makes is corrected with the rows it cut, released as two
@@ -166,15 +164,6 @@ class Choice:
         )
 
 
-def shown(expr: str) -> str:
-    """A chosen clamp's expression as the analyst wrote it (t0.cost -> cost): the clamps' keys
-    stay the planned SQL, which `contribution_bounds` options and re-planning read."""
-    try:
-        return as_written(sqlglot.parse_one(expr, read="postgres"))
-    except sqlglot.errors.SqlglotError:
-        return expr
-
-
 def told(bounds: ChosenBounds) -> str:
     """The chosen limits of an answer (its dp.bounds) in words, for a client's notice."""
     parts = []
@@ -184,7 +173,8 @@ def told(bounds: ChosenBounds) -> str:
     if bounds.max_groups is not None:
         parts.append(f"at most {bounds.max_groups} group(s) per unit")
     if chosen is not None:
-        parts += [f"{shown(expr)} clamped to [{lo:g}, {hi:g}]" for expr, (lo, hi) in chosen.clamps.items()]
+        # as written; the clamps' keys stay the planned SQL, which contribution_bounds options read
+        parts += [f"{text_as_written(expr)} clamped to [{lo:g}, {hi:g}]" for expr, (lo, hi) in chosen.clamps.items()]
         if chosen.profile_reused and not chosen.profile_epsilon:
             parts.append("chosen from this query's profile released before (reused, free: nothing charged for it)")
         elif chosen.profile_reused:

@@ -4,7 +4,6 @@ charging anything."""
 from __future__ import annotations
 
 import math
-import re
 from typing import TYPE_CHECKING, Any
 
 import sqlglot
@@ -18,6 +17,7 @@ from ..sql.clock import now as clock_now
 from ..sql.clock import pinned
 from ..sql.narrow import narrowing, unlisted
 from ..sql.options import QueryOptions
+from ..sql.scope import text_as_written
 from ..synopses import route as synopsis_route
 from . import auto
 from .bounded import bounded_query, domain_size
@@ -206,7 +206,7 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
             else "PLD-planned"
         )
         lines.append(
-            f"{_written(m['measure'])}: {share}, {m['noise']} noise, scale {m['scale']:.6g}, "
+            f"{text_as_written(m['measure'])}: {share}, {m['noise']} noise, scale {m['scale']:.6g}, "
             f"L1 sensitivity {m['l1_sensitivity']:.6g}, {pct} error within ±{m['half_width']:.6g}"
         )
     if info.get("auto_bounds") or info.get("auto_correction"):
@@ -244,15 +244,6 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
     return lines
 
 
-_ALIAS = re.compile(r"\bt\d+\.")  # dpsql's own table aliases (t0, t1, ...), as the rewritten query names them
-
-
-def _written(measure: str) -> str:
-    """A measure as EXPLAIN shows it: its columns without dpsql's table aliases (t0.cost -> cost),
-    as the analyst wrote them; the rewritten query below keeps them."""
-    return _ALIAS.sub("", measure)
-
-
 def _expected_lines(model: dict[str, Any] | None, pct: str) -> list[str]:
     """What the profile last released for this query (to this analyst, on this data) expects of
     the limits it would choose, per aggregate, and each measure's noise at them; or that the
@@ -263,7 +254,7 @@ def _expected_lines(model: dict[str, Any] | None, pct: str) -> list[str]:
             "released (run it once; EXPLAIN then reads that profile, free); the noise below is an upper bound"
         ]
     limits = [f"{model['max_contributions']} row(s) per unit"] if model.get("max_contributions") else []
-    limits += [f"{auto_bounds.shown(expr)} clamped to [{lo:g}, {hi:g}]" for expr, (lo, hi) in model["clamps"].items()]
+    limits += [f"{text_as_written(expr)} clamped to [{lo:g}, {hi:g}]" for expr, (lo, hi) in model["clamps"].items()]
     e = model["expected"]
     lines = [
         f"expected error of the chosen limits (from the profile last released for this query, reused free): "
@@ -275,7 +266,7 @@ def _expected_lines(model: dict[str, Any] | None, pct: str) -> list[str]:
         for text, part in e.get("by_aggregate", {}).items()
     ]
     lines += [
-        f"  {_written(measure)} at the chosen limits: {pct} error within ±{hw:.6g}"
+        f"  {text_as_written(measure)} at the chosen limits: {pct} error within ±{hw:.6g}"
         for measure, hw in model.get("half_widths", {}).items()
     ]
     return lines

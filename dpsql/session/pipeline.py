@@ -143,11 +143,12 @@ class Session:
         stmt = routed.checked()
         sql = routed.text
         tree = bind_parameters(stmt.tree, params) if params or stmt.placeholders else stmt.tree
-        if params:  # the ledger records the values with the text (`stmt.sql` is what a charge records)
-            stmt = replace(stmt, sql=recorded(stmt.sql, params))
         expanded = self._views.expand(tree)
         if stmt.clocked or expanded is not stmt.tree:
             expanded = pinned(expanded, clock_now())  # the clock read once, as literals (sql/clock.py)
+        if params:  # the ledger records the values with the text (`stmt.sql` is what a charge records);
+            # replaced after its tree walks (placeholders, clocked), kept with the statement, are read
+            stmt = replace(stmt, sql=recorded(stmt.sql, params))
         # Without parameters (or views) the statement's text is the query: it keys the plan
         # cache (no SQL generation from the tree on every execution).
         return self._query(stmt, expanded, sql if expanded is stmt.tree else None)

@@ -469,10 +469,7 @@ def _series(span: Span, type_name: str | None) -> exp.Select:
     """first + i for i in 0 .. size - 1, from crossed tables of the ten digits: plain SQL that
     DuckDB, PostgreSQL and Spark all read, a few nodes however long the span."""
     places = max(len(str(span.size - 1)), 1)
-    digits = [
-        b.subquery(exp.Values(expressions=[exp.Tuple(expressions=[b.node(d)]) for d in range(10)]), f"p{j}", ["n"])
-        for j in range(places)
-    ]
+    digits = [b.subquery(_values(range(10), None), f"p{j}", ["n"]) for j in range(places)]
     i: exp.Expression = b.col("n", "p0")
     for j in range(1, places):
         i = exp.Add(this=i, expression=exp.Mul(this=b.node(10**j), expression=b.col("n", f"p{j}")))

@@ -9,6 +9,7 @@ analyst's text never reaches the engine: only expressions rebuilt from checked n
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Sequence
@@ -484,6 +485,15 @@ def grouped_item(query: exp.Select, g: exp.Expression) -> exp.Expression:
 def as_written(expr: exp.Expression) -> str:
     """An expression as the analyst wrote it, without dpsql's table aliases (t0.age -> age)."""
     return expr.transform(lambda n: exp.column(n.name) if isinstance(n, exp.Column) else n).sql(dialect="postgres")
+
+
+_ALIAS = re.compile(r"\bt\d+\.")  # dpsql's own aliases (`Resolver.new_alias`), qualifying a column
+
+
+def text_as_written(text: str) -> str:
+    """`as_written` for text already rendered from a resolved tree (a clamp's key, a measure's
+    description, which may not parse as SQL): dpsql's table aliases dropped (t0.cost -> cost)."""
+    return _ALIAS.sub("", text)
 
 
 def output_name(item: exp.Expression) -> str:
