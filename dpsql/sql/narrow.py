@@ -93,9 +93,8 @@ def unlisted(plan: Plan) -> tuple[str, ...]:
     matches only rows holding a value the policy does not list. From the query and the policy
     only; nothing here narrows a domain."""
     sources = {s.alias: s for s in plan.relation.sources}
-    inner = [c for j in plan.relation.joins if j.kind == "inner" for c in conjuncts(j.on)]
     out: list[str] = []
-    for cond in [c for w in plan.relation.where for c in conjuncts(w)] + inner:
+    for cond in [c for c, needs in _Pass(plan).conditions() if needs is None]:  # every counted row's
         if isinstance(cond, exp.EQ):
             column, values = (cond.this, [cond.expression])
             if not isinstance(column, exp.Column):
