@@ -15,7 +15,7 @@ import pytest
 import dpsql
 from dpsql.ledger import Ledger
 
-from .server_fixture import PASSWORD, Serve, assert_cancelled_midway
+from .server_fixture import PASSWORD, Serve, assert_cancelled_midway, frame, messages
 
 pytestmark = pytest.mark.slow  # a dpsql serve process per test: 10-30 s each in the CI run
 
@@ -189,6 +189,40 @@ def test_a_clients_transaction_status_follows_its_blocks(serve):
             conn.execute("SELECT 1; SELECT COUNT(*) FROM nope")
         assert state() == status.INERROR
         assert conn.execute("COMMIT").statusmessage == "ROLLBACK" and state() == status.IDLE
+
+
+def test_a_failed_block_refuses_parse_and_bind_before_any_work(serve):
+    """As PostgreSQL: in a failed block the extended protocol's Parse of a statement that does
+    not end the block is refused at once (25P02), the rest skipped to Sync, nothing charged; a
+    Parse of ROLLBACK is admitted and ends the block."""
+
+    def parse_bind_execute(sql: str) -> bytes:
+        return (
+            frame(b"P", b"\x00" + sql.encode() + b"\x00\x00\x00")
+            + frame(b"B", b"\x00\x00" + struct.pack("!hhh", 0, 0, 0))
+            + frame(b"E", b"\x00" + struct.pack("!i", 0))
+            + frame(b"S", b"")
+        )
+
+    conn = psycopg.connect(serve.dsn(), autocommit=True)
+    before = conn.execute("SHOW dpsql.budget").fetchone()
+    conn.execute("BEGIN")
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        conn.execute("SELECT COUNT(*) FROM nope")
+    sock = socket.socket(fileno=conn.pgconn.socket)
+    try:
+        sock.sendall(parse_bind_execute("SELECT COUNT(*) FROM people") + parse_bind_execute("ROLLBACK"))
+        sock.sendall(frame(b"X", b""))
+        answer = messages(sock)
+    finally:
+        sock.detach()
+        conn.close()
+    kinds = [kind for kind, _ in answer]
+    assert kinds == [b"E", b"Z", b"1", b"2", b"C", b"Z"], kinds  # refused at Parse; ROLLBACK parsed and run
+    assert b"C25P02" in answer[0][1] and answer[1][1] == b"E" and answer[-1][1] == b"I"
+    assert answer[4][1].rstrip(b"\x00") == b"ROLLBACK"
+    with psycopg.connect(serve.dsn(), autocommit=True) as other:
+        assert other.execute("SHOW dpsql.budget").fetchone() == before  # nothing charged
 
 
 def test_wire_budget_equals_dbapi_budget(serve, small_policy, tmp_path):

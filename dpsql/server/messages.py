@@ -125,8 +125,16 @@ class Messages:
             self.send(codec.command_complete(a.tag))
         return end
 
+    def _admit(self, sql: str) -> None:
+        """In a failed block, as PostgreSQL: Parse, Bind, Describe and Execute of anything but
+        what ends the block (COMMIT, ROLLBACK, ROLLBACK TO SAVEPOINT) are refused at once (25P02),
+        before any work; the statement's first word decides, as in PostgreSQL's check."""
+        if self.sequence.status == "E":
+            self.sequence.admit(word_kind(sql) in (Kind.ROLLBACK, Kind.COMMIT))
+
     def parse(self, r: codec.Reader) -> None:
         msg = extended.read_parse(r)
+        self._admit(msg.sql)
         if len(split_statements(msg.sql, self.server.policy.limits)) > 1:
             raise Error("cannot insert multiple commands into a prepared statement", sqlstate="42601")
         inferred = self._param_types.get(msg.sql)
@@ -140,6 +148,7 @@ class Messages:
 
     def bind(self, r: codec.Reader) -> None:
         name, portal = extended.read_bind(r, self.statements)
+        self._admit(portal.stmt.sql)
         self.portals[name] = portal
         self.send(codec.message(Backend.BIND_COMPLETE))
 
@@ -149,6 +158,7 @@ class Messages:
             stmt = self.statements.get(name)
             if stmt is None:
                 raise Error(f'prepared statement "{name}" does not exist', sqlstate="26000")
+            self._admit(stmt.sql)
             self.send(codec.parameter_description(stmt.param_oids))
             fields = await self._shape(stmt.sql, None)
             formats: list[int] = []
@@ -158,6 +168,7 @@ class Messages:
             portal = self.portals.get(name)
             if portal is None:
                 raise Error(f'portal "{name}" does not exist', sqlstate="34000")
+            self._admit(portal.stmt.sql)
             fields = await self._shape(portal.stmt.sql, portal.params)
             formats = portal.result_formats
         if fields is None:
@@ -174,6 +185,7 @@ class Messages:
         portal = self.portals.get(name)
         if portal is None:
             raise Error(f'portal "{name}" does not exist', sqlstate="34000")
+        self._admit(portal.stmt.sql)
         if portal.answer is None:
             if not portal.params and _session_setting(portal.stmt.sql, self.server.local_ledger):
                 portal.answer = self.run_statement(portal.stmt.sql)  # as in a simple query: on the loop
