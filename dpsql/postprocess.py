@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import duckdb
 from sqlglot import exp
 
 from .duck_rows import insert_rows
 from .errors import OperationalError
+from .guarantee.plan import Plan
 from .guarantee.release import NoisyTable
 from .sql.bounds import UNBOUNDED, Interval, interval
+from .sql.frozen import stored
 
 
 @dataclass
@@ -49,9 +52,44 @@ def is_trivial(post: exp.Select) -> bool:
     return all(isinstance(i, exp.Alias) and isinstance(i.this, exp.Column) for i in post.expressions)
 
 
+@dataclass(frozen=True)
+class _Outline:
+    """What `run` reads of an outer part, walked once per outer part: its output names, the
+    columns it picks when it only picks columns (None: SQL runs), and each item's interval
+    source (the estimate column it is, None when it has no interval, or its tree to derive one)."""
+
+    names: tuple[str, ...]
+    picked: tuple[str, ...] | None
+    intervals: tuple[str | exp.Expression | None, ...]
+
+
+def _outline(post: exp.Select) -> _Outline:
+    return _Outline(
+        tuple(i.alias for i in post.expressions),
+        tuple(i.this.name for i in post.expressions) if is_trivial(post) else None,
+        tuple(_interval_source(i.this) for i in post.expressions),
+    )
+
+
+OUTLINES_KEPT = 256
+
+
 class PostProcessor:
     def __init__(self) -> None:
         self._con: duckdb.DuckDBPyConnection | None = None
+        # by the identity of a plan's outer part (sql/frozen.stored), kept with it: (tree, outline)
+        self._outlines: OrderedDict[int, tuple[object, _Outline]] = OrderedDict()
+
+    def _outline(self, key: object, post: Callable[[], exp.Select]) -> _Outline:
+        hit = self._outlines.get(id(key))
+        if hit is not None and hit[0] is key:
+            self._outlines.move_to_end(id(key))
+            return hit[1]
+        outline = _outline(post())
+        self._outlines[id(key)] = (key, outline)  # the reference keeps the id from being reused
+        if len(self._outlines) > OUTLINES_KEPT:
+            self._outlines.popitem(last=False)
+        return outline
 
     def _scratch(self) -> duckdb.DuckDBPyConnection:
         if self._con is None:
@@ -68,21 +106,29 @@ class PostProcessor:
             self._con = con
         return self._con
 
+    def run_plan(self, plan: Plan, noisy: NoisyTable) -> Output:
+        """`run` over the plan's outer part, which is walked once per plan (its outline kept by
+        the identity of the plan's own tree) and, when it only picks columns, not even read:
+        reading `plan.post` copies the tree (sql/frozen.py), which costs more than the rest."""
+        return self._run(self._outline(stored(plan, "post"), lambda: plan.post), lambda: plan.post, noisy)
+
     def run(self, post: exp.Select, noisy: NoisyTable) -> Output:
+        return self._run(_outline(post), lambda: post, noisy)
+
+    def _run(self, outline: _Outline, post: Callable[[], exp.Select], noisy: NoisyTable) -> Output:
         cols = _columns(noisy)
         by_name = {name: (t, c) for name, t, c in cols}
-        names = [i.alias for i in post.expressions]
-        if is_trivial(post):
-            picked = [by_name[i.this.name] for i in post.expressions]
+        if outline.picked is not None:
+            picked = [by_name[name] for name in outline.picked]
             rows = list(zip(*[c for _, c in picked])) if noisy.n_rows else []
             order = list(range(noisy.n_rows))
             types = [t for t, _ in picked]
         else:
-            rows, types, order = self._run_sql(post, cols, noisy.n_rows, charged=True)
+            rows, types, order = self._run_sql(post(), cols, noisy.n_rows, charged=True)
         ci = {}
-        for item, name in zip(post.expressions, names):
-            ci[name] = _intervals(item.this, order, noisy, by_name)
-        return Output(names, types, [tuple(_finite(v) for v in r) for r in rows], ci)
+        for source, name in zip(outline.intervals, outline.names):
+            ci[name] = _intervals(source, order, noisy, by_name)
+        return Output(list(outline.names), types, [tuple(_finite(v) for v in r) for r in rows], ci)
 
     def describe(
         self, post: exp.Select, key_types: list[str], estimate_types: list[str]
@@ -170,13 +216,30 @@ def _finite_interval(ci: tuple[float, float] | None) -> tuple[float, float] | No
     return None if ci is None or not all(math.isfinite(x) for x in ci) else ci
 
 
-def _intervals(node: exp.Expression, order: list[int], noisy: NoisyTable, by_name) -> list | None:
-    used = {c.name for c in node.find_all(exp.Column) if c.name.startswith("a")}
-    if not used or any(c not in by_name or not c[1:].isdigit() for c in used):
-        return None  # no estimate, or an interval's end (DP_INTERVAL_*), which has no interval itself
-    if isinstance(node, exp.Column):
-        i = int(node.name[1:])
+def _interval_source(node: exp.Expression) -> str | exp.Expression | None:
+    """Where an output item's interval comes from: None (no estimate, or an interval's end,
+    DP_INTERVAL_*, which has no interval itself), the estimate's column it is, or its tree."""
+    used = _estimates_read(node)
+    if not used or any(not c[1:].isdigit() for c in used):
+        return None
+    return node.name if isinstance(node, exp.Column) else node
+
+
+def _estimates_read(node: exp.Expression) -> set[str]:
+    return {c.name for c in node.find_all(exp.Column) if c.name.startswith("a")}
+
+
+def _intervals(source: str | exp.Expression | None, order: list[int], noisy: NoisyTable, by_name) -> list | None:
+    if source is None:
+        return None
+    if isinstance(source, str):  # the estimate itself
+        if source not in by_name:
+            return None
+        i = int(source[1:])
         return [_finite_interval(noisy.intervals[i][r]) for r in order]
+    node = source
+    if any(c not in by_name for c in _estimates_read(node)):
+        return None
     out = []
     for r in order:
 

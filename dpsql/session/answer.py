@@ -64,7 +64,7 @@ def answer(
         noisy = release(plan, cal, released_groups(plan, bounded, rs), s.confidence, charge, session.policy)
         if adjust is not None:
             adjust(noisy)  # post-processing of the noisy values (a correction of truncation)
-        out = session._post.run(plan.post, noisy)
+        out = session._post.run_plan(plan, noisy)
         left = charge.filter.remaining(charge.totals)
         room = charge.filter.admits_cost(charge.totals, charge.cost) if pending is not None else None
     finally:
