@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from sqlglot import exp
 
+from . import shrinkage
 from .measures import Count, Histogram, Measure, Units, squares_measure, sum_measure
 from .mechanisms import Noise
 
@@ -241,7 +242,7 @@ class _Variance(Family):
             if sample:
                 lo_v, hi_v = lo_v * lo_n / (lo_n - 1), min(top * 2, hi_v * hi_n / (hi_n - 1) if hi_n > 1 else top * 2)
             cis.append((_finish(lo_v, root), _finish(max(lo_v, hi_v), root)))
-        return vals, cis
+        return shrinkage.toward_median(vals, cis), cis
 
 
 class _Distinct(Family):
