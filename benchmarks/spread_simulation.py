@@ -55,17 +55,29 @@ def _error(est: np.ndarray, truth: np.ndarray) -> float:
     return float(np.median(np.abs(est - truth) / truth))
 
 
-def global_clamp(rng, g, v, w, groups, u, runs, shrink=False):
-    e = EPSILON / 3
-    centre, half = u / 2, u / 2
+def _moments(g, v, w, groups, u):
+    """Each group's weighted count, sum and squares of the values clamped to [0, u], centred at u / 2."""
     x = np.clip(v, 0, u)
-    cnt, s1, s2 = (np.bincount(g, w * t, groups) for t in (np.ones_like(x), x - centre, (x - centre) ** 2))
+    return tuple(np.bincount(g, w * t, groups) for t in (np.ones_like(x), x - u / 2, (x - u / 2) ** 2))
+
+
+def _variances(rng, moments, u, e):
+    """One release of the variance family at [0, u], each part at e: the noisy count, the noisy
+    centred sum and the variance, clamped to what is possible."""
+    cnt, s1, s2 = moments
+    half = u / 2
+    n = np.maximum(cnt + rng.laplace(0, 1 / e, len(cnt)), 1)
+    a = s1 + rng.laplace(0, half / e, len(cnt))
+    b = s2 + rng.laplace(0, half * half / 2 / e, len(cnt))
+    return n, a, np.clip(b / n - (a / n) ** 2, 0, half * half)
+
+
+def global_clamp(rng, g, v, w, groups, u, runs, shrink=False):
+    e, half = EPSILON / 3, u / 2
+    moments = _moments(g, v, w, groups, u)
     out = []
     for _ in range(runs):
-        n = np.maximum(cnt + rng.laplace(0, 1 / e, groups), 1)
-        a = s1 + rng.laplace(0, half / e, groups)
-        b = s2 + rng.laplace(0, half * half / 2 / e, groups)
-        var = np.clip(b / n - (a / n) ** 2, 0, half * half)
+        n, a, var = _variances(rng, moments, u, e)
         sd = np.sqrt(var)
         if shrink:  # the variance's half-width at 1 - 0.05/3 (the squares' and the sum's), as a stddev's
             h = np.log(60) * (half * half / 2 + 2 * np.abs(a / n) * half) / e / n
@@ -94,18 +106,14 @@ def two_stage(rng, g, v, w, groups, u, k, runs):
 
 def tail_ratio(rng, g, v, w, groups, low, high, runs):
     e = EPSILON / 5
-    centre, half = low / 2, low / 2
+    moments = _moments(g, v, w, groups, low)
     x, y = np.clip(v, 0, low), np.clip(v, 0, high)
-    cnt, s1, s2 = (np.bincount(g, w * t, groups) for t in (np.ones_like(x), x - centre, (x - centre) ** 2))
     tail_sq, tail_sum = float(np.sum(w * (y * y - x * x))), float(np.sum(w * (y - x)))
     out = []
     for _ in range(runs):
-        n = np.maximum(cnt + rng.laplace(0, 1 / e, groups), 1)
-        a = s1 + rng.laplace(0, half / e, groups)
-        b = s2 + rng.laplace(0, half * half / 2 / e, groups)
-        var = np.clip(b / n - (a / n) ** 2, 0, half * half)
+        n, a, var = _variances(rng, moments, low, e)
         total = float(np.sum(n))
-        mean_low = float(np.sum(a)) / total + centre
+        mean_low = float(np.sum(a)) / total + low / 2
         t2 = tail_sq + rng.laplace(0, (high * high - low * low) / e)
         t1 = tail_sum + rng.laplace(0, (high - low) / e)
         pooled = max(float(np.sum(var * n)) / total, 1e-9)
