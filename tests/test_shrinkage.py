@@ -31,3 +31,15 @@ def test_a_group_apart_moves_only_its_reach_and_close_ones_join():
 
 def test_fewer_than_three_groups_are_kept():
     assert shrinkage.toward_median([1.0, 9.0], [(0.0, 20.0), (0.0, 20.0)]) == [1.0, 9.0]
+
+
+def _explained(cursor, sql: str) -> list[str]:
+    cursor.execute(f"EXPLAIN {sql}")
+    return [r[0] for r in cursor.fetchall()]
+
+
+def test_explain_says_a_grouped_spread_is_shrunk_and_a_scalar_one_is_not(hospital):
+    grouped = _explained(hospital, "SELECT ward, STDDEV(length_of_stay) FROM visits GROUP BY ward")
+    assert any(line.startswith("STDDEV(length_of_stay): over 3 groups or more") for line in grouped)
+    scalar = _explained(hospital, "SELECT STDDEV(length_of_stay) FROM visits")
+    assert not any("toward the groups' median" in line for line in scalar)
