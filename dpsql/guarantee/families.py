@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from sqlglot import exp
 
+from . import shrinkage
 from .measures import Count, Histogram, Measure, Units, squares_measure, sum_measure
 from .mechanisms import Noise
 
@@ -78,6 +79,7 @@ class Family:
     result_type = "DOUBLE"
     targetable = False  # dpsql.target_error sizes epsilon for its COUNT and SUM estimates
     centred_sum = False  # its sum is centred in the bounds (an AVG), so a plain SUM of the same column can serve
+    shrunk = False  # its groups' estimates are moved toward their median (shrinkage.py), when there are enough
 
     def measures(self, of: Operand) -> Roles:
         """The measures an aggregate of `of.value` (bounded to [of.lower, of.upper]) is estimated from."""
@@ -196,7 +198,9 @@ class _Variance(Family):
     """Variance = E[(v-c)^2] - E[v-c]^2 from the noisy count, centred sum and centred sum of
     squares, clamped to what is possible ([0, half^2]); the interval takes each part at
     1 - alpha/3 and the extremes over them (union bound). `sample`: VAR_SAMP/STDDEV_SAMP's
-    n/(n-1); `root`: STDDEV."""
+    n/(n-1); `root`: STDDEV. Over enough groups each is moved toward their median (shrinkage.py)."""
+
+    shrunk = True
 
     def __init__(self, sample: bool, root: bool) -> None:
         self.sample, self.root = sample, root
@@ -241,7 +245,7 @@ class _Variance(Family):
             if sample:
                 lo_v, hi_v = lo_v * lo_n / (lo_n - 1), min(top * 2, hi_v * hi_n / (hi_n - 1) if hi_n > 1 else top * 2)
             cis.append((_finish(lo_v, root), _finish(max(lo_v, hi_v), root)))
-        return vals, cis
+        return shrinkage.toward_median(vals, cis), cis
 
 
 class _Distinct(Family):

@@ -11,6 +11,7 @@ from sqlglot import exp
 
 from .. import auto_bounds
 from ..answer_record import Amount, AnswerRecord, TargetChoice
+from ..guarantee import shrinkage
 from ..guarantee.families import family
 from ..sql.analyze import PublicQuery
 from ..sql.clock import now as clock_now
@@ -60,6 +61,7 @@ def explain_plan(session: Session, tree: exp.Query, options: QueryOptions | None
         "sql": _pretty(bounded_query(session, plan, None).sql, session.engine.dialect),
         "sample_rate": plan.sample_rate,
         "ratios": [e.text for e in plan.estimates if family(e).centred_sum],
+        "shrunk": [e.text for e in plan.estimates if family(e).shrunk] if plan.keys else [],
         "max_groups_per_unit": cal.groups_per_unit,
         "max_rows_per_group": plan.max_rows,
         "max_rows_per_unit": plan.total_rows if plan.total_bound else None,
@@ -220,6 +222,12 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
         lines.append(
             f"{', '.join(sorted(set(info['ratios'])))}: a ratio of the noisy totals above to the noisy count, "
             "so its error shrinks as its group grows (about ±(total error + |value| × count error) / count)"
+        )
+    if info.get("shrunk"):
+        lines.append(
+            f"{', '.join(sorted(set(info['shrunk'])))}: over {shrinkage.MIN_GROUPS} groups or more, each group's "
+            f"answer is moved toward the groups' median by at most {shrinkage.REACH:g} of its interval's "
+            "half-width, never out of it (post-processing, free)"
         )
     if info.get("sample_rate"):
         lines.append(

@@ -1,0 +1,152 @@
+"""Simulated releases of a grouped STDDEV on the sample's exact rows (issue 32, DESIGN.md §10):
+which estimator would help a spread whose groups differ in scale, or share a heavy tail.
+
+    python -m benchmarks.spread_simulation [--runs 200]
+
+Each estimator is simulated as the release would compute it at the sample's epsilon (0.1, of
+which the release gets 0.09), Laplace noise, under the total bound C = 1 that the choice makes for
+these queries (each of a patient's n rows weighs 1/n): the median relative error over the groups
+and the runs, against the exact STDDEV_POP. Nothing here is released or charged: it reads the raw
+sample to tell which mechanism is worth building.
+
+- global: today's variance family at one clamp [0, u] for every group (count, sum and squares
+  centred at the range's middle, a third of the epsilon each);
+- global+shrink: the same, then each group moved toward the groups' median by at most half its
+  noise's 95 % half-width (guarantee/shrinkage.py);
+- two-stage: the count and sum at the clamp U give each group's noisy mean m; each group's squares
+  are then taken about m, clamped at k × m and divided by their own range, so one patient moves
+  the normalised squares by at most C / 2 whatever the group's clamp (not built);
+- tail ratio: each group's variance at a low clamp a times one shared factor 1 + X / V, X one
+  ungrouped release of the squares and sum between a and the high clamp b (sensitivities C (b² − a²)
+  and C (b − a)), V the groups' pooled variance at a (five parts of epsilon; not built).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+
+import numpy as np
+
+from . import sample
+
+EPSILON = 0.09  # the release's share of the sample's query_epsilon under auto bounds
+QUERIES = {  # name: (column, key, declared upper bound)
+    "stay_by_ward": ("length_of_stay", "ward", 30.0),
+    "cost_by_diagnosis": ("cost", "diagnosis", 50000.0),
+    "cost_by_ward": ("cost", "ward", 50000.0),
+    "stay_by_diagnosis": ("length_of_stay", "diagnosis", 30.0),
+}
+
+
+def _rows(con, column: str, key: str):
+    rows = con.execute(f"SELECT patient_id, {key}, {column} FROM visits").fetchall()
+    n = collections.Counter(p for p, _, _ in rows)
+    keys = sorted({k for _, k, _ in rows})
+    index = {k: i for i, k in enumerate(keys)}
+    g = np.array([index[k] for _, k, _ in rows])
+    v = np.array([float(x) for _, _, x in rows])
+    w = np.array([1.0 / n[p] for p, _, _ in rows])
+    truth = np.array([np.std(v[g == i]) for i in range(len(keys))])
+    return g, v, w, truth, len(keys)
+
+
+def _error(est: np.ndarray, truth: np.ndarray) -> float:
+    return float(np.median(np.abs(est - truth) / truth))
+
+
+def _moments(g, v, w, groups, u):
+    """Each group's weighted count, sum and squares of the values clamped to [0, u], centred at u / 2."""
+    x = np.clip(v, 0, u)
+    return tuple(np.bincount(g, w * t, groups) for t in (np.ones_like(x), x - u / 2, (x - u / 2) ** 2))
+
+
+def _variances(rng, moments, u, e):
+    """One release of the variance family at [0, u], each part at e: the noisy count, the noisy
+    centred sum and the variance, clamped to what is possible."""
+    cnt, s1, s2 = moments
+    half = u / 2
+    n = np.maximum(cnt + rng.laplace(0, 1 / e, len(cnt)), 1)
+    a = s1 + rng.laplace(0, half / e, len(cnt))
+    b = s2 + rng.laplace(0, half * half / 2 / e, len(cnt))
+    return n, a, np.clip(b / n - (a / n) ** 2, 0, half * half)
+
+
+def global_clamp(rng, g, v, w, groups, u, runs, shrink=False):
+    e, half = EPSILON / 3, u / 2
+    moments = _moments(g, v, w, groups, u)
+    out = []
+    for _ in range(runs):
+        n, a, var = _variances(rng, moments, u, e)
+        sd = np.sqrt(var)
+        if shrink:  # the variance's half-width at 1 - 0.05/3 (the squares' and the sum's), as a stddev's
+            h = np.log(60) * (half * half / 2 + 2 * np.abs(a / n) * half) / e / n
+            width = (np.sqrt(var + h) - np.sqrt(np.maximum(var - h, 0))) / 2
+            sd = sd + np.clip(np.median(sd) - sd, -width / 2, width / 2)
+        out.append(sd)
+    return np.array(out)
+
+
+def two_stage(rng, g, v, w, groups, u, k, runs):
+    e = EPSILON / 3
+    centre, half = u / 2, u / 2
+    x = np.clip(v, 0, u)
+    cnt, s1 = np.bincount(g, w, groups), np.bincount(g, w * (x - centre), groups)
+    out = []
+    for _ in range(runs):
+        n = np.maximum(cnt + rng.laplace(0, 1 / e, groups), 1)
+        m = np.clip(centre + (s1 + rng.laplace(0, half / e, groups)) / n, 0, u)
+        ug = np.clip(k * m, 0, u)
+        r = np.maximum(np.maximum((ug - m) ** 2, m**2), 1e-9)
+        sq = np.bincount(g, w * ((np.clip(v, 0, ug[g]) - m[g]) ** 2 / r[g] - 0.5), groups)
+        sq = sq + rng.laplace(0, 0.5 / e, groups)
+        out.append(np.sqrt(np.clip((sq + 0.5 * n) * r / n, 0, None)))
+    return np.array(out)
+
+
+def tail_ratio(rng, g, v, w, groups, low, high, runs):
+    e = EPSILON / 5
+    moments = _moments(g, v, w, groups, low)
+    x, y = np.clip(v, 0, low), np.clip(v, 0, high)
+    tail_sq, tail_sum = float(np.sum(w * (y * y - x * x))), float(np.sum(w * (y - x)))
+    out = []
+    for _ in range(runs):
+        n, a, var = _variances(rng, moments, low, e)
+        total = float(np.sum(n))
+        mean_low = float(np.sum(a)) / total + low / 2
+        t2 = tail_sq + rng.laplace(0, (high * high - low * low) / e)
+        t1 = tail_sum + rng.laplace(0, (high - low) / e)
+        pooled = max(float(np.sum(var * n)) / total, 1e-9)
+        extra = t2 / total - ((mean_low + t1 / total) ** 2 - mean_low**2)
+        out.append(np.sqrt(var * max(1 + extra / pooled, 1.0)))
+    return np.array(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=200)
+    args = parser.parse_args()
+    con = sample.truth_connection()
+    for name, (column, key, upper) in QUERIES.items():
+        rng = np.random.default_rng(1)
+        g, v, w, truth, groups = _rows(con, column, key)
+        clamps = [upper / 2**i for i in range(6)]
+        print(f"{name}: exact stddev {np.round(np.sort(truth), 2).tolist()}")
+        for shrink in (False, True):
+            found = {
+                round(u, 1): _error(global_clamp(rng, g, v, w, groups, u, args.runs, shrink), truth) for u in clamps
+            }
+            print(f"  global{'+shrink' if shrink else ''}: " + ", ".join(f"{u}: {e:.1%}" for u, e in found.items()))
+        for u in clamps[:4]:
+            found = {k: _error(two_stage(rng, g, v, w, groups, u, k, args.runs), truth) for k in (3, 5, 8, 12, 20)}
+            print(f"  two-stage U={round(u, 1)}: " + ", ".join(f"k {k}: {e:.1%}" for k, e in found.items()))
+        lows = [upper / 2**i for i in (3, 4, 5)]
+        for low in lows:
+            found = {
+                round(h, 1): _error(tail_ratio(rng, g, v, w, groups, low, h, args.runs), truth) for h in clamps[:3]
+            }
+            print(f"  tail ratio low={round(low, 1)}: " + ", ".join(f"high {h}: {e:.1%}" for h, e in found.items()))
+
+
+if __name__ == "__main__":
+    main()
