@@ -16,6 +16,8 @@ sample to tell which mechanism is worth building.
 - two-stage: the count and sum at the clamp U give each group's noisy mean m; each group's squares
   are then taken about m, clamped at k × m and divided by their own range, so one patient moves
   the normalised squares by at most C / 2 whatever the group's clamp (not built);
+- two-stage by spread: as two-stage, each group's clamp at its noisy mean plus k times its noisy
+  stddev from a first release of the variance family at U (not built);
 - tail ratio: each group's variance at a low clamp a times one shared factor 1 + X / V, X one
   ungrouped release of the squares and sum between a and the high clamp b (sensitivities C (b² − a²)
   and C (b − a)), V the groups' pooled variance at a (five parts of epsilon; not built);
@@ -106,6 +108,24 @@ def two_stage(rng, g, v, w, groups, u, k, runs):
     return np.array(out)
 
 
+def two_stage_spread(rng, g, v, w, groups, u, k, runs):
+    """The variance family at [0, u] (four parts of epsilon), then each group's squares about its
+    noisy mean m, clamped at m + k times its noisy stddev and divided by their own range, the fourth
+    part (as two_stage, its clamp scaled by each group's first-stage spread; not built)."""
+    e = EPSILON / 4
+    moments = _moments(g, v, w, groups, u)
+    out = []
+    for _ in range(runs):
+        n, a, var = _variances(rng, moments, u, e)
+        m = np.clip(u / 2 + a / n, 0, u)
+        ug = np.clip(m + k * np.sqrt(var), 0, u)
+        r = np.maximum(np.maximum((ug - m) ** 2, m**2), 1e-9)
+        sq = np.bincount(g, w * ((np.clip(v, 0, ug[g]) - m[g]) ** 2 / r[g] - 0.5), groups)
+        sq = sq + rng.laplace(0, 0.5 / e, groups)
+        out.append(np.sqrt(np.clip((sq + 0.5 * n) * r / n, 0, None)))
+    return np.array(out)
+
+
 def tail_ratio(rng, g, v, w, groups, low, high, runs):
     e = EPSILON / 5
     moments = _moments(g, v, w, groups, low)
@@ -165,6 +185,8 @@ def main() -> None:
         for u in clamps[:4]:
             found = {k: _error(two_stage(rng, g, v, w, groups, u, k, args.runs), truth) for k in (3, 5, 8, 12, 20)}
             print(f"  two-stage U={round(u, 1)}: " + ", ".join(f"k {k}: {e:.1%}" for k, e in found.items()))
+            found = {k: _error(two_stage_spread(rng, g, v, w, groups, u, k, args.runs), truth) for k in (2, 3, 4, 6)}
+            print(f"  two-stage by spread U={round(u, 1)}: " + ", ".join(f"k {k}: {e:.1%}" for k, e in found.items()))
         lows = [upper / 2**i for i in (3, 4, 5)]
         for low in lows:
             found = {
