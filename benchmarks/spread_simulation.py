@@ -16,9 +16,13 @@ sample to tell which mechanism is worth building.
 - two-stage: the count and sum at the clamp U give each group's noisy mean m; each group's squares
   are then taken about m, clamped at k × m and divided by their own range, so one patient moves
   the normalised squares by at most C / 2 whatever the group's clamp (not built);
+- two-stage by spread: as two-stage, each group's clamp at its noisy mean plus k times its noisy
+  stddev from a first release of the variance family at U (not built);
 - tail ratio: each group's variance at a low clamp a times one shared factor 1 + X / V, X one
   ungrouped release of the squares and sum between a and the high clamp b (sensitivities C (b² − a²)
-  and C (b − a)), V the groups' pooled variance at a (five parts of epsilon; not built).
+  and C (b − a)), V the groups' pooled variance at a (five parts of epsilon; not built);
+- tail tested: the tail released per group, the shared factor the median of the groups' own, a
+  group's own factor kept where it differs by more than its noise (not built).
 """
 
 from __future__ import annotations
@@ -104,6 +108,24 @@ def two_stage(rng, g, v, w, groups, u, k, runs):
     return np.array(out)
 
 
+def two_stage_spread(rng, g, v, w, groups, u, k, runs):
+    """The variance family at [0, u] (four parts of epsilon), then each group's squares about its
+    noisy mean m, clamped at m + k times its noisy stddev and divided by their own range, the fourth
+    part (as two_stage, its clamp scaled by each group's first-stage spread; not built)."""
+    e = EPSILON / 4
+    moments = _moments(g, v, w, groups, u)
+    out = []
+    for _ in range(runs):
+        n, a, var = _variances(rng, moments, u, e)
+        m = np.clip(u / 2 + a / n, 0, u)
+        ug = np.clip(m + k * np.sqrt(var), 0, u)
+        r = np.maximum(np.maximum((ug - m) ** 2, m**2), 1e-9)
+        sq = np.bincount(g, w * ((np.clip(v, 0, ug[g]) - m[g]) ** 2 / r[g] - 0.5), groups)
+        sq = sq + rng.laplace(0, 0.5 / e, groups)
+        out.append(np.sqrt(np.clip((sq + 0.5 * n) * r / n, 0, None)))
+    return np.array(out)
+
+
 def tail_ratio(rng, g, v, w, groups, low, high, runs):
     e = EPSILON / 5
     moments = _moments(g, v, w, groups, low)
@@ -119,6 +141,29 @@ def tail_ratio(rng, g, v, w, groups, low, high, runs):
         pooled = max(float(np.sum(var * n)) / total, 1e-9)
         extra = t2 / total - ((mean_low + t1 / total) ** 2 - mean_low**2)
         out.append(np.sqrt(var * max(1 + extra / pooled, 1.0)))
+    return np.array(out)
+
+
+def tail_tested(rng, g, v, w, groups, low, high, runs):
+    """The tail ratio with a test of whether the tail is shared: the tail's squares and sum between
+    the low and the high clamp released per group (a patient's weights sum to C over the groups, so
+    the ungrouped sensitivities hold); the shared factor is the median of the groups' own factors,
+    and a group keeps its own where it differs from that by more than its noise's half-width at
+    1 - 0.05 / groups (not built)."""
+    e = EPSILON / 5
+    moments = _moments(g, v, w, groups, low)
+    x, y = np.clip(v, 0, low), np.clip(v, 0, high)
+    tail_sq, tail_sum = np.bincount(g, w * (y * y - x * x), groups), np.bincount(g, w * (y - x), groups)
+    b2, b1 = (high * high - low * low) / e, (high - low) / e
+    out = []
+    for _ in range(runs):
+        n, a, var = _variances(rng, moments, low, e)
+        mean_low, var = a / n + low / 2, np.maximum(var, 1e-9)
+        t2, t1 = tail_sq + rng.laplace(0, b2, groups), tail_sum + rng.laplace(0, b1, groups)
+        own = np.maximum(1 + (t2 / n - ((mean_low + t1 / n) ** 2 - mean_low**2)) / var, 1.0)
+        shared = float(np.median(own))
+        width = np.log(20 * groups) * (b2 + 2 * np.abs(mean_low + t1 / n) * b1) / n / var
+        out.append(np.sqrt(var * np.where(np.abs(own - shared) > width, own, shared)))
     return np.array(out)
 
 
@@ -140,12 +185,19 @@ def main() -> None:
         for u in clamps[:4]:
             found = {k: _error(two_stage(rng, g, v, w, groups, u, k, args.runs), truth) for k in (3, 5, 8, 12, 20)}
             print(f"  two-stage U={round(u, 1)}: " + ", ".join(f"k {k}: {e:.1%}" for k, e in found.items()))
+            found = {k: _error(two_stage_spread(rng, g, v, w, groups, u, k, args.runs), truth) for k in (2, 3, 4, 6)}
+            print(f"  two-stage by spread U={round(u, 1)}: " + ", ".join(f"k {k}: {e:.1%}" for k, e in found.items()))
         lows = [upper / 2**i for i in (3, 4, 5)]
         for low in lows:
             found = {
                 round(h, 1): _error(tail_ratio(rng, g, v, w, groups, low, h, args.runs), truth) for h in clamps[:3]
             }
             print(f"  tail ratio low={round(low, 1)}: " + ", ".join(f"high {h}: {e:.1%}" for h, e in found.items()))
+        for low in lows:
+            found = {
+                round(h, 1): _error(tail_tested(rng, g, v, w, groups, low, h, args.runs), truth) for h in clamps[:3]
+            }
+            print(f"  tail tested low={round(low, 1)}: " + ", ".join(f"high {h}: {e:.1%}" for h, e in found.items()))
 
 
 if __name__ == "__main__":
