@@ -137,6 +137,8 @@ class Choice:
     # a corrected count's (kept, excess) shares of the query's epsilon, chosen with the limits
     # (`adapted`); () when the count is not corrected (the release gets the whole rest)
     shares: tuple[Fraction, ...] = ()
+    # each centred mean's column and the centre of its sum, from the profile (auto_mean)
+    centres: tuple[tuple[str, float], ...] = ()
 
     def absolute_bias(self, i: int) -> float:
         """What the chosen limits cut from the plan's i-th aggregate in a group, in the
@@ -144,7 +146,7 @@ class Choice:
         return self.by_aggregate[i][1] * self.scales[i]
 
     def options(self, base: QueryOptions) -> QueryOptions:
-        return replace(base, max_contributions=self.max_contributions, clips=self.clips)
+        return replace(base, max_contributions=self.max_contributions, clips=self.clips, centres=self.centres)
 
     def describe(self) -> ChosenLimits:
         return ChosenLimits(
