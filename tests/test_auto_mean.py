@@ -4,9 +4,8 @@ used only where every filter is basic, and the answer is one exact charge."""
 
 from __future__ import annotations
 
-import tempfile
+import contextlib
 from fractions import Fraction
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,14 +13,13 @@ from hypothesis import strategies as st
 
 import dpsql
 from dpsql import auto_bounds, auto_mean
-from dpsql.config import load_policy
 from dpsql.guarantee.calibration import calibrate
 from dpsql.prepare import plan_query
 from dpsql.session import Session
 from dpsql.sql.classify import classify
 from dpsql.sql.options import QueryOptions
 
-from .test_sensitivity import _build, _neighbours, release_moves_within_l1
+from .test_sensitivity import _neighbours, neighbouring_sessions, release_moves_within_l1
 
 MEANS = [
     "SELECT AVG(amount) FROM events",
@@ -48,24 +46,17 @@ def test_one_unit_moves_a_centred_mean_by_at_most_its_sensitivity(units, target,
     """Any centre (within the clamp, as the choice makes it, or beyond it, where the measure puts
     it back) with any total bound and clamp: the pre-noise values move by at most the L1
     charged for."""
-    with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
-        a = Session(load_policy(_build(Path(d1), units, target, True, rows)), "alice")
-        b = Session(load_policy(_build(Path(d2), units, target, False, rows)), "alice")
-        try:
-            for q in MEANS:
-                base = _plan(a, q)
-                cols = auto_bounds.columns(base)
-                clips = tuple((c.expr, c.lower, c.edges[-1 - halvings]) for c in cols)
-                centres = tuple((c.expr, c.lower + at * (c.edges[-1 - halvings] - c.lower)) for c in cols)
-                plan = _plan(a, q, QueryOptions(max_contributions=total, clips=clips, centres=centres))
-                avg = next(e for e in plan.estimates if e.func == "avg")
-                lo, hi = avg.lower, avg.upper
-                assert avg.centre == min(max(dict(centres)[cols[0].expr], lo), hi)  # the centre is used
-                assert plan.measures[avg.total].centre == avg.centre
-                release_moves_within_l1(a, b, plan, q)
-        finally:
-            a.close()
-            b.close()
+    with neighbouring_sessions(units, target, rows) as (a, b):
+        for q in MEANS:
+            base = _plan(a, q)
+            cols = auto_bounds.columns(base)
+            clips = tuple((c.expr, c.lower, c.edges[-1 - halvings]) for c in cols)
+            centres = tuple((c.expr, c.lower + at * (c.edges[-1 - halvings] - c.lower)) for c in cols)
+            plan = _plan(a, q, QueryOptions(max_contributions=total, clips=clips, centres=centres))
+            avg = next(e for e in plan.estimates if e.func == "avg")
+            assert avg.centre == min(max(dict(centres)[cols[0].expr], avg.lower), avg.upper)  # the centre is used
+            assert plan.measures[avg.total].centre == avg.centre
+            release_moves_within_l1(a, b, plan, q)
 
 
 def test_the_centre_widens_the_sums_bound_to_its_farther_end(session):
@@ -111,19 +102,12 @@ def test_an_auto_mean_is_one_exact_charge_split_only_under_basic(small_policy, k
     of the release's epsilon; under zCDP (where an unequal split costs more ρ) they stay equal.
     Either way the query is charged its epsilon once."""
     small_policy.write_text(small_policy.read_text().replace('filter = "basic"', f'filter = "{kind}"'))
-    conn = dpsql.connect(small_policy, user="alice")
-    try:
+    with contextlib.closing(dpsql.connect(small_policy, user="alice")) as conn:
         cur = conn.cursor()
         cur.execute("SET dpsql.cache = off")
-        cur.execute("SELECT kind, AVG(amount) FROM events GROUP BY kind")
-        assert len(cur.fetchall()) == 3
+        assert len(cur.execute("SELECT kind, AVG(amount) FROM events GROUP BY kind").fetchall()) == 3
         parts = conn.session.ledger.history("alice")[0]["cost"].parts
-        assert sum((p.epsilon for p in parts), Fraction(0)) == 1
-        rest = auto_bounds.release_epsilon(Fraction(1))
-        release = sorted(p.epsilon for p in parts if p.epsilon > (1 - rest) / 2)  # not the profile's
-        if kind == "basic":
-            assert release == [rest / 10, rest * 9 / 10]
-        else:
-            assert release == [rest / 2, rest / 2]
-    finally:
-        conn.close()
+    assert sum((p.epsilon for p in parts), Fraction(0)) == 1
+    rest = auto_bounds.release_epsilon(Fraction(1))
+    release = sorted(p.epsilon for p in parts if p.epsilon > (1 - rest) / 2)  # not the profile's
+    assert release == ([rest / 10, rest * 9 / 10] if kind == "basic" else [rest / 2, rest / 2])
