@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import dpsql
 from dpsql import auto_bounds, auto_mean
+from dpsql.guarantee import guard
 from dpsql.guarantee.calibration import calibrate
 from dpsql.prepare import plan_query
 from dpsql.session import Session
@@ -111,3 +112,18 @@ def test_an_auto_mean_is_one_exact_charge_split_only_under_basic(small_policy, k
     rest = auto_bounds.release_epsilon(Fraction(1))
     release = sorted(p.epsilon for p in parts if p.epsilon > (1 - rest) / 2)  # not the profile's
     assert release == ([rest / 10, rest * 9 / 10] if kind == "basic" else [rest / 2, rest / 2])
+
+
+def test_the_guard_refuses_a_centred_mean_noised_for_the_middles_bound(session):
+    """The guard recomputes each measure's L1 from its per-row bound, which reads the centre: a
+    centred sum noised as if it were centred in the middle (a smaller bound) is refused."""
+    q = "SELECT kind, AVG(amount) FROM events GROUP BY kind"
+    clips = (("t0.amount", 0.0, 20.0),)
+    centred = _plan(session, q, QueryOptions(clips=clips, centres=(("t0.amount", 4.0),)))
+    middle = _plan(session, q, QueryOptions(clips=clips))
+    cal = calibrate(middle, Fraction(1), Fraction(0), "laplace", middle.literal_domain_size())
+    guard._scales(middle, cal, cal.cost)  # its own plan passes
+    with pytest.raises(guard.ReleaseRefused):
+        guard._scales(centred, cal, cal.cost)
+    own = calibrate(centred, Fraction(1), Fraction(0), "laplace", centred.literal_domain_size())
+    guard._scales(centred, own, own.cost)
