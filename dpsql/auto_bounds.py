@@ -163,6 +163,7 @@ class Choice:
                     for (text, b, n), v in zip(self.by_aggregate, self.scales or (None,) * len(self.by_aggregate))
                 ),
             ),
+            MappingProxyType(dict(self.centres)),
         )
 
 
@@ -177,6 +178,7 @@ def told(bounds: ChosenBounds) -> str:
     if chosen is not None:
         # as written; the clamps' keys stay the planned SQL, which contribution_bounds options read
         parts += [f"{text_as_written(expr)} clamped to [{lo:g}, {hi:g}]" for expr, (lo, hi) in chosen.clamps.items()]
+        parts += [f"the mean of {text_as_written(expr)} centred at {c:g}" for expr, c in chosen.centres.items()]
         if chosen.profile_reused and not chosen.profile_epsilon:
             parts.append("chosen from this query's profile released before (reused, free: nothing charged for it)")
         elif chosen.profile_reused:
