@@ -10,7 +10,7 @@ None is absent from it."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
@@ -114,15 +114,20 @@ class ChosenLimits:
     profile_epsilon: float
     profile_reused: bool
     expected: ExpectedError
+    # each centred mean's column and the centre of its sum (auto_mean)
+    centres: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "max_contributions": self.max_contributions,
             "clamps": {expr: list(bound) for expr, bound in self.clamps.items()},
             "profile_epsilon": self.profile_epsilon,
             "profile_reused": self.profile_reused,
             "expected": self.expected.as_dict(),
         }
+        if self.centres:
+            out["centres"] = dict(self.centres)
+        return out
 
 
 @dataclass(frozen=True)
@@ -160,6 +165,7 @@ class ChosenBounds:
                 d["profile_epsilon"],
                 d.get("profile_reused", False),
                 ExpectedError.of(d["expected"]),
+                MappingProxyType(dict(d.get("centres", {}))),
             ),
             correction=None if not fix else CountCorrection(fix["reach"], fix["factor"], (lo, hi)),
             target=None if d.get("target") is None else TargetChoice.of(d["target"]),

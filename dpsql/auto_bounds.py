@@ -137,6 +137,8 @@ class Choice:
     # a corrected count's (kept, excess) shares of the query's epsilon, chosen with the limits
     # (`adapted`); () when the count is not corrected (the release gets the whole rest)
     shares: tuple[Fraction, ...] = ()
+    # each centred mean's column and the centre of its sum, from the profile (auto_mean)
+    centres: tuple[tuple[str, float], ...] = ()
 
     def absolute_bias(self, i: int) -> float:
         """What the chosen limits cut from the plan's i-th aggregate in a group, in the
@@ -144,7 +146,7 @@ class Choice:
         return self.by_aggregate[i][1] * self.scales[i]
 
     def options(self, base: QueryOptions) -> QueryOptions:
-        return replace(base, max_contributions=self.max_contributions, clips=self.clips)
+        return replace(base, max_contributions=self.max_contributions, clips=self.clips, centres=self.centres)
 
     def describe(self) -> ChosenLimits:
         return ChosenLimits(
@@ -161,6 +163,7 @@ class Choice:
                     for (text, b, n), v in zip(self.by_aggregate, self.scales or (None,) * len(self.by_aggregate))
                 ),
             ),
+            MappingProxyType(dict(self.centres)),
         )
 
 
@@ -175,6 +178,7 @@ def told(bounds: ChosenBounds) -> str:
     if chosen is not None:
         # as written; the clamps' keys stay the planned SQL, which contribution_bounds options read
         parts += [f"{text_as_written(expr)} clamped to [{lo:g}, {hi:g}]" for expr, (lo, hi) in chosen.clamps.items()]
+        parts += [f"the mean of {text_as_written(expr)} centred at {c:g}" for expr, c in chosen.centres.items()]
         if chosen.profile_reused and not chosen.profile_epsilon:
             parts.append("chosen from this query's profile released before (reused, free: nothing charged for it)")
         elif chosen.profile_reused:

@@ -11,6 +11,7 @@ from fractions import Fraction
 from functools import partial
 from typing import Sequence
 
+from . import auto_mean
 from .auto_bounds import (
     CORRECTED,
     KEPT_WEIGHT,
@@ -245,6 +246,7 @@ def choose(
     spread = scales[-1] if profile.groups and trust(units, scales[-1]) < 1 else 0.0
     groups = effective_groups(profile.groups, groups, spread)
     rows = _rows(profile, units)
+    centred = auto_mean.centred_means(plan, [c.expr for c in cols]) if adaptive else {}
     terms = _terms(plan)
     values = {c.expr: _values(c, m, trust(units, b)) for c, m, b in zip(cols, profile.values, scales[1:])}
     by_expr = {c.expr: c for c in cols}
@@ -305,6 +307,7 @@ def choose(
         whole = _error((t,), by_expr, values, rows, c, top, clamps, groups, per_measure, chosen_fix)
         cut = _error((t,), by_expr, values, rows, c, top, clamps, groups, math.inf, replace(chosen_fix, noise=0.0))
         by_aggregate.append((est.text, min(cut, whole), max(whole - cut, 0.0)))
+    means = {e: auto_mean.centre(values[e].mean(clamps[e]), by_expr[e].lower, clamps[e]) for e in centred.values()}
     return Choice(
         c if top > 1 else None,
         clips,
@@ -316,6 +319,7 @@ def choose(
         tuple(by_aggregate),
         tuple(scales),
         shares=shares,
+        centres=tuple(sorted(means.items())),
     )
 
 

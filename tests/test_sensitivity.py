@@ -8,6 +8,7 @@ must stay within the L1 (and L2) sensitivities the calibration charges for.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import math
@@ -88,6 +89,19 @@ person = st.tuples(
     st.floats(-50, 200, allow_nan=False), st.sampled_from(["F", "M", "Q"]), st.sampled_from(["Oslo", "Rome", "Lima"])
 )
 row = st.tuples(st.floats(-100, 100, allow_nan=False), st.integers(0, 4))
+
+
+@contextlib.contextmanager
+def neighbouring_sessions(units, target, rows):
+    """Two sessions over neighbouring databases: with the target unit, and without it."""
+    with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
+        a = Session(load_policy(_build(Path(d1), units, target, True, rows)), "alice")
+        b = Session(load_policy(_build(Path(d2), units, target, False, rows)), "alice")
+        try:
+            yield a, b
+        finally:
+            a.close()
+            b.close()
 
 
 def _build(directory: Path, units, target, include_target: bool, rows, contributions: int | None = None):

@@ -56,6 +56,7 @@ class Operand:
     bits: int
     sampled: bool
     categories: tuple[Any, ...] | None
+    centre: float | None = None  # an AVG's centre chosen per query (auto_mean); None: its family's
 
     @property
     def summed(self) -> exp.Expression:
@@ -172,9 +173,15 @@ class _Average(Family):
 
     def measures(self, of: Operand) -> Roles:
         return {
-            "total": sum_measure(of.summed, of.lower, of.upper, self.centre(of.lower, of.upper)),
+            "total": sum_measure(of.summed, of.lower, of.upper, self.centred(of)),
             "count": Count(of.value, bits=of.bits),
         }
+
+    def centred(self, of: Operand) -> float:
+        """The sum's centre: one chosen for the query within the bounds, else their middle."""
+        if of.centre is None:
+            return self.centre(of.lower, of.upper)
+        return min(max(of.centre, of.lower), of.upper)
 
     def centre(self, lower: float, upper: float) -> float:
         return (lower + upper) / 2

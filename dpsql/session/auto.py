@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
-from .. import auto_bounds, auto_choice, auto_correction
+from .. import auto_bounds, auto_choice, auto_correction, auto_mean
 from ..accounting.cost import Cost
 from ..answer_record import AnswerRecord, ChosenBounds, TargetChoice
 from ..errors import OperationalError, invalid_parameter
@@ -465,15 +465,14 @@ def at_policy(session: Session, plan: Plan, at_rest: Calibration, rest: Fraction
 
 def calibrated_at(session: Session, plan: Plan, epsilon: Fraction, options: QueryOptions) -> Calibration:
     """The plan's release calibrated at `epsilon` (no δ) under the session's mechanism, with the
-    query's measure weights: every part of an auto-bounded query is calibrated this way."""
-    return calibrate(
-        plan,
-        epsilon,
-        Fraction(0),
-        session.settings.mechanism,
-        plan.literal_domain_size(),
-        measure_weights(plan, options.weights),
-    )
+    query's measure weights: every part of an auto-bounded query is calibrated this way. Where
+    every filter charged is basic, a mean whose clamp is chosen spends most of its share on its
+    sum (`auto_mean.weights`: from the plan's shape, the same for the policy's plan and the
+    chosen one)."""
+    weights = measure_weights(plan, options.weights)
+    if session.settings.additive:
+        weights = auto_mean.weights(plan, weights, [c.expr for c in auto_bounds.columns(plan)])
+    return calibrate(plan, epsilon, Fraction(0), session.settings.mechanism, plan.literal_domain_size(), weights)
 
 
 def correction_row(session: Session, plan: Plan, name: str, query) -> tuple:

@@ -366,6 +366,12 @@ class _Analysis:
                 return Interval(max(lo, bounds.lo), min(hi, bounds.hi))
         return bounds
 
+    def _centre(self, func: str, value: exp.Expression | None) -> float | None:
+        """An AVG's centre chosen for this query (QueryOptions.centres), None for the others."""
+        if func != "avg" or value is None or not self.options.centres:
+            return None
+        return dict(self.options.centres).get(value.sql(dialect="postgres"))
+
     def _add(
         self,
         func: str,
@@ -380,13 +386,14 @@ class _Analysis:
         """An estimate of the family `func`, over the measures the family asks for."""
         fam = FAMILIES[func]
         bits = self.cell_bits if func in QUANTILES else self.count_bits
-        roles = fam.measures(Operand(value, lower, upper, bits, self.sample_rate is not None, categories))
+        of = Operand(value, lower, upper, bits, self.sample_rate is not None, categories, self._centre(func, value))
+        roles = fam.measures(of)
         est = Estimate(
             func,
             text,
             lower=lower,
             upper=upper,
-            centre=fam.centre(lower, upper),
+            centre=fam.centred(of) if func == "avg" else fam.centre(lower, upper),
             quantile=quantile,
             integral=whole,
             **{role: self._measure(m) for role, m in roles.items()},

@@ -47,9 +47,10 @@ class QueryOptions:
     privacy_unit: str | None = None
     # Chosen per query by dpsql itself (auto_bounds.py), never read from a text: a total bound on
     # a unit's rows, and clamps of aggregated values (the expression's postgres SQL, lower, upper).
-    # Both may only tighten the policy's limits and bounds.
+    # Both may only tighten the policy's limits and bounds; a centre changes no bound.
     max_contributions: int | None = None
     clips: tuple[tuple[str, float, float], ...] = ()
+    centres: tuple[tuple[str, float], ...] = ()  # an AVG's sum centred here (auto_mean), within its clamp
 
 
 def extract(text: str, dialect: str) -> tuple[str, QueryOptions]:
