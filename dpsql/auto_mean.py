@@ -84,4 +84,3 @@ def centre(mean: float, lower: float, upper: float) -> float:
         return max(lower, 0.0)
     digits = 2 - floor(log10(c))
     return min(max(round(c, digits), lower), upper)
-

@@ -91,8 +91,10 @@ def test_the_split_is_the_plans_shape_only(session):
     assert w == [1] * len(w)
 
 
-@pytest.mark.parametrize(("centre", "lower", "upper", "want"), [(1234.5, 0, 12500, 1230), (0.0123, 0, 1, 0.0123),
-                                                                (-3, 0, 10, 0), (80, 0, 50, 50), (7, 5, 20, 7)])
+@pytest.mark.parametrize(
+    ("centre", "lower", "upper", "want"),
+    [(1234.5, 0, 12500, 1230), (0.0123, 0, 1, 0.0123), (-3, 0, 10, 0), (80, 0, 50, 50), (7, 5, 20, 7)],
+)
 def test_a_centre_is_rounded_within_the_clamp(centre, lower, upper, want):
     assert auto_mean.centre(centre, lower, upper) == pytest.approx(want)
 
@@ -129,3 +131,29 @@ def test_the_guard_refuses_a_centred_mean_noised_for_the_middles_bound(session):
         guard._scales(centred, cal, cal.cost)
     own = calibrate(centred, Fraction(1), Fraction(0), "laplace", centred.literal_domain_size())
     guard._scales(centred, own, own.cost)
+
+
+def test_explain_bounds_a_centred_means_noise_by_twice_the_middles(session, small_policy, tmp_path):
+    """EXPLAIN shows the noise at the policy's limits, centred in the middle; a mean centred at
+    the profile's mean may have a per-row bound up to twice that (the farther end of a clamp no
+    wider than the policy's), and EXPLAIN says so for a mean, not for a plain sum."""
+    q = "SELECT kind, AVG(amount) FROM events GROUP BY kind"
+    policy = _plan(session, q)
+    avg = next(e for e in policy.estimates if e.func == "avg")
+    lower, upper = policy.measures[avg.total].lower, policy.measures[avg.total].upper
+    at_policy = calibrate(policy, Fraction(1), Fraction(0), "laplace").measures[avg.total].l1
+    for clamp in (upper, upper / 2):
+        for c in (lower, (lower + clamp) / 2, clamp):
+            plan = _plan(session, q, QueryOptions(clips=(("t0.amount", lower, clamp),), centres=(("t0.amount", c),)))
+            l1 = calibrate(plan, Fraction(1), Fraction(0), "laplace").measures[avg.total].l1
+            assert l1 <= 2 * at_policy
+    conn = dpsql.connect(small_policy, user="alice", ledger=tmp_path / "ledger.sqlite")
+    try:
+        cur = conn.cursor()
+        cur.execute("EXPLAIN " + q)
+        text = "\n".join(r[0] for r in cur.fetchall())
+        assert "a mean's sum, centred at the profile's mean when the query runs, at most" in text
+        cur.execute("EXPLAIN SELECT kind, SUM(amount) FROM events GROUP BY kind")
+        assert "centred at the profile's mean" not in "\n".join(r[0] for r in cur.fetchall())
+    finally:
+        conn.close()

@@ -89,6 +89,13 @@ class Family:
     def centre(self, lower: float, upper: float) -> float:
         return 0.0
 
+    def centred(self, of: Operand) -> float:
+        """The centre of its sum: one chosen for the query within the bounds (an auto-bounded
+        mean's, auto_mean.py), else the family's own."""
+        if of.centre is None:
+            return self.centre(of.lower, of.upper)
+        return min(max(of.centre, of.lower), of.upper)
+
     def estimate(self, plan: Plan, est: Estimate, noisy: Noisy, noises: Sequence[Noise], confidence: float) -> Values:
         if plan.sample_rate:
             return _sampled(plan, est, noisy, noises, plan.sample_rate, 1 - confidence)
@@ -176,12 +183,6 @@ class _Average(Family):
             "total": sum_measure(of.summed, of.lower, of.upper, self.centred(of)),
             "count": Count(of.value, bits=of.bits),
         }
-
-    def centred(self, of: Operand) -> float:
-        """The sum's centre: one chosen for the query within the bounds, else their middle."""
-        if of.centre is None:
-            return self.centre(of.lower, of.upper)
-        return min(max(of.centre, of.lower), of.upper)
 
     def centre(self, lower: float, upper: float) -> float:
         return (lower + upper) / 2

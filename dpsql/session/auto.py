@@ -189,6 +189,7 @@ def explained(
             "auto_kept": (0, 0),
             "auto_cost": None,
             "auto_rows": False,
+            "auto_centred": False,
         }
     fix = auto_bounds.correction_share(
         plan, session.settings.mechanism, 1 if (size := domain_size(session, plan)) is None else size
@@ -212,6 +213,10 @@ def explained(
         if reused
         else None,
         "auto_rows": auto_bounds.ceiling(plan) > 1,  # one row per unit (a per-unit subquery): clamps only
+        # a mean centred at the profile's mean (auto_mean.py): its sum's per-row bound, the centre's
+        # distance to the farther end of its clamp, may be up to twice the middle's
+        "auto_centred": session.settings.additive
+        and bool(auto_mean.centred_means(plan, [c.expr for c in auto_bounds.columns(plan)])),
     }
 
 

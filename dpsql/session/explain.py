@@ -217,6 +217,13 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
             f"no looser than these, so each noise above is at most {info['auto_release']:.4g} times as "
             "large (scale and interval), plus what the chosen limits cut; the limits, and any correction, "
             "come with the answer"
+            + (
+                f"; a mean's sum, centred at the profile's mean when the query runs, at most "
+                f"{2 * info['auto_release']:.4g} times (its per-row bound is the centre's distance to the "
+                "farther end of its clamp, at most twice the middle's)"
+                if info.get("auto_centred")
+                else ""
+            )
         )
     if info.get("ratios"):
         lines.append(
