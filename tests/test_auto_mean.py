@@ -93,10 +93,30 @@ def test_the_split_is_the_plans_shape_only(session):
 
 @pytest.mark.parametrize(
     ("centre", "lower", "upper", "want"),
-    [(1234.5, 0, 12500, 1230), (0.0123, 0, 1, 0.0123), (-3, 0, 10, 0), (80, 0, 50, 50), (7, 5, 20, 7)],
+    [
+        (1234.5, 0, 12500, 1500),
+        (1100, 0, 12500, 1000),
+        (0.0123, 0, 1, 0.015),
+        (-3, 0, 10, 0),
+        (80, 0, 50, 50),
+        (7, 5, 20, 7),
+        (43.3, 30, 110, 50),
+        (5.5, 5, 20, 5),
+    ],
 )
 def test_a_centre_is_rounded_within_the_clamp(centre, lower, upper, want):
     assert auto_mean.centre(centre, lower, upper) == pytest.approx(want)
+
+
+def test_a_centre_takes_few_values_near_the_mean():
+    """Snapped to the grid: within sqrt(5/3) of the clamped mean, and few distinct values for
+    means that differ only by the profile's noise (each a plan of its own)."""
+    means = [900 + i for i in range(0, 400, 3)]
+    centres = {auto_mean.centre(m, 0, 12500) for m in means}
+    assert centres == {1000.0, 1500.0}
+    for m in [0.37, 2.9, 41.0, 999.0, 1234.5, 7777.0]:
+        c = auto_mean.centre(m, 0, 50000)
+        assert 1 / (5 / 3) ** 0.5 <= c / m <= (5 / 3) ** 0.5
 
 
 @pytest.mark.parametrize("kind", ["basic", "zcdp"])
