@@ -100,11 +100,7 @@ def two_stage(rng, g, v, w, groups, u, k, runs):
     for _ in range(runs):
         n = np.maximum(cnt + rng.laplace(0, 1 / e, groups), 1)
         m = np.clip(centre + (s1 + rng.laplace(0, half / e, groups)) / n, 0, u)
-        ug = np.clip(k * m, 0, u)
-        r = np.maximum(np.maximum((ug - m) ** 2, m**2), 1e-9)
-        sq = np.bincount(g, w * ((np.clip(v, 0, ug[g]) - m[g]) ** 2 / r[g] - 0.5), groups)
-        sq = sq + rng.laplace(0, 0.5 / e, groups)
-        out.append(np.sqrt(np.clip((sq + 0.5 * n) * r / n, 0, None)))
+        out.append(_second_stage(rng, g, v, w, groups, m, np.clip(k * m, 0, u), n, e))
     return np.array(out)
 
 
@@ -118,12 +114,17 @@ def two_stage_spread(rng, g, v, w, groups, u, k, runs):
     for _ in range(runs):
         n, a, var = _variances(rng, moments, u, e)
         m = np.clip(u / 2 + a / n, 0, u)
-        ug = np.clip(m + k * np.sqrt(var), 0, u)
-        r = np.maximum(np.maximum((ug - m) ** 2, m**2), 1e-9)
-        sq = np.bincount(g, w * ((np.clip(v, 0, ug[g]) - m[g]) ** 2 / r[g] - 0.5), groups)
-        sq = sq + rng.laplace(0, 0.5 / e, groups)
-        out.append(np.sqrt(np.clip((sq + 0.5 * n) * r / n, 0, None)))
+        out.append(_second_stage(rng, g, v, w, groups, m, np.clip(m + k * np.sqrt(var), 0, u), n, e))
     return np.array(out)
+
+
+def _second_stage(rng, g, v, w, groups, m, ug, n, e):
+    """Each group's stddev from its squares about its noisy mean m, the values clamped at its own
+    ug and the squares divided by their range (so one unit moves them by at most 1/2), noised at e."""
+    r = np.maximum(np.maximum((ug - m) ** 2, m**2), 1e-9)
+    sq = np.bincount(g, w * ((np.clip(v, 0, ug[g]) - m[g]) ** 2 / r[g] - 0.5), groups)
+    sq = sq + rng.laplace(0, 0.5 / e, groups)
+    return np.sqrt(np.clip((sq + 0.5 * n) * r / n, 0, None))
 
 
 def tail_ratio(rng, g, v, w, groups, low, high, runs):

@@ -393,7 +393,7 @@ class _Analysis:
             text,
             lower=lower,
             upper=upper,
-            centre=fam.centred(of) if func == "avg" else fam.centre(lower, upper),
+            centre=fam.centred(of),  # its family's, or a mean's chosen centre (_centre)
             quantile=quantile,
             integral=whole,
             **{role: self._measure(m) for role, m in roles.items()},
