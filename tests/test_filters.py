@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from fractions import Fraction
@@ -312,3 +313,47 @@ def test_remaining_checks_the_float_search_exactly(monkeypatch):
     assert told == honest and f.admits_cost(totals, Cost.pure(told))
     monkeypatch.setattr(AdvancedFilter, "_probe", lambda self, totals: lambda x: math.sqrt(-x) < 1)
     assert f.remaining(totals)["epsilon"] == honest  # a float form that fails: the exact search
+
+
+def test_a_costs_kept_hash_is_its_values():
+    """Cost keeps its hash (the filters' caches key on it every charge): equal costs built apart,
+    a copy through pickle (a worker's charge crossing to its supervisor) and one read back from
+    the ledger's JSON hash alike and find one cache entry; a different cost is another key."""
+    import pickle
+
+    from dpsql.accounting.filters import usage
+
+    a = Cost.of(
+        [
+            Part("laplace", Fraction(1, 10), rho=Fraction(1, 200)),
+            Part("gaussian", Fraction(1, 3), Fraction(1, 10**9), Fraction(1, 7)),
+        ]
+    )
+    b = Cost.of(
+        [
+            Part("laplace", Fraction(1, 10), rho=Fraction(1, 200)),
+            Part("gaussian", Fraction(1, 3), Fraction(1, 10**9), Fraction(1, 7)),
+        ]
+    )
+    hash(a)
+    copies = [b, pickle.loads(pickle.dumps(a)), Cost.from_json(a.to_json())]
+    assert all(c == a and hash(c) == hash(a) for c in copies)
+    assert {a: "kept"}[copies[1]] == "kept" and len({a, *copies}) == 1
+    other = Cost.of([Part("laplace", Fraction(1, 10), rho=Fraction(1, 200))])
+    assert other != a and {a: 1, other: 2}[Cost.of(list(other.parts))] == 2
+    assert usage(a) == usage(copies[1]) == usage(copies[2])
+    # pickled by another process, whose strings hash otherwise (its hash computed and kept there)
+    child = (
+        "import pickle, sys; from fractions import Fraction; from dpsql.accounting.cost import Cost, Part; "
+        "c = Cost.of([Part('laplace', Fraction(1, 10), rho=Fraction(1, 200))]); hash(c); "
+        "sys.stdout.write(pickle.dumps(c).hex())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", child],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "1"},
+    )
+    crossed = pickle.loads(bytes.fromhex(out.stdout))
+    assert crossed == other and hash(crossed) == hash(other) and {other: "kept"}[crossed] == "kept"

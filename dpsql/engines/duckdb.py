@@ -16,7 +16,7 @@ import re
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import duckdb
 import sqlglot
@@ -67,6 +67,10 @@ _PREPARED = itertools.count()
 
 def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
+
+
+def _query_failure() -> OperationalError:
+    return OperationalError("the query failed while running in the engine", sqlstate="XX000", hint=ENGINE_FAILURE_HINT)
 
 
 def bind_failure() -> OperationalError:
@@ -234,9 +238,9 @@ class DuckDBEngine(Engine):
         return cur
 
     @contextlib.contextmanager
-    def _tracked(self, failure: OperationalError) -> Iterator[duckdb.DuckDBPyConnection]:
+    def _tracked(self, failure: Callable[[], OperationalError]) -> Iterator[duckdb.DuckDBPyConnection]:
         """This thread's cursor, registered so that a CancelRequest can interrupt it; engine
-        messages may quote data, so an engine error becomes `failure` and never travels upward."""
+        messages may quote data, so an engine error becomes `failure()` and never travels upward."""
         cur = self._cursor()
         ident = threading.get_ident()
         self._running[ident] = cur
@@ -249,7 +253,7 @@ class DuckDBEngine(Engine):
         except duckdb.OutOfMemoryException:  # past [engine] memory_limit, spilling included
             raise out_of_memory() from None
         except duckdb.Error:
-            raise failure from None
+            raise failure() from None
         finally:
             self._running.pop(ident, None)
 
@@ -267,10 +271,7 @@ class DuckDBEngine(Engine):
 
     def execute(self, sql: str, stop: threading.Event | None = None) -> ResultSet:
         """Run dpsql-built SQL; not started once `stop` is set (engines/base.py)."""
-        failure = OperationalError(
-            "the query failed while running in the engine", sqlstate="XX000", hint=ENGINE_FAILURE_HINT
-        )
-        with self._tracked(failure) as cur, self._timed(cur):
+        with self._tracked(_query_failure) as cur, self._timed(cur):
             if stop is not None and stop.is_set():
                 raise duckdb.InterruptException("stopped before it started")
             self._run(cur, sql)
@@ -375,7 +376,7 @@ class DuckDBEngine(Engine):
                 )
 
                 def build() -> None:  # reads the source several times: kept only at one data version
-                    with self._tracked(failure) as cur:  # a CancelRequest interrupts the build too
+                    with self._tracked(lambda: failure) as cur:  # a CancelRequest interrupts the build too
                         cur.execute(units_statement(name, table, unit, per_unit))
                         cur.execute(run_sizes_sql(name, limit))
                         parts = [copy_parts(k, self._memory_bytes, len(per_unit)) for k in cur.fetchone()]

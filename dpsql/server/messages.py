@@ -19,11 +19,12 @@ from .wire.extended import Answer, Prepared
 from .wire.sequence import Status
 
 
-def _session_setting(text: str, local_ledger: bool) -> bool:
+def _session_setting(text: str, local_ledger: bool, kind: Kind | None = None) -> bool:
     """SET, RESET or SHOW of one setting; SHOW dpsql.budget too when the ledger is a local SQLite
-    file (a WAL read of a few rows, ~0.1 ms, that never waits for writers), not across a network."""
+    file (a WAL read of a few rows, ~0.1 ms, that never waits for writers), not across a network.
+    `kind`: the text's word_kind when the caller knows it (a prepared statement's)."""
     return (
-        word_kind(text) in (Kind.SET, Kind.SET_LOCAL, Kind.SHOW)
+        (kind if kind is not None else word_kind(text)) in (Kind.SET, Kind.SET_LOCAL, Kind.SHOW)
         and ";" not in text
         and len(text) < 1000
         and (local_ledger or "budget" not in text.lower())
@@ -143,7 +144,7 @@ class Messages:
             if len(self._param_types) >= 512:
                 self._param_types.pop(next(iter(self._param_types)))
             self._param_types[msg.sql] = inferred
-        self.statements[msg.name] = Prepared(msg.sql, extended.param_oids(msg.param_oids, inferred))
+        self.statements[msg.name] = Prepared(msg.sql, extended.param_oids(msg.param_oids, inferred), word_kind(msg.sql))
         self.send(codec.message(Backend.PARSE_COMPLETE))
 
     def bind(self, r: codec.Reader) -> None:
@@ -160,7 +161,7 @@ class Messages:
                 raise Error(f'prepared statement "{name}" does not exist', sqlstate="26000")
             self._admit(stmt.sql)
             self.send(codec.parameter_description(stmt.param_oids))
-            fields = await self._shape(stmt.sql, None)
+            fields = await self._shape(stmt, None)
             formats: list[int] = []
         elif name not in self.portals and name in self.cursors.open:
             fields, formats = self.cursors.open[name].fields, []  # a DECLAREd cursor is a portal too (psycopg 3)
@@ -169,7 +170,7 @@ class Messages:
             if portal is None:
                 raise Error(f'portal "{name}" does not exist', sqlstate="34000")
             self._admit(portal.stmt.sql)
-            fields = await self._shape(portal.stmt.sql, portal.params)
+            fields = await self._shape(portal.stmt, portal.params)
             formats = portal.result_formats
         if fields is None:
             self.send(codec.message(Backend.NO_DATA))
@@ -187,7 +188,7 @@ class Messages:
             raise Error(f'portal "{name}" does not exist', sqlstate="34000")
         self._admit(portal.stmt.sql)
         if portal.answer is None:
-            if not portal.params and _session_setting(portal.stmt.sql, self.server.local_ledger):
+            if not portal.params and _session_setting(portal.stmt.sql, self.server.local_ledger, portal.stmt.kind):
                 portal.answer = self.run_statement(portal.stmt.sql)  # as in a simple query: on the loop
             else:
                 portal.answer = await self.run_blocking(self.run_statement, portal.stmt.sql, portal.params or None)
@@ -197,12 +198,12 @@ class Messages:
                 return
         portal.pos = self._send_answer(portal.answer, portal.result_formats, portal.pos, limit, describe=False)
 
-    async def _shape(self, sql: str, params: list[Any] | None) -> list[codec.Field] | None:
+    async def _shape(self, stmt: Prepared, params: list[Any] | None) -> list[codec.Field] | None:
         """A statement's result shape: a known one on the loop (psycopg 3 describes every
         statement it sends, SET and SHOW included), a new one on a worker thread."""
-        if sql in self._shapes and word_kind(sql) != Kind.FETCH:
-            return self._shapes[sql]
-        return await self.run_blocking(self.describe_statement, sql, params)
+        if stmt.sql in self._shapes and stmt.kind != Kind.FETCH:
+            return self._shapes[stmt.sql]
+        return await self.run_blocking(self.describe_statement, stmt.sql, params)
 
     def close_object(self, r: codec.Reader) -> None:
         what, name = extended.read_target(r)

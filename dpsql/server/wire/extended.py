@@ -30,6 +30,7 @@ class Answer:
 class Prepared:
     sql: str
     param_oids: list[int]
+    kind: Any = None  # its leading keyword's kind (sql/route.py word_kind), read once at Parse
 
 
 @dataclass
