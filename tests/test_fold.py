@@ -77,6 +77,7 @@ def test_the_plain_stages_fold_into_one_select():
     "change",
     [
         ("t0.sex AS k0", "sex AS k0"),  # an unqualified column could meet an output's name
+        ("FROM c AS t0)", "FROM c AS t0 WHERE units > 0)"),  # in a condition too
         ("t0.w AS w FROM", "SUM(t0.w) OVER () AS w FROM"),  # a window is not moved under a grouping
         ("t0.w AS w FROM", "(SELECT 1) AS w FROM"),  # nor a subquery
         ("FROM c AS t0)", "FROM c AS t0 LIMIT 5)"),  # a limited projection
