@@ -85,5 +85,5 @@ def test_explain_scales_a_samples_noise_explains_ratios_and_lays_the_sql_out(con
     assert not any(x.startswith("TABLESAMPLE") for x in plain)
     assert any(x.startswith("AVG(age): a ratio of the noisy totals") for x in plain)
     sql = plain[plain.index("rewritten query:") + 1 :]
-    assert len(sql) > 20 and max(len(x) for x in sql) < 200
+    assert len(sql) > 5 and max(len(x) for x in sql) < 200  # laid out, a clause a line
     assert conn.session.budget()["queries"] == 0

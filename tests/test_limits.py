@@ -104,6 +104,24 @@ def test_building_a_weighted_copy_is_not_planning(small_policy):
     conn.close()
 
 
+def test_the_engines_binding_is_not_planning(small_policy):
+    """Binding the bounded query and listing the declared keys are the engine's work (a busy
+    Spark cluster took seconds): they do not count against planning_seconds either."""
+    write_policy(small_policy.parent, extra="\n[limits]\nplanning_seconds = 0.2\n")
+    conn = dpsql.connect(small_policy, user="alice")
+    describe = conn.session.engine.describe
+
+    def slow_describe(*args, **kwargs):
+        time.sleep(0.5)
+        return describe(*args, **kwargs)
+
+    conn.session.engine.describe = slow_describe
+    cur = conn.cursor()
+    cur.execute("SELECT kind, COUNT(*) FROM events GROUP BY kind")
+    assert len(cur.fetchall()) == 3 and conn.session.budget()["queries"] == 1
+    conn.close()
+
+
 def test_wire_workers_are_not_held(serve):
     """Hostile statements over the wire are refused in milliseconds while another analyst's
     queries keep being answered."""

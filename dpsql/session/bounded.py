@@ -46,8 +46,11 @@ def built(
         sql = session.engine.sql_of(tree, owned=True)
     if salt is not None:
         return Bounded(sql, timeless)
-    check_post(session, plan, sql)
-    domain = tuple(zip(*key_domain(session, plan).columns)) if plan.keys and plan.declared else None
+    # The engine's own work (binding the query, listing public keys) is not the statement's
+    # planning: a busy engine or cluster must not make planning_seconds refuse a query.
+    with session._deadline.paused():
+        check_post(session, plan, sql)
+        domain = tuple(zip(*key_domain(session, plan).columns)) if plan.keys and plan.declared else None
     return Bounded(sql, timeless, domain)
 
 
