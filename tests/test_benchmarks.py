@@ -230,3 +230,21 @@ def test_perquery_splits_the_servers_cpu_by_thread_under_another_filter():
     assert "grouped COUNT, 2 client(s), 400 statements: server CPU" in line  # a writer's 0.1 s at least
     roles = dict(part.rsplit(" ", 1) for part in split.split("by thread: ")[1].removesuffix(" ms").split(", "))
     assert {"statement threads", "ledger writer"} <= set(roles) and all(float(v) > 0 for v in roles.values())
+
+
+def test_perquery_splits_the_cpu_of_serve_workers_by_process():
+    """`benchmarks.perquery --workers 2` serves as `dpsql serve --workers 2` and tells the CPU per
+    statement of the supervisor (its ledger writer) and of the workers, each of them at work."""
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.perquery", "--statements", "200", "--clients", "2"]
+        + ["--only", "grouped COUNT", "--workers", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
+    line, split = out.splitlines()[-2:]
+    assert "grouped COUNT, 2 client(s), 200 statements: server CPU" in line
+    roles = dict(part.rsplit(" ", 1) for part in split.split("by process: ")[1].removesuffix(" ms").split(", "))
+    assert set(roles) == {"workers", "supervisor (ledger writer)"} and all(float(v) > 0 for v in roles.values())
