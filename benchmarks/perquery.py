@@ -121,34 +121,22 @@ def drive(dsn: str, query: str, clients: int, statements: int) -> None:
 
 
 @contextlib.contextmanager
-def child(policy: Path, ledger: Path, profile: Path | None, code: Path):
+def served(policy: Path, ledger: Path, code: Path, profile: Path | None = None, workers: int = 1):
+    """The sample served from `code` for the analyst alice: this file's child (one process, under
+    cProfile with `profile`) or, with `workers` above 1, `dpsql serve --workers`; yields its DSN
+    and the pid whose CPU is read (the supervisor's, under --workers)."""
     from benchmarks.serving import add_logins, dsn_of, free_port, wait_until_up
 
     add_logins(policy, ledger, "alice")
     port = free_port()
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(policy), str(ledger), str(port)]
+    if workers > 1:  # its output (the logins' passwords) discarded
+        cmd = [sys.executable, "-m", "dpsql.cli", "serve", "--policy", str(policy), "--ledger", str(ledger)]
+        cmd += ["--port", str(port), "--workers", str(workers)]
+    else:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(policy), str(ledger), str(port)]
+        cmd += [str(profile)] if profile else []
     env = {**os.environ, "PYTHONPATH": str(code)}
-    proc = subprocess.Popen(cmd + ([str(profile)] if profile else []), cwd=code, env=env)
-    try:
-        dsn = dsn_of(port, "alice")
-        wait_until_up(dsn, 60)
-        yield dsn, proc.pid
-    finally:
-        proc.terminate()
-        proc.wait(60)
-
-
-@contextlib.contextmanager
-def supervised(policy: Path, ledger: Path, workers: int, code: Path):
-    """`dpsql serve --workers N` from `code`; yields its DSN and the supervisor's pid."""
-    from benchmarks.serving import add_logins, dsn_of, free_port, wait_until_up
-
-    add_logins(policy, ledger, "alice")
-    port = free_port()
-    cmd = [sys.executable, "-m", "dpsql.cli", "serve", "--policy", str(policy), "--ledger", str(ledger)]
-    env = {**os.environ, "PYTHONPATH": str(code)}
-    args = ["--port", str(port), "--workers", str(workers)]
-    proc = subprocess.Popen(cmd + args, cwd=code, env=env, stdout=subprocess.DEVNULL)  # its logins' passwords
+    proc = subprocess.Popen(cmd, cwd=code, env=env, stdout=subprocess.DEVNULL if workers > 1 else None)
     try:
         dsn = dsn_of(port, "alice")
         wait_until_up(dsn, 60)
@@ -239,13 +227,7 @@ def main() -> None:
             assert 'filter = "basic"' in text
             text = text.replace('filter = "basic"', f'filter = "{args.filter}"')
             policy.write_text(text.replace("epsilon = 1e12", "epsilon = 1e5"))  # within every filter's reach
-        ledger = Path(d) / "ledger.sqlite"
-        served = (
-            supervised(policy, ledger, args.workers, args.code.resolve())
-            if args.workers > 1
-            else child(policy, ledger, args.profile, args.code.resolve())
-        )
-        with served as (dsn, pid):
+        with served(policy, Path(d) / "ledger.sqlite", args.code.resolve(), args.profile, args.workers) as (dsn, pid):
             print(f"load average {os.getloadavg()[0]:.2f} at the start")
             by = "process" if args.workers > 1 else "thread"
             for label, (query, share) in queries.items():
