@@ -1,7 +1,7 @@
 """CPU time of one `dpsql serve` process per statement, and where it goes (cProfile, every thread).
 
     python -m benchmarks.perquery [--statements 2000] [--clients 1,8] [--profile FILE] [--top 40]
-                                  [--code DIR] [--filter KIND]
+                                  [--code DIR] [--filter KIND] [--workers N]
 
 Serves the sample hospital (a copy of its policy with a large budget, fresh ledger) in a child
 process, drives it with psycopg clients (`SET dpsql.cache = off`, `SET dpsql.reuse = off`: every
@@ -15,7 +15,11 @@ merged statistics to FILE on exit, the top functions by cumulative and by own ti
 --code DIR serves dpsql from another checkout (a baseline's `git archive`), so that a
 before/after pair runs on one machine state. --filter KIND composes the analysts' queries with
 another filter than the sample's basic one, over a budget of epsilon 1e5 (each answer tells
-the budget left, which every other filter finds by search).
+the budget left, which every other filter finds by search). --workers N serves it as `dpsql
+serve --workers N` does (the default on a machine of N cores: a supervisor whose thread writes
+every worker's ledger jobs, and N worker processes, DuckDB's threads shared among them): the CPU
+per statement of all its processes, split into the supervisor's and the workers' (no split by
+thread, and no --profile).
 """
 
 from __future__ import annotations
@@ -49,6 +53,16 @@ def cpu_seconds(pid: int) -> float:
 def _cpu_of(stat: Path) -> float:
     fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def family_seconds(pid: int) -> dict[str, float]:
+    """User + system CPU so far of a `dpsql serve --workers` supervisor and of its workers together."""
+    workers = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    spent = {"supervisor (ledger writer)": cpu_seconds(pid), "workers": 0.0}
+    for child_pid in workers:
+        with contextlib.suppress(OSError):  # a worker that ended meanwhile
+            spent["workers"] += cpu_seconds(int(child_pid))
+    return spent
 
 
 def thread_seconds(pid: int) -> dict[int, float]:
@@ -107,14 +121,22 @@ def drive(dsn: str, query: str, clients: int, statements: int) -> None:
 
 
 @contextlib.contextmanager
-def child(policy: Path, ledger: Path, profile: Path | None, code: Path):
+def served(policy: Path, ledger: Path, code: Path, profile: Path | None = None, workers: int = 1):
+    """The sample served from `code` for the analyst alice: this file's child (one process, under
+    cProfile with `profile`) or, with `workers` above 1, `dpsql serve --workers`; yields its DSN
+    and the pid whose CPU is read (the supervisor's, under --workers)."""
     from benchmarks.serving import add_logins, dsn_of, free_port, wait_until_up
 
     add_logins(policy, ledger, "alice")
     port = free_port()
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(policy), str(ledger), str(port)]
+    if workers > 1:  # its output (the logins' passwords) discarded
+        cmd = [sys.executable, "-m", "dpsql.cli", "serve", "--policy", str(policy), "--ledger", str(ledger)]
+        cmd += ["--port", str(port), "--workers", str(workers)]
+    else:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(policy), str(ledger), str(port)]
+        cmd += [str(profile)] if profile else []
     env = {**os.environ, "PYTHONPATH": str(code)}
-    proc = subprocess.Popen(cmd + ([str(profile)] if profile else []), cwd=code, env=env)
+    proc = subprocess.Popen(cmd, cwd=code, env=env, stdout=subprocess.DEVNULL if workers > 1 else None)
     try:
         dsn = dsn_of(port, "alice")
         wait_until_up(dsn, 60)
@@ -162,6 +184,23 @@ def serve_child(policy: str, ledger: str, port: int, profile: str | None) -> Non
         stats.dump_stats(profile)
 
 
+def _measured(pid: int, family: bool, names: Path, run) -> dict[str, float]:
+    """CPU spent by the server while `run()` drives it: "" the whole, "wall" the seconds taken,
+    and the rest by role (each thread's in one process, each process's under --workers)."""
+    if family:
+        before, w0 = family_seconds(pid), time.perf_counter()
+        run()
+        wall, after = time.perf_counter() - w0, family_seconds(pid)
+        spent = {k: after[k] - before[k] for k in after}
+        return {"": sum(spent.values()), "wall": wall, **spent}
+    t0, c0, w0 = thread_seconds(pid), cpu_seconds(pid), time.perf_counter()
+    run()
+    cpu, wall, t1 = cpu_seconds(pid) - c0, time.perf_counter() - w0, thread_seconds(pid)
+    time.sleep(0.3)  # the child's names, written after every thread started
+    named = {int(k): v for k, v in json.loads(names.read_text()).items()}
+    return {"": cpu, "wall": wall, **by_role(t0, t1, named)}
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         serve_child(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] if len(sys.argv) > 5 else None)
@@ -174,7 +213,10 @@ def main() -> None:
     ap.add_argument("--code", type=Path, default=Path(__file__).resolve().parent.parent, help="dpsql served from here")
     ap.add_argument("--only", help="run only the query whose label starts with this")
     ap.add_argument("--filter", help="the analysts' filter (the sample's is basic)")
+    ap.add_argument("--workers", type=int, default=1, help="serve as `dpsql serve --workers N` (N > 1)")
     args = ap.parse_args()
+    if args.workers > 1 and args.profile:
+        ap.error("--profile profiles one process: leave --workers out")
     from benchmarks.serving import sample_policy
 
     queries = {k: v for k, v in QUERIES.items() if args.only is None or k.startswith(args.only)}
@@ -185,21 +227,20 @@ def main() -> None:
             assert 'filter = "basic"' in text
             text = text.replace('filter = "basic"', f'filter = "{args.filter}"')
             policy.write_text(text.replace("epsilon = 1e12", "epsilon = 1e5"))  # within every filter's reach
-        with child(policy, Path(d) / "ledger.sqlite", args.profile, args.code.resolve()) as (dsn, pid):
+        with served(policy, Path(d) / "ledger.sqlite", args.code.resolve(), args.profile, args.workers) as (dsn, pid):
             print(f"load average {os.getloadavg()[0]:.2f} at the start")
+            by = "process" if args.workers > 1 else "thread"
             for label, (query, share) in queries.items():
                 n = max(8, round(args.statements * share))
                 drive(dsn, query, 8, max(8, n // 10))  # warm: weighted copies, plans, Describe
                 for clients in (int(c) for c in args.clients.split(",")):
-                    t0, c0, w0 = thread_seconds(pid), cpu_seconds(pid), time.perf_counter()
-                    drive(dsn, query, clients, n)
-                    cpu, wall, t1 = cpu_seconds(pid) - c0, time.perf_counter() - w0, thread_seconds(pid)
-                    time.sleep(0.3)  # the child's names, written after every thread started
-                    names = {int(k): v for k, v in json.loads((Path(d) / "threads.json").read_text()).items()}
-                    split = sorted(by_role(t0, t1, names).items(), key=lambda kv: -kv[1])
+                    names = Path(d) / "threads.json"
+                    split = _measured(pid, args.workers > 1, names, lambda: drive(dsn, query, clients, n))
+                    cpu, wall = split.pop(""), split.pop("wall")
+                    split = sorted(split.items(), key=lambda kv: -kv[1])
                     print(
                         f"{label}, {clients} client(s), {n} statements: server CPU {cpu / n * 1000:.3f} ms per "
-                        f"statement, {n / wall:.0f} statements/s (load {os.getloadavg()[0]:.2f})\n    by thread: "
+                        f"statement, {n / wall:.0f} statements/s (load {os.getloadavg()[0]:.2f})\n    by {by}: "
                         + ", ".join(f"{role} {c / n * 1000:.3f}" for role, c in split if c > 0)
                         + " ms",
                         flush=True,

@@ -214,19 +214,32 @@ def test_the_heldout_workload_is_its_own_and_writes_its_own_section(tmp_path):
     assert all(f"| {name} |" in section for name in names)
 
 
-def test_perquery_splits_the_servers_cpu_by_thread_under_another_filter():
-    """`benchmarks.perquery` serves the sample under the filter asked for and tells the server's
-    CPU per statement and its split by thread, the statement threads and the ledger writer named."""
+def _perquery(*args: str) -> list[str]:
+    """The last two lines `python -m benchmarks.perquery ARGS` prints: a query's CPU and its split."""
     out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.perquery", "--statements", "400", "--clients", "2"]
-        + ["--only", "grouped COUNT", "--filter", "zcdp"],
+        [sys.executable, "-m", "benchmarks.perquery", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
         check=True,
     ).stdout
-    line, split = out.splitlines()[-2:]
+    return out.splitlines()[-2:]
+
+
+def test_perquery_splits_the_servers_cpu_by_thread_under_another_filter():
+    """`benchmarks.perquery` serves the sample under the filter asked for and tells the server's
+    CPU per statement and its split by thread, the statement threads and the ledger writer named."""
+    line, split = _perquery("--statements", "400", "--clients", "2", "--only", "grouped COUNT", "--filter", "zcdp")
     assert "grouped COUNT, 2 client(s), 400 statements: server CPU" in line  # a writer's 0.1 s at least
     roles = dict(part.rsplit(" ", 1) for part in split.split("by thread: ")[1].removesuffix(" ms").split(", "))
     assert {"statement threads", "ledger writer"} <= set(roles) and all(float(v) > 0 for v in roles.values())
+
+
+def test_perquery_splits_the_cpu_of_serve_workers_by_process():
+    """`benchmarks.perquery --workers 2` serves as `dpsql serve --workers 2` and tells the CPU per
+    statement of the supervisor (its ledger writer) and of the workers, each of them at work."""
+    line, split = _perquery("--statements", "200", "--clients", "2", "--only", "grouped COUNT", "--workers", "2")
+    assert "grouped COUNT, 2 client(s), 200 statements: server CPU" in line
+    roles = dict(part.rsplit(" ", 1) for part in split.split("by process: ")[1].removesuffix(" ms").split(", "))
+    assert set(roles) == {"workers", "supervisor (ledger writer)"} and all(float(v) > 0 for v in roles.values())
