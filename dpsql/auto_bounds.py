@@ -41,7 +41,7 @@ from sqlglot import exp
 from .accounting.cost import Part
 from .answer_record import ChosenBounds, ChosenLimits, ExpectedError, TargetChoice
 from .auto_correction import with_filtered
-from .guarantee.bounding import PerGroupCap, TotalCap
+from .guarantee.bounding import PartitionSelection, PerGroupCap, SelectedTotalCap, TotalCap
 from .guarantee.families import QUANTILES
 from .guarantee.measures import Histogram, Sum, sum_measure
 from .guarantee.mechanisms import Noise, add_noise, laplace_scale
@@ -65,6 +65,9 @@ CORRECTED = ("count",)  # sums clip each unit's total (bounding.TotalCap), which
 # groups it keeps and those it cuts up to the domain's size, each with this share of epsilon.
 UNITS_SHARE = Fraction(1, 10)
 MASS = 1024  # what one unit adds to each profile histogram
+# Over undeclared keys (partition selection) no domain is public: the profile releases the
+# largest this many groups' masses, sorted (padded with empty ones), as it does a domain's.
+UNDECLARED_GROUPS = 32
 # A histogram kept from a profile released before (per analyst, data version, rows and histogram)
 # is released again and combined with it until its effective epsilon reaches ENOUGH times what it
 # would get in a fresh profile; then it is reused, free (`fresh`).
@@ -228,6 +231,14 @@ def corrected(plan: Plan, groups: int = 1) -> tuple[Fraction, ...]:
     return ()
 
 
+def split_after_profile(plan: Plan, additive: bool) -> bool:
+    """Whether a corrected count's split is chosen after the profile within one Laplace part
+    (`rest_part`): where every filter charged is basic (`additive`), and not under partition
+    selection, whose delta that pure-epsilon part would not carry (the correction is then
+    charged the prior split's parts, the release its own, selection included)."""
+    return additive and not plan.needs_selection
+
+
 def split(top: int, far: int, groups: int) -> tuple[Fraction, Fraction]:
     """The prior (kept, excess) shares of a corrected count's epsilon, the release getting the rest
     after the profile's SHARE: those that minimise the model's standard deviation of a group's
@@ -331,16 +342,15 @@ def ceiling(plan: Plan) -> int:
 
 def eligible(plan: Plan, mechanism: str, sampled: bool = False) -> bool:
     """Plans whose limits this module can choose: Laplace noise, one unit per person bounded per
-    query (per-group caps or a total bound; not partition selection, rows as units or L2
-    clipping; a per-unit subquery qualifies, with one row per unit), no sampling, only aggregates
-    the error model knows."""
+    query (per-group caps or a total bound, over declared keys or undeclared ones, released by
+    partition selection; not rows as units or L2 clipping; a per-unit subquery qualifies, with
+    one row per unit), no sampling, only aggregates the error model knows."""
     return (
         mechanism == "laplace"
         and not sampled
         and plan.sample_rate is None
-        and type(plan.bounding) in (PerGroupCap, TotalCap)
+        and type(plan.bounding) in (PerGroupCap, TotalCap, PartitionSelection, SelectedTotalCap)
         and plan.unit is not None
-        and (not plan.keys or plan.declared)
         and all(e.func in SUMMED + QUANTILES + ("count",) for e in plan.estimates)
     )
 

@@ -26,6 +26,7 @@ from .auto_bounds import (
     adapted,
     reach_of,
     release_epsilon,
+    split_after_profile,
     steps,
 )
 from .auto_denoise import blended, geometric_fit, octave_fit, population, trust
@@ -239,7 +240,8 @@ def choose(
     counts whole. Not `adaptive` (the charge's parts were fixed before the profile: a filter that
     does not add up ε), a count that may be corrected is, at the prior shares `correct`."""
     rest = float(epsilon * (1 - SHARE))
-    measures = max(len(plan.measures), 1)
+    # the release's measures share it, and partition selection one share more (calibrate)
+    measures = max(len(plan.measures), 1) + (1 if plan.needs_selection else 0)
     scales = profile.noise or (0.0,) * (2 + len(cols))
     units = population((profile.rows, *profile.values, profile.groups), scales)
     # the groups' masses read with their noise only where the population is (trust below 1)
@@ -247,6 +249,7 @@ def choose(
     groups = effective_groups(profile.groups, groups, spread)
     rows = _rows(profile, units)
     centred = auto_mean.centred_means(plan, [c.expr for c in cols]) if adaptive else {}
+    split_after = split_after_profile(plan, adaptive)
     terms = _terms(plan)
     values = {c.expr: _values(c, m, trust(units, b)) for c, m, b in zip(cols, profile.values, scales[1:])}
     by_expr = {c.expr: c for c in cols}
@@ -258,7 +261,7 @@ def choose(
         total bound c and a reach far (None: no correction); None when a share would be 0."""
         if far is None:  # uncorrected, a count also loses the rows of units beyond the policy's bound
             return (), rest / measures, _Fix(beyond=rows.units[-1] * top if correct else 0.0)
-        shares = adapted(correct, c, far, groups * measures, float(KEPT_WEIGHT)) if adaptive else tuple(correct)
+        shares = adapted(correct, c, far, groups * measures, float(KEPT_WEIGHT)) if split_after else tuple(correct)
         if not all(shares):
             return None
         # Rows beyond the reach stay cut: those between it and the policy's bound (from the
@@ -269,7 +272,7 @@ def choose(
 
     best: tuple[float, int, int | None, dict[str, float], tuple] | None = None
     for c in candidates:
-        for far in ((None,) if adaptive else ()) + reaches(top, c) if correct else (None,):
+        for far in ((None,) if split_after else ()) + reaches(top, c) if correct else (None,):
             opt = option(c, far)
             if opt is None:
                 continue

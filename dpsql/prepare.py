@@ -80,7 +80,7 @@ def prepare(
         policy,
         s.epsilon if options.epsilon is None else positive(options.epsilon, "epsilon", "write OPTIONS (epsilon = 0.1)"),
     )
-    delta = s.delta if options.delta is None else probability(str(float(options.delta)), "delta")
+    delta = query_delta(s, options)
     domain = plan.literal_domain_size()
     if s.planner == "pld" and len(plan.measures) > 1:
         if options.weights:
@@ -163,3 +163,8 @@ def probability(value: str, name: str) -> Fraction:
     if not 0 <= v < 1:
         raise invalid_parameter(f"{name} must be at least 0 and below 1")
     return v
+
+
+def query_delta(s: Settings, options: QueryOptions) -> Fraction:
+    """The query's delta: its OPTIONS' where given, else the session's."""
+    return s.delta if options.delta is None else probability(str(float(options.delta)), "delta")

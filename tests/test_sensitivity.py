@@ -135,11 +135,16 @@ def _shape(weighting):
 
 def release_moves_within_l1(a: Session, b: Session, plan, label: str) -> None:
     """The plan's pre-noise values on two neighbouring databases differ, per measure and over all
-    groups, by at most the L1 its calibration (Laplace, epsilon 1) charges for."""
-    cal = calibrate(plan, Fraction(1), Fraction(0), "laplace", plan.literal_domain_size())
+    groups, by at most the L1 its calibration (Laplace, epsilon 1) charges for; under partition
+    selection its unit counts by at most the groups per unit its odds are computed for."""
+    delta = Fraction(1, 10**8) if plan.needs_selection else Fraction(0)
+    cal = calibrate(plan, Fraction(1), delta, "laplace", plan.literal_domain_size())
     n = len(plan.keys)
     ra, rb = _by_group(a.bounded_result(plan), n), _by_group(b.bounded_result(plan), n)
     zero = (0,) * (1 + sum(m.width for m in plan.measures))
+    if plan.needs_selection:
+        units = sum(abs(ra.get(g, zero)[0] - rb.get(g, zero)[0]) for g in set(ra) | set(rb))
+        assert units <= cal.groups_per_unit, (label, units, cal.groups_per_unit)
     at = 1
     for j, mn in enumerate(cal.measures):
         width = plan.measures[j].width

@@ -256,6 +256,24 @@ class TotalCap(PerGroupCap):
 
 
 @dataclass(frozen=True)
+class SelectedTotalCap(TotalCap, PartitionSelection):
+    """A total bound over keys without a declared domain: each unit keeps at most max_groups of
+    its groups, chosen by the keyed hash (PartitionSelection's per-unit stage), and its rows in
+    them are weighted to `limit` in all (TotalCap's shares, its rows counted in the groups it
+    keeps). A unit with at most `limit` rows is in at most that many groups, so it keeps at most
+    min(limit, max_groups): measures have TotalCap's L1 of limit rows, and partition selection
+    counts a unit in at most that many groups, one each."""
+
+    def groups(self, domain_size: int | None) -> int:
+        return max(1, min(self.limit, super().groups(domain_size)))
+
+    def light_rows(self, domain_size: int | None) -> int:
+        """A unit of n rows reaches at most n groups: within the total bound and the groups kept
+        only when n is within both (else the hash chooses which groups it keeps)."""
+        return min(self.limit, self.groups(domain_size))
+
+
+@dataclass(frozen=True)
 class L2Clip(TotalCap):
     """A unit's rows per group n scaled by the fixed-point weight floor(2^b C / max(||n||_2, C)).
     The norm is a double SQRT made an upper bound by a relative margin of 2^-40 (far above its
@@ -510,6 +528,8 @@ def choose(
     if not unit:
         return RowUnits(max_groups, max_rows, keyed)
     if keyed and not declared:
+        if max_contributions is not None and mechanism == "laplace" and not (row_ids or sampled):
+            return SelectedTotalCap(max_groups, max_rows, keyed, unit_in_hash=unit_in_hash, limit=max_contributions)
         return PartitionSelection(max_groups, max_rows, keyed, unit_in_hash=unit_in_hash)
     # With declared keys, a unit in more than max_groups groups has each share scaled down.
     scale = keyed and (domain_size is None or domain_size > max_groups)

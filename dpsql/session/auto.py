@@ -23,7 +23,7 @@ from ..guarantee.plan import Plan
 from ..guarantee.release import NoisyTable
 from ..ledger import Charge
 from ..plan_cache import Bounded
-from ..prepare import plan_query, within_cap
+from ..prepare import plan_query, query_delta, within_cap
 from ..sql.allowlist import CLOCK_FUNCTIONS
 from ..sql.classify import Query
 from ..sql.options import QueryOptions
@@ -41,11 +41,11 @@ def chosen_per_query(session: Session, plan: Plan, cal: Calibration, options: Qu
     """Whether the query's limits are chosen per query (auto_bounds.py): SET dpsql.bounds = auto,
     a plan of a kind it can choose for, the filter planner at a plain epsilon, something to choose."""
     s = session.settings
-    if s.bounds != "auto" or s.planner != "filter" or cal.selection is not None:
+    if s.bounds != "auto" or s.planner != "filter":
         return False
     if options.max_groups is not None or options.max_rows is not None:
         return False  # the query states its own limits (BigQuery's clause): they are kept as written
-    if any(p.kind != "laplace" for p in cal.cost.parts):
+    if any(p.kind not in ("laplace", "selection") for p in cal.cost.parts):
         return False
     mechanism = s.mechanism
     units, domain, eligible = session._plans.derived(
@@ -54,6 +54,13 @@ def chosen_per_query(session: Session, plan: Plan, cal: Calibration, options: Qu
     if units:
         return cal.groups_per_unit < (domain or cal.groups_per_unit + 1)
     return eligible
+
+
+def released_size(session: Session, plan: Plan) -> int | None:
+    """The groups a query's profile and model count (public): its declared domain's size, or,
+    over undeclared keys (partition selection), the number of largest groups' masses its profile
+    releases (`auto_bounds.UNDECLARED_GROUPS`); None for a query without keys."""
+    return auto_bounds.UNDECLARED_GROUPS if plan.needs_selection else domain_size(session, plan)
 
 
 def _choosable(plan: Plan, mechanism: str) -> tuple[bool, int | None, bool]:
@@ -96,7 +103,7 @@ def targeted(
         return cal, None
     cap = session.policy.privacy.max_query_epsilon
     ceiling = min(cap, TARGET_CEILING) if cap is not None else TARGET_CEILING
-    size = domain_size(session, plan)
+    size = released_size(session, plan)
     groups = 1 if size is None else size
     released = None
     if not auto_bounds.counts_units(plan, s.mechanism):
@@ -192,7 +199,7 @@ def explained(
             "auto_centred": False,
         }
     fix = auto_bounds.correction_share(
-        plan, session.settings.mechanism, 1 if (size := domain_size(session, plan)) is None else size
+        plan, session.settings.mechanism, 1 if (size := released_size(session, plan)) is None else size
     )
     units = auto_bounds.counts_units(plan, session.settings.mechanism)
     profile = Fraction(0) if units else auto_bounds.SHARE
@@ -273,11 +280,12 @@ def auto_cost(
     s = session.settings
     top, cols = auto_bounds.ceiling(plan), auto_bounds.columns(plan)
     correct = auto_bounds.corrected(plan, groups)
-    lump = bool(correct) and s.additive  # the correction's and the release's one part, split after the profile
-    rest = auto_bounds.release_epsilon(epsilon, () if s.additive else correct)
+    split_after = auto_bounds.split_after_profile(plan, s.additive)
+    lump = bool(correct) and split_after  # the correction's and the release's one part, split after the profile
+    rest = auto_bounds.release_epsilon(epsilon, () if split_after else correct)
     at_rest = calibrated_at(session, plan, rest, options)
     by_group = bool(auto_bounds.profiled_groups(plan, groups if groups > 1 else 0))
-    own = auto_bounds.parts(epsilon, cols, top, correct, by_group, new, s.additive)
+    own = auto_bounds.parts(epsilon, cols, top, correct, by_group, new, split_after)
     return Cost.of(own + (() if lump else at_rest.cost.parts)), at_rest
 
 
@@ -362,16 +370,18 @@ def answer_auto(
     if auto_bounds.counts_units(policy_plan, s.mechanism):
         return units_answer(session, stmt, policy_plan, policy_cal, options, groups, target)
     top, cols = auto_bounds.ceiling(policy_plan), auto_bounds.columns(policy_plan)
-    correct = auto_bounds.corrected(policy_plan, len(groups) if groups else 1)
+    size = auto_bounds.UNDECLARED_GROUPS if policy_plan.needs_selection else len(groups) if groups else None
+    correct = auto_bounds.corrected(policy_plan, size or 1)
     epsilon = policy_cal.cost.epsilon
-    by_group = auto_bounds.profiled_groups(policy_plan, len(groups) if groups else 0)  # public
+    by_group = auto_bounds.profiled_groups(policy_plan, size or 0)  # public
+    split_after = auto_bounds.split_after_profile(policy_plan, s.additive)
     # The profile's SQL is built (and kept) before the charge, so that a query it cannot be built
     # for is refused free; the data version is read before the profile's rows.
     profile_sql(session, policy_plan, cols, top, bool(by_group))
-    stored = Kept(session, policy_plan, len(groups) if groups else 0)
+    stored = Kept(session, policy_plan, size or 0)
     keys, kept = stored.keys, stored.reusable  # charged before: free
     new = auto_bounds.fresh(kept, epsilon)  # released (again) by this query, the others reused
-    cost, at_rest = auto_cost(session, policy_plan, epsilon, options, len(groups) if groups else 1, new)
+    cost, at_rest = auto_cost(session, policy_plan, epsilon, options, size or 1, new)
     pending = charging(session, cost, stmt.sql, json.dumps(noise_detail(policy_plan, at_rest), default=str))
     charge = pending.admitted()
     with charged_work(
@@ -379,7 +389,7 @@ def answer_auto(
     ):
         profile, spent = released_profile(session, policy_plan, cols, top, epsilon, by_group, keys, kept, new)
         choice = auto_choice.choose(
-            policy_plan, profile, cols, top, epsilon, len(groups) if groups else 1, correct, s.additive
+            policy_plan, profile, cols, top, epsilon, size or 1, correct, s.additive
         )
         choice = replace(choice, epsilon=spent, reused=any(k is not None for k in kept))
         rest = auto_bounds.release_epsilon(epsilon, choice.shares)
@@ -394,7 +404,7 @@ def answer_auto(
                 sqlstate="XX000",
                 hint="this is a bug in dpsql, please report it",
             )
-        if correct and s.additive:  # the split chosen from the profile within the part charged for it
+        if correct and split_after:  # the split chosen from the profile within the part charged for it
             check_split(charge.cost, auto_bounds.rest_part(epsilon), [epsilon * x for x in choice.shares], cal.cost)
         correction = correction_of(session, policy_plan, choice, epsilon, choice.shares) if choice.shares else None
     result = answer(
@@ -477,7 +487,9 @@ def calibrated_at(session: Session, plan: Plan, epsilon: Fraction, options: Quer
     weights = measure_weights(plan, options.weights)
     if session.settings.additive:
         weights = auto_mean.weights(plan, weights, [c.expr for c in auto_bounds.columns(plan)])
-    return calibrate(plan, epsilon, Fraction(0), session.settings.mechanism, plan.literal_domain_size(), weights)
+    # partition selection's delta (undeclared keys), the query's own: as at the policy's limits
+    delta = query_delta(session.settings, options) if plan.needs_selection else Fraction(0)
+    return calibrate(plan, epsilon, delta, session.settings.mechanism, plan.literal_domain_size(), weights)
 
 
 def correction_row(session: Session, plan: Plan, name: str, query) -> tuple:
