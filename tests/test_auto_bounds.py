@@ -18,7 +18,7 @@ from dpsql import auto_bounds, auto_choice, auto_correction
 from dpsql.accounting.cost import Cost
 from dpsql.accounting.filters import usage
 from dpsql.config import load_policy
-from dpsql.guarantee.bounding import TotalCap
+from dpsql.guarantee.bounding import SelectedTotalCap, TotalCap
 from dpsql.guarantee.calibration import calibrate
 from dpsql.guarantee.guard import check_split
 from dpsql.prepare import plan_query
@@ -782,5 +782,33 @@ def test_a_corrected_count_is_split_after_the_profile_only_where_that_costs_noth
             assert len(fixed) == 3 and sum((p.rho for p in fixed), Fraction(0)) < rest * rest / 2
             fix = cur.dp["bounds"].get("correction")
             assert fix is not None  # fixed parts are spent: the count is corrected
+    finally:
+        conn.close()
+
+
+def test_undeclared_keys_choose_a_total_bound_under_partition_selection(small_policy):
+    """Grouped by a key without a declared domain (partition selection), the limits are chosen
+    too: one charge of the query's epsilon and delta, a total bound C whose units keep at most
+    min(C, max_groups) groups by the keyed hash, and the selection counted in the model."""
+    q = "SELECT p.city, SUM(e.amount) FROM events e JOIN people p ON e.pid = p.pid GROUP BY p.city"
+    conn = dpsql.connect(small_policy, user="alice")
+    try:
+        cur = conn.cursor()
+        for setting in ("dpsql.cache = off", "dpsql.delta = 1e-6"):
+            cur.execute(f"SET {setting}")
+        cur.execute(q)
+        cur.fetchall()
+        c = cur.dp["bounds"]["max_contributions"]
+        assert cur.dp["cost"] == {"epsilon": 1.0, "delta": 1e-6}
+        budget = conn.session.budget()
+        assert budget["epsilon"]["spent"] == Fraction(1) and budget["delta"]["spent"] == Fraction(1, 10**6)
+        policy_plan = _plan(conn.session, q)
+        assert not policy_plan.declared and auto_bounds.eligible(policy_plan, "laplace")
+        plan = _plan(conn.session, q, QueryOptions(max_contributions=c))
+        assert isinstance(plan.bounding, SelectedTotalCap)
+        assert plan.groups_per_unit(None) == max(1, min(c, policy_plan.max_groups))
+        cur.execute(f"EXPLAIN {q}")
+        text = "\n".join(r[0] for r in cur.fetchall())
+        assert "partition selection" in text and "dpsql.bounds = auto" in text
     finally:
         conn.close()

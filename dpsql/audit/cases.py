@@ -91,6 +91,11 @@ def released(key: object) -> Observe:
     return observe
 
 
+def groups_released(rows: Rows) -> float:
+    """How many groups were released (partition selection over a target's several groups)."""
+    return float(len(rows))
+
+
 # Worlds -------------------------------------------------------------------------------------
 
 PEOPLE_COLUMNS = "pid INTEGER, income DOUBLE, sex VARCHAR, city VARCHAR"
@@ -165,6 +170,24 @@ SKEWED = World(
     {
         "visits": Table(
             VISITS_COLUMNS, VISITS_POLICY, tuple((p, 1.0, "abc"[p % 3]) for p in range(1, 51)), TARGET_VISITS
+        ),
+    },
+)
+
+
+# Limits chosen per query over undeclared keys (a total bound with partition selection,
+# bounding.SelectedTotalCap): 40 people with one small visit of kind "a", kinds not declared;
+# the target's twenty visits at twenty times the bound, over three kinds, move the profile (the
+# total bound C and the clamp chosen) and through C the groups a unit keeps, min(C, 2), and so
+# partition selection's odds. Kind "b" exists only with the target.
+SKEWED_UNDECLARED = World(
+    "skewed_undeclared",
+    {
+        "visits": Table(
+            VISITS_COLUMNS,
+            VISITS_POLICY.replace('columns.kind = { keys = ["a", "b", "c"] }\n', ""),
+            tuple((p, 1.0, "a") for p in range(1, 41)),
+            TARGET_VISITS,
         ),
     },
 )
@@ -325,6 +348,23 @@ CASES: tuple[Case, ...] = (
         "SELECT kind, AVG(amount) FROM visits WHERE amount >= 0.5 GROUP BY kind",
         group("a"),
         AUTO,
+    ),
+    # Undeclared keys under chosen limits, at a large delta so that selection releases the groups
+    # often: the value of the background's group, and how many groups are released (the
+    # target's own are the only others: which it keeps, of min(C, 2), is up to the hash).
+    Case(
+        "auto_undeclared_sum",
+        SKEWED_UNDECLARED,
+        "SELECT kind, SUM(amount) FROM visits GROUP BY kind",
+        group("a"),
+        {**AUTO, "dpsql.delta": "0.05"},
+    ),
+    Case(
+        "auto_undeclared_selection",
+        SKEWED_UNDECLARED,
+        "SELECT kind, COUNT(*) FROM visits GROUP BY kind",
+        groups_released,
+        {**AUTO, "dpsql.delta": "0.05"},
     ),
     # A per-unit subquery under chosen limits (auto_bounds.eligible): the derived table has one row
     # per person, its total clamped to R = 6 rows' worth, [0, 300]; the background's totals are 1,
