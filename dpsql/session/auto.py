@@ -388,9 +388,7 @@ def answer_auto(
         session, pending, charge, "the query's cost stays charged: its limits were being chosen from the data"
     ):
         profile, spent = released_profile(session, policy_plan, cols, top, epsilon, by_group, keys, kept, new)
-        choice = auto_choice.choose(
-            policy_plan, profile, cols, top, epsilon, size or 1, correct, s.additive
-        )
+        choice = auto_choice.choose(policy_plan, profile, cols, top, epsilon, size or 1, correct, s.additive)
         choice = replace(choice, epsilon=spent, reused=any(k is not None for k in kept))
         rest = auto_bounds.release_epsilon(epsilon, choice.shares)
         plan, cal, bounded = session._plans.derived(
