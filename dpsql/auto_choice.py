@@ -11,7 +11,7 @@ from fractions import Fraction
 from functools import partial
 from typing import Sequence
 
-from . import auto_mean
+from . import auto_mean, auto_spread
 from .auto_bounds import (
     CORRECTED,
     KEPT_WEIGHT,
@@ -246,7 +246,9 @@ def choose(
     spread = scales[-1] if profile.groups and trust(units, scales[-1]) < 1 else 0.0
     groups = effective_groups(profile.groups, groups, spread)
     rows = _rows(profile, units)
-    centred = auto_mean.centred_means(plan, [c.expr for c in cols]) if adaptive else {}
+    exprs = [c.expr for c in cols]
+    # means and spreads whose sums are centred at the profile's mean (auto_mean, auto_spread)
+    centred = {**auto_mean.centred_means(plan, exprs), **auto_spread.centred_spreads(plan, exprs)} if adaptive else {}
     terms = _terms(plan)
     values = {c.expr: _values(c, m, trust(units, b)) for c, m, b in zip(cols, profile.values, scales[1:])}
     by_expr = {c.expr: c for c in cols}

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from sqlglot import exp
 
 from . import shrinkage
-from .measures import Count, Histogram, Measure, Units, squares_measure, sum_measure
+from .measures import FINE_COUNT_BITS, Count, Histogram, Measure, Units, squares_measure, sum_measure
 from .mechanisms import Noise
 
 if TYPE_CHECKING:
@@ -204,7 +204,7 @@ class _Average(Family):
 
 class _Variance(Family):
     """Variance = E[(v-c)^2] - E[v-c]^2 from the noisy count, centred sum and centred sum of
-    squares, clamped to what is possible ([0, half^2]); the interval takes each part at
+    squares (c the middle of the bounds, or under auto bounds the profile's mean), clamped to what is possible ([0, half^2]); the interval takes each part at
     1 - alpha/3 and the extremes over them (union bound). `sample`: VAR_SAMP/STDDEV_SAMP's
     n/(n-1); `root`: STDDEV. Over enough groups each is moved toward their median (shrinkage.py)."""
 
@@ -214,11 +214,12 @@ class _Variance(Family):
         self.sample, self.root = sample, root
 
     def measures(self, of: Operand) -> Roles:
-        centre = self.centre(of.lower, of.upper)
+        centre = self.centred(of)  # the middle, or one chosen per query (auto_spread.py)
         return {
             "total": sum_measure(of.summed, of.lower, of.upper, centre),
-            "count": Count(of.value, bits=of.bits),
-            "squares": squares_measure(of.summed, of.lower, of.upper),
+            # fixed point as fine as the squares' weights where shares are scaled (FINE_COUNT_BITS)
+            "count": Count(of.value, bits=FINE_COUNT_BITS if of.bits else 0),
+            "squares": squares_measure(of.summed, of.lower, of.upper, centre),
         }
 
     def centre(self, lower: float, upper: float) -> float:
