@@ -11,7 +11,7 @@ from fractions import Fraction
 from functools import partial
 from typing import Sequence
 
-from . import auto_mean, auto_spread
+from . import auto_mean
 from .auto_bounds import (
     CORRECTED,
     KEPT_WEIGHT,
@@ -246,9 +246,7 @@ def choose(
     spread = scales[-1] if profile.groups and trust(units, scales[-1]) < 1 else 0.0
     groups = effective_groups(profile.groups, groups, spread)
     rows = _rows(profile, units)
-    exprs = [c.expr for c in cols]
-    # means and spreads whose sums are centred at the profile's mean (auto_mean, auto_spread)
-    centred = {**auto_mean.centred_means(plan, exprs), **auto_spread.centred_spreads(plan, exprs)} if adaptive else {}
+    centred = auto_mean.centred_means(plan, [c.expr for c in cols]) if adaptive else {}
     terms = _terms(plan)
     values = {c.expr: _values(c, m, trust(units, b)) for c, m, b in zip(cols, profile.values, scales[1:])}
     by_expr = {c.expr: c for c in cols}
@@ -479,5 +477,10 @@ def _spread_error(col: Column, v: _Values, u: float, c: float, n: float, per_mea
     half = (u - col.lower) / 2
     centre = col.lower + half
     noise = c * (half * half / 2 + 2 * abs(v.mean(u) - centre) * half) / per_measure / max(n, 1.0)
+    import os
+    if os.environ.get("X_COUNTTERM"):
+        m = v.mean(u) - centre
+        e2 = v.moment(u, 2) - 2 * centre * v.mean(u) + centre * centre
+        noise += c * abs(half * half / 2 - e2 + 2 * m * m) / per_measure / max(n, 1.0)
     error = (abs(full - clamped) + noise) / full
     return error / 2 if root else error

@@ -52,13 +52,6 @@ def centred_means(plan: Plan, columns: Sequence[str]) -> dict[int, str]:
     """The AVG estimates whose sum and count serve them alone, over one of `columns` (the
     expressions whose clamp is chosen): estimate index -> the column's expression. From the
     plan's shape only (public)."""
-    return served_alone(plan, ("avg",), columns)
-
-
-def served_alone(plan: Plan, funcs: Sequence[str], columns: Sequence[str]) -> dict[int, str]:
-    """The estimates of `funcs` whose measures (count, sum, squares) no other estimate reads,
-    over one of `columns`: estimate index -> the column's expression (an AVG that shares a SUM's
-    plain sum, or a count, is left as it is)."""
     users: dict[int, int] = {}
     for est in plan.estimates:
         for m in (est.count, est.total, est.squares):
@@ -66,10 +59,10 @@ def served_alone(plan: Plan, funcs: Sequence[str], columns: Sequence[str]) -> di
                 users[m] = users.get(m, 0) + 1
     out = {}
     for i, est in enumerate(plan.estimates):
-        if est.func not in funcs or est.total is None or est.count is None:
+        if est.func != "avg" or est.total is None or est.count is None:
             continue
-        if any(users[m] != 1 for m in (est.count, est.total, est.squares) if m is not None):
-            continue
+        if users[est.total] != 1 or users[est.count] != 1:
+            continue  # an AVG that shares a SUM's plain sum, or a count, is left as it is
         value = plan.measures[est.total].value
         if value is not None and (expr := value.sql(dialect="postgres")) in columns:
             out[i] = expr

@@ -24,11 +24,13 @@ from ..sql.nonfailing import clamp, finite, nonfailing, try_casts, try_wrap
 
 FIXED_POINT_DIGITS = 24  # binary digits kept of the largest per-row magnitude
 COUNT_BITS = 10  # fractional binary digits of counts when a unit's groups are scaled down
-# A spread's count when a unit's shares are scaled: its squares are summed centred at half their
-# range, R^2 / 2, which the estimate adds back times the count, so a count floored to COUNT_BITS
-# against the squares' finer weights (a unit of 13 rows: 78/1024 for 1/13, 1 % short) moved the
-# variance by R^2 / 2 times that shortfall: the sample's STDDEV(cost) by diagnosis 12-16 % low at
-# any epsilon (auto_spread.py)
+# A spread's count when a unit's shares are scaled (guarantee/families._Variance): its squares are
+# summed centred at half their range, h^2 / 2, which the estimate adds back times the noisy count,
+# so a count floored to COUNT_BITS against the squares' fixed point of FIXED_POINT_DIGITS (a unit
+# of 13 rows in all: 78/1024 for 1/13, 1 % short) moved the variance by h^2 / 2 times that
+# shortfall: the sample's STDDEV(cost) by diagnosis under a total bound of 1 was 12-16 % low at
+# any epsilon. At 20 bits a unit's share is short by at most 2^-20 of a row. (A plan with one is
+# not `Plan.weightable`, whose weights have COUNT_BITS: it is bounded per query.)
 FINE_COUNT_BITS = 20
 
 
@@ -159,9 +161,7 @@ class Measure:
             weighted_total = b.total("w")
         else:
             weighted_total = b.total(b.case((b.not_null(b.col(f"v{j}")), "w")))
-        if self.bits > COUNT_BITS:  # a fine count (FINE_COUNT_BITS) of weights of COUNT_BITS
-            return b.mul(weighted_total, 2 ** (self.bits - COUNT_BITS))
-        return weighted_total if self.bits == COUNT_BITS else b.idiv(weighted_total, 2 ** (COUNT_BITS - self.bits))
+        return weighted_total if self.bits >= COUNT_BITS else b.idiv(weighted_total, 2 ** (COUNT_BITS - self.bits))
 
 
 class Count(Measure):
@@ -303,16 +303,13 @@ def sum_measure(value: exp.Expression, lower: float, upper: float, centre: float
     return Sum(value, lower, upper, centre, bits, own_norm=own_norm)
 
 
-def squares_measure(value: exp.Expression, lower: float, upper: float, centre: float | None = None) -> Sum:
-    """A variance's sum of (clamp(value) - c)^2, c the middle of [lower, upper] or `centre`
-    (within them), itself centred at half the square's range [0, R^2], R = max(upper - c,
-    c - lower): each row's square is clamped to that range, so its per-row bound is R^2 / 2
-    whatever c is."""
-    c = (lower + upper) / 2 if centre is None else min(max(centre, lower), upper)
-    reach = max(upper - c, c - lower)
-    deviation = exp.Paren(this=exp.Sub(this=clamp(value, lower, upper), expression=exp.Literal.number(c)))
+def squares_measure(value: exp.Expression, lower: float, upper: float) -> Sum:
+    """A variance's sum of (clamp(value) - c)^2, c the centre of [lower, upper], itself centred
+    at half the square's range."""
+    centre, half = (lower + upper) / 2, (upper - lower) / 2
+    deviation = exp.Paren(this=exp.Sub(this=clamp(value, lower, upper), expression=exp.Literal.number(centre)))
     square = exp.Mul(this=deviation, expression=deviation.copy())
-    return sum_measure(square, 0.0, reach * reach, reach * reach / 2)
+    return sum_measure(square, 0.0, half * half, half * half / 2)
 
 
 def _unqualified(node: exp.Expression) -> exp.Expression:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
-from .. import auto_bounds, auto_choice, auto_correction, auto_mean, auto_spread
+from .. import auto_bounds, auto_choice, auto_correction, auto_mean
 from ..accounting.cost import Cost
 from ..answer_record import AnswerRecord, ChosenBounds, TargetChoice
 from ..errors import OperationalError, invalid_parameter
@@ -190,7 +190,6 @@ def explained(
             "auto_cost": None,
             "auto_rows": False,
             "auto_centred": False,
-            "auto_centred_spread": False,
         }
     fix = auto_bounds.correction_share(
         plan, session.settings.mechanism, 1 if (size := domain_size(session, plan)) is None else size
@@ -218,9 +217,6 @@ def explained(
         # distance to the farther end of its clamp, may be up to twice the middle's
         "auto_centred": session.settings.additive
         and bool(auto_mean.centred_means(plan, [c.expr for c in auto_bounds.columns(plan)])),
-        # a spread's squares centred there too (auto_spread.py): at most four times the middle's bound
-        "auto_centred_spread": session.settings.additive
-        and bool(auto_spread.centred_spreads(plan, [c.expr for c in auto_bounds.columns(plan)])),
     }
 
 
@@ -480,8 +476,7 @@ def calibrated_at(session: Session, plan: Plan, epsilon: Fraction, options: Quer
     chosen one)."""
     weights = measure_weights(plan, options.weights)
     if session.settings.additive:
-        exprs = [c.expr for c in auto_bounds.columns(plan)]
-        weights = auto_spread.weights(plan, auto_mean.weights(plan, weights, exprs), exprs)
+        weights = auto_mean.weights(plan, weights, [c.expr for c in auto_bounds.columns(plan)])
     return calibrate(plan, epsilon, Fraction(0), session.settings.mechanism, plan.literal_domain_size(), weights)
 
 

@@ -50,8 +50,6 @@ from .scope import (
     output_name,
 )
 
-CENTRED = ("avg", *SPREAD_FUNCTIONS.values())  # families whose sums a centre chosen per query moves
-
 
 def analyze(
     tree: exp.Query,
@@ -369,9 +367,8 @@ class _Analysis:
         return bounds
 
     def _centre(self, func: str, value: exp.Expression | None) -> float | None:
-        """An AVG's or a spread's centre chosen for this query (QueryOptions.centres: auto_mean,
-        auto_spread), None for the others."""
-        if func not in CENTRED or value is None or not self.options.centres:
+        """An AVG's centre chosen for this query (QueryOptions.centres), None for the others."""
+        if func != "avg" or value is None or not self.options.centres:
             return None
         return dict(self.options.centres).get(value.sql(dialect="postgres"))
 
