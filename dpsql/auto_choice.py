@@ -477,10 +477,5 @@ def _spread_error(col: Column, v: _Values, u: float, c: float, n: float, per_mea
     half = (u - col.lower) / 2
     centre = col.lower + half
     noise = c * (half * half / 2 + 2 * abs(v.mean(u) - centre) * half) / per_measure / max(n, 1.0)
-    import os
-    if os.environ.get("X_COUNTTERM"):
-        m = v.mean(u) - centre
-        e2 = v.moment(u, 2) - 2 * centre * v.mean(u) + centre * centre
-        noise += c * abs(half * half / 2 - e2 + 2 * m * m) / per_measure / max(n, 1.0)
     error = (abs(full - clamped) + noise) / full
     return error / 2 if root else error

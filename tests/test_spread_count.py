@@ -80,11 +80,10 @@ def test_one_unit_moves_a_spreads_measures_by_at_most_their_sensitivity(units, t
 @pytest.mark.parametrize("where", ["", "WHERE amount >= 0"])
 def test_a_spread_under_a_total_bound_is_unbiased_before_the_noise(tmp_path, small_policy, total, where):
     """Units of 7 and 13 rows over three kinds under a total bound of 1 or 3 rows, bounded per
-    query (a WHERE, or a fine count: not `Plan.weightable`): the pre-noise count, sum and squares
-    give the variance of the rows weighted min(1, C / n) each, to within 0.2 % (with the count at
-    COUNT_BITS, 1/13 read 78/1024, and the squares' centring at h^2 / 2 = 312.5 moved a variance
-    of 2 by far more; in a weighted copy, whose weights are COUNT_BITS for every measure, it did
-    not)."""
+    query (with a WHERE) or from a weighted copy (without): the pre-noise count, sum and squares
+    give the variance of the rows weighted min(1, C / n) each, to within 0.2 % (bounded per query
+    with the count at COUNT_BITS, 1/13 read 78/1024, and the squares' centring at h^2 / 2 = 312.5
+    moved a variance of 2 to 0.83; a weighted copy's weights are COUNT_BITS for every measure)."""
     db = tmp_path / "spread.duckdb"
     events = []
     for pid in range(60):
@@ -96,7 +95,7 @@ def test_a_spread_under_a_total_bound_is_unbiased_before_the_noise(tmp_path, sma
     s = Session(load_policy(path), "alice")
     try:
         plan = _plan(s, Q.replace(" GROUP", f" {where} GROUP"), QueryOptions(max_contributions=total))
-        assert not plan.weightable()
+        assert plan.weightable() == (not where)  # a weighted copy, or bounded per query
         est = _spread(plan)
         got = {r[0]: r for r in zip(*s.bounded_result(plan).columns)}
         cm, tm, qm = (plan.measures[i] for i in (est.count, est.total, est.squares))
@@ -150,3 +149,12 @@ def test_an_auto_bounded_spread_is_one_exact_charge(small_policy):
     assert sum((p.epsilon for p in parts), Fraction(0)) == 1
     rest = auto_bounds.release_epsilon(Fraction(1))
     assert sorted(p.epsilon for p in parts if p.epsilon >= rest / 3) == [rest / 3] * 3
+
+
+def test_explain_says_a_spreads_count_is_fine(conn):
+    cur = conn.cursor()
+    cur.execute("EXPLAIN " + Q)
+    text = "\n".join(r[0] for r in cur.fetchall())
+    assert f"STDDEV(amount): its count is kept to 2^-{FINE_COUNT_BITS} of a row" in text
+    cur.execute("EXPLAIN SELECT VAR_POP(amount) FROM events")
+    assert "its count is kept" not in "\n".join(r[0] for r in cur.fetchall())
