@@ -220,7 +220,35 @@ HELDOUT = [
     ),
     _q("stay_sum_by_floor", f"SELECT w.floor, SUM(v.length_of_stay) AS bed_days {_VISITS_WARDS} GROUP BY w.floor"),
 ]
-WORKLOADS = {"main": (QUERIES, SECTION), "heldout": (HELDOUT, HELDOUT_SECTION)}
+# Grouped spreads (issue 32's spread class): the two workloads' own and others over other columns,
+# groupings and filters, to check a spread estimator on the class rather than on its queries.
+SPREADS = [
+    _q("cost_stddev_by_diagnosis", "SELECT diagnosis, STDDEV(cost) AS sd_cost FROM visits GROUP BY diagnosis"),
+    _q("stay_stddev_by_ward", "SELECT ward, STDDEV(length_of_stay) AS sd_stay FROM visits GROUP BY ward"),
+    _q("cost_stddev_by_ward", "SELECT ward, STDDEV(cost) AS sd_cost FROM visits GROUP BY ward"),
+    _q("stay_var_by_diagnosis", "SELECT diagnosis, VARIANCE(length_of_stay) AS v FROM visits GROUP BY diagnosis"),
+    _q("age_stddev_by_region", "SELECT region, STDDEV(age) AS sd_age FROM patients GROUP BY region"),
+    _q("income_stddev_by_sex", "SELECT sex, STDDEV(income) AS sd_income FROM patients GROUP BY sex"),
+    _q("income_stddev_by_region", "SELECT region, STDDEV(income) AS sd_income FROM patients GROUP BY region"),
+    _q("stay_stddev_by_sex", f"SELECT p.sex, STDDEV(v.length_of_stay) AS sd {_VISITS_PATIENTS} GROUP BY p.sex"),
+    _q("cost_stddev_by_region", f"SELECT p.region, STDDEV(v.cost) AS sd {_VISITS_PATIENTS} GROUP BY p.region"),
+    _q("cost_stddev_by_building", f"SELECT w.building, STDDEV_POP(v.cost) AS sd {_VISITS_WARDS} GROUP BY w.building"),
+    _q(
+        "stay_stddev_by_year",
+        "SELECT date_trunc('year', visit_date) AS year, STDDEV(length_of_stay) AS sd FROM visits "
+        "GROUP BY date_trunc('year', visit_date)",
+    ),
+    _q(
+        "cost_var_by_ward_2024",
+        "SELECT ward, VAR_POP(cost) AS v FROM visits WHERE visit_date >= '2024-01-01' GROUP BY ward",
+    ),
+    _q("income_var_by_insurance", "SELECT insurance, VAR_SAMP(income) AS v FROM patients GROUP BY insurance"),
+]
+WORKLOADS = {
+    "main": (QUERIES, SECTION),
+    "heldout": (HELDOUT, HELDOUT_SECTION),
+    "spreads": (SPREADS, "## Grouped spreads"),
+}
 
 _TABLE = re.compile(r"\b(FROM|JOIN)\s+([A-Za-z_]\w*)(?!\s*\()", re.IGNORECASE)
 

@@ -333,6 +333,11 @@ CASES: tuple[Case, ...] = (
     # runs each: none, the policy's 50, 49 times with the target and 40 without; 1.5625, 8 and 18
     # times), hence the centred sum's and the squares' sensitivities, both in the charge.
     Case("auto_stddev", SKEWED, "SELECT kind, STDDEV(amount) FROM visits GROUP BY kind", group("a"), AUTO),
+    # A spread's count is fixed point at FINE_COUNT_BITS where a unit's shares are scaled (the
+    # target's twenty rows over three kinds, two groups allowed): at the policy's limits, and under
+    # the total bound the choice makes (each of its rows weighing C / 20); a variance, unrooted.
+    Case("spread_var_scaled", SKEWED, "SELECT kind, VAR_POP(amount) FROM visits GROUP BY kind", group("a"), EPSILON),
+    Case("auto_var_pop", SKEWED, "SELECT kind, VAR_POP(amount) FROM visits GROUP BY kind", group("a"), AUTO),
     # A quantile's histogram is clamped too (auto_bounds.columns: its value is profiled as q{j}):
     # the target's large values move the clamp, and so the range the median's bins cover.
     Case("auto_median", SKEWED, "SELECT kind, MEDIAN(amount) FROM visits GROUP BY kind", group("a"), AUTO),

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from sqlglot import exp
 
 from . import shrinkage
-from .measures import Count, Histogram, Measure, Units, squares_measure, sum_measure
+from .measures import FINE_COUNT_BITS, Count, Histogram, Measure, Units, squares_measure, sum_measure
 from .mechanisms import Noise
 
 if TYPE_CHECKING:
@@ -204,7 +204,9 @@ class _Average(Family):
 
 class _Variance(Family):
     """Variance = E[(v-c)^2] - E[v-c]^2 from the noisy count, centred sum and centred sum of
-    squares, clamped to what is possible ([0, half^2]); the interval takes each part at
+    squares (c the middle of the bounds; the count at FINE_COUNT_BITS where shares are scaled,
+    so that adding the squares' centring back times it is unbiased), clamped to what is
+    possible ([0, half^2]); the interval takes each part at
     1 - alpha/3 and the extremes over them (union bound). `sample`: VAR_SAMP/STDDEV_SAMP's
     n/(n-1); `root`: STDDEV. Over enough groups each is moved toward their median (shrinkage.py)."""
 
@@ -217,7 +219,8 @@ class _Variance(Family):
         centre = self.centre(of.lower, of.upper)
         return {
             "total": sum_measure(of.summed, of.lower, of.upper, centre),
-            "count": Count(of.value, bits=of.bits),
+            # fixed point as fine as the squares' where a unit's shares are scaled (FINE_COUNT_BITS)
+            "count": Count(of.value, bits=FINE_COUNT_BITS if of.bits else 0),
             "squares": squares_measure(of.summed, of.lower, of.upper),
         }
 

@@ -9,7 +9,8 @@ released. It checks that
   committed) and that it covers the calibration's cost;
 - released key tuples are unique, and a declared domain yields at most its own size of groups;
 - the result has exactly the cells the calibration noises (one noise per measure column);
-- the plan's contribution limits are within the policy's for its tables; over a per-unit
+- the plan's contribution limits are within the policy's for its tables; a spread's squares
+  within the square of its clamp's reach from its centre (`_spread_squares`); over a per-unit
   subquery, each summed value's clamp within the bounds its derived table states (a clamp
   chosen per query, `dpsql.bounds = auto`, only narrows them);
 - every noise scale is finite, and at least sensitivity/epsilon (Laplace) or has
@@ -187,6 +188,7 @@ def _limits(plan: Plan, policy: Policy) -> None:
     found = [policy.table(s.table.name) for s in plan.relation.private_sources if s.derived is None]
     private = [t for t in found if t is not None]
     _derived_clamps(plan)
+    _spread_squares(plan)
     if not private:
         return  # a per-unit subquery's derived table: its limits are the base tables' (sql/derived.py)
     if plan.max_groups > max(t.max_groups for t in private) or plan.max_rows > max(t.max_rows for t in private):
@@ -214,6 +216,27 @@ def _derived_clamps(plan: Plan) -> None:
         allowed = interval(m.value, bounds)
         if not (allowed.lo <= m.lower and m.upper <= allowed.hi):
             raise ReleaseRefused(f"{m.describe()} clamped beyond its per-unit subquery's bounds")
+
+
+def _spread_squares(plan: Plan) -> None:
+    """A VAR/STDDEV's sum of squares about a centre (the middle of its clamp, or one chosen per
+    query, auto_spread.py): the centre lies within the clamp its sum states, and the squares'
+    range is at most [0, R^2], R the centre's distance to the farther end of that clamp, so
+    never more than the square of the clamp's width, itself within the policy's bounds."""
+    bounds = None
+    for est in plan.estimates:
+        if est.squares is None or est.total is None:
+            continue
+        total, squares = plan.measures[est.total], plan.measures[est.squares]
+        bounds = bounds or column_bounds(plan.relation.sources)
+        allowed = interval(total.read(), bounds)
+        if not (allowed.lo <= total.lower and total.upper <= allowed.hi):
+            raise ReleaseRefused(f"{total.describe()} clamped beyond its column's bounds")
+        reach = max(total.upper - total.centre, total.centre - total.lower)
+        if not total.lower <= total.centre <= total.upper:
+            raise ReleaseRefused(f"{total.describe()} centred outside its clamp")
+        if squares.lower < 0 or squares.upper > reach * reach or squares.centre > squares.upper:
+            raise ReleaseRefused(f"{squares.describe()} beyond the squares of its clamp's reach")
 
 
 def _scales(plan: Plan, cal: Calibration, cost: Cost) -> None:

@@ -134,7 +134,8 @@ class Plan:
             and not any(isinstance(m, Units) for m in self.measures)
             and all(m.bits == COUNT_BITS for m in self.measures if isinstance(m, Histogram))
             # Whole-row counts: floored once per group, which keeps a unit's L1 only with one group.
-            and (not self.keys or all(m.bits == COUNT_BITS for m in self.measures if isinstance(m, Count)))
+            # (a spread's count of FINE_COUNT_BITS reads the same weights, scaled up: Measure.weighted)
+            and (not self.keys or all(m.bits >= COUNT_BITS for m in self.measures if isinstance(m, Count)))
         )
 
     def split_keys(self) -> list[tuple[str, str]] | None:

@@ -13,6 +13,7 @@ from .. import auto_bounds
 from ..answer_record import Amount, AnswerRecord, TargetChoice
 from ..guarantee import shrinkage
 from ..guarantee.families import family
+from ..guarantee.measures import FINE_COUNT_BITS
 from ..sql.analyze import PublicQuery
 from ..sql.clock import now as clock_now
 from ..sql.clock import pinned
@@ -62,6 +63,9 @@ def explain_plan(session: Session, tree: exp.Query, options: QueryOptions | None
         "sample_rate": plan.sample_rate,
         "ratios": [e.text for e in plan.estimates if family(e).centred_sum],
         "shrunk": [e.text for e in plan.estimates if family(e).shrunk] if plan.keys else [],
+        "fine_counts": [
+            e.text for e in plan.estimates if e.squares is not None and plan.measures[e.count].bits == FINE_COUNT_BITS
+        ],
         "max_groups_per_unit": cal.groups_per_unit,
         "max_rows_per_group": plan.max_rows,
         "max_rows_per_unit": plan.total_rows if plan.total_bound else None,
@@ -235,6 +239,12 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
             f"{', '.join(sorted(set(info['shrunk'])))}: over {shrinkage.MIN_GROUPS} groups or more, each group's "
             f"answer is moved toward the groups' median by at most {shrinkage.REACH:g} of its interval's "
             "half-width, never out of it (post-processing, free)"
+        )
+    if info.get("fine_counts"):
+        lines.append(
+            f"{', '.join(sorted(set(info['fine_counts'])))}: its count is kept to 2^-{FINE_COUNT_BITS} of a row "
+            "where a unit's shares are scaled, as its squares are, so that their centring (half their range "
+            "times the count) is taken back out without bias"
         )
     if info.get("sample_rate"):
         lines.append(
