@@ -91,7 +91,7 @@ def _rows(profile: Profile, units: float | None = None) -> _Rows:
     reps.append(edges[-1])  # beyond the policy's bound: the bound is all any choice keeps
     scale = profile.noise[0] if profile.noise else 0.0
     fit = partial(geometric_fit, uppers=edges)
-    tail = scale if small(units, scale) else 0.0
+    tail = scale if small(units, scale, 0.0) else 0.0
     return _Rows(tuple(reps), blended(profile.rows, trust(units, scale), fit, tail))
 
 

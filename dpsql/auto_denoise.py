@@ -44,10 +44,10 @@ def trust(units: float | None, scale: float) -> float:
     return min(units / (TRUST * scale), 1.0)
 
 
-def small(units: float | None, scale: float) -> bool:
-    """Whether a histogram of noise `scale` is of a population within TRUST scales (then read
-    with its noise: `tested`, and above FLOOR scales the fit)."""
-    return units is not None and scale > 0 and units < TRUST * scale
+def small(units: float | None, scale: float, floor: float = FLOOR) -> bool:
+    """Whether a histogram of noise `scale` is of a population within TRUST scales and at least
+    `floor` of them (then read with its noise: `tested`)."""
+    return units is not None and scale > 0 and floor * scale <= units < TRUST * scale
 
 
 def tested(mass: Sequence[float], scale: float) -> tuple[float, ...]:
@@ -62,9 +62,14 @@ def tested(mass: Sequence[float], scale: float) -> tuple[float, ...]:
     clamped = tuple(max(m, 0.0) for m in mass)
     if scale <= 0 or not clamped:
         return clamped
-    peak = max(range(len(clamped)), key=clamped.__getitem__)
+    half, running, start = sum(clamped) / 2, 0.0, len(clamped)
+    for i, c in enumerate(clamped):
+        running += c
+        if running >= half:
+            start = i + 1
+            break
     out = list(clamped)
-    for i in range(peak + 1, len(clamped)):
+    for i in range(start, len(clamped)):
         odds = PRIOR * math.exp(min(clamped[i] / scale, 50.0))
         out[i] = clamped[i] * odds / (1 - PRIOR + odds)
     return tuple(out)
