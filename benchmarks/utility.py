@@ -227,7 +227,8 @@ SMALL_SECTION = "## Utility over small filtered populations"
 SMALL = [
     _q(
         "uninsured_cost_avg_by_diagnosis",
-        f"SELECT v.diagnosis, AVG(v.cost) AS avg_cost {_VISITS_PATIENTS} WHERE p.insurance = 'none' GROUP BY v.diagnosis",
+        f"SELECT v.diagnosis, AVG(v.cost) AS avg_cost {_VISITS_PATIENTS} WHERE p.insurance = 'none' "
+        "GROUP BY v.diagnosis",
     ),
     _q(
         "highlands_stay_sum_by_ward",

@@ -7,9 +7,10 @@ row-count histogram's last bin (times twice the policy's bound) like heavy units
 population is within TRUST noise scales, each histogram is blended with a smooth fit of its own
 bins (a shape of a few parameters, whose noise averages over all the bins): values as a normal
 curve over the octaves (log-normal values), row counts as a geometric distribution. And there
-(below FLOOR scales too, where no shape is fitted) each bin above the histogram's largest is weighed
-by the posterior odds that it holds data at all (`tested`), so that an empty top bin's clamped noise
-is not read as a tail.
+each bin above the histogram's median is first weighed by the posterior probability that it holds
+data at all (`tested`), so that an empty top bin's clamped noise is not read as a tail (values from
+FLOOR scales up; row counts below FLOOR too, where their last bin's noise, times twice the policy's
+bound, read as heavy units and pulled a sum's total bound up).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Sequence
 
 TRUST = 30  # populations of at least TRUST noise scales use their bins as released (clamped at 0)
 FLOOR = 5  # below FLOOR noise scales no shape can be placed either: the bins as released
-PRIOR = 0.1  # the prior probability that a bin above a small population's largest holds data
+PRIOR = 0.1  # the prior probability that a bin above a small population's median holds data
 
 
 def population(hists: Sequence[Sequence[float]], scales: Sequence[float]) -> float | None:
@@ -51,14 +52,15 @@ def small(units: float | None, scale: float, floor: float = FLOOR) -> bool:
 
 
 def tested(mass: Sequence[float], scale: float) -> tuple[float, ...]:
-    """Each bin clamped at 0; those above the largest (the tail, where an empty bin's noise, about
-    scale / 2 once clamped, times the bin's value or rows, reads as heavy units or values) times
-    the posterior probability that the bin holds data: prior odds PRIOR : 1 − PRIOR that it does,
-    the likelihood of its mass y under "empty" (Laplace noise alone) e^(−y/b) / 2b against
-    1 / 2b under "holds about y", so P = PRIOR e^(y/b) / (1 − PRIOR + PRIOR e^(y/b)). A bin of
-    several scales is kept nearly whole (0.69 of it at 3 b, 0.94 at 5 b); one of half a scale, what
-    an empty bin's clamped noise is on average, is weighed at 0.15. Post-processing of the released
-    bins and their public scale."""
+    """Each bin clamped at 0; those above the bin where the clamped mass reaches half its total
+    (the tail, where an empty bin's noise, about scale / 2 once clamped, times the bin's value or
+    rows, reads as heavy values or units) times the posterior probability that the bin holds data:
+    prior odds PRIOR : 1 − PRIOR that it does, and the likelihood of its mass y under "empty"
+    (Laplace noise alone, e^(−y/b) / 2b) against that under "holds about y" (1 / 2b), so
+    P = PRIOR e^(y/b) / (1 − PRIOR + PRIOR e^(y/b)). A bin of several scales is kept nearly whole
+    (0.69 of it at 3 b, 0.94 at 5 b); one of half a scale, what an empty bin's clamped noise is on
+    average, is weighed at 0.15. Post-processing of the released bins and their public scale; the
+    bins at and below the median are as released (clamped), so the bulk is never thinned."""
     clamped = tuple(max(m, 0.0) for m in mass)
     if scale <= 0 or not clamped:
         return clamped
@@ -78,7 +80,7 @@ def tested(mass: Sequence[float], scale: float) -> tuple[float, ...]:
 def blended(mass: Sequence[float], weight: float, fit, scale: float = 0.0) -> tuple[float, ...]:
     """weight × each bin clamped at 0 plus (1 − weight) × the fit `fit(mass)` (not computed when
     weight is 1). With the bins' noise `scale` (a small population's: `small`), the bins above the
-    largest are weighed by the odds that they hold data (`tested`) rather than clamped alone."""
+    median are weighed by the odds that they hold data (`tested`) rather than clamped alone."""
     clamped = tested(mass, scale)
     if weight >= 1.0:
         return clamped
