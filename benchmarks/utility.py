@@ -7,7 +7,8 @@ error), for dpsql and for SmartNoise SQL and Qrlew given the same bounds (issue 
                                  [--out benchmarks/RESULTS.md]
 
 `--workload heldout` runs a second workload (HELDOUT) of other queries of the same kinds, into its
-own section of the results file.
+own section of the results file; `--workload small` a third (SMALL): visits of small filtered
+populations of patients, the class auto bounds' profile reads worst (DESIGN.md §4, §10).
 
 A query's error is the median over its true groups and its runs of |answer - exact| / |exact|;
 a true group missing from an answer, or answered NULL, counts as 100 %; groups answered that
