@@ -91,7 +91,7 @@ def _rows(profile: Profile, units: float | None = None) -> _Rows:
     reps.append(edges[-1])  # beyond the policy's bound: the bound is all any choice keeps
     scale = profile.noise[0] if profile.noise else 0.0
     fit = partial(geometric_fit, uppers=edges)
-    tail = scale if small(units, scale, 0.0) else 0.0
+    tail = scale if small(units, scale) else 0.0  # its last bin's noise read as heavy units
     return _Rows(tuple(reps), blended(profile.rows, trust(units, scale), fit, tail))
 
 
@@ -208,12 +208,12 @@ def _terms(plan: Plan) -> tuple[_Term, ...]:
     return tuple(out)
 
 
-def _values(col: Column, mass: Sequence[float], weight: float = 1.0, tail: float = 0.0) -> _Values:
+def _values(col: Column, mass: Sequence[float], weight: float = 1.0) -> _Values:
     """A value histogram as the model reads it: its bins blended with their fit over the octaves
-    at `weight` (`auto_denoise.trust`), its tail weighed against its noise `tail` (`auto_denoise.tested`)."""
+    at `weight` (`auto_denoise.trust`)."""
     edges = (col.lower,) + col.edges
     mids = tuple((edges[i] + edges[i + 1]) / 2 for i in range(VALUE_BINS))
-    return _Values(mids, blended(mass, weight, octave_fit, tail), edges)
+    return _Values(mids, blended(mass, weight, octave_fit), edges)
 
 
 def choose(
@@ -249,10 +249,7 @@ def choose(
     rows = _rows(profile, units)
     centred = auto_mean.centred_means(plan, [c.expr for c in cols]) if adaptive else {}
     terms = _terms(plan)
-    values = {
-        c.expr: _values(c, m, trust(units, b), b if small(units, b) else 0.0)
-        for c, m, b in zip(cols, profile.values, scales[1:])
-    }
+    values = {c.expr: _values(c, m, trust(units, b)) for c, m, b in zip(cols, profile.values, scales[1:])}
     by_expr = {c.expr: c for c in cols}
     candidates = steps(top) if top > 1 else (top,)
     full = max(rows.kept(top), 1.0)

@@ -6,11 +6,10 @@ which in a value histogram's top octaves (times their values) looks like a heavy
 row-count histogram's last bin (times twice the policy's bound) like heavy units. So where the
 population is within TRUST noise scales, each histogram is blended with a smooth fit of its own
 bins (a shape of a few parameters, whose noise averages over all the bins): values as a normal
-curve over the octaves (log-normal values), row counts as a geometric distribution. And there
-each bin above the histogram's median is first weighed by the posterior probability that it holds
-data at all (`tested`), so that an empty top bin's clamped noise is not read as a tail (values from
-FLOOR scales up; row counts below FLOOR too, where their last bin's noise, times twice the policy's
-bound, read as heavy units and pulled a sum's total bound up).
+curve over the octaves (log-normal values), row counts as a geometric distribution. And a small
+population's row counts (below FLOOR scales too) are first read with each bin above their median
+weighed by the posterior probability that it holds data at all (`tested`): the last bin's noise,
+times twice the policy's bound, read as heavy units and pulled a sum's total bound up.
 """
 
 from __future__ import annotations
@@ -45,10 +44,10 @@ def trust(units: float | None, scale: float) -> float:
     return min(units / (TRUST * scale), 1.0)
 
 
-def small(units: float | None, scale: float, floor: float = FLOOR) -> bool:
-    """Whether a histogram of noise `scale` is of a population within TRUST scales and at least
-    `floor` of them (then read with its noise: `tested`)."""
-    return units is not None and scale > 0 and floor * scale <= units < TRUST * scale
+def small(units: float | None, scale: float) -> bool:
+    """Whether a histogram of noise `scale` is of a population within TRUST scales (its row counts
+    then read with their noise: `tested`)."""
+    return units is not None and scale > 0 and units < TRUST * scale
 
 
 def tested(mass: Sequence[float], scale: float) -> tuple[float, ...]:

@@ -52,9 +52,10 @@ def _clamp(choice: auto_bounds.Choice, col: auto_bounds.Column) -> float:
     return next((u for e, _, u in choice.clips if e == col.expr), col.upper)
 
 
-def _choices(plan, cols, top, prior, monkeypatch):
+def _choices(plan, cols, top, prior, monkeypatch=None):
     """The (clamp, total bound) chosen over 200 seeded noisy profiles of the seniors at `prior`."""
-    monkeypatch.setattr(auto_denoise, "PRIOR", prior)
+    if monkeypatch is not None:
+        monkeypatch.setattr(auto_denoise, "PRIOR", prior)
     rng = random.Random(32)
     out = []
     for _ in range(200):
@@ -67,22 +68,18 @@ def _choices(plan, cols, top, prior, monkeypatch):
     return out
 
 
-def test_empty_top_bins_that_are_noise_do_not_pick_the_far_clamp(seniors, monkeypatch):
-    """Over 200 seeded profiles of the seniors, each bin noised at the sample's scale, AVG(cost)
-    by diagnosis (an exact profile picks 3,125). Each bin clamped at 0 made the top octaves' noise
-    a heavy tail: median 12,500, 25,000 or above in 45 %. Blended with their fit (FLOOR to TRUST
-    scales; the tail clamped alone, PRIOR = 1): median 6,250, 25,000 or above in 19.5 %. With the
-    tail's bins also weighed by their odds of holding data (`auto_denoise.tested`): median 3,125,
-    25,000 or above in 8.5 %. The price: 1,562 or below in 33 % of the draws (12 % before), where
-    the bulk's own noise puts the median low and the octaves above it are thinned too."""
+def test_empty_top_bins_that_are_noise_do_not_pick_the_far_clamp(seniors):
+    """Over 200 seeded profiles of the seniors, each bin noised at the sample's scale: the clamp
+    the choice makes is mostly near the seniors' costs (an exact profile picks 3,125): median
+    6,250, 25,000 or above in 17.5 % of the draws. Each bin clamped at 0 made the top octaves' noise
+    a heavy tail: median 12,500, 25,000 or above in 45 %. (Weighing the values' tail by its odds
+    of holding data, as the row counts' are, gave 8.5 % here but clamps of 1,562 or less in a third
+    of the draws, and children's AVG(cost) by ward worse: not done, DESIGN.md §4.)"""
     plan, cols, top = seniors
-    prior = auto_denoise.PRIOR
-    before = [u for u, _ in _choices(plan, cols, top, 1.0, monkeypatch)]
-    after = [u for u, _ in _choices(plan, cols, top, prior, monkeypatch)]
-    assert statistics.median(before) <= 6250
-    assert 0.15 < sum(u >= 25000 for u in before) / 200 < 0.3
-    assert sum(u >= 25000 for u in after) / 200 < 0.1
-    assert statistics.median(after) == 3125
+    clamps = [u for u, _ in _choices(plan, cols, top, auto_denoise.PRIOR)]
+    far = sum(u >= 25000 for u in clamps) / len(clamps)
+    assert statistics.median(clamps) <= 6250, statistics.median(clamps)
+    assert far < 0.3, far
 
 
 def test_a_large_population_reads_its_bins_as_released(seniors):
@@ -170,13 +167,12 @@ def test_tested_weighs_each_tail_bin_by_its_odds_of_holding_data():
     assert auto_denoise.blended(mass, 1.0, None) == tuple(max(m, 0.0) for m in mass)
 
 
-def test_small_is_within_trust_and_above_its_floor():
+def test_small_is_below_trust_with_a_known_noise():
     assert not auto_denoise.small(None, 1.0)
     assert not auto_denoise.small(1000.0, 0.0)
     assert not auto_denoise.small(auto_denoise.TRUST * 10.0, 10.0)
-    assert auto_denoise.small(auto_denoise.FLOOR * 10.0, 10.0)
-    assert not auto_denoise.small(auto_denoise.FLOOR * 10.0 - 1, 10.0)
-    assert auto_denoise.small(1.0, 10.0, 0.0)
+    assert auto_denoise.small(auto_denoise.TRUST * 10.0 - 1, 10.0)
+    assert auto_denoise.small(1.0, 10.0)  # below FLOOR too: the row counts are read with their noise
 
 
 SENIORS_SUM = (
@@ -188,7 +184,7 @@ SENIORS_SUM = (
 def test_noise_in_the_last_row_bin_pulls_a_sums_total_bound_up_less(monkeypatch):
     """The seniors' SUM(cost) by ward: the row-count histogram's last bin (units beyond the
     policy's bound, each taken at twice its rows) holds 49 units, its noise's scale is 300; weighed
-    by its odds, C is 3 or more in 15.5 % of 200 seeded draws (35.5 % before), its mean 1.6 (2.4)."""
+    by its odds, C is 3 or more in 25.5 % of 200 seeded draws (35.5 % before), its mean 1.9 (2.4)."""
     session = Session(load_policy(SAMPLE / "dpsql.toml"), "alice")
     try:
         plan = plan_query(classify(SENIORS_SUM).tree, session.policy, session.engine.schema(), "laplace", None)
@@ -198,6 +194,6 @@ def test_noise_in_the_last_row_bin_pulls_a_sums_total_bound_up_less(monkeypatch)
     prior = auto_denoise.PRIOR
     before = [c for _, c in _choices(plan, cols, top, 1.0, monkeypatch)]
     after = [c for _, c in _choices(plan, cols, top, prior, monkeypatch)]
-    assert sum(c >= 3 for c in before) / 200 > 0.3
-    assert sum(c >= 3 for c in after) / 200 < 0.2
-    assert statistics.mean(after) < statistics.mean(before) - 0.5
+    assert sum(c >= 3 for c in before) / 200 > 0.33
+    assert sum(c >= 3 for c in after) / 200 < 0.28
+    assert statistics.mean(after) < statistics.mean(before) - 0.3
