@@ -3,11 +3,12 @@ sample policy's query_epsilon, median relative error per query against the exact
 raw data (so clipping to the policy's bounds and truncation to its contribution limits count as
 error), for dpsql and for SmartNoise SQL and Qrlew given the same bounds (issue 32, item 5).
 
-    python -m benchmarks.utility [--workload main|heldout] [--runs 15] [--no-peers] [--cold] [--queries NAME ...]
+    python -m benchmarks.utility [--workload main|heldout|small] [--runs 15] [--no-peers] [--cold] [--queries NAME ...]
                                  [--out benchmarks/RESULTS.md]
 
 `--workload heldout` runs a second workload (HELDOUT) of other queries of the same kinds, into its
-own section of the results file.
+own section of the results file; `--workload small` a third (SMALL): visits of small filtered
+populations of patients, the class auto bounds' profile reads worst (DESIGN.md §4, §10).
 
 A query's error is the median over its true groups and its runs of |answer - exact| / |exact|;
 a true group missing from an answer, or answered NULL, counts as 100 %; groups answered that
@@ -244,10 +245,62 @@ SPREADS = [
     ),
     _q("income_var_by_insurance", "SELECT insurance, VAR_SAMP(income) AS v FROM patients GROUP BY insurance"),
 ]
+# A fourth: visits of a small filtered population of patients (a few noise scales of the profile:
+# children, seniors, the uninsured, a region, smokers, young adults), other measures, groupings
+# and filters on visits too; written for the profile's reading of small populations (§4).
+SMALL_SECTION = "## Utility over small filtered populations"
+SMALL = [
+    _q(
+        "uninsured_cost_avg_by_diagnosis",
+        f"SELECT v.diagnosis, AVG(v.cost) AS avg_cost {_VISITS_PATIENTS} WHERE p.insurance = 'none' "
+        "GROUP BY v.diagnosis",
+    ),
+    _q(
+        "highlands_stay_sum_by_ward",
+        f"SELECT v.ward, SUM(v.length_of_stay) AS bed_days {_VISITS_PATIENTS} WHERE p.region = 'Highlands' "
+        "GROUP BY v.ward",
+    ),
+    _q(
+        "smoker_stay_avg_by_ward",
+        f"SELECT v.ward, AVG(v.length_of_stay) AS avg_stay {_VISITS_PATIENTS} WHERE p.smoker GROUP BY v.ward",
+    ),
+    _q(
+        "young_injury_cost_avg_by_region",
+        f"SELECT p.region, AVG(v.cost) AS avg_cost {_VISITS_PATIENTS} "
+        "WHERE p.age BETWEEN 16 AND 29 AND v.diagnosis = 'injury' GROUP BY p.region",
+    ),
+    _q(
+        "child_cost_sum_by_diagnosis",
+        f"SELECT v.diagnosis, SUM(v.cost) AS total_cost {_VISITS_PATIENTS} WHERE p.age < 16 GROUP BY v.diagnosis",
+    ),
+    _q(
+        "senior_long_visits_by_year",
+        f"SELECT date_trunc('year', v.visit_date) AS year, COUNT(*) AS visits {_VISITS_PATIENTS} "
+        "WHERE p.age >= 65 AND v.length_of_stay > 3 GROUP BY date_trunc('year', v.visit_date)",
+    ),
+    _q(
+        "senior_stay_avg_by_sex",
+        f"SELECT p.sex, AVG(v.length_of_stay) AS avg_stay {_VISITS_PATIENTS} WHERE p.age >= 65 GROUP BY p.sex",
+    ),
+    _q(
+        "women_smoker_cost_avg",
+        f"SELECT AVG(v.cost) AS avg_cost {_VISITS_PATIENTS} WHERE p.smoker AND p.sex = 'F'",
+    ),
+    _q(
+        "private_cost_sum_by_diagnosis",
+        f"SELECT v.diagnosis, SUM(v.cost) AS total_cost {_VISITS_PATIENTS} "
+        "WHERE p.insurance = 'private' AND p.age >= 50 GROUP BY v.diagnosis",
+    ),
+    _q(
+        "central_visits_by_ward",
+        f"SELECT v.ward, COUNT(*) AS visits {_VISITS_PATIENTS} WHERE p.region = 'Central' GROUP BY v.ward",
+    ),
+]
 WORKLOADS = {
     "main": (QUERIES, SECTION),
     "heldout": (HELDOUT, HELDOUT_SECTION),
     "spreads": (SPREADS, "## Grouped spreads"),
+    "small": (SMALL, SMALL_SECTION),
 }
 
 _TABLE = re.compile(r"\b(FROM|JOIN)\s+([A-Za-z_]\w*)(?!\s*\()", re.IGNORECASE)

@@ -29,7 +29,7 @@ from .auto_bounds import (
     split_after_profile,
     steps,
 )
-from .auto_denoise import blended, geometric_fit, octave_fit, population, trust
+from .auto_denoise import blended, geometric_fit, octave_fit, population, small, trust
 from .guarantee.measures import Histogram, Sum
 from .guarantee.plan import Plan
 
@@ -92,7 +92,8 @@ def _rows(profile: Profile, units: float | None = None) -> _Rows:
     reps.append(edges[-1])  # beyond the policy's bound: the bound is all any choice keeps
     scale = profile.noise[0] if profile.noise else 0.0
     fit = partial(geometric_fit, uppers=edges)
-    return _Rows(tuple(reps), blended(profile.rows, trust(units, scale), fit))
+    tail = scale if small(units, scale) else 0.0  # its last bin's noise read as heavy units
+    return _Rows(tuple(reps), blended(profile.rows, trust(units, scale), fit, tail))
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,10 @@ which in a value histogram's top octaves (times their values) looks like a heavy
 row-count histogram's last bin (times twice the policy's bound) like heavy units. So where the
 population is within TRUST noise scales, each histogram is blended with a smooth fit of its own
 bins (a shape of a few parameters, whose noise averages over all the bins): values as a normal
-curve over the octaves (log-normal values), row counts as a geometric distribution.
+curve over the octaves (log-normal values), row counts as a geometric distribution. And a small
+population's row counts (below FLOOR scales too) are first read with each bin above their median
+weighed by the posterior probability that it holds data at all (`tested`): the last bin's noise,
+times twice the policy's bound, read as heavy units and pulled a sum's total bound up.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Sequence
 
 TRUST = 30  # populations of at least TRUST noise scales use their bins as released (clamped at 0)
 FLOOR = 5  # below FLOOR noise scales no shape can be placed either: the bins as released
+PRIOR = 0.1  # the prior probability that a bin above a small population's median holds data
 
 
 def population(hists: Sequence[Sequence[float]], scales: Sequence[float]) -> float | None:
@@ -40,10 +44,43 @@ def trust(units: float | None, scale: float) -> float:
     return min(units / (TRUST * scale), 1.0)
 
 
-def blended(mass: Sequence[float], weight: float, fit) -> tuple[float, ...]:
-    """weight × each bin clamped at 0 plus (1 − weight) × the fit `fit(mass)` (not computed when
-    weight is 1)."""
+def small(units: float | None, scale: float) -> bool:
+    """Whether a histogram of noise `scale` is of a population within TRUST scales (its row counts
+    then read with their noise: `tested`)."""
+    return units is not None and scale > 0 and units < TRUST * scale
+
+
+def tested(mass: Sequence[float], scale: float) -> tuple[float, ...]:
+    """Each bin clamped at 0; those above the bin where the clamped mass reaches half its total
+    (the tail, where an empty bin's noise, about scale / 2 once clamped, times the bin's value or
+    rows, reads as heavy values or units) times the posterior probability that the bin holds data:
+    prior odds PRIOR : 1 − PRIOR that it does, and the likelihood of its mass y under "empty"
+    (Laplace noise alone, e^(−y/b) / 2b) against that under "holds about y" (1 / 2b), so
+    P = PRIOR e^(y/b) / (1 − PRIOR + PRIOR e^(y/b)). A bin of several scales is kept nearly whole
+    (0.69 of it at 3 b, 0.94 at 5 b); one of half a scale, what an empty bin's clamped noise is on
+    average, is weighed at 0.15. Post-processing of the released bins and their public scale; the
+    bins at and below the median are as released (clamped), so the bulk is never thinned."""
     clamped = tuple(max(m, 0.0) for m in mass)
+    if scale <= 0 or not clamped:
+        return clamped
+    half, running, start = sum(clamped) / 2, 0.0, len(clamped)
+    for i, c in enumerate(clamped):
+        running += c
+        if running >= half:
+            start = i + 1
+            break
+    out = list(clamped)
+    for i in range(start, len(clamped)):
+        odds = PRIOR * math.exp(min(clamped[i] / scale, 50.0))
+        out[i] = clamped[i] * odds / (1 - PRIOR + odds)
+    return tuple(out)
+
+
+def blended(mass: Sequence[float], weight: float, fit, scale: float = 0.0) -> tuple[float, ...]:
+    """weight × each bin clamped at 0 plus (1 − weight) × the fit `fit(mass)` (not computed when
+    weight is 1). With the bins' noise `scale` (a small population's: `small`), the bins above the
+    median are weighed by the odds that they hold data (`tested`) rather than clamped alone."""
+    clamped = tested(mass, scale)
     if weight >= 1.0:
         return clamped
     return tuple(weight * c + (1 - weight) * f for c, f in zip(clamped, fit(mass)))
