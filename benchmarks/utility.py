@@ -3,12 +3,13 @@ sample policy's query_epsilon, median relative error per query against the exact
 raw data (so clipping to the policy's bounds and truncation to its contribution limits count as
 error), for dpsql and for SmartNoise SQL and Qrlew given the same bounds (issue 32, item 5).
 
-    python -m benchmarks.utility [--workload main|heldout|small] [--runs 15] [--no-peers] [--cold] [--queries NAME ...]
+    python -m benchmarks.utility [--workload main|heldout|spreads|small] [--runs 15] [--no-peers] [--cold] [--queries NAME ...]
                                  [--out benchmarks/RESULTS.md]
 
 `--workload heldout` runs a second workload (HELDOUT) of other queries of the same kinds, into its
-own section of the results file; `--workload small` a third (SMALL): visits of small filtered
-populations of patients, the class auto bounds' profile reads worst (DESIGN.md §4, §10).
+own section of the results file; `--workload spreads` grouped spreads (SPREADS) over other columns
+and groupings; `--workload small` visits of small filtered populations of patients (SMALL), the
+class auto bounds' profile reads worst (DESIGN.md §4, §10).
 
 A query's error is the median over its true groups and its runs of |answer - exact| / |exact|;
 a true group missing from an answer, or answered NULL, counts as 100 %; groups answered that
