@@ -3,8 +3,8 @@ sample policy's query_epsilon, median relative error per query against the exact
 raw data (so clipping to the policy's bounds and truncation to its contribution limits count as
 error), for dpsql and for SmartNoise SQL and Qrlew given the same bounds (issue 32, item 5).
 
-    python -m benchmarks.utility [--workload main|heldout|spreads|small] [--runs 15] [--no-peers] [--cold] [--queries NAME ...]
-                                 [--out benchmarks/RESULTS.md]
+    python -m benchmarks.utility [--workload main|heldout|spreads|small] [--runs 15] [--no-peers] [--cold]
+                                 [--queries NAME ...] [--out benchmarks/RESULTS.md]
 
 `--workload heldout` runs a second workload (HELDOUT) of other queries of the same kinds, into its
 own section of the results file; `--workload spreads` grouped spreads (SPREADS) over other columns
