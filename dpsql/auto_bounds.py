@@ -231,6 +231,13 @@ def corrected(plan: Plan, groups: int = 1) -> tuple[Fraction, ...]:
     return ()
 
 
+def released_groups(plan: Plan, domain: int | None) -> int | None:
+    """The groups a query's profile and model count (public): its declared domain's size
+    (`domain`), or, over undeclared keys (partition selection), the number of largest groups'
+    masses its profile releases (UNDECLARED_GROUPS); None for a query without keys."""
+    return UNDECLARED_GROUPS if plan.needs_selection else domain
+
+
 def split_after_profile(plan: Plan, additive: bool) -> bool:
     """Whether a corrected count's split is chosen after the profile within one Laplace part
     (`rest_part`): where every filter charged is basic (`additive`), and not under partition

@@ -269,8 +269,9 @@ class SelectedTotalCap(TotalCap, PartitionSelection):
 
     def light_rows(self, domain_size: int | None) -> int:
         """A unit of n rows reaches at most n groups: within the total bound and the groups kept
-        only when n is within both (else the hash chooses which groups it keeps)."""
-        return min(self.limit, self.groups(domain_size))
+        only when n is within both (else the hash chooses which groups it keeps); the groups
+        kept, min(limit, ...), are never more than the bound."""
+        return self.groups(domain_size)
 
 
 @dataclass(frozen=True)

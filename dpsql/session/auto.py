@@ -57,10 +57,8 @@ def chosen_per_query(session: Session, plan: Plan, cal: Calibration, options: Qu
 
 
 def released_size(session: Session, plan: Plan) -> int | None:
-    """The groups a query's profile and model count (public): its declared domain's size, or,
-    over undeclared keys (partition selection), the number of largest groups' masses its profile
-    releases (`auto_bounds.UNDECLARED_GROUPS`); None for a query without keys."""
-    return auto_bounds.UNDECLARED_GROUPS if plan.needs_selection else domain_size(session, plan)
+    """`auto_bounds.released_groups` of the plan's declared domain as the engine lists it."""
+    return auto_bounds.released_groups(plan, domain_size(session, plan))
 
 
 def _choosable(plan: Plan, mechanism: str) -> tuple[bool, int | None, bool]:
@@ -370,7 +368,7 @@ def answer_auto(
     if auto_bounds.counts_units(policy_plan, s.mechanism):
         return units_answer(session, stmt, policy_plan, policy_cal, options, groups, target)
     top, cols = auto_bounds.ceiling(policy_plan), auto_bounds.columns(policy_plan)
-    size = auto_bounds.UNDECLARED_GROUPS if policy_plan.needs_selection else len(groups) if groups else None
+    size = auto_bounds.released_groups(policy_plan, len(groups) if groups else None)
     correct = auto_bounds.corrected(policy_plan, size or 1)
     epsilon = policy_cal.cost.epsilon
     by_group = auto_bounds.profiled_groups(policy_plan, size or 0)  # public
