@@ -219,8 +219,8 @@ def _derived_clamps(plan: Plan) -> None:
 
 
 def _spread_squares(plan: Plan) -> None:
-    """A VAR/STDDEV's sum of squares about a centre (the middle of its clamp, or one chosen per
-    query, auto_spread.py): the centre lies within the clamp its sum states, and the squares'
+    """A VAR/STDDEV's sum of squares about a centre (the middle of its clamp, which may itself be
+    chosen per query): the centre lies within the clamp its sum states, and the squares'
     range is at most [0, R^2], R the centre's distance to the farther end of that clamp, so
     never more than the square of the clamp's width, itself within the policy's bounds."""
     bounds = None
