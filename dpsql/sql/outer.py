@@ -17,6 +17,8 @@ from sqlglot import exp
 
 from ..errors import ProgrammingError, forbidden, unsupported
 from .allowlist import DP_AGGREGATES, check_node, check_tree, contains_aggregate, is_aggregate, order_statistic
+from .division import integral
+from .mean_ratio import as_mean
 from .pgfunctions import postgres_meaning
 from .scope import Resolver, Scope, output_name
 
@@ -168,6 +170,12 @@ class OuterQuery:
         DP_INTERVAL_LOW/HIGH(aggregate or its alias) by its interval's ends a<i>_lo, a<i>_hi."""
         if isinstance(node, exp.Anonymous) and node.name.upper() in INTERVAL_FUNCTIONS:
             return self._interval(node, key_sql, aliases)
+        mean = as_mean(node)
+        if mean is not None:  # SUM(x) / COUNT(x): AVG(x), one estimate with its own estimator
+            bound = self._bind(mean.avg, key_sql, aliases)
+            if mean.plain and integral(self.scope.resolve(mean.value, self.resolver), self.resolver.column_type):
+                return exp.Cast(this=exp.Trunc(this=bound), to=exp.DataType.build("BIGINT"))
+            return bound
         if is_aggregate(node):
             if not isinstance(node, (exp.Filter,) + DP_AGGREGATES) and order_statistic(node) is None:
                 check_tree(node)
