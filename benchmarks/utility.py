@@ -319,10 +319,10 @@ SHAPES = [
         "costly_cost_avg_by_ward_filter",
         "SELECT ward, AVG(cost) FILTER (WHERE cost > 2000) AS avg_costly FROM visits GROUP BY ward",
     ),
-    _q(
-        "long_and_costly_by_diagnosis_filter",
-        "SELECT diagnosis, COUNT(*) FILTER (WHERE length_of_stay > 3) AS long_visits, "
-        "COUNT(*) FILTER (WHERE cost > 2000) AS costly_visits FROM visits GROUP BY diagnosis",
+    _q(  # two FILTERs with different conditions, in one value (the benchmark scores one column)
+        "long_plus_costly_by_diagnosis_filter",
+        "SELECT diagnosis, COUNT(*) FILTER (WHERE length_of_stay > 3) + COUNT(*) FILTER (WHERE cost > 2000) "
+        "AS flagged FROM visits GROUP BY diagnosis",
     ),
     _q(
         "icu_cost_sum_filter",
