@@ -3,13 +3,14 @@ sample policy's query_epsilon, median relative error per query against the exact
 raw data (so clipping to the policy's bounds and truncation to its contribution limits count as
 error), for dpsql and for SmartNoise SQL and Qrlew given the same bounds (issue 32, item 5).
 
-    python -m benchmarks.utility [--workload main|heldout|spreads|small] [--runs 15] [--no-peers] [--cold]
+    python -m benchmarks.utility [--workload main|heldout|spreads|small|shapes] [--runs 15] [--no-peers] [--cold]
                                  [--queries NAME ...] [--out benchmarks/RESULTS.md]
 
 `--workload heldout` runs a second workload (HELDOUT) of other queries of the same kinds, into its
 own section of the results file; `--workload spreads` grouped spreads (SPREADS) over other columns
 and groupings; `--workload small` visits of small filtered populations of patients (SMALL), the
-class auto bounds' profile reads worst (DESIGN.md §4, §10).
+class auto bounds' profile reads worst (DESIGN.md §4, §10); `--workload shapes` shapes found above 15 %
+outside the workloads and aggregates under FILTER (WHERE p) (SHAPES, DESIGN.md §10).
 
 A query's error is the median over its true groups and its runs of |answer - exact| / |exact|;
 a true group missing from an answer, or answered NULL, counts as 100 %; groups answered that
@@ -297,11 +298,43 @@ SMALL = [
         f"SELECT v.ward, COUNT(*) AS visits {_VISITS_PATIENTS} WHERE p.region = 'Central' GROUP BY v.ward",
     ),
 ]
+# A fifth: shapes found outside the workloads (DESIGN.md §10), and aggregates under FILTER (WHERE p),
+# whose rows no aggregate reads are dropped before bounding (sql/reads.py).
+SHAPES_SECTION = "## Utility on shapes found outside the workloads"
+SHAPES = [
+    _q(
+        "long_visits_by_ward_filter",
+        "SELECT ward, COUNT(*) FILTER (WHERE length_of_stay > 3) AS long_visits FROM visits GROUP BY ward",
+    ),
+    _q(
+        "cost_avg_by_ward_diagnosis",
+        "SELECT ward, diagnosis, AVG(cost) AS avg_cost FROM visits GROUP BY ward, diagnosis",
+    ),
+    _q(
+        "two_wards_cost_sum_by_diagnosis",
+        "SELECT diagnosis, SUM(cost) AS total_cost FROM visits "
+        "WHERE ward IN ('Cardiology', 'Oncology') GROUP BY diagnosis",
+    ),
+    _q(
+        "costly_cost_avg_by_ward_filter",
+        "SELECT ward, AVG(cost) FILTER (WHERE cost > 2000) AS avg_costly FROM visits GROUP BY ward",
+    ),
+    _q(  # two FILTERs with different conditions, in one value (the benchmark scores one column)
+        "long_plus_costly_by_diagnosis_filter",
+        "SELECT diagnosis, COUNT(*) FILTER (WHERE length_of_stay > 3) + COUNT(*) FILTER (WHERE cost > 2000) "
+        "AS flagged FROM visits GROUP BY diagnosis",
+    ),
+    _q(
+        "icu_cost_sum_filter",
+        "SELECT SUM(cost) FILTER (WHERE ward = 'Intensive Care') AS icu_cost FROM visits",
+    ),
+]
 WORKLOADS = {
     "main": (QUERIES, SECTION),
     "heldout": (HELDOUT, HELDOUT_SECTION),
     "spreads": (SPREADS, "## Grouped spreads"),
     "small": (SMALL, SMALL_SECTION),
+    "shapes": (SHAPES, SHAPES_SECTION),
 }
 
 _TABLE = re.compile(r"\b(FROM|JOIN)\s+([A-Za-z_]\w*)(?!\s*\()", re.IGNORECASE)

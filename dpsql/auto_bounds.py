@@ -50,6 +50,7 @@ from .sql import build as b
 from .sql.bounds import Interval
 from .sql.options import QueryOptions
 from .sql.ranges import narrowed
+from .sql.reads import filtered_column
 from .sql.scope import text_as_written
 
 SHARE = Fraction(1, 10)  # of the query's epsilon spent on the profile
@@ -366,7 +367,8 @@ def columns(plan: Plan) -> tuple[Column, ...]:
     """The summed columns whose clamp can be chosen: a lower bound of at least 0 (a clamp of the
     upper side only), a range, and each column once. Their bounds are the policy's narrowed by
     what the query's WHERE says of the column (sql/ranges.py: from the query's text only), so
-    that `WHERE cost > 2000` centres a mean of cost in [2000, U] and bins its values there."""
+    that `WHERE cost > 2000` centres a mean of cost in [2000, U] and bins its values there; an
+    aggregate's own FILTER (WHERE cost > 2000) narrows its column alike."""
     out: dict[str, Column] = {}
     for est in plan.estimates:
         j = est.total if est.func in SUMMED else est.count if est.func in QUANTILES else None
@@ -378,8 +380,12 @@ def columns(plan: Plan) -> tuple[Column, ...]:
             continue
         expr = m.value.sql(dialect="postgres")
         lo, hi = m.lower, m.upper
-        if isinstance(m.value, exp.Column):
-            narrow = narrowed(m.value, Interval(m.lower, m.upper), plan.relation.where)
+        value, where = m.value, list(plan.relation.where)
+        filtered = filtered_column(value)
+        if filtered is not None:  # AGG(x) FILTER (WHERE c): x where c holds (sql/reads.py)
+            value, where = filtered[0], where + [filtered[1]]
+        if isinstance(value, exp.Column):
+            narrow = narrowed(value, Interval(m.lower, m.upper), where)
             lo, hi = narrow.lo, narrow.hi
         if isinstance(m, Sum):
             col = Column(j, expr, lo, hi, m.centre, m.bits, declared=(m.lower, m.upper))

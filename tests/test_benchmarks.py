@@ -214,6 +214,16 @@ def test_the_heldout_workload_is_its_own_and_writes_its_own_section(tmp_path):
     assert all(f"| {name} |" in section for name in names)
 
 
+def test_each_workload_writes_its_own_section_and_shapes_holds_filters():
+    """`--workload shapes` (DESIGN.md §10's shapes and aggregates under FILTER) is registered with
+    a section of its own, as every workload is."""
+    from benchmarks.utility import SHAPES, SHAPES_SECTION, WORKLOADS
+
+    assert WORKLOADS["shapes"] == (SHAPES, SHAPES_SECTION)
+    assert len({section for _, section in WORKLOADS.values()}) == len(WORKLOADS)
+    assert len({q.name for q in SHAPES}) == len(SHAPES) and sum("FILTER (WHERE" in q.sql for q in SHAPES) >= 3
+
+
 def _perquery(*args: str) -> list[str]:
     """The last two lines `python -m benchmarks.perquery ARGS` prints: a query's CPU and its split."""
     out = subprocess.run(

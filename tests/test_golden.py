@@ -60,6 +60,14 @@ CASES = [
     ("", "laplace", "SELECT g, SUM(v) FROM rows GROUP BY g"),
     ("", "laplace", "SELECT g, MEDIAN(v) FROM rows GROUP BY g"),
     ("", "laplace", "SELECT r.g, COUNT(*) FROM rows r JOIN places p ON TRUE GROUP BY r.g"),
+    # every aggregate under FILTER over declared keys: the rows none reads dropped (sql/reads.py)
+    (
+        "",
+        "laplace",
+        "SELECT kind, COUNT(*) FILTER (WHERE amount > 10), AVG(amount) FILTER (WHERE amount > 20) "
+        "FROM events GROUP BY kind",
+    ),
+    ("", "laplace", "SELECT city, COUNT(*) FILTER (WHERE age > 30) FROM people GROUP BY city"),  # undeclared: kept
     ("capped", "gaussian", "SELECT kind, COUNT(*), SUM(amount), MEDIAN(amount) FROM events GROUP BY kind"),
     ("capped", "gaussian", "SELECT COUNT(*), AVG(amount) FROM events"),
     ("weighted", "laplace", "SELECT kind, COUNT(*), SUM(amount), MEDIAN(amount) FROM events GROUP BY kind"),

@@ -76,6 +76,12 @@ QUERIES = [
     "SELECT width_bucket(amount, 0, 50, 5) AS b, kind, AVG(amount) FROM events GROUP BY b, kind",
     "SELECT place, COUNT(DISTINCT kind) FROM events GROUP BY place",
     "SELECT COUNT(DISTINCT sex), COUNT(DISTINCT e.kind) FROM events e JOIN people p ON e.pid = p.pid",
+    # every aggregate under FILTER: the rows none reads are dropped before bounding (sql/reads.py)
+    "SELECT kind, COUNT(*) FILTER (WHERE amount > 10), AVG(amount) FILTER (WHERE amount > 20) FROM events "
+    "GROUP BY kind",
+    "SELECT COUNT(*) FILTER (WHERE place = 'north'), SUM(amount) FILTER (WHERE amount < 20) FROM events",
+    "SELECT place, MEDIAN(amount) FILTER (WHERE amount > 5) FROM events GROUP BY place",
+    "SELECT p.city, COUNT(*) FILTER (WHERE e.amount > 10) FROM people p JOIN events e ON p.pid = e.pid GROUP BY p.city",
 ]
 
 amounts = st.one_of(st.floats(-1e6, 1e6, allow_nan=False), st.sampled_from([0.0, 50.0, 1e9, -1e9]), st.none())

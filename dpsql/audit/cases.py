@@ -429,6 +429,17 @@ CASES: tuple[Case, ...] = (
         AUTO,
         before=("SELECT AVG(amount) FROM visits",),
     ),
+    # Aggregates under FILTER read only the rows their condition keeps, and the others are dropped
+    # before bounding (sql/reads.py): the background's visits (amount 1) are never read, so the
+    # profile, the total bound's weights and the release see the target's twenty visits alone in D
+    # and no row at all in D'.
+    Case(
+        "auto_filter_count",
+        SKEWED,
+        "SELECT kind, COUNT(*) FILTER (WHERE amount > 10) FROM visits GROUP BY kind",
+        group("a"),
+        AUTO,
+    ),
     # People per group under auto: the policy's limits, corrected for the groups max_groups cuts
     # (the target is in all three kinds, two allowed).
     Case("auto_units_by_kind", SKEWED, "SELECT kind, COUNT(DISTINCT pid) FROM visits GROUP BY kind", group("a"), AUTO),

@@ -119,8 +119,9 @@ class Plan:
         rel = self.relation
         unit_check = b.not_null(self.unit).sql() if self.unit is not None else None
         # A filter would keep few rows of a heavy unit that the table-wide weight still scales
-        # down (valid, but biased): filtered queries bound per query instead.
-        unfiltered = all(c.sql() == unit_check for c in rel.where)
+        # down (valid, but biased): filtered queries bound per query instead, as do queries whose
+        # aggregates all read under FILTER (Relation.reads, sql/reads.py).
+        unfiltered = all(c.sql() == unit_check for c in rel.where) and not rel.reads
         l2_keyed = isinstance(self.bounding, L2Clip) and bool(self.keys)
         return (
             self.total_bound

@@ -35,12 +35,15 @@ from .arguments import DISTINCT_HINT, distinct_keys, quantile_fraction, unbounde
 from .bounds import Interval, interval
 from .division import integer_division, integral
 from .domains import column_values, image, literal_domain
+from .frozen import Trees
 from .nonfailing import try_casts
 from .options import QueryOptions
 from .outer import OuterQuery
 from .pgfunctions import postgres_meaning
 from .public import PublicQuery, _public_column_type, _unqualified, check_rows_query, touches_private
+from .reads import read_conditions
 from .scope import (
+    Relation,
     Resolver,
     Source,
     bound_unit_joins,
@@ -86,6 +89,7 @@ class _Analysis:
         self.measures: list[Measure] = []
         self.estimates: list[Estimate] = []
         self._estimate_index: dict[str, int] = {}
+        self._arguments: dict[int, exp.Expression | None] = {}  # each estimate's argument (None: every row)
         self.max_contributions: int | None = None
 
     def run(self) -> Plan:
@@ -152,6 +156,7 @@ class _Analysis:
                 hint="add COUNT(*) to see the groups; group keys alone would reveal which exist",
             )
         self._share_sums()
+        self.rel = self._reading(keys)
         # COUNT(*) / 2 as PostgreSQL divides it; a cast of a noisy value that fails (SUM(x)::smallint
         # out of range) is NULL, as at row level: the outer query runs after the charge, and must
         # not lose a charged answer.
@@ -402,7 +407,18 @@ class _Analysis:
         if key not in self._estimate_index:
             self._estimate_index[key] = len(self.estimates)
             self.estimates.append(est)
+            self._arguments[self._estimate_index[key]] = value
         return self._estimate_index[key]
+
+    def _reading(self, keys: list[GroupKey]) -> Relation:
+        """The relation with the rows its aggregates read recorded (sql/reads.py) when every
+        aggregate reads under a CASE condition (a FILTER) and the keys are declared or absent:
+        then the released groups are the domain's (or the one row) whatever rows are dropped.
+        Under partition selection the released groups depend on each group's rows: never."""
+        if not all(k.declared for k in keys):
+            return self.rel
+        reads = read_conditions(self._arguments.values())
+        return replace(self.rel, reads=Trees(reads)) if reads else self.rel
 
     def _quantile(
         self, node: exp.Expression, text: str, arg: exp.Expression, p: exp.Expression | float, name: str

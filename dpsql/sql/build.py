@@ -162,6 +162,13 @@ def conjunction(conditions: Sequence[Node]) -> Node:
     return out
 
 
+def disjunction(conditions: Sequence[Node]) -> Node:
+    out = conditions[0]
+    for c in conditions[1:]:
+        out = exp.Or(this=out, expression=c)
+    return out
+
+
 def named(x: Operand, name: str) -> Node:
     return exp.Alias(this=node(x), alias=exp.to_identifier(name))
 

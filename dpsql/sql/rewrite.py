@@ -242,7 +242,7 @@ def _rows(plan: Plan, salt: str | None, weighting: WeightedCopy | SplitCopy | No
     if whole is not None:
         items.append(b.named(b.col("__dpsql_w", alias), "w"))
     # The weighted copy holds the rows whose unit is not NULL, the only condition it admits.
-    where = _conditions(plan.relation.where, plan.relation) if whole is None else []
+    where = _conditions(plan.relation.where, plan.relation) + _read(plan.relation) if whole is None else []
     coin = None
     if plan.sample_rate is not None:
         threshold = int(Fraction(repr(plan.sample_rate)) * 2**COIN_BITS)
@@ -306,6 +306,17 @@ def _conditions(nodes: list[exp.Expression], rel: Relation) -> list[exp.Expressi
     """Conjuncts, each made total on its own (a failing one must not hide the others)."""
     types = {(s.alias, c): t for s in rel.sources for c, t in s.columns.items()}
     return [b.neutral(nonfailing(c, types)) for n in nodes for c in conjuncts(n)]
+
+
+def _read(rel: Relation) -> list[exp.Expression]:
+    """The rows some aggregate reads (Relation.reads, sql/reads.py): one condition's conjuncts, or
+    the disjunction of several, each disjunct made total on its own, as the aggregate's own CASE
+    reads it: a disjunct that fails on a row (NULL) must not drop the row another one reads."""
+    reads = list(rel.reads)
+    if len(reads) <= 1:
+        return _conditions(reads, rel)
+    types = {(s.alias, c): t for s in rel.sources for c, t in s.columns.items()}
+    return [exp.Paren(this=b.neutral(b.disjunction([exp.Paren(this=nonfailing(c, types)) for c in reads])))]
 
 
 def _from(

@@ -74,6 +74,9 @@ class Relation:
     where: Trees[exp.Expression] = Trees()
     columns: TreeMap[exp.Expression] = TreeMap()
     unit_rows: int | None = None  # a join of private tables: rows of a unit each keeps (bound_unit_joins)
+    # The rows some aggregate reads: where one of these holds (sql/reads.py); empty: every row.
+    # Not conditions of the query's groups: domain narrowing (narrow.py) never reads them.
+    reads: Trees[exp.Expression] = Trees()
 
     @property
     def private_sources(self) -> list[Source]:
