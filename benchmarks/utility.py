@@ -328,6 +328,16 @@ SHAPES = [
         "icu_cost_sum_filter",
         "SELECT SUM(cost) FILTER (WHERE ward = 'Intensive Care') AS icu_cost FROM visits",
     ),
+    _q(  # a mean written as a ratio (sql/mean_ratio.py), as dashboards write it
+        "cost_per_visit_by_ward_ratio",
+        "SELECT ward, SUM(cost) / COUNT(*) AS cost_per_visit FROM visits GROUP BY ward",
+    ),
+    _q(
+        "long_stay_cost_per_visit_by_diagnosis_ratio",
+        "SELECT diagnosis, SUM(cost) FILTER (WHERE length_of_stay > 3) * 1.0 "
+        "/ NULLIF(COUNT(cost) FILTER (WHERE length_of_stay > 3), 0) AS cost_per_long_visit "
+        "FROM visits GROUP BY diagnosis",
+    ),
 ]
 WORKLOADS = {
     "main": (QUERIES, SECTION),
