@@ -106,3 +106,11 @@ def test_the_mean_equals_the_ratio_with_nulls_and_integer_division(hospital):
     assert got[2] == truth[2]
     assert got[3] == pytest.approx(truth[3], rel=0.01)
     assert isinstance(got[2], int) and isinstance(got[3], float)
+
+
+def test_explain_says_which_ratio_is_read_as_a_mean(hospital):
+    hospital.execute("EXPLAIN SELECT ward, SUM(cost) / COUNT(*) AS m FROM visits GROUP BY ward")
+    lines = [r[0] for r in hospital.fetchall()]
+    assert any(line.startswith("SUM(cost) / COUNT(*) is answered as AVG(COALESCE(cost, 0))") for line in lines)
+    hospital.execute("EXPLAIN SELECT ward, AVG(cost) FROM visits GROUP BY ward")
+    assert not any("is answered as" in r[0] for r in hospital.fetchall())

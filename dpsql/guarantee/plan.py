@@ -77,6 +77,8 @@ class Plan:
     sample_rate: float | None = None  # privacy units are Poisson-sampled at this rate
     item_estimates: tuple[frozenset[int], ...] = ()  # per select item, the estimates it uses
     max_contributions: int | None = None
+    # (ratio as written, the AVG it is answered as): sql/mean_ratio.py, for EXPLAIN
+    means_read: tuple[tuple[str, str], ...] = ()
 
     def with_relation(self, relation: Relation) -> Plan:
         """This plan over `relation` (its other parts shared, trees included: a plan hands out

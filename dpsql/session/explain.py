@@ -62,6 +62,7 @@ def explain_plan(session: Session, tree: exp.Query, options: QueryOptions | None
         "sql": _pretty(bounded_query(session, plan, None).sql, session.engine.dialect),
         "sample_rate": plan.sample_rate,
         "ratios": [e.text for e in plan.estimates if family(e).centred_sum],
+        "means_read": [list(pair) for pair in plan.means_read],
         "shrunk": [e.text for e in plan.estimates if family(e).shrunk] if plan.keys else [],
         "fine_counts": [
             e.text for e in plan.estimates if e.squares is not None and plan.measures[e.count].bits == FINE_COUNT_BITS
@@ -233,6 +234,11 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
         lines.append(
             f"{', '.join(sorted(set(info['ratios'])))}: a ratio of the noisy totals above to the noisy count, "
             "so its error shrinks as its group grows (about ±(total error + |value| × count error) / count)"
+        )
+    for written, mean in info.get("means_read") or ():
+        lines.append(
+            f"{text_as_written(written)} is answered as {text_as_written(mean)}: the same value on any data, "
+            "released as one mean (its own estimator) rather than a noisy sum over a noisy count"
         )
     if info.get("shrunk"):
         lines.append(

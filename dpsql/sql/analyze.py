@@ -177,6 +177,7 @@ class _Analysis:
             sample_rate=self.sample_rate,
             item_estimates=tuple(frozenset(used) for used in outer.items),
             max_contributions=self.max_contributions,
+            means_read=tuple(outer.means_read.items()),
         )
 
     # The privacy unit ----------------------------------------------------------------------

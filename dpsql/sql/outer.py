@@ -105,6 +105,7 @@ class OuterQuery:
         self.items: list[set[int]] = []
         self._current: set[int] | None = None
         self._aggregate_aliases: dict[str, int] = {}  # output name -> its estimate, for DP_INTERVAL_*
+        self.means_read: dict[str, str] = {}  # a ratio as written -> the AVG it is answered as (mean_ratio)
         self.post, self.names = self._post()
 
     def _post(self) -> tuple[exp.Select, list[str]]:
@@ -172,6 +173,7 @@ class OuterQuery:
             return self._interval(node, key_sql, aliases)
         mean = as_mean(node)
         if mean is not None:  # SUM(x) / COUNT(x): AVG(x), one estimate with its own estimator
+            self.means_read[node.sql(dialect="postgres")] = mean.avg.sql(dialect="postgres")
             bound = self._bind(mean.avg, key_sql, aliases)
             if mean.plain and integral(self.scope.resolve(mean.value, self.resolver), self.resolver.column_type):
                 return exp.Cast(this=exp.Trunc(this=bound), to=exp.DataType.build("BIGINT"))
