@@ -9,7 +9,9 @@ bins (a shape of a few parameters, whose noise averages over all the bins): valu
 curve over the octaves (log-normal values), row counts as a geometric distribution. And a small
 population's row counts (below FLOOR scales too) are first read with each bin above their median
 weighed by the posterior probability that it holds data at all (`tested`): the last bin's noise,
-times twice the policy's bound, read as heavy units and pulled a sum's total bound up.
+times twice the policy's bound, read as heavy units and pulled a sum's total bound up. And a
+spread's clamp is judged over histograms as plausible as the released one (`plausible`: the bins
+less a seeded draw of their noise), since its cut is read from top octaves that are mostly noise.
 """
 
 from __future__ import annotations
