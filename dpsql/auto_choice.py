@@ -29,7 +29,7 @@ from .auto_bounds import (
     split_after_profile,
     steps,
 )
-from .auto_denoise import blended, geometric_fit, octave_fit, population, small, trust
+from .auto_denoise import blended, geometric_fit, octave_fit, plausible, population, small, trust
 from .guarantee.measures import Histogram, Sum
 from .guarantee.plan import Plan
 
@@ -253,6 +253,12 @@ def choose(
     split_after = split_after_profile(plan, adaptive)
     terms = _terms(plan)
     values = {c.expr: _values(c, m, trust(units, b)) for c, m, b in zip(cols, profile.values, scales[1:])}
+    # a spread's own column: its clamp judged on histograms as plausible as the released one
+    draws = {
+        c.expr: tuple(_values(c, d, trust(units, b)) for d in plausible(m, b))
+        for c, m, b in zip(cols, profile.values, scales[1:])
+        if _spread_only(terms, c.expr)
+    }
     by_expr = {c.expr: c for c in cols}
     candidates = steps(top) if top > 1 else (top,)
     full = max(rows.kept(top), 1.0)
@@ -279,7 +285,8 @@ def choose(
                 continue
             _, per_measure, fix = opt
             clamps = {
-                e: _best_clamp(terms, by_expr[e], values[e], rows, c, top, groups, per_measure, fix) for e in by_expr
+                e: _best_clamp(terms, by_expr[e], values[e], rows, c, top, groups, per_measure, fix, draws.get(e, ()))
+                for e in by_expr
             }
             err = _error(terms, by_expr, values, rows, c, top, clamps, groups, per_measure, fix)
             if best is None or err < best[0]:
@@ -377,27 +384,29 @@ class _Fix:
     beyond: float = 0.0  # rows the correction does not see (beyond its reach)
 
 
-def _best_clamp(terms, col, values, rows, c, top, groups, per_measure, fix) -> float:
-    scored = [
-        (
-            _error(
-                terms,
-                {col.expr: col},
-                {col.expr: values},
-                rows,
-                c,
-                top,
-                {col.expr: u},
-                groups,
-                per_measure,
-                fix,
-                only=col.expr,
-            ),
-            u,
+def _spread_only(terms: Sequence[_Term], expr: str) -> bool:
+    """Whether every aggregate over column `expr` is a spread (VAR/STDDEV), so that its clamp
+    serves spreads alone."""
+    funcs = [t.func for t in terms if t.expr == expr]
+    return bool(funcs) and all(f in SPREADS for f in funcs)
+
+
+def _best_clamp(terms, col, values, rows, c, top, groups, per_measure, fix, draws=()) -> float:
+    """The clamp of least model error at the profile as released; with `draws` (a spread's own
+    column: `auto_denoise.plausible`), the clamp whose largest error over those histograms is
+    least. A spread's cut is read from the few units in the top octaves, whose bins are mostly
+    the profile's noise (about 300 units a bin at the sample's ε against a tail of 1 %), so at the
+    released bins alone the clamp flipped from run to run between the octaves' extremes (DESIGN.md
+    §4 'A spread's clamp over its profile's noise')."""
+
+    def error(v: _Values, u: float) -> float:
+        return _error(
+            terms, {col.expr: col}, {col.expr: v}, rows, c, top, {col.expr: u}, groups, per_measure, fix, only=col.expr
         )
-        for u in col.edges
-    ]
-    return min(scored)[1]
+
+    if draws:
+        return min((max(error(d, u) for d in draws), u) for u in col.edges)[1]
+    return min((error(values, u), u) for u in col.edges)[1]
 
 
 def _error(

@@ -9,18 +9,23 @@ bins (a shape of a few parameters, whose noise averages over all the bins): valu
 curve over the octaves (log-normal values), row counts as a geometric distribution. And a small
 population's row counts (below FLOOR scales too) are first read with each bin above their median
 weighed by the posterior probability that it holds data at all (`tested`): the last bin's noise,
-times twice the policy's bound, read as heavy units and pulled a sum's total bound up.
+times twice the policy's bound, read as heavy units and pulled a sum's total bound up. And a
+spread's clamp is judged over histograms as plausible as the released one (`plausible`: the bins
+less a seeded draw of their noise), since its cut is read from top octaves that are mostly noise.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from functools import lru_cache
 from typing import Sequence
 
 TRUST = 30  # populations of at least TRUST noise scales use their bins as released (clamped at 0)
 FLOOR = 5  # below FLOOR noise scales no shape can be placed either: the bins as released
 PRIOR = 0.1  # the prior probability that a bin above a small population's median holds data
+DRAWS = 16  # plausible histograms a spread's clamp is judged on (`plausible`)
+SEED = 32  # their noise's seed: the same released bins give the same draws
 
 
 def population(hists: Sequence[Sequence[float]], scales: Sequence[float]) -> float | None:
@@ -74,6 +79,23 @@ def tested(mass: Sequence[float], scale: float) -> tuple[float, ...]:
         odds = PRIOR * math.exp(min(clamped[i] / scale, 50.0))
         out[i] = clamped[i] * odds / (1 - PRIOR + odds)
     return tuple(out)
+
+
+def plausible(mass: Sequence[float], scale: float, draws: int | None = None) -> tuple[tuple[float, ...], ...]:
+    """Histograms as plausible as the released one given its noise: each bin's released mass less
+    a draw of Laplace noise of its `scale`, clamped at 0, `draws` (DRAWS) times (a parametric bootstrap of
+    the bins' noise; under a flat prior each is a draw of the bins' true masses). The draws come
+    from a fixed seed, so the same released bins give the same histograms (a choice repeats, and
+    a query profiled afresh reuses its plan when its limits do). Post-processing of the released
+    bins and their public scale; () when the scale is unknown (0)."""
+    draws = DRAWS if draws is None else draws
+    if scale <= 0 or not mass:
+        return ()
+    rng = random.Random(SEED)
+    rate = 1 / scale
+    return tuple(
+        tuple(max(m - (rng.expovariate(rate) - rng.expovariate(rate)), 0.0) for m in mass) for _ in range(draws)
+    )
 
 
 def blended(mass: Sequence[float], weight: float, fit, scale: float = 0.0) -> tuple[float, ...]:
