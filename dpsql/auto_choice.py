@@ -29,7 +29,7 @@ from .auto_bounds import (
     split_after_profile,
     steps,
 )
-from .auto_denoise import blended, geometric_fit, population, read_values, small, trust
+from .auto_denoise import blended, geometric_fit, octave_fit, population, small, trust
 from .guarantee.measures import Histogram, Sum
 from .guarantee.plan import Plan
 
@@ -209,13 +209,12 @@ def _terms(plan: Plan) -> tuple[_Term, ...]:
     return tuple(out)
 
 
-def _values(col: Column, mass: Sequence[float], weight: float = 1.0, scale: float = 0.0) -> _Values:
+def _values(col: Column, mass: Sequence[float], weight: float = 1.0) -> _Values:
     """A value histogram as the model reads it: its bins blended with their fit over the octaves
-    at `weight` (`auto_denoise.trust`); with the bins' noise `scale` (a small population's), its
-    bins read as one rise and fall (`auto_denoise.read_values`)."""
+    at `weight` (`auto_denoise.trust`)."""
     edges = (col.lower,) + col.edges
     mids = tuple((edges[i] + edges[i + 1]) / 2 for i in range(VALUE_BINS))
-    return _Values(mids, read_values(mass, weight, scale), edges)
+    return _Values(mids, blended(mass, weight, octave_fit), edges)
 
 
 def choose(
@@ -253,10 +252,7 @@ def choose(
     centred = auto_mean.centred_means(plan, [c.expr for c in cols]) if adaptive else {}
     split_after = split_after_profile(plan, adaptive)
     terms = _terms(plan)
-    values = {
-        c.expr: _values(c, m, trust(units, b), b if small(units, b) else 0.0)
-        for c, m, b in zip(cols, profile.values, scales[1:])
-    }
+    values = {c.expr: _values(c, m, trust(units, b)) for c, m, b in zip(cols, profile.values, scales[1:])}
     by_expr = {c.expr: c for c in cols}
     candidates = steps(top) if top > 1 else (top,)
     full = max(rows.kept(top), 1.0)

@@ -9,9 +9,7 @@ bins (a shape of a few parameters, whose noise averages over all the bins): valu
 curve over the octaves (log-normal values), row counts as a geometric distribution. And a small
 population's row counts (below FLOOR scales too) are first read with each bin above their median
 weighed by the posterior probability that it holds data at all (`tested`): the last bin's noise,
-times twice the policy's bound, read as heavy units and pulled a sum's total bound up. A small
-population's value histograms are read as one rise and fall (`unimodal`: runs of pooled bins keep
-their released total), so the empty top octaves' noise averages out rather than adding b/2 a bin.
+times twice the policy's bound, read as heavy units and pulled a sum's total bound up.
 """
 
 from __future__ import annotations
@@ -133,47 +131,3 @@ def _geometric_shapes(uppers: tuple[int, ...]) -> tuple[tuple[tuple[float, ...],
         shape = tuple(q**lo - q**up for lo, up in zip(lowers, uppers)) + (q ** uppers[-1],)
         out.append((shape, sum(x * x for x in shape)))
     return tuple(out)
-
-
-def read_values(mass: Sequence[float], weight: float, scale: float = 0.0) -> tuple[float, ...]:
-    """A value histogram as the model reads it: `blended` with the octave fit at `weight`; with
-    the bins' noise `scale` (a small population's: `small`), its clamped part is the unimodal
-    reading (`unimodal`) of the signed bins rather than each bin clamped at 0."""
-    if scale <= 0:
-        return blended(mass, weight, octave_fit)
-    shaped = tuple(max(m, 0.0) for m in unimodal(mass))
-    if weight >= 1.0:
-        return shaped
-    return tuple(weight * c + (1 - weight) * f for c, f in zip(shaped, octave_fit(mass)))
-
-
-def unimodal(mass: Sequence[float]) -> tuple[float, ...]:
-    """The least-squares fit of the signed bins by a sequence that rises to one mode and falls
-    after it: for each split, rising (pool adjacent violators) on the bins before it and falling
-    on those from it, the split of least squared residual kept (the first of equals). Each
-    run of pooled bins reads as their mean, so its total is the released total of those bins:
-    empty top octaves are read as their signed noise averaged (about 0), not as each bin's
-    noise clamped at 0 (about b/2 a bin), and a thin real tail keeps its unbiased total."""
-    values = list(mass)
-    best: tuple[float, list[float]] | None = None
-    for k in range(len(values) + 1):
-        fit = _falling(values[:k][::-1])[::-1] + _falling(values[k:])
-        residual = sum((f - m) ** 2 for f, m in zip(fit, values))
-        if best is None or residual < best[0] - 1e-9:
-            best = (residual, fit)
-    return tuple(best[1]) if best is not None else ()
-
-
-def _falling(values: Sequence[float]) -> list[float]:
-    """The least-squares non-increasing fit (pool adjacent violators)."""
-    blocks: list[list[float]] = []  # [total, count]
-    for v in values:
-        blocks.append([v, 1.0])
-        while len(blocks) > 1 and blocks[-2][0] * blocks[-1][1] < blocks[-1][0] * blocks[-2][1]:
-            total, count = blocks.pop()
-            blocks[-1][0] += total
-            blocks[-1][1] += count
-    out: list[float] = []
-    for total, count in blocks:
-        out += [total / count] * int(count)
-    return out
