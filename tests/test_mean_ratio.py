@@ -12,8 +12,7 @@ from dpsql.sql.classify import classify
 from dpsql.sql.mean_ratio import as_mean
 
 from .conftest import SAMPLE
-
-OLD_INCOME = "CASE WHEN age >= 65 THEN income END"  # NULL for most patients
+from .test_nulls import OLD_INCOME  # NULL for most patients
 
 
 def _mean(text: str):

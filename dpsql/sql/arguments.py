@@ -100,7 +100,7 @@ _TEXTUAL = re.compile(r"CHAR|TEXT|STRING|UUID|ENUM|BLOB|BYTEA")
 def quantile_fraction(p: exp.Expression, text: str) -> float:
     """The literal fraction of a quantile, in [0, 1]: it must not depend on data."""
     try:
-        value = _literal_number(p)
+        value = literal_number(p)
     except ValueError:
         value = None
     if value is None or not 0.0 <= value <= 1.0:
@@ -112,16 +112,17 @@ def quantile_fraction(p: exp.Expression, text: str) -> float:
     return value
 
 
-def _literal_number(p: exp.Expression) -> float | None:
+def literal_number(p: exp.Expression) -> float | None:
+    """A number written as a literal (in parentheses, negated, or a difference of two), else None."""
     if isinstance(p, exp.Paren):
-        return _literal_number(p.this)
+        return literal_number(p.this)
     if isinstance(p, exp.Literal) and not p.is_string:
         return float(p.this)
     if isinstance(p, exp.Neg):
-        v = _literal_number(p.this)
+        v = literal_number(p.this)
         return None if v is None else -v
     if isinstance(p, exp.Sub):
-        a, b = _literal_number(p.this), _literal_number(p.expression)
+        a, b = literal_number(p.this), literal_number(p.expression)
         return None if a is None or b is None else a - b
     return None
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from .arguments import literal_number
+
 
 @dataclass(frozen=True)
 class Mean:
@@ -39,8 +41,8 @@ def as_mean(node: exp.Expression) -> Mean | None:
     """The mean a division of a SUM by a COUNT over the same rows is, or None for any other node."""
     if not isinstance(node, exp.Div):
         return None
-    top = _numerator(_unparen(node.this))
-    bottom = _denominator(_unparen(node.expression))
+    top = _numerator(node.this.unnest())
+    bottom = _denominator(node.expression.unnest())
     if top is None or bottom is None:
         return None
     (total, cast, scaled), (count, count_cast) = top, bottom
@@ -70,12 +72,12 @@ def as_mean(node: exp.Expression) -> Mean | None:
 def _numerator(node: exp.Expression) -> tuple[exp.Expression, exp.DataType | None, bool] | None:
     """(the SUM, the type it is cast to, whether it is multiplied by one) of a numerator."""
     if isinstance(node, (exp.Cast, exp.TryCast)) and node.to.this not in exp.DataType.INTEGER_TYPES:
-        inner = _unparen(node.this)
+        inner = node.this.unnest()
         return (inner, node.to, False) if _aggregate(inner) else None
     if isinstance(node, exp.Mul):
         for one, other in ((node.this, node.expression), (node.expression, node.this)):
-            if _is_one(_unparen(one)) and _aggregate(_unparen(other)):
-                return _unparen(other), None, True
+            if literal_number(one) == 1 and _aggregate(other.unnest()):
+                return other.unnest(), None, True
         return None
     return (node, None, False) if _aggregate(node) else None
 
@@ -84,11 +86,11 @@ def _denominator(node: exp.Expression) -> tuple[exp.Expression, exp.DataType | N
     """(the COUNT, the type it is cast to) of a denominator: NULLIF(.., 0) and casts read through."""
     cast = None
     if isinstance(node, (exp.Cast, exp.TryCast)):
-        cast, node = node.to, _unparen(node.this)
-    if isinstance(node, exp.Nullif) and _is_zero(_unparen(node.expression)):
-        node = _unparen(node.this)
+        cast, node = node.to, node.this.unnest()
+    if isinstance(node, exp.Nullif) and literal_number(node.expression) == 0:
+        node = node.this.unnest()
     if cast is None and isinstance(node, (exp.Cast, exp.TryCast)):
-        cast, node = node.to, _unparen(node.this)
+        cast, node = node.to, node.this.unnest()
     return (node, cast) if _aggregate(node) else None
 
 
@@ -106,27 +108,6 @@ def _filtered(node: exp.Expression) -> tuple[exp.Expression, exp.Expression | No
 
 def _distinct(agg: exp.Expression) -> bool:
     return isinstance(agg.this, exp.Distinct) or bool(agg.args.get("distinct"))
-
-
-def _unparen(node: exp.Expression) -> exp.Expression:
-    while isinstance(node, exp.Paren):
-        node = node.this
-    return node
-
-
-def _is_one(node: exp.Expression) -> bool:
-    return isinstance(node, exp.Literal) and not node.is_string and _number(node.this) == 1
-
-
-def _is_zero(node: exp.Expression) -> bool:
-    return isinstance(node, exp.Literal) and not node.is_string and _number(node.this) == 0
-
-
-def _number(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
 
 
 def _text(node: exp.Expression | None) -> str | None:

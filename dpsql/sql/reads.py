@@ -25,8 +25,7 @@ def case_conditions(value: exp.Expression | None) -> tuple[exp.Expression, ...] 
     """The conditions of `value` when it is CASE WHEN c1 THEN .. [WHEN c2 THEN ..] END without
     ELSE (a searched CASE: where none holds, the value is NULL); None for any other value, and
     for None (an aggregate of every row: COUNT(*), COUNT(DISTINCT unit))."""
-    while isinstance(value, exp.Paren):
-        value = value.this
+    value = value.unnest() if value is not None else None
     if not isinstance(value, exp.Case) or value.args.get("this") is not None or value.args.get("default") is not None:
         return None
     ifs = value.args.get("ifs") or []
@@ -50,11 +49,8 @@ def filtered_column(value: exp.Expression | None) -> tuple[exp.Column, exp.Expre
     """(column, c) for CASE WHEN c THEN column END: a value that is the column where c holds and
     NULL elsewhere, whose range c narrows as a WHERE would (auto_bounds.columns, sql/ranges.py)."""
     conditions = case_conditions(value)
-    while isinstance(value, exp.Paren):
-        value = value.this
-    if conditions is None or len(conditions) != 1 or not isinstance(value, exp.Case):
+    if value is None or conditions is None or len(conditions) != 1:
         return None
-    then = value.args["ifs"][0].args.get("true")
-    while isinstance(then, exp.Paren):
-        then = then.this
+    then = value.unnest().args["ifs"][0].args.get("true")
+    then = then.unnest() if then is not None else None
     return (then, conditions[0]) if isinstance(then, exp.Column) else None
