@@ -22,13 +22,19 @@ sample to tell which mechanism is worth building.
   ungrouped release of the squares and sum between a and the high clamp b (sensitivities C (b² − a²)
   and C (b − a)), V the groups' pooled variance at a (five parts of epsilon; not built);
 - tail tested: the tail released per group, the shared factor the median of the groups' own, a
-  group's own factor kept where it differs by more than its noise (not built).
+  group's own factor kept where it differs by more than its noise (not built);
+- shared tail: each group's variance at [0, u] plus what the clamp cuts below a high clamp h, from
+  two ungrouped releases of the excess t = clamp(v, u, h) - u, read per row and given to every
+  group alike (not built); gated: the same only when every group's noisy count of rows above the
+  values' 90th percentile is within its noise of its share of their total, else the variance at
+  [0, u] alone (not built).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import math
 
 import numpy as np
 
@@ -172,6 +178,65 @@ def tail_tested(rng, g, v, w, groups, low, high, runs):
     return np.array(out)
 
 
+def shared_tail(rng, g, v, w, groups, u, high, runs, gate=None, recover=False, tail=0.3):
+    """Var(clamp(v, 0, h)) = Var(z) + E[t^2] - E[t]^2 + 2 (u - E[z]) E[t] for z = clamp(v, 0, u) and
+    t = clamp(v, u, h) - u (t > 0 only where z = u): each group's Var(z) and E[z] from today's
+    family at [0, u] with the shrinkage, E[t^2] and E[t] per row from two ungrouped releases of
+    sum w t^2 and sum w t over the groups' noisy total count (sensitivities C (h - u)^2 and C (h - u):
+    centred at u, (h - u)^2 is a third of h^2 - u^2 at h = 2u), the same for every group. Not built.
+
+    gate None: the tail always added (half the epsilon each to the bulk's three parts and the
+    tail's two). "counts": first 0.15 of the epsilon releases each group's count of rows above the
+    values' 90th percentile q and of those below it (a unit's rows weigh C over both; q exact here,
+    from the profile in a build); the tail is added only when each group's count above q is within
+    its noise's half-width at 1 - 0.05 / groups (plus twice its square root) of its rows' share of
+    their total above q, and where it is not the bulk gets the other 0.85. "means": the bulk at
+    1 - `tail`, the tail at `tail` (0.3), and the tail added only when every group's released clamped mean is within
+    its own half-width at 1 - 0.05 / groups of the groups' median (post-processing of the bulk's
+    release: free); `recover`: where it is not, the tail's 0.3 releases the bulk again and the
+    two are combined by inverse variance (epsilon^2 weights), an adaptive choice within one part."""
+    share = {None: (0.5, 0.5, 0.0), "counts": (0.5, 0.35, 0.15), "means": (1 - tail, tail, 0.0)}[gate]
+    moments = _moments(g, v, w, groups, u)
+    t = np.clip(v, u, high) - u
+    sq, lin = float(np.sum(w * t * t)), float(np.sum(w * t))
+    q = np.quantile(v, 0.9)
+    above, below = np.bincount(g, w * (v > q), groups), np.bincount(g, w * (v <= q), groups)
+    half = u / 2
+    out = []
+    for _ in range(runs):
+        e, shared = EPSILON * share[0] / 3, True
+        if gate == "counts":
+            scale = 1 / (EPSILON * share[2])
+            counts, rest = above + rng.laplace(0, scale, groups), below + rng.laplace(0, scale, groups)
+            expected = (counts + rest) * float(np.sum(counts)) / float(np.sum(counts + rest))
+            slack = np.log(groups / 0.05) * scale + 2 * np.sqrt(np.maximum(expected, 0))
+            shared = not np.any(np.abs(counts - expected) > slack)
+            e = e if shared else EPSILON * (1 - share[2]) / 3
+        n, a, var = _variances(rng, moments, u, e)
+        mean = np.clip(half + a / n, 0, u)
+        if gate == "means":
+            width = np.log(2 * groups / 0.05) * (half + np.abs(mean - half)) / e / n
+            shared = bool(np.all(np.abs(mean - np.median(mean)) <= width))
+            if not shared and recover:
+                e2 = EPSILON * share[1] / 3
+                n2, a2, var2 = _variances(rng, moments, u, e2)
+                weight = e * e / (e * e + e2 * e2)
+                n, a = weight * n + (1 - weight) * n2, weight * a + (1 - weight) * a2
+                var, e = weight * var + (1 - weight) * var2, math.hypot(e, e2)
+        h = np.log(60) * (half * half / 2 + 2 * np.abs(a / n) * half) / e / n
+        sd = np.sqrt(var)
+        width = (np.sqrt(var + h) - np.sqrt(np.maximum(var - h, 0))) / 2
+        var = (sd + np.clip(np.median(sd) - sd, -width / 2, width / 2)) ** 2
+        if not shared:
+            out.append(np.sqrt(var))
+            continue
+        et, total = EPSILON * share[1] / 2, float(np.sum(n))
+        t2 = max(sq + rng.laplace(0, (high - u) ** 2 / et), 0.0) / total
+        t1 = max(lin + rng.laplace(0, (high - u) / et), 0.0) / total
+        out.append(np.sqrt(np.maximum(var + t2 - t1 * t1 + 2 * (u - mean) * t1, 0)))
+    return np.array(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=200)
@@ -203,6 +268,27 @@ def main() -> None:
                 round(h, 1): _error(tail_tested(rng, g, v, w, groups, low, h, args.runs), truth) for h in clamps[:3]
             }
             print(f"  tail tested low={round(low, 1)}: " + ", ".join(f"high {h}: {e:.1%}" for h, e in found.items()))
+        for u in clamps[1:3]:
+            found = {
+                t: _error(shared_tail(rng, g, v, w, groups, u, min(2 * u, upper), args.runs, "means", tail=t), truth)
+                for t in (0.1, 0.15, 0.2, 0.3)
+            }
+            print(
+                f"  shared tail gated by means U={round(u, 1)} high={round(min(2 * u, upper), 1)}: "
+                + ", ".join(f"tail share {t}: {e:.1%}" for t, e in found.items())
+            )
+        for gate, recover in ((None, False), ("counts", False), ("means", False), ("means", True)):
+            for u in clamps[1:5]:
+                found = {
+                    round(h, 1): _error(shared_tail(rng, g, v, w, groups, u, h, args.runs, gate, recover), truth)
+                    for h in clamps[:3]
+                    if h > u
+                }
+                how = {None: "", "counts": " gated by counts", "means": " gated by means"}[gate]
+                print(
+                    f"  shared tail{how}{' recovered' if recover else ''} U={round(u, 1)}: "
+                    + ", ".join(f"high {h}: {e:.1%}" for h, e in found.items())
+                )
 
 
 if __name__ == "__main__":
