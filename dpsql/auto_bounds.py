@@ -155,7 +155,7 @@ class Choice:
     def describe(self) -> ChosenLimits:
         return ChosenLimits(
             self.max_contributions,
-            MappingProxyType({expr: (lo, hi) for expr, lo, hi in self.clips}),
+            MappingProxyType(as_written({expr: (lo, hi) for expr, lo, hi in self.clips})),
             float(self.epsilon),
             self.reused,
             ExpectedError(
@@ -167,8 +167,15 @@ class Choice:
                     for (text, b, n), v in zip(self.by_aggregate, self.scales or (None,) * len(self.by_aggregate))
                 ),
             ),
-            MappingProxyType(dict(self.centres)),
+            MappingProxyType(as_written(dict(self.centres))),
         )
+
+
+def as_written(by_column: dict) -> dict:
+    """Keys that name columns as the analyst wrote them (t0.cost -> cost), for what an answer
+    shows (cursor.dp, EXPLAIN, the notice); the planned names where two would read alike."""
+    written = {text_as_written(expr): v for expr, v in by_column.items()}
+    return written if len(written) == len(by_column) else by_column
 
 
 def told(bounds: ChosenBounds) -> str:
@@ -180,7 +187,6 @@ def told(bounds: ChosenBounds) -> str:
     if bounds.max_groups is not None:
         parts.append(f"at most {bounds.max_groups} group(s) per unit")
     if chosen is not None:
-        # as written; the clamps' keys stay the planned SQL, which contribution_bounds options read
         parts += [f"{text_as_written(expr)} clamped to [{lo:g}, {hi:g}]" for expr, (lo, hi) in chosen.clamps.items()]
         parts += [f"the mean of {text_as_written(expr)} centred at {c:g}" for expr, c in chosen.centres.items()]
         if chosen.profile_reused and not chosen.profile_epsilon:

@@ -131,7 +131,7 @@ def test_an_auto_mean_is_one_exact_charge_split_only_under_basic(small_policy, k
         assert len(cur.execute("SELECT kind, AVG(amount) FROM events GROUP BY kind").fetchall()) == 3
         parts = conn.session.ledger.history("alice")[0]["cost"].parts
         centres = cur.dp["bounds"].get("centres", {})
-    assert (set(centres) == {"t0.amount"}) == (kind == "basic")  # shown where the mean is centred
+    assert (set(centres) == {"amount"}) == (kind == "basic")  # shown where the mean is centred
     assert sum((p.epsilon for p in parts), Fraction(0)) == 1
     rest = auto_bounds.release_epsilon(Fraction(1))
     release = sorted(p.epsilon for p in parts if p.epsilon > (1 - rest) / 2)  # not the profile's
