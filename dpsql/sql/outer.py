@@ -29,8 +29,7 @@ def row_count(value: exp.Expression, clause: str) -> int | None:
     """A LIMIT or OFFSET as PostgreSQL reads it: a whole number, also cast (`LIMIT $1::INTEGER`,
     as SQLAlchemy writes it, arrives as `5::INTEGER`; a cast of 2.5 rounds as PostgreSQL's
     does); None for LIMIT ALL and LIMIT NULL, which mean no limit."""
-    while isinstance(value, exp.Paren):
-        value = value.this
+    value = value.unnest()
     if isinstance(value, exp.Null) or isinstance(value, exp.Var) and value.name.upper() == "ALL":
         return None
     integer_cast = isinstance(value, (exp.Cast, exp.TryCast)) and value.to.this in exp.DataType.INTEGER_TYPES
