@@ -98,6 +98,7 @@ def test_limit_and_offset_as_clients_write_them(serve):
             ),
             ("SELECT city, COUNT(*) FROM people GROUP BY city LIMIT ALL", None, 4),
             ("SELECT city, COUNT(*) FROM people GROUP BY city LIMIT NULL", None, 4),
+            ("SELECT city, COUNT(*) FROM people GROUP BY city ORDER BY city LIMIT ((3)) OFFSET (1)", None, 3),
         ]
         for sql, params, rows in cases:
             assert len(conn.execute(sql, params).fetchall()) == rows
