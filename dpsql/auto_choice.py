@@ -265,15 +265,14 @@ def choose(
     full = max(rows.kept(top), 1.0)
     # a per-unit count's cap at R corrected up to a reach (its profile's bins above R)
     unit = unit_count(plan) if correct and unit_count(plan) in by_expr else None
-    cap = by_expr[unit].declared[1] if unit is not None else 0.0
 
-    def option(c: int, far: int | None) -> tuple[tuple[Fraction, ...], float, _Fix] | None:
+    def option(c: int, far: int | tuple[int, int] | None) -> tuple[tuple[Fraction, ...], float, _Fix] | None:
         """The correction's shares, the release's epsilon per measure and the model's fix at a
         total bound c and a reach far (None: no correction); None when a share would be 0."""
         if far is None:  # uncorrected, a count also loses the rows of units beyond the policy's bound
             return (), rest / measures, _Fix(beyond=rows.units[-1] * top if correct and unit is None else 0.0)
-        if unit is not None:
-            return _unit_option(c, far)
+        if isinstance(far, tuple):
+            return _unit_option(far)
         shares = adapted(correct, c, far, groups * measures, float(KEPT_WEIGHT)) if split_after else tuple(correct)
         if not all(shares):
             return None
@@ -283,29 +282,29 @@ def choose(
         noise = (far - c) / float(epsilon * shares[1]) / full
         return shares, float(release_epsilon(epsilon, shares)) / measures, _Fix(float(RESIDUAL), noise, beyond)
 
-    def _unit_option(c: int, far: int) -> tuple[tuple[Fraction, ...], float, _Fix] | None:
-        """`option` for a per-unit count clamped at its cap R and corrected up to `far`: the
-        factor (K + E) / K moves by E's noise, (far - R) / ε_E, and by K's, R / ε_K, times E / K,
-        over K, the units' counts up to R (from the profile's bins up to the reach)."""
+    def _unit_option(at: tuple[int, int]) -> tuple[tuple[Fraction, ...], float, _Fix] | None:
+        """`option` for a per-unit count clamped at u (a whole number of rows, at most its cap R)
+        and corrected up to `far`: the factor (K + E) / K moves by E's noise, (far - u) / ε_E,
+        and by K's, u / ε_K, times E / K, over K, the units' counts up to u (all from the
+        profile's bins up to the reach); the split weighs K's noise by that E / K."""
         assert unit is not None
-        shares = (
-            adapted(correct, int(cap), far, groups * measures, float(KEPT_WEIGHT)) if split_after else tuple(correct)
-        )
+        u, far = at
+        v = values[unit]
+        kept = max(full * v.mean(u), 1.0)
+        ratio = max(v.mean(far) - v.mean(u), 0.0) / max(v.mean(u), 1e-9)
+        shares = adapted(correct, u, far, groups * measures, ratio) if split_after else tuple(correct)
         if not all(shares):
             return None
-        v = values[unit]
-        kept = max(full * v.mean(cap), 1.0)
-        ratio = max(v.mean(far) - v.mean(cap), 0.0) / max(v.mean(cap), 1e-9)
-        noise = ((far - cap) / float(epsilon * shares[1]) + cap / float(epsilon * shares[0]) * ratio) / kept
+        noise = ((far - u) / float(epsilon * shares[1]) + u / float(epsilon * shares[0]) * ratio) / kept
         return (
             shares,
             float(release_epsilon(epsilon, shares)) / measures,
-            _Fix(float(RESIDUAL), noise, unit=unit, far=far),
+            _Fix(float(RESIDUAL), noise, unit=unit, far=far, clamp=u),
         )
 
-    best: tuple[float, int, int | None, dict[str, float], tuple] | None = None
+    best: tuple[float, int, int | tuple[int, int] | None, dict[str, float], tuple] | None = None
     for c in candidates:
-        fars = reaches(top, c) if unit is None else tuple(int(e) for e in by_expr[unit].edges if e > cap)
+        fars = reaches(top, c) if unit is None else unit_reaches(by_expr[unit], groups)
         for far in ((None,) if split_after else ()) + fars if correct else (None,):
             opt = option(c, far)
             if opt is None:
@@ -317,12 +316,14 @@ def choose(
                 if e != fix.unit
             }
             if fix.unit is not None:
-                clamps[fix.unit] = cap  # the correction scales what the cap at R keeps
+                clamps[fix.unit] = fix.clamp  # the correction scales what the clamp keeps
             err = _error(terms, by_expr, values, rows, c, top, clamps, groups, per_measure, fix)
             if best is None or err < best[0]:
                 best = (err, c, far, clamps, opt)
     assert best is not None
     err, c, far, clamps, (shares, per_measure, chosen_fix) = best
+    if isinstance(far, tuple):  # a per-unit count's (clamp, reach): the clamp is in `clamps`
+        far = far[1]
     policy = _error(
         terms,
         by_expr,
@@ -386,6 +387,19 @@ def reaches(top: int, c: int) -> tuple[int, ...]:
     return tuple(r for r in steps(top) if r > c) + (reach_of(top),)
 
 
+def unit_reaches(col: Column, groups: float = 1.0) -> tuple[tuple[int, int], ...]:
+    """A per-unit count's candidate (clamp, reach) pairs when corrected: each bin edge of the
+    profile above the clamp up to the reach (REACH x the cap), and as the clamp the cap R or,
+    over two effective groups or more, any candidate clamp that is a whole number of rows (the
+    kept rows K = Σ min(n, u) an integer). A clamp below R halves the release's noise in each
+    group but adds to E's sensitivity (far - u) and takes K down: for one group the release's
+    noise is a small part of the error and the model's choice between them a near tie that the
+    profile's noise in its top bins decides (measured worse: DESIGN §4)."""
+    cap = col.declared[1]
+    whole = [int(u) for u in col.clamps if u >= 1 and u == int(u) and (groups >= 2 or u == cap)]
+    return tuple((u, int(far)) for u in whole for far in col.edges if far > u and far == int(far))
+
+
 def effective_groups(masses: Sequence[float], groups: int, scale: float = 0.0) -> float:
     """How many groups the rows are spread over, from the groups' noisy masses: (Σ m)² / Σ m², which
     is the number of groups when they are equal and 1 when one holds all; `groups` (the domain's
@@ -412,8 +426,9 @@ class _Fix:
     residual: float = 1.0
     noise: float = 0.0
     beyond: float = 0.0  # rows the correction does not see (beyond its reach)
-    unit: str | None = None  # a per-unit count's column, corrected up to `far` (its noise in `noise`)
+    unit: str | None = None  # a per-unit count's column, clamped at `clamp`, corrected up to `far` (noise in `noise`)
     far: float = 0.0
+    clamp: float = 0.0
 
 
 def _spread_only(terms: Sequence[_Term], expr: str) -> bool:
@@ -483,7 +498,7 @@ def _error(
             continue
         col, v, u = cols[t.expr], values[t.expr], clamps[t.expr]
         mean, clamped = max(v.mean(col.upper), 1e-9), v.mean(u)
-        if fix.unit == t.expr:  # a per-unit count at its cap, corrected up to the reach
+        if fix.unit == t.expr:  # a per-unit count at its clamp, corrected up to the reach
             cut = fix.residual * max(v.mean(fix.far) - clamped, 0.0) + max(mean - v.mean(fix.far), 0.0)
             if t.func in ("sum", "whole_sum"):
                 whole = rows.total_rows(top) * mean

@@ -76,9 +76,9 @@ def test_other_shapes_are_not_corrected(session, sql):
     assert not any(c.unit_count for c in auto_bounds.columns(plan))
 
 
-def _unit_row(session: Session, plan, far: int) -> tuple[int, int]:
+def _unit_row(session: Session, plan, far: int, u: int = R) -> tuple[int, int]:
     (col,) = [c for c in auto_bounds.columns(plan) if c.unit_count]
-    rows = rows_of(session, auto_correction.unit_count_query(plan, col.j, R, R, far))
+    rows = rows_of(session, auto_correction.unit_count_query(plan, col.j, R, u, far))
     return tuple(int(v or 0) for v in rows[0]) if rows else (0, 0)
 
 
@@ -93,26 +93,35 @@ def _unit_profile(session: Session, plan) -> list[int]:
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(**_neighbours, lower=st.booleans())
+@given(**_neighbours, lower=st.booleans(), clamp=st.sampled_from([3, R]))
 def test_one_unit_moves_the_unit_count_correction_and_profile_within_their_sensitivities(
-    units, target, rows, drop_row, lower
+    units, target, rows, drop_row, lower, clamp
 ):
-    """K = Σ min(n, R) is noised for R and E = Σ min(n, far) - min(n, R) for far - R: on
-    neighbouring databases (the target up to 40 events, past the widest reach) at the widest
-    reach and the lowest the choice may take; and the profile of the counts lifted to the reach
-    moves by at most MASS."""
+    """K = Σ min(n, u) is noised for u and E = Σ min(n, far) - min(n, u) for far - u: on
+    neighbouring databases (the target up to 40 events, past the widest reach) at every clamp u
+    the choice may take with a correction, at the widest reach and the lowest it may take for u;
+    and the profile of the counts lifted to the reach moves by at most MASS."""
     with neighbouring_sessions(units, target, rows) as (a, b):
         for q in UNIT_COUNTS:
             plan = _plan(a, q)
             (col,) = [c for c in auto_bounds.columns(plan) if c.unit_count]
-            fars = [int(e) for e in col.edges if e > R]
-            far = fars[0] if lower else auto_bounds.unit_reach(plan)
-            assert far in fars
-            (ka, ea), (kb, eb) = _unit_row(a, plan, far), _unit_row(b, plan, far)
-            assert abs(ka - kb) <= R, q
-            assert abs(ea - eb) <= far - R, q
+            pairs = auto_choice.unit_reaches(col, groups=12)
+            assert (clamp, auto_bounds.unit_reach(plan)) in pairs
+            far = min(f for u, f in pairs if u == clamp) if lower else auto_bounds.unit_reach(plan)
+            (ka, ea), (kb, eb) = _unit_row(a, plan, far, clamp), _unit_row(b, plan, far, clamp)
+            assert abs(ka - kb) <= clamp, q
+            assert abs(ea - eb) <= far - clamp, q
             ha, hb = _unit_profile(a, plan), _unit_profile(b, plan)
             assert sum(abs(x - y) for x, y in zip(ha, hb)) <= auto_bounds.MASS, q
+
+
+def test_a_clamp_below_the_cap_is_a_candidate_over_groups_only(session):
+    """Corrected, a scalar keeps the cap as its clamp; over two groups or more any whole number of
+    rows up to it may be chosen (auto_choice.unit_reaches); the reaches are the bins above it."""
+    (col,) = [c for c in auto_bounds.columns(_plan(session, UNIT_COUNTS[0])) if c.unit_count]
+    assert auto_choice.unit_reaches(col) == ((R, 12), (R, 24))
+    grouped = auto_choice.unit_reaches(col, groups=2.0)
+    assert {u for u, _ in grouped} == {3, R} and all(u < f <= 4 * R for u, f in grouped)
 
 
 def test_the_correction_counts_each_unit_once_up_to_the_reach(tmp_path):
@@ -123,6 +132,9 @@ def test_the_correction_counts_each_unit_once_up_to_the_reach(tmp_path):
         light = sum(1 + i % 4 for i in range(31, 201))
         assert _unit_row(session, plan, 24) == (30 * R + light, 30 * (24 - R))
         assert _unit_row(session, plan, 12) == (30 * R + light, 30 * (12 - R))
+        clamped = sum(min(1 + i % 4, 3) for i in range(31, 201))
+        extra = sum(1 + i % 4 - min(1 + i % 4, 3) for i in range(31, 201))
+        assert _unit_row(session, plan, 24, 3) == (30 * 3 + clamped, 30 * (24 - 3) + extra)
     finally:
         session.close()
 

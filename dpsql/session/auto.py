@@ -508,13 +508,15 @@ def correction_of(
     if unit is not None:  # a per-unit count: what its cap R keeps and cuts up to the reach
         (col,) = [c for c in auto_bounds.columns(plan) if c.expr == unit]
         cap, far = auto_bounds.unit_cap(plan), choice.reach or auto_bounds.unit_reach(plan)
+        # the clamp chosen with the correction (a whole number of rows, at most the cap)
+        u = next((int(hi) for expr, _, hi in choice.clips if expr == unit), cap)
         row = correction_row(
             session,
             plan,
-            f"unit correction {cap} {far}",
-            lambda: auto_correction.unit_count_query(plan, col.j, cap, cap, far),
+            f"unit correction {u} {far}",
+            lambda: auto_correction.unit_count_query(plan, col.j, cap, u, far),
         )
-        return auto_correction.noised_correction(row, cap, far, epsilon, session.settings.confidence, shares)
+        return auto_correction.noised_correction(row, u, far, epsilon, session.settings.confidence, shares)
     c, far = choice.max_contributions or 1, choice.reach or auto_bounds.reach(plan)
     row = correction_row(session, plan, f"correction {c} {far}", lambda: auto_correction.correction_query(plan, c, far))
     return auto_correction.noised_correction(row, c, far, epsilon, session.settings.confidence, shares)
