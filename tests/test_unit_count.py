@@ -236,3 +236,48 @@ def test_visits_per_patient_on_the_sample(tmp_path):
         assert rows[0][0] == pytest.approx(truth, rel=0.01)
     finally:
         conn.close()
+
+
+@pytest.mark.backends
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["postgres", "spark"])
+def test_the_correction_and_its_profile_are_duckdbs_on_other_engines(backend, request, tmp_path):
+    """The lifted profile and the correction's exact K and E over the sample's visits are the
+    same on PostgreSQL and Spark as on DuckDB, and the corrected answer runs there."""
+    from dpsql.config import load_policy
+
+    from .backends import READER, load_into_postgres, postgres_policy, spark_policy
+
+    if backend == "postgres":
+        admin = request.getfixturevalue("pg_server").create_database("unit_count")
+        load_into_postgres(admin)
+        policy = postgres_policy(tmp_path, admin.replace("postgres@", f"{READER}@"))
+    else:
+        policy = spark_policy(tmp_path)
+    sql = "SELECT AVG(n) FROM (SELECT patient_id, COUNT(*) AS n FROM visits WHERE cost > 100 GROUP BY patient_id) t"
+    conn = dpsql.connect(policy, user="alice", ledger=tmp_path / "ledger.sqlite")
+    duck = Session(load_policy(SAMPLE / "dpsql.toml", ledger_path=tmp_path / "duck.sqlite"), "alice")
+    try:
+        for s in (conn.session, duck):
+            assert auto_bounds.unit_count(_plan(s, sql)) is not None
+        other, here = _plan(conn.session, sql), _plan(duck, sql)
+        (col,) = [c for c in auto_bounds.columns(here) if c.unit_count]
+        for u, far in ((40, 160), (10, 80)):
+            query = auto_correction.unit_count_query
+            got = rows_of(conn.session, query(other, col.j, 40, u, far))
+            assert [tuple(int(v) for v in r) for r in got] == [
+                tuple(int(v) for v in r) for r in rows_of(duck, query(here, col.j, 40, u, far))
+            ]
+        cols = auto_bounds.columns(here)
+        profile = sorted(tuple(int(v) for v in r) for r in rows_of(duck, auto_bounds.profile_query(here, cols, 1)))
+        cols_other = auto_bounds.columns(other)
+        assert profile == sorted(
+            tuple(int(v) for v in r) for r in rows_of(conn.session, auto_bounds.profile_query(other, cols_other, 1))
+        )
+        cur = conn.cursor()
+        cur.execute("SET dpsql.epsilon = 1")
+        cur.execute(sql)
+        assert cur.fetchall()[0][0] is not None and cur.dp["cost"]["epsilon"] == pytest.approx(1)
+    finally:
+        conn.close()
+        duck.close()
