@@ -408,19 +408,19 @@ def columns(plan: Plan) -> tuple[Column, ...]:
             col = Column(j, expr, lo, hi, 0.0, bits, declared=(m.lower, m.upper), quantile=True)
         if expr not in out or (out[expr].quantile and not col.quantile):  # a sum's v{j} when there is one
             out[expr] = col
-    counted = unit_count(plan)
-    if counted is not None:  # profiled up to the reach, so that the model sees what the cap cuts
-        col = out[counted]
-        out[counted] = Column(
-            col.j,
-            col.expr,
-            0.0,
-            float(unit_reach(plan)),
-            0.0,
-            UNIT_COUNT_BITS,
-            declared=(0.0, col.upper),
-            unit_count=True,
-        )
+    for counted, cap in lifted_counts(plan).items():  # profiled up to the reach: the model sees the cap's cut
+        if counted in out:
+            col = out[counted]
+            out[counted] = Column(
+                col.j,
+                col.expr,
+                0.0,
+                float(REACH * cap),
+                0.0,
+                UNIT_COUNT_BITS,
+                declared=(0.0, col.upper),
+                unit_count=True,
+            )
     return tuple(out.values())
 
 
@@ -439,36 +439,52 @@ def _derived_counts(plan: Plan) -> dict[str, int]:
     return out
 
 
+def lifted_counts(plan: Plan) -> dict[str, int]:
+    """The per-unit counts (column SQL -> cap R) that the outer query sums or averages and its
+    profile bins lifted to the reach (`unit_count_value`), so that the model sees what the cap
+    cuts, whether or not it is corrected (`unit_count`): neither a group key nor in the outer
+    WHERE (which read it capped), one row a unit, no partition selection, and one cap for all."""
+    counts = _derived_counts(plan)
+    if not counts or plan.needs_selection or ceiling(plan) > 1 or len(set(counts.values())) > 1:
+        return {}
+    summed = set()
+    for est in plan.estimates:
+        if est.func in ("sum", "whole_sum", "avg") and est.total is not None:
+            m = plan.measures[est.total]
+            if isinstance(m, Sum) and isinstance(m.value, exp.Column) and m.lower == 0.0:
+                summed.add(m.value.sql(dialect="postgres"))
+    read = {c.sql(dialect="postgres") for w in plan.relation.where for c in w.find_all(exp.Column)}
+    read |= {c.sql(dialect="postgres") for k in plan.keys for c in k.expr.find_all(exp.Column)}
+    return {e: cap for e, cap in counts.items() if e in summed and e not in read}
+
+
+def lift_of(plan: Plan) -> tuple[int, int] | None:
+    """(R, R') for the profile's copy of `filtered` when it lifts a per-unit count (`lifted_counts`)."""
+    caps = set(lifted_counts(plan).values())
+    if not caps:
+        return None
+    (cap,) = caps
+    return cap, REACH * cap
+
+
 def unit_count(plan: Plan) -> str | None:
     """The column (its postgres SQL) of a per-unit count that the outer query sums or averages
     (`SELECT AVG(n) FROM (SELECT unit, COUNT(*) AS n ... GROUP BY unit) t`), whose cap at the
     policy's R = max_rows x max_groups (sql/derived.py) cuts the rows of heavy units: profiled up
-    to the reach (`unit_reach`) and corrected for that cut (`auto_correction.unit_count_query`).
-    Only where every estimate is a SUM or AVG of that one column or a count of rows, the column
-    is neither a group key nor in the outer WHERE (which would read it capped), one row per unit
-    (no private table of several rows a unit joined), and no partition selection. None otherwise."""
-    counts = _derived_counts(plan)
-    if not counts or plan.needs_selection or ceiling(plan) > 1:
-        return None
+    to the reach (`lifted_counts`) and corrected for that cut (`auto_correction.unit_count_query`).
+    Only where every estimate is a SUM or AVG of that one column or a count of rows. None otherwise."""
+    lifted = lifted_counts(plan)
     found: set[str] = set()
     for est in plan.estimates:
         if est.func == "count":
             continue
         if est.func not in ("sum", "whole_sum", "avg") or est.total is None:
             return None
-        m = plan.measures[est.total]
-        if not isinstance(m, Sum) or not isinstance(m.value, exp.Column):
-            return None
-        expr = m.value.sql(dialect="postgres")
-        if expr not in counts or m.lower != 0.0:
+        value = plan.measures[est.total].value
+        if value is None or (expr := value.sql(dialect="postgres")) not in lifted:
             return None
         found.add(expr)
-    if len(found) != 1:
-        return None
-    (expr,) = found
-    read = [c.sql(dialect="postgres") for w in plan.relation.where for c in w.find_all(exp.Column)]
-    read += [c.sql(dialect="postgres") for k in plan.keys for c in k.expr.find_all(exp.Column)]
-    return None if expr in read else expr
+    return found.pop() if len(found) == 1 else None
 
 
 def unit_cap(plan: Plan) -> int:
@@ -538,7 +554,7 @@ def profile_query(plan: Plan, cols: Sequence[Column], top: int, by_group: bool =
     union = parts[0]
     for p in parts[1:]:
         union = exp.union(union, p, distinct=False)
-    lift = (unit_cap(plan), unit_reach(plan)) if any(c.unit_count for c in cols) else None
+    lift = lift_of(plan) if any(c.unit_count for c in cols) else None
     query = with_filtered(plan, b.select([exp.Star()], b.subquery(union, "profile")), lift)
     return _with_quantile_values(plan, cols, query)
 

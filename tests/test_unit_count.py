@@ -64,7 +64,6 @@ def test_a_sum_or_mean_of_a_per_unit_count_is_corrected(session, sql):
         f"SELECT n, COUNT(*) FROM {COUNTS} GROUP BY n",  # grouped by the capped count itself
         f"SELECT AVG(n) FROM {COUNTS} WHERE n > 2",  # a WHERE reads it capped
         "SELECT AVG(t) FROM (SELECT pid, SUM(amount) AS t FROM events GROUP BY pid) s",  # a total: clamped
-        "SELECT AVG(n), AVG(t) FROM (SELECT pid, COUNT(*) AS n, SUM(amount) AS t FROM events GROUP BY pid) s",
         "SELECT AVG(n * 2) FROM (SELECT pid, COUNT(*) AS n FROM events GROUP BY pid) s",
         "SELECT e.kind, SUM(s.n) FROM events e JOIN (SELECT pid, COUNT(*) AS n FROM events GROUP BY pid) s "
         "ON e.pid = s.pid GROUP BY e.kind",  # a unit's many rows joined
@@ -74,6 +73,19 @@ def test_other_shapes_are_not_corrected(session, sql):
     plan = _plan(session, sql)
     assert auto_bounds.unit_count(plan) is None
     assert not any(c.unit_count for c in auto_bounds.columns(plan))
+
+
+MIXED = "SELECT AVG(n), AVG(t) FROM (SELECT pid, COUNT(*) AS n, SUM(amount) AS t FROM events GROUP BY pid) s"
+
+
+def test_a_count_beside_another_summed_column_is_profiled_to_the_reach_not_corrected(session):
+    """Beside another summed column the count is not corrected (one factor would scale both),
+    but its profile is lifted, so that the model says what the cap cuts."""
+    plan = _plan(session, MIXED)
+    assert auto_bounds.unit_count(plan) is None and not auto_bounds.corrected(plan)
+    (col,) = [c for c in auto_bounds.columns(plan) if c.unit_count]
+    assert col.upper == auto_bounds.REACH * R and max(col.clamps) == R
+    assert auto_bounds.lift_of(plan) == (R, auto_bounds.REACH * R)
 
 
 def _unit_row(session: Session, plan, far: int, u: int = R) -> tuple[int, int]:
@@ -113,6 +125,9 @@ def test_one_unit_moves_the_unit_count_correction_and_profile_within_their_sensi
             assert abs(ea - eb) <= far - clamp, q
             ha, hb = _unit_profile(a, plan), _unit_profile(b, plan)
             assert sum(abs(x - y) for x, y in zip(ha, hb)) <= auto_bounds.MASS, q
+        plan = _plan(a, MIXED)  # lifted beside another column: its histogram moves by MASS too
+        ha, hb = _unit_profile(a, plan), _unit_profile(b, plan)
+        assert sum(abs(x - y) for x, y in zip(ha, hb)) <= auto_bounds.MASS
 
 
 def test_a_clamp_below_the_cap_is_a_candidate_over_groups_only(session):
