@@ -338,6 +338,21 @@ SHAPES = [
         "/ NULLIF(COUNT(cost) FILTER (WHERE length_of_stay > 3), 0) AS cost_per_long_visit "
         "FROM visits GROUP BY diagnosis",
     ),
+    # per-unit counts summed or averaged by the outer query, cut at the policy's R = 40 rows (auto_bounds.unit_count)
+    _q(
+        "visits_2024_per_patient",
+        "SELECT AVG(n) AS visits_per_patient FROM (SELECT patient_id, COUNT(*) AS n FROM visits "
+        "WHERE visit_date >= '2024-01-01' GROUP BY patient_id) AS t",
+    ),
+    _q(
+        "visits_per_patient_by_region",
+        "SELECT p.region, AVG(t.n) AS visits_per_patient FROM patients p JOIN (SELECT patient_id, COUNT(*) AS n "
+        "FROM visits GROUP BY patient_id) AS t ON p.patient_id = t.patient_id GROUP BY p.region",
+    ),
+    _q(
+        "visits_total_per_unit",
+        "SELECT SUM(n) AS visits FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id) AS t",
+    ),
 ]
 WORKLOADS = {
     "main": (QUERIES, SECTION),

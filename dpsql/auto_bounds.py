@@ -40,7 +40,7 @@ from sqlglot import exp
 
 from .accounting.cost import Part
 from .answer_record import ChosenBounds, ChosenLimits, ExpectedError, TargetChoice
-from .auto_correction import with_filtered
+from .auto_correction import unit_count_value, with_filtered
 from .guarantee.bounding import PartitionSelection, PerGroupCap, SelectedTotalCap, TotalCap
 from .guarantee.families import QUANTILES
 from .guarantee.measures import Histogram, Sum, sum_measure
@@ -92,12 +92,24 @@ class Column:
     bits: int
     declared: tuple[float, float] = (0.0, 0.0)  # the policy's bounds (lower, upper: narrowed by the WHERE)
     quantile: bool = False  # a quantile's only: its value is profiled from q{j}, added to `filtered`
+    # a per-unit count (`unit_count`): profiled as w{j}, the unit's rows up to the reach (`upper`),
+    # so that the model sees what the cap at R (`declared[1]`, the most any clamp keeps) cuts
+    unit_count: bool = False
 
     @property
     def name(self) -> str:
         """The column of `filtered` the profile bins: a sum's v{j}, or for a quantile's histogram
-        (whose v{j} is a bin index) q{j}, the value in a sum's fixed point (`quantile_value`)."""
-        return f"q{self.j}" if self.quantile else f"v{self.j}"
+        (whose v{j} is a bin index) q{j}, the value in a sum's fixed point (`quantile_value`); a
+        per-unit count's w{j}, its rows up to the reach in fixed point (`unit_count_value`)."""
+        return f"w{self.j}" if self.unit_count else f"q{self.j}" if self.quantile else f"v{self.j}"
+
+    @property
+    def clamps(self) -> tuple[float, ...]:
+        """The candidate clamps: the bins' upper edges within the column's declared bounds (a
+        per-unit count's bins go past them, up to the reach)."""
+        if not self.unit_count:
+            return self.edges
+        return tuple(e for e in self.edges if e <= self.declared[1] * (1 + 1e-12))
 
     @property
     def edges(self) -> tuple[float, ...]:
@@ -235,6 +247,8 @@ def corrected(plan: Plan, groups: int = 1) -> tuple[Fraction, ...]:
     correction and the release together is one part, `rest_part`."""
     if ceiling(plan) > 1 and all(e.func in CORRECTED for e in plan.estimates):
         return split(ceiling(plan), reach(plan), groups)
+    if unit_count(plan) is not None:  # a per-unit count's cap at R, corrected up to the reach
+        return _shares(float(unit_cap(plan)), float(unit_reach(plan)), groups, float(KEPT_WEIGHT))
     return ()
 
 
@@ -334,7 +348,7 @@ def profiled_groups(plan: Plan, groups: int) -> int:
     the correction undoes wherever the rows fall, and whose reach (`reaches`) needs the row-count
     histogram's epsilon more: its last bin, the units beyond the policy's bound, is what a lower
     reach leaves cut."""
-    return groups if groups > 1 and not corrected(plan) else 0
+    return groups if groups > 1 and not (corrected(plan) and unit_count(plan) is None) else 0
 
 
 def correction_share(plan: Plan, mechanism: str = "laplace", groups: int = 1) -> Fraction:
@@ -400,7 +414,95 @@ def columns(plan: Plan) -> tuple[Column, ...]:
             col = Column(j, expr, lo, hi, 0.0, bits, declared=(m.lower, m.upper), quantile=True)
         if expr not in out or (out[expr].quantile and not col.quantile):  # a sum's v{j} when there is one
             out[expr] = col
+    for counted, cap in lifted_counts(plan).items():  # profiled up to the reach: the model sees the cap's cut
+        if counted in out:
+            col = out[counted]
+            out[counted] = Column(
+                col.j,
+                col.expr,
+                0.0,
+                float(REACH * cap),
+                0.0,
+                UNIT_COUNT_BITS,
+                declared=(0.0, col.upper),
+                unit_count=True,
+            )
     return tuple(out.values())
+
+
+# Per-unit counts --------------------------------------------------------------------------
+UNIT_COUNT_BITS = 10  # a per-unit count's fixed point in the profile (w{j}), exact for whole rows
+
+
+def _derived_counts(plan: Plan) -> dict[str, int]:
+    """The outer plan's columns (postgres SQL, `t1.n`) that are a derived table's bare count of a
+    unit's rows, each with the cap R its derived table puts on it."""
+    out = {}
+    for s in plan.relation.private_sources:
+        if s.derived is not None:
+            for name in s.derived.counts:
+                out[exp.column(name, table=s.alias).sql(dialect="postgres")] = s.derived.cap
+    return out
+
+
+def lifted_counts(plan: Plan) -> dict[str, int]:
+    """The per-unit counts (column SQL -> cap R) that the outer query sums or averages and its
+    profile bins lifted to the reach (`unit_count_value`), so that the model sees what the cap
+    cuts, whether or not it is corrected (`unit_count`): neither a group key nor in the outer
+    WHERE (which read it capped), one row a unit, no partition selection, and one cap for all."""
+    counts = _derived_counts(plan)
+    if not counts or plan.needs_selection or ceiling(plan) > 1 or len(set(counts.values())) > 1:
+        return {}
+    summed = set()
+    for est in plan.estimates:
+        if est.func in ("sum", "whole_sum", "avg") and est.total is not None:
+            m = plan.measures[est.total]
+            if isinstance(m, Sum) and isinstance(m.value, exp.Column) and m.lower == 0.0:
+                summed.add(m.value.sql(dialect="postgres"))
+    read = {c.sql(dialect="postgres") for w in plan.relation.where for c in w.find_all(exp.Column)}
+    read |= {c.sql(dialect="postgres") for k in plan.keys for c in k.expr.find_all(exp.Column)}
+    return {e: cap for e, cap in counts.items() if e in summed and e not in read}
+
+
+def lift_of(plan: Plan) -> tuple[int, int] | None:
+    """(R, R') for the profile's copy of `filtered` when it lifts a per-unit count (`lifted_counts`)."""
+    caps = set(lifted_counts(plan).values())
+    if not caps:
+        return None
+    (cap,) = caps
+    return cap, REACH * cap
+
+
+def unit_count(plan: Plan) -> str | None:
+    """The column (its postgres SQL) of a per-unit count that the outer query sums or averages
+    (`SELECT AVG(n) FROM (SELECT unit, COUNT(*) AS n ... GROUP BY unit) t`), whose cap at the
+    policy's R = max_rows x max_groups (sql/derived.py) cuts the rows of heavy units: profiled up
+    to the reach (`lifted_counts`) and corrected for that cut (`auto_correction.unit_count_query`).
+    Only where every estimate is a SUM or AVG of that one column or a count of rows. None otherwise."""
+    lifted = lifted_counts(plan)
+    found: set[str] = set()
+    for est in plan.estimates:
+        if est.func == "count":
+            continue
+        if est.func not in ("sum", "whole_sum", "avg") or est.total is None:
+            return None
+        value = plan.measures[est.total].value
+        if value is None or (expr := value.sql(dialect="postgres")) not in lifted:
+            return None
+        found.add(expr)
+    return found.pop() if len(found) == 1 else None
+
+
+def unit_cap(plan: Plan) -> int:
+    """R, the cap on the per-unit count `unit_count` (the derived table's, from the policy)."""
+    expr = unit_count(plan)
+    assert expr is not None
+    return _derived_counts(plan)[expr]
+
+
+def unit_reach(plan: Plan) -> int:
+    """How far a per-unit count is profiled and corrected: REACH times its cap."""
+    return REACH * unit_cap(plan)
 
 
 def quantile_value(m: Histogram) -> Sum:
@@ -458,7 +560,9 @@ def profile_query(plan: Plan, cols: Sequence[Column], top: int, by_group: bool =
     union = parts[0]
     for p in parts[1:]:
         union = exp.union(union, p, distinct=False)
-    return _with_quantile_values(plan, cols, with_filtered(plan, b.select([exp.Star()], b.subquery(union, "profile"))))
+    lift = lift_of(plan) if any(c.unit_count for c in cols) else None
+    query = with_filtered(plan, b.select([exp.Star()], b.subquery(union, "profile")), lift)
+    return _with_quantile_values(plan, cols, query)
 
 
 def rows_query(plan: Plan) -> exp.Select:
@@ -477,14 +581,18 @@ def _with_quantile_values(plan: Plan, cols: Sequence[Column], query: exp.Select)
     """`query` whose `filtered` also gives, for each quantile's column, its value in a sum's fixed
     point as q{j}, beside the histogram's bin index v{j} (in the same select, so from the same row)."""
     for c in cols:
-        if not c.quantile:
+        if not (c.quantile or c.unit_count):
             continue
         m = plan.measures[c.j]
-        assert isinstance(m, Histogram)
         (cte,) = [t for t in query.args["with_"].expressions if t.alias == "filtered"]
         (alias,) = [a for a in cte.this.find_all(exp.Alias) if a.alias == f"v{c.j}"]
         select = alias.parent
         assert isinstance(select, exp.Select)
+        if c.unit_count:  # the unit's rows up to the reach (its count lifted there: `with_filtered`)
+            assert m.value is not None
+            select.append("expressions", b.named(unit_count_value(m.value.copy(), int(c.upper), c.bits), c.name))
+            continue
+        assert isinstance(m, Histogram)
         select.append("expressions", b.named(quantile_value(m).row_value(), c.name))
     return query
 

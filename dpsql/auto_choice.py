@@ -28,6 +28,7 @@ from .auto_bounds import (
     release_epsilon,
     split_after_profile,
     steps,
+    unit_count,
 )
 from .auto_denoise import blended, geometric_fit, octave_fit, plausible, population, small, trust
 from .guarantee.measures import Histogram, Sum
@@ -262,12 +263,16 @@ def choose(
     by_expr = {c.expr: c for c in cols}
     candidates = steps(top) if top > 1 else (top,)
     full = max(rows.kept(top), 1.0)
+    # a per-unit count's cap at R corrected up to a reach (its profile's bins above R)
+    unit = unit_count(plan) if correct and unit_count(plan) in by_expr else None
 
-    def option(c: int, far: int | None) -> tuple[tuple[Fraction, ...], float, _Fix] | None:
+    def option(c: int, far: int | tuple[int, int] | None) -> tuple[tuple[Fraction, ...], float, _Fix] | None:
         """The correction's shares, the release's epsilon per measure and the model's fix at a
         total bound c and a reach far (None: no correction); None when a share would be 0."""
         if far is None:  # uncorrected, a count also loses the rows of units beyond the policy's bound
-            return (), rest / measures, _Fix(beyond=rows.units[-1] * top if correct else 0.0)
+            return (), rest / measures, _Fix(beyond=rows.units[-1] * top if correct and unit is None else 0.0)
+        if isinstance(far, tuple):
+            return _unit_option(far)
         shares = adapted(correct, c, far, groups * measures, float(KEPT_WEIGHT)) if split_after else tuple(correct)
         if not all(shares):
             return None
@@ -277,9 +282,30 @@ def choose(
         noise = (far - c) / float(epsilon * shares[1]) / full
         return shares, float(release_epsilon(epsilon, shares)) / measures, _Fix(float(RESIDUAL), noise, beyond)
 
-    best: tuple[float, int, int | None, dict[str, float], tuple] | None = None
+    def _unit_option(at: tuple[int, int]) -> tuple[tuple[Fraction, ...], float, _Fix] | None:
+        """`option` for a per-unit count clamped at u (a whole number of rows, at most its cap R)
+        and corrected up to `far`: the factor (K + E) / K moves by E's noise, (far - u) / ε_E,
+        and by K's, u / ε_K, times E / K, over K, the units' counts up to u (all from the
+        profile's bins up to the reach); the split weighs K's noise by that E / K."""
+        assert unit is not None
+        u, far = at
+        v = values[unit]
+        kept = max(full * v.mean(u), 1.0)
+        ratio = max(v.mean(far) - v.mean(u), 0.0) / max(v.mean(u), 1e-9)
+        shares = adapted(correct, u, far, groups * measures, ratio) if split_after else tuple(correct)
+        if not all(shares):
+            return None
+        noise = ((far - u) / float(epsilon * shares[1]) + u / float(epsilon * shares[0]) * ratio) / kept
+        return (
+            shares,
+            float(release_epsilon(epsilon, shares)) / measures,
+            _Fix(float(RESIDUAL), noise, unit=unit, far=far, clamp=u),
+        )
+
+    best: tuple[float, int, int | tuple[int, int] | None, dict[str, float], tuple] | None = None
     for c in candidates:
-        for far in ((None,) if split_after else ()) + reaches(top, c) if correct else (None,):
+        fars = reaches(top, c) if unit is None else unit_reaches(by_expr[unit], groups)
+        for far in ((None,) if split_after else ()) + fars if correct else (None,):
             opt = option(c, far)
             if opt is None:
                 continue
@@ -287,12 +313,17 @@ def choose(
             clamps = {
                 e: _best_clamp(terms, by_expr[e], values[e], rows, c, top, groups, per_measure, fix, draws.get(e, ()))
                 for e in by_expr
+                if e != fix.unit
             }
+            if fix.unit is not None:
+                clamps[fix.unit] = fix.clamp  # the correction scales what the clamp keeps
             err = _error(terms, by_expr, values, rows, c, top, clamps, groups, per_measure, fix)
             if best is None or err < best[0]:
                 best = (err, c, far, clamps, opt)
     assert best is not None
     err, c, far, clamps, (shares, per_measure, chosen_fix) = best
+    if isinstance(far, tuple):  # a per-unit count's (clamp, reach): the clamp is in `clamps`
+        far = far[1]
     policy = _error(
         terms,
         by_expr,
@@ -300,7 +331,7 @@ def choose(
         rows,
         top,
         top,
-        {e: by_expr[e].upper for e in by_expr},
+        {e: by_expr[e].declared[1] if by_expr[e].unit_count else by_expr[e].upper for e in by_expr},
         groups,
         rest / measures,
     )
@@ -356,6 +387,19 @@ def reaches(top: int, c: int) -> tuple[int, ...]:
     return tuple(r for r in steps(top) if r > c) + (reach_of(top),)
 
 
+def unit_reaches(col: Column, groups: float = 1.0) -> tuple[tuple[int, int], ...]:
+    """A per-unit count's candidate (clamp, reach) pairs when corrected: each bin edge of the
+    profile above the clamp up to the reach (REACH x the cap), and as the clamp the cap R or,
+    over two effective groups or more, any candidate clamp that is a whole number of rows (the
+    kept rows K = Σ min(n, u) an integer). A clamp below R halves the release's noise in each
+    group but adds to E's sensitivity (far - u) and takes K down: for one group the release's
+    noise is a small part of the error and the model's choice between them a near tie that the
+    profile's noise in its top bins decides (measured worse: DESIGN §4)."""
+    cap = col.declared[1]
+    whole = [int(u) for u in col.clamps if u >= 1 and u == int(u) and (groups >= 2 or u == cap)]
+    return tuple((u, int(far)) for u in whole for far in col.edges if far > u and far == int(far))
+
+
 def effective_groups(masses: Sequence[float], groups: int, scale: float = 0.0) -> float:
     """How many groups the rows are spread over, from the groups' noisy masses: (Σ m)² / Σ m², which
     is the number of groups when they are equal and 1 when one holds all; `groups` (the domain's
@@ -382,6 +426,9 @@ class _Fix:
     residual: float = 1.0
     noise: float = 0.0
     beyond: float = 0.0  # rows the correction does not see (beyond its reach)
+    unit: str | None = None  # a per-unit count's column, clamped at `clamp`, corrected up to `far` (noise in `noise`)
+    far: float = 0.0
+    clamp: float = 0.0
 
 
 def _spread_only(terms: Sequence[_Term], expr: str) -> bool:
@@ -405,8 +452,8 @@ def _best_clamp(terms, col, values, rows, c, top, groups, per_measure, fix, draw
         )
 
     if draws:
-        return min((max(error(d, u) for d in draws), u) for u in col.edges)[1]
-    return min((error(values, u), u) for u in col.edges)[1]
+        return min((max(error(d, u) for d in draws), u) for u in col.clamps)[1]
+    return min((error(values, u), u) for u in col.clamps)[1]
 
 
 def _error(
@@ -444,13 +491,24 @@ def _error(
                 total += rank
             continue
         if t.expr not in cols:  # a count, or a sum whose clamp is not chosen here: rows only
-            fixed = fix if t.func in CORRECTED else _Fix()
+            fixed = fix if t.func in CORRECTED and fix.unit is None else _Fix()
             total += ((fixed.residual * lost + fixed.beyond) / groups + c * t.bound / per_measure) / max(
                 full / groups, 1.0
             ) + fixed.noise
             continue
         col, v, u = cols[t.expr], values[t.expr], clamps[t.expr]
         mean, clamped = max(v.mean(col.upper), 1e-9), v.mean(u)
+        if fix.unit == t.expr:  # a per-unit count at its clamp, corrected up to the reach
+            cut = fix.residual * max(v.mean(fix.far) - clamped, 0.0) + max(mean - v.mean(fix.far), 0.0)
+            if t.func in ("sum", "whole_sum"):
+                whole = rows.total_rows(top) * mean
+                total += (rows.total_rows(top) * cut / groups + c * u / per_measure) / max(whole / groups, 1e-9)
+            else:
+                centre = (col.lower + u) / 2
+                noise = (c * (u - col.lower) / 2 + abs(clamped - centre) * c) / per_measure
+                total += (cut + noise / max(kept / groups, 1.0)) / mean
+            total += fix.noise
+            continue
         if t.func in ("sum", "whole_sum"):
             # TotalCap clips a unit's own total of clamped values at K = c * u (`own_weight`), so
             # the bias is what the clamp cuts from rows plus what the clip cuts from totals.

@@ -19,15 +19,69 @@ from .sql import build as b
 from .sql.rewrite import rewrite
 
 
-def with_filtered(plan: Plan, query: exp.Select) -> exp.Select:
+def with_filtered(plan: Plan, query: exp.Select, lift: tuple[int, int] | None = None) -> exp.Select:
     """`query` with the bounded query's CTEs up to `filtered` and `prof_units` (each unit's
-    row count n there)."""
+    row count n there). `lift` (R, R'): a per-unit subquery's counts capped at R' instead of its
+    cap R (`lifted`), for the profile and the correction of a per-unit count."""
     bounded = rewrite(plan, plan.literal_domain_size())
     ctes = bounded.args["with_"].expressions
     for cte in ctes[: [c.alias for c in ctes].index("filtered") + 1]:
-        query = query.with_(cte.alias, as_=cte.this.copy())
+        body = cte.this.copy()
+        query = query.with_(cte.alias, as_=body if lift is None else lifted(body, *lift))
     units = b.select([b.col("unit"), b.named(b.count(), "n")], b.table("filtered"), group=["unit"])
     return query.with_("prof_units", as_=units)
+
+
+def lifted(tree: exp.Expression, cap: int, reach: int) -> exp.Expression:
+    """`tree` with each per-unit count's cap LEAST(COUNT(..), cap) (sql/derived.py) raised to
+    `reach`, in place: what a unit's count is up to the reach. Still a function of the unit's own
+    rows, so each unit still adds one row (one value) to what reads it."""
+    for node in list(tree.find_all(exp.Least)):
+        limit = node.expressions
+        if (
+            isinstance(node.this, exp.Count)
+            and len(limit) == 1
+            and isinstance(limit[0], exp.Literal)
+            and not limit[0].is_string
+            and limit[0].this == str(cap)
+        ):
+            node.set("expressions", [exp.Literal.number(reach)])
+    return tree
+
+
+def unit_count_value(value: exp.Expression, reach: int, bits: int) -> exp.Expression:
+    """A per-unit count's value (its rows, lifted to at most `reach`) in fixed point: w{j}."""
+    capped = b.func("LEAST", b.func("COALESCE", value, 0), reach)
+    return b.mul(exp.Cast(this=capped, to=exp.DataType.build("BIGINT")), 2**bits)
+
+
+def unit_count_query(plan: Plan, j: int, cap: int, c: int, far: int) -> exp.Select:
+    """Over the plan's `filtered` rows with its per-unit counts lifted to `far` (`lifted`): the rows
+    each unit's count keeps under a clamp c, Σ min(n, c), and those between c and `far`,
+    Σ min(n, far) - min(n, c), over the units (a unit's count n is its derived row's, the
+    largest over its rows in `filtered`, where a joined one-row or public table repeats it).
+    `j`: the measure summing the count (its value v{j} in `filtered`). One unit moves the first
+    by at most c and the second by at most far - c."""
+    value = plan.measures[j].value
+    assert value is not None
+    per_unit = b.select([b.col("unit"), b.named(b.func("MAX", b.col("w")), "n")], b.table("filtered"), group=["unit"])
+    n = b.func("COALESCE", b.col("n"), 0)
+    kept = b.func("LEAST", n, c)
+    excess = b.binary(exp.Sub, b.func("LEAST", n.copy(), far), kept.copy())
+    out = b.select(
+        [
+            b.named(b.func("COALESCE", b.total(kept), 0), "kept"),
+            b.named(b.func("COALESCE", b.total(excess), 0), "excess"),
+        ],
+        b.subquery(per_unit, "cu"),
+    )
+    out = with_filtered(plan, out, (cap, far))
+    (cte,) = [t for t in out.args["with_"].expressions if t.alias == "filtered"]
+    (alias,) = [a for a in cte.this.find_all(exp.Alias) if a.alias == f"v{j}"]
+    select = alias.parent
+    assert isinstance(select, exp.Select)
+    select.append("expressions", b.named(value.copy(), "w"))
+    return out
 
 
 def correction_query(plan: Plan, c: int, far: int) -> exp.Select:

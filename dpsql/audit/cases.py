@@ -391,6 +391,18 @@ CASES: tuple[Case, ...] = (
         AUTO,
         runs=2000,
     ),
+    # A per-unit count summed by the outer query (auto_bounds.unit_count): the target's twenty
+    # visits, past the cap R = 6, are alone in the profile's bins above it (profiled up to the
+    # reach, 24) and move E = Σ min(n, reach) - min(n, R) by 14 of its sensitivity 18, so the
+    # factor the sum is scaled by, and the choice of correcting at all and of the reach.
+    Case(
+        "auto_per_unit_count",
+        SKEWED,
+        "SELECT SUM(n) FROM (SELECT pid, COUNT(*) AS n FROM visits GROUP BY pid) s",
+        scalar,
+        AUTO,
+        runs=2000,
+    ),
     # A count under chosen limits is corrected for truncation: the target (twenty rows) moves the
     # chosen total bound, the rows it keeps and those it cuts, and so the factor every group is
     # scaled by; all three are in the charge.

@@ -27,6 +27,7 @@ from ..prepare import plan_query, query_delta, within_cap
 from ..sql.allowlist import CLOCK_FUNCTIONS
 from ..sql.classify import Query
 from ..sql.options import QueryOptions
+from ..sql.scope import text_as_written
 from ..targets import round_up, smallest_meeting
 from .answer import answer, noise_detail
 from .bounded import bounded_query, built, domain_size, exact
@@ -195,6 +196,7 @@ def explained(
             "auto_cost": None,
             "auto_rows": False,
             "auto_centred": False,
+            "auto_unit_count": None,
         }
     fix = auto_bounds.correction_share(
         plan, session.settings.mechanism, 1 if (size := released_size(session, plan)) is None else size
@@ -217,6 +219,8 @@ def explained(
         "auto_cost": auto_cost(session, plan, cal.cost.epsilon, options, 1 if size is None else size, new)[0]
         if reused
         else None,
+        # a per-unit count corrected for its cap (as the query wrote it)
+        "auto_unit_count": None if (unit := auto_bounds.unit_count(plan)) is None else text_as_written(unit),
         "auto_rows": auto_bounds.ceiling(plan) > 1,  # one row per unit (a per-unit subquery): clamps only
         # a mean centred at the profile's mean (auto_mean.py): its sum's per-row bound, the centre's
         # distance to the farther end of its clamp, may be up to twice the middle's
@@ -500,6 +504,19 @@ def correction_of(
 ) -> auto_correction.Correction:
     """The rows the chosen total bound keeps and cuts (auto_correction.Correction), noised: part of
     the query's charge, drawn once it is durable."""
+    unit = auto_bounds.unit_count(plan)
+    if unit is not None:  # a per-unit count: what its cap R keeps and cuts up to the reach
+        (col,) = [c for c in auto_bounds.columns(plan) if c.expr == unit]
+        cap, far = auto_bounds.unit_cap(plan), choice.reach or auto_bounds.unit_reach(plan)
+        # the clamp chosen with the correction (a whole number of rows, at most the cap)
+        u = next((int(hi) for expr, _, hi in choice.clips if expr == unit), cap)
+        row = correction_row(
+            session,
+            plan,
+            f"unit correction {u} {far}",
+            lambda: auto_correction.unit_count_query(plan, col.j, cap, u, far),
+        )
+        return auto_correction.noised_correction(row, u, far, epsilon, session.settings.confidence, shares)
     c, far = choice.max_contributions or 1, choice.reach or auto_bounds.reach(plan)
     row = correction_row(session, plan, f"correction {c} {far}", lambda: auto_correction.correction_query(plan, c, far))
     return auto_correction.noised_correction(row, c, far, epsilon, session.settings.confidence, shares)
@@ -576,12 +593,26 @@ def rows_of(session: Session, tree: exp.Select) -> list[tuple]:
 
 
 def _corrected(plan: Plan, correction: auto_correction.Correction, noisy: NoisyTable) -> None:
-    """Counts and sums scaled by the correction of truncation, in place (post-processing)."""
+    """Counts and sums scaled by the correction of truncation, in place (post-processing); over a
+    per-unit count (`auto_bounds.unit_count`), its SUMs and AVGs, not the counts of its rows."""
+    unit = auto_bounds.unit_count(plan)
     for i, est in enumerate(plan.estimates):
-        if est.func in auto_bounds.CORRECTED + ("units",):
-            noisy.estimates[i], noisy.intervals[i] = auto_correction.scaled(
-                noisy.estimates[i], noisy.intervals[i], correction, noisy.estimate_types[i] == "BIGINT"
-            )
+        if unit is None and est.func not in auto_bounds.CORRECTED + ("units",):
+            continue
+        if unit is not None and not _sums_column(plan, i, unit):
+            continue
+        noisy.estimates[i], noisy.intervals[i] = auto_correction.scaled(
+            noisy.estimates[i], noisy.intervals[i], correction, noisy.estimate_types[i] == "BIGINT"
+        )
+
+
+def _sums_column(plan: Plan, i: int, expr: str) -> bool:
+    """Whether the plan's i-th estimate is a SUM or AVG of the column `expr` (its postgres SQL)."""
+    est = plan.estimates[i]
+    if est.func == "count" or est.total is None:
+        return False
+    value = plan.measures[est.total].value
+    return value is not None and value.sql(dialect="postgres") == expr
 
 
 def _shares(cost: Cost) -> list[tuple]:

@@ -199,7 +199,18 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
                 "scaled by (kept + cut) / kept; the release gets the rest (for counts of rows the split, or no "
                 "correction at all, is chosen with the limits from the profile; the charge is the same)"
             ]
-            if info.get("auto_correction")
+            if info.get("auto_correction") and not info.get("auto_unit_count")
+            else []
+        ),
+        *(
+            [
+                f"a per-unit count corrected for truncation (dpsql.bounds = auto): up to {info['auto_correction']:.0%} "
+                f"of its epsilon counts the rows the cap on {info['auto_unit_count']} keeps and those it cuts up to "
+                "the reach, and its sums and means are scaled by (kept + cut) / kept; the release gets the rest "
+                "(under the basic filter the split, or no correction at all, is chosen from the profile; the "
+                "charge is the same)"
+            ]
+            if info.get("auto_correction") and info.get("auto_unit_count")
             else []
         ),
         *(_expected_lines(info["auto_expected"], pct) if info.get("auto_bounds") else []),

@@ -62,6 +62,8 @@ class Derived:
     aggregates: Trees[exp.Expression]  # bounded aggregates a0, a1, ... (row-level parts total)
     items: TreeMap[exp.Expression]  # outputs over the columns agg.a<i>, in order
     having: Owned[exp.Expression | None] = Owned()
+    counts: tuple[str, ...] = ()  # the outputs that are a bare count of the unit's rows, capped at `cap`
+    cap: int = 0  # R: what a count is capped at (LEAST(COUNT(..), R) in `aggregates`)
 
 
 def per_unit_relation(resolver: Resolver, query: exp.Select, ctes: Mapping[str, exp.Query], alias: str) -> Relation:
@@ -125,7 +127,10 @@ def per_unit_relation(resolver: Resolver, query: exp.Select, ctes: Mapping[str, 
     having = query.args.get("having")
     having_expr = builder.item(having.this)[0] if having is not None else None
     out_unit = selected_unit or HIDDEN_UNIT
-    derived = Derived(rel, unit, out_unit, Trees(builder.aggregates), TreeMap(items), having_expr)
+    counts = tuple(name for name, _ in items if types[name] == "BIGINT")
+    derived = Derived(
+        rel, unit, out_unit, Trees(builder.aggregates), TreeMap(items), having_expr, counts=counts, cap=rows
+    )
     table = TablePolicy(name=f"subquery {alias}", privacy_unit=out_unit, max_groups=1, max_rows=1, columns=policies)
     unit_type = next(s.columns.get(unit.name, "BIGINT") for s in rel.sources if s.alias == unit.table)
     source = resolver.typed(Source(resolver.new_alias(), table, {out_unit: unit_type, **types}, derived=derived))
