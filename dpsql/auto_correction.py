@@ -66,16 +66,7 @@ def unit_count_query(plan: Plan, j: int, cap: int, c: int, far: int) -> exp.Sele
     assert value is not None
     per_unit = b.select([b.col("unit"), b.named(b.func("MAX", b.col("w")), "n")], b.table("filtered"), group=["unit"])
     n = b.func("COALESCE", b.col("n"), 0)
-    kept = b.func("LEAST", n, c)
-    excess = b.binary(exp.Sub, b.func("LEAST", n.copy(), far), kept.copy())
-    out = b.select(
-        [
-            b.named(b.func("COALESCE", b.total(kept), 0), "kept"),
-            b.named(b.func("COALESCE", b.total(excess), 0), "excess"),
-        ],
-        b.subquery(per_unit, "cu"),
-    )
-    out = with_filtered(plan, out, (cap, far))
+    out = with_filtered(plan, _kept_and_excess(n, c, far, b.subquery(per_unit, "cu")), (cap, far))
     (cte,) = [t for t in out.args["with_"].expressions if t.alias == "filtered"]
     (alias,) = [a for a in cte.this.find_all(exp.Alias) if a.alias == f"v{j}"]
     select = alias.parent
@@ -88,17 +79,21 @@ def correction_query(plan: Plan, c: int, far: int) -> exp.Select:
     """Over the plan's `filtered` rows (as the profile): the rows a total bound c keeps,
     Σ min(n, c), and the rows between c and `far`, Σ min(n, far) - min(n, c), over the units.
     One unit moves the first by at most c and the second by at most far - c."""
-    n = b.col("n")
+    return with_filtered(plan, _kept_and_excess(b.col("n"), c, far, b.table("prof_units")))
+
+
+def _kept_and_excess(n: exp.Expression, c: int, far: int, source: exp.Expression) -> exp.Select:
+    """Over `source`, one row per unit with its count `n`: Σ min(n, c) as kept and
+    Σ min(n, far) - min(n, c) as excess (0 over no units)."""
     kept = b.func("LEAST", n, c)
     excess = b.binary(exp.Sub, b.func("LEAST", n.copy(), far), kept.copy())
-    query = b.select(
+    return b.select(
         [
             b.named(b.func("COALESCE", b.total(kept), 0), "kept"),
             b.named(b.func("COALESCE", b.total(excess), 0), "excess"),
         ],
-        b.table("prof_units"),
+        source,
     )
-    return with_filtered(plan, query)
 
 
 @dataclass(frozen=True)
@@ -142,17 +137,7 @@ def groups_query(plan: Plan, g: int, far: int) -> exp.Select:
     keys = [b.col(f"k{i}") for i in range(len(plan.keys))]
     pairs = b.select([b.col("unit"), *keys], b.table("filtered"), distinct=True)
     per_unit = b.select([b.col("unit"), b.named(b.count(), "groups")], b.subquery(pairs, "p"), group=["unit"])
-    n = b.col("groups")
-    kept = b.func("LEAST", n, g)
-    excess = b.binary(exp.Sub, b.func("LEAST", n.copy(), far), kept.copy())
-    query = b.select(
-        [
-            b.named(b.func("COALESCE", b.total(kept), 0), "kept"),
-            b.named(b.func("COALESCE", b.total(excess), 0), "excess"),
-        ],
-        b.subquery(per_unit, "g"),
-    )
-    return with_filtered(plan, query)
+    return with_filtered(plan, _kept_and_excess(b.col("groups"), g, far, b.subquery(per_unit, "g")))
 
 
 def noised_correction(
