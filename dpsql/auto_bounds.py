@@ -617,7 +617,8 @@ def extra(profile: Profile, cols: Sequence[Column], epsilon: Fraction) -> tuple[
 def histograms(rows: Sequence[tuple], cols: Sequence[Column], top: int, groups: int = 0) -> list[list[int]]:
     """The profile's exact histograms from its rows (profile_query's result), by index as in
     `pieces` (the row-count histogram always first). With `groups` (the size of the released
-    domain, public), the groups' masses sorted and padded with empty ones to that many."""
+    domain, public), the groups' largest masses sorted from the largest down and padded with
+    empty ones to that many."""
     sizes = [len(steps(top)) + 1] + [VALUE_BINS] * len(cols)
     exact = [[0] * n for n in sizes]
     present = []
@@ -627,7 +628,10 @@ def histograms(rows: Sequence[tuple], cols: Sequence[Column], top: int, groups: 
         else:
             exact[int(kind)][int(bin_)] += int(mass)
     if groups:
-        exact.append(sorted(present)[-groups:] + [0] * max(groups - len(present), 0))
+        # Largest first, then the zeros: the whole padded vector sorted, which is 1-Lipschitz in L1.
+        # (Ascending with the zeros after it was not: a unit in a group of its own shifted every
+        # mass by one place, an L1 change up to the largest group's mass.)
+        exact.append(sorted(present, reverse=True)[:groups] + [0] * max(groups - len(present), 0))
     return exact
 
 
