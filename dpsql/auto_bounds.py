@@ -31,7 +31,7 @@ Everything here is pure but the noise; the session runs the profile's SQL.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from types import MappingProxyType
 from typing import Sequence
@@ -41,6 +41,7 @@ from sqlglot import exp
 from .accounting.cost import Part
 from .answer_record import ChosenBounds, ChosenLimits, ExpectedError, TargetChoice
 from .auto_correction import unit_count_value, with_filtered
+from .auto_denoise import FLOOR, TRUST, population
 from .guarantee.bounding import PartitionSelection, PerGroupCap, SelectedTotalCap, TotalCap
 from .guarantee.families import QUANTILES
 from .guarantee.measures import Histogram, Sum, sum_measure
@@ -73,6 +74,10 @@ UNDECLARED_GROUPS = 32
 # is released again and combined with it until its effective epsilon reaches ENOUGH times what it
 # would get in a fresh profile; then it is reused, free (`fresh`).
 ENOUGH = 2
+# A small population (fewer than TRUST noise scales of its value histograms, by the profile's noisy
+# count of units) re-releases its value histograms at up to EXTRA of the query's epsilon, taken from
+# the release's one part (`rest_part`), where every filter charged is basic (`extra`).
+EXTRA = Fraction(1, 5)
 VALUE_BINS = 16  # octaves of a column's range: candidate clamps from range / 2^15 to the whole range
 ROW_STEPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 SUMMED = ("sum", "whole_sum", "avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp")
@@ -155,6 +160,17 @@ class Choice:
     shares: tuple[Fraction, ...] = ()
     # each centred mean's column and the centre of its sum, from the profile (auto_mean)
     centres: tuple[tuple[str, float], ...] = ()
+    # the share of the query's epsilon a small population's profile spent again on its value
+    # histograms (`extra`), taken from the release's part
+    # (not in its repr, which tests/fixtures/auto_choice.txt pins: 0 wherever the profile is not
+    # released again, as in every choice made from a profile already released)
+    extra: Fraction = field(default=Fraction(0), repr=False)
+
+    @property
+    def after(self) -> tuple[Fraction, ...]:
+        """The shares of the query's epsilon chosen after the profile besides the release's: a
+        corrected count's (kept, excess) and a small population's profile again (`extra`)."""
+        return self.shares + ((self.extra,) if self.extra else ())
 
     def absolute_bias(self, i: int) -> float:
         """What the chosen limits cut from the plan's i-th aggregate in a group, in the
@@ -306,9 +322,10 @@ def adapted(prior: Sequence[Fraction], c: int, far: int, groups: float, weight: 
 
 
 def rest_part(epsilon: Fraction) -> Part:
-    """What a corrected count is charged for its correction and its release together, fixed
+    """What a corrected count is charged for its correction and its release together (and a plan
+    with value histograms for its release and a small population's profile again, `extra`), fixed
     before the data is read: one Laplace part of the rest after the profile, ε (1 - SHARE). The
-    shares chosen after the profile (`adapted`, or none) sum to at most it, so under every
+    shares chosen after the profile (`adapted`, `extra`, or none) sum to at most it, so under every
     filter's statistic (Σ ε, Σ ε², Σ ε (e^ε - 1) / 2, Σ ε² / 2, a Rényi divergence, μ(ε)²:
     each f with f(a) + f(b) <= f(a + b)) they cost at most this part (tests/test_auto_bounds.py
     checks each), and the filters hold under adaptively chosen parts (DESIGN §4). Only where
@@ -664,22 +681,58 @@ def parts(
 ) -> tuple[Part, ...]:
     """The profile's parts of the query's cost: one Laplace mechanism per histogram it releases
     (`new`, as in `epsilons`; none when every one is reused), and, when the count may be
-    corrected (`correct`: `corrected`'s prior split), the one part of its correction and release
-    together (`rest_part`), whose split is chosen after the profile; not `adaptive` (a filter
+    corrected (`correct`: `corrected`'s prior split) or the plan has value histograms (`cols`: a
+    small population's are released again, `extra`), the one part of the rest (`rest_part`), whose
+    split is chosen after the profile (`lumped`); not `adaptive` (a filter
     that does not add up ε, where splitting a part after the data costs more than parts fixed
     before it), the correction's two parts at the prior split, the release's charged apart."""
     profile = tuple(laplace_part(e) for e in epsilons(epsilon, cols, top, by_group, new))
+    if adaptive and (correct or cols):
+        return profile + (rest_part(epsilon),)
     if not correct:
         return profile
-    if adaptive:
-        return profile + (rest_part(epsilon),)
     return profile + tuple(laplace_part(epsilon * share) for share in correct)
+
+
+def lumped(plan: Plan, cols: Sequence[Column], correct: Sequence[Fraction], additive: bool) -> bool:
+    """Whether the release (and a count's correction) is charged as one part, `rest_part`, split
+    after the profile: where `split_after_profile` allows it, for a count that may be corrected
+    (its correction's shares) and for a plan with value histograms (a small population's profile
+    again, `extra`). From the plan and the filters only: fixed before the data is read."""
+    return split_after_profile(plan, additive) and (bool(correct) or bool(cols))
+
+
+def extra(profile: Profile, cols: Sequence[Column], epsilon: Fraction) -> tuple[tuple[int, Fraction], ...]:
+    """Which value histograms (by index in `pieces`) a small population's profile releases again and
+    at what epsilon (post-processing of the released profile and its public noise scales; () for
+    none): where the profile's noisy
+    count of units N (`auto_denoise.population`) is below TRUST of the value histograms' scale b,
+    each is released again at the epsilon that, combined with the first by inverse variance
+    (`combined`), makes N TRUST scales (N taken at least FLOOR b), all of them together at most
+    EXTRA of the query's epsilon. Spent from the release's part (`rest_part`), which is charged
+    before the profile whatever is chosen here (`lumped`)."""
+    if not cols:
+        return ()
+    scales = profile.noise[1 : 1 + len(cols)]
+    if len(scales) != len(cols) or any(b <= 0 for b in scales):
+        return ()
+    units = population((profile.rows, *profile.values, profile.groups), profile.noise)
+    b = max(scales)
+    if units is None or units >= TRUST * b:
+        return ()
+    wanted = TRUST / max(units, FLOOR * b)  # the combined epsilon of a histogram of scale N / TRUST
+    need = sum(math.sqrt(max(wanted * wanted - 1 / (s * s), 0.0)) for s in scales)
+    share = min(Fraction(need / float(epsilon)).limit_denominator(1000), EXTRA)
+    if share <= 0:
+        return ()
+    return tuple((1 + i, epsilon * share / len(cols)) for i in range(len(cols)))
 
 
 def histograms(rows: Sequence[tuple], cols: Sequence[Column], top: int, groups: int = 0) -> list[list[int]]:
     """The profile's exact histograms from its rows (profile_query's result), by index as in
     `pieces` (the row-count histogram always first). With `groups` (the size of the released
-    domain, public), the groups' masses sorted and padded with empty ones to that many."""
+    domain, public), the groups' largest masses sorted from the largest down and padded with
+    empty ones to that many."""
     sizes = [len(steps(top)) + 1] + [VALUE_BINS] * len(cols)
     exact = [[0] * n for n in sizes]
     present = []
@@ -689,7 +742,10 @@ def histograms(rows: Sequence[tuple], cols: Sequence[Column], top: int, groups: 
         else:
             exact[int(kind)][int(bin_)] += int(mass)
     if groups:
-        exact.append(sorted(present)[-groups:] + [0] * max(groups - len(present), 0))
+        # Largest first, then the zeros: the whole padded vector sorted, which is 1-Lipschitz in L1.
+        # (Ascending with the zeros after it was not: a unit in a group of its own shifted every
+        # mass by one place, an L1 change up to the largest group's mass.)
+        exact.append(sorted(present, reverse=True)[:groups] + [0] * max(groups - len(present), 0))
     return exact
 
 
@@ -714,6 +770,6 @@ def assembled(released: Sequence[Piece], cols: Sequence[Column], top: int, by_gr
 
 # The choice: a model of the error, minimised -----------------------------------------------
 def release_epsilon(epsilon: Fraction, correct: Sequence[Fraction] = ()) -> Fraction:
-    """What the release gets of a query's epsilon: the rest after the profile and the
-    correction's shares `correct`."""
+    """What the release gets of a query's epsilon: the rest after the profile and the shares
+    chosen after it `correct` (a correction's, a small population's profile again: `Choice.after`)."""
     return epsilon * (1 - SHARE - sum(correct, Fraction(0)))

@@ -227,6 +227,7 @@ def choose(
     groups: int,
     correct: Sequence[Fraction] = (),
     adaptive: bool = True,
+    extra: Fraction = Fraction(0),
 ) -> Choice:
     """The total bound and clamps that minimise the model's error at the release's epsilon
     (`epsilon` minus the profile's share, and the correction's shares), over every candidate
@@ -240,8 +241,10 @@ def choose(
     itself and the correction's noise (the excess's scale over the rows) is added to each
     count; without one, the release gets the whole rest after the profile and truncation's cut
     counts whole. Not `adaptive` (the charge's parts were fixed before the profile: a filter that
-    does not add up ε), a count that may be corrected is, at the prior shares `correct`."""
-    rest = float(epsilon * (1 - SHARE))
+    does not add up ε), a count that may be corrected is, at the prior shares `correct`. `extra`:
+    the share of epsilon a small population's profile spent again (`auto_bounds.extra`; never with
+    a correction), which the release does not get."""
+    rest = float(epsilon * (1 - SHARE - extra))
     # the release's measures share it, and partition selection one share more (calibrate)
     measures = max(len(plan.measures), 1) + (1 if plan.needs_selection else 0)
     scales = profile.noise or (0.0,) * (2 + len(cols))
@@ -362,6 +365,7 @@ def choose(
         tuple(scales),
         shares=shares,
         centres=tuple(sorted(means.items())),
+        extra=extra,
     )
 
 

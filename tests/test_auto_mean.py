@@ -13,10 +13,12 @@ from hypothesis import strategies as st
 
 import dpsql
 from dpsql import auto_bounds, auto_mean
+from dpsql.config import load_policy
 from dpsql.guarantee import guard
 from dpsql.guarantee.calibration import calibrate
 from dpsql.prepare import plan_query
 from dpsql.session import Session
+from dpsql.session import auto as session_auto
 from dpsql.sql.classify import classify
 from dpsql.sql.options import QueryOptions
 
@@ -134,6 +136,11 @@ def test_an_auto_mean_is_one_exact_charge_split_only_under_basic(small_policy, k
     assert (set(centres) == {"amount"}) == (kind == "basic")  # shown where the mean is centred
     assert sum((p.epsilon for p in parts), Fraction(0)) == 1
     rest = auto_bounds.release_epsilon(Fraction(1))
+    if kind == "basic":  # the rest charged as one part, split after the profile (auto_bounds.lumped)
+        assert auto_bounds.rest_part(Fraction(1)) in parts
+        with contextlib.closing(Session(load_policy(small_policy), "alice")) as session:
+            plan = _plan(session, "SELECT kind, AVG(amount) FROM events GROUP BY kind")
+            parts = session_auto.calibrated_at(session, plan, rest, QueryOptions()).cost.parts
     release = sorted(p.epsilon for p in parts if p.epsilon > (1 - rest) / 2)  # not the profile's
     assert release == ([rest / 10, rest * 9 / 10] if kind == "basic" else [rest / 2, rest / 2])
 

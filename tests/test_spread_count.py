@@ -21,6 +21,7 @@ from dpsql.guarantee import guard
 from dpsql.guarantee.measures import COUNT_BITS, FINE_COUNT_BITS
 from dpsql.prepare import plan_query
 from dpsql.session import Session
+from dpsql.session import auto as session_auto
 from dpsql.sql.classify import classify
 from dpsql.sql.options import QueryOptions
 
@@ -136,7 +137,9 @@ def test_the_guard_checks_a_spreads_squares_against_its_clamp(session):
 
 
 def test_an_auto_bounded_spread_is_one_exact_charge(small_policy):
-    """Profile and release, charged once at the query's epsilon; the release's three parts equal."""
+    """Profile and release, charged once at the query's epsilon: under the basic filter the rest as
+    one part (auto_bounds.lumped), split after the profile into the release's three equal parts
+    (and what a small population's profile spends again, auto_bounds.extra)."""
     with contextlib.closing(dpsql.connect(small_policy, user="alice")) as conn:
         cur = conn.cursor()
         cur.execute("SET dpsql.cache = off")
@@ -148,7 +151,11 @@ def test_an_auto_bounded_spread_is_one_exact_charge(small_policy):
     parts = history[0]["cost"].parts
     assert sum((p.epsilon for p in parts), Fraction(0)) == 1
     rest = auto_bounds.release_epsilon(Fraction(1))
-    assert sorted(p.epsilon for p in parts if p.epsilon >= rest / 3) == [rest / 3] * 3
+    assert auto_bounds.rest_part(Fraction(1)) in parts
+    with contextlib.closing(Session(load_policy(small_policy), "alice")) as session:
+        plan = plan_query(classify(Q).tree, session.policy, session.engine.schema(), "laplace", None)
+        release = session_auto.calibrated_at(session, plan, rest, QueryOptions()).cost.parts
+    assert sorted(p.epsilon for p in release) == [rest / 3] * 3
 
 
 def test_explain_says_a_spreads_count_is_fine(conn):

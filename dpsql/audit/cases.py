@@ -175,6 +175,21 @@ SKEWED = World(
 )
 
 
+# A population at the edge of small (auto_bounds.extra): 600 people with one small visit each, so
+# that at epsilon 1 the profile's noisy count of units (two histograms of scale 20) falls below
+# TRUST (30) scales in about half the runs, which then release the value histogram again
+# from the release's part; the target's twenty visits at twenty times the bound move the profile,
+# so whether and how much is spent again and the clamp chosen from it.
+SMALL_EDGE = World(
+    "small_edge",
+    {
+        "visits": Table(
+            VISITS_COLUMNS, VISITS_POLICY, tuple((p, 1.0, "abc"[p % 3]) for p in range(1, 601)), TARGET_VISITS
+        ),
+    },
+)
+
+
 # Limits chosen per query over undeclared keys (a total bound with partition selection,
 # bounding.SelectedTotalCap): 40 people with one small visit of kind "a", kinds not declared;
 # the target's twenty visits at twenty times the bound, over three kinds, move the profile (the
@@ -452,6 +467,9 @@ CASES: tuple[Case, ...] = (
         group("a"),
         AUTO,
     ),
+    # A small population's value histogram released again (auto_bounds.extra) from the release's one
+    # part, charged before the profile: whether and how much is spent again moves with the profile.
+    Case("auto_small_again", SMALL_EDGE, "SELECT SUM(amount) FROM visits", scalar, AUTO, runs=1000),
     # People per group under auto: the policy's limits, corrected for the groups max_groups cuts
     # (the target is in all three kinds, two allowed).
     Case("auto_units_by_kind", SKEWED, "SELECT kind, COUNT(DISTINCT pid) FROM visits GROUP BY kind", group("a"), AUTO),

@@ -141,7 +141,8 @@ def check_cached(cached: dict[str, Any], recorded: Callable[[int], bool]) -> Non
 
 def check_split(cost: Cost, part: Part, spent: Sequence[Fraction], release: Cost) -> None:
     """Parts chosen after the charge, from released values (a corrected count's correction and
-    release, split after its profile: auto_bounds.adapted), are what one charged part paid for:
+    release, split after its profile: auto_bounds.adapted; a small population's value histograms
+    released again and the release: auto_bounds.extra), are what one charged part paid for:
     `cost` holds `part` (a Laplace part without δ), and the chosen parts' epsilons `spent` (each
     positive) and the release's Laplace parts together sum to at most its epsilon. Every filter's
     statistic is superadditive in ε, so parts summing to at most a part's ε cost at most it."""

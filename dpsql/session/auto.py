@@ -164,7 +164,7 @@ def target_error_at(
         f"chosen plan {choice.options(QueryOptions())}",
         lambda: plan_query(tree, session.policy, session.engine.schema(), s.mechanism, choice.options(options)),
     )
-    cal = calibrated_at(session, at, auto_bounds.release_epsilon(epsilon, choice.shares), options)
+    cal = calibrated_at(session, at, auto_bounds.release_epsilon(epsilon, choice.after), options)
     worst = 0.0
     for i, est in enumerate(at.estimates):
         if not family(est).targetable:
@@ -252,7 +252,7 @@ def expected(
     choice = auto_choice.choose(plan, released, cols, top, epsilon, groups, correct, session.settings.additive)
     out = choice.describe().as_dict()  # the JSON form: EXPLAIN shows it, the console too
     if tree is not None:
-        rest = auto_bounds.release_epsilon(epsilon, choice.shares)
+        rest = auto_bounds.release_epsilon(epsilon, choice.after)
         at, cal, _ = session._plans.derived(
             plan,
             f"chosen {choice.options(QueryOptions())} {rest}",
@@ -274,16 +274,19 @@ def auto_cost(
     new: tuple[bool, ...] | None = None,
 ) -> tuple[Cost, Calibration]:
     """What a query whose limits are chosen is charged at `epsilon` (its profile's histograms it
-    releases, `new` as in auto_bounds.epsilons: all by default; its release's, or for a count
-    that may be corrected one part for its correction and release together, split after the
-    profile: auto_bounds.rest_part), and the release's calibration at the policy's limits at
+    releases, `new` as in auto_bounds.epsilons: all by default; its release's, or where the rest
+    is split after the profile (auto_bounds.lumped: a count that may be corrected, a plan with
+    value histograms, under basic filters) one part for the release and what the profile chooses
+    to spend of it, auto_bounds.rest_part), and the release's calibration at the policy's limits at
     the rest after the profile (the chosen limits cost the same; a corrected count's release
     gets part of it)."""
     s = session.settings
     top, cols = auto_bounds.ceiling(plan), auto_bounds.columns(plan)
     correct = auto_bounds.corrected(plan, groups)
     split_after = auto_bounds.split_after_profile(plan, s.additive)
-    lump = bool(correct) and split_after  # the correction's and the release's one part, split after the profile
+    # the correction's and the release's one part (or the release's and a small population's profile
+    # again), split after the profile
+    lump = auto_bounds.lumped(plan, cols, correct, s.additive)
     rest = auto_bounds.release_epsilon(epsilon, () if split_after else correct)
     at_rest = calibrated_at(session, plan, rest, options)
     by_group = bool(auto_bounds.profiled_groups(plan, groups if groups > 1 else 0))
@@ -376,7 +379,8 @@ def answer_auto(
     correct = auto_bounds.corrected(policy_plan, size or 1)
     epsilon = policy_cal.cost.epsilon
     by_group = auto_bounds.profiled_groups(policy_plan, size or 0)  # public
-    split_after = auto_bounds.split_after_profile(policy_plan, s.additive)
+    # one part for the release (and a correction, or a small population's profile again), split after the profile
+    lump = auto_bounds.lumped(policy_plan, cols, correct, s.additive)
     # The profile's SQL is built (and kept) before the charge, so that a query it cannot be built
     # for is refused free; the data version is read before the profile's rows.
     profile_sql(session, policy_plan, cols, top, bool(by_group))
@@ -389,10 +393,16 @@ def answer_auto(
     with charged_work(
         session, pending, charge, "the query's cost stays charged: its limits were being chosen from the data"
     ):
-        profile, spent = released_profile(session, policy_plan, cols, top, epsilon, by_group, keys, kept, new)
-        choice = auto_choice.choose(policy_plan, profile, cols, top, epsilon, size or 1, correct, s.additive)
-        choice = replace(choice, epsilon=spent, reused=any(k is not None for k in kept))
-        rest = auto_bounds.release_epsilon(epsilon, choice.shares)
+        pieces, spent = released_profile(session, policy_plan, cols, top, epsilon, by_group, keys, kept, new)
+        profile = auto_bounds.assembled(pieces, cols, top, bool(by_group))
+        again = auto_bounds.extra(profile, cols, epsilon) if lump else ()
+        if again:  # a small population: its value histograms released again, from the release's part
+            pieces = released_again(session, policy_plan, cols, top, by_group, keys, pieces, again)
+            profile = auto_bounds.assembled(pieces, cols, top, bool(by_group))
+        extra = sum((e for _, e in again), Fraction(0)) / epsilon
+        choice = auto_choice.choose(policy_plan, profile, cols, top, epsilon, size or 1, correct, s.additive, extra)
+        choice = replace(choice, epsilon=spent + extra * epsilon, reused=any(k is not None for k in kept))
+        rest = auto_bounds.release_epsilon(epsilon, choice.after)
         plan, cal, bounded = session._plans.derived(
             policy_plan,
             f"chosen {choice.options(QueryOptions())} {rest}",
@@ -404,8 +414,9 @@ def answer_auto(
                 sqlstate="XX000",
                 hint="this is a bug in dpsql, please report it",
             )
-        if correct and split_after:  # the split chosen from the profile within the part charged for it
-            check_split(charge.cost, auto_bounds.rest_part(epsilon), [epsilon * x for x in choice.shares], cal.cost)
+        if lump:  # the split chosen from the profile within the part charged for it
+            spent_after = [epsilon * x for x in choice.shares] + [e for _, e in again]
+            check_split(charge.cost, auto_bounds.rest_part(epsilon), spent_after, cal.cost)
         correction = correction_of(session, policy_plan, choice, epsilon, choice.shares) if choice.shares else None
     result = answer(
         session,
@@ -543,11 +554,11 @@ def released_profile(
     keys: tuple | None,
     kept: list[auto_bounds.Piece | None],
     new: tuple[bool, ...],
-) -> tuple[auto_bounds.Profile, Fraction]:
+) -> tuple[list[auto_bounds.Piece], Fraction]:
     """The query's profile, once charged: the histograms it releases (`new`) noised from the
     profile query's exact rows (kept per analyst and data version like a bounded result; the
     noise drawn afresh) and combined with those kept, the others as kept; each kept again.
-    Returns the profile and the epsilon its new histograms spent."""
+    Returns the profile's histograms (`auto_bounds.pieces` order) and the epsilon its new ones spent."""
     by_group = bool(groups)
     shares = list(auto_bounds.epsilons(epsilon, cols, top, by_group, new))
     spent = sum(shares, Fraction(0))
@@ -562,7 +573,33 @@ def released_profile(
     if keys is not None:
         for key, piece in zip(keys, out):
             session._plans.put_profile(key, piece)
-    return auto_bounds.assembled(out, cols, top, by_group), spent
+    return out, spent
+
+
+def released_again(
+    session: Session,
+    plan: Plan,
+    cols: tuple[auto_bounds.Column, ...],
+    top: int,
+    groups: int,
+    keys: tuple | None,
+    pieces: list[auto_bounds.Piece],
+    again: tuple[tuple[int, Fraction], ...],
+) -> list[auto_bounds.Piece]:
+    """A small population's profile (`auto_bounds.extra`): each value histogram noised again from
+    the same exact rows at its epsilon in `again` (sensitivity MASS, as the first release) and
+    combined with the piece released (`auto_bounds.combined`), each kept again. Part of the charge:
+    the release's part, split after the profile (`guard.check_split`)."""
+    by_group = bool(groups)
+    exact_hists = auto_bounds.histograms(profile_rows(session, plan, cols, top, by_group), cols, top, groups)
+    out = list(pieces)
+    order = auto_bounds.pieces(cols, top, by_group)
+    for i, e in again:
+        at = order.index(i)
+        out[at] = auto_bounds.combined(out[at], auto_bounds.noisy(exact_hists[i], e), float(e))
+        if keys is not None:
+            session._plans.put_profile(keys[at], out[at])
+    return out
 
 
 def profile_rows(
