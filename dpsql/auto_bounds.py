@@ -702,6 +702,14 @@ def lumped(plan: Plan, cols: Sequence[Column], correct: Sequence[Fraction], addi
     return split_after_profile(plan, additive) and (bool(correct) or bool(cols))
 
 
+def again_share(plan: Plan, cols: Sequence[Column], correct: Sequence[Fraction], additive: bool) -> Fraction:
+    """The most of a query's epsilon (a share of it) a small population's profile may spend again
+    (`extra`) out of the release's part: EXTRA where the rest is one part split after the profile
+    and the plan has value histograms, else 0. From the plan and the filters only, so that what
+    EXPLAIN and dpsql.target_error say before the profile holds whatever it spends."""
+    return EXTRA if cols and lumped(plan, cols, correct, additive) else Fraction(0)
+
+
 def extra(profile: Profile, cols: Sequence[Column], epsilon: Fraction) -> tuple[tuple[int, Fraction], ...]:
     """Which value histograms (by index in `pieces`) a small population's profile releases again and
     at what epsilon (post-processing of the released profile and its public noise scales; () for

@@ -79,9 +79,10 @@ def test_explain_and_budget(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     # 2.4 meets the target at the policy's limits; under auto bounds (no profile released yet) the
-    # release gets 90 % of the epsilon, so 2.4 / 0.9 rounded up, COUNT(*) taking half of it.
-    assert "dpsql.target_error" in out.stdout and "COUNT(*): epsilon 1.335," in out.stdout
-    assert "cost: epsilon=2.67 " in out.stdout and "at the policy's limits, for the release's share" in out.stdout
+    # release gets at least 70 % of the epsilon (90 %, less what a small population's profile may
+    # take again), so 2.4 / 0.7 rounded up, COUNT(*) taking half of it.
+    assert "dpsql.target_error" in out.stdout and "COUNT(*): epsilon 1.715," in out.stdout
+    assert "cost: epsilon=3.43 " in out.stdout and "at the policy's limits, for the release's share" in out.stdout
 
 
 def test_errors_are_one_line_and_no_traceback(tmp_path):

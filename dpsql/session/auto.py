@@ -108,7 +108,10 @@ def targeted(
     if not auto_bounds.counts_units(plan, s.mechanism):
         released = (kept or Kept(session, plan, size)).profile
     if released is None:
-        share = 1 - auto_bounds.release_epsilon(Fraction(1), auto_bounds.corrected(plan, groups))
+        correct = auto_bounds.corrected(plan, groups)
+        cols = auto_bounds.columns(plan)
+        again = auto_bounds.again_share(plan, cols, correct, s.additive)
+        share = 1 - auto_bounds.release_epsilon(Fraction(1), correct) + again
         if auto_bounds.counts_units(plan, s.mechanism):
             share = auto_bounds.correction_share(plan, s.mechanism, groups)
         epsilon = round_up(float(cal.cost.epsilon / (1 - share)))
@@ -190,6 +193,7 @@ def explained(
             "auto_bounds": None,
             "auto_correction": None,
             "auto_release": 1.0,
+            "auto_again": None,
             "auto_expected": None,
             "auto_reused": False,
             "auto_kept": (0, 0),
@@ -203,6 +207,17 @@ def explained(
     )
     units = auto_bounds.counts_units(plan, session.settings.mechanism)
     profile = Fraction(0) if units else auto_bounds.SHARE
+    # the most a small population's profile may take again from the release (auto_bounds.extra)
+    again = (
+        Fraction(0)
+        if units
+        else auto_bounds.again_share(
+            plan,
+            auto_bounds.columns(plan),
+            auto_bounds.corrected(plan, 1 if size is None else size),
+            session.settings.additive,
+        )
+    )
     stored = kept or Kept(session, plan, size)
     reusing = [] if units else stored.reusable
     new = auto_bounds.fresh(reusing, cal.cost.epsilon)
@@ -210,7 +225,8 @@ def explained(
     return {
         "auto_bounds": float(profile) or None,
         "auto_correction": float(fix) or None,
-        "auto_release": float(1 / (1 - profile - fix)),
+        "auto_release": float(1 / (1 - profile - fix - again)),
+        "auto_again": float(again) or None,
         "auto_expected": expected(session, plan, stored.profile, cal.cost.epsilon, size, options, tree)
         if profile
         else None,

@@ -229,10 +229,17 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
         )
     if info.get("auto_bounds") or info.get("auto_correction"):
         lines.append(
-            f"dpsql.bounds = auto: the release gets {1 / info['auto_release']:.0%} of the epsilon, at limits "
-            f"no looser than these, so each noise above is at most {info['auto_release']:.4g} times as "
-            "large (scale and interval), plus what the chosen limits cut; the limits, and any correction, "
-            "come with the answer"
+            "dpsql.bounds = auto: the release gets "
+            + ("at least " if info.get("auto_again") else "")
+            + f"{1 / info['auto_release']:.0%} of the epsilon"
+            + (
+                f" (up to {info['auto_again']:.0%} of it may go to profiling a small population again)"
+                if info.get("auto_again")
+                else ""
+            )
+            + f", at limits no looser than these, so each noise above is at most {info['auto_release']:.4g} "
+            "times as large (scale and interval), plus what the chosen limits cut; the limits, and any "
+            "correction, come with the answer"
             + (
                 f"; a mean's sum, centred at the profile's mean when the query runs, at most "
                 f"{2 * info['auto_release']:.4g} times (its per-row bound is the centre's distance to the "
