@@ -263,8 +263,9 @@ def corrected(plan: Plan, groups: int = 1) -> tuple[Fraction, ...]:
     correction and the release together is one part, `rest_part`."""
     if ceiling(plan) > 1 and all(e.func in CORRECTED for e in plan.estimates):
         return split(ceiling(plan), reach(plan), groups)
-    if unit_count(plan) is not None:  # a per-unit count's cap at R, corrected up to the reach
-        return _shares(float(unit_cap(plan)), float(unit_reach(plan)), groups, float(KEPT_WEIGHT))
+    if (unit := unit_count(plan)) is not None:  # a per-unit count's cap at R, corrected up to the reach
+        cap = _derived_counts(plan)[unit]
+        return _shares(float(cap), float(REACH * cap), groups, float(KEPT_WEIGHT))
     return ()
 
 
@@ -498,16 +499,22 @@ def unit_count(plan: Plan) -> str | None:
     Only where every estimate is a SUM or AVG of that one column or a count of rows. None otherwise."""
     lifted = lifted_counts(plan)
     found: set[str] = set()
-    for est in plan.estimates:
+    for i, est in enumerate(plan.estimates):
         if est.func == "count":
             continue
-        if est.func not in ("sum", "whole_sum", "avg") or est.total is None:
-            return None
-        value = plan.measures[est.total].value
-        if value is None or (expr := value.sql(dialect="postgres")) not in lifted:
+        if (expr := summed(plan, i)) not in lifted:
             return None
         found.add(expr)
     return found.pop() if len(found) == 1 else None
+
+
+def summed(plan: Plan, i: int) -> str | None:
+    """The value (its postgres SQL) the plan's i-th estimate sums or averages; None for any other."""
+    est = plan.estimates[i]
+    if est.func not in ("sum", "whole_sum", "avg") or est.total is None:
+        return None
+    value = plan.measures[est.total].value
+    return None if value is None else value.sql(dialect="postgres")
 
 
 def unit_cap(plan: Plan) -> int:

@@ -267,7 +267,7 @@ def choose(
     candidates = steps(top) if top > 1 else (top,)
     full = max(rows.kept(top), 1.0)
     # a per-unit count's cap at R corrected up to a reach (its profile's bins above R)
-    unit = unit_count(plan) if correct and unit_count(plan) in by_expr else None
+    unit = found if correct and (found := unit_count(plan)) in by_expr else None
 
     def option(c: int, far: int | tuple[int, int] | None) -> tuple[tuple[Fraction, ...], float, _Fix] | None:
         """The correction's shares, the release's epsilon per measure and the model's fix at a

@@ -175,3 +175,13 @@ def move_policy(
     out = policy.parent / f"policy-{backend}.toml"
     out.write_text(text)
     return out
+
+
+def sample_on(backend: str, request, directory: Path, database: str) -> Path:
+    """The sample policy on PostgreSQL (its tables loaded into a new `database`, read by the
+    reader role) or on a local Spark session."""
+    if backend == "postgres":
+        admin = request.getfixturevalue("pg_server").create_database(database)
+        load_into_postgres(admin)
+        return postgres_policy(directory, admin.replace("postgres@", f"{READER}@"))
+    return spark_policy(directory)

@@ -30,7 +30,7 @@ from dpsql.sql.classify import classify
 from dpsql.sql.options import QueryOptions
 from dpsql.targets import epsilon_for_target, round_up
 
-from .test_sensitivity import QUERIES, _build, _neighbours, release_moves_within_l1
+from .test_sensitivity import QUERIES, _build, _neighbours, neighbouring_sessions, release_moves_within_l1
 
 
 def _plan(session: Session, sql: str, options: QueryOptions | None = None):
@@ -888,28 +888,20 @@ def test_one_unit_moves_what_a_small_population_releases_again_by_at_most_its_ma
     the profile's exact histograms as the session computes them (`profile_rows`, the query the
     profile ran, with the groups' masses where it has them) for sensitivity MASS: check each on
     neighbouring databases."""
-    with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
-        a = Session(load_policy(_build(Path(d1), units, target, True, rows)), "alice")
-        b = Session(load_policy(_build(Path(d2), units, target, False, rows)), "alice")
-        try:
-            queries = [q for q in _eligible(a) if auto_bounds.columns(_plan(a, q))]
-            assert queries
-            for q in queries:
-                plan = _plan(a, q)
-                cols, top = auto_bounds.columns(plan), auto_bounds.ceiling(plan)
-                size = session_auto.released_size(a, plan)
-                groups = auto_bounds.profiled_groups(plan, size or 0)
-                exact = [
-                    auto_bounds.histograms(
-                        session_auto.profile_rows(s, plan, cols, top, bool(groups)), cols, top, groups
-                    )
-                    for s in (a, b)
-                ]
-                # the value histograms (what `extra` releases again), and the row counts and the
-                # groups' masses as the session computes them
-                for i in auto_bounds.pieces(cols, top, bool(groups)):
-                    ha, hb = exact[0][i], exact[1][i]
-                    assert sum(abs(x - y) for x, y in zip(ha, hb)) <= auto_bounds.MASS, (q, i)
-        finally:
-            a.close()
-            b.close()
+    with neighbouring_sessions(units, target, rows) as (a, b):
+        queries = [q for q in _eligible(a) if auto_bounds.columns(_plan(a, q))]
+        assert queries
+        for q in queries:
+            plan = _plan(a, q)
+            cols, top = auto_bounds.columns(plan), auto_bounds.ceiling(plan)
+            size = session_auto.released_size(a, plan)
+            groups = auto_bounds.profiled_groups(plan, size or 0)
+            exact = [
+                auto_bounds.histograms(session_auto.profile_rows(s, plan, cols, top, bool(groups)), cols, top, groups)
+                for s in (a, b)
+            ]
+            # the value histograms (what `extra` releases again), and the row counts and the
+            # groups' masses as the session computes them
+            for i in auto_bounds.pieces(cols, top, bool(groups)):
+                ha, hb = exact[0][i], exact[1][i]
+                assert sum(abs(x - y) for x, y in zip(ha, hb)) <= auto_bounds.MASS, (q, i)

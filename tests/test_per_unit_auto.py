@@ -182,14 +182,9 @@ def test_one_unit_moves_a_per_unit_release_at_a_chosen_clamp_by_at_most_its_sens
 def test_a_per_unit_subquery_chooses_its_clamp_on_other_engines(backend, request, tmp_path):
     """The profile over the derived table and the chosen plan run on PostgreSQL and Spark too, and
     the chosen plan's pre-noise values there are DuckDB's."""
-    from .backends import READER, load_into_postgres, postgres_policy, spark_policy
+    from .backends import sample_on
 
-    if backend == "postgres":
-        admin = request.getfixturevalue("pg_server").create_database("per_unit_auto")
-        load_into_postgres(admin)
-        policy = postgres_policy(tmp_path, admin.replace("postgres@", f"{READER}@"))
-    else:
-        policy = spark_policy(tmp_path)
+    policy = sample_on(backend, request, tmp_path, "per_unit_auto")
     sql = f"SELECT AVG(total) FROM {TOTALS}"
     conn = dpsql.connect(policy, user="alice", ledger=tmp_path / "ledger.sqlite")
     duck = Session(load_policy(SAMPLE / "dpsql.toml", ledger_path=tmp_path / "duck.sqlite"), "alice")

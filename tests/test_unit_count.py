@@ -261,14 +261,9 @@ def test_the_correction_and_its_profile_are_duckdbs_on_other_engines(backend, re
     same on PostgreSQL and Spark as on DuckDB, and the corrected answer runs there."""
     from dpsql.config import load_policy
 
-    from .backends import READER, load_into_postgres, postgres_policy, spark_policy
+    from .backends import sample_on
 
-    if backend == "postgres":
-        admin = request.getfixturevalue("pg_server").create_database("unit_count")
-        load_into_postgres(admin)
-        policy = postgres_policy(tmp_path, admin.replace("postgres@", f"{READER}@"))
-    else:
-        policy = spark_policy(tmp_path)
+    policy = sample_on(backend, request, tmp_path, "unit_count")
     sql = "SELECT AVG(n) FROM (SELECT patient_id, COUNT(*) AS n FROM visits WHERE cost > 100 GROUP BY patient_id) t"
     conn = dpsql.connect(policy, user="alice", ledger=tmp_path / "ledger.sqlite")
     duck = Session(load_policy(SAMPLE / "dpsql.toml", ledger_path=tmp_path / "duck.sqlite"), "alice")

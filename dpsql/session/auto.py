@@ -652,20 +652,11 @@ def _corrected(plan: Plan, correction: auto_correction.Correction, noisy: NoisyT
     for i, est in enumerate(plan.estimates):
         if unit is None and est.func not in auto_bounds.CORRECTED + ("units",):
             continue
-        if unit is not None and not _sums_column(plan, i, unit):
+        if unit is not None and auto_bounds.summed(plan, i) != unit:
             continue
         noisy.estimates[i], noisy.intervals[i] = auto_correction.scaled(
             noisy.estimates[i], noisy.intervals[i], correction, noisy.estimate_types[i] == "BIGINT"
         )
-
-
-def _sums_column(plan: Plan, i: int, expr: str) -> bool:
-    """Whether the plan's i-th estimate is a SUM or AVG of the column `expr` (its postgres SQL)."""
-    est = plan.estimates[i]
-    if est.func == "count" or est.total is None:
-        return False
-    value = plan.measures[est.total].value
-    return value is not None and value.sql(dialect="postgres") == expr
 
 
 def _shares(cost: Cost) -> list[tuple]:
