@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+import threading
 from pathlib import Path
 
 import duckdb
@@ -185,3 +186,28 @@ def pytest_collection_modifyitems(config, items):
     out tests in this order, and these are the longest (a Spark property test runs for minutes), so
     they start while the other worker has plenty left to do, never as one worker's tail at the end."""
     items.sort(key=lambda item: item.get_closest_marker("backends") is None)
+
+
+_PREFETCH: list[tuple[threading.Event, threading.Thread]] = []  # this run's (stop, thread), if any
+
+
+def pytest_configure(config):
+    """A whole run (no paths named, clients not deselected) builds the missing tools'
+    environments in the background from its start (tests/tool_envs.py: prefetch), in the
+    process that hands out the tests (xdist's controller, or the only one)."""
+    from .tool_envs import prefetch
+
+    whole = config.args_source == pytest.Config.ArgsSource.TESTPATHS
+    marks = config.option.markexpr or ""
+    if hasattr(config, "workerinput") or not whole or "not slow" in marks or "not clients" in marks:
+        return
+    stop = threading.Event()
+    _PREFETCH.append((stop, prefetch(stop)))
+
+
+def pytest_unconfigure(config):
+    """Stops the prefetch after the build under way (each build's own timeouts bound it)."""
+    while _PREFETCH:
+        stop, thread = _PREFETCH.pop()
+        stop.set()
+        thread.join()

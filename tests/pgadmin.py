@@ -15,9 +15,8 @@ import urllib.request
 from pathlib import Path
 
 from .server_fixture import free_port
-from .tool_envs import SCRIPTS, python_tool
+from .tool_envs import python_tool
 
-REQUIREMENTS = SCRIPTS / "pgadmin" / "requirements.txt"
 ADMIN = ("admin@example.com", "admin-Pass-123")  # pgAdmin's own administrator, from setup-db
 ANALYST = ("alice@example.com", "alice-Pass-123")  # the login the test signs in with, from add-user
 
@@ -40,8 +39,7 @@ class PgAdmin:
     analyst `ANALYST` whose server list holds what `servers` registered."""
 
     def __init__(self) -> None:
-        requirements = [line for line in REQUIREMENTS.read_text().splitlines() if line and not line.startswith("#")]
-        self.python = python_tool("pgadmin", requirements)
+        self.python = python_tool("pgadmin")
         site = next((self.python.parent.parent / "lib").glob("python3*/site-packages"))
         self.home = site / "pgadmin4"
         self.port = free_port()

@@ -164,7 +164,7 @@ def test_duckdb_postgres_extension(serve):
     from .server_fixture import PASSWORD
     from .tool_envs import SCRIPTS, python_tool
 
-    python = python_tool("duckdb-postgres", ["duckdb==1.5.5", "duckdb-extension-postgres-scanner==1.5.5"])
+    python = python_tool("duckdb-postgres")
     env = {**os.environ, "DPSQL_PORT": str(serve.port), "DPSQL_PASSWORD": PASSWORD}
     proc = subprocess.run(
         [str(python), str(SCRIPTS / "duckdb_postgres_check.py")], env=env, capture_output=True, text=True, timeout=300

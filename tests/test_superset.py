@@ -20,7 +20,6 @@ from .tool_envs import SCRIPTS, python_tool
 
 pytestmark = [pytest.mark.clients, pytest.mark.slow]  # Superset in its own environment: 485 s in the CI run
 
-REQUIREMENTS = SCRIPTS / "superset" / "requirements.txt"
 ADMIN = [
     "--username",
     "admin",
@@ -72,8 +71,7 @@ def _wait(url: str, process: subprocess.Popen, seconds: float = 180) -> None:
 
 
 def test_superset_sql_lab_datasets_charts_and_a_dashboard(serve, tmp_path):
-    requirements = [line for line in REQUIREMENTS.read_text().splitlines() if line and not line.startswith("#")]
-    python = python_tool("superset", requirements)
+    python = python_tool("superset")
     superset = python.parent / "superset"
     home = tmp_path / "superset"
     home.mkdir()

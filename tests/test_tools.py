@@ -19,8 +19,6 @@ pytestmark = [
     pytest.mark.slow,
 ]  # ibis, jupysql, harlequin, dbt, node clients in their own environments
 
-PSYCOPG = ["psycopg[binary]==3.3.9"]
-
 
 def _run(cmd: list[str], serve, cwd=None, timeout: int = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "DPSQL_PORT": str(serve.port), "DPSQL_PASSWORD": PASSWORD, "NO_COLOR": "1"}
@@ -33,8 +31,7 @@ def _json(proc: subprocess.CompletedProcess) -> dict:
 
 
 def test_ibis(serve):
-    # sqlglot 30 makes ibis 12 write a nameless DROP VIEW, which PostgreSQL refuses as well
-    python = python_tool("ibis", ["ibis-framework[postgres]==12.0.0", "packaging", "sqlglot>=28,<30", *PSYCOPG])
+    python = python_tool("ibis")
     out = _json(_run([python, SCRIPTS / "ibis_check.py"], serve))
     assert {"people", "events", "places"} <= set(out["tables"])
     assert out["grouped"] == 2 and out["filtered"] == 2 and out["sql"] == 2 and out["arrow"] == 2
@@ -43,7 +40,7 @@ def test_ibis(serve):
 
 
 def test_jupysql(serve):
-    python = python_tool("jupysql", ["jupysql==0.11.1", "psycopg2-binary==2.9.13", "ipython>=8"])
+    python = python_tool("jupysql")
     out = _json(_run([python, SCRIPTS / "jupysql_check.py"], serve))
     assert out["grouped"] == 2
     assert all(t in out["tables"] for t in ("people", "events", "places"))
@@ -51,7 +48,7 @@ def test_jupysql(serve):
 
 
 def test_harlequin(serve):
-    python = python_tool("harlequin", ["harlequin==2.17.0", "harlequin-postgres==1.5.2", *PSYCOPG])
+    python = python_tool("harlequin")
     out = _json(_run([python, SCRIPTS / "harlequin_check.py"], serve))
     assert {"people", "events", "places", "age", "city"} <= set(out["catalog"])
     assert {"avg", "count", "date_trunc", "least"} <= set(out["completions"])  # the functions queries may use
@@ -59,7 +56,7 @@ def test_harlequin(serve):
 
 
 def test_sqlacodegen(serve):
-    python = python_tool("sqlacodegen", ["sqlacodegen==4.0.4", "psycopg2-binary==2.9.13"])
+    python = python_tool("sqlacodegen")
     proc = _run(
         [
             python,
@@ -78,7 +75,7 @@ def test_sqlacodegen(serve):
 def test_dbt(serve, tmp_path):
     """dbt with its default query comment: debug and show answer, a model reads its source by
     dbt's three-part names, and run is refused with dpsql's reason (views live in sessions)."""
-    python = python_tool("dbt", ["dbt-core==1.11.16", "dbt-postgres==1.11.0"])
+    python = python_tool("dbt")
     project = tmp_path / "dbt"
     shutil.copytree(SCRIPTS / "dbt", project)
     dbt = [python, "-m", "dbt.cli.main"]
@@ -99,7 +96,7 @@ def test_dbt(serve, tmp_path):
 
 @pytest.mark.skipif(shutil.which("npm") is None, reason="node and npm are not installed")
 def test_node_pg_and_postgres_js(serve):
-    folder = node_tool("node", ["pg@8.23.1", "postgres@3.4.9"])
+    folder = node_tool("node")
     script = folder / "node_check.mjs"
     shutil.copy(SCRIPTS / "node_check.mjs", script)
     out = _json(_run(["node", script], serve, cwd=folder))
