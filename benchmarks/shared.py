@@ -88,10 +88,27 @@ def peers_python(venv: Path) -> Path:
     requirements = HERE / "requirements-peers.txt"
     if not marker.exists() or marker.read_text() != requirements.read_text():
         log(f"creating the peers' virtual environment in {venv} (SmartNoise SQL, Qrlew; once)")
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(requirements)], check=True)
+        uv = uv_executable()
+        if uv is not None:  # a third of pip's time or less on a fresh machine (the test extra has it)
+            subprocess.run([uv, "venv", "-q", "--clear", "--python", sys.executable, str(venv)], check=True)
+            subprocess.run([uv, "pip", "install", "-q", "--python", str(python), "-r", str(requirements)], check=True)
+        else:
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(requirements)], check=True)
         marker.write_text(requirements.read_text())
     return python
+
+
+def uv_executable() -> str | None:
+    """uv's executable where its PyPI package is installed (the test extra has it), else None."""
+    try:
+        import uv
+    except ImportError:
+        return None
+    try:
+        return uv.find_uv_bin()
+    except FileNotFoundError:
+        return None
 
 
 def run_job(python: Path, job: dict) -> dict:
@@ -111,9 +128,10 @@ def run_job(python: Path, job: dict) -> dict:
 
 
 def peer_versions(python: Path) -> dict:
-    out = subprocess.run([str(python), "-m", "pip", "list", "--format", "json"], capture_output=True, text=True)
+    listing = "import importlib.metadata as m, json; print(json.dumps({d.name: d.version for d in m.distributions()}))"
+    out = subprocess.run([str(python), "-c", listing], capture_output=True, text=True)
     wanted = {"smartnoise-sql", "pyqrlew", "duckdb", "opendp"}
-    return {p["name"]: p["version"] for p in json.loads(out.stdout) if p["name"].lower() in wanted}
+    return {name: version for name, version in json.loads(out.stdout).items() if name.lower() in wanted}
 
 
 # Results files ----------------------------------------------------------------------------------

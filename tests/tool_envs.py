@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
+from benchmarks.shared import uv_executable
+
 CACHE = Path(os.environ.get("DPSQL_TOOLS_CACHE", Path.home() / ".cache" / "dpsql-test-tools"))
 SCRIPTS = Path(__file__).resolve().parent / "tools"
 
@@ -72,7 +74,7 @@ def python_tool(name: str) -> Path:
     requirements = PYTHON_TOOLS[name]
 
     def build(env: Path) -> None:
-        uv = _uv()
+        uv = uv_executable()
         if uv is not None:
             python = str(env / "bin" / "python")
             steps = (
@@ -90,18 +92,6 @@ def python_tool(name: str) -> Path:
         )
 
     return _cached(name, requirements, build) / "bin" / "python"
-
-
-def _uv() -> str | None:
-    """uv's executable, from its PyPI package (the test extra), or None."""
-    try:
-        import uv
-    except ImportError:
-        return None
-    try:
-        return uv.find_uv_bin()
-    except FileNotFoundError:
-        return None
 
 
 def node_tool(name: str) -> Path:
