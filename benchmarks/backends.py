@@ -26,6 +26,7 @@ import duckdb
 import dpsql
 
 from .data import generate, policy_text
+from .shared import absolute
 from .timing import interleaved_ms
 from .workload import QUERIES, SCALE
 
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1000000,10000000")
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--work", type=Path, default=Path(".bench"))
+    ap.add_argument("--work", type=absolute, default=absolute(".bench"))
     ap.add_argument("--out", type=Path, default=HERE / "BACKENDS.md")
     ap.add_argument("--backends", default="duckdb,postgres,postgres-per-unit,spark", help="a comma-separated subset")
     args = ap.parse_args(argv)

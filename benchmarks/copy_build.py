@@ -30,6 +30,7 @@ import dpsql
 from dpsql.engines.duckdb import default_memory_limit
 
 from . import data
+from .shared import absolute
 from .timing import interleaved_ms
 from .workload import QUERIES, SCALE
 
@@ -136,7 +137,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, nargs="*", default=[10_000_000])
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--work", type=Path, default=ROOT / ".bench" / "data")
+    ap.add_argument("--work", type=absolute, default=ROOT / ".bench" / "data")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:

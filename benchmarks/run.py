@@ -50,6 +50,7 @@ from .data import (
 from .keys import SECTION as KEYS_SECTION
 from .serving import serve, throughput
 from .shared import (
+    absolute,
     log,
     peer_versions,
     peers_python,
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--quick", action="store_true", help="100k rows and fewer runs (a smoke test)")
     ap.add_argument("--sizes", type=int, nargs="*", help="rows per dataset (default 100k 1M 10M; quick: 100k)")
     ap.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
-    ap.add_argument("--work", type=Path, default=ROOT / ".bench", help="data and the peers' environment")
+    ap.add_argument("--work", type=absolute, default=ROOT / ".bench", help="data and the peers' environment")
     ap.add_argument("--no-peers", action="store_true", help="skip SmartNoise and Qrlew")
     ap.add_argument(
         "--huge",

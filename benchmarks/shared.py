@@ -80,6 +80,12 @@ def relative_errors(answers: list[list], exact: dict) -> list[float]:
     return score(answers, exact).errors
 
 
+def absolute(text: str) -> Path:
+    """A path argument made absolute (argparse's type for --work): the policies written into
+    temporary folders name their files by it."""
+    return Path(text).resolve()
+
+
 # Peers ------------------------------------------------------------------------------------------
 def peers_python(venv: Path) -> Path:
     """The peers' interpreter, creating their virtual environment the first time."""

@@ -47,7 +47,7 @@ import dpsql
 from dpsql.config import Policy
 
 from . import sample
-from .shared import log, peer_versions, peers_python, replace_section, run_job, score, truth
+from .shared import absolute, log, peer_versions, peers_python, replace_section, run_job, score, truth
 
 HERE = Path(__file__).resolve().parent
 SECTION = "## Utility at the policy's own budget"
@@ -762,7 +762,7 @@ def main(argv: list[str] | None = None) -> None:
         help="auto with the cache off: every query profiles afresh (the first of a session), not the workload in order",
     )
     ap.add_argument("--out", type=Path, help="write or update the workload's section of this Markdown file")
-    ap.add_argument("--work", type=Path, default=HERE.parent / ".bench", help="where the peers' environment lives")
+    ap.add_argument("--work", type=absolute, default=HERE.parent / ".bench", help="where the peers' environment lives")
     args = ap.parse_args(argv)
     workload, section = WORKLOADS[args.workload]
     names = {q.name for q in workload}
