@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from dpsql import auto_bounds
 from dpsql.audit import _Analyst, markdown, run_audit, write_dataset
 from dpsql.audit.cases import CASES, HOSPITAL, Case
 from dpsql.audit.stats import (
@@ -67,19 +68,23 @@ def test_quick_audit_does_not_flag_dpsql(made_dirs, case):
 
 
 # The audit's populations are a few noise scales: each query also releases its value histogram
-# again with EXTRA of its epsilon, from its release's part (auto_bounds.extra): profile_epsilon counts it.
+# again with up to EXTRA of its epsilon (1 here), from its release's part (auto_bounds.extra):
+# profile_epsilon counts it. How much depends on the profile's noisy population, so `own` is the
+# most the query's profile may spend, and at least `own` - EXTRA is its own profile's share.
 @pytest.mark.parametrize("name, charged, own", [("auto_reuse", 2.9, 0.2), ("auto_reuse_combined", 2.0, 0.3)])
 def test_a_reuse_case_starts_each_run_afresh_and_charges_the_whole_run(tmp_path, name, charged, own):
     """A case with queries `before` its own: each run starts from no kept profile and no cached
     answer (so runs are independent draws), its query reuses the profile they released (free, or
-    combined with its own release), and the run's charge is every query's."""
+    combined with its own release), and the run's charge is every query's, whatever the profile
+    spent again (it comes from the release's part, charged in full)."""
     case = next(c for c in CASES if c.name == name)
     analyst = _Analyst(write_dataset(case.world, tmp_path, name, True), case.settings, case.publish, case.before)
     try:
         for _ in range(3):
             result = analyst.run(case.sql)
             limits = result.dp.bounds.limits
-            assert limits.profile_reused and limits.profile_epsilon == pytest.approx(own)
+            assert limits.profile_reused
+            assert own - float(auto_bounds.EXTRA) - 1e-9 <= limits.profile_epsilon <= own + 1e-9
             assert result.dp.cost.epsilon == pytest.approx(charged) and not result.dp.cached
     finally:
         analyst.close()
