@@ -117,20 +117,21 @@ def qrlew_dataset(tables: dict):
     import pyqrlew as qrl
     import sqlalchemy as sa
 
-    directory = Path(tempfile.mkdtemp())
-    engine = sa.create_engine(f"sqlite:///{directory / 'schema.sqlite'}")
-    with engine.begin() as c:
-        for name, t in tables.items():
-            types = [SQLITE_TYPES[col["type"]] for col in t["columns"].values()]
-            c.exec_driver_sql(
-                f"CREATE TABLE {name} ("
-                + ", ".join(f"{column} {sql_type}" for column, (sql_type, _) in zip(t["columns"], types))
-                + ")"
-            )
-            c.exec_driver_sql(f"INSERT INTO {name} VALUES (" + ", ".join(value for _, value in types) + ")")
-    base = qrl.Dataset.from_database("bench", engine)
-    schema = json.loads(base._dataset.schema)
-    size = json.loads(base._dataset.size)
+    with tempfile.TemporaryDirectory() as directory:  # the schema's one row a table: removed after
+        engine = sa.create_engine(f"sqlite:///{Path(directory) / 'schema.sqlite'}")
+        with engine.begin() as c:
+            for name, t in tables.items():
+                types = [SQLITE_TYPES[col["type"]] for col in t["columns"].values()]
+                c.exec_driver_sql(
+                    f"CREATE TABLE {name} ("
+                    + ", ".join(f"{column} {sql_type}" for column, (sql_type, _) in zip(t["columns"], types))
+                    + ")"
+                )
+                c.exec_driver_sql(f"INSERT INTO {name} VALUES (" + ", ".join(value for _, value in types) + ")")
+        base = qrl.Dataset.from_database("bench", engine)
+        schema = json.loads(base._dataset.schema)
+        size = json.loads(base._dataset.size)
+        engine.dispose()
     for table in size["statistics"]["union"]["fields"]:
         _set_sizes(table, tables[table["name"]]["rows"])
     dataset = {
