@@ -11,6 +11,7 @@ import datetime
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -89,24 +90,41 @@ def absolute(text: str) -> Path:
 # Peers ------------------------------------------------------------------------------------------
 def peers_python(venv: Path) -> Path:
     """The peers' interpreter, creating their virtual environment the first time."""
-    python = venv / "bin" / "python"
     marker = venv / ".installed"
     requirements = HERE / "requirements-peers.txt"
     if not marker.exists() or marker.read_text() != requirements.read_text():
         log(f"creating the peers' virtual environment in {venv} (SmartNoise SQL, Qrlew; once)")
-        uv = uv_executable()
-        if uv is not None:  # a third of pip's time or less on a fresh machine (the test extra has it)
-            subprocess.run([uv, "venv", "-q", "--clear", "--python", sys.executable, str(venv)], check=True)
-            subprocess.run([uv, "pip", "install", "-q", "--python", str(python), "-r", str(requirements)], check=True)
-        else:
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-            subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(requirements)], check=True)
+        virtual_env(venv, ["-r", str(requirements)])
         marker.write_text(requirements.read_text())
+    return venv / "bin" / "python"
+
+
+def virtual_env(venv: Path, requirements: list[str]) -> Path:
+    """A virtual environment at `venv` (made anew) holding `requirements` (pip install's
+    arguments), and its interpreter: built by uv where its PyPI package is installed (the test
+    extra has it; on a fresh machine a third of pip's time or less), by pip otherwise or where
+    uv fails."""
+    python = venv / "bin" / "python"
+    uv = _uv()
+    if uv is not None:
+        steps = (
+            [uv, "venv", "-q", "--clear", "--python", sys.executable, str(venv)],
+            [uv, "pip", "install", "-q", "--python", str(python), *requirements],
+        )
+        if all(subprocess.run(step, timeout=1200).returncode == 0 for step in steps):
+            return python
+        shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *requirements],
+        check=True,
+        timeout=1200,
+    )
     return python
 
 
-def uv_executable() -> str | None:
-    """uv's executable where its PyPI package is installed (the test extra has it), else None."""
+def _uv() -> str | None:
+    """uv's executable where its PyPI package is installed, else None."""
     try:
         import uv
     except ImportError:

@@ -195,12 +195,12 @@ def pytest_configure(config):
     """A whole run (no paths named, clients not deselected) builds the missing tools'
     environments in the background from its start (tests/tool_envs.py: prefetch), in the
     process that hands out the tests (xdist's controller, or the only one)."""
-    from .tool_envs import prefetch
-
     whole = config.args_source == pytest.Config.ArgsSource.TESTPATHS
     marks = config.option.markexpr or ""
     if hasattr(config, "workerinput") or not whole or "not slow" in marks or "not clients" in marks:
         return
+    from .tool_envs import prefetch
+
     stop = threading.Event()
     _PREFETCH.append((stop, prefetch(stop)))
 

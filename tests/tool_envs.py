@@ -10,13 +10,12 @@ import fcntl
 import os
 import shutil
 import subprocess
-import sys
 import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from benchmarks.shared import uv_executable
+from benchmarks.shared import virtual_env
 
 CACHE = Path(os.environ.get("DPSQL_TOOLS_CACHE", Path.home() / ".cache" / "dpsql-test-tools"))
 SCRIPTS = Path(__file__).resolve().parent / "tools"
@@ -66,32 +65,11 @@ def _cached(name: str, wanted: list[str], build: Callable[[Path], None]) -> Path
 
 def python_tool(name: str) -> Path:
     """The Python interpreter of the tool's virtual environment, holding exactly its
-    requirements (PYTHON_TOOLS): built by
-    uv where the test extra installed it (a fresh machine, as CI's, installs superset's 150
-    pinned packages in about half a minute with uv against four minutes with pip), by pip
-    otherwise or where uv fails."""
-
+    requirements (PYTHON_TOOLS), built by `benchmarks.shared.virtual_env` (uv, or pip: a fresh
+    machine, as CI's, installs Superset's 153 pinned packages in about half a minute with uv
+    against four minutes with pip)."""
     requirements = PYTHON_TOOLS[name]
-
-    def build(env: Path) -> None:
-        uv = uv_executable()
-        if uv is not None:
-            python = str(env / "bin" / "python")
-            steps = (
-                [uv, "venv", "-q", "--python", sys.executable, str(env)],
-                [uv, "pip", "install", "-q", "--python", python, *requirements],
-            )
-            if all(subprocess.run(step, timeout=1200).returncode == 0 for step in steps):
-                return
-            shutil.rmtree(env, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(env)], check=True, timeout=300)
-        subprocess.run(
-            [str(env / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", *requirements],
-            check=True,
-            timeout=1200,
-        )
-
-    return _cached(name, requirements, build) / "bin" / "python"
+    return _cached(name, requirements, lambda env: virtual_env(env, requirements)) / "bin" / "python"
 
 
 def node_tool(name: str) -> Path:
