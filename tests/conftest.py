@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
 import textwrap
 import threading
 from pathlib import Path
@@ -55,6 +57,18 @@ columns.g = {{ keys = [1, 2, 3] }}
 [users.bob]
 epsilon = 2.0
 """
+
+
+@contextlib.contextmanager
+def sample_session(user: str = "alice"):
+    """A Session on the sample policy whose ledger lives in a temporary directory: never beside
+    the policy in sample_data/, where a default ledger would outlive the run."""
+    with tempfile.TemporaryDirectory(prefix="dpsql-sample-") as d:
+        session = Session(load_policy(SAMPLE / "dpsql.toml", ledger_path=Path(d) / "ledger.sqlite"), user)
+        try:
+            yield session
+        finally:
+            session.close()
 
 
 def make_db(path: Path, people, events, places=("north", "south", "east"), rows=()) -> None:

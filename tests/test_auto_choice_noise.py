@@ -12,12 +12,10 @@ from fractions import Fraction
 import pytest
 
 from dpsql import auto_bounds, auto_choice, auto_denoise
-from dpsql.config import load_policy
 from dpsql.prepare import plan_query
-from dpsql.session import Session
 from dpsql.sql.classify import classify
 
-from .conftest import SAMPLE
+from .conftest import sample_session
 
 SENIORS = (
     "SELECT v.diagnosis, AVG(v.cost) FROM visits AS v JOIN patients AS p ON v.patient_id = p.patient_id "
@@ -32,12 +30,9 @@ SCALE = 300.0  # each bin's Laplace scale in units at the sample's epsilon: 1 / 
 
 @pytest.fixture(scope="module")
 def seniors():
-    session = Session(load_policy(SAMPLE / "dpsql.toml"), "alice")
-    try:
+    with sample_session() as session:
         plan = plan_query(classify(SENIORS).tree, session.policy, session.engine.schema(), "laplace", None)
         yield plan, auto_bounds.columns(plan), auto_bounds.ceiling(plan)
-    finally:
-        session.close()
 
 
 def _laplace(rng: random.Random, scale: float) -> float:
@@ -185,11 +180,8 @@ def test_noise_in_the_last_row_bin_pulls_a_sums_total_bound_up_less(monkeypatch)
     """The seniors' SUM(cost) by ward: the row-count histogram's last bin (units beyond the
     policy's bound, each taken at twice its rows) holds 49 units, its noise's scale is 300; weighed
     by its odds, C is 3 or more in 25.5 % of 200 seeded draws (35.5 % before), its mean 1.9 (2.4)."""
-    session = Session(load_policy(SAMPLE / "dpsql.toml"), "alice")
-    try:
+    with sample_session() as session:
         plan = plan_query(classify(SENIORS_SUM).tree, session.policy, session.engine.schema(), "laplace", None)
-    finally:
-        session.close()
     cols, top = auto_bounds.columns(plan), auto_bounds.ceiling(plan)
     prior = auto_denoise.PRIOR
     before = [c for _, c in _choices(plan, cols, top, 1.0, monkeypatch)]

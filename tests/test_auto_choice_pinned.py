@@ -16,12 +16,10 @@ from fractions import Fraction
 from pathlib import Path
 
 from dpsql import auto_bounds, auto_choice
-from dpsql.config import load_policy
 from dpsql.prepare import plan_query
-from dpsql.session import Session
 from dpsql.sql.classify import classify
 
-from .conftest import SAMPLE
+from .conftest import sample_session
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "auto_choice.txt"
 QUERIES = (
@@ -61,9 +59,8 @@ def _profile(rng: random.Random, top: int, cols: int, shape: str) -> auto_bounds
 
 def cases() -> list[tuple[str, str]]:
     """(label, repr of the Choice) for every case, in order."""
-    session = Session(load_policy(SAMPLE / "dpsql.toml"), "alice")
     out = []
-    try:
+    with sample_session() as session:
         rng = random.Random(37)
         for sql in QUERIES:
             plan = plan_query(classify(sql).tree, session.policy, session.engine.schema(), "laplace", None)
@@ -81,8 +78,6 @@ def cases() -> list[tuple[str, str]]:
                         choice = auto_choice.choose(plan, profile, cols, top, epsilon, groups, correct)
                         label = f"{sql} | {shape} eps={epsilon} groups={groups} corrected={corrected}"
                         out.append((label, repr(choice)))
-    finally:
-        session.close()
     return out
 
 

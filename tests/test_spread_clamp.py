@@ -12,12 +12,10 @@ from fractions import Fraction
 import pytest
 
 from dpsql import auto_bounds, auto_choice, auto_denoise
-from dpsql.config import load_policy
 from dpsql.prepare import plan_query
-from dpsql.session import Session
 from dpsql.sql.classify import classify
 
-from .conftest import SAMPLE
+from .conftest import sample_session
 
 # The sample's visits as an exact profile shows them (units; DESIGN.md §4): units by row count,
 # length_of_stay and cost over the octaves of [0, 30] and [0, 50000], the wards' masses.
@@ -29,12 +27,9 @@ SCALE = 300.0  # each bin's Laplace scale in units at the sample's epsilon: 1 / 
 
 
 def _plan(sql: str):
-    session = Session(load_policy(SAMPLE / "dpsql.toml"), "alice")
-    try:
+    with sample_session() as session:
         plan = plan_query(classify(sql).tree, session.policy, session.engine.schema(), "laplace", None)
         return plan, auto_bounds.columns(plan), auto_bounds.ceiling(plan)
-    finally:
-        session.close()
 
 
 def _noisy(rng: random.Random, hist, scale: float) -> tuple[float, ...]:
