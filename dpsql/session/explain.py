@@ -19,6 +19,7 @@ from ..sql.clock import now as clock_now
 from ..sql.clock import pinned
 from ..sql.narrow import narrowing, unlisted
 from ..sql.options import QueryOptions
+from ..sql.reads import case_conditions
 from ..sql.scope import text_as_written
 from ..synopses import route as synopsis_route
 from . import auto
@@ -64,6 +65,7 @@ def explain_plan(session: Session, tree: exp.Query, options: QueryOptions | None
         "ratios": [e.text for e in plan.estimates if family(e).centred_sum],
         "means_read": [list(pair) for pair in plan.means_read],
         "shrunk": [e.text for e in plan.estimates if family(e).shrunk] if plan.keys else [],
+        "partly_read": partly_read(plan),
         "fine_counts": [
             e.text for e in plan.estimates if e.squares is not None and plan.measures[e.count].bits == FINE_COUNT_BITS
         ],
@@ -94,6 +96,21 @@ def explain_plan(session: Session, tree: exp.Query, options: QueryOptions | None
         "remaining_after": {k: float(v) for k, v in f.remaining(after).items()},
         "remaining_now": {k: float(v) for k, v in f.remaining(totals).items()},
     }
+
+
+def partly_read(plan) -> list[str]:
+    """The aggregates that read only the rows where their own condition holds (a FILTER, a CASE
+    without ELSE) beside aggregates of every row, whose rows the bounded query keeps (sql/reads.py):
+    each gets the same noise for fewer rows, and auto bounds take each as holding every row of
+    its group. From the query's text only."""
+    if plan.relation.reads:
+        return []
+    conditional = [
+        e.text
+        for e in plan.estimates
+        if case_conditions(plan.measures[e.total if e.total is not None else e.count].value) is not None
+    ]
+    return conditional if len(conditional) < len(plan.estimates) else []
 
 
 def explain_result(session: Session, tree: exp.Query, options: QueryOptions | None = None) -> Result:
@@ -257,6 +274,15 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
         lines.append(
             f"{text_as_written(written)} is answered as {text_as_written(mean)}: the same value on any data, "
             "released as one mean (its own estimator) rather than a noisy sum over a noisy count"
+        )
+    if info.get("partly_read"):
+        lines.append(
+            f"{', '.join(sorted(set(info['partly_read'])))}: reads only the rows where its condition holds, "
+            "beside aggregates of every row: its noise does not shrink with its rows, so it is larger "
+            "relative to its value"
+            + (" (and the limits are chosen as if it held every row of its group)" if info.get("auto_bounds") else "")
+            + "; to give it more of the epsilon, put weights before the query, one per aggregating select "
+            "item in order: /* dpsql: weights 1, 4 */"
         )
     if info.get("shrunk"):
         lines.append(
