@@ -63,11 +63,15 @@ def sessions(policies, tmp_path_factory):
         s.close()
 
 
-def _rows(session: Session, sql: str) -> list[tuple]:
+def _planned(session: Session, sql: str):
+    """The query's plan and calibration; for a BI wrapper, its inner DP query's."""
     stmt = session._classify(sql)
     wrapped = released_subquery(stmt.tree, session.policy)
-    tree = wrapped[0] if wrapped is not None else stmt.tree  # a BI wrapper: its inner DP query's rows
-    plan, cal = session._prepare(tree, stmt.options)
+    return session._prepare(wrapped[0] if wrapped is not None else stmt.tree, stmt.options)
+
+
+def _rows(session: Session, sql: str) -> list[tuple]:
+    plan, cal = _planned(session, sql)
     if isinstance(plan, PublicQuery):
         rs = session.engine.execute(session.engine.sql_of(plan.tree))
     else:
@@ -86,9 +90,7 @@ def _rows(session: Session, sql: str) -> list[tuple]:
 
 def _reads_copies(session: Session, sql: str) -> bool:
     """Whether the query's plan reads weighted copies where the engine has them (Plan.weightable)."""
-    stmt = session._classify(sql)
-    wrapped = released_subquery(stmt.tree, session.policy)
-    plan, _ = session._prepare(wrapped[0] if wrapped is not None else stmt.tree, stmt.options)
+    plan, _ = _planned(session, sql)
     return not isinstance(plan, PublicQuery) and plan.weightable()
 
 
